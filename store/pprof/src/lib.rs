@@ -1,0 +1,12 @@
+#![doc = include_str!("../README.md")]
+
+pub mod builder;
+pub mod decode;
+pub mod error;
+pub mod profile;
+pub mod proto;
+
+pub use builder::{FunctionSpec, LabelValue, MappingSpec, ProfileBuilder, encode_gzip};
+pub use decode::{DecodeLimits, decode, is_gzip, maybe_gunzip};
+pub use error::PprofError;
+pub use profile::Profile;
