@@ -1,0 +1,48 @@
+#![doc = include_str!("../README.md")]
+
+pub mod decision;
+pub mod error;
+pub mod file;
+pub mod selector;
+
+pub use decision::{Decision, LabelSource, PodView, ProfilingPlan, SkipReason};
+pub use error::TargetsError;
+pub use file::{Target, TargetsFile};
+pub use selector::{LabelSelector, SelectorOperator, SelectorRequirement};
+
+/// The only targets-file format version this crate reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The ConfigMap key (and file name inside the mounted volume) holding the targets file.
+pub const CONFIGMAP_KEY: &str = "targets.json";
+
+/// Pod annotation that opts a pod in (`"true"`) or out (`"false"`).
+pub const ANNOTATION_ENABLED: &str = "profiles.kiln.dev/enabled";
+
+/// Pod annotation that overrides the sampling frequency in Hz.
+pub const ANNOTATION_SAMPLING_HZ: &str = "profiles.kiln.dev/sampling-hz";
+
+/// Pod annotation that sets the `service_name` label of the pod's profiles.
+pub const ANNOTATION_SERVICE_NAME: &str = "profiles.kiln.dev/service-name";
+
+/// Lowest sampling frequency a target or annotation may ask for.
+pub const MIN_SAMPLING_HZ: u32 = 1;
+
+/// Highest sampling frequency a target or annotation may ask for.
+pub const MAX_SAMPLING_HZ: u32 = 1000;
+
+/// Largest targets file accepted: the size limit of a Kubernetes ConfigMap.
+pub const MAX_FILE_BYTES: usize = 1024 * 1024;
+
+/// Labels the agent sets itself on every profile; extra labels may not replace them.
+pub const RESERVED_LABELS: [&str; 9] = [
+    "node",
+    "namespace",
+    "pod",
+    "pod_uid",
+    "container",
+    "container_id",
+    "comm",
+    "pid",
+    "service_name",
+];
