@@ -3,6 +3,7 @@
 pub mod builder;
 pub mod decode;
 pub mod error;
+pub mod folded;
 pub mod profile;
 pub mod proto;
 
