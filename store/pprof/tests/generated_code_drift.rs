@@ -3,6 +3,8 @@
 //! Regenerate with `KILN_BLESS=1 cargo test -p kiln-pprof --test generated_code_drift`.
 //! Needs `protoc` (Debian `protobuf-compiler`).
 
+#![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
+
 use std::path::Path;
 
 #[test]

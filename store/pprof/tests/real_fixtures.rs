@@ -1,6 +1,8 @@
 //! Every real fixture in `../shared/testdata/profiles` either decodes or is
 //! refused with a clear error, as SOURCES.md says it should be.
 
+#![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
+
 use std::path::PathBuf;
 
 use kiln_pprof::{DecodeLimits, PprofError, decode};
