@@ -1,3 +1,30 @@
 #![doc = include_str!("../README.md")]
 
+extern crate alloc;
+
+pub mod block;
+mod columns;
+pub mod compact;
+pub mod error;
+pub mod head;
+pub mod index;
 pub mod model;
+pub mod query;
+pub mod symbols;
+mod wire;
+
+pub use block::format::FORMAT_VERSION;
+pub use block::{Block, encode_block};
+pub use compact::compact_blocks;
+pub use error::{BlockError, IngestError, QueryError};
+pub use head::{Head, IngestLimits, IngestStats};
+pub use index::{CompiledMatcher, LabelIndex, compile_matchers};
+pub use model::{
+    BlockMeta, Label, LabelSet, MatchOp, Matcher, NAME_LABEL, PROFILE_TYPE_LABEL, ProfileType,
+    Selector, TimeRange,
+};
+pub use query::{
+    DiffFlameGraph, DiffNode, FlameGraph, FlameNode, MAX_TIMELINE_STEPS, MergedProfile, Queryable,
+    Timeline, TopEntry, diff,
+};
+pub use symbols::SymbolTable;

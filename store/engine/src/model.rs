@@ -143,6 +143,30 @@ pub struct ProfileType {
     pub delta: bool,
 }
 
+impl ProfileType {
+    /// Parses `name:sample_type:sample_unit:period_type:period_unit[:delta]`,
+    /// the form [`fmt::Display`] writes. Returns `None` for anything else.
+    pub fn parse(id: &str) -> Option<Self> {
+        let parts: Vec<&str> = id.split(':').collect();
+        let delta = match parts.len() {
+            5 => false,
+            6 if parts[5] == "delta" => true,
+            _ => return None,
+        };
+        if parts[0].is_empty() {
+            return None;
+        }
+        Some(Self {
+            name: parts[0].to_owned(),
+            sample_type: parts[1].to_owned(),
+            sample_unit: parts[2].to_owned(),
+            period_type: parts[3].to_owned(),
+            period_unit: parts[4].to_owned(),
+            delta,
+        })
+    }
+}
+
 impl fmt::Display for ProfileType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

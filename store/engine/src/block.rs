@@ -1,0 +1,290 @@
+//! Immutable blocks: one self-describing binary object per block holding
+//! the symbol tables, series, label index, compressed columns, totals and
+//! rollups. See [`format`] for the container layout.
+
+mod encode;
+pub mod format;
+mod query;
+mod rollup;
+mod tables;
+
+use std::collections::BTreeMap;
+
+use roaring::RoaringBitmap;
+
+pub use encode::encode_block;
+
+use crate::error::BlockError;
+use crate::index::LabelIndex;
+use crate::model::{BlockMeta, Label, LabelSet, ProfileType};
+use crate::symbols::SymbolTable;
+use crate::wire::{Reader, WireError, Writer};
+use format::{Container, SectionKind};
+
+/// Raw columns are chunked by this window so a query reads only the chunks it touches.
+pub(crate) const COLUMN_CHUNK_MS: i64 = 3_600_000;
+
+/// A decoded block. Symbols, series and the index are decoded eagerly;
+/// column, totals and rollup data stay compressed until a query needs them.
+#[derive(Debug)]
+pub struct Block {
+    meta: BlockMeta,
+    pub(crate) symbols: SymbolTable,
+    pub(crate) index: LabelIndex,
+    pub(crate) series: Vec<BlockSeries>,
+    pub(crate) data: Vec<u8>,
+}
+
+/// Where a blob lives in the data section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BlobRef {
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+}
+
+/// One series' directory entry.
+#[derive(Debug, Clone)]
+pub(crate) struct BlockSeries {
+    pub(crate) labels: LabelSet,
+    pub(crate) profile_type: ProfileType,
+    pub(crate) min_ms: i64,
+    pub(crate) max_ms: i64,
+    /// `(chunk start, blob)` of raw columns, by chunk start.
+    pub(crate) columns: Vec<(i64, BlobRef)>,
+    pub(crate) totals: BlobRef,
+    /// `(level, chunk start, blob)` of rollup windows.
+    pub(crate) rollups: Vec<(u8, i64, BlobRef)>,
+}
+
+fn corrupt(what: &'static str) -> impl Fn(WireError) -> BlockError {
+    move |_| BlockError::Corrupt { what }
+}
+
+impl Block {
+    /// Decodes and verifies a block; corrupt or truncated bytes give a
+    /// [`BlockError`], never a panic.
+    pub fn decode(bytes: &[u8]) -> Result<Block, BlockError> {
+        let container = Container::parse(bytes)?;
+        let mut meta = decode_meta(&container.section(SectionKind::Meta)?)?;
+        meta.size_bytes = bytes.len() as u64;
+        let strings = container.section(SectionKind::Strings)?;
+        let mappings = container.section(SectionKind::Mappings)?;
+        let functions = container.section(SectionKind::Functions)?;
+        let locations = container.section(SectionKind::Locations)?;
+        let stacks = container.section(SectionKind::Stacks)?;
+        let label_sets = container.section(SectionKind::LabelSets)?;
+        let symbols = tables::decode_tables(&tables::TableSections {
+            strings: &strings,
+            mappings: &mappings,
+            functions: &functions,
+            locations: &locations,
+            stacks: &stacks,
+            label_sets: &label_sets,
+        })?;
+        let data = container.section(SectionKind::Data)?.into_owned();
+        let series = decode_series(&container.section(SectionKind::Series)?, &symbols, data.len())?;
+        let index = decode_postings(&container.section(SectionKind::Postings)?, &symbols, series.len())?;
+        Ok(Block {
+            meta,
+            symbols,
+            index,
+            series,
+            data,
+        })
+    }
+
+    /// The block's metadata (as also written to `meta.json`).
+    pub fn meta(&self) -> &BlockMeta {
+        &self.meta
+    }
+
+    /// The block's symbol table.
+    pub fn symbols(&self) -> &SymbolTable {
+        &self.symbols
+    }
+
+    /// Number of series.
+    pub fn series_count(&self) -> usize {
+        self.series.len()
+    }
+
+    pub(crate) fn blob(&self, blob: BlobRef) -> Result<std::borrow::Cow<'_, [u8]>, BlockError> {
+        let bytes = self
+            .data
+            .get(blob.offset..blob.offset.saturating_add(blob.len))
+            .ok_or(BlockError::Truncated { what: "data blob" })?;
+        format::read_blob(bytes)
+    }
+}
+
+pub(crate) fn encode_meta(meta: &BlockMeta) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.bytes(meta.id.as_bytes());
+    w.bytes(meta.replica.as_bytes());
+    w.signed(meta.min_time_ms);
+    w.signed(meta.max_time_ms);
+    w.varint(u64::from(meta.compaction_level));
+    w.varint(meta.sources.len() as u64);
+    for source in &meta.sources {
+        w.bytes(source.as_bytes());
+    }
+    w.varint(meta.series);
+    w.varint(meta.samples);
+    w.varint(meta.profiles);
+    w.into_vec()
+}
+
+fn decode_meta(bytes: &[u8]) -> Result<BlockMeta, BlockError> {
+    let what = "meta";
+    let mut r = Reader::new(bytes);
+    let string = |r: &mut Reader<'_>| -> Result<String, BlockError> {
+        let raw = r.bytes().map_err(corrupt(what))?;
+        String::from_utf8(raw.to_vec()).map_err(|_| BlockError::Corrupt { what })
+    };
+    let id = string(&mut r)?;
+    let replica = string(&mut r)?;
+    let min_time_ms = r.signed().map_err(corrupt(what))?;
+    let max_time_ms = r.signed().map_err(corrupt(what))?;
+    let compaction_level = r.u32().map_err(corrupt(what))?;
+    let source_count = r.count(1).map_err(corrupt(what))?;
+    let mut sources = Vec::with_capacity(source_count);
+    for _ in 0..source_count {
+        sources.push(string(&mut r)?);
+    }
+    Ok(BlockMeta {
+        format_version: format::FORMAT_VERSION,
+        id,
+        min_time_ms,
+        max_time_ms,
+        compaction_level,
+        replica,
+        sources,
+        series: r.varint().map_err(corrupt(what))?,
+        samples: r.varint().map_err(corrupt(what))?,
+        profiles: r.varint().map_err(corrupt(what))?,
+        size_bytes: 0,
+    })
+}
+
+fn read_blob_ref(r: &mut Reader<'_>, data_len: usize) -> Result<BlobRef, BlockError> {
+    let what = "series blob reference";
+    let offset = usize::try_from(r.varint().map_err(corrupt(what))?).map_err(|_| BlockError::Corrupt { what })?;
+    let len = usize::try_from(r.varint().map_err(corrupt(what))?).map_err(|_| BlockError::Corrupt { what })?;
+    if offset.checked_add(len).is_none_or(|end| end > data_len) || len == 0 {
+        return Err(BlockError::Corrupt { what });
+    }
+    Ok(BlobRef { offset, len })
+}
+
+pub(crate) fn write_blob_ref(w: &mut Writer, blob: BlobRef) {
+    w.varint(blob.offset as u64);
+    w.varint(blob.len as u64);
+}
+
+fn decode_series(bytes: &[u8], symbols: &SymbolTable, data_len: usize) -> Result<Vec<BlockSeries>, BlockError> {
+    let what = "series";
+    let mut r = Reader::new(bytes);
+    let count = r.count(8).map_err(corrupt(what))?;
+    let string = |r: &mut Reader<'_>| -> Result<String, BlockError> {
+        let id = r.u32().map_err(corrupt(what))?;
+        if id as usize >= symbols.string_count() {
+            return Err(BlockError::Corrupt { what });
+        }
+        Ok(symbols.string(id).to_owned())
+    };
+    let mut series = Vec::with_capacity(count);
+    for _ in 0..count {
+        let label_count = r.count(2).map_err(corrupt(what))?;
+        let mut labels = Vec::with_capacity(label_count);
+        for _ in 0..label_count {
+            let name = string(&mut r)?;
+            let value = string(&mut r)?;
+            labels.push(Label::new(name, value));
+        }
+        let profile_type = ProfileType {
+            name: string(&mut r)?,
+            sample_type: string(&mut r)?,
+            sample_unit: string(&mut r)?,
+            period_type: string(&mut r)?,
+            period_unit: string(&mut r)?,
+            delta: r.byte().map_err(corrupt(what))? != 0,
+        };
+        let min_ms = r.signed().map_err(corrupt(what))?;
+        let max_ms = r.signed().map_err(corrupt(what))?;
+        let chunk_count = r.count(3).map_err(corrupt(what))?;
+        let mut columns = Vec::with_capacity(chunk_count);
+        for _ in 0..chunk_count {
+            let start = r.signed().map_err(corrupt(what))?;
+            columns.push((start, read_blob_ref(&mut r, data_len)?));
+        }
+        let totals = read_blob_ref(&mut r, data_len)?;
+        let rollup_count = r.count(4).map_err(corrupt(what))?;
+        let mut rollups = Vec::with_capacity(rollup_count);
+        for _ in 0..rollup_count {
+            let level = r.byte().map_err(corrupt(what))?;
+            if level as usize >= rollup::ROLLUP_WINDOWS_MS.len() {
+                return Err(BlockError::Corrupt { what });
+            }
+            let start = r.signed().map_err(corrupt(what))?;
+            rollups.push((level, start, read_blob_ref(&mut r, data_len)?));
+        }
+        series.push(BlockSeries {
+            labels: LabelSet::new(labels),
+            profile_type,
+            min_ms,
+            max_ms,
+            columns,
+            totals,
+            rollups,
+        });
+    }
+    Ok(series)
+}
+
+fn decode_postings(bytes: &[u8], symbols: &SymbolTable, series_count: usize) -> Result<LabelIndex, BlockError> {
+    let what = "postings";
+    let mut r = Reader::new(bytes);
+    let string = |r: &mut Reader<'_>| -> Result<String, BlockError> {
+        let id = r.u32().map_err(corrupt(what))?;
+        if id as usize >= symbols.string_count() {
+            return Err(BlockError::Corrupt { what });
+        }
+        Ok(symbols.string(id).to_owned())
+    };
+    let name_count = r.count(2).map_err(corrupt(what))?;
+    let mut postings: BTreeMap<String, BTreeMap<String, RoaringBitmap>> = BTreeMap::new();
+    for _ in 0..name_count {
+        let name = string(&mut r)?;
+        let value_count = r.count(2).map_err(corrupt(what))?;
+        let values = postings.entry(name).or_default();
+        for _ in 0..value_count {
+            let value = string(&mut r)?;
+            let raw = r.bytes().map_err(corrupt(what))?;
+            let bitmap = RoaringBitmap::deserialize_from(raw).map_err(|_| BlockError::Corrupt { what })?;
+            if bitmap.max().is_some_and(|max| max as usize >= series_count) {
+                return Err(BlockError::Corrupt { what });
+            }
+            values.insert(value, bitmap);
+        }
+    }
+    let count = u32::try_from(series_count).map_err(|_| BlockError::Corrupt { what })?;
+    Ok(LabelIndex::from_postings(postings, count))
+}
+
+pub(crate) fn encode_postings(index: &LabelIndex, symbols: &mut SymbolTable) -> Result<Vec<u8>, BlockError> {
+    let mut w = Writer::new();
+    w.varint(index.postings().len() as u64);
+    for (name, values) in index.postings() {
+        w.varint(u64::from(symbols.intern_string(name)));
+        w.varint(values.len() as u64);
+        for (value, bitmap) in values {
+            w.varint(u64::from(symbols.intern_string(value)));
+            let mut raw = Vec::with_capacity(bitmap.serialized_size());
+            bitmap
+                .serialize_into(&mut raw)
+                .map_err(|source| BlockError::Compress { what: "postings", source })?;
+            w.bytes(&raw);
+        }
+    }
+    Ok(w.into_vec())
+}

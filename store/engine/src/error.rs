@@ -1,0 +1,216 @@
+//! The engine's error enums, one per subsystem: ingest, blocks and queries.
+
+/// Why a profile was refused by [`crate::Head::ingest`]. Nothing of a refused
+/// profile is applied: ingest checks everything before it mutates the head.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// The series labels carry no `__name__`, or it is empty.
+    #[error("series labels have no non-empty __name__ label")]
+    MissingName,
+    /// A label name is empty.
+    #[error("a label name is empty")]
+    EmptyLabelName,
+    /// A label name is longer than allowed.
+    #[error("label name of {len} bytes exceeds the limit of {limit}: {name_prefix:?}")]
+    LabelNameTooLong {
+        /// The first bytes of the name.
+        name_prefix: String,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A label value is longer than allowed.
+    #[error("value of label {name:?} has {len} bytes, over the limit of {limit}")]
+    LabelValueTooLong {
+        /// The label name.
+        name: String,
+        /// The value's length in bytes.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A series would carry more labels than allowed.
+    #[error("a series would have {count} labels, over the limit of {limit}")]
+    TooManyLabels {
+        /// Labels the series would have.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The profile would create more series for its profile name than allowed.
+    #[error("profile name {name:?} would have {count} series, over the limit of {limit}")]
+    TooManySeries {
+        /// The profile name.
+        name: String,
+        /// Series the name would have after this profile.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The profile holds more samples than allowed.
+    #[error("profile has {count} samples, over the limit of {limit}")]
+    TooManySamples {
+        /// Samples in the profile.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+impl IngestError {
+    /// A fixed, low-cardinality name for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::MissingName => "missing_name",
+            Self::EmptyLabelName => "empty_label_name",
+            Self::LabelNameTooLong { .. } => "label_name_too_long",
+            Self::LabelValueTooLong { .. } => "label_value_too_long",
+            Self::TooManyLabels { .. } => "too_many_labels",
+            Self::TooManySeries { .. } => "too_many_series",
+            Self::TooManySamples { .. } => "too_many_samples",
+        }
+    }
+}
+
+/// Why a block could not be encoded or decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum BlockError {
+    /// The bytes do not start with the block magic.
+    #[error("not a kiln block: bad magic")]
+    BadMagic,
+    /// The block was written by a format version this build does not read.
+    #[error("unsupported block format version {version} (this build reads {supported})")]
+    UnsupportedVersion {
+        /// Version found in the block.
+        version: u32,
+        /// Version this build reads.
+        supported: u32,
+    },
+    /// The bytes end before a structure they announce.
+    #[error("block truncated while reading {what}")]
+    Truncated {
+        /// What was being read.
+        what: &'static str,
+    },
+    /// A section's checksum does not match its bytes.
+    #[error("checksum mismatch in section {section}")]
+    ChecksumMismatch {
+        /// The section's name.
+        section: &'static str,
+    },
+    /// A required section is absent.
+    #[error("block has no {section} section")]
+    MissingSection {
+        /// The section's name.
+        section: &'static str,
+    },
+    /// A structure inside the block is inconsistent (bad reference, bad count, ...).
+    #[error("corrupt block: {what}")]
+    Corrupt {
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// A compressed part of the block could not be decompressed.
+    #[error("corrupt compressed data in {what}")]
+    Decompress {
+        /// Which part.
+        what: &'static str,
+        /// The decompressor's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A compressor failed while encoding.
+    #[error("compression failed while encoding {what}")]
+    Compress {
+        /// Which part.
+        what: &'static str,
+        /// The compressor's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// There is nothing to encode.
+    #[error("nothing to encode: no series with samples")]
+    Empty,
+}
+
+impl BlockError {
+    /// A fixed, low-cardinality name for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::BadMagic => "bad_magic",
+            Self::UnsupportedVersion { .. } => "unsupported_version",
+            Self::Truncated { .. } => "truncated",
+            Self::ChecksumMismatch { .. } => "checksum_mismatch",
+            Self::MissingSection { .. } => "missing_section",
+            Self::Corrupt { .. } => "corrupt",
+            Self::Decompress { .. } => "decompress",
+            Self::Compress { .. } => "compress",
+            Self::Empty => "empty",
+        }
+    }
+}
+
+/// Why a query could not be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// A `=~` or `!~` matcher holds an invalid regular expression.
+    #[error("invalid regular expression {pattern:?} for label {name:?}")]
+    InvalidRegex {
+        /// The label name.
+        name: String,
+        /// The pattern.
+        pattern: String,
+        /// The regex compiler's error.
+        #[source]
+        source: regex::Error,
+    },
+    /// The timeline step is zero or negative.
+    #[error("timeline step must be positive, got {step_ms} ms")]
+    InvalidStep {
+        /// The step asked for.
+        step_ms: i64,
+    },
+    /// The time range is empty or inverted.
+    #[error("time range is empty: start {start_ms} >= end {end_ms}")]
+    EmptyRange {
+        /// Range start.
+        start_ms: i64,
+        /// Range end.
+        end_ms: i64,
+    },
+    /// The timeline would have more points than allowed.
+    #[error("timeline would have {steps} steps, over the limit of {limit}")]
+    TooManySteps {
+        /// Steps the range and step would produce.
+        steps: i64,
+        /// The limit.
+        limit: i64,
+    },
+    /// A timeline was merged into one built for a different range or step.
+    #[error("timeline shape mismatch: built for another range or step")]
+    TimelineShape,
+    /// Part of a block turned out corrupt while being read lazily.
+    #[error("block {block_id} is corrupt")]
+    CorruptBlock {
+        /// The block's id.
+        block_id: String,
+        /// The decoding error.
+        #[source]
+        source: BlockError,
+    },
+}
+
+impl QueryError {
+    /// A fixed, low-cardinality name for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InvalidRegex { .. } => "invalid_regex",
+            Self::InvalidStep { .. } => "invalid_step",
+            Self::EmptyRange { .. } => "empty_range",
+            Self::TooManySteps { .. } => "too_many_steps",
+            Self::TimelineShape => "timeline_shape",
+            Self::CorruptBlock { .. } => "corrupt_block",
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Queries over heads and blocks: the [`Queryable`] trait, the
+//! symbol-independent [`MergedProfile`], and what it renders into
+//! (flame graphs, top tables, diffs, pprof) plus [`Timeline`]s.
+
+mod diff;
+mod export;
+mod flamegraph;
+mod merged;
+mod timeline;
+mod top;
+
+use hashbrown::HashMap;
+use roaring::RoaringBitmap;
+
+pub use diff::{DiffFlameGraph, DiffNode, diff};
+pub use flamegraph::{FlameGraph, FlameNode, OTHER_NODE_NAME};
+pub use merged::MergedProfile;
+pub use timeline::{MAX_TIMELINE_STEPS, Timeline};
+pub use top::TopEntry;
+
+use crate::error::QueryError;
+use crate::head::Head;
+use crate::index::{CompiledMatcher, compile_matchers};
+use crate::model::{LabelSet, MatchOp, Matcher, PROFILE_TYPE_LABEL, ProfileType, Selector, TimeRange};
+
+/// Anything that can answer queries: the head and decoded blocks.
+///
+/// Results from several queryables combine: label lists are unioned by the
+/// caller, merges and timelines accumulate into the same target.
+pub trait Queryable {
+    /// Profile types with data in `range`, sorted.
+    fn profile_types(&self, range: TimeRange) -> Vec<ProfileType>;
+    /// Label names of series matching `matchers` with data in `range`, sorted.
+    fn label_names(&self, matchers: &[Matcher], range: TimeRange) -> Result<Vec<String>, QueryError>;
+    /// Values of label `name` on matching series with data in `range`, sorted.
+    fn label_values(
+        &self,
+        name: &str,
+        matchers: &[Matcher],
+        range: TimeRange,
+    ) -> Result<Vec<String>, QueryError>;
+    /// Label sets of matching series with data in `range`, sorted.
+    fn series(&self, matchers: &[Matcher], range: TimeRange) -> Result<Vec<LabelSet>, QueryError>;
+    /// Merges the selection's stacks in `range` into `into`.
+    fn merge_into(
+        &self,
+        selector: &Selector,
+        range: TimeRange,
+        into: &mut MergedProfile,
+    ) -> Result<(), QueryError>;
+    /// Adds the selection's per-profile totals in `range` into `into`'s steps.
+    fn timeline_into(
+        &self,
+        selector: &Selector,
+        range: TimeRange,
+        into: &mut Timeline,
+    ) -> Result<(), QueryError>;
+}
+
+/// Compiles a selector's matchers plus one on `__profile_type__`.
+pub(crate) fn selector_matchers(selector: &Selector) -> Result<Vec<CompiledMatcher>, QueryError> {
+    let mut matchers = compile_matchers(&selector.matchers)?;
+    matchers.push(CompiledMatcher::new(&Matcher {
+        name: PROFILE_TYPE_LABEL.to_owned(),
+        op: MatchOp::Equal,
+        value: selector.profile_type.to_string(),
+    })?);
+    Ok(matchers)
+}
+
+pub(crate) fn check_range(range: TimeRange) -> Result<(), QueryError> {
+    if range.start_ms >= range.end_ms {
+        return Err(QueryError::EmptyRange {
+            start_ms: range.start_ms,
+            end_ms: range.end_ms,
+        });
+    }
+    Ok(())
+}
+
+impl Head {
+    fn series_in_range(&self, selected: RoaringBitmap, range: TimeRange) -> RoaringBitmap {
+        selected
+            .into_iter()
+            .filter(|&id| {
+                self.series.get(id as usize).is_some_and(|s| {
+                    s.runs.iter().any(|run| range.contains(run.time_ms))
+                })
+            })
+            .collect()
+    }
+
+    fn select(&self, matchers: &[Matcher], range: TimeRange) -> Result<RoaringBitmap, QueryError> {
+        let compiled = compile_matchers(matchers)?;
+        Ok(self.series_in_range(self.index.select(&compiled), range))
+    }
+}
+
+impl Queryable for Head {
+    fn profile_types(&self, range: TimeRange) -> Vec<ProfileType> {
+        let mut types: Vec<ProfileType> = self
+            .series
+            .iter()
+            .filter(|s| s.runs.iter().any(|run| range.contains(run.time_ms)))
+            .map(|s| s.profile_type.clone())
+            .collect();
+        types.sort();
+        types.dedup();
+        types
+    }
+
+    fn label_names(&self, matchers: &[Matcher], range: TimeRange) -> Result<Vec<String>, QueryError> {
+        let selected = self.select(matchers, range)?;
+        Ok(self.index.label_names(&selected))
+    }
+
+    fn label_values(
+        &self,
+        name: &str,
+        matchers: &[Matcher],
+        range: TimeRange,
+    ) -> Result<Vec<String>, QueryError> {
+        let selected = self.select(matchers, range)?;
+        Ok(self.index.label_values(name, &selected))
+    }
+
+    fn series(&self, matchers: &[Matcher], range: TimeRange) -> Result<Vec<LabelSet>, QueryError> {
+        let selected = self.select(matchers, range)?;
+        let mut out: Vec<LabelSet> = selected
+            .iter()
+            .filter_map(|id| self.series.get(id as usize).map(|s| s.labels.clone()))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    fn merge_into(
+        &self,
+        selector: &Selector,
+        range: TimeRange,
+        into: &mut MergedProfile,
+    ) -> Result<(), QueryError> {
+        check_range(range)?;
+        let matchers = selector_matchers(selector)?;
+        let mut sums: HashMap<(u32, u32), i64> = HashMap::new();
+        for id in self.index.select(&matchers) {
+            let Some(series) = self.series.get(id as usize) else {
+                continue;
+            };
+            for (run, points) in series.runs_with_points() {
+                if !range.contains(run.time_ms) {
+                    continue;
+                }
+                for point in points {
+                    let sum = sums.entry((point.stack, point.labels)).or_insert(0);
+                    *sum = sum.wrapping_add(point.value);
+                }
+            }
+        }
+        into.add_from(&self.symbols, sums);
+        Ok(())
+    }
+
+    fn timeline_into(
+        &self,
+        selector: &Selector,
+        range: TimeRange,
+        into: &mut Timeline,
+    ) -> Result<(), QueryError> {
+        check_range(range)?;
+        let matchers = selector_matchers(selector)?;
+        for id in self.index.select(&matchers) {
+            let Some(series) = self.series.get(id as usize) else {
+                continue;
+            };
+            for run in &series.runs {
+                if range.contains(run.time_ms) {
+                    into.add(run.time_ms, run.total);
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,96 @@
+//! Exporting a merge as a valid pprof profile. Unsymbolized frames keep
+//! their mapping, address and build id so they can be symbolized later.
+
+use hashbrown::HashMap;
+use kiln_pprof::{FunctionSpec, LabelValue, MappingSpec, ProfileBuilder, proto};
+
+use super::merged::MergedProfile;
+use crate::model::ProfileType;
+
+impl MergedProfile {
+    /// Builds a pprof profile with one sample type, `profile_type`'s.
+    pub fn to_pprof(&self, profile_type: &ProfileType) -> proto::Profile {
+        let symbols = &self.symbols;
+        let mut builder =
+            ProfileBuilder::new(&[(&profile_type.sample_type, &profile_type.sample_unit)]);
+        if !profile_type.period_type.is_empty() || !profile_type.period_unit.is_empty() {
+            builder.period(&profile_type.period_type, &profile_type.period_unit, 0);
+        }
+        let mut mapping_ids: HashMap<u32, u64> = HashMap::new();
+        let mut function_ids: HashMap<u32, u64> = HashMap::new();
+        let mut location_ids: HashMap<u32, u64> = HashMap::new();
+        let mut locations = Vec::new();
+        let mut stack = Vec::new();
+        let mut lines = Vec::new();
+        let mut entries: Vec<(&(u32, u32), &i64)> = self.values.iter().collect();
+        // Deterministic output: same merge, same bytes.
+        entries.sort_unstable();
+        for (&(node, label_set), &value) in entries {
+            if value == 0 {
+                continue;
+            }
+            locations.clear();
+            symbols.stack_locations(node, &mut locations);
+            stack.clear();
+            for &location_id in &locations {
+                if let Some(&id) = location_ids.get(&location_id) {
+                    stack.push(id);
+                    continue;
+                }
+                let Some(location) = symbols.location(location_id) else {
+                    continue;
+                };
+                let mapping_id = match symbols.mapping(location.mapping) {
+                    None => 0,
+                    Some(mapping) => *mapping_ids.entry(location.mapping).or_insert_with(|| {
+                        builder.mapping(&MappingSpec {
+                            memory_start: mapping.memory_start,
+                            memory_limit: mapping.memory_limit,
+                            file_offset: mapping.file_offset,
+                            filename: symbols.string(mapping.filename).to_owned(),
+                            build_id: symbols.string(mapping.build_id).to_owned(),
+                            has_functions: mapping.has_functions,
+                        })
+                    }),
+                };
+                lines.clear();
+                for line in symbols.location_lines(location) {
+                    let function_id = *function_ids.entry(line.function).or_insert_with(|| {
+                        let function = symbols.function(line.function);
+                        builder.function(&FunctionSpec {
+                            name: function.map_or("", |f| symbols.string(f.name)).to_owned(),
+                            system_name: function
+                                .map_or("", |f| symbols.string(f.system_name))
+                                .to_owned(),
+                            filename: function
+                                .map_or("", |f| symbols.string(f.filename))
+                                .to_owned(),
+                            start_line: function.map_or(0, |f| f.start_line),
+                        })
+                    });
+                    lines.push((function_id, line.line));
+                }
+                let id = builder.location(mapping_id, location.address, &lines);
+                location_ids.insert(location_id, id);
+                stack.push(id);
+            }
+            let labels: Vec<(&str, LabelValue)> = symbols
+                .label_set(label_set)
+                .iter()
+                .map(|label| {
+                    let value = if label.str != 0 {
+                        LabelValue::Str(symbols.string(label.str).to_owned())
+                    } else {
+                        LabelValue::Num {
+                            value: label.num,
+                            unit: symbols.string(label.unit).to_owned(),
+                        }
+                    };
+                    (symbols.string(label.key), value)
+                })
+                .collect();
+            builder.sample(&stack, &[value], &labels);
+        }
+        builder.finish()
+    }
+}

@@ -1,0 +1,71 @@
+//! The top table: flat and cumulative value per function.
+
+use hashbrown::HashMap;
+
+use super::merged::{MergedProfile, frame_names};
+
+/// One row of the top table.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TopEntry {
+    /// Function (frame) name.
+    pub name: String,
+    /// Value where this function is the leaf frame.
+    pub flat: i64,
+    /// Value of every stack this function appears in (counted once per stack).
+    pub cumulative: i64,
+}
+
+impl MergedProfile {
+    /// The `limit` functions with the largest flat value (then cumulative).
+    pub fn top(&self, limit: usize) -> Vec<TopEntry> {
+        let symbols = &self.symbols;
+        let mut ids: HashMap<String, usize> = HashMap::new();
+        let mut rows: Vec<TopEntry> = Vec::new();
+        let mut seen_in_stack: Vec<u64> = Vec::new();
+        let mut locations = Vec::new();
+        let mut names = Vec::new();
+        for (generation, (&(stack, _), &value)) in self.values.iter().enumerate() {
+            let generation = generation as u64 + 1;
+            locations.clear();
+            symbols.stack_locations(stack, &mut locations);
+            names.clear();
+            for &location in &locations {
+                if let Some(location) = symbols.location(location) {
+                    frame_names(symbols, location, &mut names);
+                }
+            }
+            for (depth, name) in names.iter().enumerate() {
+                let id = match ids.get(name.as_str()) {
+                    Some(&id) => id,
+                    None => {
+                        let id = rows.len();
+                        rows.push(TopEntry {
+                            name: name.clone(),
+                            flat: 0,
+                            cumulative: 0,
+                        });
+                        seen_in_stack.push(0);
+                        ids.insert(name.clone(), id);
+                        id
+                    }
+                };
+                if depth == 0 {
+                    rows[id].flat = rows[id].flat.wrapping_add(value);
+                }
+                // Recursion must not count a stack twice.
+                if seen_in_stack[id] != generation {
+                    seen_in_stack[id] = generation;
+                    rows[id].cumulative = rows[id].cumulative.wrapping_add(value);
+                }
+            }
+        }
+        rows.sort_by(|a, b| {
+            b.flat
+                .cmp(&a.flat)
+                .then(b.cumulative.cmp(&a.cumulative))
+                .then(a.name.cmp(&b.name))
+        });
+        rows.truncate(limit);
+        rows
+    }
+}

@@ -1,0 +1,456 @@
+//! Deduplicated symbol tables: strings, mappings, functions, locations with
+//! inlined lines, sample label sets, and stacks as a parent-pointer tree.
+//!
+//! Every table deduplicates by content, so the same stack ingested from a
+//! thousand pods costs one entry. Tables are per head or per block, which is
+//! what bounds them: retention deletes blocks, and their symbols go with them.
+
+mod translate;
+
+use std::hash::{BuildHasher, Hash, Hasher};
+
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+
+pub(crate) use translate::SymbolTranslator;
+
+/// Marks a location without a mapping.
+pub const NO_MAPPING: u32 = u32::MAX;
+/// The stack tree's root node: the empty stack. Real nodes start at 1.
+pub const ROOT_NODE: u32 = 0;
+/// The empty sample label set.
+pub const EMPTY_LABEL_SET: u32 = 0;
+
+/// An executable or library mapped into a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Mapping {
+    /// Start of the mapped range.
+    pub memory_start: u64,
+    /// End of the mapped range.
+    pub memory_limit: u64,
+    /// File offset of `memory_start`.
+    pub file_offset: u64,
+    /// String id of the file name.
+    pub filename: u32,
+    /// String id of the build id (kept so frames can be symbolized later).
+    pub build_id: u32,
+    /// Whether its locations were symbolized.
+    pub has_functions: bool,
+}
+
+/// A function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Function {
+    /// String id of the (demangled) name.
+    pub name: u32,
+    /// String id of the system (mangled) name.
+    pub system_name: u32,
+    /// String id of the source file.
+    pub filename: u32,
+    /// First line of the function.
+    pub start_line: i64,
+}
+
+/// One source line of a location; several mean inlined calls, innermost first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Line {
+    /// Function id.
+    pub function: u32,
+    /// Line number.
+    pub line: i64,
+}
+
+/// A code location: mapping plus address, and its lines when symbolized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    /// Mapping id, or [`NO_MAPPING`].
+    pub mapping: u32,
+    /// Instruction address (0 when unknown).
+    pub address: u64,
+    lines_start: u32,
+    lines_len: u32,
+}
+
+/// One per-sample label kept out of the series labels (span ids, numeric labels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SampleLabel {
+    /// String id of the key.
+    pub key: u32,
+    /// String id of the string value (0 for numeric labels).
+    pub str: u32,
+    /// Numeric value (0 for string labels).
+    pub num: i64,
+    /// String id of the numeric unit.
+    pub unit: u32,
+}
+
+/// One node of the stack tree: a location under a parent node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StackNode {
+    /// Parent node id; the root's parent is itself.
+    pub parent: u32,
+    /// Location id (unused for the root).
+    pub location: u32,
+}
+
+/// Per-head or per-block deduplicated tables.
+///
+/// NB: tables decoded from a block are read-only and are built without
+/// their dedup maps; only heads and merge results intern into a table.
+#[derive(Debug, Clone)]
+pub struct SymbolTable {
+    pub(crate) strings: Vec<Box<str>>,
+    string_lookup: HashTable<u32>,
+    pub(crate) mappings: Vec<Mapping>,
+    mapping_lookup: HashMap<Mapping, u32>,
+    pub(crate) functions: Vec<Function>,
+    function_lookup: HashMap<Function, u32>,
+    pub(crate) locations: Vec<Location>,
+    pub(crate) lines: Vec<Line>,
+    location_lookup: HashMap<LocationKey, u32>,
+    pub(crate) nodes: Vec<StackNode>,
+    node_lookup: HashMap<u64, u32>,
+    pub(crate) label_sets: Vec<Box<[SampleLabel]>>,
+    label_set_lookup: HashMap<Box<[SampleLabel]>, u32>,
+    hasher: DefaultHashBuilder,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LocationKey {
+    mapping: u32,
+    address: u64,
+    lines: Box<[Line]>,
+}
+
+impl Hash for LocationKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        LocationKeyRef {
+            mapping: self.mapping,
+            address: self.address,
+            lines: &self.lines,
+        }
+        .hash(state);
+    }
+}
+
+struct LocationKeyRef<'a> {
+    mapping: u32,
+    address: u64,
+    lines: &'a [Line],
+}
+
+impl Hash for LocationKeyRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.mapping.hash(state);
+        self.address.hash(state);
+        self.lines.hash(state);
+    }
+}
+
+impl hashbrown::Equivalent<LocationKey> for LocationKeyRef<'_> {
+    fn equivalent(&self, key: &LocationKey) -> bool {
+        self.mapping == key.mapping && self.address == key.address && *self.lines == *key.lines
+    }
+}
+
+fn next_id(len: usize) -> u32 {
+    u32::try_from(len).expect("symbol tables stay below 2^32 entries: heads are cut long before")
+}
+
+impl Default for SymbolTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SymbolTable {
+    /// Creates a table holding only the empty string, the root node and the
+    /// empty sample label set.
+    pub fn new() -> Self {
+        let mut table = Self {
+            strings: Vec::new(),
+            string_lookup: HashTable::new(),
+            mappings: Vec::new(),
+            mapping_lookup: HashMap::new(),
+            functions: Vec::new(),
+            function_lookup: HashMap::new(),
+            locations: Vec::new(),
+            lines: Vec::new(),
+            location_lookup: HashMap::new(),
+            nodes: vec![StackNode {
+                parent: ROOT_NODE,
+                location: 0,
+            }],
+            node_lookup: HashMap::new(),
+            label_sets: vec![Box::default()],
+            label_set_lookup: HashMap::new(),
+            hasher: DefaultHashBuilder::default(),
+        };
+        table.intern_string("");
+        table.label_set_lookup.insert(Box::default(), EMPTY_LABEL_SET);
+        table
+    }
+
+    /// Builds a read-only table from decoded parts (no dedup maps).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_decoded(
+        strings: Vec<Box<str>>,
+        mappings: Vec<Mapping>,
+        functions: Vec<Function>,
+        locations: Vec<Location>,
+        lines: Vec<Line>,
+        nodes: Vec<StackNode>,
+        label_sets: Vec<Box<[SampleLabel]>>,
+    ) -> Self {
+        Self {
+            strings,
+            string_lookup: HashTable::new(),
+            mappings,
+            mapping_lookup: HashMap::new(),
+            functions,
+            function_lookup: HashMap::new(),
+            locations,
+            lines,
+            location_lookup: HashMap::new(),
+            nodes,
+            node_lookup: HashMap::new(),
+            label_sets,
+            label_set_lookup: HashMap::new(),
+            hasher: DefaultHashBuilder::default(),
+        }
+    }
+
+    /// Interns a string and returns its id.
+    pub fn intern_string(&mut self, s: &str) -> u32 {
+        let hash = self.hasher.hash_one(s);
+        let strings = &self.strings;
+        if let Some(&id) = self
+            .string_lookup
+            .find(hash, |&id| &*strings[id as usize] == s)
+        {
+            return id;
+        }
+        let id = next_id(self.strings.len());
+        self.strings.push(s.into());
+        let strings = &self.strings;
+        let hasher = &self.hasher;
+        self.string_lookup
+            .insert_unique(hash, id, |&id| hasher.hash_one(&*strings[id as usize]));
+        id
+    }
+
+    /// Interns a mapping and returns its id.
+    pub fn intern_mapping(&mut self, mapping: Mapping) -> u32 {
+        if let Some(&id) = self.mapping_lookup.get(&mapping) {
+            return id;
+        }
+        let id = next_id(self.mappings.len());
+        self.mappings.push(mapping);
+        self.mapping_lookup.insert(mapping, id);
+        id
+    }
+
+    /// Interns a function and returns its id.
+    pub fn intern_function(&mut self, function: Function) -> u32 {
+        if let Some(&id) = self.function_lookup.get(&function) {
+            return id;
+        }
+        let id = next_id(self.functions.len());
+        self.functions.push(function);
+        self.function_lookup.insert(function, id);
+        id
+    }
+
+    /// Interns a location (lines innermost first) and returns its id.
+    pub fn intern_location(&mut self, mapping: u32, address: u64, lines: &[Line]) -> u32 {
+        let key = LocationKeyRef {
+            mapping,
+            address,
+            lines,
+        };
+        if let Some(&id) = self.location_lookup.get(&key) {
+            return id;
+        }
+        let id = next_id(self.locations.len());
+        self.locations.push(Location {
+            mapping,
+            address,
+            lines_start: next_id(self.lines.len()),
+            lines_len: next_id(lines.len()),
+        });
+        self.lines.extend_from_slice(lines);
+        self.location_lookup.insert(
+            LocationKey {
+                mapping,
+                address,
+                lines: lines.into(),
+            },
+            id,
+        );
+        id
+    }
+
+    /// Interns the stack node `location` under `parent` and returns its id.
+    pub fn intern_node(&mut self, parent: u32, location: u32) -> u32 {
+        let key = (u64::from(parent) << 32) | u64::from(location);
+        if let Some(&id) = self.node_lookup.get(&key) {
+            return id;
+        }
+        let id = next_id(self.nodes.len());
+        self.nodes.push(StackNode { parent, location });
+        self.node_lookup.insert(key, id);
+        id
+    }
+
+    /// Interns a sample label set (must be sorted) and returns its id.
+    pub fn intern_label_set(&mut self, labels: &[SampleLabel]) -> u32 {
+        if let Some(&id) = self.label_set_lookup.get(labels) {
+            return id;
+        }
+        let id = next_id(self.label_sets.len());
+        self.label_sets.push(labels.into());
+        self.label_set_lookup.insert(labels.into(), id);
+        id
+    }
+
+    /// The string with id `id` (`""` when out of range).
+    pub fn string(&self, id: u32) -> &str {
+        self.strings.get(id as usize).map_or("", |s| s)
+    }
+
+    /// Number of strings.
+    pub fn string_count(&self) -> usize {
+        self.strings.len()
+    }
+
+    /// The mapping with id `id`, if any.
+    pub fn mapping(&self, id: u32) -> Option<&Mapping> {
+        self.mappings.get(id as usize)
+    }
+
+    /// The function with id `id`, if any.
+    pub fn function(&self, id: u32) -> Option<&Function> {
+        self.functions.get(id as usize)
+    }
+
+    /// The location with id `id`, if any.
+    pub fn location(&self, id: u32) -> Option<&Location> {
+        self.locations.get(id as usize)
+    }
+
+    /// The lines of a location, innermost (inlined) first.
+    pub fn location_lines(&self, location: &Location) -> &[Line] {
+        let start = location.lines_start as usize;
+        self.lines
+            .get(start..start + location.lines_len as usize)
+            .unwrap_or(&[])
+    }
+
+    /// The stack node with id `id`, if any.
+    pub fn node(&self, id: u32) -> Option<&StackNode> {
+        self.nodes.get(id as usize)
+    }
+
+    /// Number of stack nodes, including the root.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The sample label set with id `id` (empty when out of range).
+    pub fn label_set(&self, id: u32) -> &[SampleLabel] {
+        self.label_sets.get(id as usize).map_or(&[], |s| s)
+    }
+
+    /// Appends the locations of stack `node`, leaf first, to `out`.
+    pub fn stack_locations(&self, mut node: u32, out: &mut Vec<u32>) {
+        // Parents always have smaller ids than children (checked on decode), so this ends.
+        while node != ROOT_NODE {
+            let Some(entry) = self.nodes.get(node as usize) else {
+                return;
+            };
+            out.push(entry.location);
+            if entry.parent >= node {
+                return;
+            }
+            node = entry.parent;
+        }
+    }
+
+    /// Approximate heap bytes held, for cut-by-size decisions and metrics.
+    pub fn approx_bytes(&self) -> usize {
+        let strings: usize = self.strings.iter().map(|s| s.len() + 16 + 8).sum();
+        let label_sets: usize = self
+            .label_sets
+            .iter()
+            .map(|s| s.len() * size_of::<SampleLabel>() * 2 + 48)
+            .sum();
+        strings
+            + self.mappings.len() * (size_of::<Mapping>() * 2 + 8)
+            + self.functions.len() * (size_of::<Function>() * 2 + 8)
+            + self.locations.len() * (size_of::<Location>() + 48)
+            + self.lines.len() * size_of::<Line>() * 2
+            + self.nodes.len() * (size_of::<StackNode>() + 16)
+            + label_sets
+    }
+}
+
+/// Builds the locations part of a decoded table: `(mapping, address, lines_len)`
+/// triples over a shared lines vector.
+pub(crate) fn decoded_location(mapping: u32, address: u64, lines_start: u32, lines_len: u32) -> Location {
+    Location {
+        mapping,
+        address,
+        lines_start,
+        lines_len,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_content_interns_to_same_id() {
+        let mut table = SymbolTable::new();
+        let a = table.intern_string("main");
+        assert_eq!(table.intern_string("main"), a);
+        assert_eq!(table.intern_string(""), 0);
+        let f = table.intern_function(Function {
+            name: a,
+            system_name: a,
+            filename: 0,
+            start_line: 1,
+        });
+        let lines = [Line {
+            function: f,
+            line: 3,
+        }];
+        let l1 = table.intern_location(NO_MAPPING, 0x10, &lines);
+        let l2 = table.intern_location(NO_MAPPING, 0x10, &lines);
+        assert_eq!(l1, l2);
+        let l3 = table.intern_location(NO_MAPPING, 0x11, &lines);
+        assert_ne!(l1, l3);
+        let n1 = table.intern_node(ROOT_NODE, l1);
+        let n2 = table.intern_node(n1, l3);
+        assert_eq!(table.intern_node(n1, l3), n2);
+        let mut out = Vec::new();
+        table.stack_locations(n2, &mut out);
+        assert_eq!(out, vec![l3, l1]);
+    }
+
+    #[test]
+    fn thousand_identical_stacks_cost_one_entry_each() {
+        let mut table = SymbolTable::new();
+        let mut last = 0;
+        for _ in 0..1000 {
+            let mut node = ROOT_NODE;
+            for address in [1u64, 2, 3] {
+                let loc = table.intern_location(NO_MAPPING, address, &[]);
+                node = table.intern_node(node, loc);
+            }
+            last = node;
+        }
+        assert_eq!(table.locations.len(), 3);
+        assert_eq!(table.node_count(), 4);
+        assert_eq!(last, 3);
+    }
+}
