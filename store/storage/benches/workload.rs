@@ -1,0 +1,408 @@
+//! End-to-end store benchmark on a workload built from the real fixtures in
+//! `../shared/testdata/profiles`: 500 pods each sending a 10 s CPU profile,
+//! replayed over simulated time through the full `Store` path (pprof decode,
+//! WAL append + fsync, head ingest, block encode/upload, compaction), then
+//! merge queries over 1 h, 24 h and 7 days.
+//!
+//! Run: `cargo bench -p kiln-storage --bench workload`
+//! Knobs (env): KILN_BENCH_PODS (500), KILN_BENCH_SAMPLES (300 stacks drawn
+//! per profile), KILN_BENCH_FULL_HOURS (1: hours at the full 10 s cadence
+//! before the end), KILN_BENCH_DAY_STEP_S (600: cadence for the rest of the
+//! last 24 h), KILN_BENCH_WEEK_STEP_S (3600: cadence for days 2-7),
+//! KILN_BENCH_CONCURRENCY (32 concurrent ingests).
+#![allow(clippy::print_stdout)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kiln_engine::model::{Label, LabelSet, MatchOp, Matcher, ProfileType, Selector, TimeRange};
+use kiln_pprof::{DecodeLimits, FunctionSpec, MappingSpec, ProfileBuilder, encode_gzip};
+use kiln_storage::planner::{DAY_MS, HOUR_MS};
+use kiln_storage::{BucketConfig, IngestRequest, Store, StoreConfig};
+
+const STEP_MS: i64 = 10_000;
+const FIXTURES: [&str; 4] = [
+    "google-pprof/large.cpu.pb.gz",
+    "google-pprof/sample.cpu.pb.gz",
+    "parca/profile-with-labels.pb.gz",
+    "grafana-pyroscope/cpu-unknown.pb.gz",
+];
+const SERVICES: usize = 20;
+const VARIANTS: usize = 6;
+
+fn env_or(name: &str, default: i64) -> i64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// splitmix64: deterministic, dependency-free randomness for the workload.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// A frame as resolved from a fixture: (mapping index, address, lines).
+#[derive(Clone)]
+struct Frame {
+    mapping: Option<MappingSpec>,
+    address: u64,
+    lines: Vec<(FunctionSpec, i64)>,
+}
+
+/// All stacks of one fixture, resolved to frames, leaf first.
+fn fixture_stacks(path: &Path) -> Vec<Vec<Frame>> {
+    let bytes = std::fs::read(path).expect("read fixture");
+    let profile = kiln_pprof::decode(&bytes, &DecodeLimits::default()).expect("fixture decodes");
+    let mut stacks = Vec::new();
+    for sample in profile.samples() {
+        let mut frames = Vec::new();
+        for &loc_id in &sample.location_id {
+            let Some(loc) = profile.location(loc_id) else {
+                continue;
+            };
+            let mapping = profile.mapping(loc.mapping_id).map(|m| MappingSpec {
+                memory_start: m.memory_start,
+                memory_limit: m.memory_limit,
+                file_offset: m.file_offset,
+                filename: profile.string(m.filename).to_string(),
+                build_id: profile.string(m.build_id).to_string(),
+                has_functions: m.has_functions,
+            });
+            let lines = loc
+                .line
+                .iter()
+                .filter_map(|line| {
+                    let f = profile.function(line.function_id)?;
+                    Some((
+                        FunctionSpec {
+                            name: profile.string(f.name).to_string(),
+                            system_name: profile.string(f.system_name).to_string(),
+                            filename: profile.string(f.filename).to_string(),
+                            start_line: f.start_line,
+                        },
+                        line.line,
+                    ))
+                })
+                .collect();
+            frames.push(Frame {
+                mapping,
+                address: loc.address,
+                lines,
+            });
+        }
+        if !frames.is_empty() {
+            stacks.push(frames);
+        }
+    }
+    stacks
+}
+
+/// A 10 s CPU profile drawing `samples` stacks from `stacks`.
+fn reshape(stacks: &[Vec<Frame>], samples: usize, rng: &mut Rng) -> Vec<u8> {
+    let mut b = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
+    b.period("cpu", "nanoseconds", 10_000_000);
+    b.time(0, 10_000_000_000);
+    let mut mapping_ids: HashMap<MappingSpec, u64> = HashMap::new();
+    for _ in 0..samples {
+        let stack = &stacks[rng.below(stacks.len())];
+        let mut locations = Vec::with_capacity(stack.len());
+        for frame in stack {
+            let mapping_id = match &frame.mapping {
+                Some(spec) => *mapping_ids
+                    .entry(spec.clone())
+                    .or_insert_with(|| b.mapping(spec)),
+                None => 0,
+            };
+            let lines: Vec<(u64, i64)> = frame
+                .lines
+                .iter()
+                .map(|(f, line)| (b.function(f), *line))
+                .collect();
+            locations.push(b.location(mapping_id, frame.address, &lines));
+        }
+        let count = 1 + rng.below(5) as i64;
+        b.sample(&locations, &[count, count * 10_000_000], &[]);
+    }
+    encode_gzip(&b.finish())
+}
+
+fn vm_hwm_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// User + system CPU seconds of this process, from /proc/self/stat
+/// (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name (field 2) may contain spaces; fields resume after ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // After ')': state is index 0, so utime (field 14) is index 11, stime index 12.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn cpu_type() -> ProfileType {
+    ProfileType {
+        name: "process_cpu".into(),
+        sample_type: "cpu".into(),
+        sample_unit: "nanoseconds".into(),
+        period_type: "cpu".into(),
+        period_unit: "nanoseconds".into(),
+        delta: true,
+    }
+}
+
+fn pod_name(p: usize) -> String {
+    format!("svc-{:02}-{:04}", p % SERVICES, p)
+}
+
+/// Simulated send times: full cadence for the last `full_hours`, `day_step`
+/// for the rest of the last 24 h, `week_step` for days 2-7.
+fn schedule(end_ms: i64, full_hours: i64, day_step_ms: i64, week_step_ms: i64) -> Vec<i64> {
+    let mut times = Vec::new();
+    let week_start = end_ms - 7 * DAY_MS;
+    let day_start = end_ms - DAY_MS;
+    let full_start = end_ms - full_hours * HOUR_MS;
+    let mut t = week_start;
+    while t < day_start {
+        times.push(t);
+        t += week_step_ms;
+    }
+    t = day_start;
+    while t < full_start {
+        times.push(t);
+        t += day_step_ms;
+    }
+    t = full_start;
+    while t < end_ms {
+        times.push(t);
+        t += STEP_MS;
+    }
+    times
+}
+
+async fn timed_merge(
+    store: &Store,
+    selector: &Selector,
+    range: TimeRange,
+) -> (Duration, Duration, i64) {
+    let start = Instant::now();
+    let merged = store.merge(selector, range).await.expect("merge");
+    let cold = start.elapsed();
+    let mut warm = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        let m = store.merge(selector, range).await.expect("merge");
+        warm.push(start.elapsed());
+        assert_eq!(m.total(), merged.total(), "repeat merge is stable");
+    }
+    warm.sort();
+    (cold, warm[warm.len() / 2], merged.total())
+}
+
+fn testdata() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/profiles");
+    dir.is_dir().then_some(dir)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let Some(testdata) = testdata() else {
+        println!("SKIP: ../shared/testdata/profiles not found");
+        return;
+    };
+    let pods = env_or("KILN_BENCH_PODS", 500) as usize;
+    let samples = env_or("KILN_BENCH_SAMPLES", 300) as usize;
+    let full_hours = env_or("KILN_BENCH_FULL_HOURS", 1);
+    let day_step_ms = env_or("KILN_BENCH_DAY_STEP_S", 600) * 1000;
+    let week_step_ms = env_or("KILN_BENCH_WEEK_STEP_S", 3600) * 1000;
+    let concurrency = env_or("KILN_BENCH_CONCURRENCY", 32) as usize;
+
+    // Workload: SERVICES services x VARIANTS distinct 10 s profiles each,
+    // reshaped from the fixtures; pod p runs service p % SERVICES.
+    let fixture_stacks: Vec<Vec<Vec<Frame>>> = FIXTURES
+        .iter()
+        .map(|f| fixture_stacks(&testdata.join(f)))
+        .collect();
+    let mut rng = Rng(42);
+    let payloads: Vec<Vec<bytes::Bytes>> = (0..SERVICES)
+        .map(|s| {
+            (0..VARIANTS)
+                .map(|_| reshape(&fixture_stacks[s % FIXTURES.len()], samples, &mut rng).into())
+                .collect()
+        })
+        .collect();
+    let pool_bytes: usize = payloads.iter().flatten().map(|p| p.len()).sum();
+    println!(
+        "workload: {pods} pods, {SERVICES} services x {VARIANTS} profile variants from {} fixtures, {} stacks drawn per profile, mean {} gzipped bytes per profile",
+        FIXTURES.len(),
+        samples,
+        pool_bytes / (SERVICES * VARIANTS)
+    );
+
+    // Simulated time ends at noon on an hour boundary, so the full-cadence
+    // hours are complete hours that compaction can merge.
+    let end_ms = (1_700_000_000_000 / DAY_MS) * DAY_MS + 12 * HOUR_MS;
+    let times = schedule(end_ms, full_hours, day_step_ms, week_step_ms);
+    let total_profiles = times.len() * pods;
+    println!(
+        "schedule: {} send times per pod ({} at 10 s for the last {} h, every {} s for the rest of 24 h, every {} s for days 2-7) = {} profiles",
+        times.len(),
+        full_hours * 360,
+        full_hours,
+        day_step_ms / 1000,
+        week_step_ms / 1000,
+        total_profiles
+    );
+
+    let root = tempfile::tempdir().expect("tempdir");
+    let bucket_dir = root.path().join("bucket");
+    let mut config = StoreConfig::new(root.path().join("data"), "bench");
+    config.background = false;
+    config.max_inflight_ingests = concurrency * 2;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async move {
+        let object_store = BucketConfig::Local { dir: bucket_dir.clone() }
+            .build()
+            .expect("bucket");
+        let store = Store::open(config, object_store).await.expect("open");
+        let labels: Vec<LabelSet> = (0..pods)
+            .map(|p| {
+                LabelSet::new(vec![
+                    Label::new("__name__", "process_cpu"),
+                    Label::new("namespace", format!("ns-{}", p % 5)),
+                    Label::new("service_name", format!("svc-{:02}", p % SERVICES)),
+                    Label::new("pod", pod_name(p)),
+                    Label::new("node", format!("node-{}", p % 25)),
+                    Label::new("container", "app"),
+                ])
+            })
+            .collect();
+
+        // Ingest, flushing at every simulated minute boundary (the default
+        // flush interval) and compacting as simulated hours complete.
+        let cpu0 = cpu_seconds();
+        let wall0 = Instant::now();
+        let mut ingested_samples: u64 = 0;
+        let mut input_bytes: u64 = 0;
+        let mut flush_time = Duration::ZERO;
+        let mut compact_time = Duration::ZERO;
+        let mut last_flush_minute = times[0] / 60_000;
+        let mut last_compact_hour = times[0] / HOUR_MS;
+        let mut profiles_done = 0usize;
+        for (step, &t) in times.iter().enumerate() {
+            if t / 60_000 != last_flush_minute {
+                last_flush_minute = t / 60_000;
+                let f = Instant::now();
+                store.flush().await.expect("flush");
+                flush_time += f.elapsed();
+            }
+            if t / HOUR_MS != last_compact_hour {
+                last_compact_hour = t / HOUR_MS;
+                let f = Instant::now();
+                store.compact(t).await.expect("compact");
+                compact_time += f.elapsed();
+            }
+            let requests = (0..pods).map(|p| {
+                let payload = payloads[p % SERVICES][(p + step) % VARIANTS].clone();
+                input_bytes += payload.len() as u64;
+                IngestRequest {
+                    labels: labels[p].clone(),
+                    time_ms: Some(t + (p as i64 * 17) % STEP_MS),
+                    duration_nanos: Some(10_000_000_000),
+                    pprof: payload,
+                }
+            });
+            let mut results = futures::stream::iter(requests.map(|r| store.ingest(r)))
+                .buffer_unordered(concurrency);
+            while let Some(result) = results.next().await {
+                ingested_samples += result.expect("ingest").samples;
+            }
+            profiles_done += pods;
+            if step % 200 == 0 {
+                println!(
+                    "  progress: {profiles_done}/{total_profiles} profiles, {:.0} s",
+                    wall0.elapsed().as_secs_f64()
+                );
+            }
+        }
+        let f = Instant::now();
+        store.flush().await.expect("flush");
+        flush_time += f.elapsed();
+        let wall = wall0.elapsed().as_secs_f64();
+        let cpu = cpu_seconds() - cpu0;
+        let hwm_ingest = vm_hwm_kib();
+        let compact0 = Instant::now();
+        let report = store.compact(end_ms + 10 * 60_000).await.expect("compact");
+        compact_time += compact0.elapsed();
+        let blocks = store.blocks();
+        let block_bytes: u64 = blocks.iter().map(|b| b.size_bytes).sum();
+        let stored_samples: u64 = blocks.iter().map(|b| b.samples).sum();
+        let profiles = total_profiles as f64;
+        println!("\n== ingest (full Store path: decode + WAL fsync + head + flushes + hourly compaction)");
+        println!("profiles: {total_profiles}, sample values stored: {ingested_samples}, gzipped input: {:.1} MiB", input_bytes as f64 / 1048576.0);
+        println!("wall: {wall:.1} s, process CPU: {cpu:.1} s (of which flush {:.1} s wall, compaction {:.1} s wall)", flush_time.as_secs_f64(), compact_time.as_secs_f64());
+        println!("throughput per CPU-second: {:.0} profiles/s, {:.0} samples/s", profiles / cpu, ingested_samples as f64 / cpu);
+        println!("throughput wall (2 cores): {:.0} profiles/s, {:.0} samples/s", profiles / wall, ingested_samples as f64 / wall);
+        println!("peak RSS (VmHWM) after ingest: {:.0} MiB", hwm_ingest as f64 / 1024.0);
+        println!("\n== storage after compaction (final pass wrote {} blocks)", report.written.len());
+        let levels: Vec<u32> = blocks.iter().map(|b| b.compaction_level).collect();
+        println!("blocks: {} (levels {:?})", blocks.len(), levels);
+        println!("block bytes: {:.2} MiB for {stored_samples} stored values = {:.2} bytes/value", block_bytes as f64 / 1048576.0, block_bytes as f64 / stored_samples.max(1) as f64);
+        println!("fraction of gzipped pprof input: {:.2} %", 100.0 * block_bytes as f64 / input_bytes as f64);
+
+        println!("\n== merge latency (cold = first query, blocks fetched + decoded; warm = median of 5)");
+        let one = Selector {
+            profile_type: cpu_type(),
+            matchers: vec![Matcher { name: "pod".into(), op: MatchOp::Equal, value: pod_name(42) }],
+        };
+        let all = Selector { profile_type: cpu_type(), matchers: vec![] };
+        for (name, span) in [("1 h", HOUR_MS), ("24 h", DAY_MS), ("7 d", 7 * DAY_MS)] {
+            let range = TimeRange { start_ms: end_ms - span, end_ms };
+            for (who, selector) in [("one pod", &one), ("all pods", &all)] {
+                let (cold, warm, total) = timed_merge(&store, selector, range).await;
+                println!(
+                    "{name:>5} {who:<9} cold {:>9.2} ms  warm {:>9.2} ms  (total {total})",
+                    cold.as_secs_f64() * 1000.0,
+                    warm.as_secs_f64() * 1000.0
+                );
+            }
+        }
+        println!("\npeak RSS (VmHWM) at end: {:.0} MiB", vm_hwm_kib() as f64 / 1024.0);
+        let stats = store.stats();
+        println!("store stats: {stats:?}");
+    });
+}

@@ -1,0 +1,374 @@
+//! Blocks in object storage. Layout: `blocks/<ulid>/data`, then
+//! `blocks/<ulid>/meta.json`, written last, so a block without `meta.json`
+//! is incomplete (an upload in progress or interrupted) and is not listed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use kiln_engine::model::BlockMeta;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use crate::error::StorageError;
+
+const BLOCKS_PREFIX: &str = "blocks";
+const DATA_FILE: &str = "data";
+const META_FILE: &str = "meta.json";
+
+/// A block that is listed but could not be used, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CorruptBlock {
+    /// The block id.
+    pub id: String,
+    /// What went wrong reading it.
+    pub error: String,
+}
+
+/// The result of listing the bucket.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// Complete blocks by id.
+    pub blocks: BTreeMap<String, BlockMeta>,
+    /// Blocks whose `meta.json` exists but cannot be read or parsed.
+    pub corrupt: Vec<CorruptBlock>,
+    /// Ids with data but no `meta.json` (uploads in progress or abandoned).
+    pub incomplete: Vec<String>,
+}
+
+/// Where a bucket lives, for building an [`ObjectStore`] from configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BucketConfig {
+    /// A directory on local disk.
+    Local {
+        /// The directory (created if missing).
+        dir: std::path::PathBuf,
+    },
+    /// An S3 (or S3-compatible) bucket. Credentials not given here come from
+    /// the usual `AWS_*` environment variables.
+    #[cfg(feature = "aws")]
+    S3 {
+        /// Bucket name.
+        bucket: String,
+        /// Region, e.g. `us-east-1`.
+        region: Option<String>,
+        /// Custom endpoint for S3-compatible services, e.g. `http://127.0.0.1:9000`.
+        endpoint: Option<String>,
+        /// Access key id.
+        access_key_id: Option<String>,
+        /// Secret access key.
+        secret_access_key: Option<String>,
+        /// Allow plain-HTTP endpoints.
+        allow_http: bool,
+    },
+    /// A Google Cloud Storage bucket; credentials from `GOOGLE_*` variables.
+    #[cfg(feature = "gcp")]
+    Gcs {
+        /// Bucket name.
+        bucket: String,
+    },
+    /// An Azure Blob Storage container; credentials from `AZURE_*` variables.
+    #[cfg(feature = "azure")]
+    Azure {
+        /// Storage account.
+        account: String,
+        /// Container name.
+        container: String,
+    },
+}
+
+impl BucketConfig {
+    /// Builds the object store this configuration names.
+    pub fn build(&self) -> Result<Arc<dyn ObjectStore>, StorageError> {
+        let config_err = |source: object_store::Error| StorageError::Config {
+            message: source.to_string(),
+        };
+        match self {
+            Self::Local { dir } => {
+                std::fs::create_dir_all(dir).map_err(|e| StorageError::Config {
+                    message: format!("cannot create bucket directory {}: {e}", dir.display()),
+                })?;
+                let store = object_store::local::LocalFileSystem::new_with_prefix(dir)
+                    .map_err(config_err)?
+                    .with_automatic_cleanup(true);
+                Ok(Arc::new(store))
+            }
+            #[cfg(feature = "aws")]
+            Self::S3 {
+                bucket,
+                region,
+                endpoint,
+                access_key_id,
+                secret_access_key,
+                allow_http,
+            } => {
+                let mut builder = object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .with_allow_http(*allow_http);
+                if let Some(region) = region {
+                    builder = builder.with_region(region);
+                }
+                if let Some(endpoint) = endpoint {
+                    builder = builder.with_endpoint(endpoint);
+                }
+                if let Some(key) = access_key_id {
+                    builder = builder.with_access_key_id(key);
+                }
+                if let Some(secret) = secret_access_key {
+                    builder = builder.with_secret_access_key(secret);
+                }
+                Ok(Arc::new(builder.build().map_err(config_err)?))
+            }
+            #[cfg(feature = "gcp")]
+            Self::Gcs { bucket } => Ok(Arc::new(
+                object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_bucket_name(bucket)
+                    .build()
+                    .map_err(config_err)?,
+            )),
+            #[cfg(feature = "azure")]
+            Self::Azure { account, container } => Ok(Arc::new(
+                object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_account(account)
+                    .with_container_name(container)
+                    .build()
+                    .map_err(config_err)?,
+            )),
+        }
+    }
+}
+
+/// Block storage over any [`ObjectStore`].
+#[derive(Debug, Clone)]
+pub struct Bucket {
+    store: Arc<dyn ObjectStore>,
+}
+
+fn block_path(id: &str, file: &str) -> Path {
+    Path::from(format!("{BLOCKS_PREFIX}/{id}/{file}"))
+}
+
+fn bucket_err(op: &'static str, path: &Path) -> impl FnOnce(object_store::Error) -> StorageError {
+    let path = path.to_string();
+    move |source| StorageError::Bucket { op, path, source }
+}
+
+/// True for ids we created: ULIDs (so a stray `blocks/../` entry cannot
+/// smuggle a path).
+fn is_block_id(id: &str) -> bool {
+    ulid::Ulid::from_string(id).is_ok()
+}
+
+impl Bucket {
+    /// Wraps an object store.
+    pub fn new(store: Arc<dyn ObjectStore>) -> Self {
+        Self { store }
+    }
+
+    /// Uploads a block: data first, then `meta.json`, which makes it visible.
+    pub async fn put_block(&self, meta: &BlockMeta, data: Bytes) -> Result<(), StorageError> {
+        let data_path = block_path(&meta.id, DATA_FILE);
+        self.store
+            .put(&data_path, PutPayload::from_bytes(data))
+            .await
+            .map_err(bucket_err("put", &data_path))?;
+        let meta_path = block_path(&meta.id, META_FILE);
+        let json = serde_json::to_vec_pretty(meta).map_err(|source| StorageError::BlockMeta {
+            id: meta.id.clone(),
+            source,
+        })?;
+        self.store
+            .put(&meta_path, PutPayload::from(json))
+            .await
+            .map_err(bucket_err("put", &meta_path))?;
+        Ok(())
+    }
+
+    /// Reads a block's data object.
+    pub async fn get_block_data(&self, id: &str) -> Result<Bytes, StorageError> {
+        let path = block_path(id, DATA_FILE);
+        let result = self
+            .store
+            .get(&path)
+            .await
+            .map_err(bucket_err("get", &path))?;
+        result.bytes().await.map_err(bucket_err("get", &path))
+    }
+
+    /// Reads and parses one block's `meta.json`.
+    pub async fn get_meta(&self, id: &str) -> Result<BlockMeta, StorageError> {
+        let path = block_path(id, META_FILE);
+        let bytes = self
+            .store
+            .get(&path)
+            .await
+            .map_err(bucket_err("get", &path))?
+            .bytes()
+            .await
+            .map_err(bucket_err("get", &path))?;
+        let meta: BlockMeta =
+            serde_json::from_slice(&bytes).map_err(|source| StorageError::BlockMeta {
+                id: id.to_string(),
+                source,
+            })?;
+        if meta.id != id {
+            return Err(StorageError::Config {
+                message: format!("block {id}: meta.json names id {}", meta.id),
+            });
+        }
+        Ok(meta)
+    }
+
+    /// Ids of all block directories with a `meta.json` and of those without.
+    async fn list_ids(&self) -> Result<(Vec<String>, Vec<String>), StorageError> {
+        let prefix = Path::from(BLOCKS_PREFIX);
+        let mut with_meta = std::collections::BTreeSet::new();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut stream = self.store.list(Some(&prefix));
+        while let Some(item) = stream.next().await {
+            let object = item.map_err(bucket_err("list", &prefix))?;
+            let mut parts = object.location.parts();
+            let (Some(_blocks), Some(id), Some(file)) = (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            let id = id.as_ref().to_string();
+            if !is_block_id(&id) {
+                continue;
+            }
+            if file.as_ref() == META_FILE {
+                with_meta.insert(id.clone());
+            }
+            seen.insert(id);
+        }
+        let incomplete = seen.difference(&with_meta).cloned().collect();
+        Ok((with_meta.into_iter().collect(), incomplete))
+    }
+
+    /// Lists complete blocks. Metas already known (`known`) are reused
+    /// rather than fetched again, since blocks are immutable. A listing
+    /// failure is an error; an unreadable block is reported in
+    /// [`Listing::corrupt`] and skipped.
+    pub async fn list_blocks(
+        &self,
+        known: &BTreeMap<String, BlockMeta>,
+    ) -> Result<Listing, StorageError> {
+        let (ids, incomplete) = self.list_ids().await?;
+        let mut listing = Listing {
+            incomplete,
+            ..Listing::default()
+        };
+        for id in ids {
+            if let Some(meta) = known.get(&id) {
+                listing.blocks.insert(id, meta.clone());
+                continue;
+            }
+            match self.get_meta(&id).await {
+                Ok(meta) => {
+                    listing.blocks.insert(id, meta);
+                }
+                Err(StorageError::Bucket {
+                    source: object_store::Error::NotFound { .. },
+                    ..
+                }) => {
+                    // Deleted between list and get (compaction or retention elsewhere).
+                }
+                Err(err @ StorageError::Bucket { .. }) => {
+                    // Possibly transient: not corrupt, just not visible until
+                    // a later listing reads it.
+                    tracing::warn!(block = %id, error = %err, "cannot read block meta; will retry");
+                }
+                Err(err) => {
+                    tracing::warn!(block = %id, error = %err, "skipping unreadable block meta");
+                    listing.corrupt.push(CorruptBlock {
+                        id,
+                        error: err.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(listing)
+    }
+
+    /// Deletes a block: `meta.json` first (so it disappears from listings
+    /// atomically), then its data. Missing objects are not an error.
+    pub async fn delete_block(&self, id: &str) -> Result<(), StorageError> {
+        for file in [META_FILE, DATA_FILE] {
+            let path = block_path(id, file);
+            match self.store.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(source) => return Err(bucket_err("delete", &path)(source)),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(id: &str) -> BlockMeta {
+        BlockMeta {
+            format_version: 1,
+            id: id.to_string(),
+            min_time_ms: 0,
+            max_time_ms: 10,
+            compaction_level: 0,
+            replica: "r".into(),
+            sources: vec![],
+            series: 1,
+            samples: 1,
+            profiles: 1,
+            size_bytes: 4,
+        }
+    }
+
+    #[tokio::test]
+    async fn blocks_are_listed_only_once_meta_is_written_and_bad_metas_are_reported() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = BucketConfig::Local {
+            dir: dir.path().to_path_buf(),
+        }
+        .build()
+        .expect("local store");
+        let bucket = Bucket::new(Arc::clone(&store));
+        let good = ulid::Ulid::new().to_string();
+        bucket
+            .put_block(&meta(&good), Bytes::from_static(b"data"))
+            .await
+            .expect("put");
+        // Data without meta: incomplete.
+        let partial = ulid::Ulid::new().to_string();
+        store
+            .put(
+                &block_path(&partial, DATA_FILE),
+                PutPayload::from_static(b"x"),
+            )
+            .await
+            .expect("put");
+        // Unparsable meta: corrupt, reported, not fatal.
+        let bad = ulid::Ulid::new().to_string();
+        store
+            .put(
+                &block_path(&bad, META_FILE),
+                PutPayload::from_static(b"{nope"),
+            )
+            .await
+            .expect("put");
+        let listing = bucket.list_blocks(&BTreeMap::new()).await.expect("list");
+        assert_eq!(listing.blocks.keys().collect::<Vec<_>>(), vec![&good]);
+        assert_eq!(listing.incomplete, vec![partial]);
+        assert_eq!(listing.corrupt.len(), 1);
+        assert_eq!(listing.corrupt[0].id, bad);
+        assert_eq!(
+            bucket.get_block_data(&good).await.expect("get").as_ref(),
+            b"data"
+        );
+        bucket.delete_block(&good).await.expect("delete");
+        bucket.delete_block(&good).await.expect("delete twice");
+        let listing = bucket.list_blocks(&BTreeMap::new()).await.expect("list");
+        assert!(listing.blocks.is_empty());
+    }
+}

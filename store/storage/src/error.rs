@@ -1,0 +1,185 @@
+//! Why a storage operation failed, and whose fault it was.
+
+use std::path::PathBuf;
+
+/// Who caused an error, so the server can pick a status code without
+/// matching on every variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The request itself is wrong (bad pprof, limits exceeded, bad query):
+    /// HTTP 4xx / gRPC `INVALID_ARGUMENT`. Retrying the same request cannot help.
+    Client,
+    /// The store is busy or shutting down: HTTP 429/503 / gRPC
+    /// `RESOURCE_EXHAUSTED`/`UNAVAILABLE`. Retrying later can help.
+    Overloaded,
+    /// Something on the server side failed (disk, bucket, a bug): HTTP 500 /
+    /// gRPC `INTERNAL`.
+    Server,
+}
+
+/// A failed storage operation.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The pprof payload could not be decoded or failed validation.
+    #[error("invalid profile: {source}")]
+    InvalidProfile {
+        /// What the pprof decoder refused.
+        #[source]
+        source: kiln_pprof::PprofError,
+    },
+    /// The request is well-formed pprof but the engine refused it (limits,
+    /// missing `__name__`, ...).
+    #[error("profile rejected: {source}")]
+    Rejected {
+        /// What the engine refused.
+        #[source]
+        source: kiln_engine::IngestError,
+    },
+    /// The request's series labels are unusable before the engine sees them.
+    #[error("invalid labels: {message}")]
+    InvalidLabels {
+        /// What is wrong with them.
+        message: String,
+    },
+    /// A query could not be evaluated (bad matcher, bad range, ...).
+    #[error("query failed: {source}")]
+    Query {
+        /// What the engine reported.
+        #[source]
+        source: kiln_engine::QueryError,
+    },
+    /// Too many ingests are in flight; the caller should back off.
+    #[error("store overloaded: more than {limit} ingests in flight")]
+    Overloaded {
+        /// The configured in-flight limit.
+        limit: usize,
+    },
+    /// The store is shutting down and accepts no more writes.
+    #[error("store is shutting down")]
+    ShuttingDown,
+    /// Reading or writing the write-ahead log failed.
+    #[error("write-ahead log {op} failed at {}: {source}", path.display())]
+    Wal {
+        /// What was being done (`open`, `append`, `fsync`, ...).
+        op: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An earlier fsync of the write-ahead log failed; the log can no longer
+    /// promise durability, so every write is refused until restart.
+    #[error("write-ahead log is unusable after an earlier failure: {message}")]
+    WalPoisoned {
+        /// The original failure.
+        message: String,
+    },
+    /// An object-store operation failed.
+    #[error("object store {op} of {path} failed: {source}")]
+    Bucket {
+        /// What was being done (`put`, `get`, `list`, `delete`).
+        op: &'static str,
+        /// The object path.
+        path: String,
+        /// What the object store reported.
+        #[source]
+        source: object_store::Error,
+    },
+    /// A block's `meta.json` could not be parsed.
+    #[error("block {id}: meta.json is invalid: {source}")]
+    BlockMeta {
+        /// The block id.
+        id: String,
+        /// What serde_json reported.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A block could not be encoded, decoded or compacted.
+    #[error("block {id}: {source}")]
+    Block {
+        /// The block id.
+        id: String,
+        /// What the engine reported.
+        #[source]
+        source: kiln_engine::BlockError,
+    },
+    /// The store configuration is unusable.
+    #[error("invalid store configuration: {message}")]
+    Config {
+        /// What is wrong.
+        message: String,
+    },
+    /// A blocking task panicked or was cancelled (a bug, not bad input).
+    #[error("background task for {what} failed: {message}")]
+    Task {
+        /// What the task was doing.
+        what: &'static str,
+        /// The join error.
+        message: String,
+    },
+}
+
+impl StorageError {
+    /// A short, fixed name for metrics and logs, one per variant (or per
+    /// underlying reason for client errors, which carry their own).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InvalidProfile { source } => source.reason(),
+            Self::Rejected { source } => source.reason(),
+            Self::InvalidLabels { .. } => "invalid_labels",
+            Self::Query { .. } => "query",
+            Self::Overloaded { .. } => "overloaded",
+            Self::ShuttingDown => "shutting_down",
+            Self::Wal { .. } => "wal_io",
+            Self::WalPoisoned { .. } => "wal_poisoned",
+            Self::Bucket { .. } => "bucket",
+            Self::BlockMeta { .. } => "block_meta",
+            Self::Block { .. } => "block",
+            Self::Config { .. } => "config",
+            Self::Task { .. } => "task",
+        }
+    }
+
+    /// Whose fault the error is; see [`ErrorClass`].
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Self::InvalidProfile { .. }
+            | Self::Rejected { .. }
+            | Self::InvalidLabels { .. }
+            | Self::Query { .. } => ErrorClass::Client,
+            Self::Overloaded { .. } | Self::ShuttingDown => ErrorClass::Overloaded,
+            Self::Wal { .. }
+            | Self::WalPoisoned { .. }
+            | Self::Bucket { .. }
+            | Self::BlockMeta { .. }
+            | Self::Block { .. }
+            | Self::Config { .. }
+            | Self::Task { .. } => ErrorClass::Server,
+        }
+    }
+
+    /// True when the request was at fault (answer 4xx, do not retry).
+    pub fn is_client_error(&self) -> bool {
+        self.class() == ErrorClass::Client
+    }
+
+    /// True when sending the same request again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::Overloaded { .. }
+                | Self::ShuttingDown
+                | Self::Wal { .. }
+                | Self::Bucket { .. }
+                | Self::Task { .. }
+        )
+    }
+
+    pub(crate) fn task(what: &'static str, err: tokio::task::JoinError) -> Self {
+        Self::Task {
+            what,
+            message: err.to_string(),
+        }
+    }
+}

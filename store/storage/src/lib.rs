@@ -1,0 +1,11 @@
+#![doc = include_str!("../README.md")]
+
+pub mod bucket;
+pub mod error;
+pub mod planner;
+pub mod store;
+pub mod wal;
+
+pub use bucket::{Bucket, BucketConfig, CorruptBlock};
+pub use error::{ErrorClass, StorageError};
+pub use store::{CompactionReport, IngestRequest, Store, StoreConfig, StoreStats};

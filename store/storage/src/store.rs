@@ -1,0 +1,293 @@
+//! The `Store` facade: durable ingest into the engine's head, blocks in a
+//! bucket, queries over both, and the background loops that keep it tidy.
+//!
+//! Concurrency: the head sits behind a std `RwLock` that is never held across
+//! an `.await`; CPU work (decode, ingest, encode, query) runs on the blocking
+//! pool. A tokio `RwLock` (the cut gate) spans each ingest's WAL append and
+//! head apply, so a head cut sees every logged record either entirely before
+//! or entirely after it: a block holds exactly the WAL segments it replaces.
+
+mod cache;
+mod config;
+mod maintenance;
+mod read;
+mod recovery;
+mod write;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use kiln_engine::Head;
+use kiln_engine::model::{BlockMeta, LabelSet};
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio::task::JoinHandle;
+
+use crate::bucket::{Bucket, CorruptBlock};
+use crate::error::StorageError;
+use crate::wal::{ReplayReport, Wal};
+use cache::BlockCache;
+pub use config::StoreConfig;
+pub use maintenance::CompactionReport;
+
+/// One profile to ingest, as a client sent it.
+#[derive(Debug, Clone)]
+pub struct IngestRequest {
+    /// Series labels; must include `__name__`.
+    pub labels: LabelSet,
+    /// Profile time, unix ms. `None`: the pprof's `time_nanos`, else now.
+    pub time_ms: Option<i64>,
+    /// Profile duration in ns. `None`: the pprof's `duration_nanos`.
+    pub duration_nanos: Option<i64>,
+    /// The pprof bytes as received, gzipped or not.
+    pub pprof: bytes::Bytes,
+}
+
+/// A snapshot of the store's state, for metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StoreStats {
+    /// Approximate bytes held by the head.
+    pub head_bytes: u64,
+    /// Profiles in the head.
+    pub head_profiles: u64,
+    /// Heads cut but not yet uploaded (upload failures keep them here).
+    pub pending_uploads: u64,
+    /// Blocks visible to queries (all replicas).
+    pub blocks: u64,
+    /// Total bytes of those blocks.
+    pub block_bytes: u64,
+    /// Blocks skipped because they are corrupt.
+    pub corrupt_blocks: u64,
+    /// Bytes of decoded blocks held in the cache (by encoded size).
+    pub cache_bytes: u64,
+    /// Profiles acknowledged since start.
+    pub profiles_ingested: u64,
+    /// Sample values stored since start.
+    pub samples_ingested: u64,
+    /// Bytes of pprof acknowledged since start.
+    pub bytes_ingested: u64,
+    /// Records replayed from the WAL at open.
+    pub wal_replayed: u64,
+    /// Blocks uploaded by this process.
+    pub blocks_written: u64,
+    /// Failed flush attempts.
+    pub flush_failures: u64,
+    /// Compactions done by this process.
+    pub compactions: u64,
+    /// Blocks deleted by retention in this process.
+    pub retention_deleted: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    profiles: AtomicU64,
+    samples: AtomicU64,
+    bytes: AtomicU64,
+    blocks_written: AtomicU64,
+    flush_failures: AtomicU64,
+    compactions: AtomicU64,
+    retention_deleted: AtomicU64,
+}
+
+/// The mutable head and the first WAL segment whose records it holds.
+#[derive(Debug)]
+struct HeadSlot {
+    head: Head,
+    first_segment: u64,
+}
+
+/// A head that was cut and awaits upload; still queried until its block is
+/// visible. `id` is fixed at cut time so retried uploads are idempotent.
+#[derive(Debug)]
+struct Frozen {
+    id: String,
+    head: Head,
+    first_segment: u64,
+    end_segment: u64,
+}
+
+/// What queries see besides the live head. Replaced as a whole under one
+/// lock, so a head moving to a block is never seen twice or not at all.
+#[derive(Debug, Default, Clone)]
+struct View {
+    frozen: Vec<Arc<Frozen>>,
+    /// Every complete block in the bucket by id.
+    blocks: BTreeMap<String, BlockMeta>,
+    /// Blocks superseded by a compacted block that lists them as sources.
+    hidden: BTreeSet<String>,
+}
+
+impl View {
+    fn set_blocks(&mut self, blocks: BTreeMap<String, BlockMeta>) {
+        self.hidden = crate::planner::superseded_blocks(&blocks);
+        self.blocks = blocks;
+    }
+
+    fn visible(&self) -> impl Iterator<Item = &BlockMeta> {
+        self.blocks
+            .values()
+            .filter(|b| !self.hidden.contains(&b.id))
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    config: StoreConfig,
+    bucket: Bucket,
+    wal: Wal,
+    cut_gate: tokio::sync::RwLock<()>,
+    head: RwLock<HeadSlot>,
+    view: RwLock<View>,
+    cache: Mutex<BlockCache>,
+    corrupt: Mutex<BTreeMap<String, String>>,
+    /// Serializes bucket listing, uploads, compaction and retention, so a
+    /// listing never overwrites a block added while it ran.
+    maintenance: tokio::sync::Mutex<()>,
+    inflight: Semaphore,
+    closed: AtomicBool,
+    shutdown_tx: watch::Sender<bool>,
+    flush_now: Notify,
+    counters: Counters,
+    replay: ReplayReport,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    // Poisoning means a panic elsewhere mid-update; the data structures are
+    // replaced wholesale, so continuing beats cascading the panic.
+    lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|e| e.into_inner())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The profile store: cheap to clone, all clones share one store.
+#[derive(Debug, Clone)]
+pub struct Store {
+    shared: Arc<Shared>,
+}
+
+impl Store {
+    /// Opens the store: lists the bucket's blocks, replays the WAL into the
+    /// head, and starts the background loops (if enabled). When this
+    /// returns, every acknowledged write is queryable: the store is ready.
+    pub async fn open(
+        config: StoreConfig,
+        object_store: Arc<dyn object_store::ObjectStore>,
+    ) -> Result<Store, StorageError> {
+        config.validate()?;
+        let bucket = Bucket::new(object_store);
+        let recovered = recovery::recover(&config, &bucket).await?;
+        let (shutdown_tx, _) = watch::channel(false);
+        let mut view = View::default();
+        view.set_blocks(recovered.listing.blocks);
+        let corrupt = recovered
+            .listing
+            .corrupt
+            .into_iter()
+            .map(|c| (c.id, c.error))
+            .collect();
+        let shared = Arc::new(Shared {
+            inflight: Semaphore::new(config.max_inflight_ingests),
+            cache: Mutex::new(BlockCache::new(config.block_cache_bytes)),
+            config,
+            bucket,
+            wal: recovered.wal,
+            cut_gate: tokio::sync::RwLock::new(()),
+            head: RwLock::new(HeadSlot {
+                head: recovered.head,
+                first_segment: recovered.first_segment,
+            }),
+            view: RwLock::new(view),
+            corrupt: Mutex::new(corrupt),
+            maintenance: tokio::sync::Mutex::new(()),
+            closed: AtomicBool::new(false),
+            shutdown_tx,
+            flush_now: Notify::new(),
+            counters: Counters::default(),
+            replay: recovered.report,
+            tasks: Mutex::new(Vec::new()),
+        });
+        let store = Store { shared };
+        if store.shared.config.background {
+            maintenance::spawn_loops(&store);
+        }
+        Ok(store)
+    }
+
+    /// The configuration the store was opened with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.shared.config
+    }
+
+    /// What WAL replay found at open.
+    pub fn replay_report(&self) -> &ReplayReport {
+        &self.shared.replay
+    }
+
+    /// Blocks that were skipped because they could not be read or decoded.
+    pub fn corrupt_blocks(&self) -> Vec<CorruptBlock> {
+        lock(&self.shared.corrupt)
+            .iter()
+            .map(|(id, error)| CorruptBlock {
+                id: id.clone(),
+                error: error.clone(),
+            })
+            .collect()
+    }
+
+    /// Metadata of the blocks queries currently read, oldest id first.
+    pub fn blocks(&self) -> Vec<BlockMeta> {
+        read(&self.shared.view).visible().cloned().collect()
+    }
+
+    /// A snapshot of counters and sizes for metrics.
+    pub fn stats(&self) -> StoreStats {
+        let shared = &self.shared;
+        let (head_bytes, head_profiles) = {
+            let slot = read(&shared.head);
+            (slot.head.approx_bytes() as u64, slot.head.profiles())
+        };
+        let view = read(&shared.view);
+        let c = &shared.counters;
+        StoreStats {
+            head_bytes,
+            head_profiles,
+            pending_uploads: view.frozen.len() as u64,
+            blocks: view.visible().count() as u64,
+            block_bytes: view.visible().map(|b| b.size_bytes).sum(),
+            corrupt_blocks: lock(&shared.corrupt).len() as u64,
+            cache_bytes: lock(&shared.cache).used_bytes(),
+            profiles_ingested: c.profiles.load(Ordering::Relaxed),
+            samples_ingested: c.samples.load(Ordering::Relaxed),
+            bytes_ingested: c.bytes.load(Ordering::Relaxed),
+            wal_replayed: shared.replay.records,
+            blocks_written: c.blocks_written.load(Ordering::Relaxed),
+            flush_failures: c.flush_failures.load(Ordering::Relaxed),
+            compactions: c.compactions.load(Ordering::Relaxed),
+            retention_deleted: c.retention_deleted.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops accepting writes, stops the background loops, and flushes the
+    /// head to the bucket. Data that cannot be uploaded stays in the WAL
+    /// and is recovered at the next open.
+    pub async fn shutdown(&self) -> Result<(), StorageError> {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.shutdown_tx.send_replace(true);
+        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&self.shared.tasks));
+        for task in tasks {
+            if let Err(err) = task.await {
+                tracing::warn!(error = %err, "background task ended abnormally");
+            }
+        }
+        // Wait for in-flight ingests: they hold the gate while logging.
+        drop(self.shared.cut_gate.write().await);
+        self.flush().await
+    }
+}

@@ -1,0 +1,104 @@
+//! Everything a [`Store`](crate::Store) can be tuned with, and the defaults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kiln_engine::IngestLimits;
+use kiln_pprof::DecodeLimits;
+
+use crate::error::StorageError;
+
+/// Store configuration. Build with [`StoreConfig::new`] and adjust fields.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Local directory for this replica's write-ahead log (`<data_dir>/wal`).
+    pub data_dir: PathBuf,
+    /// This replica's name, stored in every block it writes. Replicas sharing
+    /// a bucket must use distinct names: each compacts only its own blocks.
+    pub replica: String,
+    /// How often the head is cut into a block and uploaded. This bounds how
+    /// stale other replicas' view of this replica's data can be.
+    pub flush_interval: Duration,
+    /// Cut the head early once it holds about this many bytes.
+    pub max_head_bytes: usize,
+    /// Start a new WAL segment once the current one exceeds this size.
+    pub wal_segment_bytes: u64,
+    /// How often the bucket is listed again to see other replicas' blocks.
+    pub relist_interval: Duration,
+    /// How often compaction is planned.
+    pub compaction_interval: Duration,
+    /// How long after an hour (or day) ends before it is compacted, so
+    /// every replica has flushed its level-0 blocks for it.
+    pub compaction_settle: Duration,
+    /// Blocks whose newest sample is older than this are deleted.
+    pub retention: Duration,
+    /// Optional cap on the bucket's total block bytes; oldest blocks go first.
+    pub max_total_bytes: Option<u64>,
+    /// How often retention is enforced.
+    pub retention_interval: Duration,
+    /// Budget for decoded blocks kept in memory (by their encoded size).
+    pub block_cache_bytes: u64,
+    /// Limits applied while decoding pprof.
+    pub decode_limits: DecodeLimits,
+    /// Limits applied by the engine while ingesting.
+    pub ingest_limits: IngestLimits,
+    /// Ingests allowed in flight at once; more are refused as overload.
+    pub max_inflight_ingests: usize,
+    /// Run the background loops (flush, compaction, retention, re-listing).
+    /// Benchmarks and some tests drive these by hand instead.
+    pub background: bool,
+}
+
+impl StoreConfig {
+    /// Defaults: flush every 60 s (or at 256 MiB), re-list every 15 s,
+    /// compact every 5 min, keep 14 days, 1 GiB block cache.
+    pub fn new(data_dir: impl Into<PathBuf>, replica: impl Into<String>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            replica: replica.into(),
+            flush_interval: Duration::from_secs(60),
+            max_head_bytes: 256 << 20,
+            wal_segment_bytes: 64 << 20,
+            relist_interval: Duration::from_secs(15),
+            compaction_interval: Duration::from_secs(300),
+            compaction_settle: Duration::from_secs(300),
+            retention: Duration::from_secs(14 * 24 * 3600),
+            max_total_bytes: None,
+            retention_interval: Duration::from_secs(600),
+            block_cache_bytes: 1 << 30,
+            decode_limits: DecodeLimits::default(),
+            ingest_limits: IngestLimits::default(),
+            max_inflight_ingests: 256,
+            background: true,
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), StorageError> {
+        let bad = |message: &str| {
+            Err(StorageError::Config {
+                message: message.to_string(),
+            })
+        };
+        if self.replica.is_empty() || self.replica.contains('/') {
+            return bad("replica name must be non-empty and contain no '/'");
+        }
+        if self.flush_interval.is_zero() || self.relist_interval.is_zero() {
+            return bad("flush and re-list intervals must be positive");
+        }
+        if self.compaction_interval.is_zero() || self.retention_interval.is_zero() {
+            return bad("compaction and retention intervals must be positive");
+        }
+        if self.retention.is_zero() {
+            return bad("retention must be positive");
+        }
+        if self.max_inflight_ingests == 0 {
+            return bad("max_inflight_ingests must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+/// Milliseconds of a duration, saturating.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

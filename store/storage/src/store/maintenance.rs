@@ -1,0 +1,273 @@
+//! Keeping the bucket tidy and the view current: re-listing (to see other
+//! replicas' blocks), compaction, retention, and the loops that run them.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use kiln_engine::Block;
+use kiln_engine::model::BlockMeta;
+
+use super::config::millis;
+use super::write::now_ms;
+use super::{Store, lock, read, write};
+use crate::error::StorageError;
+use crate::planner::{CompactionGroup, plan_compaction, plan_retention};
+
+/// Incomplete uploads (data without meta.json) older than this are garbage
+/// from a crashed writer: no upload takes this long.
+const ABANDONED_UPLOAD_MS: i64 = 3_600_000;
+
+/// What one compaction pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CompactionReport {
+    /// Blocks written.
+    pub written: Vec<BlockMeta>,
+    /// Source blocks deleted.
+    pub deleted: usize,
+    /// Groups skipped because a source could not be read.
+    pub skipped_groups: usize,
+}
+
+impl Store {
+    /// Lists the bucket again so blocks written (or deleted) by other
+    /// replicas become visible (or disappear). Also removes this replica's
+    /// leftovers from interrupted compactions and abandoned uploads.
+    pub async fn refresh_blocks(&self) -> Result<(), StorageError> {
+        let shared = &self.shared;
+        let _maintenance = shared.maintenance.lock().await;
+        let known = read(&shared.view).blocks.clone();
+        let listing = shared.bucket.list_blocks(&known).await?;
+        let leftovers: Vec<String> = {
+            let mut view = write(&shared.view);
+            view.set_blocks(listing.blocks);
+            view.hidden
+                .iter()
+                .filter(|id| {
+                    view.blocks
+                        .get(*id)
+                        .is_some_and(|m| m.replica == shared.config.replica)
+                })
+                .cloned()
+                .collect()
+        };
+        {
+            let view = read(&shared.view);
+            lock(&shared.cache).retain(|id| view.blocks.contains_key(id));
+        }
+        {
+            let mut corrupt = lock(&shared.corrupt);
+            for c in listing.corrupt {
+                corrupt.entry(c.id).or_insert(c.error);
+            }
+        }
+        let now = now_ms();
+        let abandoned = listing.incomplete.into_iter().filter(|id| {
+            ulid::Ulid::from_string(id).is_ok_and(|u| {
+                i64::try_from(u.timestamp_ms()).unwrap_or(0) + ABANDONED_UPLOAD_MS < now
+            })
+        });
+        for id in leftovers.into_iter().chain(abandoned) {
+            tracing::info!(block = %id, "deleting superseded or abandoned block");
+            shared.bucket.delete_block(&id).await?;
+            write(&shared.view).blocks.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// Compacts this replica's blocks: level-0 blocks of each complete hour
+    /// into one, then blocks of each complete day into one. `now_ms` is a
+    /// parameter so simulated-time benchmarks and tests can drive it.
+    pub async fn compact(&self, now_ms: i64) -> Result<CompactionReport, StorageError> {
+        let shared = &self.shared;
+        let _maintenance = shared.maintenance.lock().await;
+        let mut report = CompactionReport::default();
+        // Hours first, then days over the fresh hour blocks.
+        for _stage in 0..2 {
+            let own: Vec<BlockMeta> = read(&shared.view)
+                .visible()
+                .filter(|m| m.replica == shared.config.replica)
+                .filter(|m| !lock(&shared.corrupt).contains_key(&m.id))
+                .cloned()
+                .collect();
+            let groups = plan_compaction(&own, now_ms, millis(shared.config.compaction_settle));
+            if groups.is_empty() {
+                break;
+            }
+            for group in groups {
+                match self.compact_group(&group).await? {
+                    Some((meta, deleted)) => {
+                        report.deleted += deleted;
+                        report.written.push(meta);
+                    }
+                    None => report.skipped_groups += 1,
+                }
+            }
+        }
+        shared
+            .counters
+            .compactions
+            .fetch_add(report.written.len() as u64, Ordering::Relaxed);
+        Ok(report)
+    }
+
+    /// Merges one group; `None` when a source is unreadable (it is then
+    /// reported as corrupt and the group is left alone).
+    async fn compact_group(
+        &self,
+        group: &CompactionGroup,
+    ) -> Result<Option<(BlockMeta, usize)>, StorageError> {
+        let shared = Arc::clone(&self.shared);
+        let runtime = tokio::runtime::Handle::current();
+        let ids = group.block_ids.clone();
+        let replica = shared.config.replica.clone();
+        let encoded = tokio::task::spawn_blocking(move || {
+            let metas: Vec<BlockMeta> = {
+                let view = read(&shared.view);
+                ids.iter()
+                    .filter_map(|id| view.blocks.get(id).cloned())
+                    .collect()
+            };
+            let mut blocks: Vec<Arc<Block>> = Vec::with_capacity(metas.len());
+            for meta in &metas {
+                match shared.load_block(&runtime, meta) {
+                    Some(block) => blocks.push(block),
+                    None => return Ok(None),
+                }
+            }
+            let refs: Vec<&Block> = blocks.iter().map(Arc::as_ref).collect();
+            let id = ulid::Ulid::new().to_string();
+            let (mut meta, data) =
+                kiln_engine::compact_blocks(&refs, &id, &replica).map_err(|source| {
+                    StorageError::Block {
+                        id: id.clone(),
+                        source,
+                    }
+                })?;
+            // Readers hide blocks named as sources; make sure they are named.
+            meta.sources = ids;
+            Ok(Some((meta, data)))
+        })
+        .await
+        .map_err(|e| StorageError::task("compaction", e))??;
+        let Some((meta, data)) = encoded else {
+            return Ok(None);
+        };
+        let shared = &self.shared;
+        shared.bucket.put_block(&meta, data.into()).await?;
+        {
+            let mut view = write(&shared.view);
+            let mut blocks = view.blocks.clone();
+            blocks.insert(meta.id.clone(), meta.clone());
+            view.set_blocks(blocks);
+        }
+        let mut deleted = 0;
+        for source in &meta.sources {
+            shared.bucket.delete_block(source).await?;
+            write(&shared.view).blocks.remove(source);
+            lock(&shared.cache).remove(source);
+            deleted += 1;
+        }
+        tracing::info!(
+            block = %meta.id,
+            level = meta.compaction_level,
+            sources = deleted,
+            bytes = meta.size_bytes,
+            "compacted blocks"
+        );
+        Ok(Some((meta, deleted)))
+    }
+
+    /// Deletes blocks (of any replica) past retention or over the size
+    /// budget. Returns the deleted ids.
+    pub async fn enforce_retention(&self, now_ms: i64) -> Result<Vec<String>, StorageError> {
+        let shared = &self.shared;
+        let _maintenance = shared.maintenance.lock().await;
+        let metas: Vec<BlockMeta> = read(&shared.view).blocks.values().cloned().collect();
+        let doomed = plan_retention(
+            &metas,
+            now_ms,
+            millis(shared.config.retention),
+            shared.config.max_total_bytes,
+        );
+        for id in &doomed {
+            shared.bucket.delete_block(id).await?;
+            {
+                let mut view = write(&shared.view);
+                let mut blocks = view.blocks.clone();
+                blocks.remove(id);
+                view.set_blocks(blocks);
+            }
+            lock(&shared.cache).remove(id);
+            lock(&shared.corrupt).remove(id);
+        }
+        if !doomed.is_empty() {
+            tracing::info!(blocks = doomed.len(), "retention deleted blocks");
+        }
+        shared
+            .counters
+            .retention_deleted
+            .fetch_add(doomed.len() as u64, Ordering::Relaxed);
+        Ok(doomed)
+    }
+}
+
+/// Starts the flush loop and the maintenance loop.
+pub(super) fn spawn_loops(store: &Store) {
+    let flush = tokio::spawn(flush_loop(store.clone()));
+    let maintain = tokio::spawn(maintenance_loop(store.clone()));
+    lock(&store.shared.tasks).extend([flush, maintain]);
+}
+
+async fn flush_loop(store: Store) {
+    let mut shutdown = store.shared.shutdown_tx.subscribe();
+    let mut tick = tokio::time::interval(store.shared.config.flush_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = tick.tick() => {}
+            () = store.shared.flush_now.notified() => {}
+        }
+        if let Err(err) = store.flush().await {
+            tracing::warn!(error = %err, reason = err.reason(), "flush failed; retrying next interval");
+        }
+    }
+}
+
+async fn maintenance_loop(store: Store) {
+    let config = &store.shared.config;
+    let mut shutdown = store.shared.shutdown_tx.subscribe();
+    let mut tick = tokio::time::interval(config.relist_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    let mut last_compaction = tokio::time::Instant::now();
+    let mut last_retention: Option<tokio::time::Instant> = None;
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(err) = store.refresh_blocks().await {
+            tracing::warn!(error = %err, "re-listing the bucket failed");
+        }
+        if last_compaction.elapsed() >= config.compaction_interval {
+            last_compaction = tokio::time::Instant::now();
+            if let Err(err) = store.compact(now_ms()).await {
+                tracing::warn!(error = %err, "compaction failed");
+            }
+        }
+        if last_retention.is_none_or(|t| t.elapsed() >= config.retention_interval) {
+            last_retention = Some(tokio::time::Instant::now());
+            if let Err(err) = store.enforce_retention(now_ms()).await {
+                tracing::warn!(error = %err, "retention failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! The read path: every query visits the live head, the heads awaiting
+//! upload, and every visible block overlapping the range (decoded blocks
+//! come from a bounded cache, else from the bucket).
+
+use std::sync::Arc;
+
+use kiln_engine::model::{BlockMeta, LabelSet, Matcher, ProfileType, Selector, TimeRange};
+use kiln_engine::{Block, MergedProfile, QueryError, Queryable, Timeline};
+
+use super::{Shared, Store, lock, read};
+use crate::error::StorageError;
+
+fn overlaps(meta: &BlockMeta, range: &TimeRange) -> bool {
+    meta.min_time_ms < range.end_ms && meta.max_time_ms >= range.start_ms
+}
+
+impl Shared {
+    /// The decoded block, or `None` when it is gone, corrupt or unreadable
+    /// (each reported; never fatal to the query). Called on a blocking
+    /// thread; `runtime` drives the bucket fetch.
+    pub(super) fn load_block(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        meta: &BlockMeta,
+    ) -> Option<Arc<Block>> {
+        if let Some(block) = lock(&self.cache).get(&meta.id) {
+            return Some(block);
+        }
+        if lock(&self.corrupt).contains_key(&meta.id) {
+            return None;
+        }
+        let bytes = match runtime.block_on(self.bucket.get_block_data(&meta.id)) {
+            Ok(bytes) => bytes,
+            Err(StorageError::Bucket {
+                source: object_store::Error::NotFound { .. },
+                ..
+            }) => {
+                // Deleted by compaction or retention after we listed it.
+                return None;
+            }
+            Err(err) => {
+                // Possibly transient (network): skip now, retry next query.
+                tracing::warn!(block = %meta.id, error = %err, "skipping unreadable block");
+                return None;
+            }
+        };
+        match Block::decode(&bytes) {
+            Ok(block) => {
+                let block = Arc::new(block);
+                lock(&self.cache).insert(meta.id.clone(), Arc::clone(&block), bytes.len() as u64);
+                Some(block)
+            }
+            Err(err) => {
+                self.mark_corrupt(&meta.id, err.to_string());
+                None
+            }
+        }
+    }
+
+    pub(super) fn mark_corrupt(&self, id: &str, error: String) {
+        tracing::warn!(block = %id, %error, "skipping corrupt block");
+        lock(&self.cache).remove(id);
+        lock(&self.corrupt).insert(id.to_string(), error);
+    }
+}
+
+impl Store {
+    /// Runs `visit` over the head, pending heads and every overlapping
+    /// block, accumulating into `acc`, on a blocking thread.
+    async fn visit_all<T, F>(&self, range: TimeRange, acc: T, visit: F) -> Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: Fn(&dyn Queryable, &mut T) -> Result<(), QueryError> + Send + 'static,
+    {
+        let shared = Arc::clone(&self.shared);
+        let runtime = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            let mut acc = acc;
+            let (frozen, metas) = {
+                // The view is snapshotted under the head's read lock: a cut
+                // (which holds the write lock) moves data head -> frozen
+                // atomically with respect to this.
+                let slot = read(&shared.head);
+                let view = read(&shared.view);
+                let frozen = view.frozen.clone();
+                let metas: Vec<BlockMeta> = view
+                    .visible()
+                    .filter(|m| overlaps(m, &range))
+                    .cloned()
+                    .collect();
+                drop(view);
+                visit(&slot.head, &mut acc).map_err(|source| StorageError::Query { source })?;
+                (frozen, metas)
+            };
+            for pending in &frozen {
+                visit(&pending.head, &mut acc).map_err(|source| StorageError::Query { source })?;
+            }
+            for meta in &metas {
+                let Some(block) = shared.load_block(&runtime, meta) else {
+                    continue;
+                };
+                match visit(block.as_ref(), &mut acc) {
+                    Ok(()) => {}
+                    Err(QueryError::CorruptBlock { .. }) => {
+                        shared.mark_corrupt(&meta.id, "corrupt data found while querying".into());
+                    }
+                    Err(source) => return Err(StorageError::Query { source }),
+                }
+            }
+            Ok(acc)
+        })
+        .await
+        .map_err(|e| StorageError::task("query", e))?
+    }
+
+    /// Profile types with data in `range`, sorted.
+    pub async fn profile_types(&self, range: TimeRange) -> Result<Vec<ProfileType>, StorageError> {
+        let mut all = self
+            .visit_all(range, Vec::new(), move |q, acc: &mut Vec<ProfileType>| {
+                acc.extend(q.profile_types(range));
+                Ok(())
+            })
+            .await?;
+        all.sort();
+        all.dedup();
+        Ok(all)
+    }
+
+    /// Label names of series matching `matchers` in `range`, sorted.
+    pub async fn label_names(
+        &self,
+        matchers: &[Matcher],
+        range: TimeRange,
+    ) -> Result<Vec<String>, StorageError> {
+        let matchers = matchers.to_vec();
+        let mut all = self
+            .visit_all(range, Vec::new(), move |q, acc: &mut Vec<String>| {
+                acc.extend(q.label_names(&matchers, range)?);
+                Ok(())
+            })
+            .await?;
+        all.sort();
+        all.dedup();
+        Ok(all)
+    }
+
+    /// Values of label `name` among series matching `matchers`, sorted.
+    pub async fn label_values(
+        &self,
+        name: &str,
+        matchers: &[Matcher],
+        range: TimeRange,
+    ) -> Result<Vec<String>, StorageError> {
+        let matchers = matchers.to_vec();
+        let name = name.to_string();
+        let mut all = self
+            .visit_all(range, Vec::new(), move |q, acc: &mut Vec<String>| {
+                acc.extend(q.label_values(&name, &matchers, range)?);
+                Ok(())
+            })
+            .await?;
+        all.sort();
+        all.dedup();
+        Ok(all)
+    }
+
+    /// Label sets of series matching `matchers` in `range`, sorted.
+    pub async fn series(
+        &self,
+        matchers: &[Matcher],
+        range: TimeRange,
+    ) -> Result<Vec<LabelSet>, StorageError> {
+        let matchers = matchers.to_vec();
+        let mut all = self
+            .visit_all(range, Vec::new(), move |q, acc: &mut Vec<LabelSet>| {
+                acc.extend(q.series(&matchers, range)?);
+                Ok(())
+            })
+            .await?;
+        all.sort();
+        all.dedup();
+        Ok(all)
+    }
+
+    /// Merges every sample selected by `selector` in `range`.
+    pub async fn merge(
+        &self,
+        selector: &Selector,
+        range: TimeRange,
+    ) -> Result<MergedProfile, StorageError> {
+        let selector = selector.clone();
+        self.visit_all(range, MergedProfile::new(), move |q, acc| {
+            q.merge_into(&selector, range, acc)
+        })
+        .await
+    }
+
+    /// Per-step totals of the selection.
+    pub async fn timeline(
+        &self,
+        selector: &Selector,
+        range: TimeRange,
+        step_ms: i64,
+    ) -> Result<Timeline, StorageError> {
+        let selector = selector.clone();
+        let timeline =
+            Timeline::new(range, step_ms).map_err(|source| StorageError::Query { source })?;
+        self.visit_all(range, timeline, move |q, acc| {
+            q.timeline_into(&selector, range, acc)
+        })
+        .await
+    }
+}

@@ -1,0 +1,222 @@
+//! The write path: ingest (decode, log, apply) and flush (cut, encode,
+//! upload, drop the WAL segments the block replaces).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use kiln_engine::model::NAME_LABEL;
+use kiln_engine::{Head, IngestStats};
+use kiln_pprof::{DecodeLimits, Profile};
+
+use super::recovery::{wal_dir, write_marker};
+use super::{Frozen, HeadSlot, IngestRequest, Store, read, write};
+use crate::error::StorageError;
+use crate::wal::WalRecord;
+
+/// Decodes and validates pprof bytes (gzipped or not).
+pub(super) fn decode_profile(bytes: &[u8], limits: &DecodeLimits) -> Result<Profile, StorageError> {
+    kiln_pprof::decode(bytes, limits).map_err(|source| StorageError::InvalidProfile { source })
+}
+
+pub(super) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The request's time, else the profile's, else now.
+fn resolve_time_ms(request: Option<i64>, profile: &Profile) -> i64 {
+    match request {
+        Some(t) => t,
+        None if profile.time_nanos() > 0 => profile.time_nanos() / 1_000_000,
+        None => now_ms(),
+    }
+}
+
+impl Store {
+    /// Ingests one profile. Returns once the request is in the WAL on stable
+    /// storage and applied to the head, so it survives a crash and is
+    /// visible to queries.
+    pub async fn ingest(&self, request: IngestRequest) -> Result<IngestStats, StorageError> {
+        let shared = &self.shared;
+        if shared.closed.load(Ordering::SeqCst) {
+            return Err(StorageError::ShuttingDown);
+        }
+        let _permit = shared
+            .inflight
+            .try_acquire()
+            .map_err(|_| StorageError::Overloaded {
+                limit: shared.config.max_inflight_ingests,
+            })?;
+        if request.labels.get(NAME_LABEL).is_none_or(str::is_empty) {
+            // Checked before logging so a request the engine must refuse
+            // never reaches the WAL.
+            return Err(StorageError::InvalidLabels {
+                message: format!("the {NAME_LABEL} label is required"),
+            });
+        }
+        let limits = shared.config.decode_limits.clone();
+        let pprof = request.pprof.clone();
+        let profile = tokio::task::spawn_blocking(move || decode_profile(&pprof, &limits))
+            .await
+            .map_err(|e| StorageError::task("pprof decode", e))??;
+        let record = WalRecord {
+            labels: request.labels,
+            time_ms: resolve_time_ms(request.time_ms, &profile),
+            duration_nanos: request
+                .duration_nanos
+                .unwrap_or_else(|| profile.duration_nanos()),
+            pprof: request.pprof.to_vec(),
+        };
+        let gate = shared.cut_gate.read().await;
+        if shared.closed.load(Ordering::SeqCst) {
+            return Err(StorageError::ShuttingDown);
+        }
+        shared.wal.append(&record).await?;
+        let applier = Arc::clone(shared);
+        let stats = tokio::task::spawn_blocking(move || {
+            let mut slot = write(&applier.head);
+            let stats = slot.head.ingest(
+                &profile,
+                &record.labels,
+                record.time_ms,
+                record.duration_nanos,
+                &applier.config.ingest_limits,
+            );
+            (stats, slot.head.approx_bytes())
+        })
+        .await
+        .map_err(|e| StorageError::task("head ingest", e))?;
+        drop(gate);
+        let (stats, head_bytes) = stats;
+        let stats = stats.map_err(|source| StorageError::Rejected { source })?;
+        shared.counters.profiles.fetch_add(1, Ordering::Relaxed);
+        shared
+            .counters
+            .samples
+            .fetch_add(stats.samples, Ordering::Relaxed);
+        shared
+            .counters
+            .bytes
+            .fetch_add(request.pprof.len() as u64, Ordering::Relaxed);
+        if head_bytes >= shared.config.max_head_bytes {
+            shared.flush_now.notify_one();
+        }
+        Ok(stats)
+    }
+
+    /// Cuts the head into a block, uploads every pending block, and deletes
+    /// the WAL segments they replace. A failed upload leaves the data in
+    /// memory (still queried) and in the WAL, and is retried next flush.
+    pub async fn flush(&self) -> Result<(), StorageError> {
+        let shared = &self.shared;
+        self.cut_head().await?;
+        let _maintenance = shared.maintenance.lock().await;
+        let result = self.upload_pending().await;
+        if result.is_err() {
+            shared
+                .counters
+                .flush_failures
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// Moves the head's contents into a new frozen head awaiting upload.
+    async fn cut_head(&self) -> Result<(), StorageError> {
+        let shared = &self.shared;
+        if read(&shared.head).head.is_empty() {
+            return Ok(());
+        }
+        // No ingest is between its WAL append and head apply while we hold
+        // this: the frozen head holds exactly segments [first, new).
+        let _gate = shared.cut_gate.write().await;
+        let rotator = Arc::clone(shared);
+        let new_segment = tokio::task::spawn_blocking(move || rotator.wal.rotate())
+            .await
+            .map_err(|e| StorageError::task("WAL rotate", e))??;
+        let mut slot = write(&shared.head);
+        let old = std::mem::replace(
+            &mut *slot,
+            HeadSlot {
+                head: Head::new(),
+                first_segment: new_segment,
+            },
+        );
+        let frozen = Frozen {
+            id: ulid::Ulid::new().to_string(),
+            head: old.head,
+            first_segment: old.first_segment,
+            end_segment: new_segment,
+        };
+        // Pushed while the head lock is held, so a query that snapshots the
+        // view under the head's read lock sees the data exactly once.
+        write(&shared.view).frozen.push(Arc::new(frozen));
+        Ok(())
+    }
+
+    /// Uploads frozen heads oldest first; stops at the first failure so WAL
+    /// segments are only ever deleted in order. Caller holds `maintenance`.
+    async fn upload_pending(&self) -> Result<(), StorageError> {
+        let shared = &self.shared;
+        loop {
+            let Some(frozen) = read(&shared.view).frozen.first().cloned() else {
+                return Ok(());
+            };
+            if frozen.head.is_empty() {
+                write(&shared.view)
+                    .frozen
+                    .retain(|f| !Arc::ptr_eq(f, &frozen));
+                continue;
+            }
+            let encoder = Arc::clone(&frozen);
+            let replica = shared.config.replica.clone();
+            let dir = wal_dir(&shared.config);
+            let (meta, data, marker) = tokio::task::spawn_blocking(move || {
+                let marker = write_marker(
+                    &dir,
+                    &encoder.id,
+                    encoder.first_segment,
+                    encoder.end_segment,
+                )?;
+                let (meta, data) = kiln_engine::encode_block(&encoder.head, &encoder.id, &replica)
+                    .map_err(|source| StorageError::Block {
+                        id: encoder.id.clone(),
+                        source,
+                    })?;
+                Ok::<_, StorageError>((meta, data, marker))
+            })
+            .await
+            .map_err(|e| StorageError::task("block encode", e))??;
+            if let Err(err) = shared.bucket.put_block(&meta, data.into()).await {
+                tracing::warn!(block = %meta.id, error = %err, "block upload failed; will retry");
+                return Err(err);
+            }
+            {
+                let mut view = write(&shared.view);
+                view.frozen.retain(|f| !Arc::ptr_eq(f, &frozen));
+                let mut blocks = view.blocks.clone();
+                blocks.insert(meta.id.clone(), meta.clone());
+                view.set_blocks(blocks);
+            }
+            shared
+                .counters
+                .blocks_written
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(block = %meta.id, bytes = meta.size_bytes, "block uploaded");
+            let cleaner = Arc::clone(shared);
+            let (first, end) = (frozen.first_segment, frozen.end_segment);
+            tokio::task::spawn_blocking(move || {
+                cleaner.wal.remove_segments(|id| first <= id && id < end)?;
+                std::fs::remove_file(&marker).map_err(|source| StorageError::Wal {
+                    op: "remove marker",
+                    path: marker.clone(),
+                    source,
+                })
+            })
+            .await
+            .map_err(|e| StorageError::task("WAL cleanup", e))??;
+        }
+    }
+}
