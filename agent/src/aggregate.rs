@@ -1,0 +1,185 @@
+//! Turning one drained generation of kernel maps into per-target groups of
+//! stack samples (pure: no maps, no /proc).
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::abi::{self, CountKey, CountValue, FilterMode, MAX_STACK_DEPTH};
+
+/// One generation as read from the kernel.
+#[derive(Debug, Clone, Default)]
+pub struct DrainedWindow {
+    /// Count map entries.
+    pub counts: Vec<(CountKey, CountValue)>,
+    /// Stack map entries: id to instruction pointers, leaf first.
+    pub stacks: HashMap<u32, Vec<u64>>,
+}
+
+/// Which profile a sample goes into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GroupKey {
+    /// One process (a PID and its start time, so a reused PID is another group).
+    Process {
+        /// Process id.
+        pid: u32,
+        /// Process start, ns since boot.
+        start_boottime_ns: u64,
+    },
+    /// One cgroup (a container).
+    Cgroup {
+        /// cgroup v2 id.
+        cgroup_id: u64,
+    },
+}
+
+/// A stack and how often it was sampled, with the process it ran in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackSample {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id (0 when not recorded).
+    pub tid: u32,
+    /// Process start, ns since boot.
+    pub start_boottime_ns: u64,
+    /// cgroup v2 id.
+    pub cgroup_id: u64,
+    /// comm recorded by the kernel for the first sample of this key.
+    pub comm: String,
+    /// User instruction pointers, leaf first (empty when missing).
+    pub user: Vec<u64>,
+    /// Kernel instruction pointers, leaf first (empty when missing).
+    pub kernel: Vec<u64>,
+    /// Number of samples.
+    pub count: u64,
+}
+
+/// What was lost while turning a window into groups.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WindowLosses {
+    /// Stacks at the maximum depth, so probably cut short (samples).
+    pub truncated_stacks: u64,
+    /// Stack ids missing from the stack map (samples).
+    pub missing_stacks: u64,
+}
+
+/// Splits a drained window into per-target groups, in `mode`'s grouping:
+/// per process for PID and whole-host modes, per cgroup for cgroup targets.
+pub fn group_window(
+    window: DrainedWindow,
+    mode: FilterMode,
+) -> (BTreeMap<GroupKey, Vec<StackSample>>, WindowLosses) {
+    let mut groups: BTreeMap<GroupKey, Vec<StackSample>> = BTreeMap::new();
+    let mut losses = WindowLosses::default();
+    for (key, value) in window.counts {
+        if value.samples == 0 {
+            continue;
+        }
+        let mut resolve = |id: i32| -> Vec<u64> {
+            let Ok(id) = u32::try_from(id) else {
+                // Negative: the kernel could not record it (counted there).
+                return Vec::new();
+            };
+            match window.stacks.get(&id) {
+                Some(frames) => {
+                    if frames.len() >= MAX_STACK_DEPTH {
+                        losses.truncated_stacks += value.samples;
+                    }
+                    frames.clone()
+                }
+                None => {
+                    losses.missing_stacks += value.samples;
+                    Vec::new()
+                }
+            }
+        };
+        let user = resolve(key.user_stack_id);
+        let kernel = resolve(key.kernel_stack_id);
+        let group = match mode {
+            FilterMode::Cgroups => GroupKey::Cgroup {
+                cgroup_id: key.cgroup_id,
+            },
+            FilterMode::All | FilterMode::Pids => GroupKey::Process {
+                pid: key.pid,
+                start_boottime_ns: key.start_boottime_ns,
+            },
+        };
+        groups.entry(group).or_default().push(StackSample {
+            pid: key.pid,
+            tid: key.tid,
+            start_boottime_ns: key.start_boottime_ns,
+            cgroup_id: key.cgroup_id,
+            comm: abi::comm_to_string(&value.comm),
+            user,
+            kernel,
+            count: value.samples,
+        });
+    }
+    (groups, losses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(pid: u32, cgroup_id: u64, user: i32, kernel: i32) -> CountKey {
+        CountKey {
+            pid,
+            tid: 0,
+            cgroup_id,
+            start_boottime_ns: 1000 + u64::from(pid),
+            user_stack_id: user,
+            kernel_stack_id: kernel,
+        }
+    }
+
+    fn value(samples: u64) -> CountValue {
+        let mut comm = [0u8; 16];
+        comm[..3].copy_from_slice(b"hot");
+        CountValue { samples, comm }
+    }
+
+    #[test]
+    fn process_mode_groups_by_pid_and_start_and_resolves_both_stacks() {
+        let window = DrainedWindow {
+            counts: vec![
+                (key(10, 5, 1, 2), value(3)),
+                (key(10, 5, 1, -14), value(1)),
+                (key(11, 5, -17, 2), value(2)),
+            ],
+            stacks: HashMap::from([(1, vec![0x10, 0x20]), (2, vec![0xffff_0000])]),
+        };
+        let (groups, losses) = group_window(window, FilterMode::Pids);
+        assert_eq!(losses, WindowLosses::default());
+        assert_eq!(groups.len(), 2);
+        let first = &groups[&GroupKey::Process {
+            pid: 10,
+            start_boottime_ns: 1010,
+        }];
+        assert_eq!(first.len(), 2);
+        assert_eq!(first[0].user, vec![0x10, 0x20]);
+        assert_eq!(first[0].kernel, vec![0xffff_0000]);
+        assert!(first[1].kernel.is_empty());
+        assert_eq!(first[0].comm, "hot");
+    }
+
+    #[test]
+    fn cgroup_mode_puts_processes_of_one_cgroup_together() {
+        let window = DrainedWindow {
+            counts: vec![(key(10, 5, 1, -1), value(1)), (key(11, 5, 1, -1), value(1))],
+            stacks: HashMap::from([(1, vec![0x10])]),
+        };
+        let (groups, _) = group_window(window, FilterMode::Cgroups);
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[&GroupKey::Cgroup { cgroup_id: 5 }].len(), 2);
+    }
+
+    #[test]
+    fn full_depth_and_missing_stacks_are_counted_as_losses() {
+        let window = DrainedWindow {
+            counts: vec![(key(1, 1, 1, 9), value(4))],
+            stacks: HashMap::from([(1, vec![1; MAX_STACK_DEPTH])]),
+        };
+        let (_, losses) = group_window(window, FilterMode::All);
+        assert_eq!(losses.truncated_stacks, 4);
+        assert_eq!(losses.missing_stacks, 4);
+    }
+}

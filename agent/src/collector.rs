@@ -1,0 +1,319 @@
+//! The collector thread: polls the target source and new-process events,
+//! drains a window every interval, symbolizes it and queues one pprof per
+//! target. It owns everything that is not `Send` (blazesym) or blocks
+//! (BPF map syscalls, `/proc` reads), so async code never waits on it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::abi::{FilterMode, KernelCounter};
+use crate::aggregate::{self, GroupKey, StackSample};
+use crate::metrics::AgentMetrics;
+use crate::process_info::ProcessTable;
+use crate::profile_build::{self, PROFILE_NAME, ResolvedSample, WindowMeta};
+use crate::sampler::{Sampler, SamplerError};
+use crate::ship::{ShipItem, ShipQueue};
+use crate::symbolize::{StackSymbolizer, SymbolizationStats};
+use crate::target_set::{TargetSet, TargetSource};
+
+/// Collector settings.
+#[derive(Debug, Clone)]
+pub struct CollectorConfig {
+    /// Perf event frequency, Hz.
+    pub frequency_hz: u32,
+    /// Time between drains.
+    pub drain_interval: Duration,
+    /// How often the target source is asked for targets.
+    pub target_refresh_interval: Duration,
+    /// Node name label.
+    pub node: String,
+    /// Whether samples carry `tid`.
+    pub record_tid: bool,
+}
+
+/// How often new-process events are read; short, so a process that lives
+/// for a moment is still read from `/proc` while it exists.
+const EVENT_POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The collector; see the module docs.
+#[derive(Debug)]
+pub struct Collector<S: TargetSource> {
+    config: CollectorConfig,
+    sampler: Sampler,
+    source: S,
+    targets: TargetSet,
+    processes: ProcessTable,
+    symbolizer: StackSymbolizer,
+    queue: ShipQueue,
+    metrics: Arc<AgentMetrics>,
+    window_start: SystemTime,
+}
+
+impl<S: TargetSource> Collector<S> {
+    /// A collector over a started sampler whose allow-lists hold `targets`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: CollectorConfig,
+        sampler: Sampler,
+        source: S,
+        targets: TargetSet,
+        processes: ProcessTable,
+        symbolizer: StackSymbolizer,
+        queue: ShipQueue,
+        metrics: Arc<AgentMetrics>,
+    ) -> Self {
+        Collector {
+            config,
+            sampler,
+            source,
+            targets,
+            processes,
+            symbolizer,
+            queue,
+            metrics,
+            window_start: SystemTime::now(),
+        }
+    }
+
+    /// Runs until `shutdown` is set, then drains a last window and returns.
+    pub fn run(mut self, shutdown: &AtomicBool) {
+        self.metrics
+            .cpus_attached
+            .set(self.sampler.attached_cpu_count() as u64);
+        let mut next_drain = Instant::now() + self.config.drain_interval;
+        let mut next_refresh = Instant::now() + self.config.target_refresh_interval;
+        loop {
+            let stopping = shutdown.load(Ordering::Relaxed);
+            self.read_new_processes();
+            let now = Instant::now();
+            if now >= next_refresh {
+                next_refresh = now + self.config.target_refresh_interval;
+                self.refresh_targets();
+            }
+            if stopping || now >= next_drain {
+                next_drain = now + self.config.drain_interval;
+                if let Err(error) = self.drain_window() {
+                    tracing::error!(%error, "draining a window failed");
+                    self.metrics.add_drop(error.reason(), 1);
+                }
+                self.reattach_cpus();
+            }
+            if stopping {
+                return;
+            }
+            std::thread::sleep(EVENT_POLL_INTERVAL);
+        }
+    }
+
+    fn read_new_processes(&mut self) {
+        for event in self.sampler.take_new_processes() {
+            if let Err(error) = self.processes.refresh(event.pid, event.start_boottime_ns) {
+                tracing::debug!(pid = event.pid, %error, "new process not readable");
+            }
+        }
+    }
+
+    fn refresh_targets(&mut self) {
+        match self.source.current_targets() {
+            Ok(targets) => {
+                if targets != self.targets {
+                    if let Err(error) = self.sampler.sync_targets(&targets, &self.targets) {
+                        tracing::error!(%error, "updating the BPF allow-lists failed");
+                        return;
+                    }
+                    self.targets = targets;
+                }
+                self.metrics.targets.set(target_count(&self.targets));
+            }
+            Err(error) => {
+                tracing::warn!(%error, "target source failed; keeping the previous targets");
+                self.metrics.add_drop(error.reason(), 0);
+            }
+        }
+    }
+
+    fn reattach_cpus(&mut self) {
+        match self.sampler.attach_new_cpus() {
+            Ok(failures) => {
+                self.metrics
+                    .cpus_attached
+                    .set(self.sampler.attached_cpu_count() as u64);
+                self.metrics.cpus_failed.set(failures.len() as u64);
+            }
+            Err(error) => tracing::warn!(%error, "checking online CPUs failed"),
+        }
+    }
+
+    fn drain_window(&mut self) -> Result<(), SamplerError> {
+        let window = self.sampler.drain()?;
+        let end = SystemTime::now();
+        let start = std::mem::replace(&mut self.window_start, end);
+        self.metrics.windows.inc();
+        self.update_kernel_metrics()?;
+
+        let mode = self.targets.filter_mode();
+        let (groups, losses) = aggregate::group_window(window, mode);
+        self.metrics
+            .add_drop("truncated_stack", losses.truncated_stacks);
+        self.metrics
+            .add_drop("missing_stack", losses.missing_stacks);
+
+        let start_unix_ns = unix_ns(start);
+        let duration_ns = i64::try_from(end.duration_since(start).unwrap_or_default().as_nanos())
+            .unwrap_or(i64::MAX);
+        let mut stats = SymbolizationStats::default();
+        for (group, samples) in groups {
+            let item = self.build_group(
+                group,
+                &samples,
+                mode,
+                start_unix_ns,
+                duration_ns,
+                &mut stats,
+            );
+            self.metrics.profiles_built.inc();
+            self.queue.push(item);
+        }
+        self.metrics.frames_symbolized.add(stats.symbolized);
+        self.metrics.frames_unsymbolized.add(stats.unsymbolized);
+        self.metrics
+            .cached_processes
+            .set(self.processes.cached_processes() as u64);
+        self.metrics.queue_length.set(self.queue.len() as u64);
+        if self.processes.take_file_evictions() > 0 {
+            self.symbolizer.reset_file_state();
+        }
+        Ok(())
+    }
+
+    fn update_kernel_metrics(&mut self) -> Result<(), SamplerError> {
+        for (counter, total) in self.sampler.kernel_counters()? {
+            match counter {
+                KernelCounter::Samples => self.metrics.samples.set(total),
+                KernelCounter::Subsampled => self.metrics.subsampled.set(total),
+                KernelCounter::NewProcess => {}
+                KernelCounter::UserStackCollision => {
+                    self.metrics.set_drop_total("user_stack_collision", total)
+                }
+                KernelCounter::KernelStackCollision => {
+                    self.metrics.set_drop_total("kernel_stack_collision", total)
+                }
+                KernelCounter::StackError => self.metrics.set_drop_total("stack_error", total),
+                KernelCounter::CountsFull => self.metrics.set_drop_total("count_map_full", total),
+                KernelCounter::NewProcessLost => {
+                    self.metrics.set_drop_total("new_process_event_lost", total)
+                }
+            }
+        }
+        if let Some((run_time, runs)) = self.sampler.program_stats() {
+            self.metrics
+                .bpf_run_time_ns
+                .set(u64::try_from(run_time.as_nanos()).unwrap_or(u64::MAX));
+            self.metrics.bpf_run_count.set(runs);
+        }
+        Ok(())
+    }
+
+    fn build_group(
+        &mut self,
+        group: GroupKey,
+        samples: &[StackSample],
+        mode: FilterMode,
+        start_unix_ns: i64,
+        duration_ns: i64,
+        stats: &mut SymbolizationStats,
+    ) -> ShipItem {
+        // Symbolize per process: snapshots are per process.
+        let mut by_process: BTreeMap<(u32, u64), Vec<&StackSample>> = BTreeMap::new();
+        for sample in samples {
+            by_process
+                .entry((sample.pid, sample.start_boottime_ns))
+                .or_default()
+                .push(sample);
+        }
+        let mut resolved = Vec::with_capacity(samples.len());
+        let mut process_comm: HashMap<u32, String> = HashMap::new();
+        for ((pid, start), process_samples) in by_process {
+            let snapshot = self.processes.snapshot(pid, start);
+            let user_stacks: Vec<&[u64]> =
+                process_samples.iter().map(|s| s.user.as_slice()).collect();
+            let user_frames = self
+                .symbolizer
+                .user_frames(snapshot.as_deref(), &user_stacks, stats);
+            let comm = snapshot
+                .as_ref()
+                .map(|s| s.comm.clone())
+                .filter(|c| !c.is_empty())
+                .unwrap_or_else(|| process_samples[0].comm.clone());
+            process_comm.insert(pid, comm.clone());
+            for (sample, user) in process_samples.into_iter().zip(user_frames) {
+                let mut frames = self.symbolizer.kernel_frames(&sample.kernel, stats);
+                frames.extend(user);
+                resolved.push(ResolvedSample {
+                    pid: sample.pid,
+                    tid: sample.tid,
+                    comm: comm.clone(),
+                    frames,
+                    count: sample.count,
+                });
+            }
+        }
+        let first = samples.first();
+        let entry = first.and_then(|s| self.targets.entry_for(s.pid, s.cgroup_id));
+        let keep_one_in = entry.map_or(1, |e| e.keep_one_in(self.config.frequency_hz));
+        let meta = WindowMeta {
+            period_ns: profile_build::period_ns(self.config.frequency_hz, keep_one_in),
+            start_unix_ns,
+            duration_ns,
+            node: self.config.node.clone(),
+            record_tid: self.config.record_tid,
+        };
+        let profile = profile_build::build_profile(&meta, &resolved);
+        let pprof_gzip = kiln_pprof::encode_gzip(&profile);
+
+        let mut labels: BTreeMap<String, String> =
+            entry.map(|e| e.labels.clone()).unwrap_or_default();
+        labels.insert("__name__".to_owned(), PROFILE_NAME.to_owned());
+        labels.insert("node".to_owned(), self.config.node.clone());
+        let stem = match group {
+            GroupKey::Process {
+                pid,
+                start_boottime_ns,
+            } => {
+                labels.insert("pid".to_owned(), pid.to_string());
+                if let Some(comm) = process_comm.get(&pid) {
+                    labels.insert("comm".to_owned(), comm.clone());
+                }
+                format!(
+                    "cpu-{}-pid{pid}-{start_boottime_ns}",
+                    start_unix_ns / 1_000_000
+                )
+            }
+            GroupKey::Cgroup { cgroup_id } => {
+                format!("cpu-{}-cgroup{cgroup_id}", start_unix_ns / 1_000_000)
+            }
+        };
+        let _ = mode;
+        ShipItem {
+            labels: labels.into_iter().collect(),
+            pprof_gzip,
+            file_stem: stem,
+        }
+    }
+}
+
+fn target_count(targets: &TargetSet) -> u64 {
+    match targets {
+        TargetSet::All => 0,
+        TargetSet::Pids(pids) => pids.len() as u64,
+        TargetSet::Cgroups(cgroups) => cgroups.len() as u64,
+    }
+}
+
+fn unix_ns(time: SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

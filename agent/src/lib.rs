@@ -1,0 +1,26 @@
+//! Kiln's node agent: samples on-CPU stacks with eBPF, aggregates them in
+//! the kernel per (pid, cgroup, user stack, kernel stack), symbolizes them on
+//! the node and ships one pprof per target and window.
+//!
+//! Pure logic (testable without privileges): [`abi`], [`aggregate`],
+//! [`proc_maps`], [`kallsyms`], [`profile_build`], [`target_set`],
+//! [`bounded_cache`], the queue and backoff in [`ship`], [`metrics`]
+//! rendering and [`preflight`] checks. IO: [`sampler`] (aya), [`process_info`]
+//! (`/proc`), [`symbolize`] (blazesym), [`ship`] sinks (files, tonic),
+//! [`collector`] (the thread tying them together).
+
+pub mod abi;
+pub mod aggregate;
+pub mod bounded_cache;
+pub mod cli_targets;
+pub mod collector;
+pub mod kallsyms;
+pub mod metrics;
+pub mod preflight;
+pub mod proc_maps;
+pub mod process_info;
+pub mod profile_build;
+pub mod sampler;
+pub mod ship;
+pub mod symbolize;
+pub mod target_set;

@@ -1,0 +1,350 @@
+//! `kiln-agent`: the node agent binary. Parses flags, checks privileges,
+//! starts the sampler, the collector thread, the shipper and `/metrics`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{ArgGroup, Parser};
+
+use kiln_agent::cli_targets::StaticTargets;
+use kiln_agent::collector::{Collector, CollectorConfig};
+use kiln_agent::kallsyms::KernelSymbols;
+use kiln_agent::metrics::{AgentMetrics, serve_metrics};
+use kiln_agent::preflight;
+use kiln_agent::process_info::ProcessTable;
+use kiln_agent::sampler::{Sampler, SamplerConfig};
+use kiln_agent::ship::{ShipQueue, Sink, run_shipper};
+use kiln_agent::symbolize::StackSymbolizer;
+use kiln_agent::target_set::TargetSource;
+
+/// Kiln's node agent: samples on-CPU stacks with eBPF and ships pprof.
+///
+/// Choose what to profile (--pid, --all, --cgroup/--cgroup-id) and where
+/// profiles go (--output-dir or --store).
+#[derive(Debug, Parser)]
+#[command(name = "kiln-agent", version)]
+#[command(group(ArgGroup::new("targets").required(true).args(["pid", "all", "cgroup", "cgroup_id"])))]
+#[command(group(ArgGroup::new("sink").required(true).args(["output_dir", "store"])))]
+struct Cli {
+    /// Profile these processes (comma-separated PIDs).
+    #[arg(long, env = "KILN_PID", value_delimiter = ',', conflicts_with_all = ["all", "cgroup", "cgroup_id"])]
+    pid: Vec<u32>,
+    /// Profile every process on the host.
+    #[arg(long, env = "KILN_ALL", conflicts_with_all = ["cgroup", "cgroup_id"])]
+    all: bool,
+    /// Profile the processes in these cgroup v2 directories (absolute or
+    /// relative to /sys/fs/cgroup; comma-separated).
+    #[arg(long, env = "KILN_CGROUP", value_delimiter = ',')]
+    cgroup: Vec<PathBuf>,
+    /// Profile the processes in these cgroups, by cgroup id (comma-separated).
+    #[arg(long, env = "KILN_CGROUP_ID", value_delimiter = ',')]
+    cgroup_id: Vec<u64>,
+    /// Write gzipped pprof files to this directory instead of shipping.
+    #[arg(long, env = "KILN_OUTPUT_DIR")]
+    output_dir: Option<PathBuf>,
+    /// Ship profiles to this store with Parca's WriteRaw (e.g. http://127.0.0.1:7470).
+    #[arg(long, env = "KILN_STORE")]
+    store: Option<String>,
+    /// Samples per second per CPU. 19 is prime, so it does not alias with
+    /// periodic work.
+    #[arg(long, env = "KILN_FREQUENCY", default_value_t = 19, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    frequency: u32,
+    /// How often the kernel maps are drained into profiles (e.g. 10s, 500ms).
+    #[arg(long, env = "KILN_DRAIN_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    drain_interval: Duration,
+    /// Stop after this long (drains a final window first); runs until
+    /// SIGTERM/SIGINT when absent.
+    #[arg(long, env = "KILN_DURATION", value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Value of the `node` label; the host name when absent.
+    #[arg(long, env = "KILN_NODE_NAME")]
+    node_name: Option<String>,
+    /// Label samples with the thread id (`tid`); more keys, bigger profiles.
+    #[arg(long, env = "KILN_RECORD_TID")]
+    record_tid: bool,
+    /// Address of the Prometheus `/metrics` endpoint; `off` disables it.
+    #[arg(long, env = "KILN_METRICS_ADDR", default_value = "127.0.0.1:7471")]
+    metrics_addr: String,
+    /// Kernel BTF used to relocate the BPF program.
+    #[arg(long, env = "KILN_BTF_PATH", default_value = "/sys/kernel/btf/vmlinux")]
+    btf_path: PathBuf,
+    /// Entries in each of the two stack maps (kernel memory: about 1 KiB each).
+    #[arg(long, env = "KILN_STACK_MAP_ENTRIES", default_value_t = 8192)]
+    stack_map_entries: u32,
+    /// Entries in each of the two aggregation maps.
+    #[arg(long, env = "KILN_COUNT_MAP_ENTRIES", default_value_t = 16384)]
+    count_map_entries: u32,
+    /// Profiles held while the store is unreachable; the oldest are dropped beyond it.
+    #[arg(long, env = "KILN_QUEUE_CAPACITY", default_value_t = 256)]
+    queue_capacity: usize,
+    /// Process snapshots kept for symbolizing exited processes.
+    #[arg(long, env = "KILN_MAX_CACHED_PROCESSES", default_value_t = 4096)]
+    max_cached_processes: usize,
+    /// Open ELF files kept for symbolization (keyed by file identity).
+    #[arg(long, env = "KILN_MAX_OPEN_FILES", default_value_t = 512)]
+    max_open_files: usize,
+    /// Symbol names cached, keyed by (build id, file offset).
+    #[arg(long, env = "KILN_MAX_CACHED_SYMBOLS", default_value_t = 200_000)]
+    max_cached_symbols: usize,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 10s or 500ms"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" | "" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("unknown unit {unit:?} in {text:?}: use ms, s or m")),
+    };
+    if !(0.001..=86_400.0).contains(&seconds) {
+        return Err(format!("{text:?} is out of range (1ms to 24h)"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("kiln_agent=info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("kiln-agent: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let capabilities = preflight::run(&cli.btf_path)?;
+    if !preflight::can_read_other_processes(capabilities) {
+        tracing::warn!("without CAP_SYS_PTRACE, other users' processes cannot be symbolized");
+    }
+    raise_resource_limits();
+
+    let mut source = if cli.all {
+        StaticTargets::All
+    } else if !cli.pid.is_empty() {
+        StaticTargets::Pids(cli.pid.clone())
+    } else {
+        StaticTargets::Cgroups {
+            paths: cli.cgroup.clone(),
+            ids: cli.cgroup_id.clone(),
+        }
+    };
+    let targets = source.current_targets().context("resolving the targets")?;
+    let sink = match (&cli.output_dir, &cli.store) {
+        (Some(dir), _) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            Sink::Directory(dir.clone())
+        }
+        (None, Some(endpoint)) => Sink::Store {
+            endpoint: endpoint.clone(),
+        },
+        (None, None) => anyhow::bail!("give --output-dir or --store"),
+    };
+    let node = cli.node_name.clone().unwrap_or_else(host_name);
+
+    let sampler = Sampler::start(
+        SamplerConfig {
+            frequency_hz: cli.frequency,
+            stack_map_entries: cli.stack_map_entries,
+            count_map_entries: cli.count_map_entries,
+            record_tid: cli.record_tid,
+            btf_path: cli.btf_path.clone(),
+        },
+        &targets,
+    )?;
+    tracing::info!(
+        cpus = sampler.attached_cpu_count(),
+        frequency_hz = cli.frequency,
+        mode = ?targets.filter_mode(),
+        "sampling"
+    );
+    let kernel_symbols = std::fs::File::open("/proc/kallsyms")
+        .map(std::io::BufReader::new)
+        .and_then(KernelSymbols::read)
+        .unwrap_or_else(|error| {
+            tracing::warn!(%error, "cannot read /proc/kallsyms; kernel frames stay unsymbolized");
+            KernelSymbols::default()
+        });
+    if kernel_symbols.is_empty() {
+        tracing::warn!(
+            "kallsyms addresses are hidden (kptr_restrict); kernel frames stay unsymbolized"
+        );
+    }
+
+    let metrics = Arc::new(AgentMetrics::default());
+    let queue = ShipQueue::new(cli.queue_capacity, Arc::clone(&metrics));
+    let collector_config = CollectorConfig {
+        frequency_hz: cli.frequency,
+        drain_interval: cli.drain_interval,
+        target_refresh_interval: Duration::from_secs(2),
+        node,
+        record_tid: cli.record_tid,
+    };
+    let max_cached_symbols = cli.max_cached_symbols;
+    let processes = ProcessTable::new(cli.max_cached_processes, cli.max_open_files);
+    let collector_queue = queue.clone();
+    let collector_metrics = Arc::clone(&metrics);
+    let stop = Arc::new(AtomicBool::new(false));
+    let collector_stop = Arc::clone(&stop);
+    // The symbolizer is not Send, so it is created on the collector thread.
+    let collector = std::thread::Builder::new()
+        .name("kiln-collector".to_owned())
+        .spawn(move || {
+            let symbolizer = StackSymbolizer::new(kernel_symbols, max_cached_symbols);
+            Collector::new(
+                collector_config,
+                sampler,
+                source,
+                targets,
+                processes,
+                symbolizer,
+                collector_queue,
+                collector_metrics,
+            )
+            .run(&collector_stop);
+        })
+        .context("starting the collector thread")?;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+        if cli.metrics_addr != "off" {
+            let listener = tokio::net::TcpListener::bind(&cli.metrics_addr)
+                .await
+                .with_context(|| format!("binding /metrics to {}", cli.metrics_addr))?;
+            if let Ok(address) = listener.local_addr() {
+                tracing::info!(%address, "serving /metrics");
+            }
+            tokio::spawn(serve_metrics(
+                listener,
+                Arc::clone(&metrics),
+                shutdown_rx.clone(),
+            ));
+        }
+        let shipper = tokio::spawn(run_shipper(sink, queue, Arc::clone(&metrics), shutdown_rx));
+        wait_for_stop(cli.duration).await;
+        tracing::info!("stopping: draining the last window");
+        stop.store(true, Ordering::Relaxed);
+        let joined = tokio::task::spawn_blocking(move || collector.join()).await;
+        if !matches!(joined, Ok(Ok(()))) {
+            tracing::error!("the collector thread panicked");
+        }
+        let _ = shutdown_tx.send(true);
+        if tokio::time::timeout(Duration::from_secs(15), shipper)
+            .await
+            .is_err()
+        {
+            tracing::warn!("gave up shipping the last profiles after 15 s");
+        }
+        Ok(())
+    })
+}
+
+async fn wait_for_stop(duration: Option<Duration>) {
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let sigterm = async {
+        match terminate.as_mut() {
+            Some(signal) => {
+                signal.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    let deadline = async {
+        match duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = sigterm => {}
+        () = deadline => {}
+    }
+}
+
+/// Open ELF files are kept for symbolization, and kernels before 5.11
+/// charge BPF maps to RLIMIT_MEMLOCK: raise both soft limits to the hard ones.
+fn raise_resource_limits() {
+    for resource in [libc::RLIMIT_NOFILE, libc::RLIMIT_MEMLOCK] {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the rlimit we own.
+        if unsafe { libc::getrlimit(resource, &mut limit) } == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            // SAFETY: setrlimit only reads the rlimit we pass.
+            if unsafe { libc::setrlimit(resource, &limit) } != 0 {
+                tracing::debug!(resource, "cannot raise resource limit");
+            }
+        }
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_accept_common_units_and_reject_garbage() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5h").is_err());
+        assert!(parse_duration("0s").is_err());
+    }
+
+    #[test]
+    fn a_target_and_a_sink_are_required() {
+        assert!(Cli::try_parse_from(["kiln-agent", "--all"]).is_err());
+        assert!(Cli::try_parse_from(["kiln-agent", "--output-dir", "/tmp"]).is_err());
+        assert!(
+            Cli::try_parse_from(["kiln-agent", "--all", "--pid", "1", "--output-dir", "/tmp"])
+                .is_err()
+        );
+        let cli = Cli::try_parse_from(["kiln-agent", "--pid", "1,2", "--output-dir", "/tmp"])
+            .expect("valid");
+        assert_eq!(cli.pid, vec![1, 2]);
+        assert_eq!(cli.frequency, 19);
+    }
+}

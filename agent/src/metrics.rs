@@ -1,0 +1,315 @@
+//! The agent's own metrics and their Prometheus text exposition.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A monotonically increasing counter (or a gauge set from elsewhere).
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds one.
+    pub fn inc(&self) {
+        self.add(1);
+    }
+
+    /// Adds `n`.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Sets the value (for values read as totals, e.g. from the kernel).
+    pub fn set(&self, n: u64) {
+        self.0.store(n, Ordering::Relaxed);
+    }
+
+    /// Current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Everything `/metrics` reports.
+#[derive(Debug, Default)]
+pub struct AgentMetrics {
+    /// Samples of targeted processes counted in the kernel (total).
+    pub samples: Counter,
+    /// Samples skipped by per-target subsampling (total).
+    pub subsampled: Counter,
+    /// Samples or profiles lost, by reason.
+    drops: Mutex<BTreeMap<&'static str, u64>>,
+    /// Failed sends, by reason.
+    ship_errors: Mutex<BTreeMap<&'static str, u64>>,
+    /// Profiles written or acknowledged by the store.
+    pub profiles_shipped: Counter,
+    /// Profiles built.
+    pub profiles_built: Counter,
+    /// Windows drained.
+    pub windows: Counter,
+    /// Cumulative BPF program run time, ns (kernel statistics).
+    pub bpf_run_time_ns: Counter,
+    /// Cumulative BPF program runs (kernel statistics).
+    pub bpf_run_count: Counter,
+    /// CPUs with an attached perf event.
+    pub cpus_attached: Counter,
+    /// CPUs where attaching failed.
+    pub cpus_failed: Counter,
+    /// Current number of targets.
+    pub targets: Counter,
+    /// Frames given a function name.
+    pub frames_symbolized: Counter,
+    /// Frames left unsymbolized (mapping + address kept).
+    pub frames_unsymbolized: Counter,
+    /// Cached process snapshots.
+    pub cached_processes: Counter,
+    /// Profiles waiting to be shipped.
+    pub queue_length: Counter,
+}
+
+impl AgentMetrics {
+    /// Counts `n` losses for `reason`.
+    pub fn add_drop(&self, reason: &'static str, n: u64) {
+        if n > 0 {
+            add_to(&self.drops, reason, n);
+        }
+    }
+
+    /// Sets the total of a loss reason counted elsewhere (the kernel).
+    pub fn set_drop_total(&self, reason: &'static str, total: u64) {
+        let mut map = self.drops.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert(reason, total);
+    }
+
+    /// Losses so far for `reason`.
+    pub fn drops(&self, reason: &str) -> u64 {
+        let map = self.drops.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(reason).copied().unwrap_or(0)
+    }
+
+    /// Counts one failed send for `reason`.
+    pub fn add_ship_error(&self, reason: &'static str) {
+        add_to(&self.ship_errors, reason, 1);
+    }
+
+    /// Renders the Prometheus text format; `rss` is `(current, peak)` bytes.
+    pub fn render(&self, rss: Option<(u64, u64)>) -> String {
+        let mut out = String::with_capacity(2048);
+        let mut counter = |name: &str, help: &str, value: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+            );
+        };
+        counter(
+            "kiln_agent_samples_total",
+            "Samples of targeted processes counted in the kernel.",
+            self.samples.get(),
+        );
+        counter(
+            "kiln_agent_subsampled_total",
+            "Samples skipped by per-target subsampling.",
+            self.subsampled.get(),
+        );
+        counter(
+            "kiln_agent_profiles_built_total",
+            "Profiles built (one per target and window).",
+            self.profiles_built.get(),
+        );
+        counter(
+            "kiln_agent_profiles_shipped_total",
+            "Profiles written or acknowledged by the store.",
+            self.profiles_shipped.get(),
+        );
+        counter(
+            "kiln_agent_windows_total",
+            "Sampling windows drained.",
+            self.windows.get(),
+        );
+        counter(
+            "kiln_agent_bpf_run_time_ns_total",
+            "Cumulative run time of the BPF sampler in ns (kernel bpf_stats).",
+            self.bpf_run_time_ns.get(),
+        );
+        counter(
+            "kiln_agent_bpf_runs_total",
+            "Runs of the BPF sampler (kernel bpf_stats).",
+            self.bpf_run_count.get(),
+        );
+        counter(
+            "kiln_agent_frames_symbolized_total",
+            "User and kernel frames given a function name.",
+            self.frames_symbolized.get(),
+        );
+        counter(
+            "kiln_agent_frames_unsymbolized_total",
+            "Frames kept as mapping and address only.",
+            self.frames_unsymbolized.get(),
+        );
+        let mut gauge = |name: &str, help: &str, value: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        };
+        gauge(
+            "kiln_agent_cpus_attached",
+            "CPUs with an attached perf event.",
+            self.cpus_attached.get(),
+        );
+        gauge(
+            "kiln_agent_cpus_failed",
+            "Online CPUs where attaching failed.",
+            self.cpus_failed.get(),
+        );
+        gauge(
+            "kiln_agent_targets",
+            "Targets in the kernel allow-list.",
+            self.targets.get(),
+        );
+        gauge(
+            "kiln_agent_cached_processes",
+            "Process snapshots held for symbolization.",
+            self.cached_processes.get(),
+        );
+        gauge(
+            "kiln_agent_queue_length",
+            "Profiles waiting to be shipped.",
+            self.queue_length.get(),
+        );
+        if let Some((rss, peak)) = rss {
+            gauge(
+                "kiln_agent_resident_memory_bytes",
+                "Resident set size.",
+                rss,
+            );
+            gauge(
+                "kiln_agent_resident_memory_peak_bytes",
+                "Peak resident set size.",
+                peak,
+            );
+        }
+        render_labelled(
+            &mut out,
+            "kiln_agent_dropped_total",
+            "Samples or profiles lost, by reason.",
+            "reason",
+            &self.drops,
+        );
+        render_labelled(
+            &mut out,
+            "kiln_agent_ship_errors_total",
+            "Failed sends, by reason.",
+            "reason",
+            &self.ship_errors,
+        );
+        out
+    }
+}
+
+fn add_to(map: &Mutex<BTreeMap<&'static str, u64>>, key: &'static str, n: u64) {
+    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    *map.entry(key).or_insert(0) += n;
+}
+
+fn render_labelled(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    label: &str,
+    values: &Mutex<BTreeMap<&'static str, u64>>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+    let values = values.lock().unwrap_or_else(|p| p.into_inner());
+    for (key, value) in values.iter() {
+        let _ = writeln!(out, "{name}{{{label}=\"{key}\"}} {value}");
+    }
+}
+
+/// `(VmRSS, VmHWM)` in bytes from `/proc/self/status` text.
+pub fn parse_rss(status: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        let kib: u64 = line[name.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kib * 1024)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// Serves `/metrics` until `shutdown` fires. Tiny HTTP/1.1: one request per
+/// connection, any path other than `/metrics` gets 404.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    metrics: std::sync::Arc<AgentMetrics>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.changed() => return,
+        };
+        let Ok((mut stream, _)) = accepted else {
+            continue;
+        };
+        let metrics = std::sync::Arc::clone(&metrics);
+        tokio::spawn(async move {
+            let mut buffer = [0u8; 2048];
+            let read =
+                tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut buffer))
+                    .await;
+            let Ok(Ok(n)) = read else {
+                return;
+            };
+            let request = String::from_utf8_lossy(&buffer[..n]);
+            let path = request.split_ascii_whitespace().nth(1).unwrap_or("");
+            let response = if path == "/metrics" {
+                let rss = std::fs::read_to_string("/proc/self/status")
+                    .ok()
+                    .and_then(|s| parse_rss(&s));
+                let body = metrics.render(rss);
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+            } else {
+                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    .to_owned()
+            };
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_exposes_counters_drops_by_reason_and_rss() {
+        let metrics = AgentMetrics::default();
+        metrics.samples.add(42);
+        metrics.add_drop("queue_full", 2);
+        metrics.set_drop_total("stack_collision_user", 5);
+        let text = metrics.render(Some((1024, 2048)));
+        assert!(text.contains("kiln_agent_samples_total 42\n"));
+        assert!(text.contains("kiln_agent_dropped_total{reason=\"queue_full\"} 2\n"));
+        assert!(text.contains("kiln_agent_dropped_total{reason=\"stack_collision_user\"} 5\n"));
+        assert!(text.contains("kiln_agent_resident_memory_bytes 1024\n"));
+        assert_eq!(metrics.drops("queue_full"), 2);
+    }
+
+    #[test]
+    fn rss_is_parsed_from_proc_status() {
+        let status = "Name:\tx\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n";
+        assert_eq!(parse_rss(status), Some((1024 * 1024, 2048 * 1024)));
+        assert_eq!(parse_rss("Name: x\n"), None);
+    }
+}

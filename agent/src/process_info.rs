@@ -1,0 +1,311 @@
+//! What the agent knows about a sampled process, read from `/proc` while it
+//! lives and kept (bounded) after it exits, so short-lived processes can
+//! still be symbolized at drain time.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::bounded_cache::BoundedCache;
+use crate::proc_maps::{self, MapEntry, MappingKind};
+
+/// An ELF file a process maps, held open so it can be read after the
+/// process (or its mount namespace) is gone.
+#[derive(Debug)]
+pub struct MappedFile {
+    /// GNU build id as lowercase hex, empty when the file has none.
+    pub build_id: String,
+    /// The path the process sees.
+    pub path: String,
+    /// The open file; symbolization reads it via `/proc/self/fd/N`.
+    pub file: File,
+}
+
+impl MappedFile {
+    /// A path through which this process can read the open file.
+    pub fn readable_path(&self) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+
+    /// The identity symbol caches use: the build id, else the path.
+    pub fn cache_identity(&self) -> &str {
+        if self.build_id.is_empty() {
+            &self.path
+        } else {
+            &self.build_id
+        }
+    }
+}
+
+/// A process's executable mappings and names at one point in time.
+#[derive(Debug)]
+pub struct ProcessSnapshot {
+    /// Process id.
+    pub pid: u32,
+    /// Process start, ns since boot (as the kernel recorded it).
+    pub start_boottime_ns: u64,
+    /// `/proc/PID/comm`.
+    pub comm: String,
+    /// Executable mappings sorted by start.
+    pub maps: Vec<MapEntry>,
+    /// For each entry of `maps`, its open file when it is a readable file.
+    pub files: Vec<Option<Arc<MappedFile>>>,
+}
+
+/// Why a process could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessReadError {
+    /// The process exited (or its PID now belongs to another process).
+    #[error("process {pid} is gone")]
+    Gone {
+        /// Process id.
+        pid: u32,
+    },
+    /// A `/proc` file could not be read.
+    #[error("cannot read {path}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `/proc/PID/maps` was malformed.
+    #[error("cannot parse maps of process {pid}")]
+    Maps {
+        /// Process id.
+        pid: u32,
+        /// The parse error.
+        #[source]
+        source: proc_maps::MapsParseError,
+    },
+}
+
+impl ProcessReadError {
+    /// A fixed name for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ProcessReadError::Gone { .. } => "process_gone",
+            ProcessReadError::Io { .. } => "proc_io",
+            ProcessReadError::Maps { .. } => "maps_malformed",
+        }
+    }
+}
+
+/// Start time of a process in clock ticks since boot, from `/proc/PID/stat`
+/// (field 22), or `None` when it is not readable.
+pub fn parse_stat_start_ticks(stat: &str) -> Option<u64> {
+    // comm (field 2) is parenthesised and may contain spaces and ')'.
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    // Field 3 is the first after comm, so field 22 is the 20th.
+    after_comm.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// Converts a kernel `start_boottime` in ns to `/proc` clock ticks, the way
+/// the kernel's `nsec_to_clock_t` does.
+pub fn boottime_ns_to_ticks(ns: u64, ticks_per_second: u64) -> u64 {
+    ns / (1_000_000_000 / ticks_per_second.max(1))
+}
+
+/// Reads processes from `/proc` and keeps their snapshots and open files in
+/// bounded caches.
+#[derive(Debug)]
+pub struct ProcessTable {
+    proc_root: PathBuf,
+    ticks_per_second: u64,
+    snapshots: BoundedCache<(u32, u64), Arc<ProcessSnapshot>>,
+    files: BoundedCache<(u64, u64), Arc<MappedFile>>,
+    /// Open files dropped from `files` since the last check; symbolizer
+    /// caches keyed by their paths must be reset.
+    files_evicted: u64,
+}
+
+impl ProcessTable {
+    /// A table reading `/proc`, keeping at most `max_processes` snapshots and
+    /// `max_files` open files.
+    pub fn new(max_processes: usize, max_files: usize) -> ProcessTable {
+        // SAFETY: sysconf only reads a configuration value.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        ProcessTable {
+            proc_root: PathBuf::from("/proc"),
+            ticks_per_second: u64::try_from(ticks).ok().filter(|&t| t > 0).unwrap_or(100),
+            snapshots: BoundedCache::new(max_processes),
+            files: BoundedCache::new(max_files),
+            files_evicted: 0,
+        }
+    }
+
+    /// Reads (or re-reads) the process and caches its snapshot. Called when
+    /// the kernel announces a new process and again at drain time, so maps
+    /// changed by `dlopen` are seen while the process lives.
+    pub fn refresh(
+        &mut self,
+        pid: u32,
+        start_boottime_ns: u64,
+    ) -> Result<Arc<ProcessSnapshot>, ProcessReadError> {
+        let snapshot = Arc::new(self.read_process(pid, start_boottime_ns)?);
+        self.snapshots
+            .insert((pid, start_boottime_ns), Arc::clone(&snapshot));
+        Ok(snapshot)
+    }
+
+    /// The freshest snapshot: re-read when alive, the cached one when the
+    /// process is gone, `None` when it was never seen alive.
+    pub fn snapshot(&mut self, pid: u32, start_boottime_ns: u64) -> Option<Arc<ProcessSnapshot>> {
+        match self.refresh(pid, start_boottime_ns) {
+            Ok(snapshot) => Some(snapshot),
+            Err(_) => self.snapshots.get(&(pid, start_boottime_ns)).cloned(),
+        }
+    }
+
+    /// Returns and resets the number of open files evicted since the last call.
+    pub fn take_file_evictions(&mut self) -> u64 {
+        let now = self.files.evictions();
+        let new = now - self.files_evicted;
+        self.files_evicted = now;
+        new
+    }
+
+    /// Number of cached process snapshots.
+    pub fn cached_processes(&self) -> usize {
+        self.snapshots.len()
+    }
+
+    fn proc_path(&self, pid: u32, file: &str) -> PathBuf {
+        self.proc_root.join(pid.to_string()).join(file)
+    }
+
+    fn read_text(&self, path: &Path, pid: u32) -> Result<String, ProcessReadError> {
+        std::fs::read_to_string(path).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound
+                || source.raw_os_error() == Some(libc::ESRCH)
+            {
+                ProcessReadError::Gone { pid }
+            } else {
+                ProcessReadError::Io {
+                    path: path.to_owned(),
+                    source,
+                }
+            }
+        })
+    }
+
+    fn read_process(
+        &mut self,
+        pid: u32,
+        start_boottime_ns: u64,
+    ) -> Result<ProcessSnapshot, ProcessReadError> {
+        let stat = self.read_text(&self.proc_path(pid, "stat"), pid)?;
+        let expected = boottime_ns_to_ticks(start_boottime_ns, self.ticks_per_second);
+        if parse_stat_start_ticks(&stat) != Some(expected) {
+            // The PID was reused: this is not the process that was sampled.
+            return Err(ProcessReadError::Gone { pid });
+        }
+        let maps_text = self.read_text(&self.proc_path(pid, "maps"), pid)?;
+        let maps = proc_maps::parse_executable_maps(&maps_text)
+            .map_err(|source| ProcessReadError::Maps { pid, source })?;
+        let comm = self
+            .read_text(&self.proc_path(pid, "comm"), pid)
+            .map(|c| c.trim_end().to_owned())
+            .unwrap_or_default();
+        let mut opened: HashMap<String, Option<Arc<MappedFile>>> = HashMap::new();
+        let files = maps
+            .iter()
+            .map(|entry| match &entry.kind {
+                MappingKind::File { path, .. } => opened
+                    .entry(path.clone())
+                    .or_insert_with(|| self.open_mapped_file(pid, entry, path))
+                    .clone(),
+                MappingKind::Special(_) | MappingKind::Anonymous => None,
+            })
+            .collect();
+        Ok(ProcessSnapshot {
+            pid,
+            start_boottime_ns,
+            comm,
+            maps,
+            files,
+        })
+    }
+
+    /// Opens the file behind a mapping: through `map_files` (works for
+    /// deleted files), else through the process's root (its mount namespace).
+    fn open_mapped_file(
+        &mut self,
+        pid: u32,
+        entry: &MapEntry,
+        path: &str,
+    ) -> Option<Arc<MappedFile>> {
+        use std::os::unix::fs::MetadataExt;
+        let candidates = [
+            self.proc_path(pid, &format!("map_files/{:x}-{:x}", entry.start, entry.end)),
+            self.proc_path(pid, "root")
+                .join(path.trim_start_matches('/')),
+        ];
+        let file = candidates.iter().find_map(|p| File::open(p).ok())?;
+        let metadata = file.metadata().ok()?;
+        let identity = (metadata.dev(), metadata.ino());
+        if let Some(known) = self.files.get(&identity) {
+            return Some(Arc::clone(known));
+        }
+        let mut mapped = MappedFile {
+            build_id: String::new(),
+            path: path.to_owned(),
+            file,
+        };
+        if let Ok(Some(build_id)) = blazesym::helper::read_elf_build_id(&mapped.readable_path()) {
+            mapped.build_id = build_id.iter().map(|b| format!("{b:02x}")).collect();
+        }
+        let mapped = Arc::new(mapped);
+        self.files.insert(identity, Arc::clone(&mapped));
+        Some(mapped)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_start_time_survives_hostile_comm() {
+        let stat = "42 (we ird) ) R 1 42 42 0 -1 4194304 100 0 0 0 5 6 0 0 20 0 1 0 123456 1000 10";
+        assert_eq!(parse_stat_start_ticks(stat), Some(123456));
+        assert_eq!(parse_stat_start_ticks("42 (x) R 1"), None);
+        assert_eq!(parse_stat_start_ticks("no parens"), None);
+    }
+
+    #[test]
+    fn boottime_converts_to_ticks_like_the_kernel() {
+        assert_eq!(boottime_ns_to_ticks(1_234_567_890_123, 100), 123_456);
+        assert_eq!(boottime_ns_to_ticks(5, 0), 5);
+    }
+
+    #[test]
+    fn own_process_reads_with_its_executable_and_build_id() {
+        let pid = std::process::id();
+        let stat = std::fs::read_to_string("/proc/self/stat").expect("own stat");
+        let ticks = parse_stat_start_ticks(&stat).expect("start time");
+        let mut table = ProcessTable::new(16, 16);
+        // Convert back: any ns within the tick maps to it.
+        let ns = ticks * (1_000_000_000 / table.ticks_per_second);
+        let snapshot = table.refresh(pid, ns).expect("own process is readable");
+        let exe = std::fs::read_link("/proc/self/exe").expect("exe link");
+        let exe = exe.to_string_lossy();
+        let index = snapshot
+            .maps
+            .iter()
+            .position(|m| m.display_name() == exe)
+            .expect("own executable is mapped");
+        let file = snapshot.files[index]
+            .as_ref()
+            .expect("own executable opens");
+        assert_eq!(file.build_id.len() % 2, 0);
+        assert!(!snapshot.comm.is_empty());
+        assert!(matches!(
+            table.refresh(pid, ns + 10_000_000_000),
+            Err(ProcessReadError::Gone { .. })
+        ));
+    }
+}

@@ -1,0 +1,414 @@
+//! The kernel side, through aya: load the BPF object, attach one cpu-clock
+//! perf event per online CPU, keep the allow-lists in sync, flip generations
+//! and drain them, and read the kernel's counters and program statistics.
+
+use std::collections::{BTreeSet, HashMap};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf, StackTraceMap};
+use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
+use aya::programs::{PerfEvent, ProgramError};
+use aya::{Btf, Ebpf, EbpfLoader, Endianness};
+
+use crate::abi::{Config, CountKey, CountValue, KernelCounter, NewProcess, TargetValue};
+use crate::aggregate::DrainedWindow;
+use crate::target_set::TargetSet;
+
+/// The compiled BPF object (built from `bpf/profile.bpf.c` by build.rs).
+static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profile.bpf.o"));
+
+const PROGRAM_NAME: &str = "kiln_profile";
+
+/// How in-flight BPF runs that read the old generation get to finish before
+/// it is read. A run takes microseconds; this is orders of magnitude more.
+const GENERATION_FLIP_GRACE: Duration = Duration::from_millis(10);
+
+/// How the kernel side is set up.
+#[derive(Debug, Clone)]
+pub struct SamplerConfig {
+    /// Sampling frequency per CPU, Hz.
+    pub frequency_hz: u32,
+    /// Entries of each stack map (two generations).
+    pub stack_map_entries: u32,
+    /// Entries of each count map (two generations).
+    pub count_map_entries: u32,
+    /// Record thread ids in keys.
+    pub record_tid: bool,
+    /// Kernel BTF for CO-RE relocations.
+    pub btf_path: PathBuf,
+}
+
+/// Why the kernel side failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SamplerError {
+    /// The kernel BTF file could not be read or parsed.
+    #[error(
+        "cannot use kernel BTF at {path}: the agent needs a kernel built with CONFIG_DEBUG_INFO_BTF=y \
+         (5.4+; /sys/kernel/btf/vmlinux) or a BTF file for this kernel passed with --btf-path"
+    )]
+    Btf {
+        /// The BTF file.
+        path: PathBuf,
+        /// The parse error.
+        #[source]
+        source: aya::BtfError,
+    },
+    /// The BPF object could not be prepared or its maps created.
+    #[error("cannot load the BPF object into the kernel")]
+    Load {
+        /// aya's error.
+        #[source]
+        source: aya::EbpfError,
+    },
+    /// The kernel refused the program.
+    #[error(
+        "the kernel refused the BPF sampler ({io_error}); it needs Linux 5.8+ with BTF, and CAP_BPF + \
+         CAP_PERFMON (or CAP_SYS_ADMIN); the verifier log is printed with RUST_LOG=kiln_agent=debug"
+    )]
+    ProgramRejected {
+        /// The syscall error.
+        io_error: std::io::Error,
+    },
+    /// Another program operation failed.
+    #[error("BPF program operation failed")]
+    Program {
+        /// aya's error.
+        #[source]
+        source: ProgramError,
+    },
+    /// The object lacks a map or program it must have (a build problem).
+    #[error("the BPF object has no {name}")]
+    Missing {
+        /// The map or program.
+        name: &'static str,
+    },
+    /// A map operation failed.
+    #[error("BPF map {name} operation failed")]
+    Map {
+        /// The map.
+        name: &'static str,
+        /// aya's error.
+        #[source]
+        source: aya::maps::MapError,
+    },
+    /// No CPU could be attached.
+    #[error("could not attach a cpu-clock perf event on any online CPU: {failures}")]
+    NoCpuAttached {
+        /// Per-CPU failures.
+        failures: String,
+    },
+    /// The online CPU list could not be read.
+    #[error("cannot read {path}")]
+    OnlineCpus {
+        /// The sysfs file.
+        path: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl SamplerError {
+    /// A fixed name for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SamplerError::Btf { .. } => "btf",
+            SamplerError::Load { .. } => "load",
+            SamplerError::ProgramRejected { .. } => "program_rejected",
+            SamplerError::Program { .. } => "program",
+            SamplerError::Missing { .. } => "missing",
+            SamplerError::Map { .. } => "map",
+            SamplerError::NoCpuAttached { .. } => "no_cpu_attached",
+            SamplerError::OnlineCpus { .. } => "online_cpus",
+        }
+    }
+}
+
+fn map_error(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> SamplerError {
+    move |source| SamplerError::Map { name, source }
+}
+
+/// The loaded and attached sampler.
+pub struct Sampler {
+    ebpf: Ebpf,
+    config: SamplerConfig,
+    kernel_config: Config,
+    attached_cpus: BTreeSet<u32>,
+    new_processes: RingBuf<MapData>,
+    /// Keeps kernel BPF run-time statistics on while the agent runs.
+    _stats: Option<OwnedFd>,
+}
+
+impl std::fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler")
+            .field("config", &self.config)
+            .field("kernel_config", &self.kernel_config)
+            .field("attached_cpus", &self.attached_cpus)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sampler {
+    /// Loads the program, sets the filter mode of `targets`, and attaches
+    /// to every online CPU (failures on some CPUs are logged and retried by
+    /// [`Sampler::attach_new_cpus`]).
+    pub fn start(config: SamplerConfig, targets: &TargetSet) -> Result<Sampler, SamplerError> {
+        let btf = Btf::parse_file(&config.btf_path, Endianness::default()).map_err(|source| {
+            SamplerError::Btf {
+                path: config.btf_path.clone(),
+                source,
+            }
+        })?;
+        let mut loader = EbpfLoader::new();
+        loader.btf(Some(&btf));
+        for name in ["stacks0", "stacks1"] {
+            loader.map_max_entries(name, config.stack_map_entries.max(64));
+        }
+        for name in ["counts0", "counts1"] {
+            loader.map_max_entries(name, config.count_map_entries.max(64));
+        }
+        let mut ebpf = loader
+            .load(BPF_OBJECT)
+            .map_err(|source| SamplerError::Load { source })?;
+        let program: &mut PerfEvent = ebpf
+            .program_mut(PROGRAM_NAME)
+            .ok_or(SamplerError::Missing { name: PROGRAM_NAME })?
+            .try_into()
+            .map_err(|source| SamplerError::Program { source })?;
+        program.load().map_err(|source| match source {
+            ProgramError::LoadError {
+                io_error,
+                verifier_log,
+            } => {
+                tracing::debug!(%verifier_log, "BPF verifier log");
+                SamplerError::ProgramRejected { io_error }
+            }
+            source => SamplerError::Program { source },
+        })?;
+        // Statistics cost two clock reads per run; they are how /metrics
+        // reports the sampler's own cost. Older kernels lack the syscall.
+        let stats = match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+            Ok(fd) => Some(fd),
+            Err(error) => {
+                tracing::warn!(%error, "cannot enable BPF run-time statistics");
+                None
+            }
+        };
+        let new_processes = RingBuf::try_from(ebpf.take_map("new_processes").ok_or(
+            SamplerError::Missing {
+                name: "new_processes",
+            },
+        )?)
+        .map_err(map_error("new_processes"))?;
+        let kernel_config = Config {
+            generation: 0,
+            filter: targets.filter_mode() as u32,
+            record_tid: u32::from(config.record_tid),
+            reserved: 0,
+        };
+        let mut sampler = Sampler {
+            ebpf,
+            config,
+            kernel_config,
+            attached_cpus: BTreeSet::new(),
+            new_processes,
+            _stats: stats,
+        };
+        sampler.write_kernel_config()?;
+        sampler.sync_targets(targets, &TargetSet::All)?;
+        let failures = sampler.attach_new_cpus()?;
+        if sampler.attached_cpus.is_empty() {
+            let failures = failures
+                .iter()
+                .map(|(cpu, error)| format!("cpu {cpu}: {error}"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(SamplerError::NoCpuAttached { failures });
+        }
+        Ok(sampler)
+    }
+
+    /// Attaches to CPUs that came online since the last call (CPU hotplug)
+    /// or failed before; returns the CPUs that failed this time.
+    pub fn attach_new_cpus(&mut self) -> Result<Vec<(u32, String)>, SamplerError> {
+        let online = aya::util::online_cpus()
+            .map_err(|(path, source)| SamplerError::OnlineCpus { path, source })?;
+        let frequency = u64::from(self.config.frequency_hz.max(1));
+        let program: &mut PerfEvent = self
+            .ebpf
+            .program_mut(PROGRAM_NAME)
+            .ok_or(SamplerError::Missing { name: PROGRAM_NAME })?
+            .try_into()
+            .map_err(|source| SamplerError::Program { source })?;
+        let mut failures = Vec::new();
+        for cpu in online {
+            if self.attached_cpus.contains(&cpu) {
+                continue;
+            }
+            match program.attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu },
+                SamplePolicy::Frequency(frequency),
+                false,
+            ) {
+                Ok(_) => {
+                    self.attached_cpus.insert(cpu);
+                }
+                Err(error) => {
+                    tracing::warn!(cpu, %error, "cannot attach the sampler to a CPU");
+                    failures.push((cpu, error.to_string()));
+                }
+            }
+        }
+        Ok(failures)
+    }
+
+    /// Number of CPUs with an attached perf event.
+    pub fn attached_cpu_count(&self) -> usize {
+        self.attached_cpus.len()
+    }
+
+    /// Applies the difference between `previous` and `targets` to the
+    /// kernel allow-lists (and the filter mode if it changed).
+    pub fn sync_targets(
+        &mut self,
+        targets: &TargetSet,
+        previous: &TargetSet,
+    ) -> Result<(), SamplerError> {
+        let base_hz = self.config.frequency_hz;
+        let pid_changes = targets.pid_changes(previous, base_hz);
+        let mut pids: BpfHashMap<_, u32, TargetValue> =
+            BpfHashMap::try_from(self.ebpf.map_mut("allowed_pids").ok_or(
+                SamplerError::Missing {
+                    name: "allowed_pids",
+                },
+            )?)
+            .map_err(map_error("allowed_pids"))?;
+        for pid in &pid_changes.removals {
+            // Already absent is fine: the goal is that it is not there.
+            let _ = pids.remove(pid);
+        }
+        for (pid, value) in &pid_changes.upserts {
+            pids.insert(pid, value, 0)
+                .map_err(map_error("allowed_pids"))?;
+        }
+        let cgroup_changes = targets.cgroup_changes(previous, base_hz);
+        let mut cgroups: BpfHashMap<_, u64, TargetValue> =
+            BpfHashMap::try_from(self.ebpf.map_mut("allowed_cgroups").ok_or(
+                SamplerError::Missing {
+                    name: "allowed_cgroups",
+                },
+            )?)
+            .map_err(map_error("allowed_cgroups"))?;
+        for id in &cgroup_changes.removals {
+            let _ = cgroups.remove(id);
+        }
+        for (id, value) in &cgroup_changes.upserts {
+            cgroups
+                .insert(id, value, 0)
+                .map_err(map_error("allowed_cgroups"))?;
+        }
+        let filter = targets.filter_mode() as u32;
+        if filter != self.kernel_config.filter {
+            self.kernel_config.filter = filter;
+            self.write_kernel_config()?;
+        }
+        Ok(())
+    }
+
+    fn write_kernel_config(&mut self) -> Result<(), SamplerError> {
+        let mut config: Array<_, Config> = Array::try_from(
+            self.ebpf
+                .map_mut("config")
+                .ok_or(SamplerError::Missing { name: "config" })?,
+        )
+        .map_err(map_error("config"))?;
+        config
+            .set(0, self.kernel_config, 0)
+            .map_err(map_error("config"))
+    }
+
+    /// Switches the kernel to the other generation, then reads and clears
+    /// the one it wrote until now. The kernel never writes what is read.
+    pub fn drain(&mut self) -> Result<DrainedWindow, SamplerError> {
+        let old = self.kernel_config.generation;
+        self.kernel_config.generation = 1 - old;
+        self.write_kernel_config()?;
+        std::thread::sleep(GENERATION_FLIP_GRACE);
+        let (counts_name, stacks_name) = if old == 0 {
+            ("counts0", "stacks0")
+        } else {
+            ("counts1", "stacks1")
+        };
+        let mut counts_map: BpfHashMap<_, CountKey, CountValue> = BpfHashMap::try_from(
+            self.ebpf
+                .map_mut(counts_name)
+                .ok_or(SamplerError::Missing { name: "counts" })?,
+        )
+        .map_err(map_error("counts"))?;
+        let counts: Vec<(CountKey, CountValue)> =
+            counts_map.iter().filter_map(Result::ok).collect();
+        for (key, _) in &counts {
+            let _ = counts_map.remove(key);
+        }
+        let mut stack_map = StackTraceMap::try_from(
+            self.ebpf
+                .map_mut(stacks_name)
+                .ok_or(SamplerError::Missing { name: "stacks" })?,
+        )
+        .map_err(map_error("stacks"))?;
+        let ids: Vec<u32> = stack_map.stack_ids().filter_map(Result::ok).collect();
+        let mut stacks = HashMap::with_capacity(ids.len());
+        for id in ids {
+            if let Ok(trace) = stack_map.get(&id, 0) {
+                stacks.insert(id, trace.frames().iter().map(|f| f.ip).collect());
+            }
+            let _ = stack_map.remove(&id);
+        }
+        Ok(DrainedWindow { counts, stacks })
+    }
+
+    /// Totals of the kernel's per-CPU counters, in [`KernelCounter::ALL`] order.
+    pub fn kernel_counters(&self) -> Result<Vec<(KernelCounter, u64)>, SamplerError> {
+        let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(
+            self.ebpf
+                .map("counters")
+                .ok_or(SamplerError::Missing { name: "counters" })?,
+        )
+        .map_err(map_error("counters"))?;
+        KernelCounter::ALL
+            .iter()
+            .map(|&counter| {
+                let values = counters
+                    .get(&counter.index(), 0)
+                    .map_err(map_error("counters"))?;
+                Ok((counter, values.iter().sum()))
+            })
+            .collect()
+    }
+
+    /// Cumulative `(run time, runs)` of the program from kernel statistics.
+    pub fn program_stats(&self) -> Option<(Duration, u64)> {
+        let info = self.ebpf.program(PROGRAM_NAME)?.info().ok()?;
+        Some((info.run_time(), info.run_count()))
+    }
+
+    /// Processes the kernel saw for the first time since the last call.
+    pub fn take_new_processes(&mut self) -> Vec<NewProcess> {
+        let mut events = Vec::new();
+        while let Some(item) = self.new_processes.next() {
+            if let Some(event) = NewProcess::from_bytes(&item) {
+                events.push(event);
+            }
+        }
+        events
+    }
+}
+
+/// Whether a kernel BTF file exists at `path`.
+pub fn btf_available(path: &Path) -> bool {
+    path.is_file()
+}

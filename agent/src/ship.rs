@@ -1,0 +1,443 @@
+//! Getting profiles out: a bounded queue that drops the oldest profile under
+//! pressure, exponential backoff between retries (both pure), and the sinks
+//! that write pprof files or call WriteRaw.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kiln_api::parca::profilestore::v1alpha1 as parca;
+
+use crate::metrics::AgentMetrics;
+
+/// One profile ready to leave the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShipItem {
+    /// Series labels, sorted by name, `__name__` included.
+    pub labels: Vec<(String, String)>,
+    /// Gzipped pprof.
+    pub pprof_gzip: Vec<u8>,
+    /// File name stem for `--output-dir` (unique per target and window).
+    pub file_stem: String,
+}
+
+/// A FIFO that holds at most `capacity` items and drops the oldest to make
+/// room, so memory stays bounded while the store is unreachable.
+#[derive(Debug)]
+pub struct BoundedQueue<T> {
+    items: VecDeque<T>,
+    capacity: usize,
+    dropped: u64,
+}
+
+impl<T> BoundedQueue<T> {
+    /// A queue of at most `capacity` (at least 1) items.
+    pub fn new(capacity: usize) -> Self {
+        BoundedQueue {
+            items: VecDeque::new(),
+            capacity: capacity.max(1),
+            dropped: 0,
+        }
+    }
+
+    /// Appends `item`, dropping the oldest items when full; returns how many
+    /// were dropped.
+    pub fn push(&mut self, item: T) -> u64 {
+        let mut dropped = 0;
+        while self.items.len() >= self.capacity {
+            self.items.pop_front();
+            dropped += 1;
+        }
+        self.items.push_back(item);
+        self.dropped += dropped;
+        dropped
+    }
+
+    /// Puts an item that failed to send back at the front, unless newer
+    /// items already fill the queue (then the failed one is the oldest and
+    /// is dropped); returns whether it was kept.
+    pub fn push_front_if_room(&mut self, item: T) -> bool {
+        if self.items.len() >= self.capacity {
+            self.dropped += 1;
+            return false;
+        }
+        self.items.push_front(item);
+        true
+    }
+
+    /// Takes the oldest item.
+    pub fn pop(&mut self) -> Option<T> {
+        self.items.pop_front()
+    }
+
+    /// Number of queued items.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Items dropped since creation.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
+/// Exponential backoff with a cap and deterministic jitter input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    attempt: u32,
+}
+
+impl Backoff {
+    /// Backoff starting at `initial`, doubling up to `max`.
+    pub fn new(initial: Duration, max: Duration) -> Backoff {
+        Backoff {
+            initial,
+            max,
+            attempt: 0,
+        }
+    }
+
+    /// The delay before the next retry; `jitter` in [0, 1) adds up to half
+    /// the delay again, so agents that failed together do not retry together.
+    pub fn next_delay(&mut self, jitter: f64) -> Duration {
+        let factor = 2u32.saturating_pow(self.attempt.min(20));
+        self.attempt = self.attempt.saturating_add(1);
+        let base = self.initial.saturating_mul(factor).min(self.max);
+        base + base.mul_f64(jitter.clamp(0.0, 1.0) / 2.0)
+    }
+
+    /// Back to the initial delay after a success.
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+/// The shared queue between the collector (producer) and the shipper.
+#[derive(Debug, Clone)]
+pub struct ShipQueue {
+    queue: Arc<Mutex<BoundedQueue<ShipItem>>>,
+    notify: Arc<tokio::sync::Notify>,
+    metrics: Arc<AgentMetrics>,
+}
+
+impl ShipQueue {
+    /// A queue of at most `capacity` profiles.
+    pub fn new(capacity: usize, metrics: Arc<AgentMetrics>) -> ShipQueue {
+        ShipQueue {
+            queue: Arc::new(Mutex::new(BoundedQueue::new(capacity))),
+            notify: Arc::new(tokio::sync::Notify::new()),
+            metrics,
+        }
+    }
+
+    /// Enqueues a profile (from any thread), dropping the oldest when full.
+    pub fn push(&self, item: ShipItem) {
+        let dropped = self.with_queue(|q| q.push(item));
+        self.metrics.add_drop("queue_full", dropped);
+        self.notify.notify_one();
+    }
+
+    fn pop(&self) -> Option<ShipItem> {
+        self.with_queue(BoundedQueue::pop)
+    }
+
+    fn requeue(&self, item: ShipItem) {
+        if !self.with_queue(|q| q.push_front_if_room(item)) {
+            self.metrics.add_drop("queue_full", 1);
+        }
+    }
+
+    /// Number of queued profiles.
+    pub fn len(&self) -> usize {
+        self.with_queue(|q| q.len())
+    }
+
+    /// Whether no profile is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn with_queue<R>(&self, f: impl FnOnce(&mut BoundedQueue<ShipItem>) -> R) -> R {
+        // A poisoned lock means a panic elsewhere; the queue itself is still
+        // consistent (every operation is a single VecDeque call).
+        let mut guard = self
+            .queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&mut guard)
+    }
+}
+
+/// Where profiles go.
+#[derive(Debug, Clone)]
+pub enum Sink {
+    /// Gzipped pprof files in a directory.
+    Directory(PathBuf),
+    /// A store speaking Parca's WriteRaw.
+    Store {
+        /// The gRPC endpoint, e.g. `http://kiln-store:7470`.
+        endpoint: String,
+    },
+}
+
+/// Why one send failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ShipError {
+    /// Writing a profile file failed.
+    #[error("cannot write profile {path}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The store endpoint is not a valid URI.
+    #[error("invalid store endpoint {endpoint}")]
+    Endpoint {
+        /// The endpoint given.
+        endpoint: String,
+        /// Why it is invalid.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// The WriteRaw call failed.
+    #[error("WriteRaw failed with {code:?}: {message}")]
+    Rpc {
+        /// gRPC status code.
+        code: tonic::Code,
+        /// Status message.
+        message: String,
+    },
+}
+
+impl ShipError {
+    /// A fixed name for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ShipError::Write { .. } => "write",
+            ShipError::Endpoint { .. } => "endpoint",
+            ShipError::Rpc { .. } => "rpc",
+        }
+    }
+
+    /// Whether retrying can help (bad requests are dropped, not retried).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ShipError::Write { .. } | ShipError::Endpoint { .. } => true,
+            ShipError::Rpc { code, .. } => !matches!(
+                code,
+                tonic::Code::InvalidArgument
+                    | tonic::Code::Unimplemented
+                    | tonic::Code::PermissionDenied
+                    | tonic::Code::Unauthenticated
+            ),
+        }
+    }
+}
+
+/// The WriteRaw request carrying one profile.
+pub fn write_raw_request(item: &ShipItem) -> parca::WriteRawRequest {
+    parca::WriteRawRequest {
+        series: vec![parca::RawProfileSeries {
+            labels: Some(parca::LabelSet {
+                labels: item
+                    .labels
+                    .iter()
+                    .map(|(name, value)| parca::Label {
+                        name: name.clone(),
+                        value: value.clone(),
+                    })
+                    .collect(),
+            }),
+            samples: vec![parca::RawSample {
+                raw_profile: item.pprof_gzip.clone(),
+                executable_info: Vec::new(),
+            }],
+        }],
+        normalized: false,
+        ..parca::WriteRawRequest::default()
+    }
+}
+
+/// Sends queued profiles until `shutdown` fires and the queue is empty (or,
+/// after shutdown, a send fails).
+pub async fn run_shipper(
+    sink: Sink,
+    queue: ShipQueue,
+    metrics: Arc<AgentMetrics>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+    let mut client = None;
+    loop {
+        let Some(item) = queue.pop() else {
+            if *shutdown.borrow() {
+                return;
+            }
+            tokio::select! {
+                () = queue.notify.notified() => {}
+                _ = shutdown.changed() => {}
+            }
+            continue;
+        };
+        let result = match &sink {
+            Sink::Directory(dir) => write_file(dir, &item).await,
+            Sink::Store { endpoint } => send_write_raw(endpoint, &mut client, &item).await,
+        };
+        match result {
+            Ok(()) => {
+                backoff.reset();
+                metrics.profiles_shipped.inc();
+            }
+            Err(error) => {
+                metrics.add_ship_error(error.reason());
+                tracing::warn!(%error, "shipping a profile failed");
+                client = None;
+                if !error.is_retryable() {
+                    metrics.add_drop("rejected", 1);
+                    continue;
+                }
+                if *shutdown.borrow() {
+                    metrics.add_drop("shutdown", 1 + queue.len() as u64);
+                    return;
+                }
+                queue.requeue(item);
+                let delay = backoff.next_delay(jitter());
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
+        }
+    }
+}
+
+async fn write_file(dir: &std::path::Path, item: &ShipItem) -> Result<(), ShipError> {
+    let path = dir.join(format!("{}.pb.gz", item.file_stem));
+    let temporary = dir.join(format!(".{}.pb.gz.tmp", item.file_stem));
+    let data = item.pprof_gzip.clone();
+    let (tmp, dest) = (temporary.clone(), path.clone());
+    // Write then rename, so readers never see half a profile.
+    let outcome = tokio::task::spawn_blocking(move || {
+        std::fs::write(&tmp, &data)?;
+        std::fs::rename(&tmp, &dest)
+    })
+    .await
+    .unwrap_or_else(|join| Err(std::io::Error::other(join.to_string())));
+    outcome.map_err(|source| ShipError::Write { path, source })
+}
+
+type StoreClient =
+    parca::profile_store_service_client::ProfileStoreServiceClient<tonic::transport::Channel>;
+
+async fn send_write_raw(
+    endpoint: &str,
+    client: &mut Option<StoreClient>,
+    item: &ShipItem,
+) -> Result<(), ShipError> {
+    if client.is_none() {
+        let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+            .map_err(|source| ShipError::Endpoint {
+                endpoint: endpoint.to_owned(),
+                source,
+            })?
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(30))
+            .connect_lazy();
+        *client = Some(StoreClient::new(channel));
+    }
+    let Some(client) = client.as_mut() else {
+        return Ok(());
+    };
+    client
+        .write_raw(write_raw_request(item))
+        .await
+        .map(|_| ())
+        .map_err(|status| ShipError::Rpc {
+            code: status.code(),
+            message: status.message().to_owned(),
+        })
+}
+
+fn jitter() -> f64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    f64::from(nanos % 1000) / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_queue_drops_the_oldest_and_counts_it() {
+        let mut queue = BoundedQueue::new(2);
+        assert_eq!(queue.push(1), 0);
+        assert_eq!(queue.push(2), 0);
+        assert_eq!(queue.push(3), 1);
+        assert_eq!(queue.pop(), Some(2));
+        assert!(queue.push_front_if_room(2));
+        assert_eq!(queue.push(4), 1);
+        assert!(
+            !queue.push_front_if_room(9),
+            "no room: the retried item is oldest"
+        );
+        assert_eq!(queue.dropped(), 3);
+        assert_eq!(
+            (queue.pop(), queue.pop(), queue.pop()),
+            (Some(3), Some(4), None)
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_resets() {
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let delays: Vec<_> = (0..6)
+            .map(|_| backoff.next_delay(0.0).as_millis())
+            .collect();
+        assert_eq!(delays, vec![100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(backoff.next_delay(0.999).as_millis(), 1499);
+        backoff.reset();
+        assert_eq!(backoff.next_delay(0.0).as_millis(), 100);
+    }
+
+    #[test]
+    fn write_raw_request_carries_labels_and_the_raw_profile() {
+        let item = ShipItem {
+            labels: vec![
+                ("__name__".into(), "process_cpu".into()),
+                ("node".into(), "n".into()),
+            ],
+            pprof_gzip: vec![0x1f, 0x8b],
+            file_stem: "x".into(),
+        };
+        let request = write_raw_request(&item);
+        let series = &request.series[0];
+        let labels = &series.labels.as_ref().expect("labels set").labels;
+        assert_eq!(labels[0].name, "__name__");
+        assert_eq!(series.samples[0].raw_profile, vec![0x1f, 0x8b]);
+        assert!(!request.normalized);
+    }
+
+    #[test]
+    fn client_errors_are_not_retried_but_outages_are() {
+        let rpc = |code| ShipError::Rpc {
+            code,
+            message: String::new(),
+        };
+        assert!(!rpc(tonic::Code::InvalidArgument).is_retryable());
+        assert!(rpc(tonic::Code::Unavailable).is_retryable());
+        assert_eq!(rpc(tonic::Code::Unavailable).reason(), "rpc");
+    }
+}

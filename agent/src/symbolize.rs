@@ -1,0 +1,304 @@
+//! Symbolization on the node: kernel frames from kallsyms, user frames
+//! normalized per mapping to (build id, file offset) and named from ELF
+//! symbols by blazesym, with perf maps for JIT code. Frames that cannot be
+//! named keep their mapping, address and build id for the store.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use blazesym::symbolize::source::{self as blaze_source, Source};
+use blazesym::symbolize::{self as blaze, Input};
+
+use crate::bounded_cache::BoundedCache;
+use crate::kallsyms::KernelSymbols;
+use crate::proc_maps;
+use crate::process_info::{MappedFile, ProcessSnapshot};
+
+/// A mapping as it goes into pprof.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FrameMapping {
+    /// Start of the mapped range.
+    pub start: u64,
+    /// End of the mapped range (exclusive).
+    pub end: u64,
+    /// File offset of `start`.
+    pub file_offset: u64,
+    /// File path or special name.
+    pub name: String,
+    /// Build id (hex), empty when unknown.
+    pub build_id: String,
+}
+
+/// The name of the kernel pseudo-mapping.
+pub const KERNEL_MAPPING_NAME: &str = "[kernel.kallsyms]";
+
+/// One resolved stack frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// Instruction address (for callers: inside the call instruction).
+    pub address: u64,
+    /// The mapping the address lies in, when known.
+    pub mapping: Option<Arc<FrameMapping>>,
+    /// Function name, when symbolized.
+    pub function: Option<Arc<str>>,
+}
+
+/// Counts of frames by outcome, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SymbolizationStats {
+    /// Frames given a function name.
+    pub symbolized: u64,
+    /// Frames left as mapping + address.
+    pub unsymbolized: u64,
+}
+
+/// Caller frames hold return addresses, which point past the call; one byte
+/// back lands inside the call instruction, in the right function and line.
+pub fn call_site_addresses(ips: &[u64]) -> impl Iterator<Item = u64> + '_ {
+    ips.iter()
+        .enumerate()
+        .map(|(depth, &ip)| if depth == 0 { ip } else { ip.saturating_sub(1) })
+}
+
+/// Symbolizes stacks. Not `Send` (blazesym's symbolizer is not), so it
+/// lives on the collector thread.
+#[derive(Debug)]
+pub struct StackSymbolizer {
+    blaze: blaze::Symbolizer,
+    kernel: KernelSymbols,
+    kernel_mapping: Arc<FrameMapping>,
+    /// (file identity, file offset) to name; `None` caches a miss.
+    names: BoundedCache<(Arc<str>, u64), Option<Arc<str>>>,
+}
+
+impl StackSymbolizer {
+    /// A symbolizer with kernel symbols and a bound on cached names.
+    pub fn new(kernel: KernelSymbols, max_cached_names: usize) -> StackSymbolizer {
+        StackSymbolizer {
+            blaze: new_blaze_symbolizer(),
+            kernel,
+            kernel_mapping: Arc::new(FrameMapping {
+                start: 0,
+                end: u64::MAX,
+                file_offset: 0,
+                name: KERNEL_MAPPING_NAME.to_owned(),
+                build_id: String::new(),
+            }),
+            names: BoundedCache::new(max_cached_names),
+        }
+    }
+
+    /// Drops blazesym's per-file state (it is keyed by path, and the
+    /// `/proc/self/fd/N` paths it was given may now name other files).
+    pub fn reset_file_state(&mut self) {
+        self.blaze = new_blaze_symbolizer();
+    }
+
+    /// Number of kernel symbols loaded.
+    pub fn kernel_symbol_count(&self) -> usize {
+        self.kernel.len()
+    }
+
+    /// Kernel frames, leaf first.
+    pub fn kernel_frames(&mut self, ips: &[u64], stats: &mut SymbolizationStats) -> Vec<Frame> {
+        call_site_addresses(ips)
+            .map(|address| {
+                let function = self.kernel.lookup(address).map(|name| intern(name));
+                tally(stats, function.is_some());
+                Frame {
+                    address,
+                    mapping: Some(Arc::clone(&self.kernel_mapping)),
+                    function,
+                }
+            })
+            .collect()
+    }
+
+    /// User frames of many stacks of one process, leaf first per stack.
+    /// Looks names up in batches per file; `process` is `None` when the
+    /// process was never seen alive (frames then keep only their address).
+    pub fn user_frames(
+        &mut self,
+        process: Option<&ProcessSnapshot>,
+        stacks: &[&[u64]],
+        stats: &mut SymbolizationStats,
+    ) -> Vec<Vec<Frame>> {
+        let Some(process) = process else {
+            return stacks
+                .iter()
+                .map(|ips| {
+                    call_site_addresses(ips)
+                        .map(|address| {
+                            tally(stats, false);
+                            Frame {
+                                address,
+                                mapping: None,
+                                function: None,
+                            }
+                        })
+                        .collect()
+                })
+                .collect();
+        };
+        let mappings: Vec<Arc<FrameMapping>> = process
+            .maps
+            .iter()
+            .zip(&process.files)
+            .map(|(entry, file)| {
+                Arc::new(FrameMapping {
+                    start: entry.start,
+                    end: entry.end,
+                    file_offset: entry.file_offset,
+                    name: entry.display_name().to_owned(),
+                    build_id: file
+                        .as_ref()
+                        .map(|f| f.build_id.clone())
+                        .unwrap_or_default(),
+                })
+            })
+            .collect();
+        self.lookup_missing_names(process, stacks);
+        let jit_names = self.jit_names(process, stacks);
+        stacks
+            .iter()
+            .map(|ips| {
+                call_site_addresses(ips)
+                    .map(|address| {
+                        let index = proc_maps::find_mapping(&process.maps, address);
+                        let function = index.and_then(|i| match &process.files[i] {
+                            Some(file) => {
+                                let offset = process.maps[i].file_offset_of(address);
+                                let key = (Arc::<str>::from(file.cache_identity()), offset);
+                                self.names.get(&key).cloned().flatten()
+                            }
+                            None => jit_names.get(&address).cloned(),
+                        });
+                        tally(stats, function.is_some());
+                        Frame {
+                            address,
+                            mapping: index.map(|i| Arc::clone(&mappings[i])),
+                            function,
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Names every (file, offset) of `stacks` not yet cached, one blazesym
+    /// call per file.
+    fn lookup_missing_names(&mut self, process: &ProcessSnapshot, stacks: &[&[u64]]) {
+        let mut wanted: HashMap<usize, (Arc<MappedFile>, Vec<u64>)> = HashMap::new();
+        let mut seen = HashSet::new();
+        for ips in stacks {
+            for address in call_site_addresses(ips) {
+                let Some(index) = proc_maps::find_mapping(&process.maps, address) else {
+                    continue;
+                };
+                let Some(file) = &process.files[index] else {
+                    continue;
+                };
+                let offset = process.maps[index].file_offset_of(address);
+                let key = (Arc::<str>::from(file.cache_identity()), offset);
+                if self.names.contains(&key) || !seen.insert((index, offset)) {
+                    continue;
+                }
+                wanted
+                    .entry(index)
+                    .or_insert_with(|| (Arc::clone(file), Vec::new()))
+                    .1
+                    .push(offset);
+            }
+        }
+        for (file, offsets) in wanted.into_values() {
+            let mut elf = blaze_source::Elf::new(file.readable_path());
+            elf.debug_syms = false;
+            let source = Source::Elf(elf);
+            let names: Vec<Option<Arc<str>>> =
+                match self.blaze.symbolize(&source, Input::FileOffset(&offsets)) {
+                    Ok(results) => results
+                        .iter()
+                        .map(|r| r.as_sym().map(|sym| sym.name.to_string()))
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .map(|name| name.map(|n| intern(&n)))
+                        .collect(),
+                    Err(error) => {
+                        tracing::debug!(path = %file.path, %error, "ELF symbolization failed");
+                        vec![None; offsets.len()]
+                    }
+                };
+            let identity: Arc<str> = Arc::from(file.cache_identity());
+            for (offset, name) in offsets.into_iter().zip(names) {
+                self.names.insert((Arc::clone(&identity), offset), name);
+            }
+        }
+    }
+
+    /// Names of addresses in anonymous or special mappings (JIT code named
+    /// by a perf map, the vDSO), asked of the live process.
+    fn jit_names(
+        &mut self,
+        process: &ProcessSnapshot,
+        stacks: &[&[u64]],
+    ) -> HashMap<u64, Arc<str>> {
+        let addresses: Vec<u64> = stacks
+            .iter()
+            .flat_map(|ips| call_site_addresses(ips))
+            // Only addresses no open ELF file covers: anonymous JIT code,
+            // the vDSO, or files that could not be opened.
+            .filter(
+                |&address| match proc_maps::find_mapping(&process.maps, address) {
+                    Some(i) => process.files[i].is_none(),
+                    None => true,
+                },
+            )
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let Some(pid) = std::num::NonZeroU32::new(process.pid) else {
+            return HashMap::new();
+        };
+        if addresses.is_empty() {
+            return HashMap::new();
+        }
+        let mut source = blaze_source::Process::new(blazesym::Pid::Pid(pid));
+        source.debug_syms = false;
+        source.map_files = true;
+        let Ok(results) = self
+            .blaze
+            .symbolize(&Source::Process(source), Input::AbsAddr(&addresses))
+        else {
+            return HashMap::new();
+        };
+        let named: Vec<(u64, String)> = addresses
+            .iter()
+            .zip(results.iter())
+            .filter_map(|(&address, result)| Some((address, result.as_sym()?.name.to_string())))
+            .collect();
+        named
+            .into_iter()
+            .map(|(address, name)| (address, intern(&name)))
+            .collect()
+    }
+}
+
+fn intern(name: &str) -> Arc<str> {
+    Arc::from(name)
+}
+
+fn tally(stats: &mut SymbolizationStats, symbolized: bool) {
+    if symbolized {
+        stats.symbolized += 1;
+    } else {
+        stats.unsymbolized += 1;
+    }
+}
+
+fn new_blaze_symbolizer() -> blaze::Symbolizer {
+    blaze::Symbolizer::builder()
+        .enable_code_info(false)
+        .enable_inlined_fns(false)
+        .enable_demangling(true)
+        .build()
+}

@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/*
+ * The kernel <-> user ABI of Kiln's CPU profiler: map keys and values shared
+ * by bpf/profile.bpf.c and agent/src/abi.rs. agent/src/abi.rs mirrors every
+ * struct with #[repr(C)] and asserts its size at compile time; change both
+ * together.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+/* Deepest stack recorded; the kernel's perf_event_max_stack default. */
+#define KILN_MAX_STACK_DEPTH 127
+
+/* Indices of the per-CPU counters in the `counters` map. */
+enum kiln_counter {
+	/* Samples of targeted processes that reached aggregation. */
+	KILN_COUNTER_SAMPLES = 0,
+	/* User stack not recorded: the stack map bucket held another stack. */
+	KILN_COUNTER_USER_STACK_COLLISION = 1,
+	/* Kernel stack not recorded: the stack map bucket held another stack. */
+	KILN_COUNTER_KERNEL_STACK_COLLISION = 2,
+	/* A stack was not recorded for another reason (map full, fault). */
+	KILN_COUNTER_STACK_ERROR = 3,
+	/* The sample was lost: the counts map of this generation was full. */
+	KILN_COUNTER_COUNTS_FULL = 4,
+	/* Samples skipped by per-target subsampling (a lower per-target rate). */
+	KILN_COUNTER_SUBSAMPLED = 5,
+	/* First samples of a process announced to userspace. */
+	KILN_COUNTER_NEW_PROCESS = 6,
+	/* New-process announcements lost because the ring buffer was full. */
+	KILN_COUNTER_NEW_PROCESS_LOST = 7,
+	KILN_COUNTER_COUNT = 8,
+};
+
+/* Filter modes in `struct kiln_config.filter`. */
+enum kiln_filter {
+	/* Profile every process on the host (idle excluded). */
+	KILN_FILTER_ALL = 0,
+	/* Profile only processes whose cgroup is in `allowed_cgroups`. */
+	KILN_FILTER_CGROUPS = 1,
+	/* Profile only processes whose tgid is in `allowed_pids`. */
+	KILN_FILTER_PIDS = 2,
+};
+
+/* The single entry of the `config` array map, written by userspace. */
+struct kiln_config {
+	/* Generation (0 or 1) of the count and stack maps samples go into. */
+	__u32 generation;
+	/* One of enum kiln_filter. */
+	__u32 filter;
+	/* Record the thread id in the key (opt-in: more keys). */
+	__u32 record_tid;
+	__u32 reserved;
+};
+
+/* Value of `allowed_cgroups` and `allowed_pids`: how to sample a target. */
+struct kiln_target {
+	/* Keep one sample in this many (1 keeps all); 0 is treated as 1. */
+	__u32 keep_one_in;
+	__u32 reserved;
+};
+
+/* Key of the `counts0`/`counts1` hash maps: one aggregated stack. */
+struct kiln_count_key {
+	/* Process id (tgid) in the root PID namespace. */
+	__u32 pid;
+	/* Thread id, or 0 unless record_tid is set. */
+	__u32 tid;
+	/* cgroup v2 id (inode of the cgroup directory). */
+	__u64 cgroup_id;
+	/* Process start (group leader's start_boottime, ns): tells reused PIDs apart. */
+	__u64 start_boottime_ns;
+	/* Stack id in this generation's stack map, or a negative errno. */
+	__s32 user_stack_id;
+	/* Stack id in this generation's stack map, or a negative errno. */
+	__s32 kernel_stack_id;
+};
+
+/* Value of `counts0`/`counts1`. */
+struct kiln_count_value {
+	/* Number of samples. */
+	__u64 samples;
+	/* comm of the thread that inserted the key (kept for exited processes). */
+	char comm[16];
+};
+
+/* Event in the `new_processes` ring buffer: the first sample of a process. */
+struct kiln_new_process {
+	__u32 pid;
+	__u32 reserved;
+	__u64 start_boottime_ns;
+};
+
+#endif /* KILN_H */

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Kiln's on-CPU sampler. Attached to one cpu-clock perf event per online CPU.
+ *
+ * Per sample: skip idle, check the target filter (one map lookup, and nothing
+ * else for processes that are not targets), record user and kernel stacks in
+ * this generation's stack map and count the (pid, cgroup, process start,
+ * stacks) key in this generation's count map. Userspace flips the generation
+ * in `config` before draining, so it reads maps the program no longer writes.
+ *
+ * Kernel structs are read with CO-RE: the minimal definitions below carry
+ * preserve_access_index, so their field offsets are relocated against the
+ * running kernel's BTF at load time instead of being fixed at build time.
+ */
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <linux/bpf_perf_event.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+#include "kiln.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define EEXIST 17
+#define EFAULT 14
+
+/* Only the fields read here; CO-RE finds them in the running kernel. */
+struct task_struct {
+	struct task_struct *group_leader;
+	__u64 start_boottime;
+} __attribute__((preserve_access_index));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kiln_config);
+} config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct kiln_target);
+} allowed_cgroups SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct kiln_target);
+} allowed_pids SEC(".maps");
+
+/* Sized by userspace at load time (`--stack-map-entries`). */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 8192);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, KILN_MAX_STACK_DEPTH * sizeof(__u64));
+} stacks0 SEC(".maps"), stacks1 SEC(".maps");
+
+/* Sized by userspace at load time (`--count-map-entries`). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct kiln_count_key);
+	__type(value, struct kiln_count_value);
+} counts0 SEC(".maps"), counts1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KILN_COUNTER_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/* Processes already announced, so each one is announced once per start. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} known_processes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} new_processes SEC(".maps");
+
+static __always_inline void bump(__u32 counter)
+{
+	__u64 *value = bpf_map_lookup_elem(&counters, &counter);
+	if (value)
+		*value += 1; /* per-CPU slot: no other writer */
+}
+
+static __always_inline void count_stack_error(long err, __u32 collision_counter)
+{
+	if (err == -EEXIST)
+		bump(collision_counter);
+	else if (err != -EFAULT) /* -EFAULT: no stack of this kind, e.g. a kernel thread's user stack */
+		bump(KILN_COUNTER_STACK_ERROR);
+}
+
+static __always_inline void announce_process(__u32 pid, __u64 start)
+{
+	__u64 *known = bpf_map_lookup_elem(&known_processes, &pid);
+	if (known && *known == start)
+		return;
+	bpf_map_update_elem(&known_processes, &pid, &start, BPF_ANY);
+	struct kiln_new_process *event =
+		bpf_ringbuf_reserve(&new_processes, sizeof(*event), 0);
+	if (!event) {
+		bump(KILN_COUNTER_NEW_PROCESS_LOST);
+		return;
+	}
+	event->pid = pid;
+	event->reserved = 0;
+	event->start_boottime_ns = start;
+	bpf_ringbuf_submit(event, 0);
+	bump(KILN_COUNTER_NEW_PROCESS);
+}
+
+SEC("perf_event")
+int kiln_profile(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 pid = pid_tgid >> 32;
+	__u32 tid = (__u32)pid_tgid;
+	if (pid == 0)
+		return 0; /* idle: not CPU use */
+
+	__u32 zero = 0;
+	struct kiln_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg)
+		return 0;
+
+	__u64 cgroup_id = bpf_get_current_cgroup_id();
+	struct kiln_target *target = 0;
+	if (cfg->filter == KILN_FILTER_CGROUPS) {
+		target = bpf_map_lookup_elem(&allowed_cgroups, &cgroup_id);
+		if (!target)
+			return 0;
+	} else if (cfg->filter == KILN_FILTER_PIDS) {
+		target = bpf_map_lookup_elem(&allowed_pids, &pid);
+		if (!target)
+			return 0;
+	}
+	if (target && target->keep_one_in > 1 &&
+	    bpf_get_prandom_u32() % target->keep_one_in != 0) {
+		bump(KILN_COUNTER_SUBSAMPLED);
+		return 0;
+	}
+
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct task_struct *leader = BPF_CORE_READ(task, group_leader);
+	__u64 start = BPF_CORE_READ(leader, start_boottime);
+
+	struct kiln_count_key key = {};
+	key.pid = pid;
+	key.tid = cfg->record_tid ? tid : 0;
+	key.cgroup_id = cgroup_id;
+	key.start_boottime_ns = start;
+
+	__u32 generation = cfg->generation;
+	void *counts;
+	if (generation == 0) {
+		key.user_stack_id = bpf_get_stackid(ctx, &stacks0, BPF_F_USER_STACK);
+		key.kernel_stack_id = bpf_get_stackid(ctx, &stacks0, 0);
+		counts = &counts0;
+	} else {
+		key.user_stack_id = bpf_get_stackid(ctx, &stacks1, BPF_F_USER_STACK);
+		key.kernel_stack_id = bpf_get_stackid(ctx, &stacks1, 0);
+		counts = &counts1;
+	}
+	if (key.user_stack_id < 0)
+		count_stack_error(key.user_stack_id, KILN_COUNTER_USER_STACK_COLLISION);
+	if (key.kernel_stack_id < 0)
+		count_stack_error(key.kernel_stack_id, KILN_COUNTER_KERNEL_STACK_COLLISION);
+
+	announce_process(pid, start);
+
+	struct kiln_count_value *value = bpf_map_lookup_elem(counts, &key);
+	if (value) {
+		__sync_fetch_and_add(&value->samples, 1);
+		bump(KILN_COUNTER_SAMPLES);
+		return 0;
+	}
+	struct kiln_count_value fresh = {};
+	fresh.samples = 1;
+	bpf_get_current_comm(&fresh.comm, sizeof(fresh.comm));
+	long err = bpf_map_update_elem(counts, &key, &fresh, BPF_NOEXIST);
+	if (err == -EEXIST) {
+		/* Another CPU inserted the same key between lookup and update. */
+		value = bpf_map_lookup_elem(counts, &key);
+		if (value)
+			__sync_fetch_and_add(&value->samples, 1);
+	} else if (err) {
+		bump(KILN_COUNTER_COUNTS_FULL);
+		return 0;
+	}
+	bump(KILN_COUNTER_SAMPLES);
+	return 0;
+}
