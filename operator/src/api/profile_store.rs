@@ -1,0 +1,328 @@
+//! `ProfileStore`: one Kiln store (a StatefulSet) plus the agent DaemonSet that ships to it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A Go-style duration as the store's `--retention` flag takes it: `30d`, `168h`, `1h30m`.
+pub const DURATION_PATTERN: &str = r"^([0-9]+(ms|s|m|h|d|w))+$";
+/// A Kubernetes quantity as written by users: `10Gi`, `500M`, `1T`.
+pub const QUANTITY_PATTERN: &str = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$";
+/// An RFC 1123 DNS subdomain, the shape of most object names.
+pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$";
+/// An S3-compatible bucket name.
+pub const BUCKET_PATTERN: &str = r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$";
+/// An absolute filesystem path.
+pub const ABSOLUTE_PATH_PATTERN: &str = r"^/[^\x00]*$";
+
+/// Default port of the store's combined gRPC + HTTP listener.
+pub const DEFAULT_STORE_PORT: i32 = 7470;
+/// containerd's CRI socket; CRI-O users set `/var/run/crio/crio.sock`.
+pub const DEFAULT_CRI_SOCKET: &str = "/run/containerd/containerd.sock";
+
+/// A Kiln profile store and its node agents.
+///
+/// The operator runs the store as a StatefulSet with headless and client Services and, unless
+/// `agent.enabled` is false, a DaemonSet of eBPF agents that profile the pods selected by the
+/// `ProfilingTarget`s pointing at this store (or annotated `profiles.kiln.dev/enabled: "true"`).
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "kiln.dev",
+    version = "v1alpha1",
+    kind = "ProfileStore",
+    namespaced,
+    doc = "A Kiln profile store (StatefulSet) and the eBPF agents (DaemonSet) that ship to it.",
+    status = "ProfileStoreStatus",
+    shortname = "pstore",
+    category = "kiln",
+    derive = "PartialEq",
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Agents", type_ = "integer", json_path = ".status.agentsReady"),
+    printcolumn(
+        name = "Retention",
+        type_ = "string",
+        json_path = ".spec.retention.duration"
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type=='Available')].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Paused",
+        type_ = "boolean",
+        json_path = ".spec.paused",
+        priority = "1"
+    )
+)]
+#[x_kube(validation = Rule::new("self.replicas <= 1 || has(self.objectStorage)").message("replicas above 1 need objectStorage: replicas share data only through the bucket").reason(Reason::FieldValueForbidden))]
+#[serde(rename_all = "camelCase")]
+pub struct ProfileStoreSpec {
+    /// Store image; defaults to the operator's `--store-image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Store replicas. More than one requires `objectStorage`.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 1, max = 64))]
+    pub replicas: i32,
+    /// How long profiles are kept.
+    #[serde(default)]
+    pub retention: RetentionSpec,
+    /// Local volume of each replica (write-ahead log, head, block cache).
+    #[serde(default)]
+    pub storage: StorageSpec,
+    /// Optional S3-compatible bucket that holds the blocks; required for more than one replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_storage: Option<ObjectStorageSpec>,
+    /// Store container resources; defaults to requests 250m/512Mi and a 2Gi memory limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "resources_schema")]
+    pub resources: Option<ResourceRequirements>,
+    /// Port of the client Service (gRPC ingest, HTTP query and UI).
+    #[serde(default = "default_service_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub service_port: i32,
+    /// The node agents that profile selected pods and ship to this store.
+    #[serde(default)]
+    pub agent: AgentSpec,
+    /// Stop reconciling: children are left as they are until this is false again.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// Retention of profiles in the store.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetentionSpec {
+    /// Delete profiles older than this (`72h`, `30d`, `2w`).
+    #[serde(default = "default_retention")]
+    #[schemars(pattern(DURATION_PATTERN))]
+    pub duration: String,
+    /// Optionally also delete the oldest blocks once storage exceeds this size (`50Gi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(QUANTITY_PATTERN))]
+    pub size: Option<String>,
+}
+
+/// Local storage of each store replica.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(validation = Rule::new("self.ephemeral == oldSelf.ephemeral").message("storage.ephemeral cannot change after creation").reason(Reason::FieldValueForbidden))]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// PersistentVolumeClaim size per replica. It can only grow; the operator expands the claims.
+    #[serde(default = "default_storage_size")]
+    #[schemars(pattern(QUANTITY_PATTERN), length(max = 32))]
+    #[x_kube(validation = Rule::new("quantity(self).compareTo(quantity(oldSelf)) >= 0").message("storage.size can only grow").reason(Reason::FieldValueForbidden))]
+    pub size: String,
+    /// StorageClass of the claims; the cluster default when unset. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("storage.storageClassName is immutable"))]
+    pub storage_class_name: Option<String>,
+    /// Use an emptyDir instead of claims: data is lost with the pod. For trying Kiln out.
+    #[serde(default)]
+    pub ephemeral: bool,
+}
+
+/// An S3-compatible bucket for blocks.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectStorageSpec {
+    /// Bucket name.
+    #[schemars(pattern(BUCKET_PATTERN))]
+    pub bucket: String,
+    /// Endpoint URL for non-AWS services (MinIO, Ceph, R2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^https?://.+$"))]
+    pub endpoint: Option<String>,
+    /// Bucket region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Key prefix inside the bucket, so several stores can share one bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Credentials from a Secret in the store's namespace; otherwise the pod's ambient identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret_ref: Option<SecretKeysRef>,
+}
+
+/// Keys of a Secret holding S3 credentials.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeysRef {
+    /// Secret name, in the store's namespace.
+    #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
+    pub name: String,
+    /// Key holding the access key id.
+    #[serde(default = "default_access_key_id_key")]
+    pub access_key_id_key: String,
+    /// Key holding the secret access key.
+    #[serde(default = "default_secret_access_key_key")]
+    pub secret_access_key_key: String,
+}
+
+/// The node agent DaemonSet.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSpec {
+    /// Run agents for this store. At most one store per cluster should enable them.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Agent image; defaults to the operator's `--agent-image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Agent container resources; defaults to requests 100m/256Mi and a 1Gi memory limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "resources_schema")]
+    pub resources: Option<ResourceRequirements>,
+    /// Tolerations; by default the agent tolerates every taint so every node is profiled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+    /// Node selector; defaults to `kubernetes.io/os: linux`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Priority class of agent pods; none by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// Host path of the container runtime's CRI socket.
+    #[serde(default = "default_cri_socket")]
+    #[schemars(pattern(ABSOLUTE_PATH_PATTERN))]
+    pub container_runtime_socket: String,
+    /// `privileged` works everywhere; `capabilities` grants only BPF, PERFMON, SYS_PTRACE,
+    /// SYS_RESOURCE, CHECKPOINT_RESTORE and DAC_READ_SEARCH and needs kernel 5.8+ and a recent runtime.
+    #[serde(default)]
+    pub security_mode: SecurityMode,
+}
+
+/// How much privilege agent pods get.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SecurityMode {
+    /// `privileged: true`.
+    #[default]
+    Privileged,
+    /// Unprivileged with the minimal capability set for eBPF profiling.
+    Capabilities,
+}
+
+/// Observed state of a `ProfileStore`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProfileStoreStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Store replicas the StatefulSet runs.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Store replicas that are ready.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Agent pods the DaemonSet wants.
+    #[serde(default)]
+    pub agents_desired: i32,
+    /// Agent pods that are ready.
+    #[serde(default)]
+    pub agents_ready: i32,
+    /// ProfilingTargets published to this store's agents.
+    #[serde(default)]
+    pub matched_targets: i32,
+    /// In-cluster address of the store, `<service>.<namespace>.svc:<port>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// `Available`, `AgentsReady` and `Reconciled`.
+    #[serde(default)]
+    #[schemars(schema_with = "super::condition::conditions_schema")]
+    pub conditions: Vec<Condition>,
+}
+
+impl Default for RetentionSpec {
+    fn default() -> Self {
+        Self {
+            duration: default_retention(),
+            size: None,
+        }
+    }
+}
+
+impl Default for StorageSpec {
+    fn default() -> Self {
+        Self {
+            size: default_storage_size(),
+            storage_class_name: None,
+            ephemeral: false,
+        }
+    }
+}
+
+impl Default for AgentSpec {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            image: None,
+            resources: None,
+            tolerations: None,
+            node_selector: None,
+            priority_class_name: None,
+            container_runtime_socket: default_cri_socket(),
+            security_mode: SecurityMode::Privileged,
+        }
+    }
+}
+
+fn default_replicas() -> i32 {
+    1
+}
+fn default_retention() -> String {
+    "168h".to_owned()
+}
+fn default_storage_size() -> String {
+    "10Gi".to_owned()
+}
+fn default_service_port() -> i32 {
+    DEFAULT_STORE_PORT
+}
+fn default_true() -> bool {
+    true
+}
+fn default_cri_socket() -> String {
+    DEFAULT_CRI_SOCKET.to_owned()
+}
+fn default_access_key_id_key() -> String {
+    "AWS_ACCESS_KEY_ID".to_owned()
+}
+fn default_secret_access_key_key() -> String {
+    "AWS_SECRET_ACCESS_KEY".to_owned()
+}
+
+/// A lean schema for container resources: the full upstream one repeats the long Quantity
+/// description for every map and would bloat the CRD toward client-side apply's size limit.
+fn resources_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let quantities = schemars::json_schema!({
+        "type": "object",
+        "additionalProperties": {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-int-or-string": true,
+            "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+        }
+    });
+    schemars::json_schema!({
+        "description": "Compute resources, as in a container's `resources` (requests and limits).",
+        "type": "object",
+        "nullable": true,
+        "properties": {
+            "limits": quantities.clone(),
+            "requests": quantities,
+        }
+    })
+}

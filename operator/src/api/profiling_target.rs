@@ -1,0 +1,121 @@
+//! `ProfilingTarget`: which pods of a namespace a store's agents profile, and how.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::profile_store::DNS_SUBDOMAIN_PATTERN;
+
+/// An RFC 1123 label: the shape of container names.
+pub const CONTAINER_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+/// Selects pods in this target's namespace for profiling by a `ProfileStore`'s agents.
+///
+/// The operator aggregates every target that points at a store into the targets file mounted into
+/// that store's agents; edits reach running agents without a restart.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "kiln.dev",
+    version = "v1alpha1",
+    kind = "ProfilingTarget",
+    namespaced,
+    doc = "Selects pods of its namespace for profiling by a ProfileStore's agents.",
+    status = "ProfilingTargetStatus",
+    shortname = "ptarget",
+    category = "kiln",
+    derive = "PartialEq",
+    printcolumn(name = "Store", type_ = "string", json_path = ".spec.storeRef.name"),
+    printcolumn(name = "Hz", type_ = "integer", json_path = ".spec.samplingHz"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type=='Ready')].status"
+    ),
+    printcolumn(name = "Suspended", type_ = "boolean", json_path = ".spec.suspend"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProfilingTargetSpec {
+    /// The store whose agents profile the selected pods.
+    pub store_ref: StoreRef,
+    /// Pods of this target's namespace to select; all pods when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// Also require the pod annotation `profiles.kiln.dev/enabled: "true"`.
+    #[serde(default = "default_true")]
+    pub require_annotation: bool,
+    /// Container names to profile; every container when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 64),
+        inner(pattern(CONTAINER_NAME_PATTERN), length(max = 63))
+    )]
+    pub containers: Vec<String>,
+    /// Sampling frequency in Hz. Pods may override it with `profiles.kiln.dev/sampling-hz`.
+    #[serde(default = "default_sampling_hz")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub sampling_hz: u32,
+    /// Labels added to every profile of the selected containers.
+    ///
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// Names must match `[a-zA-Z_][a-zA-Z0-9_]*` and may not be one the agent sets itself
+    /// (`node`, `namespace`, `pod`, `pod_uid`, `container`, `container_id`, `comm`, `pid`,
+    /// `service_name`); the operator reports violations in the `Reconciled` condition. They are
+    /// not CEL rules because map keys have no length bound, which breaks the CEL cost budget.
+    #[schemars(extend("maxProperties" = 32))]
+    pub labels: BTreeMap<String, String>,
+    /// Stop profiling these pods without deleting the target.
+    #[serde(default)]
+    pub suspend: bool,
+}
+
+/// Reference to a `ProfileStore`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreRef {
+    /// Name of the store.
+    #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(min = 1, max = 253))]
+    pub name: String,
+    /// Namespace of the store; this target's namespace when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 63))]
+    pub namespace: Option<String>,
+}
+
+/// Observed state of a `ProfilingTarget`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProfilingTargetStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` (published to the store's agents) and `Reconciled`.
+    #[serde(default)]
+    #[schemars(schema_with = "super::condition::conditions_schema")]
+    pub conditions: Vec<Condition>,
+}
+
+impl ProfilingTarget {
+    /// Namespace of the referenced store: `storeRef.namespace`, else the target's own.
+    pub fn store_namespace(&self) -> Option<&str> {
+        self.spec
+            .store_ref
+            .namespace
+            .as_deref()
+            .or(self.metadata.namespace.as_deref())
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_sampling_hz() -> u32 {
+    19
+}

@@ -1,0 +1,468 @@
+//! Reconciling a `ProfileStore` into its children and its status.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use super::apply::{apply_if_changed, delete_if_present};
+use super::{
+    Context, RESYNC, ReconcileError, STORE_FINALIZER, backoff_key, format_chain, namespace_and_name,
+};
+use crate::api::condition::{
+    AGENTS_READY, AVAILABLE, DesiredCondition, RECONCILED, flipped, merge_conditions,
+};
+use crate::api::{ProfileStore, ProfileStoreStatus, ProfilingTarget};
+use crate::resources::targets::{Aggregation, aggregate};
+use crate::resources::{FIELD_MANAGER, StoreNames, agent, store as store_objects, targets};
+
+/// Retry soon after deleting a StatefulSet whose immutable fields changed.
+const RECREATE_DELAY: Duration = Duration::from_secs(5);
+
+/// Live state read back while applying, for the status.
+#[derive(Debug, Default)]
+struct Observed {
+    stateful_set: Option<StatefulSet>,
+    daemon_set: Option<DaemonSet>,
+    recreating: bool,
+}
+
+/// Entry point for the controller: finalizer handling around [`apply`] and [`cleanup`].
+pub async fn reconcile(
+    store: Arc<ProfileStore>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let (namespace, _) = namespace_and_name(store.as_ref())?;
+    let api: Api<ProfileStore> = Api::namespaced(ctx.client.clone(), &namespace);
+    let has_finalizer = store.finalizers().iter().any(|f| f == STORE_FINALIZER);
+    // The finalizer only guards the cluster-scoped agent binding, so stores without agents
+    // never get one and can always be deleted, even after the operator is gone.
+    let result = if store.spec.agent.enabled || has_finalizer {
+        finalizer(&api, STORE_FINALIZER, store.clone(), |event| async {
+            match event {
+                FinalizerEvent::Apply(store) => apply(store, &ctx).await,
+                FinalizerEvent::Cleanup(store) => cleanup(store, &ctx).await,
+            }
+        })
+        .await
+        .map_err(|source| ReconcileError::Finalizer {
+            source: Box::new(source),
+        })
+    } else if store.meta().deletion_timestamp.is_some() {
+        Ok(Action::await_change())
+    } else {
+        apply(store.clone(), &ctx).await
+    };
+    ctx.metrics.reconciled("ProfileStore", started.elapsed());
+    if result.is_ok() {
+        ctx.reset_backoff(&backoff_key(store.as_ref()));
+    }
+    result
+}
+
+/// Brings every child in line with the spec, then records the status.
+pub async fn apply(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, ReconcileError> {
+    let names = StoreNames::of(&store).map_err(|source| ReconcileError::Build { source })?;
+    if store.spec.paused {
+        let desired = vec![DesiredCondition::fails(
+            RECONCILED,
+            "Paused",
+            "spec.paused is true: children are not reconciled",
+        )];
+        patch_status_if_changed(&store, ctx, keep_counts(&store), desired, &names).await?;
+        return Ok(Action::await_change());
+    }
+    let all_targets: Api<ProfilingTarget> = Api::all(ctx.client.clone());
+    let listed = all_targets
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| ReconcileError::kube("list ProfilingTargets", source))?;
+    let aggregation = aggregate(&names, &listed.items);
+    match apply_children(&store, &names, &aggregation, ctx).await {
+        Ok(observed) => {
+            let recreating = observed.recreating;
+            let status = observed_status(&store, &names, &observed, &aggregation);
+            let conditions = desired_conditions(&store, &observed, &aggregation, None);
+            patch_status_if_changed(&store, ctx, status, conditions, &names).await?;
+            Ok(Action::requeue(if recreating {
+                RECREATE_DELAY
+            } else {
+                RESYNC
+            }))
+        }
+        Err(error) => {
+            let conditions =
+                desired_conditions(&store, &Observed::default(), &aggregation, Some(&error));
+            // Best effort: the original error is what the controller must see and back off on.
+            if let Err(status_error) =
+                patch_status_if_changed(&store, ctx, keep_counts(&store), conditions, &names).await
+            {
+                tracing::warn!(error = %format_chain(&status_error), "could not record the failure in status");
+            }
+            Err(error)
+        }
+    }
+}
+
+/// Removes what owner references cannot: the cluster-scoped agent binding.
+pub async fn cleanup(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, ReconcileError> {
+    let names = StoreNames::of(&store).map_err(|source| ReconcileError::Build { source })?;
+    let bindings: Api<ClusterRoleBinding> = Api::all(ctx.client.clone());
+    delete_if_present(
+        &bindings,
+        &names.agent_binding,
+        &DeleteParams::default(),
+        ctx,
+    )
+    .await?;
+    Ok(Action::await_change())
+}
+
+async fn apply_children(
+    store: &ProfileStore,
+    names: &StoreNames,
+    aggregation: &Aggregation,
+    ctx: &Context,
+) -> Result<Observed, ReconcileError> {
+    let build = |source| ReconcileError::Build { source };
+    let client = ctx.client.clone();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &names.namespace);
+    let services: Api<Service> = Api::namespaced(client.clone(), &names.namespace);
+    let stateful_sets: Api<StatefulSet> = Api::namespaced(client.clone(), &names.namespace);
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), &names.namespace);
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &names.namespace);
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+
+    let config = store_objects::config_map(store, names).map_err(build)?;
+    apply_if_changed(&config_maps, &config, ctx).await?;
+    let headless = store_objects::headless_service(store, names).map_err(build)?;
+    apply_if_changed(&services, &headless, ctx).await?;
+    let service = store_objects::client_service(store, names).map_err(build)?;
+    apply_if_changed(&services, &service, ctx).await?;
+
+    let desired_set =
+        store_objects::stateful_set(store, names, &config, &ctx.defaults).map_err(build)?;
+    let mut observed = Observed::default();
+    expand_claims(store, names, ctx).await?;
+    match apply_if_changed(&stateful_sets, &desired_set, ctx).await {
+        Ok(applied) => observed.stateful_set = Some(applied.into_object()),
+        Err(ReconcileError::Kube {
+            source: kube::Error::Api(status),
+            ..
+        }) if status.code == 422 => {
+            // Immutable StatefulSet fields (selector, claim templates) changed: delete it but
+            // orphan the pods and claims, then recreate it on the next pass. Data stays.
+            let orphan = DeleteParams::orphan();
+            delete_if_present(&stateful_sets, &names.store, &orphan, ctx).await?;
+            publish(
+                ctx,
+                store,
+                EventType::Warning,
+                "RecreatingStatefulSet",
+                format!(
+                    "immutable fields changed ({}); recreating with orphaned pods",
+                    status.message
+                ),
+            )
+            .await;
+            observed.recreating = true;
+        }
+        Err(other) => return Err(other),
+    }
+
+    if store.spec.agent.enabled {
+        let targets_map = targets::config_map(store, names, &aggregation.file).map_err(build)?;
+        apply_if_changed(&config_maps, &targets_map, ctx).await?;
+        let account = agent::service_account(store, names).map_err(build)?;
+        apply_if_changed(&accounts, &account, ctx).await?;
+        let binding = agent::cluster_role_binding(names, &ctx.defaults).map_err(build)?;
+        apply_if_changed(&bindings, &binding, ctx).await?;
+        let daemon = agent::daemon_set(store, names, &ctx.defaults).map_err(build)?;
+        observed.daemon_set = Some(
+            apply_if_changed(&daemon_sets, &daemon, ctx)
+                .await?
+                .into_object(),
+        );
+    } else {
+        let params = DeleteParams::default();
+        delete_if_present(&daemon_sets, &names.agent, &params, ctx).await?;
+        delete_if_present(&bindings, &names.agent_binding, &params, ctx).await?;
+        delete_if_present(&accounts, &names.agent, &params, ctx).await?;
+        delete_if_present(&config_maps, &names.targets, &params, ctx).await?;
+    }
+    Ok(observed)
+}
+
+/// Grows existing claims when `storage.size` grew: claim templates are immutable, so
+/// StatefulSets never resize on their own.
+async fn expand_claims(
+    store: &ProfileStore,
+    names: &StoreNames,
+    ctx: &Context,
+) -> Result<(), ReconcileError> {
+    if store.spec.storage.ephemeral {
+        return Ok(());
+    }
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    let selector = format!(
+        "app.kubernetes.io/instance={},app.kubernetes.io/component=store",
+        names.store
+    );
+    let listed = claims
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| ReconcileError::kube("list PersistentVolumeClaims", source))?;
+    let wanted = &store.spec.storage.size;
+    for claim in listed.items {
+        let current = claim
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.resources.as_ref())
+            .and_then(|resources| resources.requests.as_ref())
+            .and_then(|requests| requests.get("storage"))
+            .map(|quantity| quantity.0.as_str());
+        if current == Some(wanted.as_str()) {
+            continue;
+        }
+        let name = claim.name_any();
+        let patch = json!({"spec": {"resources": {"requests": {"storage": wanted}}}});
+        match claims
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                ctx.metrics.wrote("PersistentVolumeClaim", "patch");
+                publish(
+                    ctx,
+                    store,
+                    EventType::Normal,
+                    "ExpandingStorage",
+                    format!("claim {name} requested {wanted}"),
+                )
+                .await;
+            }
+            Err(kube::Error::Api(status)) if status.code == 403 || status.code == 422 => {
+                publish(
+                    ctx,
+                    store,
+                    EventType::Warning,
+                    "StorageNotExpandable",
+                    format!("claim {name} cannot grow to {wanted}: {}", status.message),
+                )
+                .await;
+            }
+            Err(source) => {
+                return Err(ReconcileError::kube(format!("expand claim {name}"), source));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn observed_status(
+    store: &ProfileStore,
+    names: &StoreNames,
+    observed: &Observed,
+    aggregation: &Aggregation,
+) -> ProfileStoreStatus {
+    let set_status = observed
+        .stateful_set
+        .as_ref()
+        .and_then(|s| s.status.as_ref());
+    let daemon_status = observed.daemon_set.as_ref().and_then(|d| d.status.as_ref());
+    ProfileStoreStatus {
+        observed_generation: store.meta().generation,
+        replicas: set_status.map(|s| s.replicas).unwrap_or_default(),
+        ready_replicas: set_status
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or_default(),
+        agents_desired: daemon_status
+            .map(|d| d.desired_number_scheduled)
+            .unwrap_or_default(),
+        agents_ready: daemon_status.map(|d| d.number_ready).unwrap_or_default(),
+        matched_targets: i32::try_from(aggregation.file.targets.len()).unwrap_or(i32::MAX),
+        endpoint: Some(names.endpoint(store.spec.service_port)),
+        conditions: Vec::new(),
+    }
+}
+
+/// Status counts unchanged from what the object already says (used when children were not read).
+fn keep_counts(store: &ProfileStore) -> ProfileStoreStatus {
+    let mut status = store.status.clone().unwrap_or_default();
+    status.observed_generation = store.meta().generation;
+    status
+}
+
+fn desired_conditions(
+    store: &ProfileStore,
+    observed: &Observed,
+    aggregation: &Aggregation,
+    error: Option<&ReconcileError>,
+) -> Vec<DesiredCondition> {
+    let mut conditions = Vec::new();
+    if let Some(error) = error {
+        conditions.push(DesiredCondition::fails(
+            RECONCILED,
+            error.reason(),
+            format_chain(error),
+        ));
+        return conditions;
+    }
+    let ready = observed
+        .stateful_set
+        .as_ref()
+        .and_then(|s| s.status.as_ref())
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or_default();
+    conditions.push(if ready > 0 {
+        DesiredCondition::holds(
+            AVAILABLE,
+            "ReplicasReady",
+            format!("{ready} of {} replicas ready", store.spec.replicas),
+        )
+    } else {
+        DesiredCondition::fails(
+            AVAILABLE,
+            "NoReplicasReady",
+            "no store replica is ready yet",
+        )
+    });
+    let agents = observed.daemon_set.as_ref().and_then(|d| d.status.as_ref());
+    conditions.push(match (store.spec.agent.enabled, agents) {
+        (false, _) => DesiredCondition::holds(
+            AGENTS_READY,
+            "AgentsDisabled",
+            "spec.agent.enabled is false",
+        ),
+        (true, Some(status))
+            if status.desired_number_scheduled > 0
+                && status.number_ready == status.desired_number_scheduled =>
+        {
+            DesiredCondition::holds(
+                AGENTS_READY,
+                "AllAgentsReady",
+                format!("{} agents ready", status.number_ready),
+            )
+        }
+        (true, Some(status)) => DesiredCondition::fails(
+            AGENTS_READY,
+            "AgentsNotReady",
+            format!(
+                "{} of {} agents ready",
+                status.number_ready, status.desired_number_scheduled
+            ),
+        ),
+        (true, None) => DesiredCondition::fails(
+            AGENTS_READY,
+            "AgentsNotReady",
+            "agent DaemonSet has no status yet",
+        ),
+    });
+    conditions.push(if aggregation.rejected.is_empty() {
+        DesiredCondition::holds(RECONCILED, "Applied", "all children are up to date")
+    } else {
+        let sources: Vec<&str> = aggregation
+            .rejected
+            .iter()
+            .map(|r| r.source.as_str())
+            .collect();
+        DesiredCondition::holds(
+            RECONCILED,
+            "AppliedWithRejectedTargets",
+            format!(
+                "children are up to date; invalid targets left out: {}",
+                sources.join(", ")
+            ),
+        )
+    });
+    conditions
+}
+
+/// Writes the status with server-side apply only if it differs from the current one, and
+/// publishes an Event for every condition that flipped.
+async fn patch_status_if_changed(
+    store: &ProfileStore,
+    ctx: &Context,
+    mut status: ProfileStoreStatus,
+    desired: Vec<DesiredCondition>,
+    names: &StoreNames,
+) -> Result<(), ReconcileError> {
+    let previous = store.status.clone().unwrap_or_default();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    // Conditions not computed this pass (e.g. Available while paused) keep their last value.
+    let mut merged: BTreeMap<String, _> = previous
+        .conditions
+        .iter()
+        .map(|c| (c.type_.clone(), c.clone()))
+        .collect();
+    for condition in merge_conditions(
+        &previous.conditions,
+        &desired,
+        store.meta().generation,
+        &now,
+    ) {
+        merged.insert(condition.type_.clone(), condition);
+    }
+    status.conditions = merged.into_values().collect();
+    if status == previous {
+        return Ok(());
+    }
+    let api: Api<ProfileStore> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    let body = json!({
+        "apiVersion": ProfileStore::api_version(&()),
+        "kind": ProfileStore::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &names.store,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(|source| ReconcileError::kube("patch ProfileStore status", source))?;
+    ctx.metrics.wrote("ProfileStore", "status");
+    for condition in flipped(&previous.conditions, &status.conditions) {
+        let type_ = if condition.status == "True" {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        let note = format!(
+            "{} is {}: {}",
+            condition.type_, condition.status, condition.message
+        );
+        publish(ctx, store, type_, &condition.reason, note).await;
+    }
+    Ok(())
+}
+
+/// Publishes an Event about the store; failures are logged, never fatal.
+pub(crate) async fn publish(
+    ctx: &Context,
+    object: &ProfileStore,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
+        tracing::warn!(error = %error, "could not publish event");
+    }
+}

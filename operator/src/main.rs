@@ -1,0 +1,87 @@
+//! `kiln-operator`: reconciles ProfileStores and ProfilingTargets until SIGTERM.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Parser;
+use kiln_operator::api::{ProfileStore, ProfilingTarget};
+use kiln_operator::controller::{self, Context};
+use kiln_operator::metrics::Metrics;
+use kiln_operator::resources::BuildDefaults;
+use kube::api::ListParams;
+use kube::{Api, Client};
+use tracing_subscriber::EnvFilter;
+
+/// Kubernetes operator for Kiln continuous profiling.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Address of the /metrics, /healthz and /readyz endpoint.
+    #[arg(long, env = "KILN_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
+    metrics_listen: SocketAddr,
+    /// Store image used when a ProfileStore sets none.
+    #[arg(
+        long,
+        env = "KILN_STORE_IMAGE",
+        default_value = "ghcr.io/kiln-dev/kiln-store:0.1.0"
+    )]
+    store_image: String,
+    /// Agent image used when a ProfileStore sets none.
+    #[arg(
+        long,
+        env = "KILN_AGENT_IMAGE",
+        default_value = "ghcr.io/kiln-dev/kiln-agent:0.1.0"
+    )]
+    agent_image: String,
+    /// The static ClusterRole that agent ServiceAccounts are bound to.
+    #[arg(long, env = "KILN_AGENT_CLUSTER_ROLE", default_value = "kiln-agent")]
+    agent_cluster_role: String,
+    /// Log filter, e.g. `info` or `kiln_operator=debug,kube=info`.
+    #[arg(long, env = "KILN_LOG", default_value = "info")]
+    log: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(&args.log).context("invalid --log filter")?)
+        .init();
+
+    let client = Client::try_default()
+        .await
+        .context("no Kubernetes configuration found (in-cluster or KUBECONFIG)")?;
+    // Fail fast with a clear message when the CRDs are missing or from another version.
+    Api::<ProfileStore>::all(client.clone())
+        .list(&ListParams::default().limit(1))
+        .await
+        .context("cannot list ProfileStores: are the kiln.dev CRDs installed? (kubectl apply --server-side -f crds/)")?;
+    Api::<ProfilingTarget>::all(client.clone())
+        .list(&ListParams::default().limit(1))
+        .await
+        .context("cannot list ProfilingTargets: are the kiln.dev CRDs installed?")?;
+
+    let metrics = Arc::new(Metrics::default());
+    let defaults = BuildDefaults {
+        store_image: args.store_image,
+        agent_image: args.agent_image,
+        agent_cluster_role: args.agent_cluster_role,
+    };
+    let ctx = Arc::new(Context::new(client, defaults, metrics.clone()));
+
+    let listener = tokio::net::TcpListener::bind(args.metrics_listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.metrics_listen))?;
+    let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
+    let http = tokio::spawn(kiln_operator::http::serve(listener, metrics, http_stopped));
+    tracing::info!(metrics = %args.metrics_listen, "kiln-operator started");
+
+    // Returns once SIGTERM/SIGINT arrived and in-flight reconciles finished.
+    controller::run(ctx).await;
+    tracing::info!("shutting down");
+    // The receiver may already be gone if the server failed; nothing left to stop then.
+    let _ = stop_http.send(true);
+    http.await.context("metrics server task panicked")??;
+    Ok(())
+}

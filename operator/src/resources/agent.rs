@@ -1,0 +1,295 @@
+//! The agent side: ServiceAccount, ClusterRoleBinding and the DaemonSet of eBPF agents.
+//!
+//! Why the DaemonSet needs what it asks for:
+//! - `hostPID`: the agent maps sampled PIDs to containers through the host's `/proc`.
+//! - `/sys/fs/cgroup`: cgroup ids of containers feed the BPF allow-list.
+//! - `/sys/kernel/debug`, `/sys/fs/bpf`, `/lib/modules`: tracing, pinned maps, kernel symbols.
+//! - the CRI socket: pod labels and annotations without API-server access.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    HostPathVolumeSource, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec,
+    ResourceRequirements, SeccompProfile, SecurityContext, ServiceAccount, Toleration, Volume,
+    VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+
+use super::{
+    BuildDefaults, BuildError, StoreNames, common_labels, owned_meta, selector_labels,
+    stamp_applied_hash,
+};
+use crate::api::{ProfileStore, SecurityMode};
+
+/// Where the targets ConfigMap is mounted (a directory, so kubelet can update it in place).
+pub const TARGETS_DIR: &str = "/etc/kiln/targets";
+
+/// Capabilities of the `capabilities` security mode (the least-privilege eBPF profiler set).
+pub const AGENT_CAPABILITIES: [&str; 6] = [
+    "BPF",
+    "PERFMON",
+    "SYS_PTRACE",
+    "SYS_RESOURCE",
+    "CHECKPOINT_RESTORE",
+    "DAC_READ_SEARCH",
+];
+
+/// Host paths the agent mounts: (volume name, host path, mount path, read-only, hostPath type).
+const HOST_MOUNTS: [(&str, &str, &str, bool, &str); 4] = [
+    (
+        "cgroup",
+        "/sys/fs/cgroup",
+        "/sys/fs/cgroup",
+        true,
+        "Directory",
+    ),
+    (
+        "debugfs",
+        "/sys/kernel/debug",
+        "/sys/kernel/debug",
+        false,
+        "Directory",
+    ),
+    (
+        "bpffs",
+        "/sys/fs/bpf",
+        "/sys/fs/bpf",
+        false,
+        "DirectoryOrCreate",
+    ),
+    ("modules", "/lib/modules", "/lib/modules", true, "Directory"),
+];
+
+/// The agents' ServiceAccount, owned by the store.
+pub fn service_account(
+    store: &ProfileStore,
+    names: &StoreNames,
+) -> Result<ServiceAccount, BuildError> {
+    let account = ServiceAccount {
+        metadata: owned_meta(store, names, &names.agent, "agent"),
+        ..ServiceAccount::default()
+    };
+    stamp_applied_hash(account, "ServiceAccount")
+}
+
+/// Binds the agents' ServiceAccount to the static agent ClusterRole. Cluster-scoped, so it cannot
+/// have the namespaced store as owner: the store's finalizer deletes it.
+pub fn cluster_role_binding(
+    names: &StoreNames,
+    defaults: &BuildDefaults,
+) -> Result<ClusterRoleBinding, BuildError> {
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(names.agent_binding.clone()),
+            labels: Some(common_labels(names, "agent")),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "ClusterRole".to_owned(),
+            name: defaults.agent_cluster_role.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_owned(),
+            name: names.agent.clone(),
+            namespace: Some(names.namespace.clone()),
+            ..Subject::default()
+        }]),
+    };
+    stamp_applied_hash(binding, "ClusterRoleBinding")
+}
+
+/// Command-line flags of `kiln-agent`.
+pub fn agent_args(store: &ProfileStore, names: &StoreNames) -> Vec<String> {
+    vec![
+        format!("--cri-socket={}", store.spec.agent.container_runtime_socket),
+        "--node-name=$(NODE_NAME)".to_owned(),
+        format!("--store=http://{}", names.endpoint(store.spec.service_port)),
+        format!(
+            "--targets-file={TARGETS_DIR}/{}",
+            kiln_targets::CONFIGMAP_KEY
+        ),
+    ]
+}
+
+/// The security context of the agent container in each mode.
+pub fn agent_security_context(mode: SecurityMode) -> SecurityContext {
+    let common = SecurityContext {
+        run_as_user: Some(0),
+        run_as_non_root: Some(false),
+        read_only_root_filesystem: Some(true),
+        ..SecurityContext::default()
+    };
+    match mode {
+        SecurityMode::Privileged => SecurityContext {
+            privileged: Some(true),
+            allow_privilege_escalation: Some(true),
+            ..common
+        },
+        SecurityMode::Capabilities => SecurityContext {
+            privileged: Some(false),
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                add: Some(AGENT_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect()),
+                drop: Some(vec!["ALL".to_owned()]),
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_owned(),
+                ..SeccompProfile::default()
+            }),
+            ..common
+        },
+    }
+}
+
+/// The agent DaemonSet.
+pub fn daemon_set(
+    store: &ProfileStore,
+    names: &StoreNames,
+    defaults: &BuildDefaults,
+) -> Result<DaemonSet, BuildError> {
+    let agent = &store.spec.agent;
+    let mut volumes = Vec::new();
+    let mut mounts = Vec::new();
+    for (name, host_path, mount_path, read_only, type_) in HOST_MOUNTS {
+        volumes.push(host_path_volume(name, host_path, type_));
+        mounts.push(mount(name, mount_path, read_only));
+    }
+    let socket = agent.container_runtime_socket.clone();
+    volumes.push(host_path_volume("cri-socket", &socket, "Socket"));
+    mounts.push(mount("cri-socket", &socket, false));
+    volumes.push(Volume {
+        name: "targets".to_owned(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: names.targets.clone(),
+            optional: Some(true),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    });
+    mounts.push(mount("targets", TARGETS_DIR, true));
+    volumes.push(Volume {
+        name: "tmp".to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    });
+    mounts.push(mount("tmp", "/tmp", false));
+
+    let container = Container {
+        name: "kiln-agent".to_owned(),
+        image: Some(
+            agent
+                .image
+                .clone()
+                .unwrap_or_else(|| defaults.agent_image.clone()),
+        ),
+        args: Some(agent_args(store, names)),
+        env: Some(vec![EnvVar {
+            name: "NODE_NAME".to_owned(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "spec.nodeName".to_owned(),
+                    ..ObjectFieldSelector::default()
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        }]),
+        resources: Some(
+            agent
+                .resources
+                .clone()
+                .unwrap_or_else(default_agent_resources),
+        ),
+        security_context: Some(agent_security_context(agent.security_mode)),
+        volume_mounts: Some(mounts),
+        ..Container::default()
+    };
+    let pod_spec = PodSpec {
+        host_pid: Some(true),
+        service_account_name: Some(names.agent.clone()),
+        containers: vec![container],
+        tolerations: Some(
+            agent
+                .tolerations
+                .clone()
+                .unwrap_or_else(tolerate_everything),
+        ),
+        node_selector: Some(agent.node_selector.clone().unwrap_or_else(linux_nodes)),
+        priority_class_name: agent.priority_class_name.clone(),
+        termination_grace_period_seconds: Some(30),
+        security_context: Some(PodSecurityContext::default()),
+        volumes: Some(volumes),
+        ..PodSpec::default()
+    };
+    let set = DaemonSet {
+        metadata: owned_meta(store, names, &names.agent, "agent"),
+        spec: DaemonSetSpec {
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(names, "agent")),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(common_labels(names, "agent")),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod_spec),
+            },
+            ..DaemonSetSpec::default()
+        },
+        ..DaemonSet::default()
+    };
+    stamp_applied_hash(set, "DaemonSet")
+}
+
+fn host_path_volume(name: &str, path: &str, type_: &str) -> Volume {
+    Volume {
+        name: name.to_owned(),
+        host_path: Some(HostPathVolumeSource {
+            path: path.to_owned(),
+            type_: Some(type_.to_owned()),
+        }),
+        ..Volume::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.to_owned(),
+        mount_path: path.to_owned(),
+        read_only: Some(read_only),
+        ..VolumeMount::default()
+    }
+}
+
+/// One `operator: Exists` toleration: every node, tainted or not, is profiled.
+pub fn tolerate_everything() -> Vec<Toleration> {
+    vec![Toleration {
+        operator: Some("Exists".to_owned()),
+        ..Toleration::default()
+    }]
+}
+
+fn linux_nodes() -> BTreeMap<String, String> {
+    BTreeMap::from([("kubernetes.io/os".to_owned(), "linux".to_owned())])
+}
+
+/// Requests 100m CPU / 256Mi, limit 1Gi memory (symbol tables of large binaries need headroom).
+pub fn default_agent_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_owned(), Quantity("100m".to_owned())),
+            ("memory".to_owned(), Quantity("256Mi".to_owned())),
+        ])),
+        limits: Some(BTreeMap::from([(
+            "memory".to_owned(),
+            Quantity("1Gi".to_owned()),
+        )])),
+        ..ResourceRequirements::default()
+    }
+}

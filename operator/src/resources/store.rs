@@ -1,0 +1,298 @@
+//! The store side: config ConfigMap, headless and client Services, StatefulSet.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EmptyDirVolumeSource,
+    EnvFromSource, EnvVar, EnvVarSource, HTTPGetAction, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext, Service, ServicePort,
+    ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::{
+    BuildDefaults, BuildError, CONFIG_HASH_ANNOTATION, StoreNames, common_labels, owned_meta,
+    selector_labels, stable_hash, stamp_applied_hash,
+};
+use crate::api::ProfileStore;
+use crate::api::profile_store::DEFAULT_STORE_PORT;
+
+/// Where the store keeps its data inside the container.
+pub const DATA_DIR: &str = "/var/lib/kiln";
+/// Name of the data volume (and of the claim template, so claims are `data-<store>-<i>`).
+pub const DATA_VOLUME: &str = "data";
+/// Name of the store's listener port.
+pub const PORT_NAME: &str = "api";
+/// Non-root user of the distroless store image.
+const STORE_UID: i64 = 65532;
+
+/// Store config as environment variables (`envFrom`): object storage settings.
+pub fn config_map(store: &ProfileStore, names: &StoreNames) -> Result<ConfigMap, BuildError> {
+    let mut data = BTreeMap::new();
+    if let Some(bucket) = &store.spec.object_storage {
+        let prefix = bucket.prefix.as_deref().unwrap_or("").trim_matches('/');
+        let url = if prefix.is_empty() {
+            format!("s3://{}", bucket.bucket)
+        } else {
+            format!("s3://{}/{prefix}", bucket.bucket)
+        };
+        data.insert("KILN_OBJECT_STORE".to_owned(), url);
+        if let Some(region) = &bucket.region {
+            data.insert("AWS_REGION".to_owned(), region.clone());
+        }
+        if let Some(endpoint) = &bucket.endpoint {
+            data.insert("AWS_ENDPOINT".to_owned(), endpoint.clone());
+            if endpoint.starts_with("http://") {
+                data.insert("AWS_ALLOW_HTTP".to_owned(), "true".to_owned());
+            }
+        }
+    }
+    let config = ConfigMap {
+        metadata: owned_meta(store, names, &names.config, "store"),
+        data: Some(data),
+        ..ConfigMap::default()
+    };
+    stamp_applied_hash(config, "ConfigMap")
+}
+
+/// The governing headless Service: stable per-replica DNS names for the StatefulSet.
+pub fn headless_service(store: &ProfileStore, names: &StoreNames) -> Result<Service, BuildError> {
+    let service = Service {
+        metadata: owned_meta(store, names, &names.headless_service, "store"),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_owned()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector_labels(names, "store")),
+            ports: Some(vec![service_port(DEFAULT_STORE_PORT)]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    };
+    stamp_applied_hash(service, "Service")
+}
+
+/// The client Service that agents ship to and users port-forward to.
+pub fn client_service(store: &ProfileStore, names: &StoreNames) -> Result<Service, BuildError> {
+    let service = Service {
+        metadata: owned_meta(store, names, &names.store, "store"),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".to_owned()),
+            selector: Some(selector_labels(names, "store")),
+            ports: Some(vec![service_port(store.spec.service_port)]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    };
+    stamp_applied_hash(service, "Service")
+}
+
+fn service_port(port: i32) -> ServicePort {
+    ServicePort {
+        name: Some(PORT_NAME.to_owned()),
+        port,
+        target_port: Some(IntOrString::String(PORT_NAME.to_owned())),
+        protocol: Some("TCP".to_owned()),
+        app_protocol: Some("kubernetes.io/h2c".to_owned()),
+        ..ServicePort::default()
+    }
+}
+
+/// Command-line flags of `kiln-store`, from the spec.
+pub fn store_args(store: &ProfileStore) -> Vec<String> {
+    let mut args = vec![
+        format!("--listen=0.0.0.0:{DEFAULT_STORE_PORT}"),
+        format!("--data-dir={DATA_DIR}"),
+        format!("--retention={}", store.spec.retention.duration),
+    ];
+    if let Some(size) = &store.spec.retention.size {
+        args.push(format!("--retention-size={size}"));
+    }
+    args
+}
+
+/// The store StatefulSet; `config` is the built config ConfigMap, hashed into the pod template.
+pub fn stateful_set(
+    store: &ProfileStore,
+    names: &StoreNames,
+    config: &ConfigMap,
+    defaults: &BuildDefaults,
+) -> Result<StatefulSet, BuildError> {
+    let spec = &store.spec;
+    let config_json = serde_json::to_vec(&config.data).map_err(|source| BuildError::Hash {
+        kind: "ConfigMap",
+        source,
+    })?;
+    let mut env = Vec::new();
+    if let Some(credentials) = spec
+        .object_storage
+        .as_ref()
+        .and_then(|bucket| bucket.credentials_secret_ref.as_ref())
+    {
+        for (variable, key) in [
+            ("AWS_ACCESS_KEY_ID", &credentials.access_key_id_key),
+            ("AWS_SECRET_ACCESS_KEY", &credentials.secret_access_key_key),
+        ] {
+            env.push(EnvVar {
+                name: variable.to_owned(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: credentials.name.clone(),
+                        key: key.clone(),
+                        optional: Some(false),
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            });
+        }
+    }
+    let probe = |path: &str, period: i32| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String(PORT_NAME.to_owned()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(6),
+        ..Probe::default()
+    };
+    let container = Container {
+        name: "kiln-store".to_owned(),
+        image: Some(
+            spec.image
+                .clone()
+                .unwrap_or_else(|| defaults.store_image.clone()),
+        ),
+        args: Some(store_args(store)),
+        env: (!env.is_empty()).then_some(env),
+        env_from: Some(vec![EnvFromSource {
+            config_map_ref: Some(ConfigMapEnvSource {
+                name: names.config.clone(),
+                optional: Some(false),
+            }),
+            ..EnvFromSource::default()
+        }]),
+        ports: Some(vec![ContainerPort {
+            name: Some(PORT_NAME.to_owned()),
+            container_port: DEFAULT_STORE_PORT,
+            protocol: Some("TCP".to_owned()),
+            ..ContainerPort::default()
+        }]),
+        readiness_probe: Some(probe("/readyz", 5)),
+        liveness_probe: Some(probe("/healthz", 10)),
+        resources: Some(
+            spec.resources
+                .clone()
+                .unwrap_or_else(default_store_resources),
+        ),
+        volume_mounts: Some(vec![VolumeMount {
+            name: DATA_VOLUME.to_owned(),
+            mount_path: DATA_DIR.to_owned(),
+            ..VolumeMount::default()
+        }]),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_owned()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    };
+    let (volumes, claim_templates) = if spec.storage.ephemeral {
+        let volume = Volume {
+            name: DATA_VOLUME.to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        };
+        (Some(vec![volume]), None)
+    } else {
+        let claim = PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some(DATA_VOLUME.to_owned()),
+                labels: Some(common_labels(names, "store")),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+                storage_class_name: spec.storage.storage_class_name.clone(),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([(
+                        "storage".to_owned(),
+                        Quantity(spec.storage.size.clone()),
+                    )])),
+                    ..VolumeResourceRequirements::default()
+                }),
+                ..PersistentVolumeClaimSpec::default()
+            }),
+            ..PersistentVolumeClaim::default()
+        };
+        (None, Some(vec![claim]))
+    };
+    let pod_meta = ObjectMeta {
+        labels: Some(common_labels(names, "store")),
+        annotations: Some(BTreeMap::from([(
+            CONFIG_HASH_ANNOTATION.to_owned(),
+            format!("{:016x}", stable_hash(&config_json)),
+        )])),
+        ..ObjectMeta::default()
+    };
+    let set = StatefulSet {
+        metadata: owned_meta(store, names, &names.store, "store"),
+        spec: StatefulSetSpec {
+            replicas: Some(spec.replicas),
+            service_name: Some(names.headless_service.clone()),
+            pod_management_policy: Some("Parallel".to_owned()),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(names, "store")),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(pod_meta),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    automount_service_account_token: Some(false),
+                    termination_grace_period_seconds: Some(60),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(STORE_UID),
+                        run_as_group: Some(STORE_UID),
+                        fs_group: Some(STORE_UID),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_owned(),
+                            ..SeccompProfile::default()
+                        }),
+                        ..PodSecurityContext::default()
+                    }),
+                    volumes,
+                    ..PodSpec::default()
+                }),
+            },
+            volume_claim_templates: claim_templates,
+            ..StatefulSetSpec::default()
+        },
+        ..StatefulSet::default()
+    };
+    stamp_applied_hash(set, "StatefulSet")
+}
+
+/// Requests 250m CPU / 512Mi, limit 2Gi memory: never empty, so the store is not the first OOM victim.
+pub fn default_store_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_owned(), Quantity("250m".to_owned())),
+            ("memory".to_owned(), Quantity("512Mi".to_owned())),
+        ])),
+        limits: Some(BTreeMap::from([(
+            "memory".to_owned(),
+            Quantity("2Gi".to_owned()),
+        )])),
+        ..ResourceRequirements::default()
+    }
+}
