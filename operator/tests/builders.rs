@@ -1,0 +1,339 @@
+//! The pure builders: a ProfileStore (and targets) in, Kubernetes objects out.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, PodSpec, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use kiln_operator::api::{
+    ProfileStore, ProfileStoreSpec, ProfilingTarget, ProfilingTargetSpec, SecurityMode,
+};
+use kiln_operator::resources::targets::{aggregate, config_map as targets_config_map};
+use kiln_operator::resources::{
+    APPLIED_HASH_ANNOTATION, BuildDefaults, CONFIG_HASH_ANNOTATION, StoreNames, agent,
+    applied_hash, store,
+};
+
+fn profile_store(spec: serde_json::Value) -> ProfileStore {
+    let spec: ProfileStoreSpec = serde_json::from_value(spec).expect("valid spec");
+    let mut object = ProfileStore::new("main", spec);
+    object.metadata.namespace = Some("kiln".to_owned());
+    object.metadata.uid = Some("uid-1".to_owned());
+    object
+}
+
+fn target(namespace: &str, name: &str, spec: serde_json::Value) -> ProfilingTarget {
+    let spec: ProfilingTargetSpec = serde_json::from_value(spec).expect("valid spec");
+    let mut object = ProfilingTarget::new(name, spec);
+    object.metadata.namespace = Some(namespace.to_owned());
+    object
+}
+
+fn pod_spec_of_daemon_set(object: &ProfileStore) -> PodSpec {
+    let names = StoreNames::of(object).unwrap();
+    let set = agent::daemon_set(object, &names, &BuildDefaults::default()).unwrap();
+    set.spec.template.spec.unwrap()
+}
+
+fn agent_container(object: &ProfileStore) -> Container {
+    pod_spec_of_daemon_set(object).containers.remove(0)
+}
+
+#[test]
+fn default_spec_fills_documented_defaults() {
+    let object = profile_store(serde_json::json!({}));
+    assert_eq!(object.spec.replicas, 1);
+    assert_eq!(object.spec.retention.duration, "168h");
+    assert_eq!(object.spec.storage.size, "10Gi");
+    assert_eq!(object.spec.service_port, 7470);
+    assert!(object.spec.agent.enabled);
+    assert_eq!(object.spec.agent.security_mode, SecurityMode::Privileged);
+    assert_eq!(
+        object.spec.agent.container_runtime_socket,
+        "/run/containerd/containerd.sock"
+    );
+}
+
+#[test]
+fn privileged_mode_runs_privileged_as_root() {
+    let object = profile_store(serde_json::json!({}));
+    let context = agent_container(&object).security_context.unwrap();
+    assert_eq!(context.privileged, Some(true));
+    assert_eq!(context.run_as_user, Some(0));
+    assert!(context.capabilities.is_none());
+}
+
+#[test]
+fn capabilities_mode_adds_only_the_ebpf_set_and_drops_the_rest() {
+    let object = profile_store(serde_json::json!({"agent": {"securityMode": "capabilities"}}));
+    let context = agent_container(&object).security_context.unwrap();
+    assert_eq!(context.privileged, Some(false));
+    assert_eq!(context.allow_privilege_escalation, Some(false));
+    let capabilities = context.capabilities.unwrap();
+    assert_eq!(
+        capabilities.add.unwrap(),
+        vec![
+            "BPF",
+            "PERFMON",
+            "SYS_PTRACE",
+            "SYS_RESOURCE",
+            "CHECKPOINT_RESTORE",
+            "DAC_READ_SEARCH"
+        ]
+    );
+    assert_eq!(capabilities.drop.unwrap(), vec!["ALL"]);
+    assert_eq!(context.seccomp_profile.unwrap().type_, "RuntimeDefault");
+}
+
+#[test]
+fn agent_uses_host_pid_and_mounts_what_ebpf_needs() {
+    let object = profile_store(serde_json::json!({}));
+    let pod = pod_spec_of_daemon_set(&object);
+    assert_eq!(pod.host_pid, Some(true));
+    assert_eq!(pod.service_account_name.as_deref(), Some("main-agent"));
+    let volumes: BTreeMap<String, String> = pod
+        .volumes
+        .unwrap()
+        .into_iter()
+        .filter_map(|v| Some((v.name, v.host_path?.path)))
+        .collect();
+    for (name, path) in [
+        ("cgroup", "/sys/fs/cgroup"),
+        ("debugfs", "/sys/kernel/debug"),
+        ("bpffs", "/sys/fs/bpf"),
+        ("modules", "/lib/modules"),
+        ("cri-socket", "/run/containerd/containerd.sock"),
+    ] {
+        assert_eq!(volumes.get(name).map(String::as_str), Some(path), "{name}");
+    }
+    let container = pod.containers[0].clone();
+    let mounts: BTreeMap<String, (String, Option<bool>)> = container
+        .volume_mounts
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.name, (m.mount_path, m.read_only)))
+        .collect();
+    assert_eq!(mounts["cgroup"], ("/sys/fs/cgroup".to_owned(), Some(true)));
+    assert_eq!(mounts["targets"], ("/etc/kiln/targets".to_owned(), Some(true)));
+    assert_eq!(mounts["bpffs"].1, Some(false));
+}
+
+#[test]
+fn agent_flags_point_at_the_store_socket_and_targets_file() {
+    let object = profile_store(serde_json::json!({
+        "servicePort": 9000,
+        "agent": {"containerRuntimeSocket": "/var/run/crio/crio.sock"}
+    }));
+    let args = agent_container(&object).args.unwrap();
+    assert_eq!(
+        args,
+        vec![
+            "--cri-socket=/var/run/crio/crio.sock",
+            "--node-name=$(NODE_NAME)",
+            "--store=http://main.kiln.svc:9000",
+            "--targets-file=/etc/kiln/targets/targets.json",
+        ]
+    );
+    let volumes = pod_spec_of_daemon_set(&object).volumes.unwrap();
+    let socket = volumes.iter().find(|v| v.name == "cri-socket").unwrap();
+    let host_path = socket.host_path.as_ref().unwrap();
+    assert_eq!(host_path.path, "/var/run/crio/crio.sock");
+    assert_eq!(host_path.type_.as_deref(), Some("Socket"));
+}
+
+#[test]
+fn agent_tolerates_everything_by_default_and_takes_overrides() {
+    let object = profile_store(serde_json::json!({}));
+    let pod = pod_spec_of_daemon_set(&object);
+    assert_eq!(
+        pod.tolerations.unwrap(),
+        vec![Toleration {
+            operator: Some("Exists".to_owned()),
+            ..Toleration::default()
+        }]
+    );
+    assert_eq!(
+        pod.node_selector.unwrap().get("kubernetes.io/os").map(String::as_str),
+        Some("linux")
+    );
+    assert_eq!(pod.priority_class_name, None);
+
+    let custom = profile_store(serde_json::json!({"agent": {
+        "tolerations": [{"key": "gpu", "operator": "Equal", "value": "yes", "effect": "NoSchedule"}],
+        "nodeSelector": {"pool": "apps"},
+        "priorityClassName": "system-node-critical"
+    }}));
+    let pod = pod_spec_of_daemon_set(&custom);
+    let tolerations = pod.tolerations.unwrap();
+    assert_eq!(tolerations.len(), 1);
+    assert_eq!(tolerations[0].key.as_deref(), Some("gpu"));
+    assert_eq!(pod.node_selector.unwrap(), BTreeMap::from([("pool".to_owned(), "apps".to_owned())]));
+    assert_eq!(pod.priority_class_name.as_deref(), Some("system-node-critical"));
+}
+
+#[test]
+fn store_gets_retention_flags_and_data_dir() {
+    let object = profile_store(serde_json::json!({"retention": {"duration": "30d", "size": "50Gi"}}));
+    assert_eq!(
+        store::store_args(&object),
+        vec![
+            "--listen=0.0.0.0:7470",
+            "--data-dir=/var/lib/kiln",
+            "--retention=30d",
+            "--retention-size=50Gi",
+        ]
+    );
+    let without_size = profile_store(serde_json::json!({}));
+    assert!(store::store_args(&without_size).contains(&"--retention=168h".to_owned()));
+    assert!(!store::store_args(&without_size).iter().any(|a| a.starts_with("--retention-size")));
+}
+
+#[test]
+fn persistent_storage_uses_a_claim_template_and_ephemeral_an_empty_dir() {
+    let names_of = |o: &ProfileStore| StoreNames::of(o).unwrap();
+    let object = profile_store(serde_json::json!({"storage": {"size": "20Gi", "storageClassName": "fast"}}));
+    let names = names_of(&object);
+    let config = store::config_map(&object, &names).unwrap();
+    let set = store::stateful_set(&object, &names, &config, &BuildDefaults::default()).unwrap();
+    let claims = set.spec.volume_claim_templates.clone().unwrap();
+    let claim_spec = claims[0].spec.clone().unwrap();
+    assert_eq!(claim_spec.storage_class_name.as_deref(), Some("fast"));
+    assert_eq!(claim_spec.resources.unwrap().requests.unwrap()["storage"].0, "20Gi");
+    assert!(set.spec.template.spec.clone().unwrap().volumes.is_none());
+    assert_eq!(set.spec.service_name.as_deref(), Some("main-headless"));
+
+    let ephemeral = profile_store(serde_json::json!({"storage": {"ephemeral": true}}));
+    let names = names_of(&ephemeral);
+    let config = store::config_map(&ephemeral, &names).unwrap();
+    let set = store::stateful_set(&ephemeral, &names, &config, &BuildDefaults::default()).unwrap();
+    assert!(set.spec.volume_claim_templates.is_none());
+    let volumes = set.spec.template.spec.unwrap().volumes.unwrap();
+    assert!(volumes[0].empty_dir.is_some());
+}
+
+#[test]
+fn store_runs_non_root_with_default_resources_and_owner_reference() {
+    let object = profile_store(serde_json::json!({}));
+    let names = StoreNames::of(&object).unwrap();
+    let config = store::config_map(&object, &names).unwrap();
+    let set = store::stateful_set(&object, &names, &config, &BuildDefaults::default()).unwrap();
+    let owner = &set.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(owner.kind, "ProfileStore");
+    assert_eq!(owner.controller, Some(true));
+    let pod = set.spec.template.spec.unwrap();
+    assert_eq!(pod.security_context.unwrap().run_as_non_root, Some(true));
+    let container = &pod.containers[0];
+    assert_eq!(container.image.as_deref(), Some("ghcr.io/kiln-dev/kiln-store:0.1.0"));
+    let resources = container.resources.clone().unwrap();
+    assert_eq!(resources.limits.unwrap()["memory"].0, "2Gi");
+}
+
+#[test]
+fn object_storage_becomes_env_with_secret_references() {
+    let object = profile_store(serde_json::json!({
+        "replicas": 2,
+        "objectStorage": {
+            "bucket": "profiles", "endpoint": "http://minio:9000", "region": "eu-west-1",
+            "prefix": "/kiln/", "credentialsSecretRef": {"name": "s3-creds"}
+        }
+    }));
+    let names = StoreNames::of(&object).unwrap();
+    let config = store::config_map(&object, &names).unwrap();
+    let data = config.data.clone().unwrap();
+    assert_eq!(data["KILN_OBJECT_STORE"], "s3://profiles/kiln");
+    assert_eq!(data["AWS_ENDPOINT"], "http://minio:9000");
+    assert_eq!(data["AWS_ALLOW_HTTP"], "true");
+    assert_eq!(data["AWS_REGION"], "eu-west-1");
+    let set = store::stateful_set(&object, &names, &config, &BuildDefaults::default()).unwrap();
+    let env = set.spec.template.spec.unwrap().containers[0].env.clone().unwrap();
+    let secret = env[0].value_from.clone().unwrap().secret_key_ref.unwrap();
+    assert_eq!(secret.name, "s3-creds");
+    assert_eq!(secret.key, "AWS_ACCESS_KEY_ID");
+}
+
+#[test]
+fn config_change_changes_the_pod_template_hash_and_applied_hash() {
+    let plain = profile_store(serde_json::json!({}));
+    let with_bucket = profile_store(serde_json::json!({"objectStorage": {"bucket": "profiles"}}));
+    let build = |o: &ProfileStore| {
+        let names = StoreNames::of(o).unwrap();
+        let config = store::config_map(o, &names).unwrap();
+        store::stateful_set(o, &names, &config, &BuildDefaults::default()).unwrap()
+    };
+    let (a, b) = (build(&plain), build(&with_bucket));
+    let pod_hash = |s: &k8s_openapi::api::apps::v1::StatefulSet| {
+        s.spec.template.metadata.clone().unwrap().annotations.unwrap()[CONFIG_HASH_ANNOTATION].clone()
+    };
+    assert_ne!(pod_hash(&a), pod_hash(&b));
+    assert_ne!(applied_hash(&a), applied_hash(&b));
+    assert_eq!(applied_hash(&a), applied_hash(&build(&plain)));
+    assert!(a.metadata.annotations.unwrap().contains_key(APPLIED_HASH_ANNOTATION));
+}
+
+#[test]
+fn agent_binding_is_cluster_scoped_and_labelled_with_its_store() {
+    let object = profile_store(serde_json::json!({}));
+    let names = StoreNames::of(&object).unwrap();
+    let binding = agent::cluster_role_binding(&names, &BuildDefaults::default()).unwrap();
+    assert_eq!(binding.metadata.name.as_deref(), Some("kiln-agent-kiln-main"));
+    assert!(binding.metadata.owner_references.is_none());
+    assert_eq!(binding.role_ref.name, "kiln-agent");
+    let subject = &binding.subjects.unwrap()[0];
+    assert_eq!(subject.name, "main-agent");
+    assert_eq!(subject.namespace.as_deref(), Some("kiln"));
+}
+
+#[test]
+fn targets_are_aggregated_sorted_and_only_for_their_store() {
+    let object = profile_store(serde_json::json!({}));
+    let names = StoreNames::of(&object).unwrap();
+    let targets = vec![
+        target("shop", "web", serde_json::json!({
+            "storeRef": {"name": "main", "namespace": "kiln"},
+            "selector": {"matchLabels": {"app": "web"}, "matchExpressions": [
+                {"key": "tier", "operator": "In", "values": ["b", "a"]}]},
+            "requireAnnotation": false, "samplingHz": 49, "labels": {"team": "shop"}
+        })),
+        target("kiln", "all", serde_json::json!({"storeRef": {"name": "main"}})),
+        target("kiln", "other-store", serde_json::json!({"storeRef": {"name": "other"}})),
+        target("kiln", "paused", serde_json::json!({"storeRef": {"name": "main"}, "suspend": true})),
+        target("kiln", "bad", serde_json::json!({"storeRef": {"name": "main"}, "labels": {"pod": "x"}})),
+    ];
+    let aggregation = aggregate(&names, &targets);
+    let sources: Vec<&str> = aggregation.file.targets.iter().map(|t| t.source.as_str()).collect();
+    assert_eq!(sources, vec!["kiln/all", "shop/web"]);
+    assert_eq!(aggregation.rejected.len(), 1);
+    assert_eq!(aggregation.rejected[0].source, "kiln/bad");
+    let web = &aggregation.file.targets[1];
+    assert_eq!(web.sampling_hz, 49);
+    assert!(!web.require_annotation);
+    assert_eq!(web.selector.match_expressions[0].values, vec!["a", "b"]);
+
+    let mut reversed = targets.clone();
+    reversed.reverse();
+    let again = aggregate(&names, &reversed);
+    let render = |a: &kiln_operator::resources::targets::Aggregation| {
+        targets_config_map(&object, &names, &a.file).unwrap()
+    };
+    assert_eq!(render(&aggregation), render(&again));
+    let data = render(&aggregation).data.unwrap();
+    let parsed = kiln_targets::TargetsFile::parse(data["targets.json"].as_bytes()).unwrap();
+    assert_eq!(parsed, aggregation.file);
+}
+
+#[test]
+fn unknown_selector_operator_is_rejected_not_dropped() {
+    let object = profile_store(serde_json::json!({}));
+    let names = StoreNames::of(&object).unwrap();
+    let mut bad = target("kiln", "t", serde_json::json!({"storeRef": {"name": "main"}}));
+    bad.spec.selector = Some(LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "a".to_owned(),
+            operator: "Near".to_owned(),
+            values: None,
+        }]),
+        ..LabelSelector::default()
+    });
+    let aggregation = aggregate(&names, &[bad]);
+    assert!(aggregation.file.targets.is_empty());
+    assert!(aggregation.rejected[0].problem.contains("Near"));
+}
