@@ -1,0 +1,267 @@
+// Kiln's UI: wires the selections, flame graph, timeline and table to the
+// store's query API, and keeps the whole query in the page URL.
+
+import { Api } from './api.js';
+import { compileSearch, diffTableRows, layoutDiffFlameGraph, layoutFlameGraph, nodeByPath } from './flame_layout.js';
+import { FlameGraphView } from './flamegraph.js';
+import { formatPercent, formatValue, profileTypeLabel } from './format.js';
+import { chooseStep, decodeState, encodeState } from './query_state.js';
+import { SelectionPanel } from './selection_panel.js';
+import { TopTable } from './top_table.js';
+
+// The server trims flame graphs to this many nodes; the canvas handles it.
+const MAX_NODES = 16384;
+const TOP_LIMIT = 1000;
+
+const $ = (selector) => document.querySelector(selector);
+
+const api = new Api();
+let state = decodeState(window.location.search);
+let layout = null;
+
+const panelA = new SelectionPanel({
+  root: $('#selection-a'),
+  name: 'A',
+  color: '#ea580c',
+  api,
+  onRun: () => run({ push: true }),
+});
+const panelB = new SelectionPanel({
+  root: $('#selection-b'),
+  name: 'B',
+  color: '#2563eb',
+  api,
+  onRun: () => run({ push: true }),
+});
+
+const flame = new FlameGraphView({
+  container: $('#flame-container'),
+  canvas: $('#flame'),
+  tooltip: $('#tooltip'),
+  onZoom: (path) => {
+    state.zoom = path;
+    renderBreadcrumbs();
+    updateUrl(false);
+  },
+});
+
+const table = new TopTable({
+  table: $('#top-table'),
+  summary: $('#top-count'),
+  onSelect: (name) => {
+    $('#search').value = name;
+    applySearch();
+  },
+});
+
+function showError(err) {
+  if (err && err.name === 'AbortError') return;
+  const box = $('#error');
+  box.textContent = err instanceof Error ? err.message : String(err);
+  box.hidden = false;
+}
+
+function hideError() {
+  $('#error').hidden = true;
+}
+
+function updateUrl(push) {
+  const search = encodeState(state);
+  if (search === window.location.search) return;
+  if (push) window.history.pushState(null, '', search);
+  else window.history.replaceState(null, '', search);
+}
+
+function collectState() {
+  state.a = panelA.selection();
+  state.b = panelB.selection();
+  state.search = $('#search').value.trim();
+}
+
+function setMode(mode) {
+  state.mode = mode;
+  const compare = mode === 'compare';
+  document.body.classList.toggle('compare', compare);
+  $('#selection-b').hidden = !compare;
+  $('#diff-legend').hidden = !compare;
+  $('#download-b').hidden = !compare;
+  $('#download-a').textContent = compare ? 'Download A (pprof)' : 'Download pprof';
+  $('#top-title').textContent = compare ? 'Functions: A → B' : 'Top functions';
+  $('#mode-single').setAttribute('aria-selected', String(!compare));
+  $('#mode-compare').setAttribute('aria-selected', String(compare));
+}
+
+function applyStateToControls() {
+  panelA.setSelection(state.a);
+  panelB.setSelection(state.b);
+  $('#search').value = state.search;
+  setMode(state.mode);
+}
+
+function renderBreadcrumbs() {
+  const crumbs = $('#breadcrumbs');
+  const path = state.zoom;
+  const parts = [];
+  const root = document.createElement('button');
+  root.type = 'button';
+  root.textContent = 'All';
+  root.addEventListener('click', () => flame.zoomTo(0));
+  parts.push(root);
+  path.forEach((name, i) => {
+    const sep = document.createElement('span');
+    sep.className = 'sep';
+    sep.textContent = '›';
+    const button = document.createElement('button');
+    button.type = 'button';
+    button.textContent = name;
+    button.title = name;
+    button.addEventListener('click', () => {
+      if (layout) flame.zoomTo(nodeByPath(layout, path.slice(0, i + 1)));
+    });
+    parts.push(sep, button);
+  });
+  crumbs.replaceChildren(...parts);
+  $('#reset-zoom').disabled = path.length === 0;
+}
+
+function applySearch() {
+  const term = $('#search').value.trim();
+  state.search = term;
+  const result = flame.setSearch(term);
+  const summary = $('#search-summary');
+  if (!term || !layout) {
+    summary.textContent = '';
+  } else if (!result.matchedNodes) {
+    summary.textContent = 'No matching frames';
+  } else {
+    summary.textContent = `${result.matchedNodes} frames · ${formatPercent(result.matchedValue, layout.rootValue)} of total`;
+  }
+  table.setHighlight(compileSearch(term));
+  updateUrl(false);
+}
+
+async function refreshProfileTypes(panels, nowMs) {
+  await Promise.all(
+    panels.map(async (panel) => {
+      panel.setProfileTypes(await api.profileTypes(panel.range(nowMs)));
+    }),
+  );
+}
+
+let generation = 0;
+
+async function run({ push }) {
+  const mine = (generation += 1);
+  hideError();
+  const compare = state.mode === 'compare';
+  const panels = compare ? [panelA, panelB] : [panelA];
+  panels.forEach((p) => p.setBusy(true));
+  document.body.classList.add('loading');
+  try {
+    const now = Date.now();
+    await refreshProfileTypes(panels, now);
+    if (mine !== generation) return;
+    collectState();
+    updateUrl(push);
+    const rangeA = panelA.range(now);
+    $('#download-a').href = api.pprofUrl(state.a.query, rangeA);
+    if (!panelA.profileType()) {
+      layout = null;
+      flame.setData(null);
+      table.clear();
+      panelA.timeline.setData(null, rangeA, '');
+      $('#flame-summary').textContent = 'No profiles in this time range.';
+      return;
+    }
+    const timelineA = api.timeline(state.a.query, rangeA, chooseStep(rangeA.endMs - rangeA.startMs), 'timeline-a');
+    if (compare) {
+      const rangeB = panelB.range(now);
+      $('#download-b').href = api.pprofUrl(state.b.query, rangeB);
+      const timelineB = api.timeline(state.b.query, rangeB, chooseStep(rangeB.endMs - rangeB.startMs), 'timeline-b');
+      const diff = api.diff({ query: state.a.query, range: rangeA }, { query: state.b.query, range: rangeB }, MAX_NODES, 'flame');
+      const [tlA, tlB, result] = await Promise.all([timelineA, timelineB, diff]);
+      if (mine !== generation) return;
+      layout = layoutDiffFlameGraph(result.diff);
+      flame.setData(layout, { unit: result.unit, zoomPath: state.zoom });
+      table.setDiff(diffTableRows(layout));
+      panelA.timeline.setData(tlA.timeline, rangeA, tlA.unit);
+      panelB.timeline.setData(tlB.timeline, rangeB, tlB.unit);
+      $('#flame-summary').textContent = `${profileTypeLabel(result.profile_type)} · A ${formatValue(
+        result.left_total,
+        result.unit,
+      )} → B ${formatValue(result.right_total, result.unit)} · ${result.diff.node_count} nodes`;
+    } else {
+      const graph = api.flamegraph(state.a.query, rangeA, MAX_NODES, 'flame');
+      const top = api.top(state.a.query, rangeA, TOP_LIMIT, 'top');
+      const [tlA, fg, tp] = await Promise.all([timelineA, graph, top]);
+      if (mine !== generation) return;
+      layout = layoutFlameGraph(fg.flamegraph);
+      flame.setData(layout, { unit: fg.unit, zoomPath: state.zoom });
+      table.setTop(tp.top, tp.total, tp.unit);
+      panelA.timeline.setData(tlA.timeline, rangeA, tlA.unit);
+      $('#flame-summary').textContent = `${profileTypeLabel(fg.profile_type)} · total ${formatValue(
+        fg.total,
+        fg.unit,
+      )} · ${fg.flamegraph.node_count} nodes`;
+    }
+    state.zoom = flame.zoomPath();
+    renderBreadcrumbs();
+    applySearch();
+  } catch (err) {
+    if (mine === generation) showError(err);
+  } finally {
+    if (mine === generation) {
+      panels.forEach((p) => p.setBusy(false));
+      document.body.classList.remove('loading');
+      document.body.dataset.ready = 'true';
+    }
+  }
+}
+
+let searchTimer = 0;
+$('#search').addEventListener('input', () => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(applySearch, 120);
+});
+$('#reset-zoom').addEventListener('click', () => flame.zoomTo(0));
+$('#mode-single').addEventListener('click', () => {
+  if (state.mode === 'single') return;
+  setMode('single');
+  run({ push: true });
+});
+$('#mode-compare').addEventListener('click', () => {
+  if (state.mode === 'compare') return;
+  collectState();
+  // Start B from A, so changing one matcher is enough to compare.
+  if (!state.b.query || state.b.query === '{}') panelB.setSelection(state.a);
+  setMode('compare');
+  run({ push: true });
+});
+$('#copy-link').addEventListener('click', async () => {
+  const button = $('#copy-link');
+  try {
+    await navigator.clipboard.writeText(window.location.href);
+    button.textContent = 'Copied';
+  } catch {
+    window.prompt('Copy this link', window.location.href);
+  }
+  setTimeout(() => {
+    button.textContent = 'Copy link';
+  }, 1500);
+});
+window.addEventListener('popstate', () => {
+  state = decodeState(window.location.search);
+  applyStateToControls();
+  run({ push: false });
+});
+document.addEventListener('keydown', (event) => {
+  const typing = /^(INPUT|SELECT|TEXTAREA)$/.test(document.activeElement?.tagName || '');
+  if (event.key === '/' && !typing) {
+    event.preventDefault();
+    $('#search').focus();
+  }
+});
+
+applyStateToControls();
+renderBreadcrumbs();
+run({ push: false });

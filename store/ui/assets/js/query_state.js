@@ -1,0 +1,136 @@
+// The whole query as plain data, and its encoding in the page URL so that a
+// link reproduces exactly what the sender saw.
+
+export const PRESETS = [
+  { label: '5m', from: 'now-5m' },
+  { label: '15m', from: 'now-15m' },
+  { label: '1h', from: 'now-1h' },
+  { label: '6h', from: 'now-6h' },
+  { label: '24h', from: 'now-24h' },
+  { label: '7d', from: 'now-7d' },
+];
+
+export const DEFAULT_FROM = 'now-1h';
+export const DEFAULT_TO = 'now';
+
+const UNIT_MS = { ms: 1, s: 1000, m: 60000, h: 3600000, d: 86400000, w: 604800000 };
+
+// Splits `type{matchers}` into its profile type and the text between the braces.
+export function splitSelector(query) {
+  const text = String(query || '').trim();
+  const open = text.indexOf('{');
+  if (open < 0) return { profileType: text, matchers: '' };
+  const close = text.lastIndexOf('}');
+  const body = close > open ? text.slice(open + 1, close) : text.slice(open + 1);
+  return { profileType: text.slice(0, open).trim(), matchers: body.trim() };
+}
+
+export function joinSelector(profileType, matchers) {
+  return `${profileType || ''}{${(matchers || '').trim()}}`;
+}
+
+// Reads a time as the store does: `now`, `now-<n><unit>`, unix seconds or
+// milliseconds (told apart by magnitude), or an ISO 8601 / RFC 3339 date.
+// Returns unix milliseconds, or NaN when the text is not a time.
+export function parseTime(text, nowMs) {
+  const t = String(text ?? '').trim();
+  if (t === '' || t === 'now') return t === 'now' ? nowMs : NaN;
+  const rel = /^now\s*([-+])\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)$/.exec(t);
+  if (rel) {
+    const delta = Number(rel[2]) * UNIT_MS[rel[3]];
+    return rel[1] === '-' ? nowMs - delta : nowMs + delta;
+  }
+  if (/^\d+$/.test(t)) {
+    const n = Number(t);
+    if (n < 1e11) return n * 1000; // seconds
+    if (n < 1e14) return n; // milliseconds
+    if (n < 1e17) return Math.floor(n / 1e3); // microseconds
+    return Math.floor(n / 1e6); // nanoseconds
+  }
+  const ms = Date.parse(t);
+  return Number.isFinite(ms) ? ms : NaN;
+}
+
+// Resolves a selection's `from`/`to` to absolute unix milliseconds.
+export function resolveRange(selection, nowMs) {
+  const startMs = parseTime(selection.from, nowMs);
+  const endMs = parseTime(selection.to, nowMs);
+  if (!Number.isFinite(startMs)) throw new Error(`"${selection.from}" is not a time`);
+  if (!Number.isFinite(endMs)) throw new Error(`"${selection.to}" is not a time`);
+  if (startMs >= endMs) throw new Error('the start of the time range must be before its end');
+  return { startMs: Math.floor(startMs), endMs: Math.ceil(endMs) };
+}
+
+const NICE_STEPS_MS = [
+  1000, 5000, 10000, 15000, 30000, 60000, 120000, 300000, 600000, 900000, 1800000, 3600000,
+  7200000, 10800000, 21600000, 43200000, 86400000,
+];
+
+// A round timeline step giving at most about `points` points over the span,
+// never finer than 10 s (agents ship every few seconds).
+export function chooseStep(spanMs, points = 150) {
+  const wanted = Math.max(10000, spanMs / points);
+  for (const step of NICE_STEPS_MS) if (step >= wanted) return step;
+  return Math.ceil(wanted / 86400000) * 86400000;
+}
+
+function emptySelection() {
+  return { query: '', from: DEFAULT_FROM, to: DEFAULT_TO };
+}
+
+export function defaultState() {
+  return { mode: 'single', a: emptySelection(), b: emptySelection(), zoom: [], search: '' };
+}
+
+// URL parameters: query/from/to for selection A, query_b/from_b/to_b for
+// B (compare mode only), mode, zoom (frame names from the root, one per
+// line) and search.
+export function encodeState(state) {
+  const p = new URLSearchParams();
+  if (state.mode === 'compare') p.set('mode', 'compare');
+  p.set('query', state.a.query);
+  p.set('from', state.a.from);
+  p.set('to', state.a.to);
+  if (state.mode === 'compare') {
+    p.set('query_b', state.b.query);
+    p.set('from_b', state.b.from);
+    p.set('to_b', state.b.to);
+  }
+  if (state.zoom.length) p.set('zoom', state.zoom.join('\n'));
+  if (state.search) p.set('search', state.search);
+  return `?${p.toString()}`;
+}
+
+export function decodeState(search) {
+  const p = new URLSearchParams(search);
+  const state = defaultState();
+  state.mode = p.get('mode') === 'compare' ? 'compare' : 'single';
+  state.a = {
+    query: p.get('query') ?? '',
+    from: p.get('from') || DEFAULT_FROM,
+    to: p.get('to') || DEFAULT_TO,
+  };
+  state.b = {
+    query: p.get('query_b') ?? state.a.query,
+    from: p.get('from_b') || state.a.from,
+    to: p.get('to_b') || state.a.to,
+  };
+  const zoom = p.get('zoom');
+  state.zoom = zoom ? zoom.split('\n').filter((s) => s !== '') : [];
+  state.search = p.get('search') ?? '';
+  return state;
+}
+
+// A short description of a selection's range for buttons: "Last 1h" or
+// an absolute span.
+export function describeRange(selection, format) {
+  const preset = PRESETS.find((p) => p.from === selection.from);
+  if (preset && selection.to === 'now') return `Last ${preset.label}`;
+  const rel = /^now-(\S+)$/.exec(selection.from);
+  if (rel && selection.to === 'now') return `Last ${rel[1]}`;
+  const now = Date.now();
+  const from = parseTime(selection.from, now);
+  const to = parseTime(selection.to, now);
+  if (!Number.isFinite(from) || !Number.isFinite(to)) return `${selection.from} → ${selection.to}`;
+  return `${format(from)} → ${format(to)}`;
+}

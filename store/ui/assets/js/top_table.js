@@ -1,0 +1,153 @@
+// The sortable top-functions table: flat and cumulative per function in
+// single mode, base versus compared share in compare mode.
+
+import { formatPercent, formatValue } from './format.js';
+
+const MAX_ROWS = 1000;
+
+const SINGLE_COLUMNS = [
+  { key: 'name', label: 'Function', numeric: false },
+  { key: 'flat', label: 'Flat', numeric: true },
+  { key: 'flatShare', label: 'Flat %', numeric: true },
+  { key: 'cumulative', label: 'Cumulative', numeric: true },
+  { key: 'cumulativeShare', label: 'Cum. %', numeric: true },
+];
+
+const DIFF_COLUMNS = [
+  { key: 'name', label: 'Function', numeric: false },
+  { key: 'baseShare', label: 'Base self %', numeric: true },
+  { key: 'compareShare', label: 'Compared self %', numeric: true },
+  { key: 'delta', label: 'Change', numeric: true },
+];
+
+export class TopTable {
+  constructor({ table, summary, onSelect }) {
+    this.table = table;
+    this.summary = summary;
+    this.onSelect = onSelect || (() => {});
+    this.rows = [];
+    this.columns = SINGLE_COLUMNS;
+    this.sortKey = 'flat';
+    this.descending = true;
+    this.unit = '';
+    this.total = 0;
+    this.highlight = null;
+  }
+
+  // `entries` are kiln-engine TopEntry values ({name, flat, cumulative}).
+  setTop(entries, total, unit) {
+    this.columns = SINGLE_COLUMNS;
+    this.unit = unit || '';
+    this.total = total;
+    this.rows = entries.map((e) => ({
+      name: e.name,
+      flat: Number(e.flat) || 0,
+      cumulative: Number(e.cumulative) || 0,
+      flatShare: total ? (Number(e.flat) || 0) / total : 0,
+      cumulativeShare: total ? (Number(e.cumulative) || 0) / total : 0,
+    }));
+    if (!SINGLE_COLUMNS.some((c) => c.key === this.sortKey)) this.sortKey = 'flat';
+    this.render();
+  }
+
+  // `rows` from flame_layout.diffTableRows.
+  setDiff(rows) {
+    this.columns = DIFF_COLUMNS;
+    this.rows = rows;
+    if (!DIFF_COLUMNS.some((c) => c.key === this.sortKey)) {
+      this.sortKey = 'delta';
+      this.descending = true;
+    }
+    this.render();
+  }
+
+  clear() {
+    this.rows = [];
+    this.render();
+  }
+
+  setHighlight(test) {
+    this.highlight = test;
+    this.render();
+  }
+
+  sortBy(key) {
+    if (this.sortKey === key) this.descending = !this.descending;
+    else {
+      this.sortKey = key;
+      this.descending = key !== 'name';
+    }
+    this.render();
+  }
+
+  sortedRows() {
+    const key = this.sortKey;
+    const sign = this.descending ? -1 : 1;
+    const column = this.columns.find((c) => c.key === key);
+    const rows = [...this.rows];
+    if (column && column.numeric) {
+      // Change sorts by magnitude so the biggest movers come first.
+      const value = key === 'delta' ? (r) => Math.abs(r.delta) : (r) => r[key];
+      rows.sort((a, b) => sign * (value(a) - value(b)) || a.name.localeCompare(b.name));
+    } else {
+      rows.sort((a, b) => sign * a.name.localeCompare(b.name));
+    }
+    return rows;
+  }
+
+  cellText(row, key) {
+    switch (key) {
+      case 'flat':
+      case 'cumulative':
+        return formatValue(row[key], this.unit);
+      case 'flatShare':
+      case 'cumulativeShare':
+      case 'baseShare':
+      case 'compareShare':
+        return formatPercent(row[key], 1);
+      case 'delta': {
+        const points = 100 * row.delta;
+        return `${points >= 0 ? '+' : ''}${points.toFixed(2)} pp`;
+      }
+      default:
+        return row[key];
+    }
+  }
+
+  render() {
+    const head = document.createElement('thead');
+    const headRow = head.insertRow();
+    for (const column of this.columns) {
+      const th = document.createElement('th');
+      th.textContent = column.label;
+      th.className = column.numeric ? 'num sortable' : 'sortable';
+      th.dataset.key = column.key;
+      if (column.key === this.sortKey) {
+        th.classList.add('sorted');
+        th.setAttribute('aria-sort', this.descending ? 'descending' : 'ascending');
+        th.textContent += this.descending ? ' ▼' : ' ▲';
+      }
+      th.addEventListener('click', () => this.sortBy(column.key));
+      headRow.appendChild(th);
+    }
+    const body = document.createElement('tbody');
+    const rows = this.sortedRows();
+    for (const row of rows.slice(0, MAX_ROWS)) {
+      const tr = body.insertRow();
+      tr.title = row.name;
+      if (this.highlight && this.highlight(row.name)) tr.classList.add('match');
+      for (const column of this.columns) {
+        const td = tr.insertCell();
+        td.textContent = this.cellText(row, column.key);
+        if (column.numeric) td.className = 'num';
+        else td.className = 'fn';
+        if (column.key === 'delta' && row.delta !== 0) td.classList.add(row.delta > 0 ? 'gain' : 'loss');
+      }
+      tr.addEventListener('click', () => this.onSelect(row.name));
+    }
+    this.table.replaceChildren(head, body);
+    if (this.summary) {
+      this.summary.textContent = rows.length > MAX_ROWS ? `${MAX_ROWS} of ${rows.length}` : `${rows.length}`;
+    }
+  }
+}

@@ -1,0 +1,85 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { chooseStep, decodeState, encodeState, joinSelector, parseTime, resolveRange, splitSelector } from '../../assets/js/query_state.js';
+import { applyCompletion, completionContext, rankSuggestions } from '../../assets/js/matcher_input.js';
+import { formatPercent, formatValue } from '../../assets/js/format.js';
+
+test('the whole query survives a trip through the URL', () => {
+  const state = {
+    mode: 'compare',
+    a: { query: 'process_cpu{pod="a", ns=~"shop.*"}', from: 'now-6h', to: 'now' },
+    b: { query: 'process_cpu{pod="b"}', from: '1763776800000', to: '1763780400000' },
+    zoom: ['main.main', 'net/http.(*conn).serve'],
+    search: '/^runtime\\./',
+  };
+  assert.deepEqual(decodeState(encodeState(state)), state);
+});
+
+test('an empty URL gives the last hour in single mode', () => {
+  const state = decodeState('');
+  assert.equal(state.mode, 'single');
+  assert.equal(state.a.from, 'now-1h');
+  assert.equal(state.a.to, 'now');
+  assert.deepEqual(state.zoom, []);
+});
+
+test('selectors split into profile type and matchers and join back', () => {
+  assert.deepEqual(splitSelector('memory:alloc_space{pod="x{y}"}'), { profileType: 'memory:alloc_space', matchers: 'pod="x{y}"' });
+  assert.deepEqual(splitSelector('process_cpu'), { profileType: 'process_cpu', matchers: '' });
+  assert.equal(joinSelector('process_cpu', ' pod="a" '), 'process_cpu{pod="a"}');
+});
+
+test('times parse like the store parses them', () => {
+  const now = 1763780400000;
+  assert.equal(parseTime('now', now), now);
+  assert.equal(parseTime('now-15m', now), now - 900000);
+  assert.equal(parseTime('now-7d', now), now - 7 * 86400000);
+  assert.equal(parseTime('1763780400', now), now);
+  assert.equal(parseTime('1763780400000', now), now);
+  assert.equal(parseTime('1763780400000000000', now), now);
+  assert.equal(parseTime('2025-11-22T03:00:00Z', now), Date.parse('2025-11-22T03:00:00Z'));
+  assert.ok(Number.isNaN(parseTime('yesterday', now)));
+  assert.throws(() => resolveRange({ from: 'now', to: 'now-1h' }, now), /before its end/);
+});
+
+test('timeline steps are round and never finer than ten seconds', () => {
+  assert.equal(chooseStep(5 * 60000), 10000);
+  assert.equal(chooseStep(3600000), 30000);
+  assert.equal(chooseStep(7 * 86400000), 3600000 * 2);
+});
+
+test('autocomplete knows whether a name or a value is being typed', () => {
+  assert.deepEqual(completionContext('', 0), { kind: 'name', prefix: '', start: 0, end: 0 });
+  assert.deepEqual(completionContext('po', 2), { kind: 'name', prefix: 'po', start: 0, end: 2 });
+  const value = completionContext('pod="chec', 9);
+  assert.equal(value.kind, 'value');
+  assert.equal(value.label, 'pod');
+  assert.equal(value.prefix, 'chec');
+  const second = completionContext('pod="a", namespace=~"sh', 23);
+  assert.equal(second.label, 'namespace');
+  assert.equal(second.prefix, 'sh');
+  assert.equal(completionContext('pod="a" x', 9), null);
+  assert.equal(completionContext('pod="a\\"b", n', 14).kind, 'name');
+});
+
+test('accepting a suggestion writes valid matcher syntax', () => {
+  const name = applyCompletion('po', completionContext('po', 2), 'pod');
+  assert.deepEqual(name, { text: 'pod=""', cursor: 5 });
+  const value = applyCompletion(name.text, completionContext(name.text, 5), 'checkout-"1"');
+  assert.deepEqual(value, { text: 'pod="checkout-\\"1\\""', cursor: 20 });
+  const bare = applyCompletion('pod=', completionContext('pod=', 4), 'a');
+  assert.equal(bare.text, 'pod="a"');
+});
+
+test('suggestions rank prefix matches before substring matches', () => {
+  assert.deepEqual(rankSuggestions(['namespace', 'pod', 'app_pod', 'node'], 'pod'), ['pod', 'app_pod']);
+});
+
+test('values are shown in their unit', () => {
+  assert.equal(formatValue(1500000000, 'nanoseconds'), '1.5 s');
+  assert.equal(formatValue(2 * 1024 * 1024, 'bytes'), '2 MiB');
+  assert.equal(formatValue(12345, 'count'), '12.3k');
+  assert.equal(formatPercent(1, 3), '33.3%');
+  assert.equal(formatPercent(1, 0), '–');
+});
