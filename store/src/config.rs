@@ -1,0 +1,688 @@
+//! Configuration: flags (clap, each with a `KILN_*` environment variable)
+//! over an optional TOML file over defaults. Layering, lowest first:
+//! defaults < file < environment < command line.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+
+/// Why the configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file cannot be read.
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML for this schema.
+    #[error("config file {}: {message}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What the parser said (includes line and column).
+        message: String,
+    },
+    /// The config file declares a schema version this build does not know.
+    #[error("config file {}: version {version} is not supported (expected 1)", path.display())]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// The version found.
+        version: u32,
+    },
+    /// A value is out of its allowed range or inconsistent with another.
+    #[error("invalid setting `{setting}`: {message}")]
+    Invalid {
+        /// The setting, as named in the file.
+        setting: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// A short, fixed name for metrics and logs, one per variant.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Read { .. } => "config_read",
+            Self::Parse { .. } => "config_parse",
+            Self::Version { .. } => "config_version",
+            Self::Invalid { .. } => "config_invalid",
+        }
+    }
+}
+
+/// `kiln-store`: Kiln's profile store. Every flag can also be set through the
+/// environment variable named in its help, or in the `--config` file.
+#[derive(Debug, Clone, Default, Parser)]
+#[command(name = "kiln-store", version, about)]
+pub struct Cli {
+    /// TOML config file (lowest precedence after the built-in defaults).
+    #[arg(long, env = "KILN_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address serving gRPC and HTTP [default: 127.0.0.1:7470].
+    #[arg(long, env = "KILN_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Optional separate address for `/metrics` (it is always on the main port too).
+    #[arg(long, env = "KILN_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Local directory for the write-ahead log (and the bucket when it is local) [default: ./kiln-data].
+    #[arg(long, env = "KILN_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// This replica's name; replicas sharing a bucket need distinct names [default: $HOSTNAME or "kiln"].
+    #[arg(long, env = "KILN_REPLICA")]
+    pub replica: Option<String>,
+    /// How often the head is cut into a block, e.g. `60s`; bounds cross-replica staleness [default: 60s].
+    #[arg(long, env = "KILN_FLUSH_INTERVAL")]
+    pub flush_interval: Option<String>,
+    /// How long blocks are kept, e.g. `14d` [default: 14d].
+    #[arg(long, env = "KILN_RETENTION")]
+    pub retention: Option<String>,
+    /// Optional cap on the bucket's total block bytes; the oldest blocks go first.
+    #[arg(long, env = "KILN_RETENTION_BYTES")]
+    pub retention_bytes: Option<u64>,
+    /// Object storage: `local`, `s3`, `gcs` or `azure` [default: local].
+    #[arg(long, env = "KILN_OBJECT_STORE")]
+    pub object_store: Option<String>,
+    /// Bucket (s3, gcs), container (azure) or directory (local) [default: <data-dir>/bucket].
+    #[arg(long, env = "KILN_BUCKET")]
+    pub bucket: Option<String>,
+    /// Custom S3 endpoint, e.g. `http://127.0.0.1:9000`.
+    #[arg(long, env = "KILN_BUCKET_ENDPOINT")]
+    pub bucket_endpoint: Option<String>,
+    /// S3 region.
+    #[arg(long, env = "KILN_BUCKET_REGION")]
+    pub bucket_region: Option<String>,
+    /// Path prefix inside the bucket, so several stores can share one bucket.
+    #[arg(long, env = "KILN_BUCKET_PREFIX")]
+    pub bucket_prefix: Option<String>,
+    /// Allow a plain-HTTP bucket endpoint (S3-compatible test servers).
+    #[arg(long, env = "KILN_BUCKET_ALLOW_HTTP")]
+    pub bucket_allow_http: Option<bool>,
+    /// Azure storage account.
+    #[arg(long, env = "KILN_AZURE_ACCOUNT")]
+    pub azure_account: Option<String>,
+    /// Largest request body or gRPC message, in bytes [default: 32 MiB].
+    #[arg(long, env = "KILN_MAX_REQUEST_BYTES")]
+    pub max_request_bytes: Option<usize>,
+    /// Most labels on one series [default: 48].
+    #[arg(long, env = "KILN_MAX_LABELS_PER_SERIES")]
+    pub max_labels_per_series: Option<usize>,
+    /// Longest label name or value, in bytes [default: 2048].
+    #[arg(long, env = "KILN_MAX_LABEL_BYTES")]
+    pub max_label_bytes: Option<usize>,
+    /// Most series per profile name in the head [default: 100000].
+    #[arg(long, env = "KILN_MAX_SERIES_PER_PROFILE_NAME")]
+    pub max_series_per_profile_name: Option<usize>,
+    /// Most samples in one profile [default: 1000000].
+    #[arg(long, env = "KILN_MAX_SAMPLES_PER_PROFILE")]
+    pub max_samples_per_profile: Option<usize>,
+    /// Requests processed at once; more get 429 / RESOURCE_EXHAUSTED [default: 256].
+    #[arg(long, env = "KILN_MAX_INFLIGHT")]
+    pub max_inflight: Option<usize>,
+    /// Bearer tokens accepted for writes, comma separated (auth is off when none).
+    #[arg(long, env = "KILN_WRITE_TOKENS", value_delimiter = ',')]
+    pub write_tokens: Option<Vec<String>>,
+    /// Bearer tokens accepted for queries, comma separated (auth is off when none).
+    #[arg(long, env = "KILN_READ_TOKENS", value_delimiter = ',')]
+    pub read_tokens: Option<Vec<String>>,
+    /// Log filter, e.g. `info` or `kiln_store=debug` [default: info].
+    #[arg(long, env = "KILN_LOG")]
+    pub log: Option<String>,
+}
+
+/// The config file. Every field is optional; `version = 1` is required.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Schema version; must be 1.
+    pub version: u32,
+    /// `[server]`.
+    #[serde(default)]
+    pub server: FileServer,
+    /// `[storage]`.
+    #[serde(default)]
+    pub storage: FileStorage,
+    /// `[bucket]`.
+    #[serde(default)]
+    pub bucket: FileBucket,
+    /// `[limits]`.
+    #[serde(default)]
+    pub limits: FileLimits,
+    /// `[auth]`.
+    #[serde(default)]
+    pub auth: FileAuth,
+}
+
+/// `[server]` in the config file.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileServer {
+    /// See `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// See `--metrics-listen`.
+    pub metrics_listen: Option<SocketAddr>,
+    /// See `--log`.
+    pub log: Option<String>,
+}
+
+/// `[storage]` in the config file.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileStorage {
+    /// See `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// See `--replica`.
+    pub replica: Option<String>,
+    /// See `--flush-interval`.
+    pub flush_interval: Option<String>,
+    /// See `--retention`.
+    pub retention: Option<String>,
+    /// See `--retention-bytes`.
+    pub retention_bytes: Option<u64>,
+}
+
+/// `[bucket]` in the config file.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileBucket {
+    /// See `--object-store`.
+    pub kind: Option<String>,
+    /// See `--bucket`.
+    pub name: Option<String>,
+    /// See `--bucket-endpoint`.
+    pub endpoint: Option<String>,
+    /// See `--bucket-region`.
+    pub region: Option<String>,
+    /// See `--bucket-prefix`.
+    pub prefix: Option<String>,
+    /// See `--bucket-allow-http`.
+    pub allow_http: Option<bool>,
+    /// See `--azure-account`.
+    pub azure_account: Option<String>,
+}
+
+/// `[limits]` in the config file.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileLimits {
+    /// See `--max-request-bytes`.
+    pub max_request_bytes: Option<usize>,
+    /// See `--max-labels-per-series`.
+    pub max_labels_per_series: Option<usize>,
+    /// See `--max-label-bytes`.
+    pub max_label_bytes: Option<usize>,
+    /// See `--max-series-per-profile-name`.
+    pub max_series_per_profile_name: Option<usize>,
+    /// See `--max-samples-per-profile`.
+    pub max_samples_per_profile: Option<usize>,
+    /// See `--max-inflight`.
+    pub max_inflight: Option<usize>,
+}
+
+/// `[auth]` in the config file.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileAuth {
+    /// See `--write-tokens`.
+    pub write_tokens: Option<Vec<String>>,
+    /// See `--read-tokens`.
+    pub read_tokens: Option<Vec<String>>,
+}
+
+/// Where blocks live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ObjectStoreKind {
+    /// A local directory.
+    Local,
+    /// Amazon S3 or an S3-compatible service.
+    S3,
+    /// Google Cloud Storage.
+    Gcs,
+    /// Azure Blob Storage.
+    Azure,
+}
+
+/// Bucket settings after layering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketSettings {
+    /// The backend.
+    pub kind: ObjectStoreKind,
+    /// Bucket, container or directory.
+    pub name: String,
+    /// Custom endpoint.
+    pub endpoint: Option<String>,
+    /// Region.
+    pub region: Option<String>,
+    /// Prefix inside the bucket.
+    pub prefix: Option<String>,
+    /// Allow plain HTTP.
+    pub allow_http: bool,
+    /// Azure account.
+    pub azure_account: Option<String>,
+}
+
+/// Request limits after layering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest body / message in bytes.
+    pub max_request_bytes: usize,
+    /// Most labels per series.
+    pub max_labels_per_series: usize,
+    /// Longest label name or value.
+    pub max_label_bytes: usize,
+    /// Most series per profile name.
+    pub max_series_per_profile_name: usize,
+    /// Most samples per profile.
+    pub max_samples_per_profile: usize,
+    /// Requests in flight.
+    pub max_inflight: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_request_bytes: 32 << 20,
+            max_labels_per_series: 48,
+            max_label_bytes: 2048,
+            max_series_per_profile_name: 100_000,
+            max_samples_per_profile: 1_000_000,
+            max_inflight: 256,
+        }
+    }
+}
+
+/// The validated configuration the server runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Main address.
+    pub listen: SocketAddr,
+    /// Extra metrics address.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Local data directory.
+    pub data_dir: PathBuf,
+    /// Replica name.
+    pub replica: String,
+    /// Head cut interval.
+    pub flush_interval: Duration,
+    /// Block retention.
+    pub retention: Duration,
+    /// Optional total size cap.
+    pub retention_bytes: Option<u64>,
+    /// Object storage.
+    pub bucket: BucketSettings,
+    /// Limits.
+    pub limits: Limits,
+    /// Tokens for writes (empty: no auth).
+    pub write_tokens: Vec<String>,
+    /// Tokens for reads (empty: no auth).
+    pub read_tokens: Vec<String>,
+    /// Log filter.
+    pub log: String,
+}
+
+impl Config {
+    /// Layers `cli` (flags and environment, as clap resolved them) over the
+    /// file it names (if any) over the defaults.
+    pub fn load(cli: &Cli) -> Result<Self, ConfigError> {
+        let file = match &cli.config {
+            Some(path) => read_file_config(path)?,
+            None => FileConfig::default(),
+        };
+        Self::layer(cli, &file, std::env::var("HOSTNAME").ok())
+    }
+
+    /// Pure layering, for tests: `hostname` is the default replica name.
+    pub fn layer(
+        cli: &Cli,
+        file: &FileConfig,
+        hostname: Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let defaults = Limits::default();
+        let data_dir = cli
+            .data_dir
+            .clone()
+            .or_else(|| file.storage.data_dir.clone())
+            .unwrap_or_else(|| PathBuf::from("kiln-data"));
+        let kind_text = cli
+            .object_store
+            .clone()
+            .or_else(|| file.bucket.kind.clone())
+            .unwrap_or_else(|| "local".to_owned());
+        let kind = match kind_text.as_str() {
+            "local" | "file" | "filesystem" => ObjectStoreKind::Local,
+            "s3" => ObjectStoreKind::S3,
+            "gcs" => ObjectStoreKind::Gcs,
+            "azure" => ObjectStoreKind::Azure,
+            other => {
+                return Err(ConfigError::Invalid {
+                    setting: "bucket.kind",
+                    message: format!("{other:?} is not one of local, s3, gcs, azure"),
+                });
+            }
+        };
+        let bucket_name = cli.bucket.clone().or_else(|| file.bucket.name.clone());
+        let bucket_name = match (&kind, bucket_name) {
+            (_, Some(name)) if !name.is_empty() => name,
+            (ObjectStoreKind::Local, _) => data_dir.join("bucket").display().to_string(),
+            _ => {
+                return Err(ConfigError::Invalid {
+                    setting: "bucket.name",
+                    message: format!("object store {kind_text} needs a bucket name (--bucket)"),
+                });
+            }
+        };
+        let azure_account = cli
+            .azure_account
+            .clone()
+            .or_else(|| file.bucket.azure_account.clone());
+        if kind == ObjectStoreKind::Azure && azure_account.is_none() {
+            return Err(ConfigError::Invalid {
+                setting: "bucket.azure_account",
+                message: "azure needs an account (--azure-account)".to_owned(),
+            });
+        }
+        let duration =
+            |setting: &'static str, cli: &Option<String>, file: &Option<String>, default: &str| {
+                let text = cli
+                    .clone()
+                    .or_else(|| file.clone())
+                    .unwrap_or_else(|| default.to_owned());
+                parse_duration(&text).map_err(|message| ConfigError::Invalid { setting, message })
+            };
+        let flush_interval = duration(
+            "storage.flush_interval",
+            &cli.flush_interval,
+            &file.storage.flush_interval,
+            "60s",
+        )?;
+        if flush_interval < Duration::from_secs(1) {
+            return Err(ConfigError::Invalid {
+                setting: "storage.flush_interval",
+                message: "must be at least 1s".to_owned(),
+            });
+        }
+        let retention = duration(
+            "storage.retention",
+            &cli.retention,
+            &file.storage.retention,
+            "14d",
+        )?;
+        let pick =
+            |cli: Option<usize>, file: Option<usize>, default: usize, setting: &'static str| {
+                let value = cli.or(file).unwrap_or(default);
+                if value == 0 {
+                    Err(ConfigError::Invalid {
+                        setting,
+                        message: "must be greater than 0".to_owned(),
+                    })
+                } else {
+                    Ok(value)
+                }
+            };
+        let limits = Limits {
+            max_request_bytes: pick(
+                cli.max_request_bytes,
+                file.limits.max_request_bytes,
+                defaults.max_request_bytes,
+                "limits.max_request_bytes",
+            )?,
+            max_labels_per_series: pick(
+                cli.max_labels_per_series,
+                file.limits.max_labels_per_series,
+                defaults.max_labels_per_series,
+                "limits.max_labels_per_series",
+            )?,
+            max_label_bytes: pick(
+                cli.max_label_bytes,
+                file.limits.max_label_bytes,
+                defaults.max_label_bytes,
+                "limits.max_label_bytes",
+            )?,
+            max_series_per_profile_name: pick(
+                cli.max_series_per_profile_name,
+                file.limits.max_series_per_profile_name,
+                defaults.max_series_per_profile_name,
+                "limits.max_series_per_profile_name",
+            )?,
+            max_samples_per_profile: pick(
+                cli.max_samples_per_profile,
+                file.limits.max_samples_per_profile,
+                defaults.max_samples_per_profile,
+                "limits.max_samples_per_profile",
+            )?,
+            max_inflight: pick(
+                cli.max_inflight,
+                file.limits.max_inflight,
+                defaults.max_inflight,
+                "limits.max_inflight",
+            )?,
+        };
+        let tokens = |cli: &Option<Vec<String>>, file: &Option<Vec<String>>| -> Vec<String> {
+            cli.clone()
+                .or_else(|| file.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|t| t.trim().to_owned())
+                .filter(|t| !t.is_empty())
+                .collect()
+        };
+        let replica = cli
+            .replica
+            .clone()
+            .or_else(|| file.storage.replica.clone())
+            .or(hostname)
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| "kiln".to_owned());
+        Ok(Self {
+            listen: cli
+                .listen
+                .or(file.server.listen)
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7470))),
+            metrics_listen: cli.metrics_listen.or(file.server.metrics_listen),
+            data_dir,
+            replica,
+            flush_interval,
+            retention,
+            retention_bytes: cli.retention_bytes.or(file.storage.retention_bytes),
+            bucket: BucketSettings {
+                kind,
+                name: bucket_name,
+                endpoint: cli
+                    .bucket_endpoint
+                    .clone()
+                    .or_else(|| file.bucket.endpoint.clone()),
+                region: cli
+                    .bucket_region
+                    .clone()
+                    .or_else(|| file.bucket.region.clone()),
+                prefix: cli
+                    .bucket_prefix
+                    .clone()
+                    .or_else(|| file.bucket.prefix.clone())
+                    .filter(|p| !p.trim_matches('/').is_empty()),
+                allow_http: cli
+                    .bucket_allow_http
+                    .or(file.bucket.allow_http)
+                    .unwrap_or(false),
+                azure_account,
+            },
+            limits,
+            write_tokens: tokens(&cli.write_tokens, &file.auth.write_tokens),
+            read_tokens: tokens(&cli.read_tokens, &file.auth.read_tokens),
+            log: cli
+                .log
+                .clone()
+                .or_else(|| file.server.log.clone())
+                .unwrap_or_else(|| "info".to_owned()),
+        })
+    }
+}
+
+/// Reads and checks a TOML config file.
+pub fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse_file_config(&text, path)
+}
+
+/// Parses config file text; `path` is only used in errors.
+pub fn parse_file_config(text: &str, path: &Path) -> Result<FileConfig, ConfigError> {
+    let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        path: path.to_owned(),
+        message: e.to_string().trim().to_owned(),
+    })?;
+    if file.version != 1 {
+        return Err(ConfigError::Version {
+            path: path.to_owned(),
+            version: file.version,
+        });
+    }
+    Ok(file)
+}
+
+/// `500ms`, `30s`, `5m`, `1h`, `14d`, `2w`, or plain seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let amount: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 30s, 5m, 1h or 14d"))?;
+    let unit_ms: u64 = match unit.trim() {
+        "ms" => 1,
+        "" | "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        "w" => 7 * 86_400_000,
+        other => {
+            return Err(format!(
+                "{text:?}: unit {other:?} is not one of ms, s, m, h, d, w"
+            ));
+        }
+    };
+    amount
+        .checked_mul(unit_ms)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("{text:?} is too long"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_reads_a_kiln_environment_variable() {
+        for arg in Cli::command().get_arguments() {
+            if matches!(arg.get_id().as_str(), "help" | "version") {
+                continue;
+            }
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            assert!(
+                env.as_deref().is_some_and(|e| e.starts_with("KILN_")),
+                "--{} has no KILN_ environment variable",
+                arg.get_id()
+            );
+        }
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_set() {
+        let config = Config::layer(&Cli::default(), &FileConfig::default(), None).unwrap();
+        assert_eq!(config.listen, SocketAddr::from(([127, 0, 0, 1], 7470)));
+        assert_eq!(config.flush_interval, Duration::from_secs(60));
+        assert_eq!(config.bucket.kind, ObjectStoreKind::Local);
+        assert_eq!(config.bucket.name, "kiln-data/bucket");
+        assert_eq!(config.replica, "kiln");
+        assert!(config.write_tokens.is_empty());
+    }
+
+    #[test]
+    fn file_overrides_defaults_and_cli_overrides_file() {
+        let file = parse_file_config(
+            r#"
+version = 1
+[server]
+listen = "0.0.0.0:9000"
+[storage]
+flush_interval = "15s"
+replica = "from-file"
+[bucket]
+kind = "s3"
+name = "profiles"
+endpoint = "http://127.0.0.1:5000"
+allow_http = true
+[limits]
+max_inflight = 8
+[auth]
+write_tokens = ["w1"]
+"#,
+            Path::new("kiln.toml"),
+        )
+        .unwrap();
+        let cli = Cli::try_parse_from([
+            "kiln-store",
+            "--replica",
+            "from-cli",
+            "--max-inflight",
+            "16",
+        ])
+        .unwrap();
+        let config = Config::layer(&cli, &file, Some("host".into())).unwrap();
+        assert_eq!(config.listen, SocketAddr::from(([0, 0, 0, 0], 9000)));
+        assert_eq!(config.flush_interval, Duration::from_secs(15));
+        assert_eq!(config.replica, "from-cli");
+        assert_eq!(config.limits.max_inflight, 16);
+        assert_eq!(config.bucket.kind, ObjectStoreKind::S3);
+        assert!(config.bucket.allow_http);
+        assert_eq!(config.write_tokens, ["w1"]);
+    }
+
+    #[test]
+    fn unknown_keys_and_versions_in_the_file_are_refused() {
+        let err =
+            parse_file_config("version = 1\nlisten = \"x\"\n", Path::new("k.toml")).unwrap_err();
+        assert!(err.to_string().contains("unknown field `listen`"), "{err}");
+        let err = parse_file_config("version = 2\n", Path::new("k.toml")).unwrap_err();
+        assert_eq!(err.reason(), "config_version");
+        let err = parse_file_config("[server]\n", Path::new("k.toml")).unwrap_err();
+        assert!(err.to_string().contains("version"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_the_setting() {
+        let cli = Cli::try_parse_from(["kiln-store", "--object-store", "s3"]).unwrap();
+        let err = Config::layer(&cli, &FileConfig::default(), None).unwrap_err();
+        assert!(err.to_string().contains("bucket.name"), "{err}");
+        let cli = Cli::try_parse_from(["kiln-store", "--flush-interval", "fast"]).unwrap();
+        let err = Config::layer(&cli, &FileConfig::default(), None).unwrap_err();
+        assert!(err.to_string().contains("storage.flush_interval"), "{err}");
+        let cli = Cli::try_parse_from(["kiln-store", "--max-inflight", "0"]).unwrap();
+        assert!(Config::layer(&cli, &FileConfig::default(), None).is_err());
+    }
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("14d"), Ok(Duration::from_secs(14 * 86_400)));
+        assert!(parse_duration("1y").is_err());
+    }
+}

@@ -1,0 +1,245 @@
+//! Every way a request can fail, and how each failure looks on the wire:
+//! HTTP status + JSON, Connect error JSON, or gRPC status. This is the one
+//! place that maps errors to codes.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use kiln_storage::error::{ErrorClass, StorageError};
+
+use crate::ingest::UploadError;
+use crate::pyroscope::IngestError;
+use crate::selector::SelectorError;
+use crate::timespec::TimeError;
+
+/// A failed API request.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The series labels or batch shape are unusable.
+    #[error("{source}")]
+    Upload {
+        /// Why.
+        #[source]
+        source: UploadError,
+    },
+    /// A Pyroscope `/ingest` request is malformed.
+    #[error("{source}")]
+    Ingest {
+        /// Why.
+        #[source]
+        source: IngestError,
+    },
+    /// The `query` selector is malformed or names no profile type.
+    #[error("invalid `{parameter}`: {source}")]
+    Selector {
+        /// The parameter holding the selector.
+        parameter: &'static str,
+        /// Why.
+        #[source]
+        source: SelectorError,
+    },
+    /// A time parameter cannot be read.
+    #[error("invalid `{parameter}`: {source}")]
+    Time {
+        /// The parameter.
+        parameter: &'static str,
+        /// Why.
+        #[source]
+        source: TimeError,
+    },
+    /// Some other parameter is missing or wrong.
+    #[error("invalid `{parameter}`: {message}")]
+    BadParameter {
+        /// The parameter.
+        parameter: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The body is not the protobuf (or JSON) message the endpoint takes.
+    #[error("request body is not a valid {message_type}: {message}")]
+    BadMessage {
+        /// The expected message type.
+        message_type: &'static str,
+        /// What the decoder said.
+        message: String,
+    },
+    /// The body's content type is not one the endpoint reads.
+    #[error("content type {content_type:?} is not supported here; use {expected}")]
+    UnsupportedMediaType {
+        /// The content type sent.
+        content_type: String,
+        /// What to send instead.
+        expected: &'static str,
+    },
+    /// The body's content encoding cannot be undone.
+    #[error("content encoding {encoding:?} is not supported; use gzip or identity")]
+    UnsupportedEncoding {
+        /// The encoding sent.
+        encoding: String,
+    },
+    /// A gzip body is corrupt.
+    #[error("gzip request body is corrupt: {message}")]
+    BadGzip {
+        /// What the decoder said.
+        message: String,
+    },
+    /// The body (or its decompressed form) exceeds the request size limit.
+    #[error("request body exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// Too many requests are in flight.
+    #[error("server overloaded: {limit} requests already in flight, retry later")]
+    Overloaded {
+        /// The in-flight limit.
+        limit: usize,
+    },
+    /// The store is still recovering (or failed to open).
+    #[error("store is not ready yet (recovering the write-ahead log and block list)")]
+    NotReady,
+    /// No valid bearer token.
+    #[error("missing or invalid bearer token for {access}")]
+    Unauthorized {
+        /// `writes` or `reads`.
+        access: &'static str,
+    },
+    /// The storage layer refused or failed.
+    #[error("{source}")]
+    Storage {
+        /// Why.
+        #[source]
+        source: StorageError,
+    },
+}
+
+impl ApiError {
+    /// A short, fixed name for metrics and logs.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Upload { source } => source.reason(),
+            Self::Ingest { source } => source.reason(),
+            Self::Selector { source, .. } => source.reason(),
+            Self::Time { source, .. } => source.reason(),
+            Self::BadParameter { .. } => "bad_parameter",
+            Self::BadMessage { .. } => "bad_message",
+            Self::UnsupportedMediaType { .. } => "unsupported_media_type",
+            Self::UnsupportedEncoding { .. } => "unsupported_encoding",
+            Self::BadGzip { .. } => "bad_gzip",
+            Self::TooLarge { .. } => "too_large",
+            Self::Overloaded { .. } => "overloaded",
+            Self::NotReady => "not_ready",
+            Self::Unauthorized { .. } => "unauthorized",
+            Self::Storage { source } => source.reason(),
+        }
+    }
+
+    /// The HTTP status for this error.
+    pub fn http_status(&self) -> StatusCode {
+        match self {
+            Self::Upload { .. }
+            | Self::Selector { .. }
+            | Self::Time { .. }
+            | Self::BadParameter { .. }
+            | Self::BadMessage { .. }
+            | Self::BadGzip { .. } => StatusCode::BAD_REQUEST,
+            Self::Ingest { source } => match source {
+                IngestError::BadPprof { .. } | IngestError::BadFolded { .. } => {
+                    StatusCode::UNPROCESSABLE_ENTITY
+                }
+                IngestError::UnsupportedFormat { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                _ => StatusCode::BAD_REQUEST,
+            },
+            Self::UnsupportedMediaType { .. } | Self::UnsupportedEncoding { .. } => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
+            Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::NotReady => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            Self::Storage { source } => match source.class() {
+                ErrorClass::Client => StatusCode::BAD_REQUEST,
+                ErrorClass::Overloaded => match source {
+                    StorageError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+                    _ => StatusCode::TOO_MANY_REQUESTS,
+                },
+                ErrorClass::Server => StatusCode::INTERNAL_SERVER_ERROR,
+            },
+        }
+    }
+
+    /// The gRPC code for this error.
+    pub fn grpc_code(&self) -> tonic::Code {
+        match self.http_status() {
+            StatusCode::BAD_REQUEST
+            | StatusCode::UNPROCESSABLE_ENTITY
+            | StatusCode::UNSUPPORTED_MEDIA_TYPE => tonic::Code::InvalidArgument,
+            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::TOO_MANY_REQUESTS => {
+                tonic::Code::ResourceExhausted
+            }
+            StatusCode::SERVICE_UNAVAILABLE => tonic::Code::Unavailable,
+            StatusCode::UNAUTHORIZED => tonic::Code::Unauthenticated,
+            _ => tonic::Code::Internal,
+        }
+    }
+
+    /// The Connect protocol's name for [`Self::grpc_code`].
+    pub fn connect_code(&self) -> &'static str {
+        match self.grpc_code() {
+            tonic::Code::InvalidArgument => "invalid_argument",
+            tonic::Code::ResourceExhausted => "resource_exhausted",
+            tonic::Code::Unavailable => "unavailable",
+            tonic::Code::Unauthenticated => "unauthenticated",
+            _ => "internal",
+        }
+    }
+
+    /// As a gRPC status.
+    pub fn to_status(&self) -> tonic::Status {
+        tonic::Status::new(self.grpc_code(), self.to_string())
+    }
+
+    /// As a Connect unary error response.
+    pub fn into_connect_response(self) -> Response {
+        let body = serde_json::json!({ "code": self.connect_code(), "message": self.to_string() });
+        (self.http_status(), axum::Json(body)).into_response()
+    }
+}
+
+impl From<StorageError> for ApiError {
+    fn from(source: StorageError) -> Self {
+        Self::Storage { source }
+    }
+}
+
+impl From<UploadError> for ApiError {
+    fn from(source: UploadError) -> Self {
+        Self::Upload { source }
+    }
+}
+
+impl From<IngestError> for ApiError {
+    fn from(source: IngestError) -> Self {
+        Self::Ingest { source }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.http_status();
+        let body = serde_json::json!({ "error": self.to_string(), "reason": self.reason() });
+        let mut response = (status, axum::Json(body)).into_response();
+        if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                http::header::WWW_AUTHENTICATE,
+                http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}

@@ -1,0 +1,377 @@
+//! The query API under `/api/v1/` (documented in `docs/api.md`).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use axum::Json;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use kiln_engine::model::{MatchOp, Matcher, PROFILE_TYPE_LABEL, ProfileType, Selector, TimeRange};
+use kiln_storage::Store;
+
+use crate::error::ApiError;
+use crate::selector::parse_selector;
+use crate::state::AppState;
+use crate::timespec::parse_time_ms;
+
+/// Default and largest `max_nodes` of flame graphs.
+const DEFAULT_MAX_NODES: usize = 8192;
+const MAX_MAX_NODES: usize = 1 << 20;
+/// Default look-back when `from` is absent.
+const DEFAULT_RANGE_MS: i64 = 3_600_000;
+
+/// Query string parameters, last occurrence wins.
+#[derive(Debug, Default)]
+struct Params(HashMap<String, String>);
+
+impl Params {
+    fn parse(query: Option<&str>) -> Self {
+        Self(
+            form_urlencoded::parse(query.unwrap_or("").as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    fn time(&self, names: &[&'static str], now_ms: i64) -> Result<Option<i64>, ApiError> {
+        for &name in names {
+            if let Some(text) = self.get(name) {
+                return parse_time_ms(text, now_ms)
+                    .map(Some)
+                    .map_err(|source| ApiError::Time {
+                        parameter: name,
+                        source,
+                    });
+            }
+        }
+        Ok(None)
+    }
+
+    /// `from` (default now-1h) and `to`/`until` (default now); `prefix`
+    /// selects `left_`/`right_` variants for diffs.
+    fn range(&self, from: &'static str, to: [&'static str; 2]) -> Result<TimeRange, ApiError> {
+        let now = now_ms();
+        let end_ms = self.time(&to, now)?.unwrap_or(now);
+        let start_ms = self
+            .time(&[from], now)?
+            .unwrap_or(end_ms - DEFAULT_RANGE_MS);
+        if end_ms <= start_ms {
+            return Err(ApiError::BadParameter {
+                parameter: to[0],
+                message: format!("the end ({end_ms} ms) must be after `{from}` ({start_ms} ms)"),
+            });
+        }
+        // The end is inclusive for users (`to=now` must include now).
+        Ok(TimeRange {
+            start_ms,
+            end_ms: end_ms.saturating_add(1),
+        })
+    }
+
+    fn number(&self, name: &'static str, default: usize, max: usize) -> Result<usize, ApiError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(text) => match text.parse::<usize>() {
+                Ok(n) if (1..=max).contains(&n) => Ok(n),
+                _ => Err(ApiError::BadParameter {
+                    parameter: name,
+                    message: format!("{text:?} is not a whole number from 1 to {max}"),
+                }),
+            },
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Runs `work`, timing it and counting failures, and renders errors.
+async fn timed<T: IntoResponse>(
+    state: &AppState,
+    endpoint: &'static str,
+    work: impl AsyncFnOnce(&Store) -> Result<T, ApiError>,
+) -> Response {
+    let started = Instant::now();
+    let result = match state.admit() {
+        Ok(_permit) => match state.store() {
+            Ok(store) => work(store).await,
+            Err(err) => Err(err),
+        },
+        Err(err) => Err(err),
+    };
+    state.metrics().record_query(endpoint, started.elapsed());
+    match result {
+        Ok(value) => value.into_response(),
+        Err(err) => {
+            state.metrics().record_rejection(endpoint, err.reason());
+            err.into_response()
+        }
+    }
+}
+
+/// Resolves the selector in parameter `name` against the stored types.
+async fn selector(
+    store: &Store,
+    params: &Params,
+    name: &'static str,
+    range: TimeRange,
+) -> Result<Selector, ApiError> {
+    let text = params.get(name).ok_or(ApiError::BadParameter {
+        parameter: name,
+        message: "a selector such as process_cpu{service_name=\"app\"} is required".to_owned(),
+    })?;
+    let parsed = parse_selector(text).map_err(|source| ApiError::Selector {
+        parameter: name,
+        source,
+    })?;
+    let known = if parsed.profile_type_parts.len() >= 5 {
+        Vec::new()
+    } else {
+        store.profile_types(range).await?
+    };
+    parsed.resolve(&known).map_err(|source| ApiError::Selector {
+        parameter: name,
+        source,
+    })
+}
+
+/// Matchers of an optional `query` selector, including its profile type.
+async fn optional_matchers(
+    store: &Store,
+    params: &Params,
+    range: TimeRange,
+) -> Result<Vec<Matcher>, ApiError> {
+    if params.get("query").is_none() {
+        return Ok(Vec::new());
+    }
+    let selector = selector(store, params, "query", range).await?;
+    let mut matchers = selector.matchers;
+    matchers.push(Matcher {
+        name: PROFILE_TYPE_LABEL.to_owned(),
+        op: MatchOp::Equal,
+        value: selector.profile_type.to_string(),
+    });
+    Ok(matchers)
+}
+
+#[derive(Debug, serde::Serialize)]
+struct ProfileTypeEntry {
+    id: String,
+    #[serde(flatten)]
+    profile_type: ProfileType,
+}
+
+/// `GET /api/v1/profile-types`.
+pub async fn profile_types(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
+    let params = Params::parse(query.as_deref());
+    timed(&state, "profile_types", async move |store: &Store| {
+        let range = params.range("from", ["to", "until"])?;
+        let types = store.profile_types(range).await?;
+        let entries: Vec<ProfileTypeEntry> = types
+            .into_iter()
+            .map(|t| ProfileTypeEntry {
+                id: t.to_string(),
+                profile_type: t,
+            })
+            .collect();
+        Ok(Json(serde_json::json!({ "profile_types": entries })))
+    })
+    .await
+}
+
+/// `GET /api/v1/labels`.
+pub async fn label_names(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
+    let params = Params::parse(query.as_deref());
+    timed(&state, "labels", async move |store: &Store| {
+        let range = params.range("from", ["to", "until"])?;
+        let matchers = optional_matchers(store, &params, range).await?;
+        let names = store.label_names(&matchers, range).await?;
+        Ok(Json(serde_json::json!({ "names": names })))
+    })
+    .await
+}
+
+/// `GET /api/v1/labels/{name}/values`.
+pub async fn label_values(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let params = Params::parse(query.as_deref());
+    timed(&state, "label_values", async move |store: &Store| {
+        let range = params.range("from", ["to", "until"])?;
+        let matchers = optional_matchers(store, &params, range).await?;
+        let values = store.label_values(&name, &matchers, range).await?;
+        Ok(Json(serde_json::json!({ "name": name, "values": values })))
+    })
+    .await
+}
+
+/// `GET /api/v1/series`.
+pub async fn series(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
+    let params = Params::parse(query.as_deref());
+    timed(&state, "series", async move |store: &Store| {
+        let range = params.range("from", ["to", "until"])?;
+        let matchers = optional_matchers(store, &params, range).await?;
+        let series = store.series(&matchers, range).await?;
+        let series: Vec<HashMap<String, String>> = series
+            .iter()
+            .map(|set| {
+                set.iter()
+                    .map(|l| (l.name.clone(), l.value.clone()))
+                    .collect()
+            })
+            .collect();
+        Ok(Json(serde_json::json!({ "series": series })))
+    })
+    .await
+}
+
+/// `GET /api/v1/flamegraph`.
+pub async fn flamegraph(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
+    let params = Params::parse(query.as_deref());
+    timed(&state, "flamegraph", async move |store: &Store| {
+        let range = params.range("from", ["to", "until"])?;
+        let max_nodes = params.number("max_nodes", DEFAULT_MAX_NODES, MAX_MAX_NODES)?;
+        let selector = selector(store, &params, "query", range).await?;
+        let merged = store.merge(&selector, range).await?;
+        let graph = merged.flamegraph(max_nodes);
+        Ok(Json(serde_json::json!({
+            "profile_type": selector.profile_type.to_string(),
+            "unit": selector.profile_type.sample_unit,
+            "from_ms": range.start_ms,
+            "to_ms": range.end_ms - 1,
+            "total": merged.total(),
+            "flamegraph": graph,
+        })))
+    })
+    .await
+}
+
+/// `GET /api/v1/pprof`: the merged profile, gzipped.
+pub async fn pprof(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
+    let params = Params::parse(query.as_deref());
+    timed(&state, "pprof", async move |store: &Store| {
+        let range = params.range("from", ["to", "until"])?;
+        let selector = selector(store, &params, "query", range).await?;
+        let merged = store.merge(&selector, range).await?;
+        let profile_type = selector.profile_type.clone();
+        let bytes = tokio::task::spawn_blocking(move || {
+            kiln_pprof::encode_gzip(&merged.to_pprof(&profile_type))
+        })
+        .await
+        .map_err(|e| ApiError::BadParameter {
+            parameter: "query",
+            message: format!("encoding the profile failed: {e}"),
+        })?;
+        Ok((
+            [
+                (header::CONTENT_TYPE, "application/octet-stream"),
+                (
+                    header::CONTENT_DISPOSITION,
+                    "attachment; filename=\"profile.pb.gz\"",
+                ),
+            ],
+            bytes,
+        ))
+    })
+    .await
+}
+
+/// `GET /api/v1/top`.
+pub async fn top(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
+    let params = Params::parse(query.as_deref());
+    timed(&state, "top", async move |store: &Store| {
+        let range = params.range("from", ["to", "until"])?;
+        let limit = params.number("limit", 100, 100_000)?;
+        let selector = selector(store, &params, "query", range).await?;
+        let merged = store.merge(&selector, range).await?;
+        Ok(Json(serde_json::json!({
+            "profile_type": selector.profile_type.to_string(),
+            "unit": selector.profile_type.sample_unit,
+            "total": merged.total(),
+            "top": merged.top(limit),
+        })))
+    })
+    .await
+}
+
+/// `GET /api/v1/timeline`.
+pub async fn timeline(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
+    let params = Params::parse(query.as_deref());
+    timed(&state, "timeline", async move |store: &Store| {
+        let range = params.range("from", ["to", "until"])?;
+        let step_ms = match params.get("step") {
+            None => ((range.end_ms - range.start_ms) / 100).max(10_000),
+            Some(text) => crate::config::parse_duration(text)
+                .ok()
+                .and_then(|d| i64::try_from(d.as_millis()).ok())
+                .filter(|&ms| ms > 0)
+                .ok_or_else(|| ApiError::BadParameter {
+                    parameter: "step",
+                    message: format!("{text:?} is not a positive duration like 10s or 1m"),
+                })?,
+        };
+        let selector = selector(store, &params, "query", range).await?;
+        let timeline = store.timeline(&selector, range, step_ms).await?;
+        Ok(Json(serde_json::json!({
+            "profile_type": selector.profile_type.to_string(),
+            "unit": selector.profile_type.sample_unit,
+            "timeline": timeline,
+        })))
+    })
+    .await
+}
+
+/// `GET /api/v1/diff`: `left_query`/`left_from`/`left_to` against
+/// `right_query`/`right_from`/`right_to`; each right side defaults to the left.
+pub async fn diff(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
+    let params = Params::parse(query.as_deref());
+    timed(&state, "diff", async move |store: &Store| {
+        let max_nodes = params.number("max_nodes", DEFAULT_MAX_NODES, MAX_MAX_NODES)?;
+        let left_range = params.range("left_from", ["left_to", "left_until"])?;
+        let right_range = if params.get("right_from").is_some() || params.get("right_to").is_some()
+        {
+            params.range("right_from", ["right_to", "right_until"])?
+        } else {
+            left_range
+        };
+        let left = selector(store, &params, "left_query", left_range).await?;
+        let right = if params.get("right_query").is_some() {
+            selector(store, &params, "right_query", right_range).await?
+        } else {
+            left.clone()
+        };
+        if left.profile_type != right.profile_type {
+            return Err(ApiError::BadParameter {
+                parameter: "right_query",
+                message: format!(
+                    "profile type {} differs from the left side's {}",
+                    right.profile_type, left.profile_type
+                ),
+            });
+        }
+        let base = store.merge(&left, left_range).await?;
+        let compare = store.merge(&right, right_range).await?;
+        let graph = kiln_engine::diff(&base, &compare, max_nodes);
+        Ok(Json(serde_json::json!({
+            "profile_type": left.profile_type.to_string(),
+            "unit": left.profile_type.sample_unit,
+            "left_total": base.total(),
+            "right_total": compare.total(),
+            "diff": graph,
+        })))
+    })
+    .await
+}

@@ -1,0 +1,167 @@
+//! The `kiln-store` binary: configuration, storage, serving, shutdown.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use kiln_storage::bucket::BucketConfig;
+use kiln_storage::{Store, StoreConfig};
+use kiln_store::config::{BucketSettings, Cli, Config, ObjectStoreKind};
+use kiln_store::server;
+use kiln_store::state::AppState;
+use tokio::sync::watch;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let config = Config::load(&cli)?;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&config.log)
+                .with_context(|| format!("invalid log filter {:?}", config.log))?,
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    run(config).await
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    let state = AppState::new(&config);
+    let listener = server::bind(config.listen).await?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(wait_for_signal(stop_tx.clone()));
+    tracing::info!(listen = %config.listen, replica = %config.replica, "kiln-store listening");
+
+    let main_server = tokio::spawn(server::serve(
+        listener,
+        server::router(state.clone()),
+        stopped(stop_rx.clone()),
+    ));
+    if let Some(addr) = config.metrics_listen {
+        let metrics_listener = server::bind(addr).await?;
+        tokio::spawn(server::serve(
+            metrics_listener,
+            server::metrics_router(state.clone()),
+            stopped(stop_rx.clone()),
+        ));
+    }
+
+    // Recovery runs while the port is already up: /healthz answers and
+    // /readyz says 503 until the WAL is replayed and the bucket listed.
+    let object_store = object_store(&config)?;
+    let store = tokio::select! {
+        opened = Store::open(store_config(&config), object_store) => {
+            opened.context("opening the store")?
+        }
+        _ = stopped(stop_rx.clone()) => {
+            tracing::info!("stopped during recovery");
+            return Ok(());
+        }
+    };
+    state.set_store(store.clone());
+    tracing::info!(
+        blocks = store.blocks().len(),
+        "store ready (recovery finished)"
+    );
+
+    let served = main_server.await.context("server task failed")?;
+    tracing::info!("flushing the head before exit");
+    let flushed = store.shutdown().await;
+    served.context("serving failed")?;
+    flushed.context("flushing the head at shutdown")?;
+    tracing::info!("shut down cleanly");
+    Ok(())
+}
+
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    // An error means the sender is gone, which also means stop.
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+async fn wait_for_signal(stop: watch::Sender<bool>) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch SIGTERM; only ctrl-c stops the store");
+                    let _ = ctrl_c.await;
+                    let _ = stop.send(true);
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutdown requested");
+    let _ = stop.send(true);
+}
+
+fn store_config(config: &Config) -> StoreConfig {
+    let mut store = StoreConfig::new(&config.data_dir, &config.replica);
+    store.flush_interval = config.flush_interval;
+    store.retention = config.retention;
+    store.max_total_bytes = config.retention_bytes;
+    store.decode_limits = kiln_store::state::decode_limits(&config.limits);
+    store.ingest_limits.max_labels_per_series = config.limits.max_labels_per_series;
+    store.ingest_limits.max_label_name_bytes = config.limits.max_label_bytes;
+    store.ingest_limits.max_label_value_bytes = config.limits.max_label_bytes;
+    store.ingest_limits.max_series_per_profile_name = config.limits.max_series_per_profile_name;
+    store.ingest_limits.max_samples_per_profile = config.limits.max_samples_per_profile;
+    store.max_inflight_ingests = config.limits.max_inflight;
+    store
+}
+
+fn object_store(config: &Config) -> anyhow::Result<Arc<dyn object_store::ObjectStore>> {
+    let store = bucket_config(&config.bucket)?
+        .build()
+        .context("configuring object storage")?;
+    Ok(match &config.bucket.prefix {
+        Some(prefix) => Arc::new(object_store::prefix::PrefixStore::new(
+            store,
+            prefix.trim_matches('/'),
+        )),
+        None => store,
+    })
+}
+
+fn bucket_config(bucket: &BucketSettings) -> anyhow::Result<BucketConfig> {
+    let missing_feature = |kind: &str, feature: &str| {
+        anyhow::anyhow!("object store {kind} needs kiln-store built with the `{feature}` feature")
+    };
+    Ok(match bucket.kind {
+        ObjectStoreKind::Local => BucketConfig::Local {
+            dir: bucket.name.clone().into(),
+        },
+        #[cfg(feature = "aws")]
+        ObjectStoreKind::S3 => BucketConfig::S3 {
+            bucket: bucket.name.clone(),
+            region: bucket.region.clone(),
+            endpoint: bucket.endpoint.clone(),
+            access_key_id: None,
+            secret_access_key: None,
+            allow_http: bucket.allow_http,
+        },
+        #[cfg(not(feature = "aws"))]
+        ObjectStoreKind::S3 => return Err(missing_feature("s3", "aws")),
+        #[cfg(feature = "gcp")]
+        ObjectStoreKind::Gcs => BucketConfig::Gcs {
+            bucket: bucket.name.clone(),
+        },
+        #[cfg(not(feature = "gcp"))]
+        ObjectStoreKind::Gcs => return Err(missing_feature("gcs", "gcp")),
+        #[cfg(feature = "azure")]
+        ObjectStoreKind::Azure => BucketConfig::Azure {
+            account: bucket.azure_account.clone().unwrap_or_default(),
+            container: bucket.name.clone(),
+        },
+        #[cfg(not(feature = "azure"))]
+        ObjectStoreKind::Azure => return Err(missing_feature("azure", "azure")),
+    })
+}

@@ -1,0 +1,529 @@
+//! Pyroscope's legacy `POST /ingest`: query parameters and body formats,
+//! turned into [`ProfileUpload`]s. Pure: the HTTP layer hands in the query
+//! string, headers it cares about and the body bytes.
+
+pub mod app_name;
+pub mod multipart;
+
+use kiln_engine::model::{Label, LabelSet, NAME_LABEL};
+use kiln_pprof::folded::{FoldedError, FoldedFormat, FoldedSpec, folded_to_profile};
+use kiln_pprof::{DecodeLimits, PprofError};
+use prost::Message;
+
+use crate::ingest::{ProfileUpload, SERVICE_NAME_LABEL};
+use crate::timespec::{TimeError, parse_time_ms};
+use app_name::{AppName, LegacyKind, parse_app_name};
+
+/// The label Grafana Pyroscope stores `spyName` under.
+pub const SPY_LABEL: &str = "pyroscope_spy";
+
+/// Why a legacy ingest request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// A required query parameter is missing.
+    #[error("query parameter `{name}` is required")]
+    MissingParameter {
+        /// The parameter.
+        name: &'static str,
+    },
+    /// The `name` parameter is malformed.
+    #[error("invalid `name`: {message}")]
+    BadName {
+        /// What is wrong.
+        message: String,
+    },
+    /// `from` or `until` cannot be read.
+    #[error("invalid `{parameter}`: {source}")]
+    BadTime {
+        /// `from` or `until`.
+        parameter: &'static str,
+        /// Why.
+        #[source]
+        source: TimeError,
+    },
+    /// `until` is before `from`.
+    #[error("`until` ({until_ms} ms) is before `from` ({from_ms} ms)")]
+    TimeOrder {
+        /// Parsed `from`.
+        from_ms: i64,
+        /// Parsed `until`.
+        until_ms: i64,
+    },
+    /// A parameter has a value outside its allowed set.
+    #[error("invalid `{parameter}` {value:?}: {allowed}")]
+    BadParameter {
+        /// The parameter.
+        parameter: &'static str,
+        /// The value given (truncated).
+        value: String,
+        /// What is allowed.
+        allowed: &'static str,
+    },
+    /// The body format is one Kiln does not read.
+    #[error(
+        "format {format:?} is not supported; send pprof (format=pprof or multipart), folded or lines"
+    )]
+    UnsupportedFormat {
+        /// The format named.
+        format: String,
+    },
+    /// The body (or a multipart field) is not a usable pprof profile.
+    #[error("{part} is not a valid pprof profile: {source}")]
+    BadPprof {
+        /// Which part: `body`, `profile` or `prev_profile`.
+        part: &'static str,
+        /// Why.
+        #[source]
+        source: PprofError,
+    },
+    /// The folded text cannot be read.
+    #[error("folded body: {source}")]
+    BadFolded {
+        /// Why.
+        #[source]
+        source: FoldedError,
+    },
+    /// The multipart body is malformed or lacks the `profile` field.
+    #[error("multipart body: {message}")]
+    BadMultipart {
+        /// What is wrong.
+        message: String,
+    },
+    /// `sample_type_config` is not the JSON Pyroscope defines.
+    #[error("`sample_type_config` is not valid: {message}")]
+    BadSampleTypeConfig {
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl IngestError {
+    /// A short, fixed name for metrics and logs, one per variant.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::MissingParameter { .. } => "missing_parameter",
+            Self::BadName { .. } => "bad_name",
+            Self::BadTime { .. } => "bad_time",
+            Self::TimeOrder { .. } => "time_order",
+            Self::BadParameter { .. } => "bad_parameter",
+            Self::UnsupportedFormat { .. } => "unsupported_format",
+            Self::BadPprof { source, .. } => source.reason(),
+            Self::BadFolded { source } => source.reason(),
+            Self::BadMultipart { .. } => "bad_multipart",
+            Self::BadSampleTypeConfig { .. } => "bad_sample_type_config",
+        }
+    }
+}
+
+/// How the body is encoded, from `format` and `Content-Type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFormat {
+    /// A pprof profile, gzipped or not.
+    Pprof,
+    /// `multipart/form-data` with `profile` (+ `prev_profile`, `sample_type_config`).
+    Multipart,
+    /// `frame;frame COUNT` lines (Pyroscope's default "groups" parser).
+    Folded,
+    /// One stack per line.
+    Lines,
+}
+
+/// The parsed query parameters of one `/ingest` call.
+#[derive(Debug, Clone)]
+pub struct IngestParams {
+    /// `name`.
+    pub name: AppName,
+    /// `from`, unix ms.
+    pub from_ms: Option<i64>,
+    /// `until`, unix ms.
+    pub until_ms: Option<i64>,
+    /// The body format.
+    pub format: BodyFormat,
+    /// `sampleRate` in Hz (100 when absent or unreadable, as Pyroscope does).
+    pub sample_rate: u32,
+    /// `spyName`.
+    pub spy_name: Option<String>,
+    /// `units` (only used for folded uploads without a kind suffix).
+    pub units: String,
+}
+
+/// Parses the query string of `/ingest`. `content_type` picks multipart when
+/// `format` is absent; `now_ms` anchors relative times.
+pub fn parse_ingest_params(
+    query: &str,
+    content_type: Option<&str>,
+    now_ms: i64,
+) -> Result<IngestParams, IngestError> {
+    let mut name = None;
+    let mut from = None;
+    let mut until = None;
+    let mut format = None;
+    let mut sample_rate = None;
+    let mut spy_name = None;
+    let mut units = None;
+    let mut aggregation = None;
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        let slot = match key.as_ref() {
+            "name" => &mut name,
+            "from" => &mut from,
+            "until" => &mut until,
+            "format" => &mut format,
+            "sampleRate" => &mut sample_rate,
+            "spyName" => &mut spy_name,
+            "units" => &mut units,
+            "aggregationType" => &mut aggregation,
+            _ => continue,
+        };
+        *slot = Some(value.into_owned());
+    }
+    let name = parse_app_name(&name.ok_or(IngestError::MissingParameter { name: "name" })?)?;
+    let parse_time = |parameter: &'static str, value: Option<String>| {
+        value
+            .filter(|v| !v.is_empty())
+            .map(|v| parse_time_ms(&v, now_ms))
+            .transpose()
+            .map_err(|source| IngestError::BadTime { parameter, source })
+    };
+    let from_ms = parse_time("from", from)?;
+    let until_ms = parse_time("until", until)?;
+    if let (Some(from_ms), Some(until_ms)) = (from_ms, until_ms)
+        && until_ms < from_ms
+    {
+        return Err(IngestError::TimeOrder { from_ms, until_ms });
+    }
+    let is_multipart = content_type.is_some_and(|t| {
+        t.trim_start()
+            .to_ascii_lowercase()
+            .starts_with("multipart/form-data")
+    });
+    let format = match format.as_deref() {
+        Some("pprof") if is_multipart => BodyFormat::Multipart,
+        Some("pprof") => BodyFormat::Pprof,
+        Some("lines") => BodyFormat::Lines,
+        Some("folded" | "collapsed" | "groups" | "") => BodyFormat::Folded,
+        None if is_multipart => BodyFormat::Multipart,
+        None => BodyFormat::Folded,
+        Some(other) => {
+            return Err(IngestError::UnsupportedFormat {
+                format: other.chars().take(40).collect(),
+            });
+        }
+    };
+    // Pyroscope falls back to 100 Hz on an unreadable rate; so do we, but 0 is
+    // refused because it would divide by zero when scaling.
+    let sample_rate = sample_rate
+        .and_then(|r| r.trim().parse::<u32>().ok())
+        .unwrap_or(100);
+    if sample_rate == 0 {
+        return Err(IngestError::BadParameter {
+            parameter: "sampleRate",
+            value: "0".to_owned(),
+            allowed: "a positive number of samples per second",
+        });
+    }
+    if let Some(aggregation) = aggregation.as_deref()
+        && !matches!(aggregation, "sum" | "average" | "avg" | "")
+    {
+        return Err(IngestError::BadParameter {
+            parameter: "aggregationType",
+            value: aggregation.chars().take(40).collect(),
+            allowed: "sum or average",
+        });
+    }
+    Ok(IngestParams {
+        name,
+        from_ms,
+        until_ms,
+        format,
+        sample_rate,
+        spy_name: spy_name.filter(|s| !s.is_empty() && s != "unknown"),
+        units: units
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "samples".to_owned()),
+    })
+}
+
+/// The parts of a multipart upload, already split by the HTTP layer.
+#[derive(Debug, Clone, Default)]
+pub struct MultipartParts {
+    /// The `profile` field.
+    pub profile: Vec<u8>,
+    /// The optional `prev_profile` field (cumulative profiles).
+    pub prev_profile: Option<Vec<u8>>,
+    /// The optional `sample_type_config` field (JSON).
+    pub sample_type_config: Option<Vec<u8>>,
+}
+
+/// The body of an `/ingest` call, after content-encoding was undone.
+#[derive(Debug, Clone)]
+pub enum IngestBody {
+    /// Raw bytes: pprof or text, as `params.format` says.
+    Raw(Vec<u8>),
+    /// A multipart form.
+    Multipart(MultipartParts),
+}
+
+/// Turns one `/ingest` call into one upload for the store.
+pub fn build_upload(
+    params: &IngestParams,
+    body: IngestBody,
+    limits: &DecodeLimits,
+) -> Result<ProfileUpload, IngestError> {
+    let (profile_name, pprof) = match (params.format, body) {
+        (BodyFormat::Folded | BodyFormat::Lines, IngestBody::Raw(text)) => {
+            folded_upload(params, &text, limits)?
+        }
+        (BodyFormat::Pprof, IngestBody::Raw(bytes)) => {
+            let profile =
+                kiln_pprof::decode(&bytes, limits).map_err(|source| IngestError::BadPprof {
+                    part: "body",
+                    source,
+                })?;
+            (pprof_profile_name(params, &profile), bytes)
+        }
+        (_, IngestBody::Multipart(parts)) => {
+            let (profile, encoded) = multipart::merge_parts(&parts, limits)?;
+            (pprof_profile_name(params, &profile), encoded)
+        }
+        (BodyFormat::Multipart, IngestBody::Raw(_)) => {
+            return Err(IngestError::BadMultipart {
+                message: "the body is not multipart/form-data".to_owned(),
+            });
+        }
+    };
+    let mut labels = vec![
+        Label::new(NAME_LABEL, profile_name),
+        Label::new(SERVICE_NAME_LABEL, params.name.app.clone()),
+    ];
+    if let Some(spy) = &params.spy_name {
+        labels.push(Label::new(SPY_LABEL, spy.clone()));
+    }
+    for (key, value) in &params.name.labels {
+        labels.push(Label::new(key.clone(), value.clone()));
+    }
+    let duration_nanos = match (params.from_ms, params.until_ms) {
+        (Some(from), Some(until)) if until > from => Some((until - from).saturating_mul(1_000_000)),
+        _ => None,
+    };
+    Ok(ProfileUpload {
+        labels: LabelSet::new(labels),
+        time_ms: params.from_ms,
+        duration_nanos,
+        pprof: pprof.into(),
+    })
+}
+
+fn folded_upload(
+    params: &IngestParams,
+    text: &[u8],
+    limits: &DecodeLimits,
+) -> Result<(String, Vec<u8>), IngestError> {
+    let text = kiln_pprof::maybe_gunzip(text, limits.max_decompressed_bytes).map_err(|source| {
+        IngestError::BadPprof {
+            part: "body",
+            source,
+        }
+    })?;
+    // No suffix: Pyroscope treats the upload as CPU samples unless `units`
+    // says it counts something else.
+    let kind = params.name.kind.or(match params.units.as_str() {
+        "samples" | "" => Some(LegacyKind::Cpu),
+        "objects" => Some(LegacyKind::AllocObjects),
+        "bytes" => Some(LegacyKind::AllocSpace),
+        "goroutines" => Some(LegacyKind::Goroutines),
+        _ => None,
+    });
+    let (profile_name, spec) = match kind {
+        Some(kind) => {
+            let (sample_type, sample_unit) = kind.sample_type();
+            let (period_type, period_unit) = kind.period_type();
+            let period = if kind.is_sampled_time() {
+                1_000_000_000 / i64::from(params.sample_rate)
+            } else {
+                1
+            };
+            let scale = if kind.is_sampled_time() { period } else { 1 };
+            (
+                kind.profile_name().to_owned(),
+                FoldedSpec {
+                    sample_type: (sample_type.to_owned(), sample_unit.to_owned()),
+                    period: Some((period_type.to_owned(), period_unit.to_owned(), period)),
+                    value_scale: scale,
+                    ..FoldedSpec::default()
+                },
+            )
+        }
+        None => (
+            params.units.clone(),
+            FoldedSpec {
+                sample_type: (params.units.clone(), "count".to_owned()),
+                ..FoldedSpec::default()
+            },
+        ),
+    };
+    let spec = FoldedSpec {
+        format: if params.format == BodyFormat::Lines {
+            FoldedFormat::Lines
+        } else {
+            FoldedFormat::Folded
+        },
+        time_nanos: params.from_ms.unwrap_or(0).saturating_mul(1_000_000),
+        max_stacks: limits.max_samples,
+        max_depth: limits.max_stack_depth,
+        ..spec
+    };
+    let (profile, _stats) =
+        folded_to_profile(&text, &spec).map_err(|source| IngestError::BadFolded { source })?;
+    Ok((profile_name, profile.encode_to_vec()))
+}
+
+/// `__name__` for a pprof upload: the kind suffix if the name had one, else
+/// guessed from the sample types the way Grafana Pyroscope files them.
+fn pprof_profile_name(params: &IngestParams, profile: &kiln_pprof::Profile) -> String {
+    if let Some(kind) = params.name.kind {
+        return kind.profile_name().to_owned();
+    }
+    let types: Vec<&str> = profile
+        .sample_types()
+        .iter()
+        .map(|t| profile.string(t.r#type))
+        .collect();
+    let has = |name: &str| types.contains(&name);
+    if has("wall") {
+        "wall"
+    } else if types
+        .iter()
+        .any(|t| t.starts_with("alloc_") || t.starts_with("inuse_"))
+    {
+        "memory"
+    } else if has("contentions") || has("delay") {
+        "mutex"
+    } else if has("goroutine") || has("goroutines") {
+        "goroutines"
+    } else {
+        "process_cpu"
+    }
+    .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_795_310_560_000;
+
+    fn params(query: &str) -> IngestParams {
+        parse_ingest_params(query, None, NOW).unwrap()
+    }
+
+    #[test]
+    fn query_parameters_of_the_rust_client_parse() {
+        let p = params(
+            "name=fixture.rust.app.cpu%7Bendpoint%3D%2Fa%2Cenv%3Dtest%7D&from=1795310910&until=1795310920&format=folded&sampleRate=100&spyName=pyroscope-rs",
+        );
+        assert_eq!(p.name.app, "fixture.rust.app");
+        assert_eq!(p.from_ms, Some(1_795_310_910_000));
+        assert_eq!(p.until_ms, Some(1_795_310_920_000));
+        assert_eq!(p.format, BodyFormat::Folded);
+        assert_eq!(p.spy_name.as_deref(), Some("pyroscope-rs"));
+    }
+
+    #[test]
+    fn format_defaults_follow_pyroscope() {
+        assert_eq!(params("name=a").format, BodyFormat::Folded);
+        let p =
+            parse_ingest_params("name=a", Some("multipart/form-data; boundary=x"), NOW).unwrap();
+        assert_eq!(p.format, BodyFormat::Multipart);
+        assert_eq!(params("name=a&format=lines").format, BodyFormat::Lines);
+        assert_eq!(params("name=a&sampleRate=abc").sample_rate, 100);
+        assert_eq!(params("name=a&from=now-1h").from_ms, Some(NOW - 3_600_000));
+    }
+
+    #[test]
+    fn bad_parameters_are_named() {
+        let cases = [
+            ("from=1", "query parameter `name` is required"),
+            ("name=a&format=jfr", "format \"jfr\" is not supported"),
+            ("name=a&from=soon", "invalid `from`"),
+            (
+                "name=a&from=20&until=10",
+                "`until` (10000 ms) is before `from`",
+            ),
+            ("name=a&sampleRate=0", "invalid `sampleRate`"),
+            ("name=a&aggregationType=max", "invalid `aggregationType`"),
+        ];
+        for (query, expected) in cases {
+            let err = parse_ingest_params(query, None, NOW).unwrap_err();
+            assert!(err.to_string().contains(expected), "{query}: {err}");
+        }
+    }
+
+    #[test]
+    fn folded_cpu_upload_is_scaled_to_nanoseconds_and_labelled() {
+        let p = params(
+            "name=app.cpu%7Benv%3Dtest%7D&from=1795310910&until=1795310920&sampleRate=100&spyName=rbspy",
+        );
+        let upload = build_upload(
+            &p,
+            IngestBody::Raw(b"main;work 3\nmain 1".to_vec()),
+            &DecodeLimits::default(),
+        )
+        .unwrap();
+        assert_eq!(upload.labels.get(NAME_LABEL), Some("process_cpu"));
+        assert_eq!(upload.labels.get(SERVICE_NAME_LABEL), Some("app"));
+        assert_eq!(upload.labels.get("env"), Some("test"));
+        assert_eq!(upload.labels.get(SPY_LABEL), Some("rbspy"));
+        assert_eq!(upload.time_ms, Some(1_795_310_910_000));
+        assert_eq!(upload.duration_nanos, Some(10_000_000_000));
+        let profile = kiln_pprof::decode(&upload.pprof, &DecodeLimits::default()).unwrap();
+        let total: i64 = profile.samples().iter().map(|s| s.value[0]).sum();
+        assert_eq!(total, 4 * 10_000_000);
+        assert_eq!(profile.string(profile.sample_types()[0].r#type), "cpu");
+    }
+
+    #[test]
+    fn pprof_upload_without_suffix_is_named_from_its_sample_types() {
+        let mut builder = kiln_pprof::ProfileBuilder::new(&[("inuse_space", "bytes")]);
+        let f = builder.function(&kiln_pprof::FunctionSpec {
+            name: "alloc".into(),
+            ..Default::default()
+        });
+        let loc = builder.location(0, 0, &[(f, 0)]);
+        builder.sample(&[loc], &[64], &[]);
+        let bytes = kiln_pprof::encode_gzip(&builder.finish());
+        let upload = build_upload(
+            &params("name=svc%7Bregion%3Deu%7D&format=pprof"),
+            IngestBody::Raw(bytes),
+            &DecodeLimits::default(),
+        )
+        .unwrap();
+        assert_eq!(upload.labels.get(NAME_LABEL), Some("memory"));
+        assert_eq!(upload.labels.get("region"), Some("eu"));
+        assert_eq!(upload.time_ms, None);
+    }
+
+    #[test]
+    fn garbage_pprof_and_folded_bodies_are_refused_clearly() {
+        let err = build_upload(
+            &params("name=a&format=pprof"),
+            IngestBody::Raw(b"hello world".to_vec()),
+            &DecodeLimits::default(),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("body is not a valid pprof profile"),
+            "{err}"
+        );
+        let err = build_upload(
+            &params("name=a"),
+            IngestBody::Raw(b"a;b 1\nc notanumber".to_vec()),
+            &DecodeLimits::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "folded body: line 2: count \"notanumber\" is not a non-negative integer"
+        );
+    }
+}

@@ -1,0 +1,311 @@
+//! The multipart form of `/ingest` (Go and Node SDKs): a `profile`, an
+//! optional `prev_profile` for cumulative sample types (the server stores
+//! `profile - prev_profile`), and an optional `sample_type_config` JSON that
+//! says which sample types to keep, how to name them and which are cumulative.
+
+use std::collections::HashMap;
+
+use kiln_pprof::{DecodeLimits, Profile, proto};
+use prost::Message;
+
+use super::{IngestError, MultipartParts};
+
+/// One entry of `sample_type_config`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+struct SampleTypeConfig {
+    /// Shown name; when set it replaces the sample type name.
+    #[serde(rename = "display-name", default)]
+    display_name: Option<String>,
+    /// Whether values grow over the process lifetime.
+    #[serde(default)]
+    cumulative: bool,
+    /// Units and aggregation are accepted and ignored: pprof carries units.
+    #[serde(default)]
+    #[allow(dead_code)]
+    units: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    aggregation: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    sampled: Option<bool>,
+}
+
+/// Decodes the parts and applies `prev_profile` and `sample_type_config`.
+/// Returns the validated result and its encoding for the store.
+pub fn merge_parts(
+    parts: &MultipartParts,
+    limits: &DecodeLimits,
+) -> Result<(Profile, Vec<u8>), IngestError> {
+    if parts.profile.is_empty() {
+        return Err(IngestError::BadMultipart {
+            message: "the `profile` field is missing or empty".to_owned(),
+        });
+    }
+    let profile =
+        kiln_pprof::decode(&parts.profile, limits).map_err(|source| IngestError::BadPprof {
+            part: "profile",
+            source,
+        })?;
+    let config: Option<HashMap<String, SampleTypeConfig>> = parts
+        .sample_type_config
+        .as_deref()
+        .filter(|c| !c.iter().all(u8::is_ascii_whitespace))
+        .map(|c| {
+            serde_json::from_slice(c).map_err(|e| IngestError::BadSampleTypeConfig {
+                message: e.to_string(),
+            })
+        })
+        .transpose()?;
+    let prev = parts
+        .prev_profile
+        .as_deref()
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            kiln_pprof::decode(p, limits).map_err(|source| IngestError::BadPprof {
+                part: "prev_profile",
+                source,
+            })
+        })
+        .transpose()?;
+    if config.is_none() && prev.is_none() {
+        return Ok((profile, parts.profile.clone()));
+    }
+    let type_names: Vec<String> = profile
+        .sample_types()
+        .iter()
+        .map(|t| profile.string(t.r#type).to_owned())
+        .collect();
+    let cumulative: Vec<bool> = type_names
+        .iter()
+        .map(|name| match &config {
+            Some(config) => config.get(name).is_some_and(|c| c.cumulative),
+            // Without a config, Go's conventions: allocations and contention
+            // counters grow, in-use and CPU values do not.
+            None => name.starts_with("alloc_") || name == "contentions" || name == "delay",
+        })
+        .collect();
+    // The validated profile keeps its strings apart from its proto, so
+    // decode a plain copy to edit and validate again afterwards.
+    let mut raw = raw_proto(&parts.profile, limits)?;
+    if let Some(prev) = &prev {
+        subtract_previous(&profile, prev, &cumulative, &mut raw);
+    }
+    if let Some(config) = &config {
+        keep_configured_types(&type_names, config, &mut raw)?;
+    }
+    let encoded = raw.encode_to_vec();
+    let merged = Profile::validate(raw, limits).map_err(|source| IngestError::BadPprof {
+        part: "profile",
+        source,
+    })?;
+    Ok((merged, encoded))
+}
+
+/// The unvalidated proto of bytes that already decoded once.
+fn raw_proto(bytes: &[u8], limits: &DecodeLimits) -> Result<proto::Profile, IngestError> {
+    let bad = |source| IngestError::BadPprof {
+        part: "profile",
+        source,
+    };
+    let plain = kiln_pprof::maybe_gunzip(bytes, limits.max_decompressed_bytes).map_err(bad)?;
+    proto::Profile::decode(plain.as_ref())
+        .map_err(|source| bad(kiln_pprof::PprofError::Protobuf { source }))
+}
+
+/// A sample's identity independent of table ids: its frames and labels.
+fn sample_key(profile: &Profile, sample: &proto::Sample) -> Vec<u8> {
+    let mut key = Vec::new();
+    for &location_id in &sample.location_id {
+        if let Some(location) = profile.location(location_id) {
+            key.extend_from_slice(&location.address.to_le_bytes());
+            for line in &location.line {
+                if let Some(function) = profile.function(line.function_id) {
+                    key.extend_from_slice(profile.string(function.name).as_bytes());
+                }
+                key.extend_from_slice(&line.line.to_le_bytes());
+                key.push(0);
+            }
+        }
+        key.push(0xff);
+    }
+    let mut labels: Vec<(&str, &str, i64)> = sample
+        .label
+        .iter()
+        .map(|l| (profile.string(l.key), profile.string(l.str), l.num))
+        .collect();
+    labels.sort_unstable();
+    for (name, value, num) in labels {
+        key.extend_from_slice(name.as_bytes());
+        key.push(0);
+        key.extend_from_slice(value.as_bytes());
+        key.push(0);
+        key.extend_from_slice(&num.to_le_bytes());
+    }
+    key
+}
+
+/// Replaces cumulative values by their growth since `prev` (never negative).
+fn subtract_previous(
+    profile: &Profile,
+    prev: &Profile,
+    cumulative: &[bool],
+    raw: &mut proto::Profile,
+) {
+    let prev_types: Vec<&str> = prev
+        .sample_types()
+        .iter()
+        .map(|t| prev.string(t.r#type))
+        .collect();
+    // Column of each current sample type in the previous profile.
+    let columns: Vec<Option<usize>> = profile
+        .sample_types()
+        .iter()
+        .map(|t| {
+            let name = profile.string(t.r#type);
+            prev_types.iter().position(|p| *p == name)
+        })
+        .collect();
+    let mut previous: HashMap<Vec<u8>, Vec<i64>> = HashMap::new();
+    for sample in prev.samples() {
+        let entry = previous
+            .entry(sample_key(prev, sample))
+            .or_insert_with(|| vec![0; prev_types.len()]);
+        for (total, value) in entry.iter_mut().zip(&sample.value) {
+            *total = total.saturating_add(*value);
+        }
+    }
+    for (sample, raw_sample) in profile.samples().iter().zip(raw.sample.iter_mut()) {
+        let Some(before) = previous.get(&sample_key(profile, sample)) else {
+            continue;
+        };
+        for (index, value) in raw_sample.value.iter_mut().enumerate() {
+            if let (Some(true), Some(Some(column))) = (cumulative.get(index), columns.get(index)) {
+                *value = value.saturating_sub(before[*column]).max(0);
+            }
+        }
+    }
+}
+
+/// Drops sample types the config does not list and applies display names.
+fn keep_configured_types(
+    type_names: &[String],
+    config: &HashMap<String, SampleTypeConfig>,
+    raw: &mut proto::Profile,
+) -> Result<(), IngestError> {
+    let keep: Vec<usize> = type_names
+        .iter()
+        .enumerate()
+        .filter(|(_, name)| config.contains_key(*name))
+        .map(|(index, _)| index)
+        .collect();
+    if keep.is_empty() {
+        return Err(IngestError::BadSampleTypeConfig {
+            message: format!(
+                "it names none of the profile's sample types ({})",
+                type_names.join(", ")
+            ),
+        });
+    }
+    for (index, name) in type_names.iter().enumerate() {
+        let display = config.get(name).and_then(|c| c.display_name.clone());
+        if let Some(display) = display.filter(|d| !d.is_empty()) {
+            let string_index = raw.string_table.len() as i64;
+            raw.string_table.push(display.into_bytes());
+            raw.sample_type[index].r#type = string_index;
+        }
+    }
+    if keep.len() < type_names.len() {
+        raw.sample_type = keep.iter().map(|&i| raw.sample_type[i]).collect();
+        for sample in &mut raw.sample {
+            sample.value = keep
+                .iter()
+                .map(|&i| sample.value.get(i).copied().unwrap_or(0))
+                .collect();
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_pprof::{FunctionSpec, ProfileBuilder, encode_gzip};
+
+    fn heap(alloc: i64, inuse: i64) -> Vec<u8> {
+        let mut builder =
+            ProfileBuilder::new(&[("alloc_space", "bytes"), ("inuse_space", "bytes")]);
+        let f = builder.function(&FunctionSpec {
+            name: "grow".into(),
+            ..Default::default()
+        });
+        let loc = builder.location(0, 0x10, &[(f, 3)]);
+        builder.sample(&[loc], &[alloc, inuse], &[]);
+        encode_gzip(&builder.finish())
+    }
+
+    fn values(profile: &Profile) -> Vec<i64> {
+        profile.samples()[0].value.clone()
+    }
+
+    #[test]
+    fn cumulative_types_become_growth_since_prev_profile() {
+        let parts = MultipartParts {
+            profile: heap(1000, 300),
+            prev_profile: Some(heap(600, 200)),
+            sample_type_config: None,
+        };
+        let (profile, encoded) = merge_parts(&parts, &DecodeLimits::default()).unwrap();
+        assert_eq!(values(&profile), [400, 300]);
+        let again = kiln_pprof::decode(&encoded, &DecodeLimits::default()).unwrap();
+        assert_eq!(values(&again), [400, 300]);
+    }
+
+    #[test]
+    fn sample_type_config_filters_and_renames() {
+        let parts = MultipartParts {
+            profile: heap(1000, 300),
+            prev_profile: Some(heap(600, 200)),
+            sample_type_config: Some(
+                br#"{"inuse_space":{"units":"bytes","display-name":"live_bytes","cumulative":false}}"#
+                    .to_vec(),
+            ),
+        };
+        let (profile, _) = merge_parts(&parts, &DecodeLimits::default()).unwrap();
+        assert_eq!(values(&profile), [300]);
+        assert_eq!(
+            profile.string(profile.sample_types()[0].r#type),
+            "live_bytes"
+        );
+    }
+
+    #[test]
+    fn broken_parts_are_refused_by_name() {
+        let err = merge_parts(&MultipartParts::default(), &DecodeLimits::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("`profile` field is missing"),
+            "{err}"
+        );
+        let parts = MultipartParts {
+            profile: heap(1, 1),
+            prev_profile: Some(b"junk".to_vec()),
+            sample_type_config: None,
+        };
+        let err = merge_parts(&parts, &DecodeLimits::default()).unwrap_err();
+        assert!(err.to_string().starts_with("prev_profile is not"), "{err}");
+        let parts = MultipartParts {
+            profile: heap(1, 1),
+            prev_profile: None,
+            sample_type_config: Some(b"{not json".to_vec()),
+        };
+        let err = merge_parts(&parts, &DecodeLimits::default()).unwrap_err();
+        assert_eq!(err.reason(), "bad_sample_type_config");
+        let parts = MultipartParts {
+            profile: heap(1, 1),
+            prev_profile: None,
+            sample_type_config: Some(br#"{"cpu":{}}"#.to_vec()),
+        };
+        let err = merge_parts(&parts, &DecodeLimits::default()).unwrap_err();
+        assert!(err.to_string().contains("names none"), "{err}");
+    }
+}

@@ -1,0 +1,536 @@
+//! The query selector: `<profile type>{label="v", other=~"re.*"}`.
+//!
+//! The profile type is `name:sample_type:sample_unit:period_type:period_unit[:delta]`
+//! and may be cut short after any part (`process_cpu`, `memory:alloc_space`)
+//! as long as exactly one known profile type matches. Label names may contain
+//! dots (`service.name`), as Pyroscope clients send them. Values are quoted
+//! with `"`, `'` or backticks; `"` and `'` strings take `\"`, `\\`, `\n`, `\t`
+//! escapes. Errors carry the 1-based character position of the mistake.
+
+use kiln_engine::model::{MatchOp, Matcher, ProfileType, Selector};
+
+/// A selector that cannot be parsed or resolved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    /// The text does not follow the grammar.
+    #[error("selector position {position}: expected {expected}, found {found}")]
+    Syntax {
+        /// 1-based character position of the mistake.
+        position: usize,
+        /// What the grammar allows there.
+        expected: &'static str,
+        /// What is there instead.
+        found: String,
+    },
+    /// A `=~` or `!~` pattern is not a valid regular expression.
+    #[error("selector position {position}: invalid regular expression: {message}")]
+    BadRegex {
+        /// 1-based character position of the pattern.
+        position: usize,
+        /// What the regex compiler said.
+        message: String,
+    },
+    /// The profile type part has more than six parts, or a sixth part other than `delta`.
+    #[error("selector position {position}: {message}")]
+    BadProfileType {
+        /// 1-based character position of the offending part.
+        position: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// No stored profile type matches the abbreviated one.
+    #[error("no profile type matches {pattern:?}; known types: {known}")]
+    UnknownProfileType {
+        /// The profile type as written.
+        pattern: String,
+        /// The known types, comma separated (or "none").
+        known: String,
+    },
+    /// More than one stored profile type matches the abbreviated one.
+    #[error("profile type {pattern:?} is ambiguous; it matches: {candidates}")]
+    AmbiguousProfileType {
+        /// The profile type as written.
+        pattern: String,
+        /// The matching types, comma separated.
+        candidates: String,
+    },
+}
+
+impl SelectorError {
+    /// A short, fixed name for metrics and logs, one per variant.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Syntax { .. } => "selector_syntax",
+            Self::BadRegex { .. } => "selector_bad_regex",
+            Self::BadProfileType { .. } => "selector_bad_profile_type",
+            Self::UnknownProfileType { .. } => "selector_unknown_profile_type",
+            Self::AmbiguousProfileType { .. } => "selector_ambiguous_profile_type",
+        }
+    }
+}
+
+/// A parsed selector whose profile type may still be abbreviated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedSelector {
+    /// The profile type parts as written (1 to 6).
+    pub profile_type_parts: Vec<String>,
+    /// The label matchers.
+    pub matchers: Vec<Matcher>,
+}
+
+impl ParsedSelector {
+    /// The profile type as written.
+    pub fn profile_type_text(&self) -> String {
+        self.profile_type_parts.join(":")
+    }
+
+    /// True when `candidate` agrees with every part written.
+    pub fn matches_profile_type(&self, candidate: &ProfileType) -> bool {
+        let delta = if candidate.delta { "delta" } else { "" };
+        let fields = [
+            candidate.name.as_str(),
+            &candidate.sample_type,
+            &candidate.sample_unit,
+            &candidate.period_type,
+            &candidate.period_unit,
+            delta,
+        ];
+        self.profile_type_parts
+            .iter()
+            .zip(fields)
+            .all(|(part, field)| part == field)
+    }
+
+    /// Picks the single profile type in `known` that matches. A fully written
+    /// five- or six-part type is taken as is, even if nothing is stored under it
+    /// (the query then returns nothing rather than an error).
+    pub fn resolve(&self, known: &[ProfileType]) -> Result<Selector, SelectorError> {
+        let mut candidates: Vec<&ProfileType> = known
+            .iter()
+            .filter(|t| self.matches_profile_type(t))
+            .collect();
+        candidates.sort();
+        candidates.dedup();
+        if self.profile_type_parts.len() >= 5 {
+            let full = self.full_profile_type();
+            return Ok(Selector {
+                profile_type: full,
+                matchers: self.matchers.clone(),
+            });
+        }
+        match candidates.as_slice() {
+            [single] => Ok(Selector {
+                profile_type: (*single).clone(),
+                matchers: self.matchers.clone(),
+            }),
+            [] => Err(SelectorError::UnknownProfileType {
+                pattern: self.profile_type_text(),
+                known: join_types(known.iter()),
+            }),
+            many => Err(SelectorError::AmbiguousProfileType {
+                pattern: self.profile_type_text(),
+                candidates: join_types(many.iter().copied()),
+            }),
+        }
+    }
+
+    fn full_profile_type(&self) -> ProfileType {
+        let part = |i: usize| self.profile_type_parts.get(i).cloned().unwrap_or_default();
+        ProfileType {
+            name: part(0),
+            sample_type: part(1),
+            sample_unit: part(2),
+            period_type: part(3),
+            period_unit: part(4),
+            delta: self.profile_type_parts.len() == 6,
+        }
+    }
+}
+
+fn join_types<'a>(types: impl Iterator<Item = &'a ProfileType>) -> String {
+    let names: Vec<String> = types.take(20).map(ToString::to_string).collect();
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// Parses `text` into a selector whose profile type may still be abbreviated.
+pub fn parse_selector(text: &str) -> Result<ParsedSelector, SelectorError> {
+    let mut cursor = Cursor::new(text);
+    cursor.skip_spaces();
+    let type_start = cursor.position();
+    let mut parts = vec![cursor.identifier("a profile type name, e.g. process_cpu")?];
+    while cursor.peek() == Some(':') {
+        cursor.bump();
+        let part_position = cursor.position();
+        // Parts after the name may be empty (`memory:inuse_space:bytes::`).
+        let part = cursor.identifier_or_empty();
+        if parts.len() == 6 {
+            return Err(SelectorError::BadProfileType {
+                position: part_position,
+                message: "a profile type has at most six parts".to_owned(),
+            });
+        }
+        if parts.len() == 5 && part != "delta" {
+            return Err(SelectorError::BadProfileType {
+                position: part_position,
+                message: format!("the sixth profile type part must be `delta`, not {part:?}"),
+            });
+        }
+        parts.push(part);
+    }
+    if parts[0].is_empty() {
+        return Err(cursor.expected_at(type_start, "a profile type name"));
+    }
+    cursor.skip_spaces();
+    let mut matchers = Vec::new();
+    match cursor.peek() {
+        None => {}
+        Some('{') => {
+            cursor.bump();
+            matchers = parse_matchers(&mut cursor)?;
+            cursor.skip_spaces();
+            if cursor.peek().is_some() {
+                return Err(cursor.expected("the end of the selector after `}`"));
+            }
+        }
+        Some(_) => return Err(cursor.expected("`{` or the end of the selector")),
+    }
+    Ok(ParsedSelector {
+        profile_type_parts: parts,
+        matchers,
+    })
+}
+
+fn parse_matchers(cursor: &mut Cursor<'_>) -> Result<Vec<Matcher>, SelectorError> {
+    let mut matchers = Vec::new();
+    loop {
+        cursor.skip_spaces();
+        if cursor.peek() == Some('}') {
+            cursor.bump();
+            return Ok(matchers);
+        }
+        let name = cursor.identifier("a label name or `}`")?;
+        cursor.skip_spaces();
+        let op = match (cursor.peek(), cursor.peek_second()) {
+            (Some('='), Some('~')) => MatchOp::Regex,
+            (Some('!'), Some('~')) => MatchOp::NotRegex,
+            (Some('!'), Some('=')) => MatchOp::NotEqual,
+            (Some('='), _) => MatchOp::Equal,
+            _ => return Err(cursor.expected("`=`, `!=`, `=~` or `!~`")),
+        };
+        cursor.bump();
+        if op != MatchOp::Equal {
+            cursor.bump();
+        }
+        cursor.skip_spaces();
+        let value_position = cursor.position();
+        let value = cursor.quoted_string()?;
+        if matches!(op, MatchOp::Regex | MatchOp::NotRegex) {
+            regex::Regex::new(&format!("^(?:{value})$")).map_err(|e| SelectorError::BadRegex {
+                position: value_position,
+                message: e.to_string().lines().last().unwrap_or("").trim().to_owned(),
+            })?;
+        }
+        matchers.push(Matcher { name, op, value });
+        cursor.skip_spaces();
+        match cursor.peek() {
+            Some(',') => cursor.bump(),
+            Some('}') => {}
+            _ => return Err(cursor.expected("`,` or `}`")),
+        }
+    }
+}
+
+/// A character cursor that knows its 1-based position.
+struct Cursor<'a> {
+    chars: Vec<char>,
+    index: usize,
+    _text: &'a str,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(text: &'a str) -> Self {
+        Self {
+            chars: text.chars().collect(),
+            index: 0,
+            _text: text,
+        }
+    }
+
+    fn position(&self) -> usize {
+        self.index + 1
+    }
+
+    fn peek(&self) -> Option<char> {
+        self.chars.get(self.index).copied()
+    }
+
+    fn peek_second(&self) -> Option<char> {
+        self.chars.get(self.index + 1).copied()
+    }
+
+    fn bump(&mut self) {
+        self.index += 1;
+    }
+
+    fn skip_spaces(&mut self) {
+        while self.peek().is_some_and(char::is_whitespace) {
+            self.index += 1;
+        }
+    }
+
+    fn found(&self) -> String {
+        match self.peek() {
+            None => "the end of the selector".to_owned(),
+            Some(c) => format!("{c:?}"),
+        }
+    }
+
+    fn expected(&self, expected: &'static str) -> SelectorError {
+        SelectorError::Syntax {
+            position: self.position(),
+            expected,
+            found: self.found(),
+        }
+    }
+
+    fn expected_at(&self, position: usize, expected: &'static str) -> SelectorError {
+        SelectorError::Syntax {
+            position,
+            expected,
+            found: self.chars.get(position - 1).map_or_else(
+                || "the end of the selector".to_owned(),
+                |c| format!("{c:?}"),
+            ),
+        }
+    }
+
+    /// `[A-Za-z_][A-Za-z0-9_.-]*`.
+    fn identifier(&mut self, expected: &'static str) -> Result<String, SelectorError> {
+        match self.peek() {
+            Some(c) if c.is_ascii_alphabetic() || c == '_' => Ok(self.identifier_or_empty()),
+            _ => Err(self.expected(expected)),
+        }
+    }
+
+    fn identifier_or_empty(&mut self) -> String {
+        let start = self.index;
+        while self
+            .peek()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+        {
+            self.index += 1;
+        }
+        self.chars[start..self.index].iter().collect()
+    }
+
+    fn quoted_string(&mut self) -> Result<String, SelectorError> {
+        let quote = match self.peek() {
+            Some(q @ ('"' | '\'' | '`')) => q,
+            _ => return Err(self.expected("a quoted value, e.g. \"checkout\"")),
+        };
+        let open_position = self.position();
+        self.bump();
+        let mut value = String::new();
+        loop {
+            match self.peek() {
+                None => {
+                    return Err(SelectorError::Syntax {
+                        position: open_position,
+                        expected: "a closing quote for the value starting here",
+                        found: "the end of the selector".to_owned(),
+                    });
+                }
+                Some(c) if c == quote => {
+                    self.bump();
+                    return Ok(value);
+                }
+                Some('\\') if quote != '`' => {
+                    self.bump();
+                    let escaped = match self.peek() {
+                        Some('n') => '\n',
+                        Some('t') => '\t',
+                        Some(c @ ('\\' | '"' | '\'')) => c,
+                        _ => return Err(self.expected("an escape: \\\\, \\\", \\', \\n or \\t")),
+                    };
+                    value.push(escaped);
+                    self.bump();
+                }
+                Some(c) => {
+                    value.push(c);
+                    self.bump();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpu() -> ProfileType {
+        ProfileType {
+            name: "process_cpu".into(),
+            sample_type: "cpu".into(),
+            sample_unit: "nanoseconds".into(),
+            period_type: "cpu".into(),
+            period_unit: "nanoseconds".into(),
+            delta: true,
+        }
+    }
+
+    fn memory(sample_type: &str, unit: &str) -> ProfileType {
+        ProfileType {
+            name: "memory".into(),
+            sample_type: sample_type.into(),
+            sample_unit: unit.into(),
+            period_type: "space".into(),
+            period_unit: "bytes".into(),
+            delta: false,
+        }
+    }
+
+    #[test]
+    fn full_selector_with_every_operator_parses() {
+        let parsed = parse_selector(
+            r#"process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{pod="x", ns!="kube-system",service.name=~"check.*" , env!~'dev|test',}"#,
+        )
+        .unwrap();
+        let selector = parsed.resolve(&[]).unwrap();
+        assert_eq!(selector.profile_type, cpu());
+        let ops: Vec<(&str, MatchOp, &str)> = selector
+            .matchers
+            .iter()
+            .map(|m| (m.name.as_str(), m.op, m.value.as_str()))
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                ("pod", MatchOp::Equal, "x"),
+                ("ns", MatchOp::NotEqual, "kube-system"),
+                ("service.name", MatchOp::Regex, "check.*"),
+                ("env", MatchOp::NotRegex, "dev|test"),
+            ]
+        );
+    }
+
+    #[test]
+    fn abbreviated_type_resolves_when_unambiguous() {
+        let known = [
+            cpu(),
+            memory("alloc_space", "bytes"),
+            memory("inuse_space", "bytes"),
+        ];
+        let selector = parse_selector(r#"process_cpu{pod="x"}"#)
+            .unwrap()
+            .resolve(&known)
+            .unwrap();
+        assert_eq!(selector.profile_type, cpu());
+        let selector = parse_selector("memory:inuse_space")
+            .unwrap()
+            .resolve(&known)
+            .unwrap();
+        assert_eq!(selector.profile_type, memory("inuse_space", "bytes"));
+    }
+
+    #[test]
+    fn ambiguous_and_unknown_types_list_the_choices() {
+        let known = [
+            cpu(),
+            memory("alloc_space", "bytes"),
+            memory("inuse_space", "bytes"),
+        ];
+        let err = parse_selector("memory")
+            .unwrap()
+            .resolve(&known)
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("memory:alloc_space:bytes:space:bytes, memory:inuse_space"),
+            "{err}"
+        );
+        let err = parse_selector("wall{}")
+            .unwrap()
+            .resolve(&known)
+            .unwrap_err();
+        assert_eq!(err.reason(), "selector_unknown_profile_type");
+        assert!(err.to_string().contains("process_cpu:cpu"), "{err}");
+    }
+
+    #[test]
+    fn syntax_errors_name_the_position() {
+        let err = parse_selector(r#"process_cpu{pod>"x"}"#).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "selector position 16: expected `=`, `!=`, `=~` or `!~`, found '>'"
+        );
+        let err = parse_selector(r#"process_cpu{pod="x""#).unwrap_err();
+        assert_eq!(
+            err,
+            SelectorError::Syntax {
+                position: 20,
+                expected: "`,` or `}`",
+                found: "the end of the selector".into()
+            }
+        );
+        let err = parse_selector(r#"cpu{pod="x}"#).unwrap_err();
+        assert!(
+            matches!(err, SelectorError::Syntax { position: 9, .. }),
+            "{err}"
+        );
+        let err = parse_selector(r#"{pod="x"}"#).unwrap_err();
+        assert!(
+            matches!(err, SelectorError::Syntax { position: 1, .. }),
+            "{err}"
+        );
+        let err = parse_selector(r#"cpu{pod=x}"#).unwrap_err();
+        assert!(
+            matches!(err, SelectorError::Syntax { position: 9, .. }),
+            "{err}"
+        );
+        let err = parse_selector(r#"cpu{pod="x"} extra"#).unwrap_err();
+        assert!(
+            matches!(err, SelectorError::Syntax { position: 14, .. }),
+            "{err}"
+        );
+        let err = parse_selector("a:b:c:d:e:f").unwrap_err();
+        assert!(
+            matches!(err, SelectorError::BadProfileType { position: 11, .. }),
+            "{err}"
+        );
+        let err = parse_selector("a:b:c:d:e:delta:g").unwrap_err();
+        assert!(matches!(err, SelectorError::BadProfileType { .. }), "{err}");
+    }
+
+    #[test]
+    fn bad_regex_is_refused_at_its_position() {
+        let err = parse_selector(r#"cpu{pod=~"(x"}"#).unwrap_err();
+        assert!(
+            matches!(err, SelectorError::BadRegex { position: 10, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn escapes_and_other_quotes_work() {
+        let parsed = parse_selector(r#"cpu{a="q\"x\\", b='it''s', c=`raw\d`}"#);
+        // `'it''s'` is two strings back to back, which is an error.
+        assert!(parsed.is_err());
+        let parsed = parse_selector(r#"cpu{a="q\"x\\", b='it\'s', c=`raw\d`}"#).unwrap();
+        let values: Vec<&str> = parsed.matchers.iter().map(|m| m.value.as_str()).collect();
+        assert_eq!(values, ["q\"x\\", "it's", "raw\\d"]);
+    }
+
+    #[test]
+    fn non_ascii_positions_count_characters() {
+        let err = parse_selector("cpu{é=\"x\"}").unwrap_err();
+        assert!(
+            matches!(err, SelectorError::Syntax { position: 5, .. }),
+            "{err}"
+        );
+    }
+}

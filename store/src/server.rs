@@ -1,0 +1,109 @@
+//! The router: gRPC and HTTP on one port, and serving it until shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use kiln_api::{PUSH_PATH, WRITE_RAW_PATH};
+
+use crate::auth::require_token;
+use crate::grpc::ingest_servers;
+use crate::state::AppState;
+use crate::{http_ingest, http_query};
+
+/// Every route of the main port.
+pub fn router(state: AppState) -> Router {
+    let (write_raw, push_grpc) = ingest_servers(&state);
+    let push_state = state.clone();
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/ingest", post(http_ingest::pyroscope_ingest))
+        .route("/pyroscope/ingest", post(http_ingest::pyroscope_ingest))
+        .route(
+            PUSH_PATH,
+            post(move |request: Request| {
+                http_ingest::push(push_state.clone(), push_grpc.clone(), request)
+            }),
+        )
+        .route_service(WRITE_RAW_PATH, write_raw)
+        .route("/api/v1/profile-types", get(http_query::profile_types))
+        .route("/api/v1/labels", get(http_query::label_names))
+        .route(
+            "/api/v1/labels/{name}/values",
+            get(http_query::label_values),
+        )
+        .route("/api/v1/series", get(http_query::series))
+        .route("/api/v1/flamegraph", get(http_query::flamegraph))
+        .route("/api/v1/pprof", get(http_query::pprof))
+        .route("/api/v1/top", get(http_query::top))
+        .route("/api/v1/timeline", get(http_query::timeline))
+        .route("/api/v1/diff", get(http_query::diff))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_token,
+        ))
+        // Bodies are read with explicit limits in the handlers.
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+/// Only `/metrics`, for the optional separate metrics port.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    if state.is_ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "recovering\n").into_response()
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let text = state.metrics().render(&state.storage_gauges());
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn not_found(request: Request) -> Response {
+    let body = serde_json::json!({
+        "error": format!("no such endpoint: {} {}", request.method(), request.uri().path()),
+        "reason": "not_found",
+    });
+    (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then lets
+/// in-flight requests finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Binds `addr`, with a message that names it on failure.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+}

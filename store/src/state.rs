@@ -1,0 +1,163 @@
+//! State shared by every handler: the store (once recovered), limits,
+//! tokens, metrics and the in-flight semaphore.
+
+use std::sync::{Arc, OnceLock};
+
+use kiln_pprof::DecodeLimits;
+use kiln_storage::Store;
+use kiln_storage::store::IngestRequest;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::config::{Config, Limits};
+use crate::error::ApiError;
+use crate::ingest::{ProfileUpload, check_label_limits};
+use crate::metrics::{Metrics, StorageGauges};
+
+/// Handler state; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    store: OnceLock<Store>,
+    limits: Limits,
+    decode_limits: DecodeLimits,
+    write_tokens: Vec<String>,
+    read_tokens: Vec<String>,
+    metrics: Metrics,
+    inflight: Arc<Semaphore>,
+}
+
+impl AppState {
+    /// State for a server whose store is not open yet.
+    pub fn new(config: &Config) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                store: OnceLock::new(),
+                limits: config.limits.clone(),
+                decode_limits: decode_limits(&config.limits),
+                write_tokens: config.write_tokens.clone(),
+                read_tokens: config.read_tokens.clone(),
+                metrics: Metrics::default(),
+                inflight: Arc::new(Semaphore::new(config.limits.max_inflight)),
+            }),
+        }
+    }
+
+    /// Makes the recovered store available; from now on `/readyz` is 200.
+    pub fn set_store(&self, store: Store) {
+        // A second call would be a bug in main; keep the first store.
+        let _ = self.shared.store.set(store);
+    }
+
+    /// The store, or `NotReady` while it is recovering.
+    pub fn store(&self) -> Result<&Store, ApiError> {
+        self.shared.store.get().ok_or(ApiError::NotReady)
+    }
+
+    /// True once the store is open.
+    pub fn is_ready(&self) -> bool {
+        self.shared.store.get().is_some()
+    }
+
+    /// Request limits.
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
+    }
+
+    /// pprof decode limits derived from the request limits.
+    pub fn decode_limits(&self) -> &DecodeLimits {
+        &self.shared.decode_limits
+    }
+
+    /// Tokens for writes; empty means writes are open.
+    pub fn write_tokens(&self) -> &[String] {
+        &self.shared.write_tokens
+    }
+
+    /// Tokens for reads; empty means reads are open.
+    pub fn read_tokens(&self) -> &[String] {
+        &self.shared.read_tokens
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    /// Takes an in-flight slot, or refuses at once when all are taken, so
+    /// overload turns into 429 / RESOURCE_EXHAUSTED instead of queueing.
+    pub fn admit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        Arc::clone(&self.shared.inflight)
+            .try_acquire_owned()
+            .map_err(|_| ApiError::Overloaded {
+                limit: self.shared.limits.max_inflight,
+            })
+    }
+
+    /// Stores every upload, in order; stops at the first refusal (earlier
+    /// uploads of the same request stay stored).
+    pub async fn ingest(
+        &self,
+        protocol: &'static str,
+        uploads: Vec<ProfileUpload>,
+    ) -> Result<(), ApiError> {
+        let store = self.store()?;
+        for upload in uploads {
+            check_label_limits(&upload.labels, &self.shared.limits)?;
+            let bytes = upload.pprof.len() as u64;
+            let stats = store
+                .ingest(IngestRequest {
+                    labels: upload.labels,
+                    time_ms: upload.time_ms,
+                    duration_nanos: upload.duration_nanos,
+                    pprof: upload.pprof,
+                })
+                .await?;
+            self.shared
+                .metrics
+                .record_ingest(protocol, stats.samples, bytes);
+        }
+        Ok(())
+    }
+
+    /// Gauges for `/metrics`.
+    pub fn storage_gauges(&self) -> StorageGauges {
+        let inflight = self.shared.limits.max_inflight as u64
+            - self.shared.inflight.available_permits() as u64;
+        match self.shared.store.get() {
+            None => StorageGauges {
+                inflight_requests: inflight,
+                ..StorageGauges::default()
+            },
+            Some(store) => {
+                let stats = store.stats();
+                StorageGauges {
+                    ready: true,
+                    head_bytes: stats.head_bytes,
+                    head_profiles: stats.head_profiles,
+                    blocks: stats.blocks,
+                    block_bytes: stats.block_bytes,
+                    corrupt_blocks: stats.corrupt_blocks,
+                    pending_uploads: stats.pending_uploads,
+                    inflight_requests: inflight,
+                }
+            }
+        }
+    }
+}
+
+/// pprof decode limits: the defaults, tightened by the request limits.
+pub fn decode_limits(limits: &Limits) -> DecodeLimits {
+    let defaults = DecodeLimits::default();
+    DecodeLimits {
+        max_input_bytes: limits.max_request_bytes,
+        max_decompressed_bytes: defaults
+            .max_decompressed_bytes
+            .max(limits.max_request_bytes.saturating_mul(4)),
+        max_samples: limits.max_samples_per_profile,
+        ..defaults
+    }
+}

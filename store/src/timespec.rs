@@ -1,0 +1,321 @@
+//! Points in time as users and Pyroscope clients write them: RFC 3339, unix
+//! seconds / ms / µs / ns (told apart by magnitude), `YYYYMMDD`, `now`, and
+//! `now-1h`-style offsets.
+
+/// A time expression that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimeError {
+    /// The text matches none of the accepted forms.
+    #[error(
+        "time {text:?} is not RFC 3339, unix seconds/ms/ns, YYYYMMDD, `now` or `now-<n><unit>`"
+    )]
+    Unrecognized {
+        /// The text given (truncated to 64 bytes).
+        text: String,
+    },
+    /// A relative offset uses a unit that is not known.
+    #[error("time {text:?}: unit {unit:?} is not one of ms, s, m, h, d, w, y")]
+    UnknownUnit {
+        /// The text given.
+        text: String,
+        /// The unit found.
+        unit: String,
+    },
+    /// The time is outside the range Kiln stores (years 1970 to 2262).
+    #[error("time {text:?} is out of range")]
+    OutOfRange {
+        /// The text given.
+        text: String,
+    },
+}
+
+impl TimeError {
+    /// A short, fixed name for metrics and logs, one per variant.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Unrecognized { .. } => "time_unrecognized",
+            Self::UnknownUnit { .. } => "time_unknown_unit",
+            Self::OutOfRange { .. } => "time_out_of_range",
+        }
+    }
+}
+
+/// Largest unix ms that still fits in i64 nanoseconds (year 2262).
+const MAX_MS: i64 = i64::MAX / 1_000_000;
+
+/// Parses `text` into unix milliseconds; `now_ms` anchors `now` and offsets.
+pub fn parse_time_ms(text: &str, now_ms: i64) -> Result<i64, TimeError> {
+    let trimmed = text.trim();
+    let clipped = || trimmed.chars().take(64).collect::<String>();
+    let unrecognized = || TimeError::Unrecognized { text: clipped() };
+    if trimmed.is_empty() {
+        return Err(unrecognized());
+    }
+    let result = if let Some(rest) = trimmed.strip_prefix("now") {
+        now_ms.checked_add(parse_offset_ms(rest, trimmed)?)
+    } else if trimmed.starts_with('-') || trimmed.starts_with('+') {
+        // Graphite's bare offset: "-1h" means "now-1h".
+        now_ms.checked_add(parse_offset_ms(trimmed, trimmed)?)
+    } else if trimmed.len() == 8 && trimmed.bytes().all(|b| b.is_ascii_digit()) {
+        parse_compact_date(trimmed)
+            .ok_or_else(unrecognized)
+            .map(Some)?
+    } else if trimmed.bytes().all(|b| b.is_ascii_digit()) {
+        let n: i64 = trimmed
+            .parse()
+            .map_err(|_| TimeError::OutOfRange { text: clipped() })?;
+        Some(unix_number_to_ms(n))
+    } else if let Some((whole, fraction)) = split_decimal_seconds(trimmed) {
+        whole
+            .checked_mul(1000)
+            .and_then(|ms| ms.checked_add(fraction))
+    } else {
+        Some(parse_rfc3339_ms(trimmed).ok_or_else(unrecognized)?)
+    };
+    match result {
+        Some(ms) if (0..=MAX_MS).contains(&ms) => Ok(ms),
+        _ => Err(TimeError::OutOfRange { text: clipped() }),
+    }
+}
+
+/// Unix time of unknown unit, told apart by magnitude as Pyroscope does by
+/// digit count: seconds until the year 5138, then ms, µs, ns.
+fn unix_number_to_ms(n: i64) -> i64 {
+    if n < 100_000_000_000 {
+        n.saturating_mul(1000)
+    } else if n < 100_000_000_000_000 {
+        n
+    } else if n < 100_000_000_000_000_000 {
+        n / 1000
+    } else {
+        n / 1_000_000
+    }
+}
+
+/// `1795310550.25` -> (1795310550, 250).
+fn split_decimal_seconds(text: &str) -> Option<(i64, i64)> {
+    let (whole, fraction) = text.split_once('.')?;
+    if whole.is_empty()
+        || fraction.is_empty()
+        || !whole.bytes().all(|b| b.is_ascii_digit())
+        || !fraction.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let whole: i64 = whole.parse().ok()?;
+    let mut ms = 0i64;
+    for (i, digit) in fraction.bytes().take(3).enumerate() {
+        ms += i64::from(digit - b'0') * 10i64.pow(2 - i as u32);
+    }
+    Some((whole, ms))
+}
+
+/// `-1h`, `+30m`, `-2d`, `` (nothing: zero).
+fn parse_offset_ms(rest: &str, whole_text: &str) -> Result<i64, TimeError> {
+    let unrecognized = || TimeError::Unrecognized {
+        text: whole_text.chars().take(64).collect(),
+    };
+    if rest.is_empty() {
+        return Ok(0);
+    }
+    let (sign, body) = match rest.as_bytes()[0] {
+        b'-' => (-1i64, &rest[1..]),
+        b'+' => (1i64, &rest[1..]),
+        _ => return Err(unrecognized()),
+    };
+    let digits_end = body
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(body.len());
+    if digits_end == 0 {
+        return Err(unrecognized());
+    }
+    let amount: i64 = body[..digits_end].parse().map_err(|_| unrecognized())?;
+    let unit = &body[digits_end..];
+    let unit_ms: i64 = match unit {
+        "ms" => 1,
+        "s" | "sec" | "secs" | "second" | "seconds" => 1000,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60_000,
+        "h" | "hour" | "hours" => 3_600_000,
+        "d" | "day" | "days" => 86_400_000,
+        "w" | "week" | "weeks" => 7 * 86_400_000,
+        "y" | "year" | "years" => 365 * 86_400_000,
+        _ => {
+            return Err(TimeError::UnknownUnit {
+                text: whole_text.chars().take(64).collect(),
+                unit: unit.chars().take(16).collect(),
+            });
+        }
+    };
+    amount
+        .checked_mul(unit_ms)
+        .map(|ms| sign * ms)
+        .ok_or_else(|| TimeError::OutOfRange {
+            text: whole_text.chars().take(64).collect(),
+        })
+}
+
+/// `YYYYMMDD` at midnight UTC.
+fn parse_compact_date(text: &str) -> Option<i64> {
+    let year: i64 = text.get(0..4)?.parse().ok()?;
+    let month: u32 = text.get(4..6)?.parse().ok()?;
+    let day: u32 = text.get(6..8)?.parse().ok()?;
+    days_from_civil(year, month, day).map(|days| days * 86_400_000)
+}
+
+/// RFC 3339 (`2026-11-22T01:02:03.456Z`, `+02:00` offsets, `t`/space as
+/// separator) or a bare date `2026-11-22`.
+fn parse_rfc3339_ms(text: &str) -> Option<i64> {
+    let bytes = text.as_bytes();
+    let number = |range: std::ops::Range<usize>| -> Option<i64> {
+        let part = text.get(range)?;
+        part.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| part.parse().ok())?
+    };
+    if bytes.len() < 10 || bytes[4] != b'-' || bytes[7] != b'-' {
+        return None;
+    }
+    let year = number(0..4)?;
+    let month = u32::try_from(number(5..7)?).ok()?;
+    let day = u32::try_from(number(8..10)?).ok()?;
+    let days = days_from_civil(year, month, day)?;
+    if bytes.len() == 10 {
+        return Some(days * 86_400_000);
+    }
+    if !matches!(bytes[10], b'T' | b't' | b' ') || bytes.len() < 19 {
+        return None;
+    }
+    if bytes[13] != b':' || bytes[16] != b':' {
+        return None;
+    }
+    let hour = number(11..13)?;
+    let minute = number(14..16)?;
+    let second = number(17..19)?;
+    if hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let mut pos = 19;
+    let mut millis = 0i64;
+    if bytes.get(pos) == Some(&b'.') {
+        pos += 1;
+        let start = pos;
+        while pos < bytes.len() && bytes[pos].is_ascii_digit() {
+            if pos - start < 3 {
+                millis += i64::from(bytes[pos] - b'0') * 10i64.pow(2 - (pos - start) as u32);
+            }
+            pos += 1;
+        }
+        if pos == start {
+            return None;
+        }
+    }
+    let offset_minutes = match bytes.get(pos)? {
+        b'Z' | b'z' if pos + 1 == bytes.len() => 0,
+        sign @ (b'+' | b'-') if pos + 6 == bytes.len() && bytes[pos + 3] == b':' => {
+            let hours = number(pos + 1..pos + 3)?;
+            let minutes = number(pos + 4..pos + 6)?;
+            let total = hours * 60 + minutes;
+            if *sign == b'-' { -total } else { total }
+        }
+        _ => return None,
+    };
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_minutes * 60;
+    Some(seconds * 1000 + millis)
+}
+
+/// Days since 1970-01-01 for a proleptic Gregorian date (Howard Hinnant's
+/// civil-from-days inverse), `None` for an impossible date.
+fn days_from_civil(year: i64, month: u32, day: u32) -> Option<i64> {
+    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
+        return None;
+    }
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let m = i64::from(month);
+    let month_from_march = if m > 2 { m - 3 } else { m + 9 };
+    let day_of_year = (153 * month_from_march + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    Some(era * 146_097 + day_of_era - 719_468)
+}
+
+fn days_in_month(year: i64, month: u32) -> u32 {
+    match month {
+        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_795_310_560_000;
+
+    #[test]
+    fn unix_numbers_are_read_by_magnitude() {
+        assert_eq!(parse_time_ms("1795310550", NOW), Ok(1_795_310_550_000));
+        assert_eq!(parse_time_ms("1795310550123", NOW), Ok(1_795_310_550_123));
+        assert_eq!(
+            parse_time_ms("1795310550123456", NOW),
+            Ok(1_795_310_550_123)
+        );
+        assert_eq!(
+            parse_time_ms("1795310550123456789", NOW),
+            Ok(1_795_310_550_123)
+        );
+        assert_eq!(parse_time_ms("1795310550.5", NOW), Ok(1_795_310_550_500));
+    }
+
+    #[test]
+    fn relative_times_offset_from_now() {
+        assert_eq!(parse_time_ms("now", NOW), Ok(NOW));
+        assert_eq!(parse_time_ms("now-1h", NOW), Ok(NOW - 3_600_000));
+        assert_eq!(parse_time_ms("now-30m", NOW), Ok(NOW - 1_800_000));
+        assert_eq!(parse_time_ms("now+15s", NOW), Ok(NOW + 15_000));
+        assert_eq!(parse_time_ms("-2d", NOW), Ok(NOW - 2 * 86_400_000));
+        assert_eq!(parse_time_ms("now-1w", NOW), Ok(NOW - 7 * 86_400_000));
+    }
+
+    #[test]
+    fn rfc3339_with_fractions_and_offsets() {
+        assert_eq!(parse_time_ms("1970-01-01T00:00:00Z", NOW), Ok(0));
+        assert_eq!(
+            parse_time_ms("2026-11-22T01:02:03.456Z", NOW),
+            Ok(1_795_309_323_456)
+        );
+        assert_eq!(
+            parse_time_ms("2026-11-22T03:02:03.456+02:00", NOW),
+            Ok(1_795_309_323_456)
+        );
+        assert_eq!(parse_time_ms("2026-11-22", NOW), Ok(1_795_305_600_000));
+        assert_eq!(parse_time_ms("20261122", NOW), Ok(1_795_305_600_000));
+        assert_eq!(
+            parse_time_ms("2024-02-29T00:00:00Z", NOW),
+            Ok(1_709_164_800_000)
+        );
+    }
+
+    #[test]
+    fn nonsense_is_refused_with_the_text() {
+        let err = parse_time_ms("yesterday", NOW).unwrap_err();
+        assert!(err.to_string().contains("\"yesterday\""), "{err}");
+        assert!(matches!(
+            parse_time_ms("now-3q", NOW),
+            Err(TimeError::UnknownUnit { .. })
+        ));
+        assert!(parse_time_ms("2026-02-30", NOW).is_err());
+        assert!(parse_time_ms("2026-11-22T25:00:00Z", NOW).is_err());
+        assert!(parse_time_ms("", NOW).is_err());
+        assert!(matches!(
+            parse_time_ms("99999999999999999999999", NOW),
+            Err(TimeError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            parse_time_ms("now-99999999999y", NOW),
+            Err(TimeError::OutOfRange { .. })
+        ));
+    }
+}
