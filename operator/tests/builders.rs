@@ -113,7 +113,10 @@ fn agent_uses_host_pid_and_mounts_what_ebpf_needs() {
         .map(|m| (m.name, (m.mount_path, m.read_only)))
         .collect();
     assert_eq!(mounts["cgroup"], ("/sys/fs/cgroup".to_owned(), Some(true)));
-    assert_eq!(mounts["targets"], ("/etc/kiln/targets".to_owned(), Some(true)));
+    assert_eq!(
+        mounts["targets"],
+        ("/etc/kiln/targets".to_owned(), Some(true))
+    );
     assert_eq!(mounts["bpffs"].1, Some(false));
 }
 
@@ -152,7 +155,10 @@ fn agent_tolerates_everything_by_default_and_takes_overrides() {
         }]
     );
     assert_eq!(
-        pod.node_selector.unwrap().get("kubernetes.io/os").map(String::as_str),
+        pod.node_selector
+            .unwrap()
+            .get("kubernetes.io/os")
+            .map(String::as_str),
         Some("linux")
     );
     assert_eq!(pod.priority_class_name, None);
@@ -166,13 +172,20 @@ fn agent_tolerates_everything_by_default_and_takes_overrides() {
     let tolerations = pod.tolerations.unwrap();
     assert_eq!(tolerations.len(), 1);
     assert_eq!(tolerations[0].key.as_deref(), Some("gpu"));
-    assert_eq!(pod.node_selector.unwrap(), BTreeMap::from([("pool".to_owned(), "apps".to_owned())]));
-    assert_eq!(pod.priority_class_name.as_deref(), Some("system-node-critical"));
+    assert_eq!(
+        pod.node_selector.unwrap(),
+        BTreeMap::from([("pool".to_owned(), "apps".to_owned())])
+    );
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-node-critical")
+    );
 }
 
 #[test]
 fn store_gets_retention_flags_and_data_dir() {
-    let object = profile_store(serde_json::json!({"retention": {"duration": "30d", "size": "50Gi"}}));
+    let object =
+        profile_store(serde_json::json!({"retention": {"duration": "30d", "size": "50Gi"}}));
     assert_eq!(
         store::store_args(&object),
         vec![
@@ -184,20 +197,28 @@ fn store_gets_retention_flags_and_data_dir() {
     );
     let without_size = profile_store(serde_json::json!({}));
     assert!(store::store_args(&without_size).contains(&"--retention=168h".to_owned()));
-    assert!(!store::store_args(&without_size).iter().any(|a| a.starts_with("--retention-size")));
+    assert!(
+        !store::store_args(&without_size)
+            .iter()
+            .any(|a| a.starts_with("--retention-size"))
+    );
 }
 
 #[test]
 fn persistent_storage_uses_a_claim_template_and_ephemeral_an_empty_dir() {
     let names_of = |o: &ProfileStore| StoreNames::of(o).unwrap();
-    let object = profile_store(serde_json::json!({"storage": {"size": "20Gi", "storageClassName": "fast"}}));
+    let object =
+        profile_store(serde_json::json!({"storage": {"size": "20Gi", "storageClassName": "fast"}}));
     let names = names_of(&object);
     let config = store::config_map(&object, &names).unwrap();
     let set = store::stateful_set(&object, &names, &config, &BuildDefaults::default()).unwrap();
     let claims = set.spec.volume_claim_templates.clone().unwrap();
     let claim_spec = claims[0].spec.clone().unwrap();
     assert_eq!(claim_spec.storage_class_name.as_deref(), Some("fast"));
-    assert_eq!(claim_spec.resources.unwrap().requests.unwrap()["storage"].0, "20Gi");
+    assert_eq!(
+        claim_spec.resources.unwrap().requests.unwrap()["storage"].0,
+        "20Gi"
+    );
     assert!(set.spec.template.spec.clone().unwrap().volumes.is_none());
     assert_eq!(set.spec.service_name.as_deref(), Some("main-headless"));
 
@@ -222,7 +243,10 @@ fn store_runs_non_root_with_default_resources_and_owner_reference() {
     let pod = set.spec.template.spec.unwrap();
     assert_eq!(pod.security_context.unwrap().run_as_non_root, Some(true));
     let container = &pod.containers[0];
-    assert_eq!(container.image.as_deref(), Some("ghcr.io/kiln-dev/kiln-store:0.1.0"));
+    assert_eq!(
+        container.image.as_deref(),
+        Some("ghcr.io/kiln-dev/kiln-store:0.1.0")
+    );
     let resources = container.resources.clone().unwrap();
     assert_eq!(resources.limits.unwrap()["memory"].0, "2Gi");
 }
@@ -244,7 +268,10 @@ fn object_storage_becomes_env_with_secret_references() {
     assert_eq!(data["AWS_ALLOW_HTTP"], "true");
     assert_eq!(data["AWS_REGION"], "eu-west-1");
     let set = store::stateful_set(&object, &names, &config, &BuildDefaults::default()).unwrap();
-    let env = set.spec.template.spec.unwrap().containers[0].env.clone().unwrap();
+    let env = set.spec.template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap();
     let secret = env[0].value_from.clone().unwrap().secret_key_ref.unwrap();
     assert_eq!(secret.name, "s3-creds");
     assert_eq!(secret.key, "AWS_ACCESS_KEY_ID");
@@ -261,12 +288,24 @@ fn config_change_changes_the_pod_template_hash_and_applied_hash() {
     };
     let (a, b) = (build(&plain), build(&with_bucket));
     let pod_hash = |s: &k8s_openapi::api::apps::v1::StatefulSet| {
-        s.spec.template.metadata.clone().unwrap().annotations.unwrap()[CONFIG_HASH_ANNOTATION].clone()
+        s.spec
+            .template
+            .metadata
+            .clone()
+            .unwrap()
+            .annotations
+            .unwrap()[CONFIG_HASH_ANNOTATION]
+            .clone()
     };
     assert_ne!(pod_hash(&a), pod_hash(&b));
     assert_ne!(applied_hash(&a), applied_hash(&b));
     assert_eq!(applied_hash(&a), applied_hash(&build(&plain)));
-    assert!(a.metadata.annotations.unwrap().contains_key(APPLIED_HASH_ANNOTATION));
+    assert!(
+        a.metadata
+            .annotations
+            .unwrap()
+            .contains_key(APPLIED_HASH_ANNOTATION)
+    );
 }
 
 #[test]
@@ -274,7 +313,10 @@ fn agent_binding_is_cluster_scoped_and_labelled_with_its_store() {
     let object = profile_store(serde_json::json!({}));
     let names = StoreNames::of(&object).unwrap();
     let binding = agent::cluster_role_binding(&names, &BuildDefaults::default()).unwrap();
-    assert_eq!(binding.metadata.name.as_deref(), Some("kiln-agent-kiln-main"));
+    assert_eq!(
+        binding.metadata.name.as_deref(),
+        Some("kiln-agent-kiln-main")
+    );
     assert!(binding.metadata.owner_references.is_none());
     assert_eq!(binding.role_ref.name, "kiln-agent");
     let subject = &binding.subjects.unwrap()[0];
@@ -287,19 +329,44 @@ fn targets_are_aggregated_sorted_and_only_for_their_store() {
     let object = profile_store(serde_json::json!({}));
     let names = StoreNames::of(&object).unwrap();
     let targets = vec![
-        target("shop", "web", serde_json::json!({
-            "storeRef": {"name": "main", "namespace": "kiln"},
-            "selector": {"matchLabels": {"app": "web"}, "matchExpressions": [
-                {"key": "tier", "operator": "In", "values": ["b", "a"]}]},
-            "requireAnnotation": false, "samplingHz": 49, "labels": {"team": "shop"}
-        })),
-        target("kiln", "all", serde_json::json!({"storeRef": {"name": "main"}})),
-        target("kiln", "other-store", serde_json::json!({"storeRef": {"name": "other"}})),
-        target("kiln", "paused", serde_json::json!({"storeRef": {"name": "main"}, "suspend": true})),
-        target("kiln", "bad", serde_json::json!({"storeRef": {"name": "main"}, "labels": {"pod": "x"}})),
+        target(
+            "shop",
+            "web",
+            serde_json::json!({
+                "storeRef": {"name": "main", "namespace": "kiln"},
+                "selector": {"matchLabels": {"app": "web"}, "matchExpressions": [
+                    {"key": "tier", "operator": "In", "values": ["b", "a"]}]},
+                "requireAnnotation": false, "samplingHz": 49, "labels": {"team": "shop"}
+            }),
+        ),
+        target(
+            "kiln",
+            "all",
+            serde_json::json!({"storeRef": {"name": "main"}}),
+        ),
+        target(
+            "kiln",
+            "other-store",
+            serde_json::json!({"storeRef": {"name": "other"}}),
+        ),
+        target(
+            "kiln",
+            "paused",
+            serde_json::json!({"storeRef": {"name": "main"}, "suspend": true}),
+        ),
+        target(
+            "kiln",
+            "bad",
+            serde_json::json!({"storeRef": {"name": "main"}, "labels": {"pod": "x"}}),
+        ),
     ];
     let aggregation = aggregate(&names, &targets);
-    let sources: Vec<&str> = aggregation.file.targets.iter().map(|t| t.source.as_str()).collect();
+    let sources: Vec<&str> = aggregation
+        .file
+        .targets
+        .iter()
+        .map(|t| t.source.as_str())
+        .collect();
     assert_eq!(sources, vec!["kiln/all", "shop/web"]);
     assert_eq!(aggregation.rejected.len(), 1);
     assert_eq!(aggregation.rejected[0].source, "kiln/bad");
@@ -324,7 +391,11 @@ fn targets_are_aggregated_sorted_and_only_for_their_store() {
 fn unknown_selector_operator_is_rejected_not_dropped() {
     let object = profile_store(serde_json::json!({}));
     let names = StoreNames::of(&object).unwrap();
-    let mut bad = target("kiln", "t", serde_json::json!({"storeRef": {"name": "main"}}));
+    let mut bad = target(
+        "kiln",
+        "t",
+        serde_json::json!({"storeRef": {"name": "main"}}),
+    );
     bad.spec.selector = Some(LabelSelector {
         match_expressions: Some(vec![LabelSelectorRequirement {
             key: "a".to_owned(),

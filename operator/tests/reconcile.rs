@@ -1,0 +1,440 @@
+//! Reconcile scenarios against an in-memory API server (tower-test), in the spirit of kube-rs'
+//! controller-rs: create, update, no-op, status patch, finalizer add and cleanup, error backoff.
+
+#[path = "reconcile/fake_api.rs"]
+mod fake_api;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fake_api::FakeApi;
+use http::Method;
+use kiln_operator::api::{ProfileStore, ProfilingTarget};
+use kiln_operator::controller::{self, Context, store, target};
+use kiln_operator::metrics::Metrics;
+use kiln_operator::resources::BuildDefaults;
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+
+const STORE_PATH: &str = "/apis/kiln.dev/v1alpha1/namespaces/kiln/profilestores/main";
+const STS_PATH: &str = "/apis/apps/v1/namespaces/kiln/statefulsets/main";
+const DS_PATH: &str = "/apis/apps/v1/namespaces/kiln/daemonsets/main-agent";
+const TARGETS_CM_PATH: &str = "/api/v1/namespaces/kiln/configmaps/main-targets";
+const CRB_PATH: &str =
+    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kiln-agent-kiln-main";
+
+fn store_json(spec: Value, finalizers: &[&str]) -> Value {
+    json!({
+        "apiVersion": "kiln.dev/v1alpha1",
+        "kind": "ProfileStore",
+        "metadata": {"name": "main", "namespace": "kiln", "uid": "uid-main", "generation": 1,
+                     "finalizers": finalizers},
+        "spec": spec,
+    })
+}
+
+fn setup(store: &Value) -> (FakeApi, Arc<Context>) {
+    let (fake, client) = FakeApi::start();
+    fake.put(STORE_PATH, store.clone());
+    let ctx = Context::new(
+        client,
+        BuildDefaults::default(),
+        Arc::new(Metrics::default()),
+    );
+    (fake, Arc::new(ctx))
+}
+
+fn current_store(fake: &FakeApi) -> Arc<ProfileStore> {
+    Arc::new(
+        serde_json::from_value(fake.get(STORE_PATH).expect("store exists")).expect("store parses"),
+    )
+}
+
+fn write_paths(fake: &FakeApi) -> Vec<String> {
+    fake.writes()
+        .into_iter()
+        .map(|c| format!("{} {}", c.method, c.path))
+        .collect()
+}
+
+fn condition<'a>(store: &'a Value, type_: &str) -> &'a Value {
+    store["status"]["conditions"]
+        .as_array()
+        .and_then(|list| list.iter().find(|c| c["type"] == type_))
+        .unwrap_or(&Value::Null)
+}
+
+#[tokio::test]
+async fn new_store_creates_every_child_with_one_field_manager_and_reports_status() {
+    let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
+    let action = store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(action, Action::requeue(controller::RESYNC));
+
+    let patched: Vec<String> = fake
+        .writes()
+        .into_iter()
+        .filter(|c| c.method == Method::PATCH && !c.path.ends_with("/status"))
+        .map(|c| {
+            assert!(
+                c.query.contains("fieldManager=kiln-operator"),
+                "{}",
+                c.query
+            );
+            assert!(c.query.contains("force=true"), "{}", c.query);
+            c.path
+        })
+        .collect();
+    assert_eq!(
+        patched,
+        vec![
+            "/api/v1/namespaces/kiln/configmaps/main-config",
+            "/api/v1/namespaces/kiln/services/main-headless",
+            "/api/v1/namespaces/kiln/services/main",
+            STS_PATH,
+            TARGETS_CM_PATH,
+            "/api/v1/namespaces/kiln/serviceaccounts/main-agent",
+            CRB_PATH,
+            DS_PATH,
+        ]
+    );
+    let sts = fake.get(STS_PATH).unwrap();
+    assert_eq!(sts["metadata"]["ownerReferences"][0]["uid"], "uid-main");
+    assert!(fake.get(CRB_PATH).unwrap()["metadata"]["ownerReferences"].is_null());
+
+    let status_store = fake.get(STORE_PATH).unwrap();
+    assert_eq!(status_store["status"]["observedGeneration"], 1);
+    assert_eq!(status_store["status"]["endpoint"], "main.kiln.svc:7470");
+    assert_eq!(condition(&status_store, "Reconciled")["status"], "True");
+    assert_eq!(condition(&status_store, "Available")["status"], "False");
+    assert_eq!(
+        condition(&status_store, "Available")["reason"],
+        "NoReplicasReady"
+    );
+    let events = fake
+        .writes()
+        .into_iter()
+        .filter(|c| c.method == Method::POST && c.path.contains("/events"))
+        .count();
+    assert_eq!(events, 3, "one event per new condition");
+}
+
+#[tokio::test]
+async fn second_reconcile_with_unchanged_inputs_writes_nothing() {
+    let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    let writes_after_first = ctx.metrics.total_writes();
+    fake.clear_calls();
+
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert!(fake.calls().len() >= 8, "children were read back");
+    assert_eq!(write_paths(&fake), Vec::<String>::new());
+    assert_eq!(ctx.metrics.total_writes(), writes_after_first);
+}
+
+#[tokio::test]
+async fn changed_retention_rewrites_only_the_stateful_set() {
+    let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    let mut edited = fake.get(STORE_PATH).unwrap();
+    edited["spec"]["retention"] = json!({"duration": "30d"});
+    edited["metadata"]["generation"] = json!(2);
+    fake.put(STORE_PATH, edited);
+    fake.clear_calls();
+
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    let writes = write_paths(&fake);
+    assert_eq!(
+        writes,
+        vec![
+            format!("PATCH {STS_PATH}"),
+            format!("PATCH {STORE_PATH}/status"),
+        ],
+        "only the StatefulSet and observedGeneration change"
+    );
+    let args = &fake.get(STS_PATH).unwrap()["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(
+        args.as_array().unwrap().contains(&json!("--retention=30d")),
+        "{args}"
+    );
+    assert_eq!(
+        fake.get(STORE_PATH).unwrap()["status"]["observedGeneration"],
+        2
+    );
+}
+
+#[tokio::test]
+async fn ready_replicas_flip_available_with_a_status_patch_and_an_event() {
+    let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    let mut sts = fake.get(STS_PATH).unwrap();
+    sts["status"] = json!({"replicas": 1, "readyReplicas": 1});
+    fake.put(STS_PATH, sts);
+    let mut ds = fake.get(DS_PATH).unwrap();
+    ds["status"] = json!({"desiredNumberScheduled": 2, "numberReady": 2, "currentNumberScheduled": 2, "numberMisscheduled": 0});
+    fake.put(DS_PATH, ds);
+    fake.clear_calls();
+
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    let writes = write_paths(&fake);
+    assert_eq!(writes[0], format!("PATCH {STORE_PATH}/status"));
+    assert_eq!(writes.len(), 3, "status patch plus two events: {writes:?}");
+    let status_store = fake.get(STORE_PATH).unwrap();
+    assert_eq!(status_store["status"]["readyReplicas"], 1);
+    assert_eq!(status_store["status"]["agentsReady"], 2);
+    assert_eq!(condition(&status_store, "Available")["status"], "True");
+    assert_eq!(condition(&status_store, "AgentsReady")["status"], "True");
+}
+
+#[tokio::test]
+async fn store_with_agents_first_gets_only_its_finalizer() {
+    let (fake, ctx) = setup(&store_json(json!({}), &[]));
+    let action = store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(action, Action::await_change());
+    let writes = fake.writes();
+    assert_eq!(writes.len(), 1);
+    assert_eq!(writes[0].method, Method::PATCH);
+    assert_eq!(writes[0].path, STORE_PATH);
+    assert_eq!(
+        fake.get(STORE_PATH).unwrap()["metadata"]["finalizers"],
+        json!(["kiln.dev/agent-rbac"])
+    );
+}
+
+#[tokio::test]
+async fn store_without_agents_needs_no_finalizer_and_removes_agent_objects() {
+    let (fake, ctx) = setup(&store_json(json!({"agent": {"enabled": false}}), &[]));
+    fake.put(DS_PATH, json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "main-agent", "namespace": "kiln"}}));
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    let writes = write_paths(&fake);
+    assert!(writes.contains(&format!("DELETE {DS_PATH}")), "{writes:?}");
+    assert!(
+        !writes
+            .iter()
+            .any(|w| w.contains("daemonsets") && w.starts_with("PATCH"))
+    );
+    assert_eq!(
+        fake.get(STORE_PATH).unwrap()["metadata"]["finalizers"],
+        json!([])
+    );
+    assert_eq!(
+        condition(&fake.get(STORE_PATH).unwrap(), "AgentsReady")["reason"],
+        "AgentsDisabled"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_store_removes_the_cluster_binding_then_the_finalizer() {
+    let mut deleting = store_json(json!({}), &["kiln.dev/agent-rbac"]);
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    let (fake, ctx) = setup(&deleting);
+    fake.put(CRB_PATH, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "kiln-agent-kiln-main"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kiln-agent"}}));
+    let action = store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(action, Action::await_change());
+    assert_eq!(
+        write_paths(&fake),
+        vec![format!("DELETE {CRB_PATH}"), format!("PATCH {STORE_PATH}")]
+    );
+    assert!(fake.get(CRB_PATH).is_none());
+    assert_eq!(
+        fake.get(STORE_PATH).unwrap()["metadata"]["finalizers"],
+        json!([])
+    );
+}
+
+#[tokio::test]
+async fn cleanup_tolerates_an_already_missing_binding() {
+    let mut deleting = store_json(json!({}), &["kiln.dev/agent-rbac"]);
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    let (fake, ctx) = setup(&deleting);
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(write_paths(&fake), vec![format!("PATCH {STORE_PATH}")]);
+}
+
+#[tokio::test]
+async fn api_failure_is_reported_in_status_and_backs_off_exponentially() {
+    let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
+    fake.fail(Method::PATCH, STS_PATH, 500);
+    let store_object = current_store(&fake);
+    let error = store::reconcile(store_object.clone(), ctx.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(error.reason(), "ApiError");
+    let status_store = fake.get(STORE_PATH).unwrap();
+    assert_eq!(condition(&status_store, "Reconciled")["status"], "False");
+    assert_eq!(condition(&status_store, "Reconciled")["reason"], "ApiError");
+    assert!(
+        condition(&status_store, "Reconciled")["message"]
+            .as_str()
+            .unwrap()
+            .contains("apply StatefulSet main")
+    );
+
+    let first = controller::error_policy(store_object.clone(), &error, ctx.clone());
+    let second = controller::error_policy(store_object.clone(), &error, ctx.clone());
+    assert_eq!(first, Action::requeue(Duration::from_secs(5)));
+    assert_eq!(second, Action::requeue(Duration::from_secs(10)));
+    assert_eq!(ctx.metrics.failures("ProfileStore", "ApiError"), 2);
+
+    // Success resets the backoff.
+    fake.state.lock().unwrap().failures.clear();
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    let after = controller::error_policy(store_object, &error, ctx.clone());
+    assert_eq!(after, Action::requeue(Duration::from_secs(5)));
+}
+
+#[tokio::test]
+async fn immutable_stateful_set_change_deletes_with_orphans_and_requeues() {
+    let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
+    fake.put(STS_PATH, json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "main", "namespace": "kiln",
+        "annotations": {"kiln.dev/applied-hash": "stale"}}}));
+    fake.fail(Method::PATCH, STS_PATH, 422);
+    let action = store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(5)));
+    let delete = fake
+        .writes()
+        .into_iter()
+        .find(|c| c.method == Method::DELETE && c.path == STS_PATH)
+        .expect("StatefulSet deleted");
+    assert_eq!(delete.body["propagationPolicy"], "Orphan");
+}
+
+#[tokio::test]
+async fn paused_store_touches_no_children() {
+    let (fake, ctx) = setup(&store_json(
+        json!({"paused": true}),
+        &["kiln.dev/agent-rbac"],
+    ));
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(write_paths(&fake)[0], format!("PATCH {STORE_PATH}/status"));
+    assert!(
+        !write_paths(&fake)
+            .iter()
+            .any(|w| w.contains("statefulsets"))
+    );
+    assert_eq!(
+        condition(&fake.get(STORE_PATH).unwrap(), "Reconciled")["reason"],
+        "Paused"
+    );
+}
+
+#[tokio::test]
+async fn targets_pointing_at_the_store_land_in_the_agents_targets_file() {
+    let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
+    fake.put("/apis/kiln.dev/v1alpha1/namespaces/shop/profilingtargets/web", json!({
+        "apiVersion": "kiln.dev/v1alpha1", "kind": "ProfilingTarget",
+        "metadata": {"name": "web", "namespace": "shop", "generation": 1},
+        "spec": {"storeRef": {"name": "main", "namespace": "kiln"}, "samplingHz": 49, "requireAnnotation": false}
+    }));
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    let data = fake.get(TARGETS_CM_PATH).unwrap()["data"]["targets.json"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let file = kiln_targets::TargetsFile::parse(data.as_bytes()).unwrap();
+    assert_eq!(file.targets.len(), 1);
+    assert_eq!(file.targets[0].source, "shop/web");
+    assert_eq!(fake.get(STORE_PATH).unwrap()["status"]["matchedTargets"], 1);
+}
+
+const TARGET_PATH: &str = "/apis/kiln.dev/v1alpha1/namespaces/kiln/profilingtargets/web";
+
+fn target_json(spec: Value) -> Value {
+    json!({"apiVersion": "kiln.dev/v1alpha1", "kind": "ProfilingTarget",
+           "metadata": {"name": "web", "namespace": "kiln", "generation": 3}, "spec": spec})
+}
+
+fn current_target(fake: &FakeApi) -> Arc<ProfilingTarget> {
+    Arc::new(serde_json::from_value(fake.get(TARGET_PATH).unwrap()).unwrap())
+}
+
+#[tokio::test]
+async fn target_without_its_store_reports_store_not_found_and_rechecks_soon() {
+    let (fake, ctx) = setup(&store_json(json!({}), &[]));
+    fake.state.lock().unwrap().objects.remove(STORE_PATH);
+    fake.put(
+        TARGET_PATH,
+        target_json(json!({"storeRef": {"name": "main"}})),
+    );
+    let action = target::reconcile(current_target(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(30)));
+    let status = &fake.get(TARGET_PATH).unwrap()["status"];
+    assert_eq!(status["observedGeneration"], 3);
+    assert_eq!(
+        condition(&fake.get(TARGET_PATH).unwrap(), "Ready")["reason"],
+        "StoreNotFound"
+    );
+}
+
+#[tokio::test]
+async fn target_with_its_store_is_published_and_settles() {
+    let (fake, ctx) = setup(&store_json(json!({}), &[]));
+    fake.put(
+        TARGET_PATH,
+        target_json(json!({"storeRef": {"name": "main"}})),
+    );
+    target::reconcile(current_target(&fake), ctx.clone())
+        .await
+        .unwrap();
+    let object = fake.get(TARGET_PATH).unwrap();
+    assert_eq!(condition(&object, "Ready")["status"], "True");
+    assert_eq!(condition(&object, "Reconciled")["status"], "True");
+    fake.clear_calls();
+    target::reconcile(current_target(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert!(fake.writes().is_empty(), "unchanged target writes nothing");
+}
+
+#[tokio::test]
+async fn target_with_reserved_label_is_not_reconciled() {
+    let (fake, ctx) = setup(&store_json(json!({}), &[]));
+    fake.put(
+        TARGET_PATH,
+        target_json(json!({"storeRef": {"name": "main"}, "labels": {"pod": "spoof"}})),
+    );
+    target::reconcile(current_target(&fake), ctx.clone())
+        .await
+        .unwrap();
+    let object = fake.get(TARGET_PATH).unwrap();
+    assert_eq!(condition(&object, "Reconciled")["reason"], "InvalidSpec");
+    assert!(
+        condition(&object, "Reconciled")["message"]
+            .as_str()
+            .unwrap()
+            .contains("set by the agent")
+    );
+    assert_eq!(condition(&object, "Ready")["status"], "False");
+}
