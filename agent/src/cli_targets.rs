@@ -6,8 +6,27 @@ use std::path::{Path, PathBuf};
 
 use crate::target_set::{TargetEntry, TargetLabels, TargetSet, TargetSource, TargetSourceError};
 
-/// Where cgroup v2 is mounted; relative cgroup paths are resolved under it.
+/// Where cgroup v2 is usually mounted (pure cgroup2 hosts); hybrid hosts
+/// mount it elsewhere (e.g. `/sys/fs/cgroup/unified`), see [`cgroup2_mount`].
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// The cgroup2 mount point from `/proc/self/mountinfo` text.
+pub fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|line| {
+        // "id parent major:minor root mount-point options... - fstype source super-options"
+        let (fields, after) = line.split_once(" - ")?;
+        let fstype = after.split_ascii_whitespace().next()?;
+        (fstype == "cgroup2").then(|| fields.split_ascii_whitespace().nth(4).map(PathBuf::from))?
+    })
+}
+
+/// The cgroup2 mount point of this host, [`CGROUP_ROOT`] when not found.
+pub fn host_cgroup2_root() -> PathBuf {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|text| cgroup2_mount(&text))
+        .unwrap_or_else(|| PathBuf::from(CGROUP_ROOT))
+}
 
 /// A fixed target set from the command line.
 #[derive(Debug, Clone)]
@@ -19,20 +38,21 @@ pub enum StaticTargets {
     /// These cgroups, by directory (re-resolved on each poll, so a cgroup
     /// that is recreated is followed) and by id.
     Cgroups {
-        /// cgroup directories, absolute or relative to [`CGROUP_ROOT`].
+        /// cgroup directories, absolute or relative to the cgroup2 mount.
         paths: Vec<PathBuf>,
         /// cgroup ids (inode numbers of cgroup directories).
         ids: Vec<u64>,
     },
 }
 
-/// The cgroup v2 id of a cgroup directory: its inode number.
+/// The cgroup v2 id of a cgroup directory (its inode number); relative
+/// paths are taken under the host's cgroup2 mount.
 pub fn cgroup_id(path: &Path) -> Result<u64, TargetSourceError> {
     use std::os::unix::fs::MetadataExt;
     let full = if path.is_absolute() {
         path.to_owned()
     } else {
-        Path::new(CGROUP_ROOT).join(path)
+        host_cgroup2_root().join(path)
     };
     std::fs::metadata(&full)
         .map(|m| m.ino())
@@ -86,6 +106,19 @@ mod tests {
         };
         assert!(cgroups.contains_key(&inode));
         assert!(cgroups.contains_key(&42));
+    }
+
+    #[test]
+    fn cgroup2_mount_is_found_in_hybrid_and_pure_layouts() {
+        let hybrid = "31 1 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro\n\
+                      41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            cgroup2_mount(hybrid),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        let pure = "30 1 0:27 / /sys/fs/cgroup rw shared:9 - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(cgroup2_mount(pure), Some(PathBuf::from("/sys/fs/cgroup")));
+        assert_eq!(cgroup2_mount("garbage\n"), None);
     }
 
     #[test]

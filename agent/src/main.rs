@@ -36,8 +36,8 @@ struct Cli {
     /// Profile every process on the host.
     #[arg(long, env = "KILN_ALL", conflicts_with_all = ["cgroup", "cgroup_id"])]
     all: bool,
-    /// Profile the processes in these cgroup v2 directories (absolute or
-    /// relative to /sys/fs/cgroup; comma-separated).
+    /// Profile the processes in these cgroup v2 directories (absolute, or
+    /// relative to the cgroup2 mount; comma-separated).
     #[arg(long, env = "KILN_CGROUP", value_delimiter = ',')]
     cgroup: Vec<PathBuf>,
     /// Profile the processes in these cgroups, by cgroup id (comma-separated).

@@ -279,7 +279,11 @@ mod tests {
     #[test]
     fn boottime_converts_to_ticks_like_the_kernel() {
         assert_eq!(boottime_ns_to_ticks(1_234_567_890_123, 100), 123_456);
-        assert_eq!(boottime_ns_to_ticks(5, 0), 5);
+        assert_eq!(
+            boottime_ns_to_ticks(2_500_000_000, 0),
+            2,
+            "0 Hz is treated as 1 Hz"
+        );
     }
 
     #[test]
