@@ -1,0 +1,218 @@
+//! A tonic WriteRaw client (the agent's path) against a real `kiln-store`,
+//! then every query endpoint over HTTP, and a graceful restart that keeps
+//! the data.
+
+mod common;
+
+use common::{StoreProcess, enc, flamegraph_names, get};
+use kiln_api::parca::profilestore::v1alpha1::profile_store_service_client::ProfileStoreServiceClient;
+use kiln_api::parca::profilestore::v1alpha1::{
+    Label, LabelSet, RawProfileSeries, RawSample, WriteRawRequest,
+};
+use kiln_pprof::{FunctionSpec, LabelValue, ProfileBuilder, encode_gzip};
+
+fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos() as i64
+}
+
+/// A CPU profile: `main -> hot_loop` (30 ms) and `main -> cold_path` (10 ms).
+fn cpu_profile(time_nanos: i64) -> Vec<u8> {
+    let mut builder = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
+    builder
+        .period("cpu", "nanoseconds", 10_000_000)
+        .time(time_nanos, 10_000_000_000);
+    let main = builder.function(&FunctionSpec {
+        name: "main".into(),
+        ..Default::default()
+    });
+    let hot = builder.function(&FunctionSpec {
+        name: "hot_loop".into(),
+        ..Default::default()
+    });
+    let cold = builder.function(&FunctionSpec {
+        name: "cold_path".into(),
+        ..Default::default()
+    });
+    let main_loc = builder.location(0, 0x1000, &[(main, 1)]);
+    let hot_loc = builder.location(0, 0x2000, &[(hot, 2)]);
+    let cold_loc = builder.location(0, 0x3000, &[(cold, 3)]);
+    builder.sample(
+        &[hot_loc, main_loc],
+        &[30_000_000],
+        &[("thread", LabelValue::Str("worker".into()))],
+    );
+    builder.sample(&[cold_loc, main_loc], &[10_000_000], &[]);
+    encode_gzip(&builder.finish())
+}
+
+fn series(labels: &[(&str, &str)], profiles: Vec<Vec<u8>>) -> RawProfileSeries {
+    RawProfileSeries {
+        labels: Some(LabelSet {
+            labels: labels
+                .iter()
+                .map(|(name, value)| Label {
+                    name: (*name).into(),
+                    value: (*value).into(),
+                })
+                .collect(),
+        }),
+        samples: profiles
+            .into_iter()
+            .map(|raw_profile| RawSample {
+                raw_profile,
+                executable_info: vec![],
+            })
+            .collect(),
+    }
+}
+
+async fn client(store: &StoreProcess) -> ProfileStoreServiceClient<tonic::transport::Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(store.url())
+        .expect("valid url")
+        .connect()
+        .await
+        .expect("connect over h2c");
+    ProfileStoreServiceClient::new(channel)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_raw_profiles_are_queryable_and_survive_a_graceful_restart() {
+    let store = StoreProcess::start(&[]);
+    let mut client = client(&store).await;
+    let now = now_nanos();
+    client
+        .write_raw(WriteRawRequest {
+            series: vec![series(
+                &[("__name__", "process_cpu"), ("pod", "checkout-1")],
+                vec![cpu_profile(now), cpu_profile(now)],
+            )],
+            ..Default::default()
+        })
+        .await
+        .expect("WriteRaw accepted");
+
+    let types = get(store.addr, "/api/v1/profile-types").json();
+    let ids: Vec<&str> = types["profile_types"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta"]);
+
+    let query = enc(r#"process_cpu{pod="checkout-1"}"#);
+    let graph = get(store.addr, &format!("/api/v1/flamegraph?query={query}&from=now-1h"));
+    assert_eq!(graph.status, 200, "{}", graph.text());
+    let graph = graph.json();
+    assert_eq!(graph["total"], 80_000_000, "two profiles of 40 ms");
+    let names = flamegraph_names(&graph);
+    assert!(names.iter().any(|n| n == "hot_loop"), "{names:?}");
+
+    let top = get(store.addr, &format!("/api/v1/top?query={query}&limit=1")).json();
+    // Ordered by self (flat) value: the hot function first.
+    assert_eq!(top["top"][0]["name"], "hot_loop", "{top}");
+    assert_eq!(top["top"][0]["flat"], 60_000_000, "{top}");
+
+    let labels = get(store.addr, "/api/v1/labels").json();
+    let names = labels["names"].as_array().expect("names");
+    assert!(names.iter().any(|n| n == "pod"), "{labels}");
+    // The pprof string label is promoted to a series label.
+    assert!(names.iter().any(|n| n == "thread"), "{labels}");
+    let values = get(store.addr, "/api/v1/labels/pod/values").json();
+    assert_eq!(values["values"][0], "checkout-1");
+    let series_list = get(store.addr, &format!("/api/v1/series?query={query}")).json();
+    assert!(!series_list["series"].as_array().expect("series").is_empty());
+
+    let timeline = get(store.addr, &format!("/api/v1/timeline?query={query}&step=1m"));
+    assert_eq!(timeline.status, 200, "{}", timeline.text());
+    let timeline = timeline.json();
+    let sum: i64 = timeline["timeline"]["values"]
+        .as_array()
+        .expect("values")
+        .iter()
+        .filter_map(|v| v.as_i64())
+        .sum();
+    assert_eq!(sum, 80_000_000, "{timeline}");
+
+    let diff = get(
+        store.addr,
+        &format!("/api/v1/diff?left_query={query}&right_query={}", enc("process_cpu")),
+    );
+    assert_eq!(diff.status, 200, "{}", diff.text());
+    assert_eq!(diff.json()["right_total"], 80_000_000);
+
+    let pprof = get(store.addr, &format!("/api/v1/pprof?query={query}"));
+    assert_eq!(pprof.status, 200);
+    let merged = kiln_pprof::decode(&pprof.body, &kiln_pprof::DecodeLimits::default())
+        .expect("the export is valid gzipped pprof");
+    let total: i64 = merged.samples().iter().map(|s| s.value[0]).sum();
+    assert_eq!(total, 80_000_000);
+
+    let metrics = get(store.addr, "/metrics").text();
+    assert!(
+        metrics.contains("kiln_ingested_profiles_total{protocol=\"write_raw\"} 2"),
+        "{metrics}"
+    );
+
+    // SIGTERM flushes; a new process on the same directory still answers.
+    let data_dir = store.stop();
+    let store = StoreProcess::start_in(data_dir, &[]);
+    let graph = get(store.addr, &format!("/api/v1/flamegraph?query={query}&from=now-1h")).json();
+    assert_eq!(graph["total"], 80_000_000, "after restart: {graph}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_write_raw_requests_get_invalid_argument_with_the_reason() {
+    let store = StoreProcess::start(&["--max-labels-per-series", "4"]);
+    let mut client = client(&store).await;
+    let now = now_nanos();
+    let cases: Vec<(WriteRawRequest, &str)> = vec![
+        (WriteRawRequest::default(), "no profiles"),
+        (
+            WriteRawRequest {
+                series: vec![series(&[("pod", "x")], vec![cpu_profile(now)])],
+                ..Default::default()
+            },
+            "`__name__` label",
+        ),
+        (
+            WriteRawRequest {
+                series: vec![series(
+                    &[("__name__", "process_cpu")],
+                    vec![b"definitely not pprof".to_vec()],
+                )],
+                ..Default::default()
+            },
+            "pprof",
+        ),
+        (
+            WriteRawRequest {
+                series: vec![series(
+                    &[("__name__", "x"), ("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")],
+                    vec![cpu_profile(now)],
+                )],
+                ..Default::default()
+            },
+            "over the limit of 4",
+        ),
+        (
+            WriteRawRequest {
+                series: vec![series(&[("__name__", "x"), ("bad-name", "1")], vec![cpu_profile(now)])],
+                ..Default::default()
+            },
+            "label name \"bad-name\"",
+        ),
+    ];
+    for (request, expected) in cases {
+        let status = client
+            .write_raw(request)
+            .await
+            .expect_err("the request is bad");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(expected), "{expected}: {}", status.message());
+    }
+    assert_eq!(get(store.addr, "/healthz").status, 200, "still serving");
+}
