@@ -1,0 +1,319 @@
+//! Every valid real fixture ingests, and what comes out merged keeps the
+//! input's total per sample type and its set of stacks: checked against the
+//! input itself, after a block round trip, and against `go tool pprof -raw`
+//! reading the exported pprof.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kiln_engine::{
+    Block, Head, IngestLimits, Label, LabelSet, MergedProfile, ProfileType, Queryable, Selector,
+    TimeRange, encode_block,
+};
+use kiln_pprof::{DecodeLimits, Profile, decode, encode_gzip};
+
+const VALID: &[&str] = &[
+    "google-pprof/large.cpu.pb.gz",
+    "google-pprof/sample.cpu.pb.gz",
+    "google-pprof/go.nomappings.crash.pb.gz",
+    "google-pprof/cppbench.cpu.pb.gz",
+    "google-pprof/cppbench.heap.pb.gz",
+    "google-pprof/java.cpu.pb.gz",
+    "parca/alloc_objects.pb.gz",
+    "parca/labels.pb.gz",
+    "parca/profile-with-labels.pb.gz",
+    "parca/node-profile.pb.gz",
+    "parca/stripped-cpu.stripped.pprof",
+    "parca/fgprof.pb.gz",
+    "parca/two-stacks.pb.gz",
+    "parca/many/1644509272337470000.pb.gz",
+    "parca/many/1644509287338709000.pb.gz",
+    "parca/many/1644509299337903000.pb.gz",
+    "grafana-pyroscope/go.cpu.labels.pb.gz",
+    "grafana-pyroscope/heap.pb.gz",
+    "grafana-pyroscope/heap_go_truncated_3.pb.gz",
+    "grafana-pyroscope/profile_java.pb.gz",
+    "grafana-pyroscope/profile_python.pb.gz",
+    "grafana-pyroscope/profile_rust.pb.gz",
+    "grafana-pyroscope/dotnet.labels.pb",
+    "grafana-pyroscope/cpu-unknown.pb.gz",
+    "grafana-pyroscope/invalid_utf8.pb.gz",
+];
+
+const TIME_MS: i64 = 1_700_000_000_000;
+
+fn fixtures_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/profiles");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!("skipped: ../shared/testdata/profiles is not present in this checkout");
+        None
+    }
+}
+
+type Stacks = BTreeMap<Vec<String>, i64>;
+
+/// How a frame without a function name is written.
+#[derive(Clone, Copy)]
+enum Naming {
+    /// The engine's `libfoo.so+0x1a2b`.
+    Engine,
+    /// Just `0x1a2b`, as read back from `go tool pprof -raw`.
+    Address,
+}
+
+/// The input's stacks for sample type `t`, computed straight from the pprof.
+fn input_stacks(profile: &Profile, t: usize, naming: Naming) -> (Stacks, i64) {
+    let mut stacks = Stacks::new();
+    let mut total = 0i64;
+    for sample in profile.samples() {
+        let value = sample.value[t];
+        if value == 0 {
+            continue;
+        }
+        total = total.wrapping_add(value);
+        let mut names = Vec::new();
+        for &id in &sample.location_id {
+            let location = profile.location(id).unwrap();
+            let unsymbolized = || match naming {
+                Naming::Address => format!("0x{:x}", location.address),
+                Naming::Engine => {
+                    let file = profile
+                        .mapping(location.mapping_id)
+                        .map(|m| profile.string(m.filename))
+                        .unwrap_or("");
+                    let base = file.rsplit('/').next().unwrap_or(file);
+                    if base.is_empty() {
+                        format!("0x{:x}", location.address)
+                    } else {
+                        format!("{base}+0x{:x}", location.address)
+                    }
+                }
+            };
+            if location.line.is_empty() {
+                names.push(unsymbolized());
+            }
+            for line in &location.line {
+                let function = profile.function(line.function_id).unwrap();
+                let mut name = profile.string(function.name);
+                if name.is_empty() {
+                    name = profile.string(function.system_name);
+                }
+                names.push(if name.is_empty() { unsymbolized() } else { name.to_owned() });
+            }
+        }
+        *stacks.entry(names).or_insert(0) += value;
+    }
+    stacks.retain(|_, v| *v != 0);
+    (stacks, total)
+}
+
+fn merged_stacks(merged: &MergedProfile) -> Stacks {
+    merged.stacks().into_iter().filter(|(_, v)| *v != 0).collect()
+}
+
+fn everything() -> TimeRange {
+    TimeRange {
+        start_ms: TIME_MS - 1,
+        end_ms: TIME_MS + 1,
+    }
+}
+
+fn go_available() -> bool {
+    let ok = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").is_err(),
+            "go (golang-go) is required in CI: ./kiln-dev installs it"
+        );
+        eprintln!("skipped go tool pprof checks: go is not installed");
+    }
+    ok
+}
+
+/// Runs `go tool pprof -raw` and parses samples into stacks of names.
+fn go_pprof_stacks(path: &Path, home: &Path) -> (Stacks, i64) {
+    let output = Command::new("go")
+        .args(["tool", "pprof", "-raw", "-symbolize=none"])
+        .arg(path)
+        .env("HOME", home)
+        .env("PPROF_TMPDIR", home)
+        .output()
+        .expect("running go tool pprof");
+    assert!(
+        output.status.success(),
+        "go tool pprof failed on {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    let line_re = regex::Regex::new(r"^(?:(.*) )?(\S*):(-?\d+) s=-?\d+(?:\(.*\))?$").unwrap();
+    let loc_re = regex::Regex::new(r"^\s*(\d+): 0x([0-9a-f]+)(?: M=\d+)? ?(.*)$").unwrap();
+    // `name file:line s=start[(system name)]`; an empty name reads as the address.
+    let function_name = |text: &str, address: &str| {
+        let name = line_re.captures(text).map_or(text, |l| l.get(1).map_or("", |m| m.as_str())).trim().to_owned();
+        if name.is_empty() { address.to_owned() } else { name }
+    };
+    let mut samples: Vec<(i64, Vec<u64>)> = Vec::new();
+    let mut locations: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    let mut section = "";
+    let mut current_location = None;
+    for line in text.lines() {
+        match line.trim_end() {
+            "Samples:" => {
+                section = "samples-header";
+                continue;
+            }
+            "Locations" => {
+                section = "locations";
+                continue;
+            }
+            "Mappings" => {
+                section = "mappings";
+                continue;
+            }
+            _ => {}
+        }
+        match section {
+            "samples-header" => section = "samples",
+            "samples" => {
+                if let Some((values, ids)) = line.split_once(':') {
+                    if values.trim().parse::<i64>().is_ok() {
+                        let value = values.trim().parse::<i64>().unwrap();
+                        let ids = ids.split_whitespace().map(|s| s.parse().unwrap()).collect();
+                        samples.push((value, ids));
+                    }
+                    // Otherwise a label line such as `bytes:[144]`.
+                }
+            }
+            "locations" => {
+                if let Some(c) = loc_re.captures(line) {
+                    let id: u64 = c[1].parse().unwrap();
+                    let address = format!("0x{}", &c[2]);
+                    let rest = c[3].trim();
+                    let names = if rest.is_empty() {
+                        vec![address.clone()]
+                    } else {
+                        vec![function_name(rest, &address)]
+                    };
+                    locations.insert(id, names);
+                    current_location = Some((id, address));
+                } else if let Some((id, address)) = &current_location {
+                    let name = function_name(line.trim(), address);
+                    locations.get_mut(id).unwrap().push(name);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut stacks = Stacks::new();
+    let mut total = 0;
+    for (value, ids) in samples {
+        total += value;
+        let names: Vec<String> = ids
+            .iter()
+            .flat_map(|id| {
+                locations
+                    .get(id)
+                    .unwrap_or_else(|| panic!("location {id} missing in go pprof output:\n{text}"))
+                    .clone()
+            })
+            .collect();
+        *stacks.entry(names).or_insert(0) += value;
+    }
+    stacks.retain(|_, v| *v != 0);
+    (stacks, total)
+}
+
+fn ingest(profile: &Profile) -> Head {
+    let mut head = Head::new();
+    let labels = LabelSet::new(vec![Label::new("__name__", "fixture"), Label::new("service_name", "svc")]);
+    head.ingest(profile, &labels, TIME_MS, profile.duration_nanos(), &IngestLimits::default())
+        .unwrap();
+    head
+}
+
+fn merge(source: &dyn Queryable, profile_type: &ProfileType) -> MergedProfile {
+    let mut merged = MergedProfile::new();
+    let selector = Selector {
+        profile_type: profile_type.clone(),
+        matchers: vec![],
+    };
+    source.merge_into(&selector, everything(), &mut merged).unwrap();
+    merged
+}
+
+#[test]
+fn every_valid_fixture_keeps_totals_and_stacks_through_head_block_and_go_pprof() {
+    let Some(dir) = fixtures_dir() else { return };
+    let go = go_available();
+    let tmp = tempfile::tempdir().unwrap();
+    for name in VALID {
+        let bytes = std::fs::read(dir.join(name)).unwrap();
+        let profile = decode(&bytes, &DecodeLimits::default()).unwrap();
+        let head = ingest(&profile);
+        let (_, block_bytes) = encode_block(&head, "01TEST", "r0").unwrap();
+        let block = Block::decode(&block_bytes).unwrap();
+        let types = head.profile_types(everything());
+        assert_eq!(types, block.profile_types(everything()), "{name}");
+        for (t, sample_type) in profile.sample_types().iter().enumerate() {
+            let (expected, expected_total) = input_stacks(&profile, t, Naming::Engine);
+            let type_name = profile.string(sample_type.r#type);
+            let Some(profile_type) = types.iter().find(|pt| pt.sample_type == type_name) else {
+                assert!(expected.is_empty(), "{name}: {type_name} has values but no profile type");
+                continue;
+            };
+            let from_head = merge(&head, profile_type);
+            assert_eq!(from_head.total(), expected_total, "{name} {type_name}: head total");
+            assert_eq!(merged_stacks(&from_head), expected, "{name} {type_name}: head stacks");
+            let from_block = merge(&block, profile_type);
+            assert_eq!(from_block.total(), expected_total, "{name} {type_name}: block total");
+            assert_eq!(merged_stacks(&from_block), expected, "{name} {type_name}: block stacks");
+
+            if go {
+                let exported = from_block.to_pprof(profile_type);
+                let path = tmp.path().join(format!("{}-{t}.pb.gz", name.replace('/', "_")));
+                std::fs::write(&path, encode_gzip(&exported)).unwrap();
+                let (go_stacks, go_total) = go_pprof_stacks(&path, tmp.path());
+                let (expected, _) = input_stacks(&profile, t, Naming::Address);
+                assert_eq!(go_total, expected_total, "{name} {type_name}: go pprof total");
+                // NB: `-raw` is line-oriented text, so names holding line breaks
+                // (invalid_utf8.pb.gz has them) cannot be read back from it.
+                let names_are_printable = expected
+                    .keys()
+                    .flatten()
+                    .all(|n| !n.contains(['\n', '\r', '\t', '\u{b}', '\u{c}']));
+                if names_are_printable {
+                    assert_eq!(go_stacks, expected, "{name} {type_name}: go pprof stacks");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn exported_pprof_keeps_unsymbolized_mappings_and_build_ids() {
+    let Some(dir) = fixtures_dir() else { return };
+    let bytes = std::fs::read(dir.join("parca/stripped-cpu.stripped.pprof")).unwrap();
+    let profile = decode(&bytes, &DecodeLimits::default()).unwrap();
+    let head = ingest(&profile);
+    let profile_type = head.profile_types(everything()).remove(0);
+    let exported = merge(&head, &profile_type).to_pprof(&profile_type);
+    let reread = Profile::validate(exported, &DecodeLimits::default()).unwrap();
+    let input_build_ids: Vec<&str> = profile
+        .mappings()
+        .iter()
+        .map(|m| profile.string(m.build_id))
+        .filter(|b| !b.is_empty())
+        .collect();
+    assert!(!input_build_ids.is_empty());
+    for build_id in input_build_ids {
+        assert!(
+            reread.mappings().iter().any(|m| reread.string(m.build_id) == build_id),
+            "build id {build_id} lost"
+        );
+    }
+    assert!(reread.locations().iter().all(|l| l.address != 0 && l.mapping_id != 0));
+}
