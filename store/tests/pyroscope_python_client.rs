@@ -1,0 +1,99 @@
+//! The real `pyroscope-io` client from PyPI, both the 0.8 line (`/ingest`,
+//! pprof body) and the 1.x line (Push over Connect), profiling a Python
+//! program against a real `kiln-store`. The venvs are created by
+//! `./kiln-dev test` under `$KILN_TOOLS_DIR` (default /var/tmp/kiln-tools).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{StoreProcess, enc, flamegraph_names, get, missing_prerequisite};
+
+fn venv_python(name: &str) -> Option<PathBuf> {
+    let tools = std::env::var("KILN_TOOLS_DIR").unwrap_or_else(|_| "/var/tmp/kiln-tools".into());
+    let python = PathBuf::from(tools).join(name).join("bin/python");
+    if python.is_file() {
+        Some(python)
+    } else {
+        missing_prerequisite(&format!("{} (pyroscope-io venv)", python.display()));
+        None
+    }
+}
+
+/// Runs the hot program with the client in `venv`, then checks that the
+/// hot function and the tags come back from the query API.
+fn profile_python_program(venv: &str, app: &str, seconds: &str) {
+    let Some(python) = venv_python(venv) else {
+        return;
+    };
+    let store = StoreProcess::start(&[]);
+    let program = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/pyroscope_hot_app.py");
+    let output = Command::new(&python)
+        .arg(&program)
+        .arg(store.url())
+        .arg(app)
+        .arg(seconds)
+        .output()
+        .expect("run python");
+    assert!(
+        output.status.success(),
+        "{venv} program failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let selector = format!(r#"process_cpu{{service_name="{app}"}}"#);
+    let response = get(
+        store.addr,
+        &format!("/api/v1/flamegraph?query={}&from=now-10m", enc(&selector)),
+    );
+    assert_eq!(response.status, 200, "{venv}: {}", response.text());
+    let graph = response.json();
+    let names = flamegraph_names(&graph);
+    assert!(
+        names.iter().any(|n| n.contains("kiln_hot_function")),
+        "{venv}: the hot function is missing from {names:?}"
+    );
+    let top = get(
+        store.addr,
+        &format!("/api/v1/top?query={}&from=now-10m&limit=3", enc(&selector)),
+    )
+    .json();
+    assert!(
+        top["top"][0]["name"]
+            .as_str()
+            .is_some_and(|n| n.contains("kiln_hot_function")),
+        "{venv}: the hot function is not the top self-time entry: {top}"
+    );
+
+    let labels = get(store.addr, "/api/v1/labels?from=now-10m").json();
+    let label_names: Vec<&str> = labels["names"]
+        .as_array()
+        .expect("names")
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    for tag in ["env", "team", "endpoint", "service_name"] {
+        assert!(label_names.contains(&tag), "{venv}: tag {tag} missing from {label_names:?}");
+    }
+    let values = get(store.addr, "/api/v1/labels/endpoint/values?from=now-10m").json();
+    assert_eq!(values["values"], serde_json::json!(["/hot"]), "{venv}");
+    let env_query = enc(&format!(r#"process_cpu{{service_name="{app}", env="ci", team="kiln"}}"#));
+    let tagged = get(
+        store.addr,
+        &format!("/api/v1/flamegraph?query={env_query}&from=now-10m"),
+    )
+    .json();
+    assert!(tagged["total"].as_i64().unwrap_or(0) > 0, "{venv}: {tagged}");
+}
+
+#[test]
+fn pyroscope_io_0_8_ingest_names_the_hot_function_and_keeps_tags() {
+    // 0.8 uploads every 10 s; run past one upload, shutdown sends the rest.
+    profile_python_program("pyroscope-io-0.8", "kiln.py08.app", "11");
+}
+
+#[test]
+fn pyroscope_io_1_x_push_names_the_hot_function_and_keeps_tags() {
+    profile_python_program("pyroscope-io-1", "kiln.py1.app", "5");
+}
