@@ -257,8 +257,8 @@ pub fn namespace_and_name<K: Resource>(object: &K) -> Result<(String, String), R
 mod tests {
     use super::*;
 
-    #[test]
-    fn backoff_doubles_until_the_cap_and_resets() {
+    #[tokio::test]
+    async fn backoff_doubles_until_the_cap_and_resets() {
         let (service, _handle) = tower_test::mock::pair::<
             http::Request<kube::client::Body>,
             http::Response<kube::client::Body>,

@@ -29,9 +29,9 @@ fn target(namespace: &str, name: &str, spec: serde_json::Value) -> ProfilingTarg
 }
 
 fn pod_spec_of_daemon_set(object: &ProfileStore) -> PodSpec {
-    let names = StoreNames::of(object).unwrap();
-    let set = agent::daemon_set(object, &names, &BuildDefaults::default()).unwrap();
-    set.spec.template.spec.unwrap()
+    let names = StoreNames::of(object).expect("store has metadata");
+    let set = agent::daemon_set(object, &names, &BuildDefaults::default()).expect("builds");
+    set.spec.template.spec.expect("pod spec is always set")
 }
 
 fn agent_container(object: &ProfileStore) -> Container {

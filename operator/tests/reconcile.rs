@@ -375,7 +375,10 @@ fn target_json(spec: Value) -> Value {
 }
 
 fn current_target(fake: &FakeApi) -> Arc<ProfilingTarget> {
-    Arc::new(serde_json::from_value(fake.get(TARGET_PATH).unwrap()).unwrap())
+    Arc::new(
+        serde_json::from_value(fake.get(TARGET_PATH).expect("target exists"))
+            .expect("target parses"),
+    )
 }
 
 #[tokio::test]

@@ -1,4 +1,6 @@
 //! `ProfileStore`: one Kiln store (a StatefulSet) plus the agent DaemonSet that ships to it.
+// Each `printcolumn(...)` repeats keys like `type_`, which clippy mistakes for duplicates.
+#![allow(clippy::duplicated_attributes)]
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,6 @@
 //! `ProfilingTarget`: which pods of a namespace a store's agents profile, and how.
+// Each `printcolumn(...)` repeats keys like `type_`, which clippy mistakes for duplicates.
+#![allow(clippy::duplicated_attributes)]
 
 use std::collections::BTreeMap;
 

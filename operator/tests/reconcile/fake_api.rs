@@ -2,6 +2,9 @@
 //! (as replace), merge and JSON patches, status subresources, DELETE and event POSTs for the
 //! operator's calls. Every request is logged so scenarios can assert exactly what was written.
 
+// Test support: a poisoned lock or a malformed request from the operator should fail the test.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
