@@ -108,6 +108,11 @@ impl Block {
         self.series.len()
     }
 
+    /// Number of stored rollup chunks (pre-merged window groups) over all series.
+    pub fn rollup_chunk_count(&self) -> usize {
+        self.series.iter().map(|s| s.rollups.len()).sum()
+    }
+
     pub(crate) fn blob(&self, blob: BlobRef) -> Result<std::borrow::Cow<'_, [u8]>, BlockError> {
         let bytes = self
             .data
