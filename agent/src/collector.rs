@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::abi::{FilterMode, KernelCounter};
+use crate::abi::KernelCounter;
 use crate::aggregate::{self, GroupKey, StackSample};
 use crate::metrics::AgentMetrics;
 use crate::process_info::ProcessTable;
@@ -165,14 +165,7 @@ impl<S: TargetSource> Collector<S> {
             .unwrap_or(i64::MAX);
         let mut stats = SymbolizationStats::default();
         for (group, samples) in groups {
-            let item = self.build_group(
-                group,
-                &samples,
-                mode,
-                start_unix_ns,
-                duration_ns,
-                &mut stats,
-            );
+            let item = self.build_group(group, &samples, start_unix_ns, duration_ns, &mut stats);
             self.metrics.profiles_built.inc();
             self.queue.push(item);
         }
@@ -220,7 +213,6 @@ impl<S: TargetSource> Collector<S> {
         &mut self,
         group: GroupKey,
         samples: &[StackSample],
-        mode: FilterMode,
         start_unix_ns: i64,
         duration_ns: i64,
         stats: &mut SymbolizationStats,
@@ -295,7 +287,6 @@ impl<S: TargetSource> Collector<S> {
                 format!("cpu-{}-cgroup{cgroup_id}", start_unix_ns / 1_000_000)
             }
         };
-        let _ = mode;
         ShipItem {
             labels: labels.into_iter().collect(),
             pprof_gzip,

@@ -103,7 +103,7 @@ impl StackSymbolizer {
     pub fn kernel_frames(&mut self, ips: &[u64], stats: &mut SymbolizationStats) -> Vec<Frame> {
         call_site_addresses(ips)
             .map(|address| {
-                let function = self.kernel.lookup(address).map(|name| intern(name));
+                let function = self.kernel.lookup(address).map(intern);
                 tally(stats, function.is_some());
                 Frame {
                     address,
