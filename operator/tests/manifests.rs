@@ -1,0 +1,395 @@
+//! The packaged manifests: samples against the generated CRD schemas, the kustomize layout,
+//! offline validation with `kubernetes-validate`, the chart's values schema, and RBAC coverage.
+
+#[path = "manifests/kustomize.rs"]
+mod kustomize;
+#[path = "manifests/schema_check.rs"]
+mod schema_check;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kiln_operator::api::{ProfileStore, ProfilingTarget};
+use kube::CustomResourceExt;
+use serde_json::{Value, json};
+
+fn repo_root() -> PathBuf {
+    std::fs::canonicalize(env!("CARGO_MANIFEST_DIR"))
+        .expect("manifest dir exists")
+        .parent()
+        .expect("operator/ has a parent")
+        .to_path_buf()
+}
+
+fn crd_schema(kind: &str) -> Value {
+    let crd = match kind {
+        "ProfileStore" => ProfileStore::crd(),
+        "ProfilingTarget" => ProfilingTarget::crd(),
+        other => panic!("no CRD for kind {other}"),
+    };
+    let crd = serde_json::to_value(crd).expect("CRD serializes");
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+}
+
+fn schema_errors(object: &Value) -> Vec<String> {
+    let kind = object["kind"].as_str().expect("objects have a kind");
+    let mut errors = Vec::new();
+    // The API server supplies apiVersion, kind and metadata itself; the CRD schema omits them.
+    if object["apiVersion"] != "kiln.dev/v1alpha1" {
+        errors.push(format!("{kind}.apiVersion: expected kiln.dev/v1alpha1"));
+    }
+    if !object["metadata"]["name"].is_string() {
+        errors.push(format!("{kind}.metadata.name: missing"));
+    }
+    let mut body = object.clone();
+    if let Some(map) = body.as_object_mut() {
+        map.remove("apiVersion");
+        map.remove("kind");
+        map.remove("metadata");
+    }
+    schema_check::validate(&body, &crd_schema(kind), kind, &mut errors);
+    errors
+}
+
+fn sample_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo_root().join("config/samples"))
+        .expect("config/samples exists")
+        .map(|entry| entry.expect("readable dir entry").path())
+        .filter(|path| path.file_name().is_some_and(|n| n != "kustomization.yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_sample_parses_into_the_rust_types_and_passes_the_crd_schema() {
+    let files = sample_files();
+    assert!(files.len() >= 3, "samples present: {files:?}");
+    for path in files {
+        for object in kustomize::load_documents(&path).expect("sample is YAML") {
+            match object["kind"].as_str() {
+                Some("ProfileStore") => {
+                    serde_json::from_value::<ProfileStore>(object.clone())
+                        .expect("ProfileStore parses");
+                }
+                Some("ProfilingTarget") => {
+                    serde_json::from_value::<ProfilingTarget>(object.clone())
+                        .expect("ProfilingTarget parses");
+                }
+                other => panic!("{}: unexpected kind {other:?}", path.display()),
+            }
+            let errors = schema_errors(&object);
+            assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+        }
+    }
+}
+
+#[test]
+fn every_sample_is_listed_in_the_samples_kustomization() {
+    let objects = kustomize::render(&repo_root().join("config/samples")).expect("renders");
+    let documents: usize = sample_files()
+        .iter()
+        .map(|p| kustomize::load_documents(p).expect("YAML").len())
+        .sum();
+    assert_eq!(objects.len(), documents);
+}
+
+#[test]
+fn schema_check_rejects_typos_bad_types_patterns_and_ranges() {
+    let store = |spec: Value| {
+        json!({"apiVersion": "kiln.dev/v1alpha1", "kind": "ProfileStore",
+                                     "metadata": {"name": "x"}, "spec": spec})
+    };
+    assert!(schema_errors(&store(json!({}))).is_empty());
+    for (spec, needle) in [
+        (json!({"replicas": "two"}), "expected a number"),
+        (json!({"replicas": 1.5}), "expected an integer"),
+        (json!({"replicas": 0}), "below the minimum"),
+        (json!({"retentionn": {}}), "unknown field"),
+        (
+            json!({"retention": {"duration": "a week"}}),
+            "does not match",
+        ),
+        (json!({"storage": {"size": "lots"}}), "does not match"),
+        (json!({"agent": {"securityMode": "root"}}), "is not one of"),
+        (json!({"servicePort": 70000}), "above the maximum"),
+        (
+            json!({"objectStorage": {"region": "x"}}),
+            "missing required field \"bucket\"",
+        ),
+    ] {
+        let errors = schema_errors(&store(spec.clone()));
+        assert!(
+            errors.iter().any(|e| e.contains(needle)),
+            "{spec}: {errors:?}"
+        );
+    }
+    let target = json!({"apiVersion": "kiln.dev/v1alpha1", "kind": "ProfilingTarget",
+                        "metadata": {"name": "x"}, "spec": {"storeRef": {"name": "s"}, "samplingHz": 5000,
+                        "containers": ["Bad_Name"]}});
+    let errors = schema_errors(&target);
+    assert!(
+        errors.iter().any(|e| e.contains("samplingHz")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("containers[0]")),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn crd_carries_the_cel_rules_users_rely_on() {
+    let schema = crd_schema("ProfileStore");
+    let spec_rules = schema["properties"]["spec"]["x-kubernetes-validations"].to_string();
+    assert!(
+        spec_rules.contains("self.replicas <= 1 || has(self.objectStorage)"),
+        "{spec_rules}"
+    );
+    let size_rules = schema["properties"]["spec"]["properties"]["storage"]["properties"]["size"]
+        ["x-kubernetes-validations"]
+        .to_string();
+    assert!(
+        size_rules.contains("quantity(self).compareTo(quantity(oldSelf)) >= 0"),
+        "{size_rules}"
+    );
+}
+
+#[test]
+fn default_kustomization_installs_namespace_crds_rbac_and_operator() {
+    let objects = kustomize::render(&repo_root().join("config/default")).expect("renders");
+    let names: Vec<String> = objects
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap_or(""),
+                o["metadata"]["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    for expected in [
+        "Namespace/kiln-system",
+        "CustomResourceDefinition/profilestores.kiln.dev",
+        "CustomResourceDefinition/profilingtargets.kiln.dev",
+        "ServiceAccount/kiln-operator",
+        "ClusterRole/kiln-operator",
+        "ClusterRole/kiln-agent",
+        "ClusterRoleBinding/kiln-operator",
+        "Deployment/kiln-operator",
+    ] {
+        assert!(
+            names.contains(&expected.to_owned()),
+            "{expected} missing from {names:?}"
+        );
+    }
+    let namespace = objects
+        .iter()
+        .find(|o| o["kind"] == "Namespace")
+        .expect("namespace");
+    assert_eq!(
+        namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "privileged"
+    );
+    let deployment = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("deployment");
+    assert_eq!(deployment["metadata"]["namespace"], "kiln-system");
+    let binding = objects
+        .iter()
+        .find(|o| o["kind"] == "ClusterRoleBinding")
+        .expect("binding");
+    assert_eq!(binding["subjects"][0]["namespace"], "kiln-system");
+    assert!(
+        objects
+            .iter()
+            .filter(|o| o["kind"] == "ClusterRole")
+            .all(|o| o["metadata"]["namespace"].is_null())
+    );
+}
+
+/// Every (apiGroup, resource, verb) the operator's code uses.
+const REQUIRED_PERMISSIONS: [(&str, &str, &str); 27] = [
+    ("kiln.dev", "profilestores", "get"),
+    ("kiln.dev", "profilestores", "list"),
+    ("kiln.dev", "profilestores", "watch"),
+    ("kiln.dev", "profilestores", "patch"),
+    ("kiln.dev", "profilestores/status", "patch"),
+    ("kiln.dev", "profilestores/finalizers", "update"),
+    ("kiln.dev", "profilingtargets", "list"),
+    ("kiln.dev", "profilingtargets", "watch"),
+    ("kiln.dev", "profilingtargets/status", "patch"),
+    ("apps", "statefulsets", "get"),
+    ("apps", "statefulsets", "watch"),
+    ("apps", "statefulsets", "patch"),
+    ("apps", "statefulsets", "delete"),
+    ("apps", "daemonsets", "patch"),
+    ("apps", "daemonsets", "delete"),
+    ("apps", "daemonsets", "watch"),
+    ("", "services", "patch"),
+    ("", "configmaps", "patch"),
+    ("", "configmaps", "delete"),
+    ("", "serviceaccounts", "patch"),
+    ("", "persistentvolumeclaims", "list"),
+    ("", "persistentvolumeclaims", "patch"),
+    ("rbac.authorization.k8s.io", "clusterrolebindings", "patch"),
+    ("rbac.authorization.k8s.io", "clusterrolebindings", "delete"),
+    ("rbac.authorization.k8s.io", "clusterroles", "bind"),
+    ("events.k8s.io", "events", "create"),
+    ("events.k8s.io", "events", "patch"),
+];
+
+fn grants(role: &Value, group: &str, resource: &str, verb: &str) -> bool {
+    role["rules"].as_array().into_iter().flatten().any(|rule| {
+        let has = |field: &str, wanted: &str| {
+            rule[field]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|v| v == wanted || v == "*")
+        };
+        has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
+    })
+}
+
+#[test]
+fn operator_role_covers_every_call_and_grants_no_wildcards() {
+    let role =
+        &kustomize::load_documents(&repo_root().join("config/rbac/role.yaml")).expect("role")[0];
+    for (group, resource, verb) in REQUIRED_PERMISSIONS {
+        assert!(
+            grants(role, group, resource, verb),
+            "missing {verb} on {group}/{resource}"
+        );
+    }
+    assert!(
+        !role.to_string().contains("\"*\""),
+        "wildcards in the operator role"
+    );
+    assert!(
+        !grants(role, "", "secrets", "get"),
+        "the operator never reads secrets"
+    );
+}
+
+#[test]
+fn chart_rbac_matches_config_rbac() {
+    let chart_rbac = std::fs::read_to_string(repo_root().join("charts/kiln/templates/rbac.yaml"))
+        .expect("chart rbac template");
+    let config_role =
+        std::fs::read_to_string(repo_root().join("config/rbac/role.yaml")).expect("role");
+    let rules = config_role
+        .split_once("rules:\n")
+        .expect("role has rules")
+        .1;
+    assert!(
+        chart_rbac.contains(rules),
+        "charts/kiln/templates/rbac.yaml must repeat config/rbac/role.yaml's rules verbatim"
+    );
+}
+
+fn tools_venv() -> PathBuf {
+    let dir = std::env::var_os("KILN_TOOLS_DIR")
+        .map_or_else(|| PathBuf::from("/var/tmp/kiln-tools"), PathBuf::from);
+    dir.join("venv/bin")
+}
+
+/// The path of a Python tool, or None (skip with a message) outside CI; in CI a missing tool fails.
+fn python_tool(name: &str) -> Option<PathBuf> {
+    let path = tools_venv().join(name);
+    if path.exists() {
+        return Some(path);
+    }
+    let hint = "install it with ./kiln-dev test (pip install kubernetes-validate==1.37.0)";
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{} is missing in CI; {hint}",
+        path.display()
+    );
+    eprintln!("SKIP: {} not found; {hint}", path.display());
+    None
+}
+
+fn write_stream(objects: &[Value], path: &Path) {
+    let mut text = String::new();
+    for object in objects {
+        text.push_str("---\n");
+        text.push_str(&serde_yaml::to_string(object).expect("object renders"));
+    }
+    std::fs::write(path, text).expect("write rendered manifests");
+}
+
+#[test]
+fn rendered_default_kustomization_passes_kubernetes_validate_strict() {
+    let Some(validator) = python_tool("kubernetes-validate") else {
+        return;
+    };
+    let objects = kustomize::render(&repo_root().join("config/default")).expect("renders");
+    let dir = std::env::temp_dir().join(format!("kiln-operator-manifests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let rendered = dir.join("default.yaml");
+    write_stream(&objects, &rendered);
+    for version in ["1.37.0", "1.32.0"] {
+        let output = Command::new(&validator)
+            .args(["--strict", "-k", version])
+            .arg(&rendered)
+            .output()
+            .expect("kubernetes-validate runs");
+        let report = String::from_utf8_lossy(&output.stdout).to_string()
+            + &String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "kubernetes-validate {version} failed:\n{report}"
+        );
+        assert!(!report.contains("ERROR"), "{report}");
+    }
+    // And it can fail: a broken Deployment is caught.
+    let mut broken = objects.clone();
+    if let Some(deployment) = broken.iter_mut().find(|o| o["kind"] == "Deployment") {
+        deployment["spec"]["replicas"] = json!("two");
+    }
+    let broken_path = dir.join("broken.yaml");
+    write_stream(&broken, &broken_path);
+    let output = Command::new(&validator)
+        .arg("--strict")
+        .arg(&broken_path)
+        .output()
+        .expect("runs");
+    assert!(
+        !output.status.success(),
+        "a Deployment with replicas: \"two\" must fail validation"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn chart_values_satisfy_the_values_schema() {
+    let Some(python) = python_tool("python") else {
+        return;
+    };
+    let chart = repo_root().join("charts/kiln");
+    let check = r#"
+import json, sys, yaml, jsonschema
+schema = json.load(open(sys.argv[1]))
+jsonschema.Draft7Validator.check_schema(schema)
+jsonschema.validate(yaml.safe_load(open(sys.argv[2])), schema)
+bad = yaml.safe_load(open(sys.argv[2])); bad["operator"]["replicas"] = "two"
+try:
+    jsonschema.validate(bad, schema)
+    sys.exit("schema accepted replicas: two")
+except jsonschema.ValidationError:
+    pass
+"#;
+    let output = Command::new(python)
+        .args(["-c", check])
+        .arg(chart.join("values.schema.json"))
+        .arg(chart.join("values.yaml"))
+        .output()
+        .expect("python runs");
+    assert!(
+        output.status.success(),
+        "values.yaml vs values.schema.json: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
