@@ -82,8 +82,16 @@ impl Block {
             label_sets: &label_sets,
         })?;
         let data = container.section(SectionKind::Data)?.into_owned();
-        let series = decode_series(&container.section(SectionKind::Series)?, &symbols, data.len())?;
-        let index = decode_postings(&container.section(SectionKind::Postings)?, &symbols, series.len())?;
+        let series = decode_series(
+            &container.section(SectionKind::Series)?,
+            &symbols,
+            data.len(),
+        )?;
+        let index = decode_postings(
+            &container.section(SectionKind::Postings)?,
+            &symbols,
+            series.len(),
+        )?;
         Ok(Block {
             meta,
             symbols,
@@ -173,8 +181,10 @@ fn decode_meta(bytes: &[u8]) -> Result<BlockMeta, BlockError> {
 
 fn read_blob_ref(r: &mut Reader<'_>, data_len: usize) -> Result<BlobRef, BlockError> {
     let what = "series blob reference";
-    let offset = usize::try_from(r.varint().map_err(corrupt(what))?).map_err(|_| BlockError::Corrupt { what })?;
-    let len = usize::try_from(r.varint().map_err(corrupt(what))?).map_err(|_| BlockError::Corrupt { what })?;
+    let offset = usize::try_from(r.varint().map_err(corrupt(what))?)
+        .map_err(|_| BlockError::Corrupt { what })?;
+    let len = usize::try_from(r.varint().map_err(corrupt(what))?)
+        .map_err(|_| BlockError::Corrupt { what })?;
     if offset.checked_add(len).is_none_or(|end| end > data_len) || len == 0 {
         return Err(BlockError::Corrupt { what });
     }
@@ -186,7 +196,11 @@ pub(crate) fn write_blob_ref(w: &mut Writer, blob: BlobRef) {
     w.varint(blob.len as u64);
 }
 
-fn decode_series(bytes: &[u8], symbols: &SymbolTable, data_len: usize) -> Result<Vec<BlockSeries>, BlockError> {
+fn decode_series(
+    bytes: &[u8],
+    symbols: &SymbolTable,
+    data_len: usize,
+) -> Result<Vec<BlockSeries>, BlockError> {
     let what = "series";
     let mut r = Reader::new(bytes);
     let count = r.count(8).map_err(corrupt(what))?;
@@ -246,7 +260,11 @@ fn decode_series(bytes: &[u8], symbols: &SymbolTable, data_len: usize) -> Result
     Ok(series)
 }
 
-fn decode_postings(bytes: &[u8], symbols: &SymbolTable, series_count: usize) -> Result<LabelIndex, BlockError> {
+fn decode_postings(
+    bytes: &[u8],
+    symbols: &SymbolTable,
+    series_count: usize,
+) -> Result<LabelIndex, BlockError> {
     let what = "postings";
     let mut r = Reader::new(bytes);
     let string = |r: &mut Reader<'_>| -> Result<String, BlockError> {
@@ -265,7 +283,8 @@ fn decode_postings(bytes: &[u8], symbols: &SymbolTable, series_count: usize) -> 
         for _ in 0..value_count {
             let value = string(&mut r)?;
             let raw = r.bytes().map_err(corrupt(what))?;
-            let bitmap = RoaringBitmap::deserialize_from(raw).map_err(|_| BlockError::Corrupt { what })?;
+            let bitmap =
+                RoaringBitmap::deserialize_from(raw).map_err(|_| BlockError::Corrupt { what })?;
             if bitmap.max().is_some_and(|max| max as usize >= series_count) {
                 return Err(BlockError::Corrupt { what });
             }
@@ -276,7 +295,10 @@ fn decode_postings(bytes: &[u8], symbols: &SymbolTable, series_count: usize) -> 
     Ok(LabelIndex::from_postings(postings, count))
 }
 
-pub(crate) fn encode_postings(index: &LabelIndex, symbols: &mut SymbolTable) -> Result<Vec<u8>, BlockError> {
+pub(crate) fn encode_postings(
+    index: &LabelIndex,
+    symbols: &mut SymbolTable,
+) -> Result<Vec<u8>, BlockError> {
     let mut w = Writer::new();
     w.varint(index.postings().len() as u64);
     for (name, values) in index.postings() {
@@ -287,7 +309,10 @@ pub(crate) fn encode_postings(index: &LabelIndex, symbols: &mut SymbolTable) -> 
             let mut raw = Vec::with_capacity(bitmap.serialized_size());
             bitmap
                 .serialize_into(&mut raw)
-                .map_err(|source| BlockError::Compress { what: "postings", source })?;
+                .map_err(|source| BlockError::Compress {
+                    what: "postings",
+                    source,
+                })?;
             w.bytes(&raw);
         }
     }

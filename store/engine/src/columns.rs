@@ -108,7 +108,9 @@ pub(crate) fn decode_points(
         }
         CODEC_TSZ => {
             let mut decompressor = PointRowDecompressorImpl::new();
-            decompressor.decompress(payload).map_err(|_| ColumnCorrupt)?;
+            decompressor
+                .decompress(payload)
+                .map_err(|_| ColumnCorrupt)?;
             let (ts, values) = (decompressor.col_ts(), decompressor.col_value());
             if ts.len() as u64 != count || values.len() != ts.len() {
                 return Err(ColumnCorrupt);

@@ -19,7 +19,11 @@ fn corrupt(what: &'static str) -> BlockError {
 }
 
 /// Merges `blocks` into one block at level `max(source levels) + 1`.
-pub fn compact_blocks(blocks: &[&Block], id: &str, replica: &str) -> Result<(BlockMeta, Vec<u8>), BlockError> {
+pub fn compact_blocks(
+    blocks: &[&Block],
+    id: &str,
+    replica: &str,
+) -> Result<(BlockMeta, Vec<u8>), BlockError> {
     let mut head = Head::new();
     head.level = blocks
         .iter()
@@ -60,14 +64,23 @@ fn import_block(head: &mut Head, block: &Block) -> Result<(), BlockError> {
                 let stack = translator.node(&block.symbols, &mut head.symbols, stack);
                 let labels = translator.label_set(&block.symbols, &mut head.symbols, labels);
                 decode_points(&mut r, chunk, |ts, value| {
-                    by_time.entry(ts).or_default().push(HeadPoint { stack, labels, value });
+                    by_time.entry(ts).or_default().push(HeadPoint {
+                        stack,
+                        labels,
+                        value,
+                    });
                 })
                 .map_err(|_| corrupt("column points"))?;
             }
         }
         for (ts, points) in by_time {
             let count = profiles.get(&ts).copied().unwrap_or(1);
-            head.push_run(series_id, ts, u32::try_from(count).unwrap_or(u32::MAX), points);
+            head.push_run(
+                series_id,
+                ts,
+                u32::try_from(count).unwrap_or(u32::MAX),
+                points,
+            );
         }
     }
     head.add_profiles(block.meta().profiles);

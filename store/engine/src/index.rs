@@ -208,7 +208,10 @@ mod tests {
         assert_eq!(select(matcher("env", MatchOp::Equal, "")), vec![1]);
         assert_eq!(select(matcher("env", MatchOp::NotEqual, "")), vec![0]);
         assert_eq!(select(matcher("env", MatchOp::Regex, "p.*")), vec![0]);
-        assert_eq!(select(matcher("env", MatchOp::Regex, "p")), Vec::<u32>::new());
+        assert_eq!(
+            select(matcher("env", MatchOp::Regex, "p")),
+            Vec::<u32>::new()
+        );
         assert_eq!(select(matcher("env", MatchOp::NotRegex, "pr.d")), vec![1]);
         assert_eq!(select(matcher("nope", MatchOp::Equal, "")), vec![0, 1]);
     }

@@ -21,7 +21,9 @@ pub use top::TopEntry;
 use crate::error::QueryError;
 use crate::head::Head;
 use crate::index::{CompiledMatcher, compile_matchers};
-use crate::model::{LabelSet, MatchOp, Matcher, PROFILE_TYPE_LABEL, ProfileType, Selector, TimeRange};
+use crate::model::{
+    LabelSet, MatchOp, Matcher, PROFILE_TYPE_LABEL, ProfileType, Selector, TimeRange,
+};
 
 /// Anything that can answer queries: the head and decoded blocks.
 ///
@@ -31,7 +33,11 @@ pub trait Queryable {
     /// Profile types with data in `range`, sorted.
     fn profile_types(&self, range: TimeRange) -> Vec<ProfileType>;
     /// Label names of series matching `matchers` with data in `range`, sorted.
-    fn label_names(&self, matchers: &[Matcher], range: TimeRange) -> Result<Vec<String>, QueryError>;
+    fn label_names(
+        &self,
+        matchers: &[Matcher],
+        range: TimeRange,
+    ) -> Result<Vec<String>, QueryError>;
     /// Values of label `name` on matching series with data in `range`, sorted.
     fn label_values(
         &self,
@@ -83,9 +89,9 @@ impl Head {
         selected
             .into_iter()
             .filter(|&id| {
-                self.series.get(id as usize).is_some_and(|s| {
-                    s.runs.iter().any(|run| range.contains(run.time_ms))
-                })
+                self.series
+                    .get(id as usize)
+                    .is_some_and(|s| s.runs.iter().any(|run| range.contains(run.time_ms)))
             })
             .collect()
     }
@@ -109,7 +115,11 @@ impl Queryable for Head {
         types
     }
 
-    fn label_names(&self, matchers: &[Matcher], range: TimeRange) -> Result<Vec<String>, QueryError> {
+    fn label_names(
+        &self,
+        matchers: &[Matcher],
+        range: TimeRange,
+    ) -> Result<Vec<String>, QueryError> {
         let selected = self.select(matchers, range)?;
         Ok(self.index.label_names(&selected))
     }

@@ -186,7 +186,9 @@ impl SymbolTable {
             hasher: DefaultHashBuilder::default(),
         };
         table.intern_string("");
-        table.label_set_lookup.insert(Box::default(), EMPTY_LABEL_SET);
+        table
+            .label_set_lookup
+            .insert(Box::default(), EMPTY_LABEL_SET);
         table
     }
 
@@ -395,7 +397,12 @@ impl SymbolTable {
 
 /// Builds the locations part of a decoded table: `(mapping, address, lines_len)`
 /// triples over a shared lines vector.
-pub(crate) fn decoded_location(mapping: u32, address: u64, lines_start: u32, lines_len: u32) -> Location {
+pub(crate) fn decoded_location(
+    mapping: u32,
+    address: u64,
+    lines_start: u32,
+    lines_len: u32,
+) -> Location {
     Location {
         mapping,
         address,

@@ -2,6 +2,8 @@
 //! change an answer; compaction preserves everything; corrupt bytes are
 //! clean errors.
 
+#![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
+
 use std::collections::BTreeMap;
 
 use kiln_engine::{
@@ -21,7 +23,10 @@ struct Lcg(u64);
 
 impl Lcg {
     fn next(&mut self, bound: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 33) % bound.max(1)
     }
 }
@@ -58,14 +63,23 @@ fn cpu_profile(seed: u64) -> Profile {
             4 => b.location(
                 mapping,
                 0x400000 + i * 16,
-                &[(functions[(i % 12) as usize], 10), (functions[((i + 1) % 12) as usize], 20)],
+                &[
+                    (functions[(i % 12) as usize], 10),
+                    (functions[((i + 1) % 12) as usize], 20),
+                ],
             ),
-            _ => b.location(mapping, 0x400000 + i * 16, &[(functions[(i % 12) as usize], i as i64)]),
+            _ => b.location(
+                mapping,
+                0x400000 + i * 16,
+                &[(functions[(i % 12) as usize], i as i64)],
+            ),
         })
         .collect();
     for _ in 0..(20 + rng.next(30)) {
         let depth = 2 + rng.next(7) as usize;
-        let stack: Vec<u64> = (0..depth).map(|_| locations[rng.next(24) as usize]).collect();
+        let stack: Vec<u64> = (0..depth)
+            .map(|_| locations[rng.next(24) as usize])
+            .collect();
         let count = rng.next(5) as i64;
         let mut labels = Vec::new();
         match rng.next(4) {
@@ -111,42 +125,74 @@ fn workload() -> Vec<(usize, i64, Profile)> {
 fn head_of(items: &[(usize, i64, Profile)]) -> Head {
     let mut head = Head::new();
     for (pod, time_ms, profile) in items {
-        head.ingest(profile, &pod_labels(*pod), *time_ms, 10_000_000_000, &IngestLimits::default())
-            .unwrap();
+        head.ingest(
+            profile,
+            &pod_labels(*pod),
+            *time_ms,
+            10_000_000_000,
+            &IngestLimits::default(),
+        )
+        .unwrap();
     }
     head
 }
 
 fn ranges() -> Vec<TimeRange> {
     let mut out = vec![
-        TimeRange { start_ms: T0 - DAY, end_ms: T0 + 3 * DAY },
-        TimeRange { start_ms: T0 + HOUR + 123, end_ms: T0 + 26 * HOUR + 777 },
-        TimeRange { start_ms: (T0 / DAY + 1) * DAY, end_ms: (T0 / DAY + 2) * DAY },
-        TimeRange { start_ms: (T0 / HOUR + 3) * HOUR, end_ms: (T0 / HOUR + 5) * HOUR },
+        TimeRange {
+            start_ms: T0 - DAY,
+            end_ms: T0 + 3 * DAY,
+        },
+        TimeRange {
+            start_ms: T0 + HOUR + 123,
+            end_ms: T0 + 26 * HOUR + 777,
+        },
+        TimeRange {
+            start_ms: (T0 / DAY + 1) * DAY,
+            end_ms: (T0 / DAY + 2) * DAY,
+        },
+        TimeRange {
+            start_ms: (T0 / HOUR + 3) * HOUR,
+            end_ms: (T0 / HOUR + 5) * HOUR,
+        },
     ];
     let mut rng = Lcg(99);
     for _ in 0..8 {
         let start = T0 - HOUR + rng.next(3 * DAY as u64) as i64;
-        out.push(TimeRange { start_ms: start, end_ms: start + 1 + rng.next(DAY as u64) as i64 });
+        out.push(TimeRange {
+            start_ms: start,
+            end_ms: start + 1 + rng.next(DAY as u64) as i64,
+        });
     }
     out
 }
 
 fn matcher_sets() -> Vec<Vec<Matcher>> {
-    let m = |name: &str, op, value: &str| Matcher { name: name.into(), op, value: value.into() };
+    let m = |name: &str, op, value: &str| Matcher {
+        name: name.into(),
+        op,
+        value: value.into(),
+    };
     vec![
         vec![],
         vec![m("pod", MatchOp::Equal, "pod-1")],
         vec![m("pod", MatchOp::Regex, "pod-[12]")],
         vec![m("handler", MatchOp::NotEqual, "")],
-        vec![m("handler", MatchOp::NotRegex, "/api/0"), m("namespace", MatchOp::Equal, "shop")],
+        vec![
+            m("handler", MatchOp::NotRegex, "/api/0"),
+            m("namespace", MatchOp::Equal, "shop"),
+        ],
     ]
 }
 
 /// A merge in a form independent of symbol ids: exported through pprof and
 /// read back as (frame names, labels) -> value.
-fn canonical(merged: &MergedProfile, profile_type: &ProfileType) -> BTreeMap<(Vec<String>, Vec<String>), i64> {
-    let profile = Profile::validate(merged.to_pprof(profile_type), &DecodeLimits::default()).unwrap();
+fn canonical(
+    merged: &MergedProfile,
+    profile_type: &ProfileType,
+) -> BTreeMap<(Vec<String>, Vec<String>), i64> {
+    let profile =
+        Profile::validate(merged.to_pprof(profile_type), &DecodeLimits::default()).unwrap();
     let mut out = BTreeMap::new();
     for sample in profile.samples() {
         let mut names = Vec::new();
@@ -154,7 +200,11 @@ fn canonical(merged: &MergedProfile, profile_type: &ProfileType) -> BTreeMap<(Ve
             let location = profile.location(id).unwrap();
             names.push(format!("0x{:x}", location.address));
             for line in &location.line {
-                names.push(profile.string(profile.function(line.function_id).unwrap().name).to_owned());
+                names.push(
+                    profile
+                        .string(profile.function(line.function_id).unwrap().name)
+                        .to_owned(),
+                );
             }
         }
         let mut labels: Vec<String> = sample
@@ -177,12 +227,19 @@ fn canonical(merged: &MergedProfile, profile_type: &ProfileType) -> BTreeMap<(Ve
 }
 
 fn assert_same_answers(expected: &dyn Queryable, actual: &dyn Queryable, what: &str) {
-    let everything = TimeRange { start_ms: i64::MIN / 2, end_ms: i64::MAX / 2 };
+    let everything = TimeRange {
+        start_ms: i64::MIN / 2,
+        end_ms: i64::MAX / 2,
+    };
     let types = expected.profile_types(everything);
     assert_eq!(types.len(), 2, "{what}");
     assert_eq!(actual.profile_types(everything), types, "{what}");
     for range in ranges() {
-        assert_eq!(actual.profile_types(range), expected.profile_types(range), "{what} {range:?}");
+        assert_eq!(
+            actual.profile_types(range),
+            expected.profile_types(range),
+            "{what} {range:?}"
+        );
         for matchers in matcher_sets() {
             let context = format!("{what} {range:?} {matchers:?}");
             assert_eq!(
@@ -195,19 +252,37 @@ fn assert_same_answers(expected: &dyn Queryable, actual: &dyn Queryable, what: &
                 expected.label_values("handler", &matchers, range).unwrap(),
                 "{context}"
             );
-            assert_eq!(actual.series(&matchers, range).unwrap(), expected.series(&matchers, range).unwrap(), "{context}");
+            assert_eq!(
+                actual.series(&matchers, range).unwrap(),
+                expected.series(&matchers, range).unwrap(),
+                "{context}"
+            );
             for profile_type in &types {
-                let selector = Selector { profile_type: profile_type.clone(), matchers: matchers.clone() };
+                let selector = Selector {
+                    profile_type: profile_type.clone(),
+                    matchers: matchers.clone(),
+                };
                 let (mut a, mut e) = (MergedProfile::new(), MergedProfile::new());
                 expected.merge_into(&selector, range, &mut e).unwrap();
                 actual.merge_into(&selector, range, &mut a).unwrap();
                 assert_eq!(a.total(), e.total(), "{context}");
-                assert_eq!(canonical(&a, profile_type), canonical(&e, profile_type), "{context}");
-                let (mut ta, mut te) = (Timeline::new(range, HOUR).unwrap(), Timeline::new(range, HOUR).unwrap());
+                assert_eq!(
+                    canonical(&a, profile_type),
+                    canonical(&e, profile_type),
+                    "{context}"
+                );
+                let (mut ta, mut te) = (
+                    Timeline::new(range, HOUR).unwrap(),
+                    Timeline::new(range, HOUR).unwrap(),
+                );
                 expected.timeline_into(&selector, range, &mut te).unwrap();
                 actual.timeline_into(&selector, range, &mut ta).unwrap();
                 assert_eq!(ta, te, "{context}");
-                assert_eq!(te.total(), e.total(), "{context}: timeline total equals merge total");
+                assert_eq!(
+                    te.total(),
+                    e.total(),
+                    "{context}: timeline total equals merge total"
+                );
             }
         }
     }
@@ -223,7 +298,10 @@ fn block_answers_every_query_exactly_like_its_head() {
     assert_eq!(meta.profiles, items.len() as u64);
     assert_eq!(meta.samples, head.samples());
     assert_eq!(meta.min_time_ms, head.time_bounds().unwrap().0);
-    assert!(block.rollup_chunk_count() > 0, "a 2.5-day block has rollups");
+    assert!(
+        block.rollup_chunk_count() > 0,
+        "a 2.5-day block has rollups"
+    );
     assert_same_answers(&head, &block, "head vs block");
 }
 
@@ -232,14 +310,28 @@ fn rollups_never_change_a_merge() {
     let head = head_of(&workload());
     let (_, bytes) = encode_block(&head, "01BLOCK", "r").unwrap();
     let block = Block::decode(&bytes).unwrap();
-    let profile_type = block.profile_types(TimeRange { start_ms: 0, end_ms: i64::MAX }).remove(1);
+    let profile_type = block
+        .profile_types(TimeRange {
+            start_ms: 0,
+            end_ms: i64::MAX,
+        })
+        .remove(1);
     for range in ranges() {
         for matchers in matcher_sets() {
-            let selector = Selector { profile_type: profile_type.clone(), matchers };
+            let selector = Selector {
+                profile_type: profile_type.clone(),
+                matchers,
+            };
             let (mut with, mut without) = (MergedProfile::new(), MergedProfile::new());
             block.merge_into(&selector, range, &mut with).unwrap();
-            block.merge_into_without_rollups(&selector, range, &mut without).unwrap();
-            assert_eq!(canonical(&with, &profile_type), canonical(&without, &profile_type), "{range:?}");
+            block
+                .merge_into_without_rollups(&selector, range, &mut without)
+                .unwrap();
+            assert_eq!(
+                canonical(&with, &profile_type),
+                canonical(&without, &profile_type),
+                "{range:?}"
+            );
         }
     }
 }
@@ -251,7 +343,14 @@ fn compaction_preserves_every_answer_and_records_lineage() {
     let thirds: Vec<Block> = items
         .chunks(items.len() / 3 + 1)
         .enumerate()
-        .map(|(i, chunk)| Block::decode(&encode_block(&head_of(chunk), &format!("01L0-{i}"), "r").unwrap().1).unwrap())
+        .map(|(i, chunk)| {
+            Block::decode(
+                &encode_block(&head_of(chunk), &format!("01L0-{i}"), "r")
+                    .unwrap()
+                    .1,
+            )
+            .unwrap()
+        })
         .collect();
     let sources: Vec<&Block> = thirds.iter().collect();
     let (meta, bytes) = compact_blocks(&sources, "01L1", "r").unwrap();
@@ -267,7 +366,11 @@ fn compaction_preserves_every_answer_and_records_lineage() {
     let (meta2, bytes2) = compact_blocks(&[&compacted], "01L2", "r").unwrap();
     assert_eq!(meta2.compaction_level, 2);
     assert_eq!(meta2.samples, meta.samples);
-    assert_same_answers(&head, &Block::decode(&bytes2).unwrap(), "head vs recompacted");
+    assert_same_answers(
+        &head,
+        &Block::decode(&bytes2).unwrap(),
+        "head vs recompacted",
+    );
 }
 
 #[test]
@@ -285,12 +388,18 @@ fn every_flipped_byte_and_every_truncation_is_a_clean_error() {
     for len in 0..bytes.len() {
         assert!(Block::decode(&bytes[..len]).is_err(), "truncated to {len}");
     }
-    assert!(matches!(Block::decode(b"not a block at all"), Err(BlockError::BadMagic)));
+    assert!(matches!(
+        Block::decode(b"not a block at all"),
+        Err(BlockError::BadMagic)
+    ));
 }
 
 #[test]
 fn empty_head_does_not_encode() {
-    assert!(matches!(encode_block(&Head::new(), "x", "r"), Err(BlockError::Empty)));
+    assert!(matches!(
+        encode_block(&Head::new(), "x", "r"),
+        Err(BlockError::Empty)
+    ));
 }
 
 proptest! {

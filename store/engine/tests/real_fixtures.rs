@@ -3,6 +3,8 @@
 //! input itself, after a block round trip, and against `go tool pprof -raw`
 //! reading the exported pprof.
 
+#![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -101,7 +103,11 @@ fn input_stacks(profile: &Profile, t: usize, naming: Naming) -> (Stacks, i64) {
                 if name.is_empty() {
                     name = profile.string(function.system_name);
                 }
-                names.push(if name.is_empty() { unsymbolized() } else { name.to_owned() });
+                names.push(if name.is_empty() {
+                    unsymbolized()
+                } else {
+                    name.to_owned()
+                });
             }
         }
         *stacks.entry(names).or_insert(0) += value;
@@ -111,7 +117,11 @@ fn input_stacks(profile: &Profile, t: usize, naming: Naming) -> (Stacks, i64) {
 }
 
 fn merged_stacks(merged: &MergedProfile) -> Stacks {
-    merged.stacks().into_iter().filter(|(_, v)| *v != 0).collect()
+    merged
+        .stacks()
+        .into_iter()
+        .filter(|(_, v)| *v != 0)
+        .collect()
 }
 
 fn everything() -> TimeRange {
@@ -122,7 +132,10 @@ fn everything() -> TimeRange {
 }
 
 fn go_available() -> bool {
-    let ok = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    let ok = Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !ok {
         assert!(
             std::env::var("CI").is_err(),
@@ -153,8 +166,16 @@ fn go_pprof_stacks(path: &Path, home: &Path) -> (Stacks, i64) {
     let loc_re = regex::Regex::new(r"^\s*(\d+): 0x([0-9a-f]+)(?: M=\d+)? ?(.*)$").unwrap();
     // `name file:line s=start[(system name)]`; an empty name reads as the address.
     let function_name = |text: &str, address: &str| {
-        let name = line_re.captures(text).map_or(text, |l| l.get(1).map_or("", |m| m.as_str())).trim().to_owned();
-        if name.is_empty() { address.to_owned() } else { name }
+        let name = line_re
+            .captures(text)
+            .map_or(text, |l| l.get(1).map_or("", |m| m.as_str()))
+            .trim()
+            .to_owned();
+        if name.is_empty() {
+            address.to_owned()
+        } else {
+            name
+        }
     };
     let mut samples: Vec<(i64, Vec<u64>)> = Vec::new();
     let mut locations: BTreeMap<u64, Vec<String>> = BTreeMap::new();
@@ -179,13 +200,13 @@ fn go_pprof_stacks(path: &Path, home: &Path) -> (Stacks, i64) {
         match section {
             "samples-header" => section = "samples",
             "samples" => {
-                if let Some((values, ids)) = line.split_once(':') {
-                    if values.trim().parse::<i64>().is_ok() {
-                        let value = values.trim().parse::<i64>().unwrap();
-                        let ids = ids.split_whitespace().map(|s| s.parse().unwrap()).collect();
-                        samples.push((value, ids));
-                    }
-                    // Otherwise a label line such as `bytes:[144]`.
+                // Lines that do not start with a number are labels such as `bytes:[144]`.
+                if let Some((Ok(value), ids)) = line
+                    .split_once(':')
+                    .map(|(values, ids)| (values.trim().parse::<i64>(), ids))
+                {
+                    let ids = ids.split_whitespace().map(|s| s.parse().unwrap()).collect();
+                    samples.push((value, ids));
                 }
             }
             "locations" => {
@@ -229,9 +250,18 @@ fn go_pprof_stacks(path: &Path, home: &Path) -> (Stacks, i64) {
 
 fn ingest(profile: &Profile) -> Head {
     let mut head = Head::new();
-    let labels = LabelSet::new(vec![Label::new("__name__", "fixture"), Label::new("service_name", "svc")]);
-    head.ingest(profile, &labels, TIME_MS, profile.duration_nanos(), &IngestLimits::default())
-        .unwrap();
+    let labels = LabelSet::new(vec![
+        Label::new("__name__", "fixture"),
+        Label::new("service_name", "svc"),
+    ]);
+    head.ingest(
+        profile,
+        &labels,
+        TIME_MS,
+        profile.duration_nanos(),
+        &IngestLimits::default(),
+    )
+    .unwrap();
     head
 }
 
@@ -241,7 +271,9 @@ fn merge(source: &dyn Queryable, profile_type: &ProfileType) -> MergedProfile {
         profile_type: profile_type.clone(),
         matchers: vec![],
     };
-    source.merge_into(&selector, everything(), &mut merged).unwrap();
+    source
+        .merge_into(&selector, everything(), &mut merged)
+        .unwrap();
     merged
 }
 
@@ -262,23 +294,47 @@ fn every_valid_fixture_keeps_totals_and_stacks_through_head_block_and_go_pprof()
             let (expected, expected_total) = input_stacks(&profile, t, Naming::Engine);
             let type_name = profile.string(sample_type.r#type);
             let Some(profile_type) = types.iter().find(|pt| pt.sample_type == type_name) else {
-                assert!(expected.is_empty(), "{name}: {type_name} has values but no profile type");
+                assert!(
+                    expected.is_empty(),
+                    "{name}: {type_name} has values but no profile type"
+                );
                 continue;
             };
             let from_head = merge(&head, profile_type);
-            assert_eq!(from_head.total(), expected_total, "{name} {type_name}: head total");
-            assert_eq!(merged_stacks(&from_head), expected, "{name} {type_name}: head stacks");
+            assert_eq!(
+                from_head.total(),
+                expected_total,
+                "{name} {type_name}: head total"
+            );
+            assert_eq!(
+                merged_stacks(&from_head),
+                expected,
+                "{name} {type_name}: head stacks"
+            );
             let from_block = merge(&block, profile_type);
-            assert_eq!(from_block.total(), expected_total, "{name} {type_name}: block total");
-            assert_eq!(merged_stacks(&from_block), expected, "{name} {type_name}: block stacks");
+            assert_eq!(
+                from_block.total(),
+                expected_total,
+                "{name} {type_name}: block total"
+            );
+            assert_eq!(
+                merged_stacks(&from_block),
+                expected,
+                "{name} {type_name}: block stacks"
+            );
 
             if go {
                 let exported = from_block.to_pprof(profile_type);
-                let path = tmp.path().join(format!("{}-{t}.pb.gz", name.replace('/', "_")));
+                let path = tmp
+                    .path()
+                    .join(format!("{}-{t}.pb.gz", name.replace('/', "_")));
                 std::fs::write(&path, encode_gzip(&exported)).unwrap();
                 let (go_stacks, go_total) = go_pprof_stacks(&path, tmp.path());
                 let (expected, _) = input_stacks(&profile, t, Naming::Address);
-                assert_eq!(go_total, expected_total, "{name} {type_name}: go pprof total");
+                assert_eq!(
+                    go_total, expected_total,
+                    "{name} {type_name}: go pprof total"
+                );
                 // NB: `-raw` is line-oriented text, so names holding line breaks
                 // (invalid_utf8.pb.gz has them) cannot be read back from it.
                 let names_are_printable = expected
@@ -311,9 +367,17 @@ fn exported_pprof_keeps_unsymbolized_mappings_and_build_ids() {
     assert!(!input_build_ids.is_empty());
     for build_id in input_build_ids {
         assert!(
-            reread.mappings().iter().any(|m| reread.string(m.build_id) == build_id),
+            reread
+                .mappings()
+                .iter()
+                .any(|m| reread.string(m.build_id) == build_id),
             "build id {build_id} lost"
         );
     }
-    assert!(reread.locations().iter().all(|l| l.address != 0 && l.mapping_id != 0));
+    assert!(
+        reread
+            .locations()
+            .iter()
+            .all(|l| l.address != 0 && l.mapping_id != 0)
+    );
 }

@@ -28,9 +28,17 @@ pub(crate) fn rollup_chunk_ms(level: u8) -> i64 {
 }
 
 /// Encodes `head` into one block object; returns its metadata and bytes.
-pub fn encode_block(head: &Head, id: &str, replica: &str) -> Result<(BlockMeta, Vec<u8>), BlockError> {
+pub fn encode_block(
+    head: &Head,
+    id: &str,
+    replica: &str,
+) -> Result<(BlockMeta, Vec<u8>), BlockError> {
     let (min_ms, max_ms) = head.time_bounds().ok_or(BlockError::Empty)?;
-    let mut order: Vec<&HeadSeries> = head.series.iter().filter(|s| !s.points.is_empty()).collect();
+    let mut order: Vec<&HeadSeries> = head
+        .series
+        .iter()
+        .filter(|s| !s.points.is_empty())
+        .collect();
     if order.is_empty() {
         return Err(BlockError::Empty);
     }
@@ -46,7 +54,15 @@ pub fn encode_block(head: &Head, id: &str, replica: &str) -> Result<(BlockMeta, 
     let mut samples = 0u64;
     for (series_id, series) in order.iter().enumerate() {
         index.add(series_id as u32, &series.labels);
-        let encoded = encode_series(series, head, &mut symbols, &mut translator, &levels, min_ms, &mut data)?;
+        let encoded = encode_series(
+            series,
+            head,
+            &mut symbols,
+            &mut translator,
+            &levels,
+            min_ms,
+            &mut data,
+        )?;
         samples += encoded.points;
         directory.varint(series.labels.len() as u64);
         for label in series.labels.iter() {
@@ -104,7 +120,13 @@ impl EncodedSeries {
     /// Writes the rest of the series' directory entry (the caller wrote its labels).
     fn write_entry(&self, series: &HeadSeries, symbols: &mut SymbolTable, w: &mut Writer) {
         let t = &series.profile_type;
-        for s in [&t.name, &t.sample_type, &t.sample_unit, &t.period_type, &t.period_unit] {
+        for s in [
+            &t.name,
+            &t.sample_type,
+            &t.sample_unit,
+            &t.period_type,
+            &t.period_unit,
+        ] {
             w.varint(u64::from(symbols.intern_string(s)));
         }
         w.byte(u8::from(t.delta));
@@ -156,7 +178,10 @@ fn encode_series(
                 translator.node(&head.symbols, symbols, point.stack),
                 translator.label_set(&head.symbols, symbols, point.labels),
             );
-            columns.entry(key).or_default().push((run.time_ms, point.value));
+            columns
+                .entry(key)
+                .or_default()
+                .push((run.time_ms, point.value));
         }
     }
     let mut columns: Vec<(ColumnKey, Vec<(i64, i64)>)> = columns.into_iter().collect();
@@ -231,7 +256,9 @@ fn encode_series(
             for &(ts, value) in points {
                 let w = window_start(ts, window);
                 match entries.last_mut() {
-                    Some(last) if last.0 == w && last.1 == *key => last.2 = last.2.wrapping_add(value),
+                    Some(last) if last.0 == w && last.1 == *key => {
+                        last.2 = last.2.wrapping_add(value)
+                    }
                     _ => entries.push((w, *key, value)),
                 }
             }

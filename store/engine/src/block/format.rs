@@ -81,15 +81,22 @@ pub(crate) struct ContainerWriter {
 
 impl ContainerWriter {
     /// Adds a section, zstd-compressed when `compress` and it helps.
-    pub(crate) fn add(&mut self, kind: SectionKind, raw: Vec<u8>, compress: bool) -> Result<(), BlockError> {
+    pub(crate) fn add(
+        &mut self,
+        kind: SectionKind,
+        raw: Vec<u8>,
+        compress: bool,
+    ) -> Result<(), BlockError> {
         let raw_len = raw.len() as u64;
         if compress && raw.len() > 64 {
-            let packed = zstd::bulk::compress(&raw, ZSTD_LEVEL).map_err(|source| BlockError::Compress {
-                what: kind.name(),
-                source,
-            })?;
+            let packed =
+                zstd::bulk::compress(&raw, ZSTD_LEVEL).map_err(|source| BlockError::Compress {
+                    what: kind.name(),
+                    source,
+                })?;
             if packed.len() < raw.len() {
-                self.sections.push((kind, COMPRESSION_ZSTD, packed, raw_len));
+                self.sections
+                    .push((kind, COMPRESSION_ZSTD, packed, raw_len));
                 return Ok(());
             }
         }
@@ -154,7 +161,11 @@ impl<'a> Container<'a> {
         }
         let entries_len = count as usize * ENTRY_BYTES;
         let header_len = MAGIC.len() + 8 + entries_len;
-        let mut entries = Reader::new(reader.take(entries_len).map_err(truncated("section table"))?);
+        let mut entries = Reader::new(
+            reader
+                .take(entries_len)
+                .map_err(truncated("section table"))?,
+        );
         let stored_crc = reader.u32_le().map_err(truncated("section table"))?;
         if crc32fast::hash(&bytes[..header_len]) != stored_crc {
             return Err(BlockError::ChecksumMismatch {
@@ -176,7 +187,8 @@ impl<'a> Container<'a> {
                 // Unknown sections from a compatible writer are skipped.
                 continue;
             };
-            let start = usize::try_from(offset).map_err(|_| BlockError::Truncated { what: kind.name() })?;
+            let start =
+                usize::try_from(offset).map_err(|_| BlockError::Truncated { what: kind.name() })?;
             let end = usize::try_from(offset.saturating_add(len))
                 .map_err(|_| BlockError::Truncated { what: kind.name() })?;
             let stored = bytes
@@ -214,7 +226,11 @@ impl<'a> Container<'a> {
 }
 
 /// Decompresses zstd `stored` that must inflate to exactly `raw_len` bytes.
-pub(crate) fn decompress(stored: &[u8], raw_len: u64, what: &'static str) -> Result<Vec<u8>, BlockError> {
+pub(crate) fn decompress(
+    stored: &[u8],
+    raw_len: u64,
+    what: &'static str,
+) -> Result<Vec<u8>, BlockError> {
     if raw_len > MAX_RAW_LEN {
         return Err(BlockError::Corrupt {
             what: "announced size too large",
@@ -239,10 +255,11 @@ pub(crate) fn decompress(stored: &[u8], raw_len: u64, what: &'static str) -> Res
 /// Compresses a blob inside the data section: `codec byte [raw len] payload`.
 pub(crate) fn write_blob(raw: &[u8], out: &mut Vec<u8>) -> Result<(), BlockError> {
     if raw.len() > 128 {
-        let packed = zstd::bulk::compress(raw, ZSTD_LEVEL).map_err(|source| BlockError::Compress {
-            what: "data blob",
-            source,
-        })?;
+        let packed =
+            zstd::bulk::compress(raw, ZSTD_LEVEL).map_err(|source| BlockError::Compress {
+                what: "data blob",
+                source,
+            })?;
         if packed.len() + 8 < raw.len() {
             let mut w = Writer::new();
             w.byte(COMPRESSION_ZSTD);
@@ -260,12 +277,18 @@ pub(crate) fn write_blob(raw: &[u8], out: &mut Vec<u8>) -> Result<(), BlockError
 /// Reads a blob written by [`write_blob`].
 pub(crate) fn read_blob(blob: &[u8]) -> Result<Cow<'_, [u8]>, BlockError> {
     let mut reader = Reader::new(blob);
-    let codec = reader.byte().map_err(|_| BlockError::Truncated { what: "data blob" })?;
+    let codec = reader
+        .byte()
+        .map_err(|_| BlockError::Truncated { what: "data blob" })?;
     match codec {
         COMPRESSION_NONE => Ok(Cow::Borrowed(&blob[1..])),
         COMPRESSION_ZSTD => {
-            let raw_len = reader.varint().map_err(|_| BlockError::Truncated { what: "data blob" })?;
-            let packed = reader.take(reader.remaining()).map_err(|_| BlockError::Truncated { what: "data blob" })?;
+            let raw_len = reader
+                .varint()
+                .map_err(|_| BlockError::Truncated { what: "data blob" })?;
+            let packed = reader
+                .take(reader.remaining())
+                .map_err(|_| BlockError::Truncated { what: "data blob" })?;
             decompress(packed, raw_len, "data blob").map(Cow::Owned)
         }
         _ => Err(BlockError::Corrupt {

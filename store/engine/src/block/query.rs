@@ -62,7 +62,10 @@ impl Block {
         }) {
             return Ok(false);
         }
-        Ok(self.totals(series)?.iter().any(|&(ts, ..)| range.contains(ts)))
+        Ok(self
+            .totals(series)?
+            .iter()
+            .any(|&(ts, ..)| range.contains(ts)))
     }
 
     fn select(&self, matchers: &[Matcher], range: TimeRange) -> Result<RoaringBitmap, QueryError> {
@@ -72,14 +75,22 @@ impl Block {
             let Some(series) = self.series.get(id as usize) else {
                 continue;
             };
-            if self.has_data_in(series, range).map_err(|e| self.corrupt_block(e))? {
+            if self
+                .has_data_in(series, range)
+                .map_err(|e| self.corrupt_block(e))?
+            {
                 out.insert(id);
             }
         }
         Ok(out)
     }
 
-    fn sum_raw(&self, series: &BlockSeries, raw: &[TimeRange], sums: &mut Sums) -> Result<(), BlockError> {
+    fn sum_raw(
+        &self,
+        series: &BlockSeries,
+        raw: &[TimeRange],
+        sums: &mut Sums,
+    ) -> Result<(), BlockError> {
         for &(chunk, blob) in &series.columns {
             if !raw.iter().any(|r| overlaps(chunk, COLUMN_CHUNK_MS, r)) {
                 continue;
@@ -110,13 +121,21 @@ impl Block {
     }
 
     fn check_key(&self, stack: u32, labels: u32) -> Result<(), BlockError> {
-        if stack as usize >= self.symbols.node_count() || labels as usize >= self.symbols.label_sets.len() {
+        if stack as usize >= self.symbols.node_count()
+            || labels as usize >= self.symbols.label_sets.len()
+        {
             return Err(corrupt("stack key out of range"));
         }
         Ok(())
     }
 
-    fn sum_rollups(&self, series: &BlockSeries, level: u8, piece: TimeRange, sums: &mut Sums) -> Result<(), BlockError> {
+    fn sum_rollups(
+        &self,
+        series: &BlockSeries,
+        level: u8,
+        piece: TimeRange,
+        sums: &mut Sums,
+    ) -> Result<(), BlockError> {
         let window = ROLLUP_WINDOWS_MS[level as usize];
         let chunk_ms = rollup_chunk_ms(level);
         for &(blob_level, chunk, blob) in &series.rollups {
@@ -152,7 +171,12 @@ impl Block {
         Ok(())
     }
 
-    fn merge_series(&self, series: &BlockSeries, range: TimeRange, sums: &mut Sums) -> Result<(), BlockError> {
+    fn merge_series(
+        &self,
+        series: &BlockSeries,
+        range: TimeRange,
+        sums: &mut Sums,
+    ) -> Result<(), BlockError> {
         let mut levels: Vec<u8> = series.rollups.iter().map(|&(level, ..)| level).collect();
         levels.sort_unstable();
         levels.dedup();
@@ -161,7 +185,11 @@ impl Block {
             start_ms: series.min_ms,
             end_ms: series.max_ms.saturating_add(1),
         };
-        let raw: Vec<TimeRange> = plan.raw.into_iter().filter(|r| r.overlaps(&data_range)).collect();
+        let raw: Vec<TimeRange> = plan
+            .raw
+            .into_iter()
+            .filter(|r| r.overlaps(&data_range))
+            .collect();
         if !raw.is_empty() {
             self.sum_raw(series, &raw, sums)?;
         }
@@ -186,7 +214,8 @@ impl Block {
         let mut sums = Sums::new();
         for id in self.index.select(&matchers) {
             if let Some(series) = self.series.get(id as usize) {
-                self.sum_raw(series, &[range], &mut sums).map_err(|e| self.corrupt_block(e))?;
+                self.sum_raw(series, &[range], &mut sums)
+                    .map_err(|e| self.corrupt_block(e))?;
             }
         }
         into.add_from(&self.symbols, sums);
@@ -208,12 +237,21 @@ impl Queryable for Block {
         types
     }
 
-    fn label_names(&self, matchers: &[Matcher], range: TimeRange) -> Result<Vec<String>, QueryError> {
+    fn label_names(
+        &self,
+        matchers: &[Matcher],
+        range: TimeRange,
+    ) -> Result<Vec<String>, QueryError> {
         let selected = self.select(matchers, range)?;
         Ok(self.index.label_names(&selected))
     }
 
-    fn label_values(&self, name: &str, matchers: &[Matcher], range: TimeRange) -> Result<Vec<String>, QueryError> {
+    fn label_values(
+        &self,
+        name: &str,
+        matchers: &[Matcher],
+        range: TimeRange,
+    ) -> Result<Vec<String>, QueryError> {
         let selected = self.select(matchers, range)?;
         Ok(self.index.label_values(name, &selected))
     }
@@ -228,20 +266,31 @@ impl Queryable for Block {
         Ok(out)
     }
 
-    fn merge_into(&self, selector: &Selector, range: TimeRange, into: &mut MergedProfile) -> Result<(), QueryError> {
+    fn merge_into(
+        &self,
+        selector: &Selector,
+        range: TimeRange,
+        into: &mut MergedProfile,
+    ) -> Result<(), QueryError> {
         check_range(range)?;
         let matchers = selector_matchers(selector)?;
         let mut sums = Sums::new();
         for id in self.index.select(&matchers) {
             if let Some(series) = self.series.get(id as usize) {
-                self.merge_series(series, range, &mut sums).map_err(|e| self.corrupt_block(e))?;
+                self.merge_series(series, range, &mut sums)
+                    .map_err(|e| self.corrupt_block(e))?;
             }
         }
         into.add_from(&self.symbols, sums);
         Ok(())
     }
 
-    fn timeline_into(&self, selector: &Selector, range: TimeRange, into: &mut Timeline) -> Result<(), QueryError> {
+    fn timeline_into(
+        &self,
+        selector: &Selector,
+        range: TimeRange,
+        into: &mut Timeline,
+    ) -> Result<(), QueryError> {
         check_range(range)?;
         let matchers = selector_matchers(selector)?;
         for id in self.index.select(&matchers) {

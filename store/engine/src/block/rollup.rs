@@ -110,7 +110,11 @@ mod tests {
             end_ms: 17 * day + 5_000_000,
         };
         let plan = plan(range, &[0, 1, 2]);
-        assert!(plan.pieces.iter().any(|&(level, r)| level == 2 && r.end_ms - r.start_ms == 6 * day));
+        assert!(
+            plan.pieces
+                .iter()
+                .any(|&(level, r)| level == 2 && r.end_ms - r.start_ms == 6 * day)
+        );
         assert!(plan.raw.iter().all(|r| r.end_ms - r.start_ms < 60_000));
     }
 

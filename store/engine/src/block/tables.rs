@@ -13,7 +13,11 @@ fn corrupt(what: &'static str) -> impl Fn(WireError) -> BlockError {
 }
 
 fn check(ok: bool, what: &'static str) -> Result<(), BlockError> {
-    if ok { Ok(()) } else { Err(BlockError::Corrupt { what }) }
+    if ok {
+        Ok(())
+    } else {
+        Err(BlockError::Corrupt { what })
+    }
 }
 
 /// The encoded symbol sections.
@@ -122,7 +126,10 @@ pub(crate) fn decode_tables(sections: &TableSections<'_>) -> Result<SymbolTable,
             build_id: r.u32().map_err(corrupt(what))?,
             has_functions: r.byte().map_err(corrupt(what))? != 0,
         };
-        check(string_ok(mapping.filename) && string_ok(mapping.build_id), what)?;
+        check(
+            string_ok(mapping.filename) && string_ok(mapping.build_id),
+            what,
+        )?;
         mappings.push(mapping);
     }
 
@@ -138,7 +145,9 @@ pub(crate) fn decode_tables(sections: &TableSections<'_>) -> Result<SymbolTable,
             start_line: r.signed().map_err(corrupt(what))?,
         };
         check(
-            string_ok(function.name) && string_ok(function.system_name) && string_ok(function.filename),
+            string_ok(function.name)
+                && string_ok(function.system_name)
+                && string_ok(function.filename),
             what,
         )?;
         functions.push(function);
@@ -207,7 +216,10 @@ pub(crate) fn decode_tables(sections: &TableSections<'_>) -> Result<SymbolTable,
                 num: r.signed().map_err(corrupt(what))?,
                 unit: r.u32().map_err(corrupt(what))?,
             };
-            check(string_ok(label.key) && string_ok(label.str) && string_ok(label.unit), what)?;
+            check(
+                string_ok(label.key) && string_ok(label.str) && string_ok(label.unit),
+                what,
+            )?;
             set.push(label);
         }
         label_sets.push(set.into());

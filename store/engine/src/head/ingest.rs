@@ -110,10 +110,20 @@ fn check_label(name: &str, value: &str, limits: &IngestLimits) -> Result<(), Ing
 }
 
 /// The profile types of `profile`, one per sample type.
-pub(crate) fn profile_types_of(profile: &Profile, name: &str, duration_nanos: i64) -> Vec<ProfileType> {
-    let (period_type, period_unit) = profile.period_type().map_or((String::new(), String::new()), |p| {
-        (profile.string(p.r#type).to_owned(), profile.string(p.unit).to_owned())
-    });
+pub(crate) fn profile_types_of(
+    profile: &Profile,
+    name: &str,
+    duration_nanos: i64,
+) -> Vec<ProfileType> {
+    let (period_type, period_unit) =
+        profile
+            .period_type()
+            .map_or((String::new(), String::new()), |p| {
+                (
+                    profile.string(p.r#type).to_owned(),
+                    profile.string(p.unit).to_owned(),
+                )
+            });
     profile
         .sample_types()
         .iter()
@@ -350,7 +360,10 @@ impl<'p> ProfileInterner<'p> {
     }
 
     fn string(&mut self, head: &mut Head, index: i64) -> u32 {
-        let Some(slot) = usize::try_from(index).ok().and_then(|i| self.strings.get_mut(i)) else {
+        let Some(slot) = usize::try_from(index)
+            .ok()
+            .and_then(|i| self.strings.get_mut(i))
+        else {
             return 0;
         };
         if *slot == UNSEEN {

@@ -38,7 +38,9 @@ pub fn diff(base: &MergedProfile, compare: &MergedProfile, max_nodes: usize) -> 
     tree.add(compare, 1);
     tree.finish();
     let kept = tree.keep(max_nodes, |n| {
-        n.total[0].saturating_abs().saturating_add(n.total[1].saturating_abs())
+        n.total[0]
+            .saturating_abs()
+            .saturating_add(n.total[1].saturating_abs())
     });
     let other = tree.name(OTHER_NODE_NAME);
     let mut node_count = 0;

@@ -137,8 +137,9 @@ impl FrameTree {
         }
         for id in (1..self.nodes.len()).rev() {
             let (parent, total) = (self.nodes[id].parent as usize, self.nodes[id].total);
-            for slot in 0..2 {
-                self.nodes[parent].total[slot] = self.nodes[parent].total[slot].wrapping_add(total[slot]);
+            let parent_total = &mut self.nodes[parent].total;
+            for (sum, value) in parent_total.iter_mut().zip(total) {
+                *sum = sum.wrapping_add(value);
             }
         }
     }

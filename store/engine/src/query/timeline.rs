@@ -47,7 +47,10 @@ impl Timeline {
             return;
         }
         let step = offset / i128::from(self.step_ms);
-        if let Some(slot) = usize::try_from(step).ok().and_then(|s| self.values.get_mut(s)) {
+        if let Some(slot) = usize::try_from(step)
+            .ok()
+            .and_then(|s| self.values.get_mut(s))
+        {
             *slot = slot.wrapping_add(value);
         }
     }

@@ -179,14 +179,7 @@ mod tests {
             filename: 0,
             start_line: 0,
         });
-        let loc = src.intern_location(
-            NO_MAPPING,
-            7,
-            &[Line {
-                function,
-                line: 9,
-            }],
-        );
+        let loc = src.intern_location(NO_MAPPING, 7, &[Line { function, line: 9 }]);
         let node = src.intern_node(ROOT_NODE, loc);
         let mut dst = SymbolTable::new();
         dst.intern_string("something else");
