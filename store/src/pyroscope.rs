@@ -301,8 +301,12 @@ pub fn build_upload(
     for (key, value) in &params.name.labels {
         labels.push(Label::new(key.clone(), value.clone()));
     }
-    let duration_nanos = match (params.from_ms, params.until_ms) {
-        (Some(from), Some(until)) if until > from => Some((until - from).saturating_mul(1_000_000)),
+    // Text uploads only know their window from `from`/`until`; pprof carries
+    // its own duration (0 for heap snapshots, which are not deltas).
+    let duration_nanos = match (params.format, params.from_ms, params.until_ms) {
+        (BodyFormat::Folded | BodyFormat::Lines, Some(from), Some(until)) if until > from => {
+            Some((until - from).saturating_mul(1_000_000))
+        }
         _ => None,
     };
     Ok(ProfileUpload {

@@ -45,6 +45,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/timeline", get(http_query::timeline))
         .route("/api/v1/diff", get(http_query::diff))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_token,
@@ -79,6 +80,14 @@ async fn metrics(State(state): State<AppState>) -> Response {
         text,
     )
         .into_response()
+}
+
+async fn method_not_allowed(request: Request) -> Response {
+    let body = serde_json::json!({
+        "error": format!("method {} is not allowed on {}", request.method(), request.uri().path()),
+        "reason": "method_not_allowed",
+    });
+    (StatusCode::METHOD_NOT_ALLOWED, axum::Json(body)).into_response()
 }
 
 async fn not_found(request: Request) -> Response {

@@ -57,7 +57,11 @@ fn replay_dir(store: &StoreProcess, dir: &Path) -> usize {
 }
 
 fn profile_types(store: &StoreProcess) -> Vec<String> {
-    get(store.addr, &format!("/api/v1/profile-types?from={CAPTURE_FROM}")).json()["profile_types"]
+    get(
+        store.addr,
+        &format!("/api/v1/profile-types?from={CAPTURE_FROM}"),
+    )
+    .json()["profile_types"]
         .as_array()
         .expect("array")
         .iter()

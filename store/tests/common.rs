@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running `kiln-store`; killed and cleaned up on drop.
+#[derive(Debug)]
 pub struct StoreProcess {
     child: Option<Child>,
     pub addr: SocketAddr,
@@ -81,7 +82,10 @@ impl StoreProcess {
                 libc::kill(child.id() as i32, libc::SIGTERM);
             }
             let status = child.wait().expect("wait for kiln-store");
-            assert!(status.success(), "kiln-store exited with {status} after SIGTERM");
+            assert!(
+                status.success(),
+                "kiln-store exited with {status} after SIGTERM"
+            );
         }
         let dir = tempfile::tempdir().expect("temp dir");
         std::mem::replace(&mut self.data_dir, dir)

@@ -104,7 +104,10 @@ async fn write_raw_profiles_are_queryable_and_survive_a_graceful_restart() {
     assert_eq!(ids, ["process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta"]);
 
     let query = enc(r#"process_cpu{pod="checkout-1"}"#);
-    let graph = get(store.addr, &format!("/api/v1/flamegraph?query={query}&from=now-1h"));
+    let graph = get(
+        store.addr,
+        &format!("/api/v1/flamegraph?query={query}&from=now-1h"),
+    );
     assert_eq!(graph.status, 200, "{}", graph.text());
     let graph = graph.json();
     assert_eq!(graph["total"], 80_000_000, "two profiles of 40 ms");
@@ -126,7 +129,10 @@ async fn write_raw_profiles_are_queryable_and_survive_a_graceful_restart() {
     let series_list = get(store.addr, &format!("/api/v1/series?query={query}")).json();
     assert!(!series_list["series"].as_array().expect("series").is_empty());
 
-    let timeline = get(store.addr, &format!("/api/v1/timeline?query={query}&step=1m"));
+    let timeline = get(
+        store.addr,
+        &format!("/api/v1/timeline?query={query}&step=1m"),
+    );
     assert_eq!(timeline.status, 200, "{}", timeline.text());
     let timeline = timeline.json();
     let sum: i64 = timeline["timeline"]["values"]
@@ -139,7 +145,10 @@ async fn write_raw_profiles_are_queryable_and_survive_a_graceful_restart() {
 
     let diff = get(
         store.addr,
-        &format!("/api/v1/diff?left_query={query}&right_query={}", enc("process_cpu")),
+        &format!(
+            "/api/v1/diff?left_query={query}&right_query={}",
+            enc("process_cpu")
+        ),
     );
     assert_eq!(diff.status, 200, "{}", diff.text());
     assert_eq!(diff.json()["right_total"], 80_000_000);
@@ -160,7 +169,11 @@ async fn write_raw_profiles_are_queryable_and_survive_a_graceful_restart() {
     // SIGTERM flushes; a new process on the same directory still answers.
     let data_dir = store.stop();
     let store = StoreProcess::start_in(data_dir, &[]);
-    let graph = get(store.addr, &format!("/api/v1/flamegraph?query={query}&from=now-1h")).json();
+    let graph = get(
+        store.addr,
+        &format!("/api/v1/flamegraph?query={query}&from=now-1h"),
+    )
+    .json();
     assert_eq!(graph["total"], 80_000_000, "after restart: {graph}");
 }
 
@@ -191,7 +204,13 @@ async fn bad_write_raw_requests_get_invalid_argument_with_the_reason() {
         (
             WriteRawRequest {
                 series: vec![series(
-                    &[("__name__", "x"), ("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")],
+                    &[
+                        ("__name__", "x"),
+                        ("a", "1"),
+                        ("b", "2"),
+                        ("c", "3"),
+                        ("d", "4"),
+                    ],
                     vec![cpu_profile(now)],
                 )],
                 ..Default::default()
@@ -200,7 +219,10 @@ async fn bad_write_raw_requests_get_invalid_argument_with_the_reason() {
         ),
         (
             WriteRawRequest {
-                series: vec![series(&[("__name__", "x"), ("bad-name", "1")], vec![cpu_profile(now)])],
+                series: vec![series(
+                    &[("__name__", "x"), ("bad-name", "1")],
+                    vec![cpu_profile(now)],
+                )],
                 ..Default::default()
             },
             "label name \"bad-name\"",
@@ -212,7 +234,11 @@ async fn bad_write_raw_requests_get_invalid_argument_with_the_reason() {
             .await
             .expect_err("the request is bad");
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
-        assert!(status.message().contains(expected), "{expected}: {}", status.message());
+        assert!(
+            status.message().contains(expected),
+            "{expected}: {}",
+            status.message()
+        );
     }
     assert_eq!(get(store.addr, "/healthz").status, 200, "still serving");
 }

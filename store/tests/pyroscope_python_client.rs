@@ -28,7 +28,8 @@ fn profile_python_program(venv: &str, app: &str, seconds: &str) {
         return;
     };
     let store = StoreProcess::start(&[]);
-    let program = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/pyroscope_hot_app.py");
+    let program =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/pyroscope_hot_app.py");
     let output = Command::new(&python)
         .arg(&program)
         .arg(store.url())
@@ -74,17 +75,25 @@ fn profile_python_program(venv: &str, app: &str, seconds: &str) {
         .filter_map(|n| n.as_str())
         .collect();
     for tag in ["env", "team", "endpoint", "service_name"] {
-        assert!(label_names.contains(&tag), "{venv}: tag {tag} missing from {label_names:?}");
+        assert!(
+            label_names.contains(&tag),
+            "{venv}: tag {tag} missing from {label_names:?}"
+        );
     }
     let values = get(store.addr, "/api/v1/labels/endpoint/values?from=now-10m").json();
     assert_eq!(values["values"], serde_json::json!(["/hot"]), "{venv}");
-    let env_query = enc(&format!(r#"process_cpu{{service_name="{app}", env="ci", team="kiln"}}"#));
+    let env_query = enc(&format!(
+        r#"process_cpu{{service_name="{app}", env="ci", team="kiln"}}"#
+    ));
     let tagged = get(
         store.addr,
         &format!("/api/v1/flamegraph?query={env_query}&from=now-10m"),
     )
     .json();
-    assert!(tagged["total"].as_i64().unwrap_or(0) > 0, "{venv}: {tagged}");
+    assert!(
+        tagged["total"].as_i64().unwrap_or(0) > 0,
+        "{venv}: {tagged}"
+    );
 }
 
 #[test]

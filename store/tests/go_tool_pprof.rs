@@ -1,0 +1,101 @@
+//! `go tool pprof` (Debian `golang-go`) reads a merged profile straight from
+//! the store's HTTP API.
+
+mod common;
+
+use std::process::Command;
+
+use common::{StoreProcess, enc, http, missing_prerequisite};
+use kiln_pprof::{FunctionSpec, ProfileBuilder};
+use prost::Message;
+
+/// A Push (Connect, binary) of a CPU profile with one hot function.
+fn push_profile(store: &StoreProcess, service: &str, hot_ms: i64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as i64;
+    let mut builder = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
+    builder
+        .period("cpu", "nanoseconds", 10_000_000)
+        .time(now, 10_000_000_000);
+    let main = builder.function(&FunctionSpec {
+        name: "main.main".into(),
+        filename: "main.go".into(),
+        ..Default::default()
+    });
+    let hot = builder.function(&FunctionSpec {
+        name: "main.pprofVisibleHotFunction".into(),
+        filename: "main.go".into(),
+        ..Default::default()
+    });
+    let main_loc = builder.location(0, 0x401000, &[(main, 10)]);
+    let hot_loc = builder.location(0, 0x402000, &[(hot, 20)]);
+    builder.sample(&[hot_loc, main_loc], &[hot_ms * 1_000_000], &[]);
+    let request = kiln_api::push::v1::PushRequest {
+        series: vec![kiln_api::push::v1::RawProfileSeries {
+            labels: vec![
+                kiln_api::types::v1::LabelPair {
+                    name: "__name__".into(),
+                    value: "process_cpu".into(),
+                },
+                kiln_api::types::v1::LabelPair {
+                    name: "service_name".into(),
+                    value: service.into(),
+                },
+            ],
+            samples: vec![kiln_api::push::v1::RawSample {
+                raw_profile: builder.finish().encode_to_vec(),
+                id: String::new(),
+            }],
+        }],
+    };
+    let response = http(
+        store.addr,
+        "POST",
+        "/push.v1.PusherService/Push",
+        &[("Content-Type", "application/proto")],
+        &request.encode_to_vec(),
+    )
+    .expect("push");
+    assert_eq!(response.status, 200, "{}", response.text());
+}
+
+#[test]
+fn go_tool_pprof_reads_the_merged_profile_over_http() {
+    if Command::new("go").arg("version").output().is_err() {
+        missing_prerequisite("go (Debian golang-go)");
+        return;
+    }
+    let store = StoreProcess::start(&[]);
+    push_profile(&store, "svc", 30);
+    push_profile(&store, "svc", 50);
+    let url = format!(
+        "{}/api/v1/pprof?query={}&from=now-1h&to=now",
+        store.url(),
+        enc(r#"process_cpu{service_name="svc"}"#)
+    );
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let output = Command::new("go")
+        .args(["tool", "pprof", "-raw", "-symbolize=none", &url])
+        .env("PPROF_TMPDIR", tmp.path())
+        .env("HOME", tmp.path())
+        .output()
+        .expect("run go tool pprof");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "go tool pprof failed: {stderr}");
+    assert!(
+        stdout.contains("main.pprofVisibleHotFunction"),
+        "function missing: {stdout}"
+    );
+    // The two pushes merge into one sample of 80 ms.
+    assert!(
+        stdout.contains("80000000"),
+        "merged value missing: {stdout}"
+    );
+    assert!(
+        stdout.contains("cpu/nanoseconds"),
+        "sample type missing: {stdout}"
+    );
+}
