@@ -90,7 +90,20 @@ async fn method_not_allowed(request: Request) -> Response {
     (StatusCode::METHOD_NOT_ALLOWED, axum::Json(body)).into_response()
 }
 
+/// Serves the embedded web UI for GETs it knows, else a JSON 404.
 async fn not_found(request: Request) -> Response {
+    if request.method() == axum::http::Method::GET
+        && let Some(asset) = kiln_ui::asset(request.uri().path())
+    {
+        return (
+            [
+                (axum::http::header::CONTENT_TYPE, asset.content_type),
+                (axum::http::header::CACHE_CONTROL, asset.cache_control),
+            ],
+            asset.bytes,
+        )
+            .into_response();
+    }
     let body = serde_json::json!({
         "error": format!("no such endpoint: {} {}", request.method(), request.uri().path()),
         "reason": "not_found",

@@ -160,6 +160,13 @@ async fn write_raw_profiles_are_queryable_and_survive_a_graceful_restart() {
     let total: i64 = merged.samples().iter().map(|s| s.value[0]).sum();
     assert_eq!(total, 80_000_000);
 
+    let ui = get(store.addr, "/");
+    assert_eq!(ui.status, 200);
+    assert!(
+        ui.header("content-type")
+            .is_some_and(|t| t.starts_with("text/html"))
+    );
+
     let metrics = get(store.addr, "/metrics").text();
     assert!(
         metrics.contains("kiln_ingested_profiles_total{protocol=\"write_raw\"} 2"),
