@@ -192,7 +192,7 @@ fn store_gets_retention_flags_and_data_dir() {
             "--listen=0.0.0.0:7470",
             "--data-dir=/var/lib/kiln",
             "--retention=30d",
-            "--retention-size=50Gi",
+            "--retention-bytes=53687091200",
         ]
     );
     let without_size = profile_store(serde_json::json!({}));
@@ -200,7 +200,7 @@ fn store_gets_retention_flags_and_data_dir() {
     assert!(
         !store::store_args(&without_size)
             .iter()
-            .any(|a| a.starts_with("--retention-size"))
+            .any(|a| a.starts_with("--retention-bytes"))
     );
 }
 
@@ -263,10 +263,12 @@ fn object_storage_becomes_env_with_secret_references() {
     let names = StoreNames::of(&object).unwrap();
     let config = store::config_map(&object, &names).unwrap();
     let data = config.data.clone().unwrap();
-    assert_eq!(data["KILN_OBJECT_STORE"], "s3://profiles/kiln");
-    assert_eq!(data["AWS_ENDPOINT"], "http://minio:9000");
-    assert_eq!(data["AWS_ALLOW_HTTP"], "true");
-    assert_eq!(data["AWS_REGION"], "eu-west-1");
+    assert_eq!(data["KILN_OBJECT_STORE"], "s3");
+    assert_eq!(data["KILN_BUCKET"], "profiles");
+    assert_eq!(data["KILN_BUCKET_PREFIX"], "kiln");
+    assert_eq!(data["KILN_BUCKET_ENDPOINT"], "http://minio:9000");
+    assert_eq!(data["KILN_BUCKET_ALLOW_HTTP"], "true");
+    assert_eq!(data["KILN_BUCKET_REGION"], "eu-west-1");
     let set = store::stateful_set(&object, &names, &config, &BuildDefaults::default()).unwrap();
     let env = set.spec.template.spec.unwrap().containers[0]
         .env
@@ -407,4 +409,17 @@ fn unknown_selector_operator_is_rejected_not_dropped() {
     let aggregation = aggregate(&names, &[bad]);
     assert!(aggregation.file.targets.is_empty());
     assert!(aggregation.rejected[0].problem.contains("Near"));
+}
+
+#[test]
+fn retention_size_quantities_convert_to_bytes() {
+    assert_eq!(store::quantity_to_bytes("50Gi"), Some(50 << 30));
+    assert_eq!(store::quantity_to_bytes("1.5Ki"), Some(1536));
+    assert_eq!(store::quantity_to_bytes("2T"), Some(2_000_000_000_000));
+    assert_eq!(store::quantity_to_bytes("123"), Some(123));
+    assert_eq!(store::quantity_to_bytes("16Ei"), None, "overflows u64");
+    assert_eq!(store::quantity_to_bytes("5Xi"), None);
+    assert_eq!(store::quantity_to_bytes(".5Gi"), None);
+    assert_eq!(store::quantity_to_bytes("1.2.3Gi"), None);
+    assert_eq!(store::quantity_to_bytes(""), None);
 }

@@ -10,8 +10,8 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// A Go-style duration as the store's `--retention` flag takes it: `30d`, `168h`, `1h30m`.
-pub const DURATION_PATTERN: &str = r"^([0-9]+(ms|s|m|h|d|w))+$";
+/// A duration as the store's `--retention` flag takes it: `30d`, `168h`, `2w`.
+pub const DURATION_PATTERN: &str = r"^[0-9]+(ms|s|m|h|d|w)$";
 /// A Kubernetes quantity as written by users: `10Gi`, `500M`, `1T`.
 pub const QUANTITY_PATTERN: &str = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$";
 /// An RFC 1123 DNS subdomain, the shape of most object names.

@@ -34,20 +34,19 @@ const STORE_UID: i64 = 65532;
 pub fn config_map(store: &ProfileStore, names: &StoreNames) -> Result<ConfigMap, BuildError> {
     let mut data = BTreeMap::new();
     if let Some(bucket) = &store.spec.object_storage {
+        data.insert("KILN_OBJECT_STORE".to_owned(), "s3".to_owned());
+        data.insert("KILN_BUCKET".to_owned(), bucket.bucket.clone());
         let prefix = bucket.prefix.as_deref().unwrap_or("").trim_matches('/');
-        let url = if prefix.is_empty() {
-            format!("s3://{}", bucket.bucket)
-        } else {
-            format!("s3://{}/{prefix}", bucket.bucket)
-        };
-        data.insert("KILN_OBJECT_STORE".to_owned(), url);
+        if !prefix.is_empty() {
+            data.insert("KILN_BUCKET_PREFIX".to_owned(), prefix.to_owned());
+        }
         if let Some(region) = &bucket.region {
-            data.insert("AWS_REGION".to_owned(), region.clone());
+            data.insert("KILN_BUCKET_REGION".to_owned(), region.clone());
         }
         if let Some(endpoint) = &bucket.endpoint {
-            data.insert("AWS_ENDPOINT".to_owned(), endpoint.clone());
+            data.insert("KILN_BUCKET_ENDPOINT".to_owned(), endpoint.clone());
             if endpoint.starts_with("http://") {
-                data.insert("AWS_ALLOW_HTTP".to_owned(), "true".to_owned());
+                data.insert("KILN_BUCKET_ALLOW_HTTP".to_owned(), "true".to_owned());
             }
         }
     }
@@ -108,10 +107,54 @@ pub fn store_args(store: &ProfileStore) -> Vec<String> {
         format!("--data-dir={DATA_DIR}"),
         format!("--retention={}", store.spec.retention.duration),
     ];
-    if let Some(size) = &store.spec.retention.size {
-        args.push(format!("--retention-size={size}"));
+    if let Some(bytes) = store
+        .spec
+        .retention
+        .size
+        .as_deref()
+        .and_then(quantity_to_bytes)
+    {
+        args.push(format!("--retention-bytes={bytes}"));
     }
     args
+}
+
+/// Bytes in a Kubernetes quantity of the shape the CRD allows (`50Gi`, `1.5T`, `500000`);
+/// `None` for anything else or an overflow. Fractions of a byte round down.
+pub fn quantity_to_bytes(quantity: &str) -> Option<u64> {
+    let split = quantity
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(quantity.len());
+    let (number, suffix) = quantity.split_at(split);
+    let multiplier: u128 = match suffix {
+        "" => 1,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        "P" => 1_000_000_000_000_000,
+        "E" => 1_000_000_000_000_000_000,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "Pi" => 1 << 50,
+        "Ei" => 1 << 60,
+        _ => return None,
+    };
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() || fraction.len() > 9 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let whole: u128 = whole.parse().ok()?;
+    let scale = 10u128.pow(u32::try_from(fraction.len()).ok()?);
+    let fraction: u128 = if fraction.is_empty() {
+        0
+    } else {
+        fraction.parse().ok()?
+    };
+    let bytes = whole.checked_mul(multiplier)? + fraction.checked_mul(multiplier)? / scale;
+    u64::try_from(bytes).ok()
 }
 
 /// The store StatefulSet; `config` is the built config ConfigMap, hashed into the pod template.
