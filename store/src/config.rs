@@ -81,6 +81,9 @@ pub struct Cli {
     /// How often the head is cut into a block, e.g. `60s`; bounds cross-replica staleness [default: 60s].
     #[arg(long, env = "KILN_FLUSH_INTERVAL")]
     pub flush_interval: Option<String>,
+    /// How often the bucket is listed again to see other replicas' blocks [default: 15s].
+    #[arg(long, env = "KILN_RELIST_INTERVAL")]
+    pub relist_interval: Option<String>,
     /// How long blocks are kept, e.g. `14d` [default: 14d].
     #[arg(long, env = "KILN_RETENTION")]
     pub retention: Option<String>,
@@ -182,6 +185,8 @@ pub struct FileStorage {
     pub replica: Option<String>,
     /// See `--flush-interval`.
     pub flush_interval: Option<String>,
+    /// See `--relist-interval`.
+    pub relist_interval: Option<String>,
     /// See `--retention`.
     pub retention: Option<String>,
     /// See `--retention-bytes`.
@@ -311,6 +316,8 @@ pub struct Config {
     pub replica: String,
     /// Head cut interval.
     pub flush_interval: Duration,
+    /// Bucket re-listing interval.
+    pub relist_interval: Duration,
     /// Block retention.
     pub retention: Duration,
     /// Optional total size cap.
@@ -408,6 +415,18 @@ impl Config {
                 message: "must be at least 1s".to_owned(),
             });
         }
+        let relist_interval = duration(
+            "storage.relist_interval",
+            &cli.relist_interval,
+            &file.storage.relist_interval,
+            "15s",
+        )?;
+        if relist_interval.is_zero() {
+            return Err(ConfigError::Invalid {
+                setting: "storage.relist_interval",
+                message: "must be greater than 0".to_owned(),
+            });
+        }
         let retention = duration(
             "storage.retention",
             &cli.retention,
@@ -489,6 +508,7 @@ impl Config {
             data_dir,
             replica,
             flush_interval,
+            relist_interval,
             retention,
             retention_bytes: cli.retention_bytes.or(file.storage.retention_bytes),
             bucket: BucketSettings {

@@ -106,6 +106,7 @@ async fn wait_for_signal(stop: watch::Sender<bool>) {
 fn store_config(config: &Config) -> StoreConfig {
     let mut store = StoreConfig::new(&config.data_dir, &config.replica);
     store.flush_interval = config.flush_interval;
+    store.relist_interval = config.relist_interval;
     store.retention = config.retention;
     store.max_total_bytes = config.retention_bytes;
     store.decode_limits = kiln_store::state::decode_limits(&config.limits);

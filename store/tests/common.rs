@@ -28,6 +28,16 @@ impl StoreProcess {
     /// Starts a store on an existing data directory.
     #[track_caller]
     pub fn start_in(data_dir: tempfile::TempDir, extra: &[&str]) -> Self {
+        Self::start_with_env(data_dir, extra, &[])
+    }
+
+    /// Starts a store with extra environment variables.
+    #[track_caller]
+    pub fn start_with_env(
+        data_dir: tempfile::TempDir,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Self {
         let addr = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_kiln-store"))
             .arg("--listen")
@@ -36,6 +46,7 @@ impl StoreProcess {
             .arg(data_dir.path())
             .args(extra)
             .env("KILN_LOG", "warn")
+            .envs(envs.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
