@@ -58,8 +58,8 @@ export class Api {
     return body;
   }
 
-  async profileTypes(range) {
-    const body = await this.get('profile-types', rangeParams(range), 'profile-types');
+  async profileTypes(range, channel) {
+    const body = await this.get('profile-types', rangeParams(range), channel);
     return (body.profile_types || []).map((t) => (typeof t === 'string' ? t : t.id));
   }
 

@@ -134,7 +134,7 @@ function applySearch() {
   } else if (!result.matchedNodes) {
     summary.textContent = 'No matching frames';
   } else {
-    summary.textContent = `${result.matchedNodes} frames · ${formatPercent(result.matchedValue, layout.rootValue)} of total`;
+    summary.textContent = `${result.matchedNodes} ${result.matchedNodes === 1 ? 'frame' : 'frames'} · ${formatPercent(result.matchedValue, layout.rootValue)} of total`;
   }
   table.setHighlight(compileSearch(term));
   updateUrl(false);
@@ -143,7 +143,7 @@ function applySearch() {
 async function refreshProfileTypes(panels, nowMs) {
   await Promise.all(
     panels.map(async (panel) => {
-      panel.setProfileTypes(await api.profileTypes(panel.range(nowMs)));
+      panel.setProfileTypes(await api.profileTypes(panel.range(nowMs), `profile-types-${panel.name}`));
     }),
   );
 }
@@ -213,7 +213,8 @@ async function run({ push }) {
     if (mine === generation) {
       panels.forEach((p) => p.setBusy(false));
       document.body.classList.remove('loading');
-      document.body.dataset.ready = 'true';
+      // Finished queries, counted so scripts (and the browser test) can wait for one.
+      document.body.dataset.runs = String(Number(document.body.dataset.runs || 0) + 1);
     }
   }
 }

@@ -133,7 +133,7 @@ export class FlameGraphView {
     const l = this.layout;
     const dpr = window.devicePixelRatio || 1;
     const width = Math.max(100, this.container.clientWidth);
-    const rows = l && l.count ? l.maxDepth + 1 : 0;
+    const rows = l && l.count ? this.visibleDepth(width) + 1 : 0;
     const height = Math.max(ROW_HEIGHT * 3, rows * ROW_HEIGHT);
     if (this.canvas.width !== Math.round(width * dpr) || this.canvas.height !== Math.round(height * dpr)) {
       this.canvas.width = Math.round(width * dpr);
@@ -176,6 +176,29 @@ export class FlameGraphView {
         this.drawFrame(node, x, w, y, false);
       }
     }
+  }
+
+  // The deepest row with a frame wide enough to draw in the current view,
+  // so the canvas is not padded with rows of invisible slivers.
+  visibleDepth(width) {
+    const l = this.layout;
+    const { viewStart, viewWidth } = this.view();
+    const viewEnd = viewStart + viewWidth;
+    const minValue = (MIN_DRAW_PX * viewWidth) / width;
+    let deepest = l.depth[this.zoomNode];
+    for (let depth = deepest + 1; depth <= l.maxDepth; depth += 1) {
+      const row = l.rows[depth];
+      let found = false;
+      for (let i = firstInRowAfter(l, depth, viewStart); i < row.length && l.start[row[i]] < viewEnd; i += 1) {
+        if (l.width[row[i]] >= minValue) {
+          found = true;
+          break;
+        }
+      }
+      if (!found) break;
+      deepest = depth;
+    }
+    return deepest;
   }
 
   drawFrame(node, x, w, y, faded) {
@@ -289,7 +312,7 @@ export class FlameGraphView {
     }
     const hint = document.createElement('div');
     hint.className = 'tooltip-hint';
-    hint.textContent = node === this.zoomNode ? 'Click to zoom out' : 'Click to zoom in';
+    hint.textContent = node === 0 ? 'Click a frame to zoom in' : node === this.zoomNode ? 'Click to zoom out' : 'Click to zoom in';
     return [title, table, hint];
   }
 }

@@ -15,8 +15,8 @@ const SINGLE_COLUMNS = [
 
 const DIFF_COLUMNS = [
   { key: 'name', label: 'Function', numeric: false },
-  { key: 'baseShare', label: 'Base self %', numeric: true },
-  { key: 'compareShare', label: 'Compared self %', numeric: true },
+  { key: 'baseShare', label: 'A self', numeric: true },
+  { key: 'compareShare', label: 'B self', numeric: true },
   { key: 'delta', label: 'Change', numeric: true },
 ];
 

@@ -2,6 +2,8 @@
 //! with the house rule: outside CI a missing tool skips the test with a
 //! message; in CI (`CI=true`) it fails, because `./kiln-dev test` installs
 //! them.
+// Shared by the UI and CLI test crates; each uses only a part.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -33,4 +35,46 @@ pub fn node() -> Option<PathBuf> {
 /// The UI crate's directory.
 pub fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The cargo target directory the tests were built into (the test binary
+/// lives in `<target>/<profile>/deps/`).
+pub fn target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(dir);
+    }
+    let exe = std::env::current_exe().expect("the test binary has a path");
+    exe.ancestors()
+        .nth(3)
+        .map_or_else(|| PathBuf::from("target"), Path::to_path_buf)
+}
+
+/// A binary built by cargo next to this test's profile directory, e.g.
+/// `kiln-store`; `env_override` names a variable that may point elsewhere.
+pub fn built_binary(name: &str, env_override: &str) -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(env_override) {
+        return Some(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().expect("the test binary has a path");
+    let profile_dir = exe.parent().and_then(Path::parent)?;
+    let path = profile_dir.join(name);
+    if path.is_file() {
+        Some(path)
+    } else {
+        missing(&format!(
+            "{} is not built; run `cargo build -p {name}` first (./kiln-dev test does)",
+            path.display()
+        ))
+    }
+}
+
+/// `<repo>/../shared/testdata/profiles`, if present (never required in CI).
+pub fn profile_fixtures() -> Option<PathBuf> {
+    let dir = crate_dir().join("../../../shared/testdata/profiles");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!("SKIPPED: {} is absent", dir.display());
+        None
+    }
 }

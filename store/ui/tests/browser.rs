@@ -1,0 +1,83 @@
+//! The UI in a real browser: starts `kiln-store` on 127.0.0.1 with an
+//! empty data directory, seeds it with real pprof fixtures for two pods,
+//! and drives Debian's Chromium headless through `tests/browser/ui_flow.mjs`
+//! (playwright-core): select a pod, see the flame graph, zoom, search,
+//! brush the timeline, download pprof, compare. Screenshots land in
+//! `<target>/ui-artifacts/`.
+
+#[path = "support/prerequisites.rs"]
+mod prerequisites;
+#[path = "support/store_process.rs"]
+mod store_process;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn chromium() -> Option<PathBuf> {
+    let path = PathBuf::from(
+        std::env::var_os("KILN_CHROMIUM").unwrap_or_else(|| "/usr/bin/chromium".into()),
+    );
+    if path.is_file() {
+        Some(path)
+    } else {
+        prerequisites::missing(&format!("Chromium is not installed at {}", path.display()))
+    }
+}
+
+fn playwright() -> Option<PathBuf> {
+    let tools = std::env::var_os("KILN_TOOLS_DIR").unwrap_or_else(|| "/var/tmp/kiln-tools".into());
+    let package = PathBuf::from(tools).join("node_modules/playwright-core");
+    if package.join("package.json").is_file() {
+        Some(package)
+    } else {
+        prerequisites::missing(&format!(
+            "playwright-core is not installed in {}",
+            package.display()
+        ))
+    }
+}
+
+#[test]
+fn ui_shows_selects_zooms_searches_and_compares_profiles_in_chromium() {
+    let Some(fixtures) = prerequisites::profile_fixtures() else {
+        return;
+    };
+    let Some(node) = prerequisites::node() else {
+        return;
+    };
+    let Some(chromium) = chromium() else { return };
+    let Some(playwright) = playwright() else {
+        return;
+    };
+    let Some(store_binary) = prerequisites::built_binary("kiln-store", "KILN_STORE_BIN") else {
+        return;
+    };
+
+    let store = store_process::StoreProcess::start(&store_binary);
+    let artifacts = prerequisites::target_dir().join("ui-artifacts");
+    std::fs::create_dir_all(&artifacts).expect("artifact directory can be created");
+    eprintln!("UI screenshots: {}", artifacts.display());
+
+    let script = prerequisites::crate_dir().join("tests/browser/ui_flow.mjs");
+    let output = Command::new(node)
+        .arg(&script)
+        .env("KILN_URL", store.url())
+        .env("KILN_FIXTURES", &fixtures)
+        .env("KILN_ARTIFACTS", &artifacts)
+        .env("KILN_CHROMIUM", &chromium)
+        .env("KILN_PLAYWRIGHT", &playwright)
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("{stdout}{stderr}");
+    assert!(
+        output.status.success(),
+        "the browser flow failed (store log below)\n{}",
+        store.log()
+    );
+    assert!(
+        stdout.contains("all UI steps passed"),
+        "the browser flow did not finish"
+    );
+}

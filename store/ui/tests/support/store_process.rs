@@ -1,0 +1,99 @@
+//! A `kiln-store` child process on a free loopback port with a temporary
+//! data directory, stopped when dropped.
+// Shared by the UI and CLI test crates; each uses only a part.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running store.
+pub struct StoreProcess {
+    child: Child,
+    port: u16,
+    log_path: std::path::PathBuf,
+    _data: tempfile::TempDir,
+}
+
+impl StoreProcess {
+    /// Starts `binary` and waits until `/readyz` answers 200.
+    pub fn start(binary: &Path) -> Self {
+        let data = tempfile::tempdir().expect("temporary data directory");
+        // Ask the kernel for a free port, then hand it to the store.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let log_path = data.path().join("store.log");
+        let log = std::fs::File::create(&log_path).expect("store log file");
+        let child = Command::new(binary)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--data-dir")
+            .arg(data.path().join("data"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("kiln-store starts");
+        let mut store = Self {
+            child,
+            port,
+            log_path,
+            _data: data,
+        };
+        store.wait_ready();
+        store
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// What the store wrote to stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("kiln-store exited with {status}:\n{}", self.log());
+            }
+            if http_status(self.port, "/readyz") == Some(200) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kiln-store was not ready within 60 s:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// The status code of a plain GET, or `None` when nothing answers.
+pub fn http_status(port: u16, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+impl Drop for StoreProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
