@@ -393,3 +393,71 @@ except jsonschema.ValidationError:
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// kustomize prints `64.0` as `64`; compare numbers by value.
+fn integral_floats_as_integers(value: &mut Value) {
+    match value {
+        Value::Number(number) => {
+            if let Some(float) = number.as_f64()
+                && float.fract() == 0.0
+                && float.abs() < 9.0e15
+            {
+                *value = Value::from(float as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
+        Value::Object(map) => map.values_mut().for_each(integral_floats_as_integers),
+        _ => {}
+    }
+}
+
+fn sorted_by_kind_and_name(mut objects: Vec<Value>) -> Vec<Value> {
+    objects.iter_mut().for_each(integral_floats_as_integers);
+    objects.sort_by_key(|o| {
+        format!(
+            "{}/{}/{}",
+            o["kind"].as_str().unwrap_or(""),
+            o["metadata"]["namespace"].as_str().unwrap_or(""),
+            o["metadata"]["name"].as_str().unwrap_or("")
+        )
+    });
+    objects
+}
+
+#[test]
+fn built_in_renderer_agrees_with_kubectl_kustomize_when_available() {
+    let Ok(output) = Command::new("kubectl")
+        .args(["kustomize"])
+        .arg(repo_root().join("config/default"))
+        .output()
+    else {
+        eprintln!("SKIP: kubectl not installed; the built-in renderer alone checks config/default");
+        return;
+    };
+    assert!(
+        output.status.success(),
+        "kubectl kustomize config/default failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).expect("kubectl prints UTF-8");
+    let mut from_kubectl = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(&text) {
+        let value: Value = serde::Deserialize::deserialize(document).expect("kubectl prints YAML");
+        if !value.is_null() {
+            from_kubectl.push(value);
+        }
+    }
+    let ours = sorted_by_kind_and_name(
+        kustomize::render(&repo_root().join("config/default")).expect("renders"),
+    );
+    let theirs = sorted_by_kind_and_name(from_kubectl);
+    assert_eq!(ours.len(), theirs.len());
+    for (mine, kubectl) in ours.iter().zip(&theirs) {
+        assert!(
+            mine == kubectl,
+            "{}/{} differs from kubectl kustomize:\nours:    {mine}\nkubectl: {kubectl}",
+            mine["kind"],
+            mine["metadata"]["name"]
+        );
+    }
+}

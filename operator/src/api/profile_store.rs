@@ -313,7 +313,6 @@ fn resources_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let quantities = schemars::json_schema!({
         "type": "object",
         "additionalProperties": {
-            "anyOf": [{"type": "integer"}, {"type": "string"}],
             "x-kubernetes-int-or-string": true,
             "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
         }
