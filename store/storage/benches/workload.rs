@@ -227,6 +227,69 @@ async fn timed_merge(
     (cold, warm[warm.len() / 2], merged.total())
 }
 
+/// Single-threaded cost of each ingest stage on the same payloads, to show
+/// where the full path's time goes: pprof decode (kiln-pprof), head ingest
+/// (kiln-engine) and block encode (kiln-engine).
+fn breakdown(payloads: &[Vec<bytes::Bytes>], pods: usize) {
+    let n = 3_000;
+    let limits = DecodeLimits::default();
+    let all: Vec<&bytes::Bytes> = payloads.iter().flatten().collect();
+    let start = Instant::now();
+    let mut decoded = Vec::with_capacity(n);
+    for i in 0..n {
+        decoded.push(kiln_pprof::decode(all[i % all.len()], &limits).expect("decode"));
+    }
+    let decode_s = start.elapsed().as_secs_f64();
+    let labels: Vec<LabelSet> = (0..pods)
+        .map(|p| {
+            LabelSet::new(vec![
+                Label::new("__name__", "process_cpu"),
+                Label::new("pod", pod_name(p)),
+            ])
+        })
+        .collect();
+    let mut head = kiln_engine::Head::new();
+    let ingest_limits = kiln_engine::IngestLimits::default();
+    let start = Instant::now();
+    let mut values = 0;
+    for (i, profile) in decoded.iter().enumerate() {
+        let stats = head
+            .ingest(
+                profile,
+                &labels[i % pods],
+                1_700_000_000_000 + i as i64,
+                10_000_000_000,
+                &ingest_limits,
+            )
+            .expect("ingest");
+        values += stats.samples;
+    }
+    let ingest_s = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let (_, block) =
+        kiln_engine::encode_block(&head, &ulid::Ulid::new().to_string(), "bench").expect("encode");
+    let encode_s = start.elapsed().as_secs_f64();
+    println!("\n== single-thread stage costs over {n} profiles ({values} values)");
+    println!(
+        "pprof decode (gunzip + protobuf + validate): {:.0} profiles/s",
+        n as f64 / decode_s
+    );
+    println!(
+        "head ingest: {:.0} profiles/s, {:.0} values/s",
+        n as f64 / ingest_s,
+        values as f64 / ingest_s
+    );
+    println!(
+        "block encode of that head: {:.2} s ({:.1} MiB)",
+        encode_s,
+        block.len() as f64 / 1048576.0
+    );
+    println!(
+        "decode + ingest + encode per profile: {:.0} profiles/s\n",
+        n as f64 / (decode_s + ingest_s + encode_s)
+    );
+}
+
 fn testdata() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/profiles");
     dir.is_dir().then_some(dir)
@@ -268,6 +331,8 @@ fn main() {
         samples,
         pool_bytes / (SERVICES * VARIANTS)
     );
+
+    breakdown(&payloads, pods);
 
     // Simulated time ends at noon on an hour boundary, so the full-cadence
     // hours are complete hours that compaction can merge.

@@ -2,7 +2,7 @@
 //! `blocks/<ulid>/meta.json`, written last, so a block without `meta.json`
 //! is incomplete (an upload in progress or interrupted) and is not listed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -213,8 +213,9 @@ impl Bucket {
                 source,
             })?;
         if meta.id != id {
-            return Err(StorageError::Config {
-                message: format!("block {id}: meta.json names id {}", meta.id),
+            return Err(StorageError::MetaMismatch {
+                id: id.to_string(),
+                found: meta.id,
             });
         }
         Ok(meta)
@@ -247,12 +248,14 @@ impl Bucket {
     }
 
     /// Lists complete blocks. Metas already known (`known`) are reused
-    /// rather than fetched again, since blocks are immutable. A listing
-    /// failure is an error; an unreadable block is reported in
+    /// rather than fetched again, since blocks are immutable, and ids in
+    /// `skip` (already known to be corrupt) are not fetched at all. A listing
+    /// failure is an error; an unparsable meta is reported in
     /// [`Listing::corrupt`] and skipped.
     pub async fn list_blocks(
         &self,
         known: &BTreeMap<String, BlockMeta>,
+        skip: &BTreeSet<String>,
     ) -> Result<Listing, StorageError> {
         let (ids, incomplete) = self.list_ids().await?;
         let mut listing = Listing {
@@ -260,6 +263,9 @@ impl Bucket {
             ..Listing::default()
         };
         for id in ids {
+            if skip.contains(&id) {
+                continue;
+            }
             if let Some(meta) = known.get(&id) {
                 listing.blocks.insert(id, meta.clone());
                 continue;
@@ -357,7 +363,10 @@ mod tests {
             )
             .await
             .expect("put");
-        let listing = bucket.list_blocks(&BTreeMap::new()).await.expect("list");
+        let listing = bucket
+            .list_blocks(&BTreeMap::new(), &BTreeSet::new())
+            .await
+            .expect("list");
         assert_eq!(listing.blocks.keys().collect::<Vec<_>>(), vec![&good]);
         assert_eq!(listing.incomplete, vec![partial]);
         assert_eq!(listing.corrupt.len(), 1);
@@ -368,7 +377,10 @@ mod tests {
         );
         bucket.delete_block(&good).await.expect("delete");
         bucket.delete_block(&good).await.expect("delete twice");
-        let listing = bucket.list_blocks(&BTreeMap::new()).await.expect("list");
+        let listing = bucket
+            .list_blocks(&BTreeMap::new(), &BTreeSet::new())
+            .await
+            .expect("list");
         assert!(listing.blocks.is_empty());
     }
 }

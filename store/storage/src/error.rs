@@ -95,6 +95,14 @@ pub enum StorageError {
         #[source]
         source: serde_json::Error,
     },
+    /// A block's `meta.json` names a different block id than its path.
+    #[error("block {id}: meta.json names block {found}")]
+    MetaMismatch {
+        /// The id from the object path.
+        id: String,
+        /// The id inside meta.json.
+        found: String,
+    },
     /// A block could not be encoded, decoded or compacted.
     #[error("block {id}: {source}")]
     Block {
@@ -135,6 +143,7 @@ impl StorageError {
             Self::WalPoisoned { .. } => "wal_poisoned",
             Self::Bucket { .. } => "bucket",
             Self::BlockMeta { .. } => "block_meta",
+            Self::MetaMismatch { .. } => "meta_mismatch",
             Self::Block { .. } => "block",
             Self::Config { .. } => "config",
             Self::Task { .. } => "task",
@@ -153,6 +162,7 @@ impl StorageError {
             | Self::WalPoisoned { .. }
             | Self::Bucket { .. }
             | Self::BlockMeta { .. }
+            | Self::MetaMismatch { .. }
             | Self::Block { .. }
             | Self::Config { .. }
             | Self::Task { .. } => ErrorClass::Server,

@@ -317,3 +317,45 @@ async fn background_loop_flushes_on_its_interval() {
         Err(StorageError::ShuttingDown)
     ));
 }
+
+/// Rebuilds the state a crash between "block uploaded" and "WAL segments
+/// deleted" leaves behind: the old segment and the flush marker are back.
+fn restore_pre_cleanup_state(root: &std::path::Path, saved_segment: &[u8], block_id: &str) {
+    let wal = root.join("data/wal");
+    std::fs::write(wal.join(format!("{:020}.wal", 1)), saved_segment).expect("restore segment");
+    std::fs::write(wal.join(format!("flush-{block_id}.marker")), "1 2\n").expect("restore marker");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_upload_and_wal_cleanup_neither_loses_nor_doubles_data() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let store = open_local(root.path()).await;
+    let (a, total_a) = cpu_profile(8, 30);
+    store
+        .ingest(request("pod-a", BASE_MS, a))
+        .await
+        .expect("ingest");
+    let segment_path = root.path().join(format!("data/wal/{:020}.wal", 1));
+    let saved = std::fs::read(&segment_path).expect("first segment holds the record");
+    store.flush().await.expect("flush");
+    assert!(!segment_path.exists(), "flush deleted the replaced segment");
+    let block = store.blocks()[0].id.clone();
+    drop(store);
+
+    // Block present: the marker says the segment is already in it.
+    restore_pre_cleanup_state(root.path(), &saved, &block);
+    let store = open_local(root.path()).await;
+    assert_eq!(total(&store, &all_selector(), everything()).await, total_a);
+    assert!(
+        !segment_path.exists(),
+        "recovery removed the covered segment"
+    );
+    drop(store);
+
+    // Block missing (upload never finished): the segment is replayed.
+    restore_pre_cleanup_state(root.path(), &saved, &block);
+    std::fs::remove_dir_all(root.path().join("bucket/blocks").join(&block)).expect("drop block");
+    let store = open_local(root.path()).await;
+    assert_eq!(store.replay_report().records, 1);
+    assert_eq!(total(&store, &all_selector(), everything()).await, total_a);
+}

@@ -36,7 +36,12 @@ impl Store {
         let shared = &self.shared;
         let _maintenance = shared.maintenance.lock().await;
         let known = read(&shared.view).blocks.clone();
-        let listing = shared.bucket.list_blocks(&known).await?;
+        let skip: std::collections::BTreeSet<String> = lock(&shared.corrupt)
+            .keys()
+            .filter(|id| !known.contains_key(*id))
+            .cloned()
+            .collect();
+        let listing = shared.bucket.list_blocks(&known, &skip).await?;
         let leftovers: Vec<String> = {
             let mut view = write(&shared.view);
             view.set_blocks(listing.blocks);

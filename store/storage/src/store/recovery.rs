@@ -110,7 +110,9 @@ pub(super) async fn recover(
     config: &StoreConfig,
     bucket: &Bucket,
 ) -> Result<Recovered, StorageError> {
-    let listing = bucket.list_blocks(&Default::default()).await?;
+    let listing = bucket
+        .list_blocks(&Default::default(), &Default::default())
+        .await?;
     for corrupt in &listing.corrupt {
         tracing::warn!(block = %corrupt.id, error = %corrupt.error, "skipping corrupt block");
     }
