@@ -1,0 +1,423 @@
+//! Turning the store's answers into terminal tables, folded stacks and
+//! SVG flame graphs. Pure: strings in, strings out.
+
+use std::fmt::Write as _;
+
+use crate::response::{DiffFlameGraph, DiffNode, FlameGraph, FlameNode, Top};
+
+/// Formats `value` in a pprof sample unit (`nanoseconds`, `bytes`, ...).
+pub fn format_value(value: i64, unit: &str) -> String {
+    let v = value as f64;
+    let (scaled, suffix) = match unit {
+        "nanoseconds" => scale(
+            v,
+            &[
+                (3.6e12, "h"),
+                (6e10, "min"),
+                (1e9, "s"),
+                (1e6, "ms"),
+                (1e3, "µs"),
+            ],
+            "ns",
+        ),
+        "bytes" => scale(
+            v,
+            &[
+                (1024f64.powi(4), "TiB"),
+                (1024f64.powi(3), "GiB"),
+                (1024f64.powi(2), "MiB"),
+                (1024.0, "KiB"),
+            ],
+            "B",
+        ),
+        _ => scale(v, &[(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")], ""),
+    };
+    let unscaled = matches!(suffix, "" | "ns" | "B") && scaled == v;
+    if unscaled {
+        return if suffix.is_empty() {
+            value.to_string()
+        } else {
+            format!("{value} {suffix}")
+        };
+    }
+    let digits = if scaled.abs() >= 100.0 {
+        0
+    } else if scaled.abs() >= 10.0 {
+        1
+    } else {
+        2
+    };
+    let number = format!("{scaled:.digits$}");
+    let number = if number.contains('.') {
+        number.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        &number
+    };
+    format!("{number} {suffix}")
+}
+
+fn scale(v: f64, steps: &[(f64, &'static str)], base: &'static str) -> (f64, &'static str) {
+    for &(size, suffix) in steps {
+        if v.abs() >= size {
+            return (v / size, suffix);
+        }
+    }
+    (v, base)
+}
+
+fn percent(part: i64, whole: i64) -> String {
+    if whole == 0 {
+        return "-".to_owned();
+    }
+    format!("{:.2}%", 100.0 * part as f64 / whole as f64)
+}
+
+/// The top table as aligned text, `limit` rows.
+pub fn top_table(top: &Top, limit: usize) -> String {
+    let rows: Vec<[String; 5]> = top
+        .top
+        .iter()
+        .take(limit)
+        .map(|e| {
+            [
+                format_value(e.flat, &top.unit),
+                percent(e.flat, top.total),
+                format_value(e.cumulative, &top.unit),
+                percent(e.cumulative, top.total),
+                e.name.clone(),
+            ]
+        })
+        .collect();
+    let header = ["flat", "flat%", "cum", "cum%", "function"];
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{}  total {}  (top {} functions)",
+        top.profile_type,
+        format_value(top.total, &top.unit),
+        rows.len()
+    );
+    let line = |out: &mut String, cells: [&str; 5]| {
+        let _ = writeln!(
+            out,
+            "{:>w0$}  {:>w1$}  {:>w2$}  {:>w3$}  {}",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3],
+        );
+    };
+    line(&mut out, header);
+    for row in &rows {
+        line(&mut out, [&row[0], &row[1], &row[2], &row[3], &row[4]]);
+    }
+    out
+}
+
+/// A frame name safe for the folded format (`;` separates frames, the
+/// last space separates the count).
+fn folded_frame(name: &str) -> String {
+    name.chars()
+        .map(|c| match c {
+            ';' => ':',
+            '\n' | '\r' | '\t' => ' ',
+            c => c,
+        })
+        .collect()
+}
+
+/// Folded stacks (`root;child;leaf value`), one line per node with a self
+/// value, without the synthetic root.
+pub fn folded_lines(graph: &FlameGraph) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut stack: Vec<(&FlameNode, usize)> =
+        graph.root.children.iter().rev().map(|c| (c, 0)).collect();
+    let mut path: Vec<String> = Vec::new();
+    while let Some((node, depth)) = stack.pop() {
+        path.truncate(depth);
+        let name = graph
+            .names
+            .get(node.name as usize)
+            .map_or("?", String::as_str);
+        path.push(folded_frame(name));
+        if node.self_value != 0 {
+            lines.push(format!("{} {}", path.join(";"), node.self_value));
+        }
+        stack.extend(node.children.iter().rev().map(|c| (c, depth + 1)));
+    }
+    lines
+}
+
+/// Differential folded stacks (`stack base compare`) in inferno's (and
+/// Brendan Gregg's) differential format: the graph takes its shape from the
+/// compared selection and its colour from the change. Base values are
+/// scaled to the compared total, so colour shows a change in share rather
+/// than in sheer volume when the two ranges differ in length.
+pub fn diff_folded_lines(graph: &DiffFlameGraph) -> Vec<String> {
+    let base_total = graph.root.base_total;
+    let compare_total = graph.root.compare_total;
+    let scale = if base_total > 0 && compare_total > 0 {
+        compare_total as f64 / base_total as f64
+    } else {
+        1.0
+    };
+    let mut lines = Vec::new();
+    let mut stack: Vec<(&DiffNode, usize)> =
+        graph.root.children.iter().rev().map(|c| (c, 0)).collect();
+    let mut path: Vec<String> = Vec::new();
+    while let Some((node, depth)) = stack.pop() {
+        path.truncate(depth);
+        let name = graph
+            .names
+            .get(node.name as usize)
+            .map_or("?", String::as_str);
+        path.push(folded_frame(name));
+        if node.base_self != 0 || node.compare_self != 0 {
+            let base = (node.base_self as f64 * scale).round() as i64;
+            lines.push(format!("{} {} {}", path.join(";"), base, node.compare_self));
+        }
+        stack.extend(node.children.iter().rev().map(|c| (c, depth + 1)));
+    }
+    lines
+}
+
+/// Renders folded lines as an SVG flame graph with inferno.
+pub fn flamegraph_svg(lines: &[String], title: &str, unit: &str) -> Result<Vec<u8>, String> {
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = title.to_owned();
+    options.count_name = if unit.is_empty() {
+        "samples".to_owned()
+    } else {
+        unit.to_owned()
+    };
+    options.no_javascript = false;
+    let mut svg = Vec::new();
+    if lines.is_empty() {
+        // inferno refuses empty input; an empty selection still gets a file.
+        let text = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"600\" height=\"60\"><text x=\"10\" y=\"30\">{}: no samples</text></svg>",
+            title.replace('&', "&amp;").replace('<', "&lt;")
+        );
+        return Ok(text.into_bytes());
+    }
+    inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg)
+        .map_err(|e| e.to_string())?;
+    Ok(svg)
+}
+
+/// One row of the diff table: a function's self share in each selection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DiffRow {
+    /// Function name.
+    pub name: String,
+    /// Share of the base total, 0..1.
+    pub base_share: f64,
+    /// Share of the compared total, 0..1.
+    pub compare_share: f64,
+}
+
+/// Per-function self shares of both sides, largest change first.
+pub fn diff_rows(graph: &DiffFlameGraph) -> Vec<DiffRow> {
+    let base_total = graph.root.base_total;
+    let compare_total = graph.root.compare_total;
+    let mut sums: std::collections::HashMap<&str, (i64, i64)> = std::collections::HashMap::new();
+    let mut stack: Vec<&DiffNode> = graph.root.children.iter().collect();
+    while let Some(node) = stack.pop() {
+        let name = graph
+            .names
+            .get(node.name as usize)
+            .map_or("?", String::as_str);
+        let entry = sums.entry(name).or_insert((0, 0));
+        entry.0 = entry.0.saturating_add(node.base_self);
+        entry.1 = entry.1.saturating_add(node.compare_self);
+        stack.extend(node.children.iter());
+    }
+    let share = |v: i64, total: i64| {
+        if total == 0 {
+            0.0
+        } else {
+            v as f64 / total as f64
+        }
+    };
+    let mut rows: Vec<DiffRow> = sums
+        .into_iter()
+        .filter(|(_, (b, c))| *b != 0 || *c != 0)
+        .map(|(name, (b, c))| DiffRow {
+            name: name.to_owned(),
+            base_share: share(b, base_total),
+            compare_share: share(c, compare_total),
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        let da = (a.compare_share - a.base_share).abs();
+        let db = (b.compare_share - b.base_share).abs();
+        db.total_cmp(&da).then_with(|| a.name.cmp(&b.name))
+    });
+    rows
+}
+
+/// The diff table as aligned text.
+pub fn diff_table(rows: &[DiffRow], limit: usize) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>9}  {:>9}  {:>10}  function",
+        "base%", "compare%", "change"
+    );
+    for row in rows.iter().take(limit) {
+        let change = 100.0 * (row.compare_share - row.base_share);
+        let _ = writeln!(
+            out,
+            "{:>8.2}%  {:>8.2}%  {:>+8.2}pp  {}",
+            100.0 * row.base_share,
+            100.0 * row.compare_share,
+            change,
+            row.name
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::response::TopEntry;
+
+    fn node(name: u32, total: i64, self_value: i64, children: Vec<FlameNode>) -> FlameNode {
+        FlameNode {
+            name,
+            total,
+            self_value,
+            children,
+        }
+    }
+
+    fn sample_graph() -> FlameGraph {
+        FlameGraph {
+            names: vec![
+                "total".into(),
+                "main".into(),
+                "work;x".into(),
+                "idle".into(),
+            ],
+            root: node(
+                0,
+                10,
+                0,
+                vec![node(
+                    1,
+                    10,
+                    1,
+                    vec![node(2, 6, 6, vec![]), node(3, 3, 3, vec![])],
+                )],
+            ),
+            node_count: 4,
+        }
+    }
+
+    #[test]
+    fn folded_lines_carry_self_values_and_escape_separators() {
+        assert_eq!(
+            folded_lines(&sample_graph()),
+            vec!["main 1", "main;work:x 6", "main;idle 3"]
+        );
+    }
+
+    #[test]
+    fn svg_names_every_frame() {
+        let svg =
+            flamegraph_svg(&folded_lines(&sample_graph()), "t", "nanoseconds").expect("renders");
+        let text = String::from_utf8(svg).expect("utf-8");
+        assert!(text.contains("work:x"));
+        assert!(text.contains("idle"));
+    }
+
+    #[test]
+    fn empty_selections_still_render_an_svg() {
+        let svg = flamegraph_svg(&[], "cpu{pod=\"<x>\"}", "").expect("renders");
+        let text = String::from_utf8(svg).expect("utf-8");
+        assert!(text.contains("no samples") && text.contains("&lt;x>"));
+    }
+
+    #[test]
+    fn values_are_shown_in_their_units() {
+        assert_eq!(format_value(1_500_000_000, "nanoseconds"), "1.5 s");
+        assert_eq!(format_value(60_000_000, "nanoseconds"), "60 ms");
+        assert_eq!(format_value(3 * 1024 * 1024, "bytes"), "3 MiB");
+        assert_eq!(format_value(42, "count"), "42");
+        assert_eq!(format_value(12_345, "count"), "12.3 k");
+    }
+
+    #[test]
+    fn top_table_aligns_columns_and_shows_percentages() {
+        let top = Top {
+            profile_type: "process_cpu:cpu:nanoseconds:cpu:nanoseconds".into(),
+            unit: "nanoseconds".into(),
+            total: 2_000_000_000,
+            top: vec![
+                TopEntry {
+                    name: "main.work".into(),
+                    flat: 1_000_000_000,
+                    cumulative: 1_500_000_000,
+                },
+                TopEntry {
+                    name: "main.idle".into(),
+                    flat: 10_000_000,
+                    cumulative: 10_000_000,
+                },
+            ],
+        };
+        let text = top_table(&top, 10);
+        assert!(text.contains("50.00%"), "{text}");
+        assert!(text.contains("75.00%"), "{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4);
+        assert_eq!(lines[2].find("main.work"), lines[3].find("main.idle"));
+    }
+
+    #[test]
+    fn diff_rows_put_the_largest_change_first() {
+        let d = |name, bt, bs, ct, cs, children| DiffNode {
+            name,
+            base_total: bt,
+            base_self: bs,
+            compare_total: ct,
+            compare_self: cs,
+            children,
+        };
+        let graph = DiffFlameGraph {
+            names: vec!["total".into(), "a".into(), "b".into()],
+            root: d(
+                0,
+                10,
+                0,
+                10,
+                0,
+                vec![d(1, 9, 9, 5, 5, vec![]), d(2, 1, 1, 5, 5, vec![])],
+            ),
+            node_count: 3,
+        };
+        let rows = diff_rows(&graph);
+        assert_eq!(rows.len(), 2);
+        assert!((rows[0].compare_share - rows[0].base_share).abs() > 0.39);
+        assert_eq!(diff_folded_lines(&graph), vec!["a 9 5", "b 1 5"]);
+        let mut longer = graph;
+        longer.root.compare_total = 20;
+        assert_eq!(
+            diff_folded_lines(&longer),
+            vec!["a 18 5", "b 2 5"],
+            "base scaled to the compared total"
+        );
+    }
+}
