@@ -156,7 +156,7 @@ pub fn run(options: &UpOptions) -> anyhow::Result<()> {
         }
     }
     println!(
-        "\nKiln is running.\n  UI and API:  {url}/\n  Query:       kiln query --store {url} 'process_cpu{{}}'\nPress Ctrl-C to stop.\n"
+        "\nKiln is running.\n  UI and API:  {url}/\n  Query:       kiln query --store {url} 'process_cpu:cpu{{}}'\nPress Ctrl-C to stop.\n"
     );
     let result = supervise(&mut store, &mut agent);
     if let Some(child) = agent.as_mut() {
