@@ -8,9 +8,9 @@ const MAX_ROWS = 1000;
 const SINGLE_COLUMNS = [
   { key: 'name', label: 'Function', numeric: false },
   { key: 'flat', label: 'Flat', numeric: true },
-  { key: 'flatShare', label: 'Flat %', numeric: true },
-  { key: 'cumulative', label: 'Cumulative', numeric: true },
-  { key: 'cumulativeShare', label: 'Cum. %', numeric: true },
+  { key: 'flatShare', label: 'Flat %', numeric: true, narrow: true },
+  { key: 'cumulative', label: 'Cum.', numeric: true },
+  { key: 'cumulativeShare', label: 'Cum. %', numeric: true, narrow: true },
 ];
 
 const DIFF_COLUMNS = [
@@ -120,7 +120,7 @@ export class TopTable {
     for (const column of this.columns) {
       const th = document.createElement('th');
       th.textContent = column.label;
-      th.className = column.numeric ? 'num sortable' : 'sortable';
+      th.className = column.numeric ? `num sortable${column.narrow ? ' narrow' : ''}` : 'sortable';
       th.dataset.key = column.key;
       if (column.key === this.sortKey) {
         th.classList.add('sorted');

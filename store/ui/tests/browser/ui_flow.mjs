@@ -228,6 +228,60 @@ async function main() {
     await page.mouse.move(flameBox.x + flameBox.width / 3, flameBox.y + 30);
     await screenshot(page, '07-compare');
 
+    step = 'measure layout and drawing of a large flame graph';
+    // Numbers for docs/benchmarks.md; printed, never asserted.
+    const measured = await page.evaluate(async () => {
+      const { layoutFlameGraph, matchNodes } = await import('./js/flame_layout.js');
+      const { FlameGraphView } = await import('./js/flamegraph.js');
+      const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+      const params = new URLSearchParams({
+        query: 'process_cpu:cpu{pod="search-1"}',
+        from: 'now-15m',
+        to: 'now',
+        max_nodes: '1048576',
+      });
+      const t0 = performance.now();
+      const body = await (await fetch(`api/v1/flamegraph?${params}`)).json();
+      const t1 = performance.now();
+      const layout = layoutFlameGraph(body.flamegraph);
+      const t2 = performance.now();
+      const search = matchNodes(layout, 'setFunctions');
+      const t3 = performance.now();
+      const container = document.createElement('div');
+      container.style.width = '1400px';
+      const canvas = document.createElement('canvas');
+      container.append(canvas);
+      document.body.append(container);
+      const view = new FlameGraphView({ container, canvas, tooltip: document.createElement('div') });
+      view.layout = layout;
+      view.unit = body.unit;
+      const full = [];
+      for (let i = 0; i < 15; i += 1) {
+        const s = performance.now();
+        view.draw();
+        full.push(performance.now() - s);
+      }
+      view.zoomNode = layout.rows[3][0];
+      const zoomed = [];
+      for (let i = 0; i < 15; i += 1) {
+        const s = performance.now();
+        view.draw();
+        zoomed.push(performance.now() - s);
+      }
+      container.remove();
+      return {
+        nodes: layout.count,
+        maxDepth: layout.maxDepth,
+        fetchAndParseMs: Math.round(t1 - t0),
+        layoutMs: +(t2 - t1).toFixed(1),
+        searchMs: +(t3 - t2).toFixed(1),
+        searchMatches: search.matchedNodes,
+        drawFullMs: +median(full).toFixed(1),
+        drawZoomedMs: +median(zoomed).toFixed(1),
+      };
+    });
+    log(`measured: ${JSON.stringify(measured)}`);
+
     step = 'check the page stayed free of errors';
     assert.deepEqual(problems, []);
   } catch (err) {
