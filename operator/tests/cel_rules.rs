@@ -1,0 +1,56 @@
+//! The CEL rules in the CRD, evaluated locally by kube's CEL interpreter exactly as the API
+//! server would on create and update.
+
+use kiln_operator::api::{ProfileStore, ProfileStoreSpec};
+
+fn store(spec: serde_json::Value) -> ProfileStore {
+    let spec: ProfileStoreSpec = serde_json::from_value(spec).expect("valid spec");
+    ProfileStore::new("main", spec)
+}
+
+#[test]
+fn one_replica_needs_no_object_storage() {
+    kube::core::cel::validate_cel(&store(serde_json::json!({}))).expect("valid");
+}
+
+#[test]
+fn more_replicas_without_object_storage_are_rejected() {
+    let errors = kube::core::cel::validate_cel(&store(serde_json::json!({"replicas": 3})))
+        .expect_err("replicas 3 without a bucket must fail");
+    assert!(
+        format!("{errors:?}").contains("objectStorage"),
+        "{errors:?}"
+    );
+    kube::core::cel::validate_cel(&store(serde_json::json!({
+        "replicas": 3, "objectStorage": {"bucket": "profiles"}
+    })))
+    .expect("replicas with a bucket are fine");
+}
+
+#[test]
+fn storage_can_grow_but_not_shrink() {
+    let old = store(serde_json::json!({"storage": {"size": "10Gi"}}));
+    let grown = store(serde_json::json!({"storage": {"size": "20Gi"}}));
+    let same_in_other_units = store(serde_json::json!({"storage": {"size": "10240Mi"}}));
+    let shrunk = store(serde_json::json!({"storage": {"size": "5Gi"}}));
+    kube::core::cel::validate_cel_update(&grown, &old).expect("growing is allowed");
+    kube::core::cel::validate_cel_update(&same_in_other_units, &old)
+        .expect("equal size is allowed");
+    let errors =
+        kube::core::cel::validate_cel_update(&shrunk, &old).expect_err("shrinking must fail");
+    assert!(
+        format!("{errors:?}").contains("can only grow"),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn storage_class_and_ephemeral_are_immutable() {
+    let old = store(serde_json::json!({"storage": {"storageClassName": "fast"}}));
+    let changed = store(serde_json::json!({"storage": {"storageClassName": "slow"}}));
+    assert!(kube::core::cel::validate_cel_update(&changed, &old).is_err());
+    let persistent = store(serde_json::json!({}));
+    let ephemeral = store(serde_json::json!({"storage": {"ephemeral": true}}));
+    assert!(kube::core::cel::validate_cel_update(&ephemeral, &persistent).is_err());
+    kube::core::cel::validate_cel_update(&persistent, &persistent).expect("unchanged is fine");
+}
