@@ -54,6 +54,13 @@ pub enum StorageError {
         /// The configured in-flight limit.
         limit: usize,
     },
+    /// Cut heads are waiting for the bucket (uploads keep failing); writes
+    /// are refused until the backlog drains, so memory stays bounded.
+    #[error("store overloaded: {pending} blocks waiting for upload to the bucket")]
+    UploadBacklog {
+        /// Heads cut but not yet uploaded.
+        pending: usize,
+    },
     /// The store is shutting down and accepts no more writes.
     #[error("store is shutting down")]
     ShuttingDown,
@@ -138,6 +145,7 @@ impl StorageError {
             Self::InvalidLabels { .. } => "invalid_labels",
             Self::Query { .. } => "query",
             Self::Overloaded { .. } => "overloaded",
+            Self::UploadBacklog { .. } => "upload_backlog",
             Self::ShuttingDown => "shutting_down",
             Self::Wal { .. } => "wal_io",
             Self::WalPoisoned { .. } => "wal_poisoned",
@@ -157,7 +165,9 @@ impl StorageError {
             | Self::Rejected { .. }
             | Self::InvalidLabels { .. }
             | Self::Query { .. } => ErrorClass::Client,
-            Self::Overloaded { .. } | Self::ShuttingDown => ErrorClass::Overloaded,
+            Self::Overloaded { .. } | Self::UploadBacklog { .. } | Self::ShuttingDown => {
+                ErrorClass::Overloaded
+            }
             Self::Wal { .. }
             | Self::WalPoisoned { .. }
             | Self::Bucket { .. }
@@ -179,6 +189,7 @@ impl StorageError {
         matches!(
             self,
             Self::Overloaded { .. }
+                | Self::UploadBacklog { .. }
                 | Self::ShuttingDown
                 | Self::Wal { .. }
                 | Self::Bucket { .. }

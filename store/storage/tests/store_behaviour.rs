@@ -359,3 +359,60 @@ async fn a_crash_between_upload_and_wal_cleanup_neither_loses_nor_doubles_data()
     assert_eq!(store.replay_report().records, 1);
     assert_eq!(total(&store, &all_selector(), everything()).await, total_a);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_uploads_keep_data_queryable_then_refuse_writes_until_the_bucket_returns() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let bucket_dir = root.path().join("bucket");
+    let mut config = config(&root.path().join("data"), "r1");
+    config.max_pending_uploads = 2;
+    let store = Store::open(config, local_bucket(&bucket_dir))
+        .await
+        .expect("open");
+    // Make the bucket unwritable: its directory becomes a plain file.
+    let parked = root.path().join("bucket-parked");
+    std::fs::rename(&bucket_dir, &parked).expect("park bucket");
+    std::fs::write(&bucket_dir, b"not a directory").expect("block bucket path");
+
+    let mut expected = 0;
+    for i in 0..2 {
+        let (p, t) = cpu_profile(30 + i, 20);
+        expected += t;
+        store
+            .ingest(request("pod-a", BASE_MS + i as i64 * 10_000, p))
+            .await
+            .expect("ingest");
+        let err = store.flush().await.expect_err("upload must fail");
+        assert!(err.is_retryable(), "{err}");
+    }
+    assert_eq!(store.stats().pending_uploads, 2);
+    assert_eq!(store.stats().flush_failures, 2);
+    // Nothing acknowledged is lost from queries while the bucket is down...
+    assert_eq!(total(&store, &all_selector(), everything()).await, expected);
+    // ...and writes are refused (retryably) instead of growing memory.
+    let err = store
+        .ingest(request("pod-a", BASE_MS, cpu_profile(40, 5).0))
+        .await
+        .expect_err("backlog full");
+    assert!(
+        matches!(err, StorageError::UploadBacklog { pending: 2 }),
+        "{err}"
+    );
+    assert_eq!(err.class(), ErrorClass::Overloaded);
+
+    // The bucket comes back: the backlog uploads in order and writes resume.
+    std::fs::remove_file(&bucket_dir).expect("unblock");
+    std::fs::rename(&parked, &bucket_dir).expect("restore bucket");
+    store.flush().await.expect("flush after recovery");
+    assert_eq!(store.stats().pending_uploads, 0);
+    assert_eq!(store.blocks().len(), 2);
+    assert_eq!(total(&store, &all_selector(), everything()).await, expected);
+    store
+        .ingest(request("pod-a", BASE_MS, cpu_profile(41, 5).0))
+        .await
+        .expect("ingest after recovery");
+    drop(store);
+    // The WAL segments the blocks replaced are gone: only the last write replays.
+    let store = open_local(root.path()).await;
+    assert_eq!(store.replay_report().records, 1);
+}

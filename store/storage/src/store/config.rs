@@ -36,12 +36,17 @@ pub struct StoreConfig {
     pub max_total_bytes: Option<u64>,
     /// How often retention is enforced.
     pub retention_interval: Duration,
-    /// Budget for decoded blocks kept in memory (by their encoded size).
+    /// Budget for decoded blocks kept in memory, counted by their *encoded*
+    /// size (the engine does not report decoded sizes; decoded blocks are
+    /// larger, so leave headroom).
     pub block_cache_bytes: u64,
     /// Limits applied while decoding pprof.
     pub decode_limits: DecodeLimits,
     /// Limits applied by the engine while ingesting.
     pub ingest_limits: IngestLimits,
+    /// Cut heads allowed to wait for upload (bucket unreachable) before
+    /// ingest is refused as overload.
+    pub max_pending_uploads: usize,
     /// Ingests allowed in flight at once; more are refused as overload.
     pub max_inflight_ingests: usize,
     /// Run the background loops (flush, compaction, retention, re-listing).
@@ -51,7 +56,8 @@ pub struct StoreConfig {
 
 impl StoreConfig {
     /// Defaults: flush every 60 s (or at 256 MiB), re-list every 15 s,
-    /// compact every 5 min, keep 14 days, 1 GiB block cache.
+    /// compact every 5 min, keep 14 days, 256 MiB block cache (counted in
+    /// encoded bytes; decoded blocks take more memory than that).
     pub fn new(data_dir: impl Into<PathBuf>, replica: impl Into<String>) -> Self {
         Self {
             data_dir: data_dir.into(),
@@ -65,10 +71,11 @@ impl StoreConfig {
             retention: Duration::from_secs(14 * 24 * 3600),
             max_total_bytes: None,
             retention_interval: Duration::from_secs(600),
-            block_cache_bytes: 1 << 30,
+            block_cache_bytes: 256 << 20,
             decode_limits: DecodeLimits::default(),
             ingest_limits: IngestLimits::default(),
             max_inflight_ingests: 256,
+            max_pending_uploads: 16,
             background: true,
         }
     }
@@ -91,8 +98,8 @@ impl StoreConfig {
         if self.retention.is_zero() {
             return bad("retention must be positive");
         }
-        if self.max_inflight_ingests == 0 {
-            return bad("max_inflight_ingests must be at least 1");
+        if self.max_inflight_ingests == 0 || self.max_pending_uploads == 0 {
+            return bad("max_inflight_ingests and max_pending_uploads must be at least 1");
         }
         Ok(())
     }

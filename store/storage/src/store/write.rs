@@ -49,6 +49,10 @@ impl Store {
             .map_err(|_| StorageError::Overloaded {
                 limit: shared.config.max_inflight_ingests,
             })?;
+        let pending = read(&shared.view).frozen.len();
+        if pending >= shared.config.max_pending_uploads {
+            return Err(StorageError::UploadBacklog { pending });
+        }
         if request.labels.get(NAME_LABEL).is_none_or(str::is_empty) {
             // Checked before logging so a request the engine must refuse
             // never reaches the WAL.
