@@ -147,6 +147,14 @@ async function main() {
     assert.match(tip, /Self/);
     await screenshot(page, '03-flamegraph');
 
+    step = 'sort the top table by cumulative value';
+    await page.locator('#top-table th', { hasText: /^Cum\.( ▼| ▲)?$/ }).click();
+    assert.match(await page.locator('#top-table th.sorted').textContent(), /Cum\. ▼/);
+    assert.match(await page.locator('#top-table tbody tr').first().textContent(), /main\.busyLoop/);
+    await page.locator('#top-table th', { hasText: /^Cum\. ▼$/ }).click();
+    assert.match(await page.locator('#top-table th.sorted').textContent(), /Cum\. ▲/);
+    await page.locator('#top-table th', { hasText: /^Flat( ▼| ▲)?$/ }).click();
+
     step = 'search highlights the expected function';
     await page.locator('#search').fill('main.busyLoop');
     await page.waitForFunction(() => / frames? /.test(document.querySelector('#search-summary').textContent));
@@ -201,6 +209,22 @@ async function main() {
     assert.match(params.get('to'), /^\d{13}$/);
     assert.ok(await page.locator('#top-table tbody tr', { hasText: 'main.busyLoop' }).count(), 'the narrowed range still has the profile');
     await screenshot(page, '06-brushed');
+
+    step = 'set an absolute range';
+    await page.locator('#selection-a .range-label').click();
+    const absolute = page.locator('#selection-a .absolute-range');
+    await absolute.waitFor();
+    const fromValue = await absolute.locator('input').first().inputValue();
+    assert.match(fromValue, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$/);
+    const widerFrom = new Date(Date.now() - 20 * 60000);
+    const pad = (n) => String(n).padStart(2, '0');
+    const local = `${widerFrom.getFullYear()}-${pad(widerFrom.getMonth() + 1)}-${pad(widerFrom.getDate())}T${pad(
+      widerFrom.getHours(),
+    )}:${pad(widerFrom.getMinutes())}:00`;
+    await absolute.locator('input').first().fill(local);
+    await afterRun(page, () => absolute.locator('button', { hasText: 'Apply' }).click());
+    assert.equal(new URL(page.url()).searchParams.get('from'), String(new Date(local).getTime()));
+    assert.ok(await page.locator('#top-table tbody tr', { hasText: 'main.busyLoop' }).count(), 'the absolute range has the profile');
 
     step = 'download the merged pprof';
     const href = await page.locator('#download-a').getAttribute('href');
