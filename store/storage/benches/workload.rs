@@ -354,6 +354,8 @@ fn main() {
     let mut config = StoreConfig::new(root.path().join("data"), "bench");
     config.background = false;
     config.max_inflight_ingests = concurrency * 2;
+    // Room for every block of the workload, so warm queries measure merging.
+    config.block_cache_bytes = 1 << 30;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -169,9 +169,17 @@ impl Store {
                 return Ok(());
             };
             if frozen.head.is_empty() {
+                // Its segments hold only records the engine refused.
                 write(&shared.view)
                     .frozen
                     .retain(|f| !Arc::ptr_eq(f, &frozen));
+                let cleaner = Arc::clone(shared);
+                let (first, end) = (frozen.first_segment, frozen.end_segment);
+                tokio::task::spawn_blocking(move || {
+                    cleaner.wal.remove_segments(|id| first <= id && id < end)
+                })
+                .await
+                .map_err(|e| StorageError::task("WAL cleanup", e))??;
                 continue;
             }
             let encoder = Arc::clone(&frozen);
