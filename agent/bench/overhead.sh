@@ -33,7 +33,7 @@ ticks="$(getconf CLK_TCK)"
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 metric() { awk -v m="$1" '$1 == m { print $2 }' "$2"; }
 
-printf '%-6s %-10s %-12s %-14s %-12s %s\n' Hz "cpu_%core" peak_rss_MiB bpf_ns/sample samples profiles
+printf '%-6s %-10s %-9s %-14s %-14s %-10s %s\n' Hz "cpu_%core" rss_MiB peak_rss_MiB bpf_ns/sample samples profiles
 for hz in "${frequencies[@]}"; do
   port=$((17000 + hz))
   "$agent" --all --frequency "$hz" --drain-interval 10s --output-dir "$work/out-$hz" \
@@ -47,6 +47,7 @@ for hz in "${frequencies[@]}"; do
   end_ns="$(date +%s%N)"
   curl -s "http://127.0.0.1:$port/metrics" >"$work/metrics-$hz" || true
   peak_kib="$(awk '/^VmHWM:/ { print $2 }' "/proc/$apid/status")"
+  rss_kib="$(awk '/^VmRSS:/ { print $2 }' "/proc/$apid/status")"
   kill -TERM "$apid"
   wait "$apid" || true
   run_ns="$(metric kiln_agent_bpf_run_time_ns_total "$work/metrics-$hz")"
@@ -54,9 +55,9 @@ for hz in "${frequencies[@]}"; do
   samples="$(metric kiln_agent_samples_total "$work/metrics-$hz")"
   profiles="$(ls "$work/out-$hz" | wc -l)"
   awk -v hz="$hz" -v dt="$((end_ticks - start_ticks))" -v tk="$ticks" -v ns="$((end_ns - start_ns))" \
-      -v peak="$peak_kib" -v rn="${run_ns:-0}" -v r="${runs:-0}" -v s="${samples:-0}" -v p="$profiles" 'BEGIN {
+      -v peak="$peak_kib" -v rss="$rss_kib" -v rn="${run_ns:-0}" -v r="${runs:-0}" -v s="${samples:-0}" -v p="$profiles" 'BEGIN {
     cpu = 100 * (dt / tk) / (ns / 1e9)
     per = (r > 0) ? rn / r : 0
-    printf "%-6d %-10.2f %-12.1f %-14.0f %-12d %d\n", hz, cpu, peak / 1024, per, s, p
+    printf "%-6d %-10.2f %-9.1f %-14.1f %-14.0f %-10d %d\n", hz, cpu, rss / 1024, peak / 1024, per, s, p
   }'
 done

@@ -175,9 +175,13 @@ impl<S: TargetSource> Collector<S> {
             .cached_processes
             .set(self.processes.cached_processes() as u64);
         self.metrics.queue_length.set(self.queue.len() as u64);
-        if self.processes.take_file_evictions() > 0 {
-            self.symbolizer.reset_file_state();
-        }
+        // blazesym keeps every ELF file it read mapped, and the symbol-table
+        // pages it touched stay resident. Names already found are cached by
+        // (build id, offset), so unmapping after each window costs little
+        // CPU and keeps RSS from growing with every binary ever seen.
+        // Evicted open files also invalidate its path-keyed state.
+        self.processes.take_file_evictions();
+        self.symbolizer.reset_file_state();
         Ok(())
     }
 

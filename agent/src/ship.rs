@@ -145,13 +145,16 @@ impl ShipQueue {
         self.notify.notify_one();
     }
 
-    fn pop(&self) -> Option<ShipItem> {
-        self.with_queue(BoundedQueue::pop)
+    fn pop_batch(&self, max: usize) -> Vec<ShipItem> {
+        self.with_queue(|q| std::iter::from_fn(|| q.pop()).take(max).collect())
     }
 
-    fn requeue(&self, item: ShipItem) {
-        if !self.with_queue(|q| q.push_front_if_room(item)) {
-            self.metrics.add_drop("queue_full", 1);
+    /// Puts a failed batch back in front, oldest first, as room allows.
+    fn requeue(&self, batch: Vec<ShipItem>) {
+        for item in batch.into_iter().rev() {
+            if !self.with_queue(|q| q.push_front_if_room(item)) {
+                self.metrics.add_drop("queue_full", 1);
+            }
         }
     }
 
@@ -244,25 +247,33 @@ impl ShipError {
     }
 }
 
-/// The WriteRaw request carrying one profile.
-pub fn write_raw_request(item: &ShipItem) -> parca::WriteRawRequest {
+/// Most profiles sent in one WriteRaw request (one series each): a window
+/// of `--all` yields one profile per process, and one request per process
+/// would cost a round trip each.
+pub const MAX_BATCH: usize = 64;
+
+/// The WriteRaw request carrying a batch of profiles, one series each.
+pub fn write_raw_request(items: &[ShipItem]) -> parca::WriteRawRequest {
     parca::WriteRawRequest {
-        series: vec![parca::RawProfileSeries {
-            labels: Some(parca::LabelSet {
-                labels: item
-                    .labels
-                    .iter()
-                    .map(|(name, value)| parca::Label {
-                        name: name.clone(),
-                        value: value.clone(),
-                    })
-                    .collect(),
-            }),
-            samples: vec![parca::RawSample {
-                raw_profile: item.pprof_gzip.clone(),
-                executable_info: Vec::new(),
-            }],
-        }],
+        series: items
+            .iter()
+            .map(|item| parca::RawProfileSeries {
+                labels: Some(parca::LabelSet {
+                    labels: item
+                        .labels
+                        .iter()
+                        .map(|(name, value)| parca::Label {
+                            name: name.clone(),
+                            value: value.clone(),
+                        })
+                        .collect(),
+                }),
+                samples: vec![parca::RawSample {
+                    raw_profile: item.pprof_gzip.clone(),
+                    executable_info: Vec::new(),
+                }],
+            })
+            .collect(),
         normalized: false,
         ..parca::WriteRawRequest::default()
     }
@@ -279,7 +290,8 @@ pub async fn run_shipper(
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     let mut client = None;
     loop {
-        let Some(item) = queue.pop() else {
+        let batch = queue.pop_batch(MAX_BATCH);
+        if batch.is_empty() {
             if *shutdown.borrow() {
                 return;
             }
@@ -288,29 +300,29 @@ pub async fn run_shipper(
                 _ = shutdown.changed() => {}
             }
             continue;
-        };
+        }
         let result = match &sink {
-            Sink::Directory(dir) => write_file(dir, &item).await,
-            Sink::Store { endpoint } => send_write_raw(endpoint, &mut client, &item).await,
+            Sink::Directory(dir) => write_files(dir, &batch).await,
+            Sink::Store { endpoint } => send_write_raw(endpoint, &mut client, &batch).await,
         };
         match result {
             Ok(()) => {
                 backoff.reset();
-                metrics.profiles_shipped.inc();
+                metrics.profiles_shipped.add(batch.len() as u64);
             }
             Err(error) => {
                 metrics.add_ship_error(error.reason());
                 tracing::warn!(%error, "shipping a profile failed");
                 client = None;
                 if !error.is_retryable() {
-                    metrics.add_drop("rejected", 1);
+                    metrics.add_drop("rejected", batch.len() as u64);
                     continue;
                 }
                 if *shutdown.borrow() {
-                    metrics.add_drop("shutdown", 1 + queue.len() as u64);
+                    metrics.add_drop("shutdown", (batch.len() + queue.len()) as u64);
                     return;
                 }
-                queue.requeue(item);
+                queue.requeue(batch);
                 let delay = backoff.next_delay(jitter());
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
@@ -319,6 +331,15 @@ pub async fn run_shipper(
             }
         }
     }
+}
+
+/// Writes every file of the batch; files already written before a failure
+/// are rewritten identically on retry.
+async fn write_files(dir: &std::path::Path, batch: &[ShipItem]) -> Result<(), ShipError> {
+    for item in batch {
+        write_file(dir, item).await?;
+    }
+    Ok(())
 }
 
 async fn write_file(dir: &std::path::Path, item: &ShipItem) -> Result<(), ShipError> {
@@ -342,7 +363,7 @@ type StoreClient =
 async fn send_write_raw(
     endpoint: &str,
     client: &mut Option<StoreClient>,
-    item: &ShipItem,
+    batch: &[ShipItem],
 ) -> Result<(), ShipError> {
     if client.is_none() {
         let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
@@ -359,7 +380,7 @@ async fn send_write_raw(
         return Ok(());
     };
     client
-        .write_raw(write_raw_request(item))
+        .write_raw(write_raw_request(batch))
         .await
         .map(|_| ())
         .map_err(|status| ShipError::Rpc {
@@ -413,19 +434,21 @@ mod tests {
     }
 
     #[test]
-    fn write_raw_request_carries_labels_and_the_raw_profile() {
-        let item = ShipItem {
+    fn write_raw_request_carries_one_series_per_profile_with_labels_and_bytes() {
+        let item = |pid: &str| ShipItem {
             labels: vec![
                 ("__name__".into(), "process_cpu".into()),
-                ("node".into(), "n".into()),
+                ("pid".into(), pid.into()),
             ],
             pprof_gzip: vec![0x1f, 0x8b],
-            file_stem: "x".into(),
+            file_stem: pid.into(),
         };
-        let request = write_raw_request(&item);
-        let series = &request.series[0];
+        let request = write_raw_request(&[item("1"), item("2")]);
+        assert_eq!(request.series.len(), 2);
+        let series = &request.series[1];
         let labels = &series.labels.as_ref().expect("labels set").labels;
         assert_eq!(labels[0].name, "__name__");
+        assert_eq!(labels[1].value, "2");
         assert_eq!(series.samples[0].raw_profile, vec![0x1f, 0x8b]);
         assert!(!request.normalized);
     }
