@@ -54,6 +54,19 @@ fn ui_shows_selects_zooms_searches_and_compares_profiles_in_chromium() {
     };
 
     let store = store_process::StoreProcess::start(&store_binary);
+    // The store must serve exactly the assets in this checkout; a stale
+    // binary would test an old UI.
+    for path in kiln_ui::asset_paths() {
+        let embedded = kiln_ui::asset(path).expect("listed assets are served");
+        let served = store_process::http_get(store.port(), &format!("/{path}"));
+        assert!(
+            served
+                .as_ref()
+                .is_some_and(|(status, body)| *status == 200 && body == embedded.bytes),
+            "{} does not serve /{path} as embedded in this checkout; rebuild it with `cargo build -p kiln-store`",
+            store_binary.display()
+        );
+    }
     let artifacts = prerequisites::target_dir().join("ui-artifacts");
     std::fs::create_dir_all(&artifacts).expect("artifact directory can be created");
     eprintln!("UI screenshots: {}", artifacts.display());

@@ -38,6 +38,7 @@ export class TimelineChart {
     this.data = timeline;
     this.range = range;
     this.unit = unit || '';
+    this.hoverStep = -1;
     this.draw();
   }
 

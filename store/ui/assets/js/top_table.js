@@ -8,9 +8,9 @@ const MAX_ROWS = 1000;
 const SINGLE_COLUMNS = [
   { key: 'name', label: 'Function', numeric: false },
   { key: 'flat', label: 'Flat', numeric: true },
-  { key: 'flatShare', label: 'Flat %', numeric: true, narrow: true },
+  { key: 'flatShare', label: 'Flat%', numeric: true, narrow: true },
   { key: 'cumulative', label: 'Cum.', numeric: true },
-  { key: 'cumulativeShare', label: 'Cum. %', numeric: true, narrow: true },
+  { key: 'cumulativeShare', label: 'Cum%', numeric: true, narrow: true },
 ];
 
 const DIFF_COLUMNS = [

@@ -47,6 +47,11 @@ impl StoreProcess {
         store
     }
 
+    /// The loopback port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// `http://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
@@ -78,17 +83,30 @@ impl StoreProcess {
 
 /// The status code of a plain GET, or `None` when nothing answers.
 pub fn http_status(port: u16, path: &str) -> Option<u16> {
+    http_get(port, path).map(|(status, _)| status)
+}
+
+/// Status and body of a plain HTTP/1.1 GET (the store sends
+/// `Content-Length` bodies), or `None` when nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, Vec<u8>)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
-    let mut head = [0u8; 12];
-    stream.read_exact(&mut head).ok()?;
-    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let status = std::str::from_utf8(response.get(9..12)?)
+        .ok()?
+        .parse()
+        .ok()?;
+    let body_start = response.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    Some((status, response.split_off(body_start)))
 }
 
 impl Drop for StoreProcess {
