@@ -219,7 +219,11 @@ fn persistent_storage_uses_a_claim_template_and_ephemeral_an_empty_dir() {
         claim_spec.resources.unwrap().requests.unwrap()["storage"].0,
         "20Gi"
     );
-    assert!(set.spec.template.spec.clone().unwrap().volumes.is_none());
+    let volumes = set.spec.template.spec.clone().unwrap().volumes.unwrap();
+    assert!(
+        volumes.iter().all(|v| v.name != "data"),
+        "data comes from the claim template"
+    );
     assert_eq!(set.spec.service_name.as_deref(), Some("main-headless"));
 
     let ephemeral = profile_store(serde_json::json!({"storage": {"ephemeral": true}}));

@@ -441,3 +441,40 @@ async fn target_with_reserved_label_is_not_reconciled() {
     );
     assert_eq!(condition(&object, "Ready")["status"], "False");
 }
+
+#[tokio::test]
+async fn grown_storage_expands_existing_claims_once() {
+    let (fake, ctx) = setup(&store_json(
+        json!({"storage": {"size": "20Gi"}}),
+        &["kiln.dev/agent-rbac"],
+    ));
+    let claim_path = "/api/v1/namespaces/kiln/persistentvolumeclaims/data-main-0";
+    fake.put(
+        claim_path,
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data-main-0", "namespace": "kiln"},
+        "spec": {"resources": {"requests": {"storage": "10Gi"}}}}),
+    );
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        fake.get(claim_path).unwrap()["spec"]["resources"]["requests"]["storage"],
+        "20Gi"
+    );
+    // The API server may print the new size in other units; that is not a reason to patch again.
+    let mut claim = fake.get(claim_path).unwrap();
+    claim["spec"]["resources"]["requests"]["storage"] = json!("20480Mi");
+    fake.put(claim_path, claim);
+    fake.clear_calls();
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert!(
+        !write_paths(&fake)
+            .iter()
+            .any(|w| w.contains("persistentvolumeclaims")),
+        "{:?}",
+        write_paths(&fake)
+    );
+}

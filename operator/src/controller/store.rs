@@ -232,7 +232,12 @@ async fn expand_claims(
             .and_then(|resources| resources.requests.as_ref())
             .and_then(|requests| requests.get("storage"))
             .map(|quantity| quantity.0.as_str());
-        if current == Some(wanted.as_str()) {
+        // Compare sizes, not spellings: the API server may print `10240Mi` as `10Gi`.
+        let current_bytes = current.and_then(store_objects::quantity_to_bytes);
+        let wanted_bytes = store_objects::quantity_to_bytes(wanted);
+        if current == Some(wanted.as_str())
+            || matches!((current_bytes, wanted_bytes), (Some(have), Some(want)) if have >= want)
+        {
             continue;
         }
         let name = claim.name_any();

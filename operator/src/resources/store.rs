@@ -232,11 +232,19 @@ pub fn stateful_set(
                 .clone()
                 .unwrap_or_else(default_store_resources),
         ),
-        volume_mounts: Some(vec![VolumeMount {
-            name: DATA_VOLUME.to_owned(),
-            mount_path: DATA_DIR.to_owned(),
-            ..VolumeMount::default()
-        }]),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: DATA_VOLUME.to_owned(),
+                mount_path: DATA_DIR.to_owned(),
+                ..VolumeMount::default()
+            },
+            // The root filesystem is read-only; scratch files go to an emptyDir.
+            VolumeMount {
+                name: "tmp".to_owned(),
+                mount_path: "/tmp".to_owned(),
+                ..VolumeMount::default()
+            },
+        ]),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             read_only_root_filesystem: Some(true),
@@ -248,13 +256,18 @@ pub fn stateful_set(
         }),
         ..Container::default()
     };
+    let tmp_volume = Volume {
+        name: "tmp".to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    };
     let (volumes, claim_templates) = if spec.storage.ephemeral {
         let volume = Volume {
             name: DATA_VOLUME.to_owned(),
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Volume::default()
         };
-        (Some(vec![volume]), None)
+        (vec![volume, tmp_volume], None)
     } else {
         let claim = PersistentVolumeClaim {
             metadata: ObjectMeta {
@@ -276,7 +289,7 @@ pub fn stateful_set(
             }),
             ..PersistentVolumeClaim::default()
         };
-        (None, Some(vec![claim]))
+        (vec![tmp_volume], Some(vec![claim]))
     };
     let pod_meta = ObjectMeta {
         labels: Some(common_labels(names, "store")),
@@ -313,7 +326,7 @@ pub fn stateful_set(
                         }),
                         ..PodSecurityContext::default()
                     }),
-                    volumes,
+                    volumes: Some(volumes),
                     ..PodSpec::default()
                 }),
             },
