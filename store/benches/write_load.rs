@@ -1,0 +1,214 @@
+//! Load benchmark: concurrent gRPC WriteRaw writers against a real
+//! `kiln-store` process on loopback. Reports accepted profiles per second
+//! and write latency percentiles.
+//!
+//! `cargo bench -p kiln-store --bench write_load`
+//! Knobs (environment): KILN_BENCH_WRITERS (default 32), KILN_BENCH_SECONDS
+//! (default 10), KILN_BENCH_SAMPLES (samples per profile, default 200).
+
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kiln_api::parca::profilestore::v1alpha1::profile_store_service_client::ProfileStoreServiceClient;
+use kiln_api::parca::profilestore::v1alpha1::{
+    Label, LabelSet, RawProfileSeries, RawSample, WriteRawRequest,
+};
+use kiln_pprof::{FunctionSpec, ProfileBuilder, encode_gzip};
+
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// An agent-like 10 s CPU profile: `samples` distinct stacks, 16 to 40
+/// frames deep over a pool of 400 functions, with mappings and addresses.
+fn agent_like_profile(samples: usize, seed: u64) -> Vec<u8> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as i64;
+    let mut builder = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
+    builder
+        .period("cpu", "nanoseconds", 52_631_578)
+        .time(now, 10_000_000_000);
+    let mapping = builder.mapping(&kiln_pprof::MappingSpec {
+        memory_start: 0x400000,
+        memory_limit: 0x900000,
+        filename: "/usr/bin/checkout-service".into(),
+        build_id: "5f2b1c3d4e5f60718293a4b5c6d7e8f901234567".into(),
+        has_functions: true,
+        ..Default::default()
+    });
+    let functions: Vec<u64> = (0..400)
+        .map(|i| {
+            builder.function(&FunctionSpec {
+                name: format!("checkout::service::module_{}::function_{i}", i % 23),
+                filename: format!("src/module_{}.rs", i % 23),
+                ..Default::default()
+            })
+        })
+        .collect();
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) as usize
+    };
+    for _ in 0..samples {
+        let depth = 16 + next() % 25;
+        let stack: Vec<u64> = (0..depth)
+            .map(|level| {
+                let f = if level > depth - 6 { level } else { next() % 400 };
+                builder.location(
+                    mapping,
+                    0x400000 + (f as u64) * 0x40 + (level as u64 % 4),
+                    &[(functions[f], (level + 1) as i64)],
+                )
+            })
+            .collect();
+        let count = 1 + (next() % 5) as i64;
+        builder.sample(&stack, &[count, count * 52_631_578], &[]);
+    }
+    encode_gzip(&builder.finish())
+}
+
+fn main() {
+    let writers = env_number("KILN_BENCH_WRITERS", 32);
+    let seconds = env_number("KILN_BENCH_SECONDS", 10) as u64;
+    let samples = env_number("KILN_BENCH_SAMPLES", 200);
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port");
+    let data_dir = tempfile::tempdir().expect("temp dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln-store"))
+        .args(["--listen", &addr.to_string(), "--max-inflight", "1024"])
+        .arg("--data-dir")
+        .arg(data_dir.path())
+        .env("KILN_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn kiln-store");
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let profiles: Vec<Vec<u8>> = (0..16)
+        .map(|seed| agent_like_profile(samples, seed))
+        .collect();
+    let profile_bytes = profiles[0].len();
+    let result = runtime.block_on(async move {
+        let url = format!("http://{addr}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let channel = loop {
+            match tonic::transport::Endpoint::from_shared(url.clone())
+                .expect("url")
+                .connect()
+                .await
+            {
+                Ok(channel) => break channel,
+                Err(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("cannot connect: {e}"),
+            }
+        };
+        // Wait for readiness with a cheap request that must succeed.
+        let warmup = WriteRawRequest {
+            series: vec![series(0, profiles[0].clone())],
+            ..Default::default()
+        };
+        loop {
+            let mut client = ProfileStoreServiceClient::new(channel.clone());
+            if client.write_raw(warmup.clone()).await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let start = Instant::now();
+        let end = start + Duration::from_secs(seconds);
+        let mut tasks = Vec::new();
+        for writer in 0..writers {
+            let channel = channel.clone();
+            let profiles = profiles.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut client = ProfileStoreServiceClient::new(channel);
+                let mut latencies = Vec::new();
+                let mut errors = 0u64;
+                let mut i = writer;
+                while Instant::now() < end {
+                    let request = WriteRawRequest {
+                        series: vec![series(i % 500, profiles[i % profiles.len()].clone())],
+                        ..Default::default()
+                    };
+                    let sent = Instant::now();
+                    match client.write_raw(request).await {
+                        Ok(_) => latencies.push(sent.elapsed()),
+                        Err(_) => errors += 1,
+                    }
+                    i += writers;
+                }
+                (latencies, errors)
+            }));
+        }
+        let mut latencies = Vec::new();
+        let mut errors = 0;
+        for task in tasks {
+            let (l, e) = task.await.expect("writer task");
+            latencies.extend(l);
+            errors += e;
+        }
+        (latencies, errors, start.elapsed())
+    });
+    let (mut latencies, errors, elapsed) = result;
+    // SAFETY: kill(2) on the child we spawned and have not reaped.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let _ = child.wait();
+    latencies.sort_unstable();
+    let percentile = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    let accepted = latencies.len();
+    println!(
+        "writers={writers} samples/profile={samples} profile_bytes={profile_bytes} seconds={:.1}",
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "accepted={accepted} errors={errors} profiles/s={:.0} p50={:.2}ms p99={:.2}ms max={:.2}ms",
+        accepted as f64 / elapsed.as_secs_f64(),
+        percentile(0.50),
+        percentile(0.99),
+        percentile(1.0),
+    );
+}
+
+fn series(target: usize, profile: Vec<u8>) -> RawProfileSeries {
+    let label = |name: &str, value: String| Label {
+        name: name.into(),
+        value,
+    };
+    RawProfileSeries {
+        labels: Some(LabelSet {
+            labels: vec![
+                label("__name__", "parca_agent".into()),
+                label("namespace", format!("team-{}", target % 10)),
+                label("pod", format!("checkout-{target}")),
+                label("container", "app".into()),
+                label("node", format!("node-{}", target % 7)),
+            ],
+        }),
+        samples: vec![RawSample {
+            raw_profile: profile,
+            executable_info: vec![],
+        }],
+    }
+}
