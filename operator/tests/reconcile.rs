@@ -478,3 +478,73 @@ async fn grown_storage_expands_existing_claims_once() {
         write_paths(&fake)
     );
 }
+
+#[tokio::test]
+async fn second_store_with_agents_leaves_the_nodes_to_the_older_one() {
+    let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
+    let mut older = store_json(json!({}), &["kiln.dev/agent-rbac"]);
+    older["metadata"]["name"] = json!("first");
+    older["metadata"]["namespace"] = json!("team-a");
+    older["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+    fake.put(
+        "/apis/kiln.dev/v1alpha1/namespaces/team-a/profilestores/first",
+        older,
+    );
+
+    let action = store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(60)));
+    let writes = write_paths(&fake);
+    assert!(
+        !writes
+            .iter()
+            .any(|w| w.contains("daemonsets") || w.contains("clusterrolebindings")),
+        "{writes:?}"
+    );
+    assert!(fake.get(STS_PATH).is_some(), "the store itself still runs");
+    let status_store = fake.get(STORE_PATH).unwrap();
+    assert_eq!(
+        condition(&status_store, "AgentsReady")["reason"],
+        "AgentsOwnedByOtherStore"
+    );
+    assert!(
+        condition(&status_store, "AgentsReady")["message"]
+            .as_str()
+            .unwrap()
+            .contains("team-a/first")
+    );
+
+    // A target pointing at the agent-less store says so.
+    fake.put(
+        TARGET_PATH,
+        target_json(json!({"storeRef": {"name": "main"}})),
+    );
+    target::reconcile(current_target(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        condition(&fake.get(TARGET_PATH).unwrap(), "Ready")["reason"],
+        "AgentsOwnedByOtherStore"
+    );
+}
+
+#[test]
+fn agent_owner_is_the_oldest_enabled_store_not_being_deleted() {
+    let parse = |value: Value| serde_json::from_value::<ProfileStore>(value).unwrap();
+    let mut a = store_json(json!({}), &[]);
+    a["metadata"]["name"] = json!("a");
+    a["metadata"]["creationTimestamp"] = json!("2026-03-01T00:00:00Z");
+    let mut b = store_json(json!({}), &[]);
+    b["metadata"]["name"] = json!("b");
+    b["metadata"]["creationTimestamp"] = json!("2026-02-01T00:00:00Z");
+    let mut disabled = store_json(json!({"agent": {"enabled": false}}), &[]);
+    disabled["metadata"]["name"] = json!("c");
+    disabled["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+    let stores = vec![parse(a.clone()), parse(b.clone()), parse(disabled)];
+    assert_eq!(store::agent_owner(&stores).as_deref(), Some("kiln/b"));
+    b["metadata"]["deletionTimestamp"] = json!("2026-04-01T00:00:00Z");
+    let stores = vec![parse(a), parse(b)];
+    assert_eq!(store::agent_owner(&stores).as_deref(), Some("kiln/a"));
+    assert_eq!(store::agent_owner(&[]), None);
+}

@@ -28,6 +28,31 @@ use crate::resources::{FIELD_MANAGER, StoreNames, agent, store as store_objects,
 
 /// Retry soon after deleting a StatefulSet whose immutable fields changed.
 const RECREATE_DELAY: Duration = Duration::from_secs(5);
+/// How often a store whose agents are blocked by another store checks whether it may take over.
+const AGENT_OWNER_RECHECK: Duration = Duration::from_secs(60);
+/// `AgentsReady` reason when another store's agents already cover the nodes.
+pub const AGENTS_OWNED_ELSEWHERE: &str = "AgentsOwnedByOtherStore";
+
+/// The store whose agents run, as `namespace/name`: among stores with agents enabled that are not
+/// being deleted, the oldest (then by namespace and name), so the choice is stable.
+pub fn agent_owner(stores: &[ProfileStore]) -> Option<String> {
+    stores
+        .iter()
+        .filter(|store| store.spec.agent.enabled && store.meta().deletion_timestamp.is_none())
+        .map(|store| {
+            let created = store
+                .meta()
+                .creation_timestamp
+                .as_ref()
+                .map(|time| time.0.as_second())
+                .unwrap_or(i64::MAX);
+            let namespace = store.meta().namespace.clone().unwrap_or_default();
+            let name = store.meta().name.clone().unwrap_or_default();
+            (created, namespace, name)
+        })
+        .min()
+        .map(|(_, namespace, name)| format!("{namespace}/{name}"))
+}
 
 /// Live state read back while applying, for the status.
 #[derive(Debug, Default)]
@@ -35,6 +60,8 @@ struct Observed {
     stateful_set: Option<StatefulSet>,
     daemon_set: Option<DaemonSet>,
     recreating: bool,
+    /// `namespace/name` of another store whose agents already run on every node.
+    agents_owned_by: Option<String>,
 }
 
 /// Entry point for the controller: finalizer handling around [`apply`] and [`cleanup`].
@@ -89,14 +116,29 @@ pub async fn apply(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, Re
         .await
         .map_err(|source| ReconcileError::kube("list ProfilingTargets", source))?;
     let aggregation = aggregate(&names, &listed.items);
-    match apply_children(&store, &names, &aggregation, ctx).await {
+    let agents_owned_by = if store.spec.agent.enabled {
+        let stores: Api<ProfileStore> = Api::all(ctx.client.clone());
+        let all = stores
+            .list(&ListParams::default())
+            .await
+            .map_err(|source| ReconcileError::kube("list ProfileStores", source))?;
+        agent_owner(&all.items)
+            .filter(|owner| *owner != format!("{}/{}", names.namespace, names.store))
+    } else {
+        None
+    };
+    match apply_children(&store, &names, &aggregation, agents_owned_by, ctx).await {
         Ok(observed) => {
             let recreating = observed.recreating;
+            let waiting_for_owner = observed.agents_owned_by.is_some();
             let status = observed_status(&store, &names, &observed, &aggregation);
             let conditions = desired_conditions(&store, &observed, &aggregation, None);
             patch_status_if_changed(&store, ctx, status, conditions, &names).await?;
             Ok(Action::requeue(if recreating {
                 RECREATE_DELAY
+            } else if waiting_for_owner {
+                // Take over soon after the owning store goes away.
+                AGENT_OWNER_RECHECK
             } else {
                 RESYNC
             }))
@@ -133,6 +175,7 @@ async fn apply_children(
     store: &ProfileStore,
     names: &StoreNames,
     aggregation: &Aggregation,
+    agents_owned_by: Option<String>,
     ctx: &Context,
 ) -> Result<Observed, ReconcileError> {
     let build = |source| ReconcileError::Build { source };
@@ -153,7 +196,10 @@ async fn apply_children(
 
     let desired_set =
         store_objects::stateful_set(store, names, &config, &ctx.defaults).map_err(build)?;
-    let mut observed = Observed::default();
+    let mut observed = Observed {
+        agents_owned_by,
+        ..Observed::default()
+    };
     expand_claims(store, names, ctx).await?;
     match apply_if_changed(&stateful_sets, &desired_set, ctx).await {
         Ok(applied) => observed.stateful_set = Some(applied.into_object()),
@@ -181,7 +227,7 @@ async fn apply_children(
         Err(other) => return Err(other),
     }
 
-    if store.spec.agent.enabled {
+    if store.spec.agent.enabled && observed.agents_owned_by.is_none() {
         let targets_map = targets::config_map(store, names, &aggregation.file).map_err(build)?;
         apply_if_changed(&config_maps, &targets_map, ctx).await?;
         let account = agent::service_account(store, names).map_err(build)?;
@@ -349,6 +395,14 @@ fn desired_conditions(
             AGENTS_READY,
             "AgentsDisabled",
             "spec.agent.enabled is false",
+        ),
+        (true, _) if observed.agents_owned_by.is_some() => DesiredCondition::fails(
+            AGENTS_READY,
+            AGENTS_OWNED_ELSEWHERE,
+            format!(
+                "the agents of ProfileStore {} already run on every node; one agent per node ships to one store",
+                observed.agents_owned_by.as_deref().unwrap_or("")
+            ),
         ),
         (true, Some(status))
             if status.desired_number_scheduled > 0

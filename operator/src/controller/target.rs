@@ -80,6 +80,16 @@ async fn reconcile_inner(
             ),
             STORE_MISSING_RECHECK,
         ),
+        (Ok(_), Some(store)) if agents_elsewhere(store) => (
+            DesiredCondition::fails(
+                READY,
+                super::store::AGENTS_OWNED_ELSEWHERE,
+                format!(
+                    "ProfileStore {store_label} has no agents of its own; point the target at the store that runs them"
+                ),
+            ),
+            RESYNC,
+        ),
         (Ok(_), Some(store)) if !store.spec.agent.enabled => (
             DesiredCondition::fails(
                 READY,
@@ -126,4 +136,15 @@ async fn reconcile_inner(
         ctx.metrics.wrote("ProfilingTarget", "status");
     }
     Ok(Action::requeue(requeue))
+}
+
+/// True when the store reports that another store's agents cover the nodes.
+fn agents_elsewhere(store: &ProfileStore) -> bool {
+    store
+        .status
+        .as_ref()
+        .map(|status| status.conditions.iter())
+        .into_iter()
+        .flatten()
+        .any(|condition| condition.reason == super::store::AGENTS_OWNED_ELSEWHERE)
 }
