@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use hashbrown::HashMap;
 
-use super::format::{ContainerWriter, SectionKind, write_blob};
+use super::format::{BlobCompressor, ContainerWriter, SectionKind, write_blob};
 use super::rollup::{ROLLUP_WINDOWS_MS, levels_for_span, window_start};
 use super::{BlobRef, COLUMN_CHUNK_MS, encode_meta, encode_postings, tables, write_blob_ref};
 use crate::columns::encode_points;
@@ -47,7 +47,10 @@ pub fn encode_block(
     let levels = levels_for_span(min_ms, max_ms);
     let mut symbols = SymbolTable::new();
     let mut translator = SymbolTranslator::new(&head.symbols);
-    let mut data: Vec<u8> = Vec::new();
+    let mut data = DataWriter {
+        bytes: Vec::new(),
+        compressor: BlobCompressor::new()?,
+    };
     let mut directory = Writer::new();
     directory.varint(order.len() as u64);
     let mut index = LabelIndex::new();
@@ -98,7 +101,7 @@ pub fn encode_block(
     container.add(SectionKind::Series, directory.into_vec(), true)?;
     container.add(SectionKind::Postings, postings, true)?;
     // Blobs inside are compressed one by one so queries decompress only what they read.
-    container.add(SectionKind::Data, data, false)?;
+    container.add(SectionKind::Data, data.bytes, false)?;
     let bytes = container.finish();
     let meta = BlockMeta {
         size_bytes: bytes.len() as u64,
@@ -147,13 +150,21 @@ impl EncodedSeries {
     }
 }
 
-fn push_blob(raw: &[u8], data: &mut Vec<u8>) -> Result<BlobRef, BlockError> {
-    let offset = data.len();
-    write_blob(raw, data)?;
-    Ok(BlobRef {
-        offset,
-        len: data.len() - offset,
-    })
+/// The data section being built, with one zstd context for all blobs.
+struct DataWriter {
+    bytes: Vec<u8>,
+    compressor: BlobCompressor,
+}
+
+impl DataWriter {
+    fn push_blob(&mut self, raw: &[u8]) -> Result<BlobRef, BlockError> {
+        let offset = self.bytes.len();
+        write_blob(raw, &mut self.compressor, &mut self.bytes)?;
+        Ok(BlobRef {
+            offset,
+            len: self.bytes.len() - offset,
+        })
+    }
 }
 
 type ColumnKey = (u32, u32);
@@ -165,7 +176,7 @@ fn encode_series(
     translator: &mut SymbolTranslator,
     levels: &[u8],
     block_min_ms: i64,
-    data: &mut Vec<u8>,
+    data: &mut DataWriter,
 ) -> Result<EncodedSeries, BlockError> {
     let mut columns: HashMap<ColumnKey, Vec<(i64, i64)>> = HashMap::new();
     let mut totals: BTreeMap<i64, (i64, u64)> = BTreeMap::new();
@@ -229,7 +240,7 @@ fn encode_series(
             w.varint(u64::from(*labels));
             encode_points(&points[start..end], chunk, &mut w);
         }
-        column_blobs.push((chunk, push_blob(w.as_slice(), data)?));
+        column_blobs.push((chunk, data.push_blob(w.as_slice())?));
         i = group_end;
     }
 
@@ -243,7 +254,7 @@ fn encode_series(
         w.varint(count);
         previous = ts;
     }
-    let totals_blob = push_blob(w.as_slice(), data)?;
+    let totals_blob = data.push_blob(w.as_slice())?;
     let min_ms = totals.keys().next().copied().unwrap_or(block_min_ms);
     let max_ms = totals.keys().next_back().copied().unwrap_or(block_min_ms);
 
@@ -281,7 +292,7 @@ fn encode_series(
                 .take_while(|e| window_start(e.0, chunk_ms) == chunk)
                 .count();
             let blob = encode_rollup_chunk(&entries[i..chunk_end], chunk, window);
-            rollups.push((level, chunk, push_blob(blob.as_slice(), data)?));
+            rollups.push((level, chunk, data.push_blob(blob.as_slice())?));
             i = chunk_end;
         }
     }

@@ -252,11 +252,37 @@ pub(crate) fn decompress(
     Ok(out)
 }
 
+/// A reusable zstd context: creating one per blob costs more than compressing small blobs.
+pub(crate) struct BlobCompressor(zstd::bulk::Compressor<'static>);
+
+impl std::fmt::Debug for BlobCompressor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BlobCompressor")
+    }
+}
+
+impl BlobCompressor {
+    pub(crate) fn new() -> Result<Self, BlockError> {
+        zstd::bulk::Compressor::new(ZSTD_LEVEL)
+            .map(Self)
+            .map_err(|source| BlockError::Compress {
+                what: "zstd context",
+                source,
+            })
+    }
+}
+
 /// Compresses a blob inside the data section: `codec byte [raw len] payload`.
-pub(crate) fn write_blob(raw: &[u8], out: &mut Vec<u8>) -> Result<(), BlockError> {
+pub(crate) fn write_blob(
+    raw: &[u8],
+    compressor: &mut BlobCompressor,
+    out: &mut Vec<u8>,
+) -> Result<(), BlockError> {
     if raw.len() > 128 {
-        let packed =
-            zstd::bulk::compress(raw, ZSTD_LEVEL).map_err(|source| BlockError::Compress {
+        let packed = compressor
+            .0
+            .compress(raw)
+            .map_err(|source| BlockError::Compress {
                 what: "data blob",
                 source,
             })?;

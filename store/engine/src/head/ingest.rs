@@ -336,6 +336,7 @@ struct ProfileInterner<'p> {
     function_positions: PositionById,
     functions: Vec<u32>,
     mappings: HashMap<u64, u32>,
+    nodes: HashMap<u64, u32>,
     lines: Vec<Line>,
     label_sets: HashMap<Vec<[i64; 4]>, u32>,
     label_scratch: Vec<[i64; 4]>,
@@ -352,6 +353,7 @@ impl<'p> ProfileInterner<'p> {
             function_positions: PositionById::build(profile.functions().iter().map(|f| f.id)),
             functions: vec![UNSEEN; profile.functions().len()],
             mappings: HashMap::new(),
+            nodes: HashMap::new(),
             lines: Vec::new(),
             label_sets: HashMap::new(),
             label_scratch: Vec::new(),
@@ -439,8 +441,18 @@ impl<'p> ProfileInterner<'p> {
             let Some(position) = self.location_positions.get(id) else {
                 continue;
             };
-            let location = self.location(head, position);
-            node = head.symbols.intern_node(node, location);
+            // A small per-profile memo is far more cache-friendly than the
+            // head-wide node map, and samples share most of their frames.
+            let key = (u64::from(node) << 32) | position as u64;
+            node = match self.nodes.get(&key) {
+                Some(&known) => known,
+                None => {
+                    let location = self.location(head, position);
+                    let interned = head.symbols.intern_node(node, location);
+                    self.nodes.insert(key, interned);
+                    interned
+                }
+            };
         }
         node
     }

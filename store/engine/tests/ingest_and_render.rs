@@ -1,0 +1,302 @@
+//! Ingest normalization (labels, profile types, zero values, limits) and
+//! what a merge renders into (flame graph, top table, diff, timeline, pprof).
+
+#![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
+
+use kiln_engine::{
+    FlameNode, Head, IngestError, IngestLimits, Label, LabelSet, MatchOp, Matcher, MergedProfile,
+    ProfileType, QueryError, Queryable, Selector, TimeRange, Timeline, diff,
+};
+use kiln_pprof::{DecodeLimits, FunctionSpec, LabelValue, Profile, ProfileBuilder};
+
+const T: i64 = 1_700_000_000_000;
+const ALL: TimeRange = TimeRange {
+    start_ms: 0,
+    end_ms: i64::MAX,
+};
+
+fn labels(pairs: &[(&str, &str)]) -> LabelSet {
+    LabelSet::new(pairs.iter().map(|(n, v)| Label::new(*n, *v)).collect())
+}
+
+/// Stacks are root-last lists of function names; every location has one
+/// line except those named `a+b`, which hold two inlined lines (`a` innermost).
+fn build(stacks: &[(&[&str], [i64; 2], Vec<(&str, LabelValue)>)]) -> Profile {
+    let mut b = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
+    b.period("cpu", "nanoseconds", 10_000_000);
+    for (frames, values, sample_labels) in stacks {
+        let ids: Vec<u64> = frames
+            .iter()
+            .map(|frame| {
+                let lines: Vec<(u64, i64)> = frame
+                    .split('+')
+                    .map(|name| {
+                        let f = b.function(&FunctionSpec {
+                            name: name.into(),
+                            system_name: name.into(),
+                            ..FunctionSpec::default()
+                        });
+                        (f, 1)
+                    })
+                    .collect();
+                b.location(0, 0, &lines)
+            })
+            .collect();
+        let refs: Vec<(&str, LabelValue)> = sample_labels.iter().map(|(k, v)| (*k, v.clone())).collect();
+        b.sample(&ids, values, &refs);
+    }
+    Profile::validate(b.finish(), &DecodeLimits::default()).unwrap()
+}
+
+fn cpu_type(head: &Head) -> ProfileType {
+    head.profile_types(ALL).into_iter().find(|t| t.sample_type == "cpu").unwrap()
+}
+
+fn merge(head: &Head, matchers: Vec<Matcher>) -> MergedProfile {
+    let mut merged = MergedProfile::new();
+    let selector = Selector {
+        profile_type: cpu_type(head),
+        matchers,
+    };
+    head.merge_into(&selector, ALL, &mut merged).unwrap();
+    merged
+}
+
+#[test]
+fn string_labels_are_promoted_and_span_and_numeric_labels_stay_per_sample() {
+    let profile = build(&[
+        (&["leaf", "main"], [1, 10], vec![("handler", LabelValue::Str("/a".into()))]),
+        (&["leaf", "main"], [2, 20], vec![("pod", LabelValue::Str("inner".into()))]),
+        (&["other", "main"], [3, 30], vec![("span_id", LabelValue::Str("abc".into()))]),
+        (
+            &["alloc", "main"],
+            [4, 40],
+            vec![("bytes", LabelValue::Num { value: 512, unit: "bytes".into() })],
+        ),
+    ]);
+    let mut head = Head::new();
+    let series_labels = labels(&[("__name__", "process_cpu"), ("pod", "p1")]);
+    head.ingest(&profile, &series_labels, T, 10_000_000_000, &IngestLimits::default())
+        .unwrap();
+    let names = head.label_names(&[], ALL).unwrap();
+    assert!(names.contains(&"handler".to_owned()));
+    assert!(names.contains(&"exported_pod".to_owned()), "{names:?}");
+    assert!(!names.contains(&"span_id".to_owned()));
+    assert!(!names.contains(&"bytes".to_owned()));
+    assert_eq!(head.label_values("exported_pod", &[], ALL).unwrap(), vec!["inner"]);
+    let by_handler = merge(
+        &head,
+        vec![Matcher {
+            name: "handler".into(),
+            op: MatchOp::Equal,
+            value: "/a".into(),
+        }],
+    );
+    assert_eq!(by_handler.total(), 10);
+
+    // Span and numeric labels come back in pprof export.
+    let merged = merge(&head, vec![]);
+    assert_eq!(merged.total(), 100);
+    let exported = Profile::validate(merged.to_pprof(&cpu_type(&head)), &DecodeLimits::default()).unwrap();
+    let mut kept: Vec<String> = exported
+        .samples()
+        .iter()
+        .flat_map(|s| &s.label)
+        .map(|l| {
+            format!(
+                "{}={}{}{}",
+                exported.string(l.key),
+                exported.string(l.str),
+                l.num,
+                exported.string(l.num_unit)
+            )
+        })
+        .collect();
+    kept.sort();
+    assert_eq!(kept, vec!["bytes=512bytes", "span_id=abc0"]);
+}
+
+#[test]
+fn each_sample_type_is_a_profile_type_and_zero_values_are_dropped() {
+    let profile = build(&[(&["a"], [0, 5], vec![]), (&["b"], [0, 0], vec![])]);
+    let mut head = Head::new();
+    let stats = head
+        .ingest(&profile, &labels(&[("__name__", "process_cpu")]), T, 0, &IngestLimits::default())
+        .unwrap();
+    assert_eq!(stats.samples, 1);
+    assert_eq!(stats.zero_values_dropped, 3);
+    // `samples` had only zeros, so only `cpu` has a series; no duration, so no `:delta`.
+    let types: Vec<String> = head.profile_types(ALL).iter().map(ToString::to_string).collect();
+    assert_eq!(types, vec!["process_cpu:cpu:nanoseconds:cpu:nanoseconds"]);
+    assert_eq!(ProfileType::parse(&types[0]), Some(head.profile_types(ALL)[0].clone()));
+    assert_eq!(head.time_bounds(), Some((T, T)));
+    assert_eq!(head.profiles(), 1);
+}
+
+#[test]
+fn limit_violations_are_clear_errors_and_change_nothing() {
+    let profile = build(&[(&["a"], [1, 1], vec![("handler", LabelValue::Str("x".repeat(300)))])]);
+    let ok_labels = labels(&[("__name__", "process_cpu")]);
+    let cases: Vec<(LabelSet, IngestLimits, &str)> = vec![
+        (labels(&[("pod", "p")]), IngestLimits::default(), "missing_name"),
+        (ok_labels.clone(), IngestLimits::default(), ""),
+        (
+            ok_labels.clone(),
+            IngestLimits {
+                max_label_value_bytes: 100,
+                ..IngestLimits::default()
+            },
+            "label_value_too_long",
+        ),
+        (
+            labels(&[("__name__", "process_cpu"), (&"n".repeat(300), "v")]),
+            IngestLimits::default(),
+            "label_name_too_long",
+        ),
+        (
+            ok_labels.clone(),
+            IngestLimits {
+                max_labels_per_series: 2,
+                ..IngestLimits::default()
+            },
+            "too_many_labels",
+        ),
+        (
+            ok_labels.clone(),
+            IngestLimits {
+                max_series_per_profile_name: 1,
+                ..IngestLimits::default()
+            },
+            "too_many_series",
+        ),
+        (
+            ok_labels,
+            IngestLimits {
+                max_samples_per_profile: 0,
+                ..IngestLimits::default()
+            },
+            "too_many_samples",
+        ),
+    ];
+    for (series_labels, limits, reason) in cases {
+        let mut head = Head::new();
+        let result = head.ingest(&profile, &series_labels, T, 0, &limits);
+        if reason.is_empty() {
+            assert!(result.is_ok());
+            continue;
+        }
+        let error: IngestError = result.unwrap_err();
+        assert_eq!(error.reason(), reason, "{error}");
+        assert!(head.is_empty() && head.series_count() == 0 && head.profiles() == 0);
+    }
+}
+
+fn check_totals(node: &FlameNode) {
+    let children: i64 = node.children.iter().map(|c| c.total).sum();
+    assert_eq!(node.total, node.self_value + children);
+    node.children.iter().for_each(check_totals);
+}
+
+fn count(node: &FlameNode) -> usize {
+    1 + node.children.iter().map(count).sum::<usize>()
+}
+
+#[test]
+fn flamegraph_expands_inlined_frames_and_trims_without_losing_totals() {
+    let mut stacks: Vec<(&[&str], [i64; 2], Vec<(&str, LabelValue)>)> = vec![
+        (&["inner+outer", "main"], [1, 7], vec![]),
+        (&["main"], [1, 3], vec![]),
+    ];
+    let leaves: Vec<String> = (0..50).map(|i| format!("leaf{i}")).collect();
+    let leaf_stacks: Vec<[&str; 2]> = leaves.iter().map(|l| [l.as_str(), "main"]).collect();
+    for (i, stack) in leaf_stacks.iter().enumerate() {
+        stacks.push((stack, [1, i as i64 + 1], vec![]));
+    }
+    let profile = build(&stacks);
+    let mut head = Head::new();
+    head.ingest(&profile, &labels(&[("__name__", "process_cpu")]), T, 0, &IngestLimits::default())
+        .unwrap();
+    let merged = merge(&head, vec![]);
+    let full = merged.flamegraph(10_000);
+    assert_eq!(full.root.total, merged.total());
+    check_totals(&full.root);
+    // main -> outer -> inner: the inlined frame sits below its caller.
+    let name = |n: &FlameNode| full.names[n.name as usize].clone();
+    let main = &full.root.children[0];
+    let outer = main.children.iter().find(|c| name(c) == "outer").unwrap();
+    assert_eq!(name(&outer.children[0]), "inner");
+    assert_eq!(outer.children[0].self_value, 7);
+    assert_eq!(main.self_value, 3);
+
+    for budget in [1, 2, 3, 5, 10, 20] {
+        let trimmed = merged.flamegraph(budget);
+        assert!(trimmed.node_count <= budget.max(2), "{budget}: {}", trimmed.node_count);
+        assert_eq!(count(&trimmed.root), trimmed.node_count);
+        assert_eq!(trimmed.root.total, merged.total());
+        check_totals(&trimmed.root);
+    }
+}
+
+#[test]
+fn top_counts_recursion_once_and_diff_carries_both_sides() {
+    let profile = build(&[
+        (&["f", "f", "main"], [1, 5], vec![]),
+        (&["g", "main"], [1, 2], vec![]),
+    ]);
+    let mut head = Head::new();
+    head.ingest(&profile, &labels(&[("__name__", "process_cpu")]), T, 0, &IngestLimits::default())
+        .unwrap();
+    let merged = merge(&head, vec![]);
+    let top = merged.top(10);
+    let f = top.iter().find(|e| e.name == "f").unwrap();
+    assert_eq!((f.flat, f.cumulative), (5, 5));
+    let main = top.iter().find(|e| e.name == "main").unwrap();
+    assert_eq!((main.flat, main.cumulative), (0, 7));
+    assert_eq!(top[0].name, "f");
+    assert_eq!(merged.top(1).len(), 1);
+
+    let empty = MergedProfile::new();
+    let d = diff(&empty, &merged, 100);
+    assert_eq!((d.root.base_total, d.root.compare_total), (0, 7));
+}
+
+#[test]
+fn bad_queries_are_clear_errors() {
+    let profile = build(&[(&["a"], [1, 1], vec![])]);
+    let mut head = Head::new();
+    head.ingest(&profile, &labels(&[("__name__", "process_cpu")]), T, 0, &IngestLimits::default())
+        .unwrap();
+    let selector = Selector {
+        profile_type: cpu_type(&head),
+        matchers: vec![Matcher {
+            name: "pod".into(),
+            op: MatchOp::Regex,
+            value: "(".into(),
+        }],
+    };
+    let error = head.merge_into(&selector, ALL, &mut MergedProfile::new()).unwrap_err();
+    assert!(matches!(error, QueryError::InvalidRegex { .. }));
+    let range = TimeRange {
+        start_ms: 0,
+        end_ms: 1_000,
+    };
+    assert!(matches!(Timeline::new(range, 0), Err(QueryError::InvalidStep { .. })));
+    assert!(matches!(Timeline::new(ALL, 1), Err(QueryError::TooManySteps { .. })));
+    let empty = TimeRange {
+        start_ms: 5,
+        end_ms: 5,
+    };
+    assert!(matches!(Timeline::new(empty, 1), Err(QueryError::EmptyRange { .. })));
+    let mut timeline = Timeline::new(TimeRange { start_ms: T - 5_000, end_ms: T + 5_000 }, 1_000).unwrap();
+    head.timeline_into(
+        &Selector {
+            profile_type: cpu_type(&head),
+            matchers: vec![],
+        },
+        ALL,
+        &mut timeline,
+    )
+    .unwrap();
+    assert_eq!(timeline.values[5], 1);
+    assert_eq!(timeline.total(), 1);
+}
