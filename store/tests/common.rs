@@ -56,12 +56,39 @@ impl StoreProcess {
             addr,
             data_dir,
         };
-        store.wait_ready();
+        store.wait_for("/readyz");
+        store
+    }
+
+    /// Starts a store and waits only until it answers `/healthz` (it may
+    /// still be recovering).
+    #[track_caller]
+    pub fn start_live(extra: &[&str], envs: &[(&str, &str)]) -> Self {
+        let addr = free_port();
+        let data_dir = tempfile::tempdir().expect("temp dir");
+        let child = Command::new(env!("CARGO_BIN_EXE_kiln-store"))
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--data-dir")
+            .arg(data_dir.path())
+            .args(extra)
+            .env("KILN_LOG", "warn")
+            .envs(envs.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn kiln-store");
+        let mut store = Self {
+            child: Some(child),
+            addr,
+            data_dir,
+        };
+        store.wait_for("/healthz");
         store
     }
 
     #[track_caller]
-    fn wait_ready(&mut self) {
+    fn wait_for(&mut self, path: &str) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Some(child) = self.child.as_mut()
@@ -69,14 +96,17 @@ impl StoreProcess {
             {
                 panic!("kiln-store exited early: {status}");
             }
-            if let Ok(response) = http(self.addr, "GET", "/readyz", &[], b"")
+            if let Ok(response) = http(self.addr, "GET", path, &[], b"")
                 && response.status == 200
             {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("kiln-store on {} did not become ready in 30 s", self.addr);
+        panic!(
+            "kiln-store on {} did not answer {path} with 200 in 30 s",
+            self.addr
+        );
     }
 
     /// `http://127.0.0.1:port`.
