@@ -427,3 +427,48 @@ fn retention_size_quantities_convert_to_bytes() {
     assert_eq!(store::quantity_to_bytes("1.2.3Gi"), None);
     assert_eq!(store::quantity_to_bytes(""), None);
 }
+
+#[test]
+fn services_select_store_pods_by_named_port() {
+    let object = profile_store(serde_json::json!({"servicePort": 9000}));
+    let names = StoreNames::of(&object).expect("metadata");
+    let headless = store::headless_service(&object, &names).expect("builds");
+    let headless_spec = headless.spec.expect("spec");
+    assert_eq!(headless.metadata.name.as_deref(), Some("main-headless"));
+    assert_eq!(headless_spec.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(headless_spec.ports.expect("ports")[0].port, 7470);
+    let client = store::client_service(&object, &names).expect("builds");
+    let client_spec = client.spec.expect("spec");
+    assert_eq!(client.metadata.name.as_deref(), Some("main"));
+    let port = &client_spec.ports.expect("ports")[0];
+    assert_eq!(port.port, 9000);
+    assert_eq!(
+        port.target_port,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("api".to_owned()))
+    );
+    let selector = client_spec.selector.expect("selector");
+    assert_eq!(selector["app.kubernetes.io/component"], "store");
+    assert_eq!(selector["app.kubernetes.io/instance"], "main");
+}
+
+#[test]
+fn agent_service_account_is_owned_by_the_store() {
+    let object = profile_store(serde_json::json!({}));
+    let names = StoreNames::of(&object).expect("metadata");
+    let account = agent::service_account(&object, &names).expect("builds");
+    assert_eq!(account.metadata.name.as_deref(), Some("main-agent"));
+    assert_eq!(account.metadata.namespace.as_deref(), Some("kiln"));
+    assert_eq!(
+        account.metadata.owner_references.expect("owned")[0].uid,
+        "uid-1"
+    );
+}
+
+#[test]
+fn store_without_metadata_is_a_build_error_not_a_panic() {
+    let spec: ProfileStoreSpec = serde_json::from_value(serde_json::json!({})).expect("spec");
+    let mut object = ProfileStore::new("main", spec);
+    object.metadata.namespace = None;
+    let error = StoreNames::of(&object).expect_err("no namespace");
+    assert_eq!(error.reason(), "missing_metadata");
+}
