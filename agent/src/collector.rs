@@ -37,6 +37,25 @@ pub struct CollectorConfig {
 /// for a moment is still read from `/proc` while it exists.
 const EVENT_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
+/// Everything the collector owns besides its settings.
+#[derive(Debug)]
+pub struct CollectorParts<S: TargetSource> {
+    /// The started sampler.
+    pub sampler: Sampler,
+    /// Where targets come from.
+    pub source: S,
+    /// The targets the sampler's allow-lists hold now.
+    pub targets: TargetSet,
+    /// Process snapshots.
+    pub processes: ProcessTable,
+    /// The symbolizer (created on the collector thread: it is not `Send`).
+    pub symbolizer: StackSymbolizer,
+    /// Where built profiles go.
+    pub queue: ShipQueue,
+    /// Shared metrics.
+    pub metrics: Arc<AgentMetrics>,
+}
+
 /// The collector; see the module docs.
 #[derive(Debug)]
 pub struct Collector<S: TargetSource> {
@@ -53,17 +72,16 @@ pub struct Collector<S: TargetSource> {
 
 impl<S: TargetSource> Collector<S> {
     /// A collector over a started sampler whose allow-lists hold `targets`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        config: CollectorConfig,
-        sampler: Sampler,
-        source: S,
-        targets: TargetSet,
-        processes: ProcessTable,
-        symbolizer: StackSymbolizer,
-        queue: ShipQueue,
-        metrics: Arc<AgentMetrics>,
-    ) -> Self {
+    pub fn new(config: CollectorConfig, parts: CollectorParts<S>) -> Self {
+        let CollectorParts {
+            sampler,
+            source,
+            targets,
+            processes,
+            symbolizer,
+            queue,
+            metrics,
+        } = parts;
         Collector {
             config,
             sampler,

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use clap::{ArgGroup, Parser};
 
 use kiln_agent::cli_targets::StaticTargets;
-use kiln_agent::collector::{Collector, CollectorConfig};
+use kiln_agent::collector::{Collector, CollectorConfig, CollectorParts};
 use kiln_agent::kallsyms::KernelSymbols;
 use kiln_agent::metrics::{AgentMetrics, serve_metrics};
 use kiln_agent::preflight;
@@ -211,17 +211,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .name("kiln-collector".to_owned())
         .spawn(move || {
             let symbolizer = StackSymbolizer::new(kernel_symbols, max_cached_symbols);
-            Collector::new(
-                collector_config,
+            let parts = CollectorParts {
                 sampler,
                 source,
                 targets,
                 processes,
                 symbolizer,
-                collector_queue,
-                collector_metrics,
-            )
-            .run(&collector_stop);
+                queue: collector_queue,
+                metrics: collector_metrics,
+            };
+            Collector::new(collector_config, parts).run(&collector_stop);
         })
         .context("starting the collector thread")?;
 

@@ -69,7 +69,14 @@ pub struct StackSymbolizer {
     kernel_mapping: Arc<FrameMapping>,
     /// (file identity, file offset) to name; `None` caches a miss.
     names: BoundedCache<(Arc<str>, u64), Option<Arc<str>>>,
+    /// Bytes of ELF files blazesym has mapped since its last reset.
+    mapped_bytes: u64,
 }
+
+/// Most bytes of ELF files blazesym may keep mapped (and its parsed symbol
+/// tables with them) before it is reset: bounds the RSS symbolizing a few
+/// huge binaries (a compiler's 150 MB shared library) can take.
+const MAPPED_ELF_BUDGET: u64 = 32 << 20;
 
 impl StackSymbolizer {
     /// A symbolizer with kernel symbols and a bound on cached names.
@@ -85,6 +92,7 @@ impl StackSymbolizer {
                 build_id: String::new(),
             }),
             names: BoundedCache::new(max_cached_names),
+            mapped_bytes: 0,
         }
     }
 
@@ -92,6 +100,7 @@ impl StackSymbolizer {
     /// `/proc/self/fd/N` paths it was given may now name other files).
     pub fn reset_file_state(&mut self) {
         self.blaze = new_blaze_symbolizer();
+        self.mapped_bytes = 0;
     }
 
     /// Number of kernel symbols loaded.
@@ -211,6 +220,11 @@ impl StackSymbolizer {
             }
         }
         for (file, offsets) in wanted.into_values() {
+            let size = file.file.metadata().map(|m| m.len()).unwrap_or(0);
+            if self.mapped_bytes > 0 && self.mapped_bytes.saturating_add(size) > MAPPED_ELF_BUDGET {
+                self.reset_file_state();
+            }
+            self.mapped_bytes = self.mapped_bytes.saturating_add(size);
             let mut elf = blaze_source::Elf::new(file.readable_path());
             elf.debug_syms = false;
             let source = Source::Elf(elf);
