@@ -85,3 +85,30 @@ async fn main() -> anyhow::Result<()> {
     http.await.context("metrics server task panicked")??;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Args;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_reads_a_kiln_environment_variable() {
+        for arg in Args::command().get_arguments() {
+            if matches!(arg.get_id().as_str(), "help" | "version") {
+                continue;
+            }
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            assert!(
+                env.as_deref().is_some_and(|e| e.starts_with("KILN_")),
+                "--{} has no KILN_ environment variable",
+                arg.get_id()
+            );
+        }
+    }
+}
