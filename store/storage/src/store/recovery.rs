@@ -136,13 +136,16 @@ pub(super) async fn recover(
     let (wal, head, first_segment, report) = tokio::task::spawn_blocking(move || {
         let is_covered = |id: u64| covered.iter().any(|&(first, end)| first <= id && id < end);
         let mut head = Head::new();
-        let mut first_segment: Option<u64> = None;
+        // Every uncovered segment, even one without records (a crash right
+        // after creating it), belongs to the new head, so its flush deletes it.
+        let first_segment: Option<u64> = crate::wal::list_segments(&replay_dir)?
+            .into_iter()
+            .find(|&id| !is_covered(id));
         let mut rejected = 0u64;
         let (wal, report) = Wal::open(&replay_dir, segment_bytes, |segment, record| {
             if is_covered(segment) {
                 return;
             }
-            first_segment = Some(first_segment.map_or(segment, |f| f.min(segment)));
             let result = decode_profile(&record.pprof, &decode_limits).and_then(|profile| {
                 head.ingest(
                     &profile,
