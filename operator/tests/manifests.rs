@@ -343,6 +343,11 @@ fn rendered_default_kustomization_passes_kubernetes_validate_strict() {
             "kubernetes-validate {version} failed:\n{report}"
         );
         assert!(!report.contains("ERROR"), "{report}");
+        assert_eq!(
+            report.matches("passed for resource").count(),
+            objects.len(),
+            "{report}"
+        );
     }
     // And it can fail: a broken Deployment is caught.
     let mut broken = objects.clone();
@@ -460,4 +465,71 @@ fn built_in_renderer_agrees_with_kubectl_kustomize_when_available() {
             mine["metadata"]["name"]
         );
     }
+}
+
+/// Every object the operator would apply for a store, with apiVersion and kind as sent.
+fn children_of(store: &ProfileStore) -> Vec<Value> {
+    use kiln_operator::resources::{
+        BuildDefaults, StoreNames, agent, store as store_objects, targets,
+    };
+
+    fn typed<K: k8s_openapi::Resource + serde::Serialize>(object: &K) -> Value {
+        let mut value = serde_json::to_value(object).expect("object serializes");
+        value["apiVersion"] = json!(K::API_VERSION);
+        value["kind"] = json!(K::KIND);
+        value
+    }
+    let defaults = BuildDefaults::default();
+    let names = StoreNames::of(store).expect("sample has metadata");
+    let config = store_objects::config_map(store, &names).expect("builds");
+    let file = targets::aggregate(&names, &[]).file;
+    vec![
+        typed(&config),
+        typed(&store_objects::headless_service(store, &names).expect("builds")),
+        typed(&store_objects::client_service(store, &names).expect("builds")),
+        typed(&store_objects::stateful_set(store, &names, &config, &defaults).expect("builds")),
+        typed(&targets::config_map(store, &names, &file).expect("builds")),
+        typed(&agent::service_account(store, &names).expect("builds")),
+        typed(&agent::cluster_role_binding(&names, &defaults).expect("builds")),
+        typed(&agent::daemon_set(store, &names, &defaults).expect("builds")),
+    ]
+}
+
+#[test]
+fn objects_built_from_every_sample_store_pass_kubernetes_validate_strict() {
+    let Some(validator) = python_tool("kubernetes-validate") else {
+        return;
+    };
+    let mut objects = Vec::new();
+    for path in sample_files() {
+        for object in kustomize::load_documents(&path).expect("sample is YAML") {
+            if object["kind"] == "ProfileStore" {
+                let mut store: ProfileStore = serde_json::from_value(object).expect("parses");
+                store.metadata.uid = Some("00000000-0000-0000-0000-000000000001".to_owned());
+                objects.extend(children_of(&store));
+            }
+        }
+    }
+    assert!(objects.len() >= 16, "two sample stores, eight objects each");
+    let dir = std::env::temp_dir().join(format!("kiln-operator-children-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let rendered = dir.join("children.yaml");
+    write_stream(&objects, &rendered);
+    let output = Command::new(&validator)
+        .args(["--strict", "-k", "1.37.0"])
+        .arg(&rendered)
+        .output()
+        .expect("kubernetes-validate runs");
+    let report = String::from_utf8_lossy(&output.stdout).to_string()
+        + &String::from_utf8_lossy(&output.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        output.status.success() && !report.contains("ERROR"),
+        "{report}"
+    );
+    assert_eq!(
+        report.matches("passed for resource").count(),
+        objects.len(),
+        "{report}"
+    );
 }
