@@ -58,7 +58,8 @@ pub fn format_value(value: i64, unit: &str) -> String {
 
 fn scale(v: f64, steps: &[(f64, &'static str)], base: &'static str) -> (f64, &'static str) {
     for &(size, suffix) in steps {
-        if v.abs() >= size {
+        // 999.96 ms shows as 1 s, not 1000 ms.
+        if v.abs() >= size * 0.9995 {
             return (v / size, suffix);
         }
     }
@@ -354,6 +355,7 @@ mod tests {
     fn values_are_shown_in_their_units() {
         assert_eq!(format_value(1_500_000_000, "nanoseconds"), "1.5 s");
         assert_eq!(format_value(60_000_000, "nanoseconds"), "60 ms");
+        assert_eq!(format_value(999_960_000, "nanoseconds"), "1 s");
         assert_eq!(format_value(3 * 1024 * 1024, "bytes"), "3 MiB");
         assert_eq!(format_value(42, "count"), "42");
         assert_eq!(format_value(12_345, "count"), "12.3 k");

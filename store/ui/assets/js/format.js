@@ -47,7 +47,8 @@ export function profileTypeLabel(id) {
 function scaled(value, steps, suffixSpace) {
   const abs = Math.abs(value);
   for (const [size, suffix] of steps) {
-    if (abs >= size) {
+    // 999.96 ms shows as 1 s, not 1000 ms.
+    if (abs >= size * 0.9995) {
       const v = value / size;
       const digits = Math.abs(v) >= 100 ? 0 : Math.abs(v) >= 10 ? 1 : 2;
       const text = v.toFixed(digits).replace(/\.0+$|(\.\d*?)0+$/, '$1');

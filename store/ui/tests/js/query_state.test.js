@@ -78,6 +78,7 @@ test('suggestions rank prefix matches before substring matches', () => {
 
 test('values are shown in their unit', () => {
   assert.equal(formatValue(1500000000, 'nanoseconds'), '1.5 s');
+  assert.equal(formatValue(999960000, 'nanoseconds'), '1 s');
   assert.equal(formatValue(2 * 1024 * 1024, 'bytes'), '2 MiB');
   assert.equal(formatValue(12345, 'count'), '12.3k');
   assert.equal(formatPercent(1, 3), '33.3%');
