@@ -339,6 +339,11 @@ impl SymbolTable {
         self.locations.get(id as usize)
     }
 
+    /// Number of locations.
+    pub fn location_count(&self) -> usize {
+        self.locations.len()
+    }
+
     /// The lines of a location, innermost (inlined) first.
     pub fn location_lines(&self, location: &Location) -> &[Line] {
         let start = location.lines_start as usize;

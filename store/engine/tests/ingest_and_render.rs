@@ -19,9 +19,12 @@ fn labels(pairs: &[(&str, &str)]) -> LabelSet {
     LabelSet::new(pairs.iter().map(|(n, v)| Label::new(*n, *v)).collect())
 }
 
+/// One sample to build: frames (leaf first), values, labels.
+type SampleSpec<'a> = (&'a [&'a str], [i64; 2], Vec<(&'a str, LabelValue)>);
+
 /// Stacks are root-last lists of function names; every location has one
 /// line except those named `a+b`, which hold two inlined lines (`a` innermost).
-fn build(stacks: &[(&[&str], [i64; 2], Vec<(&str, LabelValue)>)]) -> Profile {
+fn build(stacks: &[SampleSpec<'_>]) -> Profile {
     let mut b = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
     b.period("cpu", "nanoseconds", 10_000_000);
     for (frames, values, sample_labels) in stacks {
@@ -42,14 +45,18 @@ fn build(stacks: &[(&[&str], [i64; 2], Vec<(&str, LabelValue)>)]) -> Profile {
                 b.location(0, 0, &lines)
             })
             .collect();
-        let refs: Vec<(&str, LabelValue)> = sample_labels.iter().map(|(k, v)| (*k, v.clone())).collect();
+        let refs: Vec<(&str, LabelValue)> =
+            sample_labels.iter().map(|(k, v)| (*k, v.clone())).collect();
         b.sample(&ids, values, &refs);
     }
     Profile::validate(b.finish(), &DecodeLimits::default()).unwrap()
 }
 
 fn cpu_type(head: &Head) -> ProfileType {
-    head.profile_types(ALL).into_iter().find(|t| t.sample_type == "cpu").unwrap()
+    head.profile_types(ALL)
+        .into_iter()
+        .find(|t| t.sample_type == "cpu")
+        .unwrap()
 }
 
 fn merge(head: &Head, matchers: Vec<Matcher>) -> MergedProfile {
@@ -65,25 +72,52 @@ fn merge(head: &Head, matchers: Vec<Matcher>) -> MergedProfile {
 #[test]
 fn string_labels_are_promoted_and_span_and_numeric_labels_stay_per_sample() {
     let profile = build(&[
-        (&["leaf", "main"], [1, 10], vec![("handler", LabelValue::Str("/a".into()))]),
-        (&["leaf", "main"], [2, 20], vec![("pod", LabelValue::Str("inner".into()))]),
-        (&["other", "main"], [3, 30], vec![("span_id", LabelValue::Str("abc".into()))]),
+        (
+            &["leaf", "main"],
+            [1, 10],
+            vec![("handler", LabelValue::Str("/a".into()))],
+        ),
+        (
+            &["leaf", "main"],
+            [2, 20],
+            vec![("pod", LabelValue::Str("inner".into()))],
+        ),
+        (
+            &["other", "main"],
+            [3, 30],
+            vec![("span_id", LabelValue::Str("abc".into()))],
+        ),
         (
             &["alloc", "main"],
             [4, 40],
-            vec![("bytes", LabelValue::Num { value: 512, unit: "bytes".into() })],
+            vec![(
+                "bytes",
+                LabelValue::Num {
+                    value: 512,
+                    unit: "bytes".into(),
+                },
+            )],
         ),
     ]);
     let mut head = Head::new();
     let series_labels = labels(&[("__name__", "process_cpu"), ("pod", "p1")]);
-    head.ingest(&profile, &series_labels, T, 10_000_000_000, &IngestLimits::default())
-        .unwrap();
+    head.ingest(
+        &profile,
+        &series_labels,
+        T,
+        10_000_000_000,
+        &IngestLimits::default(),
+    )
+    .unwrap();
     let names = head.label_names(&[], ALL).unwrap();
     assert!(names.contains(&"handler".to_owned()));
     assert!(names.contains(&"exported_pod".to_owned()), "{names:?}");
     assert!(!names.contains(&"span_id".to_owned()));
     assert!(!names.contains(&"bytes".to_owned()));
-    assert_eq!(head.label_values("exported_pod", &[], ALL).unwrap(), vec!["inner"]);
+    assert_eq!(
+        head.label_values("exported_pod", &[], ALL).unwrap(),
+        vec!["inner"]
+    );
     let by_handler = merge(
         &head,
         vec![Matcher {
@@ -97,7 +131,8 @@ fn string_labels_are_promoted_and_span_and_numeric_labels_stay_per_sample() {
     // Span and numeric labels come back in pprof export.
     let merged = merge(&head, vec![]);
     assert_eq!(merged.total(), 100);
-    let exported = Profile::validate(merged.to_pprof(&cpu_type(&head)), &DecodeLimits::default()).unwrap();
+    let exported =
+        Profile::validate(merged.to_pprof(&cpu_type(&head)), &DecodeLimits::default()).unwrap();
     let mut kept: Vec<String> = exported
         .samples()
         .iter()
@@ -121,24 +156,45 @@ fn each_sample_type_is_a_profile_type_and_zero_values_are_dropped() {
     let profile = build(&[(&["a"], [0, 5], vec![]), (&["b"], [0, 0], vec![])]);
     let mut head = Head::new();
     let stats = head
-        .ingest(&profile, &labels(&[("__name__", "process_cpu")]), T, 0, &IngestLimits::default())
+        .ingest(
+            &profile,
+            &labels(&[("__name__", "process_cpu")]),
+            T,
+            0,
+            &IngestLimits::default(),
+        )
         .unwrap();
     assert_eq!(stats.samples, 1);
     assert_eq!(stats.zero_values_dropped, 3);
     // `samples` had only zeros, so only `cpu` has a series; no duration, so no `:delta`.
-    let types: Vec<String> = head.profile_types(ALL).iter().map(ToString::to_string).collect();
+    let types: Vec<String> = head
+        .profile_types(ALL)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(types, vec!["process_cpu:cpu:nanoseconds:cpu:nanoseconds"]);
-    assert_eq!(ProfileType::parse(&types[0]), Some(head.profile_types(ALL)[0].clone()));
+    assert_eq!(
+        ProfileType::parse(&types[0]),
+        Some(head.profile_types(ALL)[0].clone())
+    );
     assert_eq!(head.time_bounds(), Some((T, T)));
     assert_eq!(head.profiles(), 1);
 }
 
 #[test]
 fn limit_violations_are_clear_errors_and_change_nothing() {
-    let profile = build(&[(&["a"], [1, 1], vec![("handler", LabelValue::Str("x".repeat(300)))])]);
+    let profile = build(&[(
+        &["a"],
+        [1, 1],
+        vec![("handler", LabelValue::Str("x".repeat(300)))],
+    )]);
     let ok_labels = labels(&[("__name__", "process_cpu")]);
     let cases: Vec<(LabelSet, IngestLimits, &str)> = vec![
-        (labels(&[("pod", "p")]), IngestLimits::default(), "missing_name"),
+        (
+            labels(&[("pod", "p")]),
+            IngestLimits::default(),
+            "missing_name",
+        ),
         (ok_labels.clone(), IngestLimits::default(), ""),
         (
             ok_labels.clone(),
@@ -203,7 +259,7 @@ fn count(node: &FlameNode) -> usize {
 
 #[test]
 fn flamegraph_expands_inlined_frames_and_trims_without_losing_totals() {
-    let mut stacks: Vec<(&[&str], [i64; 2], Vec<(&str, LabelValue)>)> = vec![
+    let mut stacks: Vec<SampleSpec<'_>> = vec![
         (&["inner+outer", "main"], [1, 7], vec![]),
         (&["main"], [1, 3], vec![]),
     ];
@@ -214,8 +270,14 @@ fn flamegraph_expands_inlined_frames_and_trims_without_losing_totals() {
     }
     let profile = build(&stacks);
     let mut head = Head::new();
-    head.ingest(&profile, &labels(&[("__name__", "process_cpu")]), T, 0, &IngestLimits::default())
-        .unwrap();
+    head.ingest(
+        &profile,
+        &labels(&[("__name__", "process_cpu")]),
+        T,
+        0,
+        &IngestLimits::default(),
+    )
+    .unwrap();
     let merged = merge(&head, vec![]);
     let full = merged.flamegraph(10_000);
     assert_eq!(full.root.total, merged.total());
@@ -230,7 +292,11 @@ fn flamegraph_expands_inlined_frames_and_trims_without_losing_totals() {
 
     for budget in [1, 2, 3, 5, 10, 20] {
         let trimmed = merged.flamegraph(budget);
-        assert!(trimmed.node_count <= budget.max(2), "{budget}: {}", trimmed.node_count);
+        assert!(
+            trimmed.node_count <= budget.max(2),
+            "{budget}: {}",
+            trimmed.node_count
+        );
         assert_eq!(count(&trimmed.root), trimmed.node_count);
         assert_eq!(trimmed.root.total, merged.total());
         check_totals(&trimmed.root);
@@ -244,8 +310,14 @@ fn top_counts_recursion_once_and_diff_carries_both_sides() {
         (&["g", "main"], [1, 2], vec![]),
     ]);
     let mut head = Head::new();
-    head.ingest(&profile, &labels(&[("__name__", "process_cpu")]), T, 0, &IngestLimits::default())
-        .unwrap();
+    head.ingest(
+        &profile,
+        &labels(&[("__name__", "process_cpu")]),
+        T,
+        0,
+        &IngestLimits::default(),
+    )
+    .unwrap();
     let merged = merge(&head, vec![]);
     let top = merged.top(10);
     let f = top.iter().find(|e| e.name == "f").unwrap();
@@ -264,8 +336,14 @@ fn top_counts_recursion_once_and_diff_carries_both_sides() {
 fn bad_queries_are_clear_errors() {
     let profile = build(&[(&["a"], [1, 1], vec![])]);
     let mut head = Head::new();
-    head.ingest(&profile, &labels(&[("__name__", "process_cpu")]), T, 0, &IngestLimits::default())
-        .unwrap();
+    head.ingest(
+        &profile,
+        &labels(&[("__name__", "process_cpu")]),
+        T,
+        0,
+        &IngestLimits::default(),
+    )
+    .unwrap();
     let selector = Selector {
         profile_type: cpu_type(&head),
         matchers: vec![Matcher {
@@ -274,20 +352,38 @@ fn bad_queries_are_clear_errors() {
             value: "(".into(),
         }],
     };
-    let error = head.merge_into(&selector, ALL, &mut MergedProfile::new()).unwrap_err();
+    let error = head
+        .merge_into(&selector, ALL, &mut MergedProfile::new())
+        .unwrap_err();
     assert!(matches!(error, QueryError::InvalidRegex { .. }));
     let range = TimeRange {
         start_ms: 0,
         end_ms: 1_000,
     };
-    assert!(matches!(Timeline::new(range, 0), Err(QueryError::InvalidStep { .. })));
-    assert!(matches!(Timeline::new(ALL, 1), Err(QueryError::TooManySteps { .. })));
+    assert!(matches!(
+        Timeline::new(range, 0),
+        Err(QueryError::InvalidStep { .. })
+    ));
+    assert!(matches!(
+        Timeline::new(ALL, 1),
+        Err(QueryError::TooManySteps { .. })
+    ));
     let empty = TimeRange {
         start_ms: 5,
         end_ms: 5,
     };
-    assert!(matches!(Timeline::new(empty, 1), Err(QueryError::EmptyRange { .. })));
-    let mut timeline = Timeline::new(TimeRange { start_ms: T - 5_000, end_ms: T + 5_000 }, 1_000).unwrap();
+    assert!(matches!(
+        Timeline::new(empty, 1),
+        Err(QueryError::EmptyRange { .. })
+    ));
+    let mut timeline = Timeline::new(
+        TimeRange {
+            start_ms: T - 5_000,
+            end_ms: T + 5_000,
+        },
+        1_000,
+    )
+    .unwrap();
     head.timeline_into(
         &Selector {
             profile_type: cpu_type(&head),
@@ -299,4 +395,13 @@ fn bad_queries_are_clear_errors() {
     .unwrap();
     assert_eq!(timeline.values[5], 1);
     assert_eq!(timeline.total(), 1);
+}
+
+#[test]
+fn head_block_and_merge_results_can_cross_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Head>();
+    assert_send_sync::<kiln_engine::Block>();
+    assert_send_sync::<MergedProfile>();
+    assert_send_sync::<Timeline>();
 }

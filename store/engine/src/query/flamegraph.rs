@@ -106,19 +106,40 @@ impl FrameTree {
         // Stack nodes are numbered parents first, so one pass maps each
         // stack node to its frame-tree node.
         let mut tree_of: Vec<u32> = vec![0; symbols.node_count()];
+        // Frame names are resolved once per location, not once per stack node.
+        let mut location_frames: Vec<Option<(u32, u32)>> = vec![None; symbols.location_count()];
+        let mut frame_ids: Vec<u32> = Vec::new();
         let mut names = Vec::new();
         for stack_node in 1..symbols.node_count() {
             let Some(entry) = symbols.node(stack_node as u32) else {
                 continue;
             };
             let mut current = tree_of.get(entry.parent as usize).copied().unwrap_or(0);
-            names.clear();
-            if let Some(location) = symbols.location(entry.location) {
-                frame_names(symbols, location, &mut names);
-            }
+            let Some(slot_for_location) = location_frames.get_mut(entry.location as usize) else {
+                continue;
+            };
+            let (start, len) = match *slot_for_location {
+                Some(range) => range,
+                None => {
+                    names.clear();
+                    if let Some(location) = symbols.location(entry.location) {
+                        frame_names(symbols, location, &mut names);
+                    }
+                    let start = frame_ids.len() as u32;
+                    for frame in &names {
+                        let id = self.name(frame);
+                        frame_ids.push(id);
+                    }
+                    let range = (start, names.len() as u32);
+                    location_frames[entry.location as usize] = Some(range);
+                    range
+                }
+            };
             // Lines are innermost first; the tree grows from the root outward.
-            for frame in names.iter().rev() {
-                let name = self.name(frame);
+            for &name in frame_ids[start as usize..(start + len) as usize]
+                .iter()
+                .rev()
+            {
                 current = self.child(current, name);
             }
             tree_of[stack_node] = current;

@@ -22,33 +22,53 @@ impl MergedProfile {
         let mut ids: HashMap<String, usize> = HashMap::new();
         let mut rows: Vec<TopEntry> = Vec::new();
         let mut seen_in_stack: Vec<u64> = Vec::new();
+        // Row ids per location, resolved once: `(start, len)` into `row_ids`.
+        let mut location_rows: Vec<Option<(usize, usize)>> = vec![None; symbols.location_count()];
+        let mut row_ids: Vec<usize> = Vec::new();
         let mut locations = Vec::new();
         let mut names = Vec::new();
+        let mut frames: Vec<usize> = Vec::new();
         for (generation, (&(stack, _), &value)) in self.values.iter().enumerate() {
             let generation = generation as u64 + 1;
             locations.clear();
             symbols.stack_locations(stack, &mut locations);
-            names.clear();
+            frames.clear();
             for &location in &locations {
-                if let Some(location) = symbols.location(location) {
-                    frame_names(symbols, location, &mut names);
-                }
-            }
-            for (depth, name) in names.iter().enumerate() {
-                let id = match ids.get(name.as_str()) {
-                    Some(&id) => id,
+                let Some(slot) = location_rows.get(location as usize) else {
+                    continue;
+                };
+                let (start, len) = match *slot {
+                    Some(range) => range,
                     None => {
-                        let id = rows.len();
-                        rows.push(TopEntry {
-                            name: name.clone(),
-                            flat: 0,
-                            cumulative: 0,
-                        });
-                        seen_in_stack.push(0);
-                        ids.insert(name.clone(), id);
-                        id
+                        names.clear();
+                        if let Some(l) = symbols.location(location) {
+                            frame_names(symbols, l, &mut names);
+                        }
+                        let start = row_ids.len();
+                        for name in &names {
+                            let id = match ids.get(name.as_str()) {
+                                Some(&id) => id,
+                                None => {
+                                    let id = rows.len();
+                                    rows.push(TopEntry {
+                                        name: name.clone(),
+                                        flat: 0,
+                                        cumulative: 0,
+                                    });
+                                    seen_in_stack.push(0);
+                                    ids.insert(name.clone(), id);
+                                    id
+                                }
+                            };
+                            row_ids.push(id);
+                        }
+                        location_rows[location as usize] = Some((start, names.len()));
+                        (start, names.len())
                     }
                 };
+                frames.extend_from_slice(&row_ids[start..start + len]);
+            }
+            for (depth, &id) in frames.iter().enumerate() {
                 if depth == 0 {
                     rows[id].flat = rows[id].flat.wrapping_add(value);
                 }
