@@ -37,19 +37,35 @@ pub fn access_for_path(path: &str) -> Access {
     }
 }
 
-/// True when `header_value` is `Bearer <t>` for some `t` in `tokens`.
+/// True when `header_value` carries one of `tokens`: `Bearer <token>`, or
+/// `Basic base64(<any user>:<token>)` for clients that only speak basic auth
+/// (`pyroscope-io` 1.x, Grafana Alloy's `basic_auth`).
 pub fn bearer_matches(header_value: Option<&str>, tokens: &[String]) -> bool {
     let Some(value) = header_value else {
         return false;
     };
-    let Some(token) = value
+    let token: Vec<u8> = if let Some(token) = value
         .strip_prefix("Bearer ")
         .or_else(|| value.strip_prefix("bearer "))
-    else {
+    {
+        token.trim().as_bytes().to_vec()
+    } else if let Some(encoded) = value
+        .strip_prefix("Basic ")
+        .or_else(|| value.strip_prefix("basic "))
+    {
+        let Some(decoded) = crate::push_json::decode_base64(encoded.trim()) else {
+            return false;
+        };
+        match decoded.iter().position(|&b| b == b':') {
+            Some(colon) => decoded[colon + 1..].to_vec(),
+            None => return false,
+        }
+    } else {
         return false;
     };
-    let token = token.trim().as_bytes();
-    tokens.iter().any(|t| constant_time_eq(t.as_bytes(), token))
+    tokens
+        .iter()
+        .any(|t| constant_time_eq(t.as_bytes(), &token))
 }
 
 /// Compares without an early exit, so timing does not reveal a prefix.
@@ -125,6 +141,9 @@ mod tests {
         assert!(bearer_matches(Some("Bearer s3cret"), &tokens));
         assert!(!bearer_matches(Some("Bearer s3cre"), &tokens));
         assert!(!bearer_matches(Some("Basic s3cret"), &tokens));
+        // base64("user:s3cret") and base64("user:nope")
+        assert!(bearer_matches(Some("Basic dXNlcjpzM2NyZXQ="), &tokens));
+        assert!(!bearer_matches(Some("Basic dXNlcjpub3Bl"), &tokens));
         assert!(!bearer_matches(None, &tokens));
     }
 }

@@ -75,7 +75,7 @@ pub fn push_request_from_json(body: &[u8]) -> Result<PushRequest, ApiError> {
 }
 
 /// Standard or URL-safe base64, padding optional (protobuf JSON accepts both).
-fn decode_base64(text: &str) -> Option<Vec<u8>> {
+pub(crate) fn decode_base64(text: &str) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(text.len() * 3 / 4);
     let mut buffer = 0u32;
     let mut bits = 0u32;

@@ -23,11 +23,14 @@ fn venv_python(name: &str) -> Option<PathBuf> {
 
 /// Runs the hot program with the client in `venv`, then checks that the
 /// hot function and the tags come back from the query API.
-fn profile_python_program(venv: &str, app: &str, seconds: &str) {
+fn profile_python_program(venv: &str, app: &str, seconds: &str, write_token: Option<&str>) {
     let Some(python) = venv_python(venv) else {
         return;
     };
-    let store = StoreProcess::start(&[]);
+    let store = match write_token {
+        Some(token) => StoreProcess::start(&["--write-tokens", token]),
+        None => StoreProcess::start(&[]),
+    };
     let program =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/pyroscope_hot_app.py");
     let output = Command::new(&python)
@@ -35,6 +38,7 @@ fn profile_python_program(venv: &str, app: &str, seconds: &str) {
         .arg(store.url())
         .arg(app)
         .arg(seconds)
+        .args(write_token)
         .output()
         .expect("run python");
     assert!(
@@ -99,10 +103,15 @@ fn profile_python_program(venv: &str, app: &str, seconds: &str) {
 #[test]
 fn pyroscope_io_0_8_ingest_names_the_hot_function_and_keeps_tags() {
     // 0.8 uploads every 10 s; run past one upload, shutdown sends the rest.
-    profile_python_program("pyroscope-io-0.8", "kiln.py08.app", "11");
+    profile_python_program("pyroscope-io-0.8", "kiln.py08.app", "11", None);
 }
 
 #[test]
 fn pyroscope_io_1_x_push_names_the_hot_function_and_keeps_tags() {
-    profile_python_program("pyroscope-io-1", "kiln.py1.app", "5");
+    profile_python_program("pyroscope-io-1", "kiln.py1.app", "5", None);
+}
+
+#[test]
+fn pyroscope_io_1_x_with_basic_auth_passes_a_write_token_check() {
+    profile_python_program("pyroscope-io-1", "kiln.py1.auth.app", "4", Some("py-token"));
 }

@@ -1,6 +1,6 @@
 """A small program profiled by the real pyroscope-io client.
 
-Usage: python pyroscope_hot_app.py SERVER_URL APP_NAME SECONDS
+Usage: python pyroscope_hot_app.py SERVER_URL APP_NAME SECONDS [TOKEN]
 
 It spends its time in kiln_hot_function under a dynamic tag, with static
 tags, then shuts the profiler down (which uploads what is left).
@@ -27,6 +27,8 @@ def main():
         sample_rate=100,
         tags={"env": "ci", "team": "kiln"},
     )
+    if len(sys.argv) > 4:
+        options.update(basic_auth_username="kiln", basic_auth_password=sys.argv[4])
     try:
         pyroscope.configure(upload_interval=2, **options)
     except TypeError:
