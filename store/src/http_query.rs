@@ -152,8 +152,15 @@ async fn optional_matchers(
     params: &Params,
     range: TimeRange,
 ) -> Result<Vec<Matcher>, ApiError> {
-    if params.get("query").is_none() {
+    let Some(text) = params.get("query") else {
         return Ok(Vec::new());
+    };
+    let parsed = parse_selector(text).map_err(|source| ApiError::Selector {
+        parameter: "query",
+        source,
+    })?;
+    if parsed.profile_type_parts.is_empty() {
+        return Ok(parsed.matchers);
     }
     let selector = selector(store, params, "query", range).await?;
     let mut matchers = selector.matchers;

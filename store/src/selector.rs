@@ -105,6 +105,13 @@ impl ParsedSelector {
     /// five- or six-part type is taken as is, even if nothing is stored under it
     /// (the query then returns nothing rather than an error).
     pub fn resolve(&self, known: &[ProfileType]) -> Result<Selector, SelectorError> {
+        if self.profile_type_parts.is_empty() {
+            return Err(SelectorError::Syntax {
+                position: 1,
+                expected: "a profile type before `{`, e.g. process_cpu{...}",
+                found: "'{'".to_owned(),
+            });
+        }
         let mut candidates: Vec<&ProfileType> = known
             .iter()
             .filter(|t| self.matches_profile_type(t))
@@ -161,6 +168,20 @@ pub fn parse_selector(text: &str) -> Result<ParsedSelector, SelectorError> {
     let mut cursor = Cursor::new(text);
     cursor.skip_spaces();
     let type_start = cursor.position();
+    if cursor.peek() == Some('{') {
+        // Matchers alone: fine for label and series listings, refused by
+        // `resolve` for queries that need a profile type.
+        cursor.bump();
+        let matchers = parse_matchers(&mut cursor)?;
+        cursor.skip_spaces();
+        if cursor.peek().is_some() {
+            return Err(cursor.expected("the end of the selector after `}`"));
+        }
+        return Ok(ParsedSelector {
+            profile_type_parts: Vec::new(),
+            matchers,
+        });
+    }
     let mut parts = vec![cursor.identifier("a profile type name, e.g. process_cpu")?];
     while cursor.peek() == Some(':') {
         cursor.bump();
@@ -482,9 +503,17 @@ mod tests {
             matches!(err, SelectorError::Syntax { position: 9, .. }),
             "{err}"
         );
-        let err = parse_selector(r#"{pod="x"}"#).unwrap_err();
+        let err = parse_selector(r#"{pod="x"}"#)
+            .unwrap()
+            .resolve(&[])
+            .unwrap_err();
         assert!(
             matches!(err, SelectorError::Syntax { position: 1, .. }),
+            "{err}"
+        );
+        let err = parse_selector(r#"{pod="x"} extra"#).unwrap_err();
+        assert!(
+            matches!(err, SelectorError::Syntax { position: 11, .. }),
             "{err}"
         );
         let err = parse_selector(r#"cpu{pod=x}"#).unwrap_err();
@@ -504,6 +533,13 @@ mod tests {
         );
         let err = parse_selector("a:b:c:d:e:delta:g").unwrap_err();
         assert!(matches!(err, SelectorError::BadProfileType { .. }), "{err}");
+    }
+
+    #[test]
+    fn matchers_alone_parse_for_listings() {
+        let parsed = parse_selector(r#" {service_name="app", env=~"prod|staging"}"#).unwrap();
+        assert!(parsed.profile_type_parts.is_empty());
+        assert_eq!(parsed.matchers.len(), 2);
     }
 
     #[test]

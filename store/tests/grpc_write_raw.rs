@@ -124,6 +124,21 @@ async fn write_raw_profiles_are_queryable_and_survive_a_graceful_restart() {
     assert!(names.iter().any(|n| n == "pod"), "{labels}");
     // The pprof string label is promoted to a series label.
     assert!(names.iter().any(|n| n == "thread"), "{labels}");
+    let matched = get(
+        store.addr,
+        &format!("/api/v1/labels?query={}", enc(r#"{pod="checkout-1"}"#)),
+    )
+    .json();
+    assert!(
+        matched["names"].as_array().is_some_and(|n| !n.is_empty()),
+        "{matched}"
+    );
+    let unmatched = get(
+        store.addr,
+        &format!("/api/v1/labels?query={}", enc(r#"{pod="other"}"#)),
+    )
+    .json();
+    assert_eq!(unmatched["names"], serde_json::json!([]), "{unmatched}");
     let values = get(store.addr, "/api/v1/labels/pod/values").json();
     assert_eq!(values["values"][0], "checkout-1");
     let series_list = get(store.addr, &format!("/api/v1/series?query={query}")).json();
