@@ -57,12 +57,22 @@ const table = new TopTable({
 function showError(err) {
   if (err && err.name === 'AbortError') return;
   const box = $('#error');
-  box.textContent = err instanceof Error ? err.message : String(err);
+  const message = err instanceof Error ? err.message : String(err);
+  box.textContent = message;
   box.hidden = false;
+  // The store names the position of a selector mistake; point at it in
+  // the matcher box the user typed into.
+  const at = /invalid `(query|left_query|right_query)`: selector position (\d+)/.exec(message);
+  if (at) {
+    const panel = at[1] === 'right_query' ? panelB : panelA;
+    panel.markSelectorError(Number(at[2]));
+  }
 }
 
 function hideError() {
   $('#error').hidden = true;
+  panelA.markSelectorError(null);
+  panelB.markSelectorError(null);
 }
 
 function updateUrl(push) {

@@ -205,6 +205,24 @@ export class SelectionPanel {
     return this.valueCache.get(key);
   }
 
+  // Marks the matcher box after a selector error at 1-based `position` of
+  // the full selector (`type{matchers}`), selecting the offending character;
+  // null clears the mark.
+  markSelectorError(position) {
+    const box = this.matcherField.parentElement;
+    if (position === null) {
+      box.classList.remove('invalid');
+      return;
+    }
+    box.classList.add('invalid');
+    const offset = position - 1 - (this.profileType().length + 1);
+    const text = this.matchers.value;
+    if (offset >= 0 && offset <= text.length) {
+      this.matcherField.focus();
+      this.matcherField.setSelectionRange(offset, Math.min(offset + 1, text.length));
+    }
+  }
+
   setBusy(busy) {
     this.runButton.disabled = busy;
     this.root.classList.toggle('busy', busy);
