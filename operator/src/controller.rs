@@ -44,6 +44,9 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Consecutive failures per object, for exponential backoff.
     pub failures: Arc<Mutex<HashMap<String, u32>>>,
+    /// `metadata.generation` of each workload right after the operator last wrote or checked it;
+    /// a different live generation with an unchanged hash means someone else edited its spec.
+    pub seen_generations: Arc<Mutex<HashMap<String, i64>>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -67,6 +70,7 @@ impl Context {
             defaults,
             metrics,
             failures: Arc::default(),
+            seen_generations: Arc::default(),
         }
     }
 

@@ -548,3 +548,32 @@ fn agent_owner_is_the_oldest_enabled_store_not_being_deleted() {
     assert_eq!(store::agent_owner(&stores).as_deref(), Some("kiln/a"));
     assert_eq!(store::agent_owner(&[]), None);
 }
+
+#[tokio::test]
+async fn hand_edited_workload_is_set_back_on_the_next_reconcile() {
+    let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    let mut sts = fake.get(STS_PATH).unwrap();
+    sts["metadata"]["generation"] = json!(1);
+    fake.put(STS_PATH, sts.clone());
+    // First look records generation 1 and writes nothing.
+    fake.clear_calls();
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(write_paths(&fake), Vec::<String>::new());
+
+    // Someone edits the image; the API server bumps the generation, the hash annotation stays.
+    sts["spec"]["template"]["spec"]["containers"][0]["image"] = json!("evil:latest");
+    sts["metadata"]["generation"] = json!(2);
+    fake.put(STS_PATH, sts);
+    fake.clear_calls();
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(write_paths(&fake), vec![format!("PATCH {STS_PATH}")]);
+    let image = &fake.get(STS_PATH).unwrap()["spec"]["template"]["spec"]["containers"][0]["image"];
+    assert_eq!(image, "ghcr.io/kiln-dev/kiln-store:0.1.0");
+}

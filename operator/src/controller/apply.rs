@@ -48,15 +48,43 @@ where
         .get_opt(&name)
         .await
         .map_err(|source| ReconcileError::kube(format!("get {kind} {name}"), source))?;
+    let key = format!(
+        "{kind}/{}/{name}",
+        desired.meta().namespace.as_deref().unwrap_or("")
+    );
     if let Some(live) = live
         && applied_hash(&live).is_some()
         && applied_hash(&live) == applied_hash(desired)
+        && !edited_by_someone_else(ctx, &key, live.meta().generation)
     {
         return Ok(Applied::Unchanged(live));
     }
     let written = server_side_apply(api, &name, desired).await?;
     ctx.metrics.wrote(static_kind(&kind), "apply");
+    remember_generation(ctx, &key, written.meta().generation);
     Ok(Applied::Written(written))
+}
+
+/// True when the live generation moved since the operator last saw the object: its spec was
+/// edited behind the operator's back, so the desired state is applied again. Objects without a
+/// generation (ConfigMaps, Services) and the first sighting after a restart count as unedited.
+fn edited_by_someone_else(ctx: &Context, key: &str, live_generation: Option<i64>) -> bool {
+    let Some(live_generation) = live_generation else {
+        return false;
+    };
+    let Ok(mut seen) = ctx.seen_generations.lock() else {
+        return false;
+    };
+    match seen.insert(key.to_owned(), live_generation) {
+        Some(previous) => previous != live_generation,
+        None => false,
+    }
+}
+
+fn remember_generation(ctx: &Context, key: &str, generation: Option<i64>) {
+    if let (Some(generation), Ok(mut seen)) = (generation, ctx.seen_generations.lock()) {
+        seen.insert(key.to_owned(), generation);
+    }
 }
 
 /// Server-side apply with the operator's field manager, taking ownership of conflicting fields.
