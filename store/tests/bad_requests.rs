@@ -409,18 +409,21 @@ fn overload_answers_429_instead_of_queueing() {
         b"POST /ingest?name=app HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nmain 1",
     )
     .expect("write");
+    // Wait until the server reports the slot as taken (metrics are not
+    // admission-controlled), so no probe races the slow request for it.
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut saw_429 = None;
-    while Instant::now() < deadline {
-        let response =
-            http(store.addr, "POST", "/ingest?name=app", &[], b"main 1").expect("ingest");
-        if response.status == 429 {
-            saw_429 = Some(response);
-            break;
-        }
+    while !get(store.addr, "/metrics")
+        .text()
+        .contains("kiln_inflight_requests 1\n")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the slow request never took the slot"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let response = saw_429.expect("a second request is refused while the slot is held");
+    let response = http(store.addr, "POST", "/ingest?name=app", &[], b"main 1").expect("ingest");
+    assert_eq!(response.status, 429, "{}", response.text());
     assert!(
         response.text().contains("server overloaded"),
         "{}",

@@ -7,8 +7,10 @@ use std::path::Path;
 
 use common::{StoreProcess, enc, flamegraph_names, get, http, testdata_dir};
 
-/// The capture machine's clock read November 2026; query from well before.
+/// The capture machine's clock read November 2026: query a fixed window
+/// around the captures, independent of today's clock.
 const CAPTURE_FROM: &str = "1795300000";
+const CAPTURE_TO: &str = "1795320000";
 
 /// Replays every `*.request.json` in `dir`; returns how many were sent.
 fn replay_dir(store: &StoreProcess, dir: &Path) -> usize {
@@ -59,7 +61,7 @@ fn replay_dir(store: &StoreProcess, dir: &Path) -> usize {
 fn profile_types(store: &StoreProcess) -> Vec<String> {
     get(
         store.addr,
-        &format!("/api/v1/profile-types?from={CAPTURE_FROM}"),
+        &format!("/api/v1/profile-types?from={CAPTURE_FROM}&to={CAPTURE_TO}"),
     )
     .json()["profile_types"]
         .as_array()
@@ -73,7 +75,7 @@ fn flamegraph(store: &StoreProcess, selector: &str) -> serde_json::Value {
     let response = get(
         store.addr,
         &format!(
-            "/api/v1/flamegraph?query={}&from={CAPTURE_FROM}",
+            "/api/v1/flamegraph?query={}&from={CAPTURE_FROM}&to={CAPTURE_TO}",
             enc(selector)
         ),
     );
@@ -84,7 +86,7 @@ fn flamegraph(store: &StoreProcess, selector: &str) -> serde_json::Value {
 fn label_values(store: &StoreProcess, name: &str) -> Vec<String> {
     get(
         store.addr,
-        &format!("/api/v1/labels/{name}/values?from={CAPTURE_FROM}"),
+        &format!("/api/v1/labels/{name}/values?from={CAPTURE_FROM}&to={CAPTURE_TO}"),
     )
     .json()["values"]
         .as_array()
