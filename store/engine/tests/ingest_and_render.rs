@@ -405,3 +405,71 @@ fn head_block_and_merge_results_can_cross_threads() {
     assert_send_sync::<MergedProfile>();
     assert_send_sync::<Timeline>();
 }
+
+/// A string table may hold one label value twice; both spellings must land
+/// in one series with one run and the right total.
+#[test]
+fn duplicate_label_strings_in_one_profile_merge_into_one_series() {
+    use kiln_pprof::proto;
+    let strings = ["", "cpu", "nanoseconds", "handler", "x", "x", "main"];
+    let raw = proto::Profile {
+        sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
+        string_table: strings.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        function: vec![proto::Function {
+            id: 1,
+            name: 6,
+            system_name: 6,
+            ..proto::Function::default()
+        }],
+        location: vec![proto::Location {
+            id: 1,
+            line: vec![proto::Line {
+                function_id: 1,
+                line: 1,
+                column: 0,
+            }],
+            ..proto::Location::default()
+        }],
+        sample: [4, 5]
+            .iter()
+            .map(|&value_string| proto::Sample {
+                location_id: vec![1],
+                value: vec![value_string],
+                label: vec![proto::Label {
+                    key: 3,
+                    str: value_string,
+                    num: 0,
+                    num_unit: 0,
+                }],
+            })
+            .collect(),
+        ..proto::Profile::default()
+    };
+    let profile = Profile::validate(raw, &DecodeLimits::default()).unwrap();
+    let mut head = Head::new();
+    head.ingest(
+        &profile,
+        &labels(&[("__name__", "p")]),
+        T,
+        0,
+        &IngestLimits::default(),
+    )
+    .unwrap();
+    assert_eq!(head.series_count(), 1);
+    let merged = merge(&head, vec![]);
+    assert_eq!(merged.total(), 9);
+    let mut timeline = Timeline::new(
+        TimeRange {
+            start_ms: T,
+            end_ms: T + 1,
+        },
+        1,
+    )
+    .unwrap();
+    let selector = Selector {
+        profile_type: cpu_type(&head),
+        matchers: vec![],
+    };
+    head.timeline_into(&selector, ALL, &mut timeline).unwrap();
+    assert_eq!(timeline.values, vec![9]);
+}

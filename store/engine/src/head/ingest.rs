@@ -268,7 +268,7 @@ impl Head {
                 slot_series[slot] = self.series_id(labels, &types[slot % type_count]);
             }
         }
-        let mut slot_start: Vec<usize> = slot_series
+        let slot_start: Vec<usize> = slot_series
             .iter()
             .map(|&s| self.series.get(s as usize).map_or(0, |s| s.points.len()))
             .collect();
@@ -303,16 +303,26 @@ impl Head {
                 stats.samples += 1;
             }
         }
+        // NB: two slots can resolve to the same series (a string table may hold
+        // the same label value twice), so runs are made per series, not per slot.
+        let mut runs: HashMap<u32, (usize, i64)> = HashMap::new();
         for (slot, &series_id) in slot_series.iter().enumerate() {
+            if series_id == UNSEEN {
+                continue;
+            }
+            let run = runs.entry(series_id).or_insert((slot_start[slot], 0));
+            run.0 = run.0.min(slot_start[slot]);
+            run.1 = run.1.wrapping_add(totals[slot]);
+        }
+        for (series_id, (start, total)) in runs {
             let Some(series) = self.series.get_mut(series_id as usize) else {
                 continue;
             };
-            let start = std::mem::take(&mut slot_start[slot]);
             if series.points.len() > start {
                 series.runs.push(Run {
                     time_ms,
                     start: u32::try_from(start).expect("a series holds fewer than 2^32 points"),
-                    total: totals[slot],
+                    total,
                     count: 1,
                 });
             }
