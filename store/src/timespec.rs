@@ -1,6 +1,6 @@
 //! Points in time as users and Pyroscope clients write them: RFC 3339, unix
-//! seconds / ms / µs / ns (told apart by magnitude), `YYYYMMDD`, `now`, and
-//! `now-1h`-style offsets.
+//! seconds / ms / µs / ns (told apart by magnitude), `YYYYMMDD`,
+//! `HH:MM_YYYYMMDD`, `now`, and `now-1h`-style offsets.
 
 /// A time expression that cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,6 +56,8 @@ pub fn parse_time_ms(text: &str, now_ms: i64) -> Result<i64, TimeError> {
     } else if trimmed.starts_with('-') || trimmed.starts_with('+') {
         // Graphite's bare offset: "-1h" means "now-1h".
         now_ms.checked_add(parse_offset_ms(trimmed, trimmed)?)
+    } else if let Some(ms) = parse_graphite_clock_date(trimmed) {
+        Some(ms)
     } else if trimmed.len() == 8 && trimmed.bytes().all(|b| b.is_ascii_digit()) {
         parse_compact_date(trimmed)
             .ok_or_else(unrecognized)
@@ -152,6 +154,21 @@ fn parse_offset_ms(rest: &str, whole_text: &str) -> Result<i64, TimeError> {
         .ok_or_else(|| TimeError::OutOfRange {
             text: whole_text.chars().take(64).collect(),
         })
+}
+
+/// Graphite's `HH:MM_YYYYMMDD` (UTC).
+fn parse_graphite_clock_date(text: &str) -> Option<i64> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 14 || bytes[2] != b':' || bytes[5] != b'_' {
+        return None;
+    }
+    let hour: i64 = text.get(0..2)?.parse().ok()?;
+    let minute: i64 = text.get(3..5)?.parse().ok()?;
+    if hour > 23 || minute > 59 {
+        return None;
+    }
+    let day_ms = parse_compact_date(text.get(6..14)?)?;
+    Some(day_ms + (hour * 60 + minute) * 60_000)
 }
 
 /// `YYYYMMDD` at midnight UTC.
@@ -292,6 +309,10 @@ mod tests {
         );
         assert_eq!(parse_time_ms("2026-11-22", NOW), Ok(1_795_305_600_000));
         assert_eq!(parse_time_ms("20261122", NOW), Ok(1_795_305_600_000));
+        assert_eq!(
+            parse_time_ms("01:30_20261122", NOW),
+            Ok(1_795_305_600_000 + 90 * 60_000)
+        );
         assert_eq!(
             parse_time_ms("2024-02-29T00:00:00Z", NOW),
             Ok(1_709_164_800_000)
