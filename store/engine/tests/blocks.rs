@@ -411,3 +411,37 @@ proptest! {
         let _ = Block::decode(&bytes);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Random profile times (around window and chunk boundaries, before and
+    /// after the epoch) and random ranges: the block, with or without
+    /// rollups, always answers like the head.
+    #[test]
+    fn random_times_and_ranges_answer_like_the_head(
+        times in proptest::collection::vec((0usize..3, -3 * DAY..3 * DAY), 1..12),
+        queries in proptest::collection::vec((-4 * DAY..4 * DAY, 1i64..5 * DAY), 1..6),
+    ) {
+        let items: Vec<(usize, i64, Profile)> = times
+            .iter()
+            .enumerate()
+            .map(|(i, &(pod, t))| (pod, t, cpu_profile(i as u64 + 7)))
+            .collect();
+        let head = head_of(&items);
+        let block = Block::decode(&encode_block(&head, "01P", "r").unwrap().1).unwrap();
+        let everything = TimeRange { start_ms: i64::MIN / 2, end_ms: i64::MAX / 2 };
+        for profile_type in head.profile_types(everything) {
+            for &(start, len) in &queries {
+                let range = TimeRange { start_ms: start, end_ms: start + len };
+                let selector = Selector { profile_type: profile_type.clone(), matchers: vec![] };
+                let (mut h, mut b, mut raw) = (MergedProfile::new(), MergedProfile::new(), MergedProfile::new());
+                head.merge_into(&selector, range, &mut h).unwrap();
+                block.merge_into(&selector, range, &mut b).unwrap();
+                block.merge_into_without_rollups(&selector, range, &mut raw).unwrap();
+                let expected = canonical(&h, &profile_type);
+                prop_assert_eq!(&canonical(&b, &profile_type), &expected);
+                prop_assert_eq!(&canonical(&raw, &profile_type), &expected);
+            }
+        }
+    }
+}
