@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::abi::KernelCounter;
 use crate::aggregate::{self, GroupKey, StackSample};
 use crate::metrics::AgentMetrics;
-use crate::process_info::ProcessTable;
+use crate::process_info::{ProcessSnapshot, ProcessTable};
 use crate::profile_build::{self, PROFILE_NAME, ResolvedSample, WindowMeta};
 use crate::sampler::{Sampler, SamplerError};
 use crate::ship::{ShipItem, ShipQueue};
@@ -181,9 +181,30 @@ impl<S: TargetSource> Collector<S> {
         let start_unix_ns = unix_ns(start);
         let duration_ns = i64::try_from(end.duration_since(start).unwrap_or_default().as_nanos())
             .unwrap_or(i64::MAX);
+        // First pass: read each process once and queue every user address, so
+        // the symbolizer reads each ELF file once for the whole window.
+        let mut snapshots: Snapshots = HashMap::new();
+        for sample in groups.values().flatten() {
+            let key = (sample.pid, sample.start_boottime_ns);
+            let snapshot = snapshots
+                .entry(key)
+                .or_insert_with(|| self.processes.snapshot(key.0, key.1));
+            if let Some(snapshot) = snapshot {
+                self.symbolizer
+                    .queue_user_lookups(snapshot, &[sample.user.as_slice()]);
+            }
+        }
+        self.symbolizer.run_queued_lookups();
         let mut stats = SymbolizationStats::default();
         for (group, samples) in groups {
-            let item = self.build_group(group, &samples, start_unix_ns, duration_ns, &mut stats);
+            let item = self.build_group(
+                group,
+                &samples,
+                &snapshots,
+                start_unix_ns,
+                duration_ns,
+                &mut stats,
+            );
             self.metrics.profiles_built.inc();
             self.queue.push(item);
         }
@@ -235,6 +256,7 @@ impl<S: TargetSource> Collector<S> {
         &mut self,
         group: GroupKey,
         samples: &[StackSample],
+        snapshots: &Snapshots,
         start_unix_ns: i64,
         duration_ns: i64,
         stats: &mut SymbolizationStats,
@@ -250,7 +272,7 @@ impl<S: TargetSource> Collector<S> {
         let mut resolved = Vec::with_capacity(samples.len());
         let mut process_comm: HashMap<u32, String> = HashMap::new();
         for ((pid, start), process_samples) in by_process {
-            let snapshot = self.processes.snapshot(pid, start);
+            let snapshot = snapshots.get(&(pid, start)).cloned().flatten();
             let user_stacks: Vec<&[u64]> =
                 process_samples.iter().map(|s| s.user.as_slice()).collect();
             let user_frames = self
@@ -316,6 +338,9 @@ impl<S: TargetSource> Collector<S> {
         }
     }
 }
+
+/// Process snapshots of one window by (pid, start); `None` when never seen alive.
+type Snapshots = HashMap<(u32, u64), Option<Arc<ProcessSnapshot>>>;
 
 fn target_count(targets: &TargetSet) -> u64 {
     match targets {

@@ -71,6 +71,8 @@ pub struct StackSymbolizer {
     names: BoundedCache<(Arc<str>, u64), Option<Arc<str>>>,
     /// Bytes of ELF files blazesym has mapped since its last reset.
     mapped_bytes: u64,
+    /// Offsets to look up, per file identity.
+    pending: HashMap<Arc<str>, (Arc<MappedFile>, HashSet<u64>)>,
 }
 
 /// Most bytes of ELF files blazesym may keep mapped (and its parsed symbol
@@ -93,6 +95,7 @@ impl StackSymbolizer {
             }),
             names: BoundedCache::new(max_cached_names),
             mapped_bytes: 0,
+            pending: HashMap::new(),
         }
     }
 
@@ -166,7 +169,10 @@ impl StackSymbolizer {
                 })
             })
             .collect();
-        self.lookup_missing_names(process, stacks);
+        // Normally queued and run for the whole window already; this catches
+        // names evicted since and direct callers.
+        self.queue_user_lookups(process, stacks);
+        self.run_queued_lookups();
         let jit_names = self.jit_names(process, stacks);
         stacks
             .iter()
@@ -194,11 +200,10 @@ impl StackSymbolizer {
             .collect()
     }
 
-    /// Names every (file, offset) of `stacks` not yet cached, one blazesym
-    /// call per file.
-    fn lookup_missing_names(&mut self, process: &ProcessSnapshot, stacks: &[&[u64]]) {
-        let mut wanted: HashMap<usize, (Arc<MappedFile>, Vec<u64>)> = HashMap::new();
-        let mut seen = HashSet::new();
+    /// Queues every (file, offset) of `stacks` whose name is not cached yet.
+    /// [`StackSymbolizer::run_queued_lookups`] then reads each file once,
+    /// however many processes and windows' stacks point into it.
+    pub fn queue_user_lookups(&mut self, process: &ProcessSnapshot, stacks: &[&[u64]]) {
         for ips in stacks {
             for address in call_site_addresses(ips) {
                 let Some(index) = proc_maps::find_mapping(&process.maps, address) else {
@@ -208,18 +213,24 @@ impl StackSymbolizer {
                     continue;
                 };
                 let offset = process.maps[index].file_offset_of(address);
-                let key = (Arc::<str>::from(file.cache_identity()), offset);
-                if self.names.contains(&key) || !seen.insert((index, offset)) {
+                let identity: Arc<str> = Arc::from(file.cache_identity());
+                if self.names.contains(&(Arc::clone(&identity), offset)) {
                     continue;
                 }
-                wanted
-                    .entry(index)
-                    .or_insert_with(|| (Arc::clone(file), Vec::new()))
+                self.pending
+                    .entry(identity)
+                    .or_insert_with(|| (Arc::clone(file), HashSet::new()))
                     .1
-                    .push(offset);
+                    .insert(offset);
             }
         }
-        for (file, offsets) in wanted.into_values() {
+    }
+
+    /// Looks up every queued (file, offset), one blazesym call per file, and
+    /// caches the names (misses too).
+    pub fn run_queued_lookups(&mut self) {
+        for (identity, (file, offsets)) in std::mem::take(&mut self.pending) {
+            let offsets: Vec<u64> = offsets.into_iter().collect();
             let size = file.file.metadata().map(|m| m.len()).unwrap_or(0);
             if self.mapped_bytes > 0 && self.mapped_bytes.saturating_add(size) > MAPPED_ELF_BUDGET {
                 self.reset_file_state();
@@ -232,17 +243,13 @@ impl StackSymbolizer {
                 match self.blaze.symbolize(&source, Input::FileOffset(&offsets)) {
                     Ok(results) => results
                         .iter()
-                        .map(|r| r.as_sym().map(|sym| sym.name.to_string()))
-                        .collect::<Vec<_>>()
-                        .into_iter()
-                        .map(|name| name.map(|n| intern(&n)))
+                        .map(|r| r.as_sym().map(|sym| intern(&sym.name)))
                         .collect(),
                     Err(error) => {
                         tracing::debug!(path = %file.path, %error, "ELF symbolization failed");
                         vec![None; offsets.len()]
                     }
                 };
-            let identity: Arc<str> = Arc::from(file.cache_identity());
             for (offset, name) in offsets.into_iter().zip(names) {
                 self.names.insert((Arc::clone(&identity), offset), name);
             }
@@ -315,4 +322,89 @@ fn new_blaze_symbolizer() -> blaze::Symbolizer {
         .enable_inlined_fns(false)
         .enable_demangling(true)
         .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process_info::{ProcessTable, boottime_ns_to_ticks, parse_stat_start_ticks};
+
+    #[inline(never)]
+    fn kiln_symbolization_marker() -> u64 {
+        std::hint::black_box(42)
+    }
+
+    fn own_snapshot(table: &mut ProcessTable) -> Arc<ProcessSnapshot> {
+        let stat = std::fs::read_to_string("/proc/self/stat").expect("own stat");
+        let ticks = parse_stat_start_ticks(&stat).expect("start time");
+        // SAFETY: sysconf only reads a configuration value.
+        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).expect("positive");
+        let ns = ticks * (1_000_000_000 / hz);
+        assert_eq!(boottime_ns_to_ticks(ns, hz), ticks);
+        table
+            .refresh(std::process::id(), ns)
+            .expect("own process readable")
+    }
+
+    #[test]
+    fn own_function_is_named_with_its_mapping_and_build_id() {
+        assert_eq!(kiln_symbolization_marker(), 42);
+        let mut table = ProcessTable::new(8, 8);
+        let snapshot = own_snapshot(&mut table);
+        let mut symbolizer = StackSymbolizer::new(KernelSymbols::default(), 1000);
+        let address = kiln_symbolization_marker as *const () as u64;
+        let mut stats = SymbolizationStats::default();
+        let stacks: [&[u64]; 1] = [&[address]];
+        symbolizer.queue_user_lookups(&snapshot, &stacks);
+        symbolizer.run_queued_lookups();
+        let frames = symbolizer.user_frames(Some(&snapshot), &stacks, &mut stats);
+        let frame = &frames[0][0];
+        let name = frame.function.as_deref().expect("symbolized");
+        assert!(name.contains("kiln_symbolization_marker"), "got {name}");
+        let mapping = frame.mapping.as_ref().expect("mapped");
+        let exe = std::fs::read_link("/proc/self/exe").expect("exe link");
+        assert_eq!(mapping.name, exe.to_string_lossy());
+        assert_eq!(
+            stats,
+            SymbolizationStats {
+                symbolized: 1,
+                unsymbolized: 0
+            }
+        );
+    }
+
+    #[test]
+    fn unknown_processes_keep_addresses_and_callers_point_into_the_call() {
+        let mut symbolizer = StackSymbolizer::new(KernelSymbols::default(), 10);
+        let mut stats = SymbolizationStats::default();
+        let stacks: [&[u64]; 1] = [&[0x1000, 0x2000]];
+        let frames = symbolizer.user_frames(None, &stacks, &mut stats);
+        let addresses: Vec<u64> = frames[0].iter().map(|f| f.address).collect();
+        assert_eq!(addresses, vec![0x1000, 0x1fff]);
+        assert!(
+            frames[0]
+                .iter()
+                .all(|f| f.mapping.is_none() && f.function.is_none())
+        );
+        assert_eq!(stats.unsymbolized, 2);
+    }
+
+    #[test]
+    fn kernel_frames_are_named_from_kallsyms_under_the_kernel_mapping() {
+        let kernel = KernelSymbols::parse("ffffffff81000000 T do_syscall_64\n");
+        let mut symbolizer = StackSymbolizer::new(kernel, 10);
+        let mut stats = SymbolizationStats::default();
+        let frames = symbolizer.kernel_frames(&[0xffffffff81000010, 0x10], &mut stats);
+        assert_eq!(frames[0].function.as_deref(), Some("do_syscall_64"));
+        assert_eq!(frames[1].function, None);
+        let mapping = frames[0].mapping.as_ref().expect("kernel mapping");
+        assert_eq!(mapping.name, KERNEL_MAPPING_NAME);
+        assert_eq!(
+            stats,
+            SymbolizationStats {
+                symbolized: 1,
+                unsymbolized: 1
+            }
+        );
+    }
 }
