@@ -19,6 +19,7 @@ const TSZ_MIN_POINTS: usize = 16;
 const TSZ_SAFE: i64 = 1 << 62;
 
 mod tsz_row {
+    // The derives generate code we do not control; keep our lints off it.
     #![allow(missing_debug_implementations, missing_docs, clippy::all)]
     use tsz_compress::prelude::*;
 

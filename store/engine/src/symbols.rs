@@ -400,8 +400,8 @@ impl SymbolTable {
     }
 }
 
-/// Builds the locations part of a decoded table: `(mapping, address, lines_len)`
-/// triples over a shared lines vector.
+/// Builds a decoded location whose lines are `lines[lines_start..lines_start + lines_len]`
+/// of the table's shared lines vector.
 pub(crate) fn decoded_location(
     mapping: u32,
     address: u64,
