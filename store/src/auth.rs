@@ -30,7 +30,7 @@ pub fn access_for_path(path: &str) -> Access {
         || path.starts_with("/parca.profilestore.v1alpha1.ProfileStoreService/")
     {
         Access::Write
-    } else if path.starts_with("/api/") {
+    } else if path.starts_with("/api/") || path.starts_with("/kiln.query.v1.QueryService/") {
         Access::Read
     } else {
         Access::Open
@@ -131,6 +131,10 @@ mod tests {
             Access::Write
         );
         assert_eq!(access_for_path("/api/v1/flamegraph"), Access::Read);
+        assert_eq!(
+            access_for_path("/kiln.query.v1.QueryService/SelectMergePprof"),
+            Access::Read
+        );
         assert_eq!(access_for_path("/metrics"), Access::Open);
         assert_eq!(access_for_path("/readyz"), Access::Open);
     }

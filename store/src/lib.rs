@@ -6,12 +6,13 @@
 //!
 //! Pure request parsing lives in [`selector`], [`timespec`], [`pyroscope`],
 //! [`ingest`] and [`config`]; the IO edges are [`server`], [`http_ingest`],
-//! [`http_query`] and [`grpc`].
+//! [`http_query`], [`grpc`] and [`grpc_query`].
 
 pub mod auth;
 pub mod config;
 pub mod error;
 pub mod grpc;
+pub mod grpc_query;
 pub mod http_ingest;
 pub mod http_query;
 pub mod ingest;

@@ -18,6 +18,7 @@ use crate::{http_ingest, http_query};
 /// Every route of the main port.
 pub fn router(state: AppState) -> Router {
     let (write_raw, push_grpc) = ingest_servers(&state);
+    let query_grpc = crate::grpc_query::query_server(&state);
     let push_state = state.clone();
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -32,6 +33,7 @@ pub fn router(state: AppState) -> Router {
             }),
         )
         .route_service(WRITE_RAW_PATH, write_raw)
+        .route_service("/kiln.query.v1.QueryService/{*method}", query_grpc)
         .route("/api/v1/profile-types", get(http_query::profile_types))
         .route("/api/v1/labels", get(http_query::label_names))
         .route(

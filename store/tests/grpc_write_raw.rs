@@ -5,6 +5,10 @@
 mod common;
 
 use common::{StoreProcess, enc, flamegraph_names, get};
+use kiln_api::kiln::query::v1::query_service_client::QueryServiceClient;
+use kiln_api::kiln::query::v1::{
+    LabelNamesRequest, LabelValuesRequest, ProfileTypesRequest, SelectMergePprofRequest,
+};
 use kiln_api::parca::profilestore::v1alpha1::profile_store_service_client::ProfileStoreServiceClient;
 use kiln_api::parca::profilestore::v1alpha1::{
     Label, LabelSet, RawProfileSeries, RawSample, WriteRawRequest,
@@ -186,6 +190,70 @@ async fn write_raw_profiles_are_queryable_and_survive_a_graceful_restart() {
     assert!(
         metrics.contains("kiln_ingested_profiles_total{protocol=\"write_raw\"} 2"),
         "{metrics}"
+    );
+
+    // The gRPC query service answers the same questions.
+    let channel = tonic::transport::Endpoint::from_shared(store.url())
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    let mut query_client = QueryServiceClient::new(channel);
+    let types = query_client
+        .profile_types(ProfileTypesRequest::default())
+        .await
+        .expect("ProfileTypes")
+        .into_inner();
+    assert_eq!(
+        types.profile_types,
+        ["process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta"]
+    );
+    let names = query_client
+        .label_names(LabelNamesRequest {
+            selector: r#"{pod="checkout-1"}"#.into(),
+            range: None,
+        })
+        .await
+        .expect("LabelNames")
+        .into_inner();
+    assert!(names.names.iter().any(|n| n == "pod"), "{names:?}");
+    let values = query_client
+        .label_values(LabelValuesRequest {
+            name: "pod".into(),
+            selector: String::new(),
+            range: None,
+        })
+        .await
+        .expect("LabelValues")
+        .into_inner();
+    assert_eq!(values.values, ["checkout-1"]);
+    let merged = query_client
+        .select_merge_pprof(SelectMergePprofRequest {
+            selector: r#"process_cpu{pod="checkout-1"}"#.into(),
+            range: None,
+        })
+        .await
+        .expect("SelectMergePprof")
+        .into_inner();
+    assert_eq!(merged.total, 80_000_000);
+    let profile = kiln_pprof::decode(&merged.pprof_gzip, &kiln_pprof::DecodeLimits::default())
+        .expect("valid pprof");
+    assert_eq!(
+        profile.samples().iter().map(|s| s.value[0]).sum::<i64>(),
+        80_000_000
+    );
+    let status = query_client
+        .select_merge_pprof(SelectMergePprofRequest {
+            selector: r#"process_cpu{pod>"x"}"#.into(),
+            range: None,
+        })
+        .await
+        .expect_err("bad selector");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("selector position 16"),
+        "{}",
+        status.message()
     );
 
     // SIGTERM flushes; a new process on the same directory still answers.

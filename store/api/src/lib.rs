@@ -5,11 +5,24 @@
 //!   the path Kiln's agent ships profiles on (and Parca's scraper can too).
 //! - [`push::v1`] and [`types::v1`]: Grafana Pyroscope's `PusherService/Push`,
 //!   what current Pyroscope SDKs send.
+//! - [`kiln::query::v1`]: Kiln's gRPC query service (a subset of the HTTP API).
 //!
 //! The code under `src/generated/` is produced by `tonic-prost-build` from
 //! `proto/` and checked in; `tests/generated_code_drift.rs` fails when it is
 //! stale. Clients and servers need only tonic's `codegen`; enable the
 //! `channel` feature for a client transport and `server` for a server one.
+
+/// Kiln's own API.
+pub mod kiln {
+    /// Queries.
+    pub mod query {
+        /// Version v1.
+        #[allow(missing_docs, clippy::all)]
+        pub mod v1 {
+            include!("generated/kiln.query.v1.rs");
+        }
+    }
+}
 
 /// Parca's API.
 pub mod parca {

@@ -6,7 +6,8 @@
 use std::path::Path;
 
 /// The generated files, one per protobuf package.
-const GENERATED_FILES: [&str; 3] = [
+const GENERATED_FILES: [&str; 4] = [
+    "kiln.query.v1.rs",
     "parca.profilestore.v1alpha1.rs",
     "push.v1.rs",
     "types.v1.rs",
@@ -25,6 +26,7 @@ fn checked_in_tonic_code_matches_the_proto_schemas() {
         .out_dir(out_dir.path())
         .compile_protos(
             &[
+                proto_dir.join("kiln/query/v1/query.proto"),
                 proto_dir.join("parca/profilestore/v1alpha1/profilestore.proto"),
                 proto_dir.join("push/v1/push.proto"),
                 proto_dir.join("types/v1/types.proto"),

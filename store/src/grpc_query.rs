@@ -1,0 +1,210 @@
+//! `kiln.query.v1.QueryService`: the gRPC form of part of the HTTP query API.
+
+use std::time::Instant;
+
+use kiln_api::kiln::query::v1::query_service_server::{QueryService, QueryServiceServer};
+use kiln_api::kiln::query::v1::{
+    LabelNamesRequest, LabelNamesResponse, LabelValuesRequest, LabelValuesResponse,
+    ProfileTypesRequest, ProfileTypesResponse, SelectMergePprofRequest, SelectMergePprofResponse,
+    TimeRange as WireRange,
+};
+use kiln_engine::model::{MatchOp, Matcher, PROFILE_TYPE_LABEL, Selector, TimeRange};
+use kiln_storage::Store;
+use tonic::codec::CompressionEncoding;
+use tonic::{Request, Response, Status};
+
+use crate::error::ApiError;
+use crate::selector::parse_selector;
+use crate::state::AppState;
+
+/// Default look-back when the start is 0.
+const DEFAULT_RANGE_MS: i64 = 3_600_000;
+
+/// The tonic server for the query service.
+pub type QueryServer = QueryServiceServer<QueryGrpc>;
+
+/// Implements the query service over the shared state.
+#[derive(Debug, Clone)]
+pub struct QueryGrpc {
+    state: AppState,
+}
+
+/// Builds the query server (responses may be gzipped for clients that ask).
+pub fn query_server(state: &AppState) -> QueryServer {
+    QueryServiceServer::new(QueryGrpc {
+        state: state.clone(),
+    })
+    .accept_compressed(CompressionEncoding::Gzip)
+    .send_compressed(CompressionEncoding::Gzip)
+    .max_encoding_message_size(usize::MAX)
+}
+
+impl QueryGrpc {
+    async fn run<T>(
+        &self,
+        endpoint: &'static str,
+        work: impl AsyncFnOnce(&Store) -> Result<T, ApiError>,
+    ) -> Result<Response<T>, Status> {
+        let started = Instant::now();
+        let result = match self.state.admit() {
+            Ok(_permit) => match self.state.store() {
+                Ok(store) => work(store).await,
+                Err(err) => Err(err),
+            },
+            Err(err) => Err(err),
+        };
+        self.state
+            .metrics()
+            .record_query(endpoint, started.elapsed());
+        result.map(Response::new).map_err(|err| {
+            self.state
+                .metrics()
+                .record_rejection(endpoint, err.reason());
+            err.to_status()
+        })
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The wire range with defaults applied; the end is inclusive.
+fn time_range(range: Option<WireRange>) -> Result<TimeRange, ApiError> {
+    let range = range.unwrap_or_default();
+    let end_ms = if range.end_ms == 0 {
+        now_ms()
+    } else {
+        range.end_ms
+    };
+    let start_ms = if range.start_ms == 0 {
+        end_ms - DEFAULT_RANGE_MS
+    } else {
+        range.start_ms
+    };
+    if end_ms <= start_ms {
+        return Err(ApiError::BadParameter {
+            parameter: "range",
+            message: format!("end_ms ({end_ms}) must be after start_ms ({start_ms})"),
+        });
+    }
+    Ok(TimeRange {
+        start_ms,
+        end_ms: end_ms.saturating_add(1),
+    })
+}
+
+/// Resolves a selector that needs a profile type.
+async fn resolve(store: &Store, text: &str, range: TimeRange) -> Result<Selector, ApiError> {
+    let bad = |source| ApiError::Selector {
+        parameter: "selector",
+        source,
+    };
+    let parsed = parse_selector(text).map_err(bad)?;
+    let known = if parsed.profile_type_parts.len() >= 5 {
+        Vec::new()
+    } else {
+        store.profile_types(range).await?
+    };
+    parsed.resolve(&known).map_err(bad)
+}
+
+/// Matchers of an optional selector (matchers alone allowed).
+async fn matchers(store: &Store, text: &str, range: TimeRange) -> Result<Vec<Matcher>, ApiError> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let parsed = parse_selector(text).map_err(|source| ApiError::Selector {
+        parameter: "selector",
+        source,
+    })?;
+    if parsed.profile_type_parts.is_empty() {
+        return Ok(parsed.matchers);
+    }
+    let selector = resolve(store, text, range).await?;
+    let mut matchers = selector.matchers;
+    matchers.push(Matcher {
+        name: PROFILE_TYPE_LABEL.to_owned(),
+        op: MatchOp::Equal,
+        value: selector.profile_type.to_string(),
+    });
+    Ok(matchers)
+}
+
+#[tonic::async_trait]
+impl QueryService for QueryGrpc {
+    async fn profile_types(
+        &self,
+        request: Request<ProfileTypesRequest>,
+    ) -> Result<Response<ProfileTypesResponse>, Status> {
+        let request = request.into_inner();
+        self.run("grpc_profile_types", async move |store: &Store| {
+            let range = time_range(request.range)?;
+            let types = store.profile_types(range).await?;
+            Ok(ProfileTypesResponse {
+                profile_types: types.iter().map(ToString::to_string).collect(),
+            })
+        })
+        .await
+    }
+
+    async fn label_names(
+        &self,
+        request: Request<LabelNamesRequest>,
+    ) -> Result<Response<LabelNamesResponse>, Status> {
+        let request = request.into_inner();
+        self.run("grpc_labels", async move |store: &Store| {
+            let range = time_range(request.range)?;
+            let matchers = matchers(store, &request.selector, range).await?;
+            Ok(LabelNamesResponse {
+                names: store.label_names(&matchers, range).await?,
+            })
+        })
+        .await
+    }
+
+    async fn label_values(
+        &self,
+        request: Request<LabelValuesRequest>,
+    ) -> Result<Response<LabelValuesResponse>, Status> {
+        let request = request.into_inner();
+        self.run("grpc_label_values", async move |store: &Store| {
+            let range = time_range(request.range)?;
+            let matchers = matchers(store, &request.selector, range).await?;
+            Ok(LabelValuesResponse {
+                values: store.label_values(&request.name, &matchers, range).await?,
+            })
+        })
+        .await
+    }
+
+    async fn select_merge_pprof(
+        &self,
+        request: Request<SelectMergePprofRequest>,
+    ) -> Result<Response<SelectMergePprofResponse>, Status> {
+        let request = request.into_inner();
+        self.run("grpc_select_merge_pprof", async move |store: &Store| {
+            let range = time_range(request.range)?;
+            let selector = resolve(store, &request.selector, range).await?;
+            let merged = store.merge(&selector, range).await?;
+            let total = merged.total();
+            let profile_type = selector.profile_type.clone();
+            let pprof_gzip = tokio::task::spawn_blocking(move || {
+                kiln_pprof::encode_gzip(&merged.to_pprof(&profile_type))
+            })
+            .await
+            .map_err(|e| ApiError::BadParameter {
+                parameter: "selector",
+                message: format!("encoding the profile failed: {e}"),
+            })?;
+            Ok(SelectMergePprofResponse {
+                pprof_gzip,
+                profile_type: selector.profile_type.to_string(),
+                total,
+            })
+        })
+        .await
+    }
+}
