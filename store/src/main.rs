@@ -11,6 +11,9 @@ use kiln_store::server;
 use kiln_store::state::AppState;
 use tokio::sync::watch;
 
+/// How long in-flight requests may run after a stop signal.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -64,7 +67,17 @@ async fn run(config: Config) -> anyhow::Result<()> {
         "store ready (recovery finished)"
     );
 
-    let served = main_server.await.context("server task failed")?;
+    // Wait for the stop signal, then give in-flight requests a bounded time
+    // to finish (a stuck client must not keep the head from being flushed;
+    // anything acknowledged is in the WAL either way).
+    stopped(stop_rx.clone()).await;
+    let served = match tokio::time::timeout(DRAIN_TIMEOUT, main_server).await {
+        Ok(joined) => joined.context("server task failed")?,
+        Err(_) => {
+            tracing::warn!("requests still running after {DRAIN_TIMEOUT:?}; flushing anyway");
+            Ok(())
+        }
+    };
     tracing::info!("flushing the head before exit");
     let flushed = store.shutdown().await;
     served.context("serving failed")?;
