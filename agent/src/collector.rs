@@ -109,6 +109,11 @@ impl<S: TargetSource> Collector<S> {
             if now >= next_refresh {
                 next_refresh = now + self.config.target_refresh_interval;
                 self.refresh_targets();
+                // Kernel counters and BPF run time are cumulative; refresh
+                // them between drains too, so /metrics is current.
+                if let Err(error) = self.update_kernel_metrics() {
+                    tracing::warn!(%error, "reading kernel counters failed");
+                }
             }
             if stopping || now >= next_drain {
                 next_drain = now + self.config.drain_interval;

@@ -434,3 +434,131 @@ impl Drop for RemoveCgroup {
         let _ = std::fs::remove_dir(&self.0);
     }
 }
+
+/// GETs `/metrics` from the agent, `None` while it is not serving yet.
+fn fetch_metrics(address: std::net::SocketAddr) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::net::TcpStream::connect_timeout(&address, std::time::Duration::from_secs(2)).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.starts_with("HTTP/1.1 200").then(|| {
+        response
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_owned())
+    })?
+}
+
+fn metric_value(body: &str, name: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Short-lived processes: one that runs and exits between two drains is
+/// still symbolized, because the kernel announces its first sample and the
+/// agent reads `/proc/PID/maps` while it lives. Meanwhile `/metrics` reports
+/// samples, BPF run time and RSS.
+#[test]
+fn a_process_that_exits_before_the_drain_is_still_symbolized_and_metrics_are_served() {
+    if !privileged_prerequisites() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let exe = dir.path().join("short_lived");
+    build_workload("hot_ratio.c", &exe);
+    let address = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|probe| probe.local_addr())
+        .expect("free port");
+    let out = dir.path().join("profiles");
+    let mut agent = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
+            .args(["--all", "--frequency", "199", "--drain-interval", "10m"])
+            .arg("--metrics-addr")
+            .arg(address.to_string())
+            .arg("--output-dir")
+            .arg(&out)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("agent starts"),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while fetch_metrics(address).is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/metrics never came up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+
+    // 10 rounds of 30 + 10 ms of CPU, then exit; the drain comes later.
+    let short = Command::new(&exe)
+        .args(["30", "10", "10"])
+        .spawn()
+        .expect("short-lived process starts");
+    let short_pid = short.id().to_string();
+    let status = short
+        .wait_with_output()
+        .expect("short-lived process runs")
+        .status;
+    assert!(status.success());
+
+    // Kernel counters reach /metrics every couple of seconds.
+    let names = [
+        "kiln_agent_samples_total",
+        "kiln_agent_bpf_runs_total",
+        "kiln_agent_bpf_run_time_ns_total",
+        "kiln_agent_resident_memory_bytes",
+    ];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let body = loop {
+        let body = fetch_metrics(address).expect("/metrics answers");
+        let all_positive = names
+            .iter()
+            .all(|name| metric_value(&body, name).is_some_and(|v| v > 0.0));
+        if all_positive {
+            break body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "metrics stayed at zero: {body}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(body.contains("kiln_agent_dropped_total"), "{body}");
+
+    // SAFETY: kill sends a signal to our own child; no memory is involved.
+    let signalled = unsafe { libc::kill(agent.0.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(signalled, 0);
+    let exit = agent.0.wait().expect("agent exits");
+    assert!(exit.success(), "agent exited with {exit}");
+
+    let mut profiles = Vec::new();
+    for entry in std::fs::read_dir(&out).expect("profiles written") {
+        let bytes = std::fs::read(entry.expect("dir entry").path()).expect("readable");
+        profiles.push(kiln_pprof::decode(&bytes, &DecodeLimits::default()).expect("valid pprof"));
+    }
+    let samples = flatten(&profiles);
+    let short_samples: Vec<&FlatSample> = samples
+        .iter()
+        .filter(|s| s.labels.get("pid") == Some(&short_pid))
+        .collect();
+    assert!(
+        !short_samples.is_empty(),
+        "the short-lived process was not sampled"
+    );
+    assert!(
+        short_samples
+            .iter()
+            .any(|s| s.frames.iter().any(|(_, f)| f == "hot_three_parts")),
+        "the exited process's frames were not symbolized"
+    );
+    assert!(
+        short_samples
+            .iter()
+            .all(|s| s.labels.get("comm").map(String::as_str) == Some("short_lived"))
+    );
+}

@@ -44,8 +44,10 @@ int main(int argc, char **argv)
 {
 	uint64_t a_ms = argc > 2 ? strtoull(argv[1], 0, 10) : 30;
 	uint64_t b_ms = argc > 2 ? strtoull(argv[2], 0, 10) : 10;
-	for (;;) {
+	uint64_t rounds = argc > 3 ? strtoull(argv[3], 0, 10) : 0;
+	for (uint64_t round = 0; rounds == 0 || round < rounds; round++) {
 		hot_three_parts(a_ms * 1000000u);
 		hot_one_part(b_ms * 1000000u);
 	}
+	return 0;
 }
