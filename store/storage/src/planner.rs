@@ -38,7 +38,7 @@ pub fn plan_retention(
             if kept_bytes <= limit {
                 break;
             }
-            kept_bytes -= block.size_bytes;
+            kept_bytes = kept_bytes.saturating_sub(block.size_bytes);
             delete.push(block.id.clone());
         }
     }
