@@ -15,6 +15,7 @@ pub mod bounded_cache;
 pub mod cli_targets;
 pub mod collector;
 pub mod kallsyms;
+pub mod kubernetes;
 pub mod metrics;
 pub mod preflight;
 pub mod proc_maps;

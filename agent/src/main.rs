@@ -13,6 +13,7 @@ use clap::{ArgGroup, Parser};
 use kiln_agent::cli_targets::StaticTargets;
 use kiln_agent::collector::{Collector, CollectorConfig, CollectorParts};
 use kiln_agent::kallsyms::KernelSymbols;
+use kiln_agent::kubernetes::{AgentTargets, KubernetesConfig, KubernetesTargets, run_discovery};
 use kiln_agent::metrics::{AgentMetrics, serve_metrics};
 use kiln_agent::preflight;
 use kiln_agent::process_info::ProcessTable;
@@ -27,7 +28,7 @@ use kiln_agent::target_set::TargetSource;
 /// profiles go (--output-dir or --store).
 #[derive(Debug, Parser)]
 #[command(name = "kiln-agent", version)]
-#[command(group(ArgGroup::new("targets").required(true).args(["pid", "all", "cgroup", "cgroup_id"])))]
+#[command(group(ArgGroup::new("targets").required(true).multiple(true).args(["pid", "all", "cgroup", "cgroup_id", "cri_socket", "kubernetes"])))]
 #[command(group(ArgGroup::new("sink").required(true).args(["output_dir", "store"])))]
 struct Cli {
     /// Profile these processes (comma-separated PIDs).
@@ -43,6 +44,23 @@ struct Cli {
     /// Profile the processes in these cgroups, by cgroup id (comma-separated).
     #[arg(long, env = "KILN_CGROUP_ID", value_delimiter = ',')]
     cgroup_id: Vec<u64>,
+    /// Kubernetes mode: discover pods through the container runtime's CRI
+    /// socket (default /run/containerd/containerd.sock) and profile those
+    /// selected by annotation or the targets file.
+    #[arg(long, env = "KILN_KUBERNETES", conflicts_with_all = ["pid", "all", "cgroup", "cgroup_id"])]
+    kubernetes: bool,
+    /// Kubernetes mode with this CRI runtime socket (implies --kubernetes).
+    #[arg(long, env = "KILN_CRI_SOCKET", conflicts_with_all = ["pid", "all", "cgroup", "cgroup_id"])]
+    cri_socket: Option<PathBuf>,
+    /// Targets file written by the operator (Kubernetes mode); re-read when it changes.
+    #[arg(long, env = "KILN_TARGETS_FILE")]
+    targets_file: Option<PathBuf>,
+    /// Pod label keys copied onto profiles as labels (Kubernetes mode; comma-separated).
+    #[arg(long, env = "KILN_POD_LABELS", value_delimiter = ',')]
+    pod_labels: Vec<String>,
+    /// How often the runtime is listed when no container event arrives (Kubernetes mode).
+    #[arg(long, env = "KILN_RESYNC_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    resync_interval: Duration,
     /// Write gzipped pprof files to this directory instead of shipping.
     #[arg(long, env = "KILN_OUTPUT_DIR")]
     output_dir: Option<PathBuf>,
@@ -138,15 +156,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     raise_resource_limits();
 
-    let mut source = if cli.all {
-        StaticTargets::All
+    let kubernetes_targets = KubernetesTargets::default();
+    let mut source = if cli.kubernetes || cli.cri_socket.is_some() {
+        AgentTargets::Kubernetes(kubernetes_targets.clone())
+    } else if cli.all {
+        AgentTargets::Static(StaticTargets::All)
     } else if !cli.pid.is_empty() {
-        StaticTargets::Pids(cli.pid.clone())
+        AgentTargets::Static(StaticTargets::Pids(cli.pid.clone()))
     } else {
-        StaticTargets::Cgroups {
+        AgentTargets::Static(StaticTargets::Cgroups {
             paths: cli.cgroup.clone(),
             ids: cli.cgroup_id.clone(),
-        }
+        })
     };
     let targets = source.current_targets().context("resolving the targets")?;
     let sink = match (&cli.output_dir, &cli.store) {
@@ -193,6 +214,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
     let metrics = Arc::new(AgentMetrics::default());
     let queue = ShipQueue::new(cli.queue_capacity, Arc::clone(&metrics));
+    let kubernetes_config =
+        matches!(source, AgentTargets::Kubernetes(_)).then(|| KubernetesConfig {
+            socket: cli
+                .cri_socket
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(kiln_cri::DEFAULT_CRI_SOCKET)),
+            node: node.clone(),
+            targets_file: cli.targets_file.clone(),
+            copied_pod_labels: cli.pod_labels.clone(),
+            resync_interval: cli.resync_interval,
+        });
     let collector_config = CollectorConfig {
         frequency_hz: cli.frequency,
         drain_interval: cli.drain_interval,
@@ -240,6 +272,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             tokio::spawn(serve_metrics(
                 listener,
                 Arc::clone(&metrics),
+                shutdown_rx.clone(),
+            ));
+        }
+        if let Some(config) = kubernetes_config {
+            tokio::spawn(run_discovery(
+                config,
+                kubernetes_targets,
                 shutdown_rx.clone(),
             ));
         }
