@@ -56,13 +56,22 @@ pub struct CompactionGroup {
     pub block_ids: Vec<String>,
 }
 
+/// Compacted blocks of the day in progress are merged once this many have
+/// accumulated, so a query over today reads a few blocks, not one per hour.
+pub const PARTIAL_DAY_MIN_BLOCKS: usize = 4;
+
 /// Plans compaction for the blocks this replica owns.
 ///
 /// - Level-0 blocks whose aligned hour (by `min_time_ms`) ended at least
 ///   `settle_ms` ago are grouped per hour; groups of two or more become one
 ///   hour block.
-/// - Blocks of level 0 or 1 whose aligned day ended at least `settle_ms`
-///   ago are grouped per day; groups of two or more become one day block.
+/// - All blocks of an aligned day that ended at least `settle_ms` ago are
+///   grouped; two or more become one day block.
+/// - In the day still in progress, compacted blocks (level >= 1: whole
+///   hours, or an earlier partial-day block) are merged once there are
+///   [`PARTIAL_DAY_MIN_BLOCKS`] of them. This rewrites the day so far every
+///   few hours (bounded write amplification) and keeps today to a handful
+///   of blocks.
 ///
 /// A block is in at most one group; day groups are planned only for days
 /// with no hour group pending, so an hour is always compacted before its day.
@@ -86,15 +95,26 @@ pub fn plan_compaction(blocks: &[BlockMeta], now_ms: i64, settle_ms: i64) -> Vec
             groups.push(group(start, HOUR_MS, &members));
         }
     }
-    let mut days: BTreeMap<i64, Vec<&BlockMeta>> = BTreeMap::new();
-    for block in blocks.iter().filter(|b| b.compaction_level <= 1) {
+    let mut complete_days: BTreeMap<i64, Vec<&BlockMeta>> = BTreeMap::new();
+    let mut partial_days: BTreeMap<i64, Vec<&BlockMeta>> = BTreeMap::new();
+    for block in blocks {
         let start = align_down(block.min_time_ms, DAY_MS);
-        if complete(start, DAY_MS) && !days_with_pending_hours.contains(&start) {
-            days.entry(start).or_default().push(block);
+        if days_with_pending_hours.contains(&start) {
+            continue;
+        }
+        if complete(start, DAY_MS) {
+            complete_days.entry(start).or_default().push(block);
+        } else if block.compaction_level >= 1 {
+            partial_days.entry(start).or_default().push(block);
         }
     }
-    for (start, members) in days {
+    for (start, members) in complete_days {
         if members.len() >= 2 {
+            groups.push(group(start, DAY_MS, &members));
+        }
+    }
+    for (start, members) in partial_days {
+        if members.len() >= PARTIAL_DAY_MIN_BLOCKS {
             groups.push(group(start, DAY_MS, &members));
         }
     }
@@ -228,19 +248,49 @@ mod tests {
             block("a", 0, h - 1, 1, 1),
             block("b", h, 2 * h - 1, 1, 1),
             block("c", 5 * h, 5 * h + 10, 0, 1),
-            // Already a day block: left alone.
+            // Two day blocks of one day (a late straggler compacted
+            // separately) merge too; a lone day block is left alone.
             block("d", DAY_MS, DAY_MS + 10, 2, 1),
             block("e", DAY_MS + 20, DAY_MS + 30, 2, 1),
+            block("f", 2 * DAY_MS, 2 * DAY_MS + 10, 2, 1),
         ];
-        let groups = plan_compaction(&blocks, 3 * DAY_MS, 60_000);
+        let groups = plan_compaction(&blocks, 4 * DAY_MS, 60_000);
         assert_eq!(
             groups,
-            vec![CompactionGroup {
-                window_start_ms: 0,
-                window_ms: DAY_MS,
-                block_ids: vec!["a".into(), "b".into(), "c".into()]
-            }]
+            vec![
+                CompactionGroup {
+                    window_start_ms: 0,
+                    window_ms: DAY_MS,
+                    block_ids: vec!["a".into(), "b".into(), "c".into()]
+                },
+                CompactionGroup {
+                    window_start_ms: DAY_MS,
+                    window_ms: DAY_MS,
+                    block_ids: vec!["d".into(), "e".into()]
+                },
+            ]
         );
+    }
+
+    #[test]
+    fn the_day_in_progress_is_merged_once_enough_compacted_blocks_accumulate() {
+        let h = HOUR_MS;
+        let now = 10 * h;
+        let mut blocks: Vec<BlockMeta> = (0..3)
+            .map(|i| block(&format!("h{i}"), i * h, i * h + 10, 1, 1))
+            .collect();
+        // Level-0 blocks of the current hour never join.
+        blocks.push(block("live", 9 * h + 5, 9 * h + 10, 0, 1));
+        assert!(plan_compaction(&blocks, now, 60_000).is_empty());
+        blocks.push(block("h3", 3 * h, 3 * h + 10, 1, 1));
+        let groups = plan_compaction(&blocks, now, 60_000);
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].window_ms, DAY_MS);
+        assert_eq!(groups[0].block_ids, vec!["h0", "h1", "h2", "h3"]);
+        // The merged partial-day block counts as one of the next four.
+        let mut later = vec![block("p", 0, 3 * h + 10, 2, 1)];
+        later.extend((4..6).map(|i| block(&format!("h{i}"), i * h, i * h + 10, 1, 1)));
+        assert!(plan_compaction(&later, now, 60_000).is_empty());
     }
 
     #[test]

@@ -162,18 +162,19 @@ async fn bad_requests_are_client_errors_and_leave_nothing_behind() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compaction_merges_hours_then_days_and_keeps_totals() {
+async fn compaction_merges_hours_then_the_day_so_far_then_the_day_and_keeps_totals() {
     let root = tempfile::tempdir().expect("tempdir");
     let store = open_local(root.path()).await;
     let day0 = BASE_MS - BASE_MS.rem_euclid(24 * HOUR_MS);
     let mut expected = 0;
-    // Three hours, two level-0 blocks per hour, three pods.
-    for hour in 0..3 {
+    async fn ingest_hour(store: &Store, day0: i64, hour: i64) -> i64 {
+        let mut sum = 0;
+        // Two level-0 blocks per hour, three pods each.
         for part in 0..2 {
             for pod in 0..3 {
                 let t = day0 + hour * HOUR_MS + part * 600_000 + pod * 10_000;
                 let (p, total) = cpu_profile((hour * 10 + part * 3 + pod) as u64, 20);
-                expected += total;
+                sum += total;
                 store
                     .ingest(request(&format!("pod-{pod}"), t, p))
                     .await
@@ -181,8 +182,12 @@ async fn compaction_merges_hours_then_days_and_keeps_totals() {
             }
             store.flush().await.expect("flush");
         }
+        sum
     }
-    assert_eq!(store.blocks().len(), 6);
+    for hour in 0..4 {
+        expected += ingest_hour(&store, day0, hour).await;
+    }
+    assert_eq!(store.blocks().len(), 8);
     let range = TimeRange {
         start_ms: day0,
         end_ms: day0 + 24 * HOUR_MS,
@@ -191,21 +196,10 @@ async fn compaction_merges_hours_then_days_and_keeps_totals() {
     let before_pod = total(&store, &pod_selector("pod-1"), range).await;
     assert_eq!(before_all, expected);
 
-    // Mid-day: hours compact, the day does not.
+    // Mid-day: four hour blocks, then (four being enough) one day-so-far block.
     let report = store.compact(day0 + 12 * HOUR_MS).await.expect("compact");
-    assert_eq!(report.written.len(), 3);
-    assert_eq!(report.deleted, 6);
-    let levels: Vec<u32> = store.blocks().iter().map(|b| b.compaction_level).collect();
-    assert_eq!(levels, vec![1, 1, 1]);
-    assert_eq!(total(&store, &all_selector(), range).await, before_all);
-    assert_eq!(
-        total(&store, &pod_selector("pod-1"), range).await,
-        before_pod
-    );
-
-    // Next day: the day compacts into one block.
-    let report = store.compact(day0 + 25 * HOUR_MS).await.expect("compact");
-    assert_eq!(report.written.len(), 1);
+    assert_eq!(report.written.len(), 5);
+    assert_eq!(report.deleted, 12);
     let blocks = store.blocks();
     assert_eq!(blocks.len(), 1);
     assert_eq!(blocks[0].compaction_level, 2);
@@ -215,11 +209,26 @@ async fn compaction_merges_hours_then_days_and_keeps_totals() {
         before_pod
     );
 
-    // A reopened store sees the same.
+    // Later that day one more hour arrives; the next day everything of the
+    // day ends in one block.
+    let late = ingest_hour(&store, day0, 13).await;
+    let report = store.compact(day0 + 25 * HOUR_MS).await.expect("compact");
+    assert_eq!(report.written.len(), 2, "the hour, then the day");
+    let blocks = store.blocks();
+    assert_eq!(blocks.len(), 1);
+    assert_eq!(
+        total(&store, &all_selector(), range).await,
+        before_all + late
+    );
+
+    // A reopened store sees the same, and the sources are gone from the bucket.
     drop(store);
     let store = open_local(root.path()).await;
     assert_eq!(store.blocks().len(), 1);
-    assert_eq!(total(&store, &all_selector(), range).await, before_all);
+    assert_eq!(
+        total(&store, &all_selector(), range).await,
+        before_all + late
+    );
     let objects = std::fs::read_dir(root.path().join("bucket/blocks"))
         .expect("blocks dir")
         .count();
