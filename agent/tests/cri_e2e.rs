@@ -43,7 +43,10 @@ fn store_binary() -> Option<PathBuf> {
     if candidate.is_file() {
         return Some(candidate);
     }
-    let problem = format!("{} is missing: run `cargo build -p kiln-store` first", candidate.display());
+    let problem = format!(
+        "{} is missing: run `cargo build -p kiln-store` first",
+        candidate.display()
+    );
     assert!(!node::in_ci(), "{problem}");
     eprintln!("skipping CRI end-to-end test: {problem}");
     None
@@ -57,8 +60,14 @@ fn free_port() -> SocketAddr {
 /// A GET against the store; returns (status, body).
 fn http_get(addr: SocketAddr, path_and_query: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).expect("store reachable");
-    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
-    write!(stream, "GET {path_and_query} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("request");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    write!(
+        stream,
+        "GET {path_and_query} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("response");
     let status = response
@@ -66,7 +75,10 @@ fn http_get(addr: SocketAddr, path_and_query: &str) -> (u16, String) {
         .nth(1)
         .and_then(|code| code.parse().ok())
         .unwrap_or(0);
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
     (status, body)
 }
 
@@ -74,7 +86,9 @@ fn encode(query: &str) -> String {
     query
         .bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -108,7 +122,18 @@ fn start_agent(socket: &Path, store: SocketAddr, log: &Path) -> KillOnDrop {
         Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
             .arg("--cri-socket")
             .arg(socket)
-            .args(["--node-name", "e2e-node", "--frequency", "99", "--drain-interval", "2s", "--resync-interval", "1s", "--metrics-addr", "off"])
+            .args([
+                "--node-name",
+                "e2e-node",
+                "--frequency",
+                "99",
+                "--drain-interval",
+                "2s",
+                "--resync-interval",
+                "1s",
+                "--metrics-addr",
+                "off",
+            ])
             .arg("--store")
             .arg(format!("http://{store}"))
             .env("RUST_LOG", "kiln_agent=info")
@@ -121,22 +146,32 @@ fn start_agent(socket: &Path, store: SocketAddr, log: &Path) -> KillOnDrop {
 
 /// Function names in the store's top table for a selector.
 fn top_functions(store: SocketAddr, selector: &str) -> Option<String> {
-    let path = format!("/api/v1/top?query={}&from=now-15m&to=now&limit=1000", encode(&format!("process_cpu:cpu:nanoseconds{selector}")));
+    let path = format!(
+        "/api/v1/top?query={}&from=now-15m&to=now&limit=1000",
+        encode(&format!("process_cpu:cpu:nanoseconds{selector}"))
+    );
     let (status, body) = http_get(store, &path);
     (status == 200).then_some(body)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
 }
 
 #[test]
 fn annotated_pod_is_profiled_through_cri_and_the_unannotated_one_is_not() {
-    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !node::prerequisites() {
         return;
     }
-    let Some(store_bin) = store_binary() else { return };
+    let Some(store_bin) = store_binary() else {
+        return;
+    };
     let work = tempfile::tempdir().expect("temp dir");
     let archive = node::build_image(&work.path().join("image"));
     let containerd = Containerd::start(&work.path().join("containerd"));
@@ -150,7 +185,18 @@ fn annotated_pod_is_profiled_through_cri_and_the_unannotated_one_is_not() {
     let dir = containerd.dir.clone();
     let pods = rt.block_on(async {
         vec![
-            create_pod(&mut client, &dir, NAMESPACE, "annotated", "annotated", &[("profiles.kiln.dev/enabled", "true"), ("profiles.kiln.dev/service-name", "e2e-service")]).await,
+            create_pod(
+                &mut client,
+                &dir,
+                NAMESPACE,
+                "annotated",
+                "annotated",
+                &[
+                    ("profiles.kiln.dev/enabled", "true"),
+                    ("profiles.kiln.dev/service-name", "e2e-service"),
+                ],
+            )
+            .await,
             create_pod(&mut client, &dir, NAMESPACE, "plain", "plain", &[]).await,
         ]
     });
@@ -169,17 +215,38 @@ fn annotated_pod_is_profiled_through_cri_and_the_unannotated_one_is_not() {
     }
     // Let a few more windows arrive, so the absence below is meaningful.
     std::thread::sleep(Duration::from_secs(6));
-    let namespace_top = top_functions(store_addr, &format!(r#"{{namespace="{NAMESPACE}"}}"#)).unwrap_or_default();
-    let (_, series) = http_get(store_addr, &format!("/api/v1/series?query={}&from=now-15m&to=now", encode(&format!(r#"{{namespace="{NAMESPACE}"}}"#))));
+    let namespace_top =
+        top_functions(store_addr, &format!(r#"{{namespace="{NAMESPACE}"}}"#)).unwrap_or_default();
+    let (_, series) = http_get(
+        store_addr,
+        &format!(
+            "/api/v1/series?query={}&from=now-15m&to=now",
+            encode(&format!(r#"{{namespace="{NAMESPACE}"}}"#))
+        ),
+    );
+    let running = rt.block_on(node::running_containers(&mut client));
     rt.block_on(async {
         for pod in &pods {
             remove_pod(&mut client, pod).await;
         }
     });
+    assert_eq!(
+        running, 2,
+        "both workloads must still run for the absence check to mean anything"
+    );
     let log = std::fs::read_to_string(&agent_log).unwrap_or_default();
-    assert!(found.is_some(), "the annotated pod's hot function never reached the store; agent log:\n{log}");
-    assert!(!namespace_top.contains("kiln_e2e_hot_plain"), "the unannotated pod was profiled: {namespace_top}");
-    assert!(!series.contains(r#""pod":"plain""#), "a series of the unannotated pod exists: {series}");
+    assert!(
+        found.is_some(),
+        "the annotated pod's hot function never reached the store; agent log:\n{log}"
+    );
+    assert!(
+        !namespace_top.contains("kiln_e2e_hot_plain"),
+        "the unannotated pod was profiled: {namespace_top}"
+    );
+    assert!(
+        !series.contains(r#""pod":"plain""#),
+        "a series of the unannotated pod exists: {series}"
+    );
     for label in [
         r#""pod":"annotated""#,
         r#""container":"main""#,
@@ -199,7 +266,10 @@ fn wait_for_pods(targets: &mut KubernetesTargets, pods: &[&str], within: Duratio
         let TargetSet::Cgroups(cgroups) = targets.current_targets().expect("always a set") else {
             panic!("Kubernetes discovery publishes cgroup targets");
         };
-        let mut names: Vec<String> = cgroups.values().filter_map(|e| e.labels.get("pod").cloned()).collect();
+        let mut names: Vec<String> = cgroups
+            .values()
+            .filter_map(|e| e.labels.get("pod").cloned())
+            .collect();
         names.sort();
         if names == pods || Instant::now() > deadline {
             return names;
@@ -210,7 +280,9 @@ fn wait_for_pods(targets: &mut KubernetesTargets, pods: &[&str], within: Duratio
 
 #[test]
 fn discovery_survives_a_runtime_socket_that_disappears_and_comes_back() {
-    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !node::prerequisites() {
         return;
     }
@@ -230,31 +302,168 @@ fn discovery_survives_a_runtime_socket_that_disappears_and_comes_back() {
         resync_interval: Duration::from_millis(500),
     };
     let discovery_targets = targets.clone();
-    let discovery = std::thread::spawn(move || runtime().block_on(run_discovery(config, discovery_targets, stop_rx)));
+    let discovery = std::thread::spawn(move || {
+        runtime().block_on(run_discovery(config, discovery_targets, stop_rx))
+    });
 
     let mut containerd = Containerd::start(&containerd_dir);
     containerd.import(&archive);
     let rt = runtime();
     let mut client = rt.block_on(connect(&socket));
     let dir = containerd.dir.clone();
-    let first = rt.block_on(create_pod(&mut client, &dir, NAMESPACE, "first", "annotated", &[("profiles.kiln.dev/enabled", "true")]));
+    let first = rt.block_on(create_pod(
+        &mut client,
+        &dir,
+        NAMESPACE,
+        "first",
+        "annotated",
+        &[("profiles.kiln.dev/enabled", "true")],
+    ));
     let mut reader = targets.clone();
-    assert_eq!(wait_for_pods(&mut reader, &["first"], Duration::from_secs(60)), vec!["first"]);
+    assert_eq!(
+        wait_for_pods(&mut reader, &["first"], Duration::from_secs(60)),
+        vec!["first"]
+    );
 
     containerd.kill();
     drop(client);
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(wait_for_pods(&mut reader, &["first"], Duration::ZERO), vec!["first"], "targets are kept while the runtime is away");
+    assert_eq!(
+        wait_for_pods(&mut reader, &["first"], Duration::ZERO),
+        vec!["first"],
+        "targets are kept while the runtime is away"
+    );
 
     containerd.restart();
     let mut client = rt.block_on(connect(&socket));
-    let second = rt.block_on(create_pod(&mut client, &dir, NAMESPACE, "second", "annotated", &[("profiles.kiln.dev/enabled", "true")]));
+    let second = rt.block_on(create_pod(
+        &mut client,
+        &dir,
+        NAMESPACE,
+        "second",
+        "annotated",
+        &[("profiles.kiln.dev/enabled", "true")],
+    ));
     let seen = wait_for_pods(&mut reader, &["first", "second"], Duration::from_secs(60));
     rt.block_on(remove_pod(&mut client, &second));
     let after_removal = wait_for_pods(&mut reader, &["first"], Duration::from_secs(60));
     rt.block_on(remove_pod(&mut client, &first));
     let _ = stop_tx.send(true);
     let _ = discovery.join();
-    assert_eq!(seen, vec!["first", "second"], "a pod created after the runtime came back was not discovered");
-    assert_eq!(after_removal, vec!["first"], "a removed pod stayed in the targets");
+    assert_eq!(
+        seen,
+        vec!["first", "second"],
+        "a pod created after the runtime came back was not discovered"
+    );
+    assert_eq!(
+        after_removal,
+        vec!["first"],
+        "a removed pod stayed in the targets"
+    );
+}
+
+/// Resident set size (KiB) and user+system CPU time (clock ticks) of a process.
+fn rss_and_cpu(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_comm = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    // Fields 14 and 15 of proc(5) (utime, stime); the first field after the comm is field 3.
+    let field = |n: usize| {
+        fields
+            .get(n - 3)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let cpu = field(14) + field(15);
+    (rss, cpu)
+}
+
+/// Benchmark (docs/benchmarks.md, "Agent on Kubernetes"): agent RSS and CPU
+/// while 50 annotated pods are created and deleted in 5 rounds of 10.
+#[test]
+#[ignore = "benchmark: prints measurements, run with --ignored --nocapture"]
+fn fifty_pods_churn_agent_memory_and_cpu() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !node::prerequisites() {
+        return;
+    }
+    let Some(store_bin) = store_binary() else {
+        return;
+    };
+    let work = tempfile::tempdir().expect("temp dir");
+    let archive = node::build_image(&work.path().join("image"));
+    let containerd = Containerd::start(&work.path().join("containerd"));
+    containerd.import(&archive);
+    let (_store, store_addr) = start_store(&work.path().join("store"), &store_bin);
+    let agent_log = work.path().join("agent.log");
+    let agent = start_agent(&containerd.socket, store_addr, &agent_log);
+    let pid = agent.0.id();
+    // SAFETY: sysconf has no preconditions.
+    let ticks = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100);
+    let rt = runtime();
+    let mut client = rt.block_on(connect(&containerd.socket));
+    let dir = containerd.dir.clone();
+    std::thread::sleep(Duration::from_secs(10));
+    let (rss0, cpu0) = rss_and_cpu(pid);
+    let started = Instant::now();
+    println!("round  pods_created  agent_rss_kib  agent_cpu_s_total");
+    println!("start  0             {rss0}          0.00");
+    let mut peak = rss0;
+    for round in 1..=5 {
+        let pods = rt.block_on(async {
+            let mut pods = Vec::new();
+            for i in 0..10 {
+                let name = format!("churn-{round}-{i}");
+                pods.push(
+                    create_pod(
+                        &mut client,
+                        &dir,
+                        NAMESPACE,
+                        &name,
+                        "pause",
+                        &[("profiles.kiln.dev/enabled", "true")],
+                    )
+                    .await,
+                );
+            }
+            pods
+        });
+        std::thread::sleep(Duration::from_secs(5));
+        peak = peak.max(rss_and_cpu(pid).0);
+        rt.block_on(async {
+            for pod in &pods {
+                remove_pod(&mut client, pod).await;
+            }
+        });
+        std::thread::sleep(Duration::from_secs(5));
+        let (rss, cpu) = rss_and_cpu(pid);
+        peak = peak.max(rss);
+        println!(
+            "{round}      {}            {rss}          {:.2}",
+            round * 10,
+            (cpu - cpu0) as f64 / ticks as f64
+        );
+    }
+    std::thread::sleep(Duration::from_secs(10));
+    let (rss_end, cpu_end) = rss_and_cpu(pid);
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu_seconds = (cpu_end - cpu0) as f64 / ticks as f64;
+    println!(
+        "end: rss {rss_end} KiB (start {rss0}, peak {peak}); agent CPU {cpu_seconds:.2} s over {seconds:.0} s = {:.2} % of one core",
+        100.0 * cpu_seconds / seconds
+    );
+    let log = std::fs::read_to_string(&agent_log).unwrap_or_default();
+    println!(
+        "agent log: {} discovery changes, last: {:?}",
+        log.matches("containers changed").count(),
+        log.lines().rev().find(|l| l.contains("containers changed"))
+    );
 }

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use kiln_cri::CriClient;
 use kiln_cri::runtime::v1::{
-    ContainerConfig, ContainerMetadata, CreateContainerRequest, ImageSpec,
-    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, NamespaceMode, NamespaceOption,
-    PodSandboxConfig, PodSandboxMetadata, RemovePodSandboxRequest, RunPodSandboxRequest,
-    StartContainerRequest, StopPodSandboxRequest,
+    ContainerConfig, ContainerMetadata, CreateContainerRequest, ImageSpec, LinuxPodSandboxConfig,
+    LinuxSandboxSecurityContext, NamespaceMode, NamespaceOption, PodSandboxConfig,
+    PodSandboxMetadata, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
+    StopPodSandboxRequest,
 };
 
 /// The image both the sandboxes (as pause) and the workloads run.
@@ -41,13 +41,20 @@ pub fn prerequisites() -> bool {
         Some("must run as root (containerd, BPF)".to_owned())
     } else if !Path::new("/sys/kernel/btf/vmlinux").is_file() {
         Some("the kernel exposes no BTF".to_owned())
-    } else if let Some(missing) = [("containerd", "--version"), ("ctr", "--version"), ("runc", "--version"), ("gcc", "--version")]
+    } else {
+        [
+            ("containerd", "--version"),
+            ("ctr", "--version"),
+            ("runc", "--version"),
+            ("gcc", "--version"),
+        ]
         .into_iter()
         .find(|(program, arg)| !runs(program, arg))
-    {
-        Some(format!("{} is not installed (./kiln-dev installs containerd, runc, build-essential)", missing.0))
-    } else {
-        None
+        .map(|(missing, _)| {
+            format!(
+                "{missing} is not installed (./kiln-dev installs containerd, runc, build-essential)"
+            )
+        })
     };
     match problem {
         None => true,
@@ -61,7 +68,9 @@ pub fn prerequisites() -> bool {
 
 #[track_caller]
 fn run(command: &mut Command) -> String {
-    let output = command.output().unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
     assert!(
         output.status.success(),
         "{command:?} failed: {}",
@@ -72,7 +81,10 @@ fn run(command: &mut Command) -> String {
 
 fn sha256(path: &Path) -> String {
     let out = run(Command::new("sha256sum").arg(path));
-    out.split_whitespace().next().expect("sha256sum prints a digest").to_owned()
+    out.split_whitespace()
+        .next()
+        .expect("sha256sum prints a digest")
+        .to_owned()
 }
 
 /// Writes `bytes` as a blob of the OCI layout under `dir`; returns (digest, size).
@@ -92,7 +104,14 @@ pub fn build_image(work: &Path) -> PathBuf {
     std::os::unix::fs::symlink("busybox", rootfs.join("bin/sh")).expect("sh link");
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/cri_burn.c");
     run(Command::new("gcc")
-        .args(["-static", "-O1", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-fno-inline", "-o"])
+        .args([
+            "-static",
+            "-O1",
+            "-fno-omit-frame-pointer",
+            "-mno-omit-leaf-frame-pointer",
+            "-fno-inline",
+            "-o",
+        ])
         .arg(rootfs.join("workload"))
         .arg(&source));
 
@@ -121,7 +140,11 @@ pub fn build_image(work: &Path) -> PathBuf {
     let manifest_file = work.join("manifest.json");
     std::fs::write(&manifest_file, manifest).expect("manifest");
     let (manifest_digest, manifest_size) = add_blob(&layout, &manifest_file);
-    std::fs::write(layout.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).expect("oci-layout");
+    std::fs::write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .expect("oci-layout");
     std::fs::write(
         layout.join("index.json"),
         format!(
@@ -130,7 +153,12 @@ pub fn build_image(work: &Path) -> PathBuf {
     )
     .expect("index.json");
     let archive = work.join("image.tar");
-    run(Command::new("tar").arg("-cf").arg(&archive).arg("-C").arg(&layout).arg("."));
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&layout)
+        .arg("."));
     archive
 }
 
@@ -191,7 +219,11 @@ state = "{root}/state"
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         while !self.socket.exists() {
-            assert!(Instant::now() < deadline, "containerd did not create its socket; see {}", self.dir.join("containerd.log").display());
+            assert!(
+                Instant::now() < deadline,
+                "containerd did not create its socket; see {}",
+                self.dir.join("containerd.log").display()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -217,9 +249,13 @@ state = "{root}/state"
     /// Ends the shims this containerd started (found by our socket in their command line).
     fn end_shims(&self) {
         let needle = self.socket.display().to_string();
-        let Ok(entries) = std::fs::read_dir("/proc") else { return };
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return;
+        };
         for entry in entries.flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
             let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
             let text = String::from_utf8_lossy(&cmdline);
             if text.contains("containerd-shim") && text.contains(&needle) {
@@ -240,7 +276,9 @@ state = "{root}/state"
             .collect();
         points.sort_by_key(|p| std::cmp::Reverse(p.len()));
         for point in points {
-            let Ok(c_point) = std::ffi::CString::new(point) else { continue };
+            let Ok(c_point) = std::ffi::CString::new(point) else {
+                continue;
+            };
             // SAFETY: c_point is a valid NUL-terminated path; MNT_DETACH cannot harm other mounts.
             unsafe { libc::umount2(c_point.as_ptr(), libc::MNT_DETACH) };
         }
@@ -262,15 +300,29 @@ pub struct Pod {
 }
 
 /// The sandbox config kubelet would send for a host-network pod.
-pub fn sandbox_config(dir: &Path, namespace: &str, name: &str, uid: &str, annotations: &[(&str, &str)]) -> PodSandboxConfig {
+pub fn sandbox_config(
+    dir: &Path,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    annotations: &[(&str, &str)],
+) -> PodSandboxConfig {
     let labels = HashMap::from([
-        ("io.kubernetes.pod.namespace".to_owned(), namespace.to_owned()),
+        (
+            "io.kubernetes.pod.namespace".to_owned(),
+            namespace.to_owned(),
+        ),
         ("io.kubernetes.pod.name".to_owned(), name.to_owned()),
         ("io.kubernetes.pod.uid".to_owned(), uid.to_owned()),
         ("app".to_owned(), name.to_owned()),
     ]);
-    let mut all_annotations = HashMap::from([("kubernetes.io/config.source".to_owned(), "api".to_owned())]);
-    all_annotations.extend(annotations.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    let mut all_annotations =
+        HashMap::from([("kubernetes.io/config.source".to_owned(), "api".to_owned())]);
+    all_annotations.extend(
+        annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
     PodSandboxConfig {
         metadata: Some(PodSandboxMetadata {
             name: name.to_owned(),
@@ -318,7 +370,10 @@ pub async fn create_pod(
         .into_inner()
         .pod_sandbox_id;
     let container_labels = HashMap::from([
-        ("io.kubernetes.pod.namespace".to_owned(), namespace.to_owned()),
+        (
+            "io.kubernetes.pod.namespace".to_owned(),
+            namespace.to_owned(),
+        ),
         ("io.kubernetes.pod.name".to_owned(), name.to_owned()),
         ("io.kubernetes.pod.uid".to_owned(), uid.clone()),
         ("io.kubernetes.container.name".to_owned(), "main".to_owned()),
@@ -332,7 +387,9 @@ pub async fn create_pod(
                     name: "main".to_owned(),
                     attempt: 0,
                 }),
-                image: Some(ImageSpec { image: IMAGE.to_owned() }),
+                image: Some(ImageSpec {
+                    image: IMAGE.to_owned(),
+                }),
                 command: vec!["/workload".to_owned()],
                 args: vec![mode.to_owned()],
                 labels: container_labels,
@@ -375,8 +432,25 @@ pub async fn connect(socket: &Path) -> CriClient {
     loop {
         match CriClient::connect(socket).await {
             Ok(client) => return client,
-            Err(error) if Instant::now() > deadline => panic!("cannot connect to containerd: {error}"),
+            Err(error) if Instant::now() > deadline => {
+                panic!("cannot connect to containerd: {error}")
+            }
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
+}
+
+/// Running containers the runtime reports.
+pub async fn running_containers(client: &mut CriClient) -> usize {
+    use kiln_cri::runtime::v1::{ContainerState, ListContainersRequest};
+    client
+        .runtime()
+        .list_containers(ListContainersRequest { filter: None })
+        .await
+        .expect("ListContainers")
+        .into_inner()
+        .containers
+        .iter()
+        .filter(|c| c.state == ContainerState::ContainerRunning as i32)
+        .count()
 }
