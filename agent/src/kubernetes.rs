@@ -24,6 +24,9 @@ use tokio::sync::watch;
 use crate::ship::Backoff;
 use crate::target_set::{TargetEntry, TargetSet, TargetSource, TargetSourceError};
 
+/// Events arriving within this time of each other lead to one snapshot.
+const EVENT_COALESCING: Duration = Duration::from_millis(100);
+
 /// How discovery runs.
 #[derive(Debug, Clone)]
 pub struct KubernetesConfig {
@@ -306,6 +309,14 @@ async fn session(
                 if event.is_none() {
                     // The stream ended or failed: the next snapshot tells whether the runtime is gone.
                     events = None;
+                } else {
+                    // A pod start is a burst of events (sandbox, containers): one snapshot for all.
+                    while let Ok(more) = tokio::time::timeout(EVENT_COALESCING, next_event(&mut events)).await {
+                        if more.is_none() {
+                            events = None;
+                            break;
+                        }
+                    }
                 }
             }
             _ = shutdown.changed() => return Ok(()),
