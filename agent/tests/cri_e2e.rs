@@ -116,32 +116,71 @@ fn start_store(data_dir: &Path, binary: &Path) -> (KillOnDrop, SocketAddr) {
     }
 }
 
-fn start_agent(socket: &Path, store: SocketAddr, log: &Path) -> KillOnDrop {
+/// The agent process, in a cgroup of its own that is removed after it exits.
+struct Agent {
+    child: KillOnDrop,
+    cgroup: PathBuf,
+}
+
+impl Agent {
+    fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.0.kill();
+        let _ = self.child.0.wait();
+        let _ = std::fs::remove_dir(&self.cgroup);
+    }
+}
+
+/// Starts the agent as it runs in a pod: in a cgroup below the test's and in
+/// its own cgroup namespace rooted there, so `/proc/<pid>/cgroup` of the
+/// containers reads `0::/../k8s.io/<id>` to it and it must find them through
+/// their runtime `cgroupsPath` instead. `sh` moves itself into the cgroup and
+/// execs `unshare`, which execs the agent, so the child's PID is the agent's.
+fn start_agent(socket: &Path, store: SocketAddr, log: &Path) -> Agent {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let mount = kiln_cri::cgroup::cgroup2_mount(&mountinfo).expect("a cgroup2 mount");
+    let cgroup = mount.join(format!(
+        "kiln-e2e-agent-{}-{}",
+        std::process::id(),
+        log.display().to_string().len()
+    ));
+    std::fs::create_dir_all(&cgroup).expect("agent cgroup");
     let log = std::fs::File::create(log).expect("agent log");
-    KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
-            .arg("--cri-socket")
-            .arg(socket)
-            .args([
-                "--node-name",
-                "e2e-node",
-                "--frequency",
-                "99",
-                "--drain-interval",
-                "2s",
-                "--resync-interval",
-                "1s",
-                "--metrics-addr",
-                "off",
-            ])
-            .arg("--store")
-            .arg(format!("http://{store}"))
-            .env("RUST_LOG", "kiln_agent=info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("kiln-agent starts"),
-    )
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg(r#"echo $$ > "$0/cgroup.procs" && exec unshare --cgroup "$@""#)
+        .arg(&cgroup)
+        .arg(env!("CARGO_BIN_EXE_kiln-agent"))
+        .arg("--cri-socket")
+        .arg(socket)
+        .args([
+            "--node-name",
+            "e2e-node",
+            "--frequency",
+            "99",
+            "--drain-interval",
+            "2s",
+            "--resync-interval",
+            "1s",
+            "--metrics-addr",
+            "off",
+        ])
+        .arg("--store")
+        .arg(format!("http://{store}"))
+        .env("RUST_LOG", "kiln_agent=info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("kiln-agent starts");
+    Agent {
+        child: KillOnDrop(child),
+        cgroup,
+    }
 }
 
 /// Function names in the store's top table for a selector.
@@ -405,7 +444,7 @@ fn fifty_pods_churn_agent_memory_and_cpu() {
     let (_store, store_addr) = start_store(&work.path().join("store"), &store_bin);
     let agent_log = work.path().join("agent.log");
     let agent = start_agent(&containerd.socket, store_addr, &agent_log);
-    let pid = agent.0.id();
+    let pid = agent.pid();
     // SAFETY: sysconf has no preconditions.
     let ticks = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100);
     let rt = runtime();

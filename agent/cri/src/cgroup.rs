@@ -27,10 +27,14 @@ pub fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
 }
 
 /// The cgroup2 path (relative to the mount) from `/proc/<pid>/cgroup` text.
+/// A path leaving the reader's cgroup namespace (`/../..`) cannot be followed: `None`.
 pub fn cgroup2_path_of_process(proc_cgroup: &str) -> Option<PathBuf> {
     proc_cgroup.lines().find_map(|line| {
-        let path = line.strip_prefix("0::")?;
-        Some(PathBuf::from(path.trim().trim_start_matches('/')))
+        let path = line.strip_prefix("0::")?.trim();
+        if path.split('/').any(|component| component == "..") {
+            return None;
+        }
+        Some(PathBuf::from(path.trim_start_matches('/')))
     })
 }
 
@@ -93,12 +97,38 @@ fn expand_systemd_slice(slice: &str) -> Option<PathBuf> {
 pub struct CgroupResolver {
     cgroup2_root: PathBuf,
     proc_root: PathBuf,
+    /// Off when `/proc/<pid>/cgroup` is relative to another cgroup namespace than the hierarchy read.
+    read_process_cgroups: bool,
 }
 
 impl CgroupResolver {
     /// A resolver for this host: the cgroup2 mount from `/proc/self/mountinfo`
     /// (`/sys/fs/cgroup` when none is listed) and `/proc`.
+    ///
+    /// An agent in a container usually has its own cgroup namespace: its
+    /// `/sys/fs/cgroup` shows only its own subtree and `/proc/<pid>/cgroup` of
+    /// other processes reads `0::/../..`. Then the host's hierarchy is reached
+    /// through init's root (`/proc/1/root`, needs `hostPID`) and containers are
+    /// found by their runtime `cgroupsPath`, which is in host terms.
     pub fn for_host() -> CgroupResolver {
+        let own_namespace = std::fs::read_link("/proc/self/ns/cgroup").ok();
+        let init_namespace = std::fs::read_link("/proc/1/ns/cgroup").ok();
+        if own_namespace.is_some() && init_namespace.is_some() && own_namespace != init_namespace {
+            let init_mount = std::fs::read_to_string("/proc/1/mountinfo")
+                .ok()
+                .and_then(|text| cgroup2_mount(&text));
+            if let Some(mount) = init_mount {
+                let relative = mount.strip_prefix("/").unwrap_or(&mount).to_owned();
+                let root = Path::new("/proc/1/root").join(relative);
+                if root.is_dir() {
+                    return CgroupResolver {
+                        cgroup2_root: root,
+                        proc_root: PathBuf::from("/proc"),
+                        read_process_cgroups: false,
+                    };
+                }
+            }
+        }
         let cgroup2_root = std::fs::read_to_string("/proc/self/mountinfo")
             .ok()
             .and_then(|text| cgroup2_mount(&text))
@@ -111,6 +141,7 @@ impl CgroupResolver {
         CgroupResolver {
             cgroup2_root,
             proc_root,
+            read_process_cgroups: true,
         }
     }
 
@@ -122,7 +153,7 @@ impl CgroupResolver {
     /// The cgroup id of a container: the inode of its cgroup2 directory.
     pub fn resolve(&self, container_id: &str, details: &ContainerDetails) -> Result<u64, CriError> {
         let mut tried = Vec::new();
-        if let Some(pid) = details.pid {
+        if let Some(pid) = details.pid.filter(|_| self.read_process_cgroups) {
             let file = self.proc_root.join(pid.to_string()).join("cgroup");
             match std::fs::read_to_string(&file) {
                 Ok(text) => match cgroup2_path_of_process(&text) {
@@ -187,6 +218,7 @@ mod tests {
             Some(PathBuf::from("k8s.io/abc"))
         );
         assert_eq!(cgroup2_path_of_process("3:memory:/x\n"), None);
+        assert_eq!(cgroup2_path_of_process("0::/../../pod-b/ctr\n"), None);
     }
 
     #[test]

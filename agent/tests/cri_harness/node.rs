@@ -41,12 +41,15 @@ pub fn prerequisites() -> bool {
         Some("must run as root (containerd, BPF)".to_owned())
     } else if !Path::new("/sys/kernel/btf/vmlinux").is_file() {
         Some("the kernel exposes no BTF".to_owned())
+    } else if !Path::new("/bin/busybox").is_file() {
+        Some("/bin/busybox is missing (./kiln-dev installs busybox-static)".to_owned())
     } else {
         [
             ("containerd", "--version"),
             ("ctr", "--version"),
             ("runc", "--version"),
             ("gcc", "--version"),
+            ("unshare", "--version"),
         ]
         .into_iter()
         .find(|(program, arg)| !runs(program, arg))
