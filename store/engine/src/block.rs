@@ -4,6 +4,7 @@
 
 mod encode;
 pub mod format;
+mod memory;
 mod query;
 mod rollup;
 mod tables;
