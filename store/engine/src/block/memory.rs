@@ -104,10 +104,7 @@ fn label_set_bytes(labels: &LabelSet) -> usize {
     labels
         .iter()
         .map(|label| {
-            size_of::<Label>()
-                + label.name.capacity()
-                + label.value.capacity()
-                + 2 * ALLOC_OVERHEAD
+            size_of::<Label>() + label.name.capacity() + label.value.capacity() + 2 * ALLOC_OVERHEAD
         })
         .sum::<usize>()
         + ALLOC_OVERHEAD
@@ -148,7 +145,7 @@ mod tests {
             &kiln_pprof::encode_gzip(&b.finish()),
             &kiln_pprof::DecodeLimits::default(),
         )
-            .expect("built profile decodes")
+        .expect("built profile decodes")
     }
 
     fn block_with(series: usize, stacks: usize) -> Block {

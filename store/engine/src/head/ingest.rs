@@ -16,7 +16,7 @@ use kiln_pprof::Profile;
 use super::{Head, HeadPoint, Run};
 use crate::error::IngestError;
 use crate::model::{Label, LabelSet, NAME_LABEL, PROFILE_TYPE_LABEL, ProfileType};
-use crate::symbols::{Function, Line, Mapping, NO_MAPPING, ROOT_NODE, SampleLabel};
+use crate::symbols::{Function, Line, Mapping, NO_MAPPING, SampleLabel};
 
 /// Sample labels that stay per sample: unbounded ids would explode series.
 const SPAN_LABELS: [&str; 3] = ["span_id", "profile_id", "trace_id"];
@@ -346,7 +346,8 @@ struct ProfileInterner<'p> {
     function_positions: PositionById,
     functions: Vec<u32>,
     mappings: HashMap<u64, u32>,
-    nodes: HashMap<u64, u32>,
+    /// Head location ids of the stack being interned, root first.
+    frames: Vec<u32>,
     lines: Vec<Line>,
     label_sets: HashMap<Vec<[i64; 4]>, u32>,
     label_scratch: Vec<[i64; 4]>,
@@ -363,7 +364,7 @@ impl<'p> ProfileInterner<'p> {
             function_positions: PositionById::build(profile.functions().iter().map(|f| f.id)),
             functions: vec![UNSEEN; profile.functions().len()],
             mappings: HashMap::new(),
-            nodes: HashMap::new(),
+            frames: Vec::new(),
             lines: Vec::new(),
             label_sets: HashMap::new(),
             label_scratch: Vec::new(),
@@ -445,25 +446,16 @@ impl<'p> ProfileInterner<'p> {
 
     /// Interns a stack given leaf-first pprof location ids.
     fn stack(&mut self, head: &mut Head, location_ids: &[u64]) -> u32 {
-        let mut node = ROOT_NODE;
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
         for &id in location_ids.iter().rev() {
             // Validation guarantees every id resolves.
-            let Some(position) = self.location_positions.get(id) else {
-                continue;
-            };
-            // A small per-profile memo is far more cache-friendly than the
-            // head-wide node map, and samples share most of their frames.
-            let key = (u64::from(node) << 32) | position as u64;
-            node = match self.nodes.get(&key) {
-                Some(&known) => known,
-                None => {
-                    let location = self.location(head, position);
-                    let interned = head.symbols.intern_node(node, location);
-                    self.nodes.insert(key, interned);
-                    interned
-                }
-            };
+            if let Some(position) = self.location_positions.get(id) {
+                frames.push(self.location(head, position));
+            }
         }
+        let node = head.symbols.intern_stack(&frames);
+        self.frames = frames;
         node
     }
 
