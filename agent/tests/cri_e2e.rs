@@ -424,7 +424,8 @@ fn rss_and_cpu(pid: u32) -> (u64, u64) {
 }
 
 /// Benchmark (docs/benchmarks.md, "Agent on Kubernetes"): agent RSS and CPU
-/// while 50 annotated pods are created and deleted in 5 rounds of 10.
+/// while 50 annotated pods are created and deleted in 5 rounds of 10
+/// (`KILN_BENCH_ROUNDS` changes the number of rounds).
 #[test]
 #[ignore = "benchmark: prints measurements, run with --ignored --nocapture"]
 fn fifty_pods_churn_agent_memory_and_cpu() {
@@ -456,7 +457,11 @@ fn fifty_pods_churn_agent_memory_and_cpu() {
     println!("round  pods_created  agent_rss_kib  agent_cpu_s_total");
     println!("start  0             {rss0}          0.00");
     let mut peak = rss0;
-    for round in 1..=5 {
+    let rounds: usize = std::env::var("KILN_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    for round in 1..=rounds {
         let pods = rt.block_on(async {
             let mut pods = Vec::new();
             for i in 0..10 {
