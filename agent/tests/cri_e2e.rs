@@ -141,7 +141,7 @@ impl Drop for Agent {
 /// containers reads `0::/../k8s.io/<id>` to it and it must find them through
 /// their runtime `cgroupsPath` instead. `sh` moves itself into the cgroup and
 /// execs `unshare`, which execs the agent, so the child's PID is the agent's.
-fn start_agent(socket: &Path, store: SocketAddr, log: &Path) -> Agent {
+fn start_agent(socket: &Path, store: SocketAddr, log: &Path, targets_file: &Path) -> Agent {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     let mount = kiln_cri::cgroup::cgroup2_mount(&mountinfo).expect("a cgroup2 mount");
     let cgroup = mount.join(format!(
@@ -172,6 +172,8 @@ fn start_agent(socket: &Path, store: SocketAddr, log: &Path) -> Agent {
         ])
         .arg("--store")
         .arg(format!("http://{store}"))
+        .arg("--targets-file")
+        .arg(targets_file)
         .env("RUST_LOG", "kiln_agent=info")
         .stdout(Stdio::null())
         .stderr(log)
@@ -201,7 +203,8 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 #[test]
-fn annotated_pod_is_profiled_through_cri_and_the_unannotated_one_is_not() {
+fn annotated_pod_is_profiled_through_cri_and_the_other_only_once_a_reloaded_targets_file_names_it()
+{
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -217,7 +220,9 @@ fn annotated_pod_is_profiled_through_cri_and_the_unannotated_one_is_not() {
     containerd.import(&archive);
     let (_store, store_addr) = start_store(&work.path().join("store"), &store_bin);
     let agent_log = work.path().join("agent.log");
-    let _agent = start_agent(&containerd.socket, store_addr, &agent_log);
+    // The operator's targets file does not exist yet: annotations alone select.
+    let targets_file = work.path().join("targets.json");
+    let _agent = start_agent(&containerd.socket, store_addr, &agent_log, &targets_file);
 
     let rt = runtime();
     let mut client = rt.block_on(connect(&containerd.socket));
@@ -264,6 +269,28 @@ fn annotated_pod_is_profiled_through_cri_and_the_unannotated_one_is_not() {
         ),
     );
     let running = rt.block_on(node::running_containers(&mut client));
+
+    // A late opt-in as the operator relays it: a target naming the running,
+    // unannotated pod by kubelet's sandbox label. The agent picks the file up
+    // without a restart.
+    let relay = format!(
+        r#"{{"version":1,"targets":[{{"source":"{NAMESPACE}/late","namespace":"{NAMESPACE}","selector":{{"matchLabels":{{"io.kubernetes.pod.name":"plain"}}}},"requireAnnotation":false,"samplingHz":99,"labels":{{"relayed":"yes"}}}}]}}"#
+    );
+    let staging = work.path().join("targets.json.new");
+    std::fs::write(&staging, relay).expect("write targets");
+    std::fs::rename(&staging, &targets_file).expect("replace targets atomically");
+    let plain =
+        format!(r#"{{namespace="{NAMESPACE}",pod="plain",container="main",relayed="yes"}}"#);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut relayed = false;
+    while Instant::now() < deadline && !relayed {
+        relayed = top_functions(store_addr, &plain)
+            .is_some_and(|body| body.contains("kiln_e2e_hot_plain"));
+        if !relayed {
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+
     rt.block_on(async {
         for pod in &pods {
             remove_pod(&mut client, pod).await;
@@ -285,6 +312,10 @@ fn annotated_pod_is_profiled_through_cri_and_the_unannotated_one_is_not() {
     assert!(
         !series.contains(r#""pod":"plain""#),
         "a series of the unannotated pod exists: {series}"
+    );
+    assert!(
+        relayed,
+        "the pod named in the reloaded targets file was not profiled; agent log:\n{log}"
     );
     for label in [
         r#""pod":"annotated""#,
@@ -444,7 +475,12 @@ fn fifty_pods_churn_agent_memory_and_cpu() {
     containerd.import(&archive);
     let (_store, store_addr) = start_store(&work.path().join("store"), &store_bin);
     let agent_log = work.path().join("agent.log");
-    let agent = start_agent(&containerd.socket, store_addr, &agent_log);
+    let agent = start_agent(
+        &containerd.socket,
+        store_addr,
+        &agent_log,
+        &work.path().join("targets.json"),
+    );
     let pid = agent.pid();
     // SAFETY: sysconf has no preconditions.
     let ticks = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100);
