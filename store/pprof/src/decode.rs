@@ -63,7 +63,7 @@ pub fn maybe_gunzip(
         return Ok(Cow::Borrowed(input));
     }
     let mut decoder = flate2::read::MultiGzDecoder::new(input);
-    let mut out = Vec::with_capacity(input.len().saturating_mul(4).min(max_decompressed_bytes));
+    let mut out = Vec::with_capacity(inflated_size_hint(input).min(max_decompressed_bytes));
     // Read one byte past the limit so that "exactly at the limit" and "over it" differ.
     let cap = u64::try_from(max_decompressed_bytes)
         .unwrap_or(u64::MAX)
@@ -78,6 +78,22 @@ pub fn maybe_gunzip(
         });
     }
     Ok(Cow::Owned(out))
+}
+
+/// How much to reserve for inflating `gzip`: the size its trailer records
+/// (ISIZE, exact for the usual single-member file), but never more than 64
+/// times the input, since the trailer is untrusted.
+///
+/// NB: pprof protobuf typically inflates 5 to 10 times, so guessing a fixed
+/// ratio made most profiles regrow (and copy) the buffer once or twice.
+fn inflated_size_hint(gzip: &[u8]) -> usize {
+    let recorded = gzip
+        .len()
+        .checked_sub(4)
+        .and_then(|at| gzip.get(at..))
+        .and_then(|tail| <[u8; 4]>::try_from(tail).ok())
+        .map_or(0, |trailer| u32::from_le_bytes(trailer) as usize);
+    recorded.min(gzip.len().saturating_mul(64))
 }
 
 /// Decodes a pprof profile (gzipped or plain protobuf) and validates it.
@@ -148,4 +164,40 @@ fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    fn gzip(plain: &[u8]) -> Vec<u8> {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(2));
+        encoder
+            .write_all(plain)
+            .expect("writing to a Vec cannot fail");
+        encoder.finish().expect("writing to a Vec cannot fail")
+    }
+
+    #[test]
+    fn size_hint_is_the_trailer_size_but_never_above_64_times_the_input() {
+        let plain: Vec<u8> = (0..5000u32).map(|i| (i * i % 251) as u8).collect();
+        let packed = gzip(&plain);
+        assert_eq!(inflated_size_hint(&packed), 5000);
+        let mut lying = packed.clone();
+        let at = lying.len() - 4;
+        lying[at..].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(inflated_size_hint(&lying), lying.len() * 64);
+        assert_eq!(inflated_size_hint(&[0x1f, 0x8b]), 0);
+        // A lying trailer is reported as a gzip error, never trusted.
+        assert!(matches!(
+            maybe_gunzip(&lying, 1 << 20),
+            Err(PprofError::Gzip { .. })
+        ));
+        assert_eq!(
+            maybe_gunzip(&packed, 1 << 20).expect("valid gzip").as_ref(),
+            plain.as_slice()
+        );
+    }
 }
