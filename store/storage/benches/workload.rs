@@ -139,16 +139,52 @@ fn reshape(stacks: &[Vec<Frame>], samples: usize, rng: &mut Rng) -> Vec<u8> {
     encode_gzip(&b.finish())
 }
 
-fn vm_hwm_kib() -> u64 {
+/// A `/proc/self/status` field in KiB (`VmHWM`, `VmRSS`), 0 when unreadable.
+fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
+}
+
+fn vm_hwm_kib() -> u64 {
+    status_kib("VmHWM")
+}
+
+/// Resets VmHWM to the current RSS (Linux `clear_refs` value 5), so the
+/// next reading is the peak of the stage that follows.
+fn reset_hwm() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Bytes the allocator has handed out and not had back (glibc
+/// `mallinfo2`: arena + mmapped chunks in use). RSS above this is memory
+/// the allocator retains after frees.
+fn heap_in_use_bytes() -> u64 {
+    // SAFETY: mallinfo2 only reads allocator statistics; it has no
+    // preconditions and returns a plain struct by value.
+    let info = unsafe { libc::mallinfo2() };
+    (info.uordblks + info.hblkhd) as u64
+}
+
+/// One line of the memory trace: RSS now, peak since the last reset, and
+/// what the store accounts for (decoded-block cache, head).
+fn mem_trace(stage: &str, store: &Store) {
+    let stats = store.stats();
+    println!(
+        "  mem [{stage}]: RSS {:.0} MiB, stage peak {:.0} MiB, heap in use {:.0} MiB | cache {:.0} MiB in {} blocks, head {:.0} MiB",
+        status_kib("VmRSS") as f64 / 1024.0,
+        vm_hwm_kib() as f64 / 1024.0,
+        heap_in_use_bytes() as f64 / 1048576.0,
+        stats.cache_bytes as f64 / 1048576.0,
+        stats.cache_blocks,
+        stats.head_bytes as f64 / 1048576.0,
+    );
 }
 
 /// User + system CPU seconds of this process, from /proc/self/stat
@@ -369,7 +405,21 @@ fn main() {
         pool_bytes / (SERVICES * VARIANTS)
     );
 
+    // The resolved fixture stacks (full strings per frame) are only needed
+    // to build the payloads; keeping them would charge the store's memory
+    // figures with a few hundred MiB of harness data.
+    drop(fixture_stacks);
     breakdown(&payloads, pods);
+    // The breakdown's decoded profiles and head are freed, but glibc keeps
+    // the pages; give them back so the RSS figures below are the store's.
+    // SAFETY: malloc_trim only releases free allocator memory to the OS.
+    unsafe { libc::malloc_trim(0) };
+    println!(
+        "  mem [after stage breakdown]: RSS {:.0} MiB, peak {:.0} MiB, heap in use {:.0} MiB",
+        status_kib("VmRSS") as f64 / 1024.0,
+        vm_hwm_kib() as f64 / 1024.0,
+        heap_in_use_bytes() as f64 / 1048576.0
+    );
 
     // Simulated time ends at noon on an hour boundary, so the full-cadence
     // hours are complete hours that compaction can merge.
@@ -427,6 +477,9 @@ fn main() {
         let mut last_flush_minute = times[0] / 60_000;
         let mut last_compact_hour = times[0] / HOUR_MS;
         let mut profiles_done = 0usize;
+        // VmHWM is reset per stage for the trace; the run's peak is the max.
+        let mut peak_kib = 0u64;
+        let mut compact_peak_kib = 0u64;
         for (step, &t) in times.iter().enumerate() {
             if t / 60_000 != last_flush_minute {
                 last_flush_minute = t / 60_000;
@@ -436,9 +489,18 @@ fn main() {
             }
             if t / HOUR_MS != last_compact_hour {
                 last_compact_hour = t / HOUR_MS;
+                peak_kib = peak_kib.max(vm_hwm_kib());
+                reset_hwm();
                 let f = Instant::now();
                 store.compact(t).await.expect("compact");
                 compact_time += f.elapsed();
+                let hwm = vm_hwm_kib();
+                if hwm > compact_peak_kib {
+                    compact_peak_kib = hwm;
+                    mem_trace("after compaction (new compaction peak)", &store);
+                }
+                peak_kib = peak_kib.max(hwm);
+                reset_hwm();
             }
             let requests = (0..pods).map(|p| {
                 let payload = payloads[p % SERVICES][(p + step) % VARIANTS].clone();
@@ -461,6 +523,7 @@ fn main() {
                     "  progress: {profiles_done}/{total_profiles} profiles, {:.0} s",
                     wall0.elapsed().as_secs_f64()
                 );
+                mem_trace("ingest", &store);
             }
         }
         let f = Instant::now();
@@ -468,10 +531,16 @@ fn main() {
         flush_time += f.elapsed();
         let wall = wall0.elapsed().as_secs_f64();
         let cpu = process_cpu() - cpu0;
-        let hwm_ingest = vm_hwm_kib();
+        mem_trace("after final flush", &store);
+        peak_kib = peak_kib.max(vm_hwm_kib());
+        let hwm_ingest = peak_kib;
+        reset_hwm();
         let compact0 = Instant::now();
         let report = store.compact(end_ms + 10 * 60_000).await.expect("compact");
         compact_time += compact0.elapsed();
+        mem_trace("after final compaction", &store);
+        peak_kib = peak_kib.max(vm_hwm_kib());
+        reset_hwm();
         let blocks = store.blocks();
         let block_bytes: u64 = blocks.iter().map(|b| b.size_bytes).sum();
         let stored_samples: u64 = blocks.iter().map(|b| b.samples).sum();
@@ -506,9 +575,13 @@ fn main() {
                     t.warm_cpu * 1000.0,
                     t.total
                 );
+                mem_trace(&format!("after {name} {who} queries"), &store);
+                peak_kib = peak_kib.max(vm_hwm_kib());
+                reset_hwm();
             }
         }
-        println!("\npeak RSS (VmHWM) at end: {:.0} MiB", vm_hwm_kib() as f64 / 1024.0);
+        println!("\npeak RSS (VmHWM) at end: {:.0} MiB", peak_kib.max(vm_hwm_kib()) as f64 / 1024.0);
+        println!("peak RSS of one hourly/daily compaction (ingest phase): {:.0} MiB", compact_peak_kib as f64 / 1024.0);
         let stats = store.stats();
         println!("store stats: {stats:?}");
     });

@@ -7,6 +7,7 @@
 //! head apply, so a head cut sees every logged record either entirely before
 //! or entirely after it: a block holds exactly the WAL segments it replaces.
 
+mod allocator;
 mod cache;
 mod config;
 mod maintenance;
@@ -58,8 +59,11 @@ pub struct StoreStats {
     pub block_bytes: u64,
     /// Blocks skipped because they are corrupt.
     pub corrupt_blocks: u64,
-    /// Bytes of decoded blocks held in the cache (by encoded size).
+    /// Memory held by decoded blocks in the cache (their approximate
+    /// decoded size, the same measure the cache budget counts).
     pub cache_bytes: u64,
+    /// Decoded blocks held in the cache.
+    pub cache_blocks: u64,
     /// Profiles acknowledged since start.
     pub profiles_ingested: u64,
     /// Sample values stored since start.
@@ -253,6 +257,10 @@ impl Store {
             let slot = read(&shared.head);
             (slot.head.approx_bytes() as u64, slot.head.profiles())
         };
+        let (cache_bytes, cache_blocks) = {
+            let cache = lock(&shared.cache);
+            (cache.used_bytes(), cache.len() as u64)
+        };
         let view = read(&shared.view);
         let c = &shared.counters;
         StoreStats {
@@ -262,7 +270,8 @@ impl Store {
             blocks: view.visible().count() as u64,
             block_bytes: view.visible().map(|b| b.size_bytes).sum(),
             corrupt_blocks: lock(&shared.corrupt).len() as u64,
-            cache_bytes: lock(&shared.cache).used_bytes(),
+            cache_bytes,
+            cache_blocks,
             profiles_ingested: c.profiles.load(Ordering::Relaxed),
             samples_ingested: c.samples.load(Ordering::Relaxed),
             bytes_ingested: c.bytes.load(Ordering::Relaxed),

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use kiln_engine::Block;
 
-/// Decoded blocks by id, bounded by the sum of their encoded sizes.
+/// Decoded blocks by id, bounded by the sum of their decoded sizes
+/// ([`Block::approx_decoded_bytes`]), so the budget is real memory.
 #[derive(Debug)]
 pub(crate) struct BlockCache {
     entries: HashMap<String, Entry>,
@@ -88,5 +89,9 @@ impl BlockCache {
 
     pub(crate) fn used_bytes(&self) -> u64 {
         self.used_bytes
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
     }
 }

@@ -36,9 +36,9 @@ pub struct StoreConfig {
     pub max_total_bytes: Option<u64>,
     /// How often retention is enforced.
     pub retention_interval: Duration,
-    /// Budget for decoded blocks kept in memory, counted by their *encoded*
-    /// size (the engine does not report decoded sizes; decoded blocks are
-    /// larger, so leave headroom).
+    /// Budget for decoded blocks kept in memory, counted by their decoded
+    /// size (`Block::approx_decoded_bytes`). A single block larger than the
+    /// budget is still kept while it is the only entry.
     pub block_cache_bytes: u64,
     /// Limits applied while decoding pprof.
     pub decode_limits: DecodeLimits,
@@ -57,7 +57,7 @@ pub struct StoreConfig {
 impl StoreConfig {
     /// Defaults: flush every 60 s (or at 256 MiB), re-list every 15 s,
     /// compact every 5 min, keep 14 days, 256 MiB block cache (counted in
-    /// encoded bytes; decoded blocks take more memory than that).
+    /// decoded bytes).
     pub fn new(data_dir: impl Into<PathBuf>, replica: impl Into<String>) -> Self {
         Self {
             data_dir: data_dir.into(),

@@ -112,6 +112,10 @@ impl Store {
             .counters
             .compactions
             .fetch_add(report.written.len() as u64, Ordering::Relaxed);
+        if !report.written.is_empty() {
+            // Sources and merge state are freed by now.
+            super::allocator::release_free_memory().await;
+        }
         Ok(report)
     }
 
@@ -134,7 +138,7 @@ impl Store {
             };
             let mut blocks: Vec<Arc<Block>> = Vec::with_capacity(metas.len());
             for meta in &metas {
-                match shared.load_block(&runtime, meta) {
+                match shared.load_block_uncached(&runtime, meta) {
                     Some(block) => blocks.push(block),
                     None => return Ok(None),
                 }

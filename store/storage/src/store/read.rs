@@ -26,6 +26,34 @@ impl Shared {
         if let Some(block) = lock(&self.cache).get(&meta.id) {
             return Some(block);
         }
+        let block = self.fetch_block(runtime, meta)?;
+        let bytes = block.approx_decoded_bytes() as u64;
+        lock(&self.cache).insert(meta.id.clone(), Arc::clone(&block), bytes);
+        Some(block)
+    }
+
+    /// Like [`Shared::load_block`], but a block not already cached is
+    /// decoded without entering the cache. Compaction reads its sources this
+    /// way: they are deleted right after, so caching them would only evict
+    /// blocks that queries use and raise peak memory.
+    pub(super) fn load_block_uncached(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        meta: &BlockMeta,
+    ) -> Option<Arc<Block>> {
+        if let Some(block) = lock(&self.cache).get(&meta.id) {
+            return Some(block);
+        }
+        self.fetch_block(runtime, meta)
+    }
+
+    /// Fetches and decodes a block from the bucket; `None` (reported) when
+    /// it is gone, corrupt or unreadable.
+    fn fetch_block(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        meta: &BlockMeta,
+    ) -> Option<Arc<Block>> {
         if lock(&self.corrupt).contains_key(&meta.id) {
             return None;
         }
@@ -45,11 +73,7 @@ impl Shared {
             }
         };
         match Block::decode(&bytes) {
-            Ok(block) => {
-                let block = Arc::new(block);
-                lock(&self.cache).insert(meta.id.clone(), Arc::clone(&block), bytes.len() as u64);
-                Some(block)
-            }
+            Ok(block) => Some(Arc::new(block)),
             Err(err) => {
                 self.mark_corrupt(&meta.id, err.to_string());
                 None

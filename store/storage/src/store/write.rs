@@ -118,6 +118,8 @@ impl Store {
         self.cut_head().await?;
         let _maintenance = shared.maintenance.lock().await;
         let result = self.upload_pending().await;
+        // The cut head and its encoded block are freed by now.
+        super::allocator::release_free_memory().await;
         if result.is_err() {
             shared
                 .counters
