@@ -7,6 +7,10 @@
 //!    carries `profiles.kiln.dev/enabled: "true"`.
 //! 3. A pod with `enabled: "true"` is profiled even when no target matches (annotation-only
 //!    opt-in), at the agent's default rate.
+//! 0. Annotations relayed by the operator (targets with `podAnnotations` whose namespace and
+//!    selector match the pod) apply first and win over the sandbox's own annotations: they are
+//!    the API server's current values for pods annotated after they started. Relay entries are
+//!    not matching targets themselves.
 //! 4. The rate is the annotation `profiles.kiln.dev/sampling-hz` when valid, else the highest rate
 //!    among matching targets. Extra labels merge in target order; the first target setting a key wins.
 
@@ -105,6 +109,22 @@ pub enum SkipReason {
 impl TargetsFile {
     /// Decides about one container; see the module documentation for the rules.
     pub fn decide(&self, pod: &PodView<'_>) -> Decision {
+        let relayed = RelayedAnnotations {
+            relayed: self
+                .targets
+                .iter()
+                .filter(|target| {
+                    !target.pod_annotations.is_empty()
+                        && target.namespace == pod.namespace
+                        && target.selector.matches(pod.labels)
+                })
+                .collect(),
+            sandbox: pod.annotations,
+        };
+        let pod = &PodView {
+            annotations: &relayed,
+            ..*pod
+        };
         let mut ignored = Vec::new();
         let enabled = match pod.annotations.label(ANNOTATION_ENABLED) {
             None => None,
@@ -128,7 +148,9 @@ impl TargetsFile {
         let matched: Vec<&Target> = self
             .targets
             .iter()
-            .filter(|target| target_matches(target, pod, annotated))
+            .filter(|target| {
+                target.pod_annotations.is_empty() && target_matches(target, pod, annotated)
+            })
             .collect();
         if matched.is_empty() && !annotated {
             return Decision::Skip(SkipReason::NotSelected);
@@ -181,6 +203,22 @@ impl TargetsFile {
     }
 }
 
+/// The sandbox's annotations overlaid with those relayed for this pod; the first relay entry
+/// (in file order) setting a key wins.
+struct RelayedAnnotations<'a> {
+    relayed: Vec<&'a Target>,
+    sandbox: &'a dyn LabelSource,
+}
+
+impl LabelSource for RelayedAnnotations<'_> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.relayed
+            .iter()
+            .find_map(|target| target.pod_annotations.get(key).map(String::as_str))
+            .or_else(|| self.sandbox.label(key))
+    }
+}
+
 fn target_matches(target: &Target, pod: &PodView<'_>, annotated: bool) -> bool {
     target.namespace == pod.namespace
         && (annotated || !target.require_annotation)
@@ -210,6 +248,7 @@ mod tests {
             containers: Vec::new(),
             sampling_hz: hz,
             labels: BTreeMap::new(),
+            pod_annotations: BTreeMap::new(),
         }
     }
 
@@ -383,5 +422,66 @@ mod tests {
             container: "c",
         });
         assert!(matches!(decision, Decision::Profile(_)));
+    }
+
+    fn relay(uid: &str, annotations: &[(&str, &str)]) -> Target {
+        let mut relay = target(&format!("shop/pods/{uid}"), "shop", false, 19);
+        relay
+            .selector
+            .match_labels
+            .insert("io.kubernetes.pod.uid".into(), uid.into());
+        relay.pod_annotations = map(annotations);
+        relay
+    }
+
+    #[test]
+    fn relayed_annotations_opt_in_exactly_the_selected_pod_with_its_rate_and_service() {
+        let file = TargetsFile::new([relay(
+            "uid-1",
+            &[
+                (ANNOTATION_ENABLED, "true"),
+                (ANNOTATION_SAMPLING_HZ, "97"),
+                (ANNOTATION_SERVICE_NAME, "cart"),
+            ],
+        )]);
+        let selected = map(&[("io.kubernetes.pod.uid", "uid-1")]);
+        let p = plan(decide(&file, "shop", &selected, &map(&[]), "app"));
+        assert_eq!(p.sampling_hz, Some(97));
+        assert_eq!(
+            p.labels.get("service_name").map(String::as_str),
+            Some("cart")
+        );
+        assert!(p.matched_targets.is_empty(), "a relay is not a target");
+        let other = map(&[("io.kubernetes.pod.uid", "uid-2")]);
+        assert_eq!(
+            decide(&file, "shop", &other, &map(&[]), "app"),
+            Decision::Skip(SkipReason::NotSelected)
+        );
+        assert_eq!(
+            decide(&file, "default", &selected, &map(&[]), "app"),
+            Decision::Skip(SkipReason::NotSelected)
+        );
+    }
+
+    #[test]
+    fn relayed_annotations_win_over_stale_sandbox_annotations() {
+        let file = TargetsFile::new([relay("uid-1", &[(ANNOTATION_ENABLED, "true")])]);
+        let selected = map(&[("io.kubernetes.pod.uid", "uid-1")]);
+        let stale = map(&[(ANNOTATION_ENABLED, "false")]);
+        assert!(matches!(
+            decide(&file, "shop", &selected, &stale, "app"),
+            Decision::Profile(_)
+        ));
+    }
+
+    #[test]
+    fn relay_entry_rate_does_not_compete_with_real_targets() {
+        let mut high = relay("uid-1", &[(ANNOTATION_ENABLED, "true")]);
+        high.sampling_hz = 1000;
+        let file = TargetsFile::new([high, target("shop/all", "shop", true, 49)]);
+        let selected = map(&[("io.kubernetes.pod.uid", "uid-1")]);
+        let p = plan(decide(&file, "shop", &selected, &map(&[]), "app"));
+        assert_eq!(p.sampling_hz, Some(49));
+        assert_eq!(p.matched_targets, vec!["shop/all".to_owned()]);
     }
 }

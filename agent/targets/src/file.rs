@@ -6,7 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::TargetsError;
 use crate::selector::LabelSelector;
-use crate::{FORMAT_VERSION, MAX_FILE_BYTES, MAX_SAMPLING_HZ, MIN_SAMPLING_HZ, RESERVED_LABELS};
+use crate::{
+    ANNOTATION_PREFIX, FORMAT_VERSION, MAX_FILE_BYTES, MAX_SAMPLING_HZ, MIN_SAMPLING_HZ,
+    RESERVED_LABELS,
+};
 
 /// The whole file: a format version and the targets, sorted by `(namespace, source)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,6 +43,14 @@ pub struct Target {
     /// Labels added to every profile of the selected containers.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// `profiles.kiln.dev/*` annotations the operator read from the API server for the selected
+    /// pods, applied as if they were on the pod sandbox (they win over the sandbox's own). A pod
+    /// annotated after it started has them only in the API server: CRI sandbox configs are
+    /// immutable. A target carrying them is a relay entry: it only supplies annotations and never
+    /// counts as a matching target itself (its `samplingHz`, `containers`, `labels` and
+    /// `requireAnnotation` are ignored).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_annotations: BTreeMap<String, String>,
 }
 
 impl TargetsFile {
@@ -173,6 +184,16 @@ impl Target {
         if let Some((field, problem)) = self.selector.problems() {
             return Err(invalid(&field, problem));
         }
+        if let Some(key) = self
+            .pod_annotations
+            .keys()
+            .find(|key| !key.starts_with(ANNOTATION_PREFIX))
+        {
+            return Err(invalid(
+                "podAnnotations",
+                format!("{key:?} is not a {ANNOTATION_PREFIX}* annotation"),
+            ));
+        }
         Ok(())
     }
 }
@@ -211,6 +232,7 @@ mod tests {
             containers: Vec::new(),
             sampling_hz: 19,
             labels: BTreeMap::new(),
+            pod_annotations: BTreeMap::new(),
         }
     }
 
@@ -325,6 +347,34 @@ mod tests {
         t.labels.insert("pod".into(), "spoofed".into());
         let err = TargetsFile::new([t]).validate().unwrap_err();
         assert!(err.to_string().contains("set by the agent"), "{err}");
+    }
+
+    #[test]
+    fn relay_entries_round_trip_and_accept_only_kiln_annotations() {
+        let mut relay = target("shop/pods/cart", "shop");
+        relay
+            .selector
+            .match_labels
+            .insert("io.kubernetes.pod.uid".into(), "uid-1".into());
+        relay
+            .pod_annotations
+            .insert(crate::ANNOTATION_ENABLED.into(), "true".into());
+        let file = TargetsFile::new([relay.clone()]);
+        let json = file.to_json().unwrap();
+        assert!(json.contains("\"podAnnotations\""), "{json}");
+        assert_eq!(TargetsFile::parse(json.as_bytes()).unwrap(), file);
+        assert!(
+            !TargetsFile::new([target("a/b", "a")])
+                .to_json()
+                .unwrap()
+                .contains("podAnnotations"),
+            "files without relays keep their old bytes"
+        );
+        relay
+            .pod_annotations
+            .insert("example.com/other".into(), "x".into());
+        let err = TargetsFile::new([relay]).validate().unwrap_err();
+        assert!(err.to_string().contains("podAnnotations"), "{err}");
     }
 
     #[test]

@@ -16,6 +16,9 @@ pub const FORMAT_VERSION: u32 = 1;
 /// The ConfigMap key (and file name inside the mounted volume) holding the targets file.
 pub const CONFIGMAP_KEY: &str = "targets.json";
 
+/// Prefix of every Kiln pod annotation; only these may be relayed in `podAnnotations`.
+pub const ANNOTATION_PREFIX: &str = "profiles.kiln.dev/";
+
 /// Pod annotation that opts a pod in (`"true"`) or out (`"false"`).
 pub const ANNOTATION_ENABLED: &str = "profiles.kiln.dev/enabled";
 
