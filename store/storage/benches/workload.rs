@@ -414,6 +414,8 @@ fn main() {
     // the pages; give them back so the RSS figures below are the store's.
     // SAFETY: malloc_trim only releases free allocator memory to the OS.
     unsafe { libc::malloc_trim(0) };
+    // Peaks reported below are the store's: start counting from here.
+    reset_hwm();
     println!(
         "  mem [after stage breakdown]: RSS {:.0} MiB, peak {:.0} MiB, heap in use {:.0} MiB",
         status_kib("VmRSS") as f64 / 1024.0,
