@@ -4,13 +4,13 @@ pub mod apply;
 pub mod store;
 pub mod target;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
@@ -19,7 +19,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::api::{ProfileStore, ProfilingTarget};
 use crate::metrics::Metrics;
-use crate::resources::{BuildDefaults, BuildError};
+use crate::resources::{BuildDefaults, BuildError, targets};
 
 /// The finalizer on stores whose agents have a cluster-scoped binding to remove.
 pub const STORE_FINALIZER: &str = "kiln.dev/agent-rbac";
@@ -47,6 +47,9 @@ pub struct Context {
     /// `metadata.generation` of each workload right after the operator last wrote or checked it;
     /// a different live generation with an unchanged hash means someone else edited its spec.
     pub seen_generations: Arc<Mutex<HashMap<String, i64>>>,
+    /// `namespace/name` of the pods last relayed into the agents' targets file, so the pod watch
+    /// also reconciles when one of them loses its annotation.
+    pub relayed_pods: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -71,6 +74,7 @@ impl Context {
             metrics,
             failures: Arc::default(),
             seen_generations: Arc::default(),
+            relayed_pods: Arc::default(),
         }
     }
 
@@ -207,7 +211,10 @@ pub async fn run(ctx: Arc<Context>) {
     let targets: Api<ProfilingTarget> = Api::all(client.clone());
     let owned = watcher::Config::default().labels("app.kubernetes.io/managed-by=kiln-operator");
 
-    let store_controller = Controller::new(stores, watcher::Config::default().any_semantic())
+    let store_controller = Controller::new(stores, watcher::Config::default().any_semantic());
+    let known_stores = store_controller.store();
+    let relayed = ctx.relayed_pods.clone();
+    let store_controller = store_controller
         .owns(Api::<StatefulSet>::all(client.clone()), owned.clone())
         .owns(Api::<DaemonSet>::all(client.clone()), owned.clone())
         .owns(Api::<Service>::all(client.clone()), owned.clone())
@@ -220,6 +227,31 @@ pub async fn run(ctx: Arc<Context>) {
             namespace
                 .map(|namespace| ObjectRef::new(&target.spec.store_ref.name).within(&namespace))
         })
+        // Pods annotated after they started are invisible to agents (CRI sandboxes are
+        // immutable): the agent-owning store relays them in its targets file, so a pod that
+        // opts in, opts out or goes away re-renders that file.
+        .watches(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default(),
+            move |pod| {
+                let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+                let was_relayed = relayed
+                    .lock()
+                    .map(|relayed| relayed.contains(&key))
+                    .unwrap_or(true);
+                if !was_relayed && !targets::wants_relay(&pod.metadata) {
+                    return None;
+                }
+                let stores: Vec<ProfileStore> = known_stores
+                    .state()
+                    .iter()
+                    .map(|store| store.as_ref().clone())
+                    .collect();
+                let owner = store::agent_owner(&stores)?;
+                let (namespace, name) = owner.split_once('/')?;
+                Some(ObjectRef::new(name).within(namespace))
+            },
+        )
         .shutdown_on_signal()
         .run(store::reconcile, error_policy::<ProfileStore>, ctx.clone())
         .for_each(|result| async move {

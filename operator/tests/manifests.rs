@@ -210,7 +210,7 @@ fn default_kustomization_installs_namespace_crds_rbac_and_operator() {
 }
 
 /// Every (apiGroup, resource, verb) the operator's code uses.
-const REQUIRED_PERMISSIONS: [(&str, &str, &str); 27] = [
+const REQUIRED_PERMISSIONS: [(&str, &str, &str); 29] = [
     ("kiln.dev", "profilestores", "get"),
     ("kiln.dev", "profilestores", "list"),
     ("kiln.dev", "profilestores", "watch"),
@@ -232,6 +232,8 @@ const REQUIRED_PERMISSIONS: [(&str, &str, &str); 27] = [
     ("", "configmaps", "delete"),
     ("", "serviceaccounts", "patch"),
     ("", "persistentvolumeclaims", "list"),
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
     ("", "persistentvolumeclaims", "patch"),
     ("rbac.authorization.k8s.io", "clusterrolebindings", "patch"),
     ("rbac.authorization.k8s.io", "clusterrolebindings", "delete"),

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kiln_targets::Target;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
@@ -127,7 +128,12 @@ pub async fn apply(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, Re
     } else {
         None
     };
-    match apply_children(&store, &names, &aggregation, agents_owned_by, ctx).await {
+    let relays = if store.spec.agent.enabled && agents_owned_by.is_none() {
+        relayed_pods(ctx).await?
+    } else {
+        Vec::new()
+    };
+    match apply_children(&store, &names, &aggregation, &relays, agents_owned_by, ctx).await {
         Ok(observed) => {
             let recreating = observed.recreating;
             let waiting_for_owner = observed.agents_owned_by.is_some();
@@ -171,10 +177,39 @@ pub async fn cleanup(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, 
     Ok(Action::await_change())
 }
 
+/// Relay entries for every running pod opted in through the API server; remembers which pods
+/// they were so the pod watch notices when one of them opts out.
+async fn relayed_pods(ctx: &Context) -> Result<Vec<Target>, ReconcileError> {
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    // Metadata only: annotations and UID are all a relay needs, and full pod objects of a whole
+    // cluster would cost the operator far more memory.
+    let listed = pods
+        .list_metadata(&ListParams::default().fields("status.phase=Running"))
+        .await
+        .map_err(|source| ReconcileError::kube("list Pods", source))?;
+    let metas: Vec<ObjectMeta> = listed.items.into_iter().map(|pod| pod.metadata).collect();
+    let relays = targets::relay_targets(&metas);
+    if let Ok(mut relayed) = ctx.relayed_pods.lock() {
+        *relayed = metas
+            .iter()
+            .filter(|pod| targets::wants_relay(pod))
+            .map(|pod| {
+                format!(
+                    "{}/{}",
+                    pod.namespace.as_deref().unwrap_or(""),
+                    pod.name.as_deref().unwrap_or("")
+                )
+            })
+            .collect();
+    }
+    Ok(relays)
+}
+
 async fn apply_children(
     store: &ProfileStore,
     names: &StoreNames,
     aggregation: &Aggregation,
+    relays: &[Target],
     agents_owned_by: Option<String>,
     ctx: &Context,
 ) -> Result<Observed, ReconcileError> {
@@ -228,7 +263,8 @@ async fn apply_children(
     }
 
     if store.spec.agent.enabled && observed.agents_owned_by.is_none() {
-        let targets_map = targets::config_map(store, names, &aggregation.file).map_err(build)?;
+        let file = targets::with_relays(&aggregation.file, relays);
+        let targets_map = targets::config_map(store, names, &file).map_err(build)?;
         apply_if_changed(&config_maps, &targets_map, ctx).await?;
         let account = agent::service_account(store, names).map_err(build)?;
         apply_if_changed(&accounts, &account, ctx).await?;

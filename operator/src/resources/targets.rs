@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kiln_targets::{
     LabelSelector as TargetSelector, SelectorOperator, SelectorRequirement, Target, TargetsFile,
 };
@@ -82,6 +83,7 @@ pub fn to_file_target(target: &ProfilingTarget) -> Result<Target, String> {
         containers: target.spec.containers.clone(),
         sampling_hz: target.spec.sampling_hz,
         labels: target.spec.labels.clone(),
+        pod_annotations: BTreeMap::new(),
     };
     let check = TargetsFile::new([file_target.clone()]);
     check.validate().map_err(|error| error.to_string())?;
@@ -119,6 +121,79 @@ pub fn aggregate(names: &StoreNames, targets: &[ProfilingTarget]) -> Aggregation
     }
 }
 
+/// The label kubelet sets on every pod sandbox to the pod's UID; agents see it through CRI.
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+
+/// Most pods relayed into one targets file. Each entry takes about 400 bytes, so this keeps the
+/// file far below the 1 MiB ConfigMap limit even with many `ProfilingTarget`s.
+pub const MAX_RELAYED_PODS: usize = 2000;
+
+/// Relay entries go in this rate; agents ignore it (see `kiln_targets::Target::pod_annotations`).
+const RELAY_SAMPLING_HZ: u32 = 19;
+
+/// True when the pod opts in through the API server (`profiles.kiln.dev/enabled: "true"`, read
+/// the way the agent reads it) and is not being deleted.
+pub fn wants_relay(pod: &ObjectMeta) -> bool {
+    pod.deletion_timestamp.is_none()
+        && pod
+            .annotations
+            .as_ref()
+            .and_then(|annotations| annotations.get(kiln_targets::ANNOTATION_ENABLED))
+            .is_some_and(|value| value.trim().eq_ignore_ascii_case("true"))
+}
+
+/// One relay entry per opted-in pod (the caller lists running pods only): it selects exactly that
+/// pod by the UID label kubelet puts on its sandbox and carries the pod's current Kiln
+/// annotations, because CRI keeps the annotations the pod had when it started. Entries are
+/// sorted by namespace and pod name and capped at [`MAX_RELAYED_PODS`]; pods whose annotations
+/// would make an invalid entry are left out (the agent would reject the whole file).
+pub fn relay_targets(pods: &[ObjectMeta]) -> Vec<Target> {
+    let mut relays: Vec<Target> = pods
+        .iter()
+        .filter(|pod| wants_relay(pod))
+        .filter_map(|pod| {
+            let namespace = pod.namespace.clone()?;
+            let name = pod.name.as_deref()?;
+            let uid = pod.uid.clone().filter(|uid| !uid.is_empty())?;
+            let pod_annotations = pod
+                .annotations
+                .iter()
+                .flatten()
+                .filter(|(key, _)| key.starts_with(kiln_targets::ANNOTATION_PREFIX))
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect();
+            let relay = Target {
+                source: format!("{namespace}/pods/{name}"),
+                namespace,
+                selector: TargetSelector {
+                    match_labels: BTreeMap::from([(POD_UID_LABEL.to_owned(), uid)]),
+                    match_expressions: Vec::new(),
+                },
+                require_annotation: false,
+                containers: Vec::new(),
+                sampling_hz: RELAY_SAMPLING_HZ,
+                labels: BTreeMap::new(),
+                pod_annotations,
+            };
+            TargetsFile::new([relay.clone()])
+                .validate()
+                .is_ok()
+                .then_some(relay)
+        })
+        .collect();
+    relays.sort_by(|a, b| {
+        (a.namespace.as_str(), a.source.as_str()).cmp(&(b.namespace.as_str(), b.source.as_str()))
+    });
+    relays.dedup_by(|a, b| a.source == b.source);
+    relays.truncate(MAX_RELAYED_PODS);
+    relays
+}
+
+/// The published targets plus the relay entries, in canonical order.
+pub fn with_relays(file: &TargetsFile, relays: &[Target]) -> TargetsFile {
+    TargetsFile::new(file.targets.iter().chain(relays).cloned())
+}
+
 /// The targets ConfigMap mounted into every agent.
 pub fn config_map(
     store: &ProfileStore,
@@ -137,4 +212,115 @@ pub fn config_map(
         ..ConfigMap::default()
     };
     stamp_applied_hash(config, "ConfigMap")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn pod(namespace: &str, name: &str, uid: &str, annotations: &[(&str, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            namespace: Some(namespace.to_owned()),
+            name: Some(name.to_owned()),
+            uid: Some(uid.to_owned()),
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn annotated_pod_becomes_an_entry_selecting_its_uid_with_its_kiln_annotations() {
+        let pods = [pod(
+            "shop",
+            "cart-1",
+            "uid-1",
+            &[
+                ("profiles.kiln.dev/enabled", "true"),
+                ("profiles.kiln.dev/sampling-hz", "97"),
+                ("profiles.kiln.dev/service-name", "cart"),
+                ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+            ],
+        )];
+        let relays = relay_targets(&pods);
+        assert_eq!(relays.len(), 1);
+        let relay = &relays[0];
+        assert_eq!(relay.source, "shop/pods/cart-1");
+        assert_eq!(relay.namespace, "shop");
+        assert_eq!(
+            relay.selector.match_labels,
+            BTreeMap::from([("io.kubernetes.pod.uid".to_owned(), "uid-1".to_owned())])
+        );
+        assert!(!relay.require_annotation);
+        assert_eq!(
+            relay.pod_annotations.keys().collect::<Vec<_>>(),
+            vec![
+                "profiles.kiln.dev/enabled",
+                "profiles.kiln.dev/sampling-hz",
+                "profiles.kiln.dev/service-name"
+            ]
+        );
+    }
+
+    #[test]
+    fn unannotated_opted_out_deleting_and_uidless_pods_are_not_relayed() {
+        let mut deleting = pod("a", "d", "uid-d", &[("profiles.kiln.dev/enabled", "true")]);
+        deleting.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        let pods = [
+            pod("a", "plain", "uid-p", &[]),
+            pod(
+                "a",
+                "off",
+                "uid-o",
+                &[("profiles.kiln.dev/enabled", "false")],
+            ),
+            pod(
+                "a",
+                "typo",
+                "uid-t",
+                &[("profiles.kiln.dev/enabled", "yes")],
+            ),
+            pod("a", "nouid", "", &[("profiles.kiln.dev/enabled", "true")]),
+            deleting,
+        ];
+        assert_eq!(relay_targets(&pods), Vec::<Target>::new());
+    }
+
+    #[test]
+    fn entries_are_sorted_so_any_listing_order_gives_identical_bytes() {
+        let on = [("profiles.kiln.dev/enabled", " True ")];
+        let a = pod("b", "x", "uid-1", &on);
+        let b = pod("a", "y", "uid-2", &on);
+        let c = pod("a", "x", "uid-3", &on);
+        let one = with_relays(
+            &TargetsFile::new([]),
+            &relay_targets(&[a.clone(), b.clone(), c.clone()]),
+        );
+        let two = with_relays(&TargetsFile::new([]), &relay_targets(&[c, a, b]));
+        assert_eq!(one.to_json().unwrap(), two.to_json().unwrap());
+        let sources: Vec<&str> = one.targets.iter().map(|t| t.source.as_str()).collect();
+        assert_eq!(sources, vec!["a/pods/x", "a/pods/y", "b/pods/x"]);
+    }
+
+    #[test]
+    fn relays_are_capped() {
+        let pods: Vec<ObjectMeta> = (0..MAX_RELAYED_PODS + 5)
+            .map(|i| {
+                pod(
+                    "a",
+                    &format!("p{i:05}"),
+                    &format!("uid-{i}"),
+                    &[("profiles.kiln.dev/enabled", "true")],
+                )
+            })
+            .collect();
+        let relays = relay_targets(&pods);
+        assert_eq!(relays.len(), MAX_RELAYED_PODS);
+        assert_eq!(relays[0].source, "a/pods/p00000");
+    }
 }
