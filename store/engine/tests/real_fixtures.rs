@@ -60,7 +60,7 @@ type Stacks = BTreeMap<Vec<String>, i64>;
 /// How a frame without a function name is written.
 #[derive(Clone, Copy)]
 enum Naming {
-    /// The engine's `libfoo.so+0x1a2b`.
+    /// The engine's `libfoo.so+0x1a2b` (offset in the file).
     Engine,
     /// Just `0x1a2b`, as read back from `go tool pprof -raw`.
     Address,
@@ -82,15 +82,22 @@ fn input_stacks(profile: &Profile, t: usize, naming: Naming) -> (Stacks, i64) {
             let unsymbolized = || match naming {
                 Naming::Address => format!("0x{:x}", location.address),
                 Naming::Engine => {
-                    let file = profile
-                        .mapping(location.mapping_id)
-                        .map(|m| profile.string(m.filename))
-                        .unwrap_or("");
+                    let mapping = profile.mapping(location.mapping_id);
+                    let file = mapping.map(|m| profile.string(m.filename)).unwrap_or("");
                     let base = file.rsplit('/').next().unwrap_or(file);
+                    // The engine names a frame by its offset in the file when
+                    // the mapping says where the file was loaded.
+                    let offset = mapping
+                        .filter(|m| {
+                            m.memory_start <= location.address && location.address < m.memory_limit
+                        })
+                        .map_or(location.address, |m| {
+                            location.address - m.memory_start + m.file_offset
+                        });
                     if base.is_empty() {
                         format!("0x{:x}", location.address)
                     } else {
-                        format!("{base}+0x{:x}", location.address)
+                        format!("{base}+0x{offset:x}")
                     }
                 }
             };

@@ -115,16 +115,75 @@ pub(crate) fn frame_names(symbols: &SymbolTable, location: &Location, out: &mut 
     }
 }
 
-/// `libc.so.6+0x1a2b` style name for a frame without a function.
+/// `libc.so.6+0x1a2b` style name for a frame without a function, where the
+/// number is the offset in the file when the mapping says where the file was
+/// loaded, and the raw address otherwise.
+///
+/// NB: the file offset is the same in every process that maps the file,
+/// whatever address-space randomisation chose, so one unsymbolized frame of
+/// a shared library merges into one flame-graph node across processes and pods.
 pub(crate) fn unsymbolized_name(symbols: &SymbolTable, location: &Location) -> String {
-    let file = symbols
-        .mapping(location.mapping)
-        .map(|m| symbols.string(m.filename))
-        .unwrap_or("");
+    let mapping = symbols.mapping(location.mapping);
+    let file = mapping.map(|m| symbols.string(m.filename)).unwrap_or("");
     let base = file.rsplit('/').next().unwrap_or(file);
     if base.is_empty() {
-        format!("0x{:x}", location.address)
-    } else {
-        format!("{base}+0x{:x}", location.address)
+        return format!("0x{:x}", location.address);
+    }
+    let offset = mapping
+        .filter(|m| m.memory_start <= location.address && location.address < m.memory_limit)
+        .map_or(location.address, |m| {
+            location.address - m.memory_start + m.file_offset
+        });
+    format!("{base}+0x{offset:x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unsymbolized_name;
+    use crate::symbols::{Mapping, SymbolTable};
+
+    /// Two processes load libc at different addresses; the same instruction
+    /// must get one name so their flame graphs merge.
+    #[test]
+    fn unsymbolized_frames_are_named_by_file_offset_across_load_addresses() {
+        let mut symbols = SymbolTable::new();
+        let filename = symbols.intern_string("/usr/lib/libc.so.6");
+        let mapping_at = |memory_start: u64| Mapping {
+            memory_start,
+            memory_limit: memory_start + 0x10_0000,
+            file_offset: 0x2_8000,
+            filename,
+            build_id: 0,
+            has_functions: false,
+        };
+        let first = mapping_at(0x7f00_0000_0000);
+        let second = mapping_at(0x7f55_1000_0000);
+        let first = symbols.intern_mapping(first);
+        let second = symbols.intern_mapping(second);
+        let a = symbols.intern_location(first, 0x7f00_0000_1234, &[]);
+        let b = symbols.intern_location(second, 0x7f55_1000_1234, &[]);
+        let name_a = unsymbolized_name(&symbols, symbols.location(a).unwrap());
+        let name_b = unsymbolized_name(&symbols, symbols.location(b).unwrap());
+        assert_eq!(name_a, "libc.so.6+0x29234");
+        assert_eq!(name_a, name_b);
+    }
+
+    #[test]
+    fn an_address_outside_its_mapping_keeps_the_raw_address() {
+        let mut symbols = SymbolTable::new();
+        let filename = symbols.intern_string("app");
+        let mapping = symbols.intern_mapping(Mapping {
+            memory_start: 0x1000,
+            memory_limit: 0, // unknown limit
+            file_offset: 0,
+            filename,
+            build_id: 0,
+            has_functions: false,
+        });
+        let location = symbols.intern_location(mapping, 0x1234, &[]);
+        assert_eq!(
+            unsymbolized_name(&symbols, symbols.location(location).unwrap()),
+            "app+0x1234"
+        );
     }
 }
