@@ -4,21 +4,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use kiln_cri::cgroup::cgroup2_mount;
+
 use crate::target_set::{TargetEntry, TargetLabels, TargetSet, TargetSource, TargetSourceError};
 
 /// Where cgroup v2 is usually mounted (pure cgroup2 hosts); hybrid hosts
 /// mount it elsewhere (e.g. `/sys/fs/cgroup/unified`), see [`cgroup2_mount`].
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
-
-/// The cgroup2 mount point from `/proc/self/mountinfo` text.
-pub fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
-    mountinfo.lines().find_map(|line| {
-        // "id parent major:minor root mount-point options... - fstype source super-options"
-        let (fields, after) = line.split_once(" - ")?;
-        let fstype = after.split_ascii_whitespace().next()?;
-        (fstype == "cgroup2").then(|| fields.split_ascii_whitespace().nth(4).map(PathBuf::from))?
-    })
-}
 
 /// The cgroup2 mount point of this host, [`CGROUP_ROOT`] when not found.
 pub fn host_cgroup2_root() -> PathBuf {
@@ -106,19 +98,6 @@ mod tests {
         };
         assert!(cgroups.contains_key(&inode));
         assert!(cgroups.contains_key(&42));
-    }
-
-    #[test]
-    fn cgroup2_mount_is_found_in_hybrid_and_pure_layouts() {
-        let hybrid = "31 1 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro\n\
-                      41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
-        assert_eq!(
-            cgroup2_mount(hybrid),
-            Some(PathBuf::from("/sys/fs/cgroup/unified"))
-        );
-        let pure = "30 1 0:27 / /sys/fs/cgroup rw shared:9 - cgroup2 cgroup2 rw,nsdelegate\n";
-        assert_eq!(cgroup2_mount(pure), Some(PathBuf::from("/sys/fs/cgroup")));
-        assert_eq!(cgroup2_mount("garbage\n"), None);
     }
 
     #[test]

@@ -369,7 +369,7 @@ fn cgroup_mode_samples_only_processes_in_the_target_cgroup() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     // Hybrid hosts (like CI) mount cgroup2 at /sys/fs/cgroup/unified.
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    let Some(root) = kiln_agent::cli_targets::cgroup2_mount(&mountinfo) else {
+    let Some(root) = kiln_cri::cgroup::cgroup2_mount(&mountinfo) else {
         if in_ci() {
             panic!("no cgroup2 mount on this host");
         }
