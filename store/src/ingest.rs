@@ -160,32 +160,12 @@ pub fn uploads_from_push(
     request: PushRequest,
     limits: &Limits,
 ) -> Result<Vec<ProfileUpload>, UploadError> {
-    let mut uploads = Vec::new();
-    for (series_index, series) in request.series.into_iter().enumerate() {
-        let labels = checked_labels(
-            series_index,
-            series.labels.into_iter().map(|l| (l.name, l.value)),
-            limits,
-        )?;
-        for (sample_index, sample) in series.samples.into_iter().enumerate() {
-            if sample.raw_profile.is_empty() {
-                return Err(UploadError::EmptyProfile {
-                    series: series_index,
-                    sample: sample_index,
-                });
-            }
-            uploads.push(ProfileUpload {
-                labels: labels.clone(),
-                time_ms: None,
-                duration_nanos: None,
-                pprof: sample.raw_profile.into(),
-            });
-        }
-    }
-    if uploads.is_empty() {
-        return Err(UploadError::Empty);
-    }
-    Ok(uploads)
+    let series = request.series.into_iter().map(|series| {
+        let labels = series.labels.into_iter().map(|l| (l.name, l.value));
+        let profiles = series.samples.into_iter().map(|s| s.raw_profile);
+        (labels, profiles)
+    });
+    uploads_from_series(series, limits)
 }
 
 /// Parca's WriteRaw: one upload per raw sample.
@@ -193,20 +173,34 @@ pub fn uploads_from_write_raw(
     request: WriteRawRequest,
     limits: &Limits,
 ) -> Result<Vec<ProfileUpload>, UploadError> {
+    let series = request.series.into_iter().map(|series| {
+        let labels = series
+            .labels
+            .unwrap_or_default()
+            .labels
+            .into_iter()
+            .map(|l| (l.name, l.value));
+        let profiles = series.samples.into_iter().map(|s| s.raw_profile);
+        (labels, profiles)
+    });
+    uploads_from_series(series, limits)
+}
+
+/// The shape Push and WriteRaw share: series of labels, each with raw
+/// profiles. Every series' labels are checked; an empty profile is refused.
+fn uploads_from_series<Labels, Profiles>(
+    series: impl Iterator<Item = (Labels, Profiles)>,
+    limits: &Limits,
+) -> Result<Vec<ProfileUpload>, UploadError>
+where
+    Labels: Iterator<Item = (String, String)>,
+    Profiles: Iterator<Item = Vec<u8>>,
+{
     let mut uploads = Vec::new();
-    for (series_index, series) in request.series.into_iter().enumerate() {
-        let labels = checked_labels(
-            series_index,
-            series
-                .labels
-                .unwrap_or_default()
-                .labels
-                .into_iter()
-                .map(|l| (l.name, l.value)),
-            limits,
-        )?;
-        for (sample_index, sample) in series.samples.into_iter().enumerate() {
-            if sample.raw_profile.is_empty() {
+    for (series_index, (labels, profiles)) in series.enumerate() {
+        let labels = checked_labels(series_index, labels, limits)?;
+        for (sample_index, raw_profile) in profiles.enumerate() {
+            if raw_profile.is_empty() {
                 return Err(UploadError::EmptyProfile {
                     series: series_index,
                     sample: sample_index,
@@ -216,7 +210,7 @@ pub fn uploads_from_write_raw(
                 labels: labels.clone(),
                 time_ms: None,
                 duration_nanos: None,
-                pprof: sample.raw_profile.into(),
+                pprof: raw_profile.into(),
             });
         }
     }

@@ -137,17 +137,28 @@ impl Store {
         .map_err(|e| StorageError::task("query", e))?
     }
 
-    /// Profile types with data in `range`, sorted.
-    pub async fn profile_types(&self, range: TimeRange) -> Result<Vec<ProfileType>, StorageError> {
+    /// Runs `list` on the head and every block in `range` and returns the
+    /// union of what they list, sorted and without repeats.
+    async fn sorted_union<T, F>(&self, range: TimeRange, list: F) -> Result<Vec<T>, StorageError>
+    where
+        T: Ord + Send + 'static,
+        F: Fn(&dyn Queryable) -> Result<Vec<T>, QueryError> + Send + 'static,
+    {
         let mut all = self
-            .visit_all(range, Vec::new(), move |q, acc: &mut Vec<ProfileType>| {
-                acc.extend(q.profile_types(range));
+            .visit_all(range, Vec::new(), move |q, acc: &mut Vec<T>| {
+                acc.extend(list(q)?);
                 Ok(())
             })
             .await?;
         all.sort();
         all.dedup();
         Ok(all)
+    }
+
+    /// Profile types with data in `range`, sorted.
+    pub async fn profile_types(&self, range: TimeRange) -> Result<Vec<ProfileType>, StorageError> {
+        self.sorted_union(range, move |q| Ok(q.profile_types(range)))
+            .await
     }
 
     /// Label names of series matching `matchers` in `range`, sorted.
@@ -157,15 +168,8 @@ impl Store {
         range: TimeRange,
     ) -> Result<Vec<String>, StorageError> {
         let matchers = matchers.to_vec();
-        let mut all = self
-            .visit_all(range, Vec::new(), move |q, acc: &mut Vec<String>| {
-                acc.extend(q.label_names(&matchers, range)?);
-                Ok(())
-            })
-            .await?;
-        all.sort();
-        all.dedup();
-        Ok(all)
+        self.sorted_union(range, move |q| q.label_names(&matchers, range))
+            .await
     }
 
     /// Values of label `name` among series matching `matchers`, sorted.
@@ -177,15 +181,8 @@ impl Store {
     ) -> Result<Vec<String>, StorageError> {
         let matchers = matchers.to_vec();
         let name = name.to_string();
-        let mut all = self
-            .visit_all(range, Vec::new(), move |q, acc: &mut Vec<String>| {
-                acc.extend(q.label_values(&name, &matchers, range)?);
-                Ok(())
-            })
-            .await?;
-        all.sort();
-        all.dedup();
-        Ok(all)
+        self.sorted_union(range, move |q| q.label_values(&name, &matchers, range))
+            .await
     }
 
     /// Label sets of series matching `matchers` in `range`, sorted.
@@ -195,15 +192,8 @@ impl Store {
         range: TimeRange,
     ) -> Result<Vec<LabelSet>, StorageError> {
         let matchers = matchers.to_vec();
-        let mut all = self
-            .visit_all(range, Vec::new(), move |q, acc: &mut Vec<LabelSet>| {
-                acc.extend(q.series(&matchers, range)?);
-                Ok(())
-            })
-            .await?;
-        all.sort();
-        all.dedup();
-        Ok(all)
+        self.sorted_union(range, move |q| q.series(&matchers, range))
+            .await
     }
 
     /// Merges every sample selected by `selector` in `range`.
