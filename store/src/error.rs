@@ -103,6 +103,15 @@ pub enum ApiError {
         /// `writes` or `reads`.
         access: &'static str,
     },
+    /// Work the server ran on a worker thread did not finish (it panicked
+    /// or was cancelled); a server fault, never the client's.
+    #[error("{work} failed on a worker thread: {message}")]
+    Worker {
+        /// What was being done, e.g. `encoding the profile`.
+        work: &'static str,
+        /// What the runtime reported.
+        message: String,
+    },
     /// The storage layer refused or failed.
     #[error("{source}")]
     Storage {
@@ -129,6 +138,7 @@ impl ApiError {
             Self::Overloaded { .. } => "overloaded",
             Self::NotReady => "not_ready",
             Self::Unauthorized { .. } => "unauthorized",
+            Self::Worker { .. } => "worker_failed",
             Self::Storage { source } => source.reason(),
         }
     }
@@ -156,6 +166,7 @@ impl ApiError {
             Self::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::NotReady => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            Self::Worker { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Storage { source } => match source.class() {
                 ErrorClass::Client => StatusCode::BAD_REQUEST,
                 ErrorClass::Overloaded => match source {

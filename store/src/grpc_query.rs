@@ -14,6 +14,7 @@ use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status};
 
 use crate::error::ApiError;
+use crate::http_query::merged_pprof_gzip;
 use crate::selector::parse_selector;
 use crate::state::AppState;
 
@@ -190,15 +191,7 @@ impl QueryService for QueryGrpc {
             let selector = resolve(store, &request.selector, range).await?;
             let merged = store.merge(&selector, range).await?;
             let total = merged.total();
-            let profile_type = selector.profile_type.clone();
-            let pprof_gzip = tokio::task::spawn_blocking(move || {
-                kiln_pprof::encode_gzip(&merged.to_pprof(&profile_type))
-            })
-            .await
-            .map_err(|e| ApiError::BadParameter {
-                parameter: "selector",
-                message: format!("encoding the profile failed: {e}"),
-            })?;
+            let pprof_gzip = merged_pprof_gzip(merged, selector.profile_type.clone()).await?;
             Ok(SelectMergePprofResponse {
                 pprof_gzip,
                 profile_type: selector.profile_type.to_string(),

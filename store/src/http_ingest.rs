@@ -119,9 +119,9 @@ async fn pyroscope_ingest_inner(
     let decode_limits = state.decode_limits().clone();
     let upload = tokio::task::spawn_blocking(move || build_upload(&params, body, &decode_limits))
         .await
-        .map_err(|e| ApiError::BadParameter {
-            parameter: "body",
-            message: format!("conversion failed: {e}"),
+        .map_err(|e| ApiError::Worker {
+            work: "converting the upload",
+            message: e.to_string(),
         })??;
     state.ingest("ingest", vec![upload]).await
 }

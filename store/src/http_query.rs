@@ -266,6 +266,20 @@ pub async fn flamegraph(State(state): State<AppState>, RawQuery(query): RawQuery
     .await
 }
 
+/// Encodes a merge as gzipped pprof on the blocking pool (compression must
+/// not stall the async workers); shared by the HTTP and gRPC query APIs.
+pub(crate) async fn merged_pprof_gzip(
+    merged: kiln_engine::MergedProfile,
+    profile_type: kiln_engine::model::ProfileType,
+) -> Result<Vec<u8>, ApiError> {
+    tokio::task::spawn_blocking(move || kiln_pprof::encode_gzip(&merged.to_pprof(&profile_type)))
+        .await
+        .map_err(|e| ApiError::Worker {
+            work: "encoding the profile",
+            message: e.to_string(),
+        })
+}
+
 /// `GET /api/v1/pprof`: the merged profile, gzipped.
 pub async fn pprof(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
     let params = Params::parse(query.as_deref());
@@ -273,15 +287,7 @@ pub async fn pprof(State(state): State<AppState>, RawQuery(query): RawQuery) -> 
         let range = params.range("from", ["to", "until"])?;
         let selector = selector(store, &params, "query", range).await?;
         let merged = store.merge(&selector, range).await?;
-        let profile_type = selector.profile_type.clone();
-        let bytes = tokio::task::spawn_blocking(move || {
-            kiln_pprof::encode_gzip(&merged.to_pprof(&profile_type))
-        })
-        .await
-        .map_err(|e| ApiError::BadParameter {
-            parameter: "query",
-            message: format!("encoding the profile failed: {e}"),
-        })?;
+        let bytes = merged_pprof_gzip(merged, selector.profile_type.clone()).await?;
         Ok((
             [
                 (header::CONTENT_TYPE, "application/octet-stream"),
