@@ -6,6 +6,11 @@
 //! - [`push::v1`] and [`types::v1`]: Grafana Pyroscope's `PusherService/Push`,
 //!   what current Pyroscope SDKs send.
 //! - [`kiln::query::v1`]: Kiln's gRPC query service (a subset of the HTTP API).
+//! - [`querier::v1`]: the messages of Grafana Pyroscope's `QuerierService`,
+//!   which Grafana, Perses and `profilecli` query.
+//! - [`opentelemetry`] and [`kiln::otlp`]: OTLP profiles export. The
+//!   `v1development` request changed layout between releases; one module per
+//!   wire layout (`v1_7`, `v1_8`, `v1_9`, `v1_10`) holds its messages.
 //!
 //! The code under `src/generated/` is produced by `tonic-prost-build` from
 //! `proto/` and checked in; `tests/generated_code_drift.rs` fails when it is
@@ -14,6 +19,30 @@
 
 /// Kiln's own API.
 pub mod kiln {
+    /// OTLP profiles export requests, one module per wire layout of
+    /// `opentelemetry.proto.profiles.v1development`.
+    pub mod otlp {
+        /// As of opentelemetry-proto 1.7.
+        #[allow(missing_docs, clippy::all)]
+        pub mod v1_7 {
+            include!("generated/kiln.otlp.v1_7.rs");
+        }
+        /// As of opentelemetry-proto 1.8 (its dictionary also serves 1.9 and 1.10).
+        #[allow(missing_docs, clippy::all)]
+        pub mod v1_8 {
+            include!("generated/kiln.otlp.v1_8.rs");
+        }
+        /// As of opentelemetry-proto 1.9.
+        #[allow(missing_docs, clippy::all)]
+        pub mod v1_9 {
+            include!("generated/kiln.otlp.v1_9.rs");
+        }
+        /// As of opentelemetry-proto 1.10 (1.11 is the same on the wire).
+        #[allow(missing_docs, clippy::all)]
+        pub mod v1_10 {
+            include!("generated/kiln.otlp.v1_10.rs");
+        }
+    }
     /// Queries.
     pub mod query {
         /// Version v1.
@@ -21,6 +50,49 @@ pub mod kiln {
         pub mod v1 {
             include!("generated/kiln.query.v1.rs");
         }
+    }
+}
+
+/// OpenTelemetry's shared types and the profiles collector response.
+pub mod opentelemetry {
+    /// `opentelemetry.proto`.
+    pub mod proto {
+        /// Common types.
+        pub mod common {
+            /// Version v1.
+            #[allow(missing_docs, clippy::all)]
+            pub mod v1 {
+                include!("generated/opentelemetry.proto.common.v1.rs");
+            }
+        }
+        /// Resources.
+        pub mod resource {
+            /// Version v1.
+            #[allow(missing_docs, clippy::all)]
+            pub mod v1 {
+                include!("generated/opentelemetry.proto.resource.v1.rs");
+            }
+        }
+        /// Collector services.
+        pub mod collector {
+            /// Profiles.
+            pub mod profiles {
+                /// The only version so far.
+                #[allow(missing_docs, clippy::all)]
+                pub mod v1development {
+                    include!("generated/opentelemetry.proto.collector.profiles.v1development.rs");
+                }
+            }
+        }
+    }
+}
+
+/// Grafana Pyroscope's query API.
+pub mod querier {
+    /// Version v1.
+    #[allow(missing_docs, clippy::all)]
+    pub mod v1 {
+        include!("generated/querier.v1.rs");
     }
 }
 
@@ -58,3 +130,6 @@ pub mod types {
 pub const WRITE_RAW_PATH: &str = "/parca.profilestore.v1alpha1.ProfileStoreService/WriteRaw";
 /// The full gRPC (and Connect) method path of Push.
 pub const PUSH_PATH: &str = "/push.v1.PusherService/Push";
+/// The full gRPC method path of the OTLP profiles export.
+pub const OTLP_PROFILES_EXPORT_PATH: &str =
+    "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export";

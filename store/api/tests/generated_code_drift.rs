@@ -6,10 +6,18 @@
 use std::path::Path;
 
 /// The generated files, one per protobuf package.
-const GENERATED_FILES: [&str; 4] = [
+const GENERATED_FILES: [&str; 12] = [
+    "kiln.otlp.v1_10.rs",
+    "kiln.otlp.v1_7.rs",
+    "kiln.otlp.v1_8.rs",
+    "kiln.otlp.v1_9.rs",
     "kiln.query.v1.rs",
+    "opentelemetry.proto.collector.profiles.v1development.rs",
+    "opentelemetry.proto.common.v1.rs",
+    "opentelemetry.proto.resource.v1.rs",
     "parca.profilestore.v1alpha1.rs",
     "push.v1.rs",
+    "querier.v1.rs",
     "types.v1.rs",
 ];
 
@@ -26,9 +34,17 @@ fn checked_in_tonic_code_matches_the_proto_schemas() {
         .out_dir(out_dir.path())
         .compile_protos(
             &[
+                proto_dir.join("kiln/otlp/v1_7/profiles.proto"),
+                proto_dir.join("kiln/otlp/v1_8/profiles.proto"),
+                proto_dir.join("kiln/otlp/v1_9/profiles.proto"),
+                proto_dir.join("kiln/otlp/v1_10/profiles.proto"),
+                proto_dir.join(
+                    "opentelemetry/proto/collector/profiles/v1development/profiles_service.proto",
+                ),
                 proto_dir.join("kiln/query/v1/query.proto"),
                 proto_dir.join("parca/profilestore/v1alpha1/profilestore.proto"),
                 proto_dir.join("push/v1/push.proto"),
+                proto_dir.join("querier/v1/querier.proto"),
                 proto_dir.join("types/v1/types.proto"),
             ],
             std::slice::from_ref(&proto_dir),

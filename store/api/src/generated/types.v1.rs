@@ -10,3 +10,149 @@ pub struct LabelPair {
     #[prost(string, tag = "2")]
     pub value: ::prost::alloc::string::String,
 }
+/// A stored profile type, e.g. `process_cpu:cpu:nanoseconds:cpu:nanoseconds`.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ProfileType {
+    /// The full type id.
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    /// The profile name (`__name__`).
+    #[prost(string, tag = "2")]
+    pub name: ::prost::alloc::string::String,
+    #[prost(string, tag = "4")]
+    pub sample_type: ::prost::alloc::string::String,
+    #[prost(string, tag = "5")]
+    pub sample_unit: ::prost::alloc::string::String,
+    #[prost(string, tag = "6")]
+    pub period_type: ::prost::alloc::string::String,
+    #[prost(string, tag = "7")]
+    pub period_unit: ::prost::alloc::string::String,
+}
+/// One series' labels.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Labels {
+    #[prost(message, repeated, tag = "1")]
+    pub labels: ::prost::alloc::vec::Vec<LabelPair>,
+}
+/// A time series of one label set.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Series {
+    #[prost(message, repeated, tag = "1")]
+    pub labels: ::prost::alloc::vec::Vec<LabelPair>,
+    #[prost(message, repeated, tag = "2")]
+    pub points: ::prost::alloc::vec::Vec<Point>,
+}
+/// One step of a time series.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, ::prost::Message)]
+pub struct Point {
+    #[prost(double, tag = "1")]
+    pub value: f64,
+    /// Unix milliseconds.
+    #[prost(int64, tag = "2")]
+    pub timestamp: i64,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct LabelValuesRequest {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// Selectors such as `{service_name="app"}`; a series matching any is used.
+    #[prost(string, repeated, tag = "2")]
+    pub matchers: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// Unix milliseconds; 0 means the default range.
+    #[prost(int64, tag = "3")]
+    pub start: i64,
+    #[prost(int64, tag = "4")]
+    pub end: i64,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct LabelValuesResponse {
+    #[prost(string, repeated, tag = "1")]
+    pub names: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct LabelNamesRequest {
+    #[prost(string, repeated, tag = "1")]
+    pub matchers: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    #[prost(int64, tag = "2")]
+    pub start: i64,
+    #[prost(int64, tag = "3")]
+    pub end: i64,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct LabelNamesResponse {
+    #[prost(string, repeated, tag = "1")]
+    pub names: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+}
+/// Call-site filtering; Kiln refuses requests that set it (not supported).
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct StackTraceSelector {
+    #[prost(message, repeated, tag = "1")]
+    pub call_site: ::prost::alloc::vec::Vec<Location>,
+    #[prost(message, optional, tag = "2")]
+    pub go_pgo: ::core::option::Option<GoPgo>,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Location {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+}
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct GoPgo {
+    #[prost(uint32, tag = "1")]
+    pub keep_locations: u32,
+    #[prost(bool, tag = "2")]
+    pub aggregate_callees: bool,
+}
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct GetProfileStatsRequest {}
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct GetProfileStatsResponse {
+    #[prost(bool, tag = "1")]
+    pub data_ingested: bool,
+    /// Unix milliseconds.
+    #[prost(int64, tag = "2")]
+    pub oldest_profile_time: i64,
+    #[prost(int64, tag = "3")]
+    pub newest_profile_time: i64,
+}
+/// How SelectSeries combines profiles within one step.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum TimeSeriesAggregationType {
+    Sum = 0,
+    Average = 1,
+}
+impl TimeSeriesAggregationType {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Sum => "TIME_SERIES_AGGREGATION_TYPE_SUM",
+            Self::Average => "TIME_SERIES_AGGREGATION_TYPE_AVERAGE",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "TIME_SERIES_AGGREGATION_TYPE_SUM" => Some(Self::Sum),
+            "TIME_SERIES_AGGREGATION_TYPE_AVERAGE" => Some(Self::Average),
+            _ => None,
+        }
+    }
+}
