@@ -26,6 +26,11 @@ pub struct Head {
     pub(crate) level: u32,
     /// Source block ids a block encoded from this head records.
     pub(crate) sources: Vec<String>,
+    /// Sum of [`HeadSeries::heap_bytes`] over all series, kept as series
+    /// grow so [`Head::approx_bytes`] does no work per series: ingest asks
+    /// for it on every profile (it was 8 % of a loaded store's CPU as an
+    /// O(series) sum; issue 13).
+    series_bytes: usize,
 }
 
 /// One series: a profile type plus a label set, and its points.
@@ -57,6 +62,19 @@ pub(crate) struct HeadPoint {
 }
 
 impl HeadSeries {
+    /// Approximate heap bytes of this series: point and run buffers by
+    /// capacity, labels held twice (the series and the lookup key).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.points.capacity() * size_of::<HeadPoint>()
+            + self.runs.capacity() * size_of::<Run>()
+            + self
+                .labels
+                .iter()
+                .map(|l| 2 * (l.name.len() + l.value.len()) + 96)
+                .sum::<usize>()
+            + 256
+    }
+
     /// Iterates runs with their point slices.
     pub(crate) fn runs_with_points(&self) -> impl Iterator<Item = (&Run, &[HeadPoint])> {
         self.runs.iter().enumerate().map(|(i, run)| {
@@ -102,21 +120,24 @@ impl Head {
     }
 
     /// Approximate heap bytes held, for cutting by size and for metrics.
+    /// O(1): every part is kept up to date as the head grows.
     pub fn approx_bytes(&self) -> usize {
-        let series: usize = self
-            .series
-            .iter()
-            .map(|s| {
-                s.points.capacity() * size_of::<HeadPoint>()
-                    + s.runs.capacity() * size_of::<Run>()
-                    + s.labels
-                        .iter()
-                        .map(|l| 2 * (l.name.len() + l.value.len()) + 96)
-                        .sum::<usize>()
-                    + 256
-            })
-            .sum();
-        self.symbols.approx_bytes() + series
+        self.symbols.approx_bytes() + self.series_bytes
+    }
+
+    /// Re-counts one series after it changed; `before` is its
+    /// [`HeadSeries::heap_bytes`] from before the change (0 if new).
+    pub(crate) fn recount_series(&mut self, series: u32, before: usize) {
+        if let Some(s) = self.series.get(series as usize) {
+            self.series_bytes = (self.series_bytes + s.heap_bytes()).saturating_sub(before);
+        }
+    }
+
+    /// The current [`HeadSeries::heap_bytes`] of `series` (0 if unknown).
+    pub(crate) fn series_heap_bytes(&self, series: u32) -> usize {
+        self.series
+            .get(series as usize)
+            .map_or(0, HeadSeries::heap_bytes)
     }
 
     /// The head's symbol table.
@@ -146,47 +167,12 @@ impl Head {
         });
         self.index.add(id, labels);
         self.series_lookup.insert(labels.clone(), id);
+        self.recount_series(id, 0);
         *self
             .series_per_name
             .entry(profile_type.name.clone())
             .or_default() += 1;
         id
-    }
-
-    /// Appends one run of already-interned points (used by ingest and compaction).
-    pub(crate) fn push_run(
-        &mut self,
-        series: u32,
-        time_ms: i64,
-        count: u32,
-        points: impl IntoIterator<Item = HeadPoint>,
-    ) {
-        let Some(target) = self.series.get_mut(series as usize) else {
-            return;
-        };
-        let start = target.points.len();
-        let mut total = 0i64;
-        for point in points {
-            total = total.wrapping_add(point.value);
-            target.points.push(point);
-        }
-        let added = target.points.len() - start;
-        if added == 0 {
-            return;
-        }
-        target.runs.push(Run {
-            time_ms,
-            start: u32::try_from(start).expect("a series holds fewer than 2^32 points"),
-            total,
-            count,
-        });
-        self.points += added as u64;
-        self.note_time(time_ms);
-    }
-
-    /// Counts profiles merged in from elsewhere (compaction).
-    pub(crate) fn add_profiles(&mut self, profiles: u64) {
-        self.profiles += profiles;
     }
 
     pub(crate) fn existing_series(&self, labels: &LabelSet) -> Option<u32> {
@@ -195,5 +181,62 @@ impl Head {
 
     pub(crate) fn series_for_name(&self, name: &str) -> usize {
         self.series_per_name.get(name).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::IngestLimits;
+    use crate::model::Label;
+    use kiln_pprof::ProfileBuilder;
+
+    fn profile(stacks: usize, seed: usize) -> kiln_pprof::Profile {
+        let mut b = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
+        for i in 0..stacks {
+            let f = b.function(&kiln_pprof::FunctionSpec {
+                name: format!("function_{}", i + seed),
+                system_name: String::new(),
+                filename: "main.go".into(),
+                start_line: 1,
+            });
+            let loc = b.location(0, 0x1000 + i as u64, &[(f, 10)]);
+            b.sample(&[loc], &[1, 10], &[]);
+        }
+        kiln_pprof::decode(
+            &kiln_pprof::encode_gzip(&b.finish()),
+            &kiln_pprof::DecodeLimits::default(),
+        )
+        .expect("built profile decodes")
+    }
+
+    /// The O(series) sum the kept count replaces.
+    fn recounted(head: &Head) -> usize {
+        head.symbols.approx_bytes()
+            + head
+                .series
+                .iter()
+                .map(HeadSeries::heap_bytes)
+                .sum::<usize>()
+    }
+
+    #[test]
+    fn kept_byte_count_equals_a_full_recount_after_every_ingest() {
+        let mut head = Head::new();
+        for i in 0..300 {
+            let labels = LabelSet::new(vec![
+                Label::new("__name__", "process_cpu"),
+                Label::new("pod", format!("pod-{}", i % 37)),
+            ]);
+            head.ingest(
+                &profile(1 + i % 9, i % 5),
+                &labels,
+                1_000 + i as i64,
+                10,
+                &IngestLimits::default(),
+            )
+            .expect("ingest");
+            assert_eq!(head.approx_bytes(), recounted(&head), "after profile {i}");
+        }
     }
 }

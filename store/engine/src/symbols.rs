@@ -115,6 +115,18 @@ pub struct SymbolTable {
     pub(crate) label_sets: Vec<Box<[SampleLabel]>>,
     label_set_lookup: HashMap<Box<[SampleLabel]>, u32>,
     hasher: DefaultHashBuilder,
+    /// Heap bytes of the variable-size entries (strings, label sets), kept
+    /// as they are interned so [`SymbolTable::approx_bytes`] is O(1): ingest
+    /// asks for it on every profile.
+    variable_bytes: usize,
+}
+
+fn string_bytes(s: &str) -> usize {
+    s.len() + 16 + 8
+}
+
+fn label_set_bytes(labels: &[SampleLabel]) -> usize {
+    size_of_val(labels) * 2 + 48
 }
 
 /// A whole stack: its locations (root first) at `stack_frames[start..start + len]`
@@ -198,6 +210,7 @@ impl SymbolTable {
             label_sets: vec![Box::default()],
             label_set_lookup: HashMap::new(),
             hasher: DefaultHashBuilder::default(),
+            variable_bytes: label_set_bytes(&[]),
         };
         table.intern_string("");
         table
@@ -217,7 +230,10 @@ impl SymbolTable {
         nodes: Vec<StackNode>,
         label_sets: Vec<Box<[SampleLabel]>>,
     ) -> Self {
+        let variable_bytes = strings.iter().map(|s| string_bytes(s)).sum::<usize>()
+            + label_sets.iter().map(|s| label_set_bytes(s)).sum::<usize>();
         Self {
+            variable_bytes,
             strings,
             string_lookup: HashTable::new(),
             mappings,
@@ -248,6 +264,7 @@ impl SymbolTable {
             return id;
         }
         let id = next_id(self.strings.len());
+        self.variable_bytes += string_bytes(s);
         self.strings.push(s.into());
         let strings = &self.strings;
         let hasher = &self.hasher;
@@ -365,6 +382,7 @@ impl SymbolTable {
             return id;
         }
         let id = next_id(self.label_sets.len());
+        self.variable_bytes += label_set_bytes(labels);
         self.label_sets.push(labels.into());
         self.label_set_lookup.insert(labels.into(), id);
         id
@@ -440,13 +458,7 @@ impl SymbolTable {
 
     /// Approximate heap bytes held, for cut-by-size decisions and metrics.
     pub fn approx_bytes(&self) -> usize {
-        let strings: usize = self.strings.iter().map(|s| s.len() + 16 + 8).sum();
-        let label_sets: usize = self
-            .label_sets
-            .iter()
-            .map(|s| s.len() * size_of::<SampleLabel>() * 2 + 48)
-            .sum();
-        strings
+        self.variable_bytes
             + self.mappings.len() * (size_of::<Mapping>() * 2 + 8)
             + self.functions.len() * (size_of::<Function>() * 2 + 8)
             + self.locations.len() * (size_of::<Location>() + 48)
@@ -454,7 +466,6 @@ impl SymbolTable {
             + self.nodes.len() * (size_of::<StackNode>() + 16)
             + self.stack_frames.capacity() * size_of::<u32>()
             + self.stack_lookup.capacity() * (size_of::<StackEntry>() + 1)
-            + label_sets
     }
 }
 

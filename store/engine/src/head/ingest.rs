@@ -272,6 +272,17 @@ impl Head {
             .iter()
             .map(|&s| self.series.get(s as usize).map_or(0, |s| s.points.len()))
             .collect();
+        // Sizes before this profile, to keep the head's byte count by delta.
+        let mut touched: Vec<(u32, usize)> = slot_series
+            .iter()
+            .filter(|&&s| s != UNSEEN)
+            .map(|&s| (s, 0))
+            .collect();
+        touched.sort_unstable();
+        touched.dedup();
+        for (series, before) in &mut touched {
+            *before = self.series_heap_bytes(*series);
+        }
         let mut interner = ProfileInterner::new(profile);
         let mut stats = IngestStats {
             profile_types: type_count as u64,
@@ -326,6 +337,9 @@ impl Head {
                     count: 1,
                 });
             }
+        }
+        for (series, before) in touched {
+            self.recount_series(series, before);
         }
         stats.series_created = (self.series.len() - series_before) as u64;
         self.points += stats.samples;
