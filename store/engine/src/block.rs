@@ -2,7 +2,7 @@
 //! the symbol tables, series, label index, compressed columns, totals and
 //! rollups. See [`format`] for the container layout.
 
-mod encode;
+pub(crate) mod encode;
 pub mod format;
 mod memory;
 mod query;

@@ -1,17 +1,21 @@
-//! Compaction: merging blocks into one bigger block. Series with equal
-//! labels merge, metadata is deduplicated again across the sources (so only
-//! entries still referenced survive) and rollups are rebuilt for the larger span.
+//! Compaction: merging blocks into one bigger block, series by series.
+//!
+//! Series with equal labels merge, metadata is deduplicated again across the
+//! sources (only entries still referenced survive) and rollups are rebuilt
+//! for the larger span. The merge streams: the output is written one series
+//! at a time straight from the sources' compressed columns into the output
+//! block's symbol space, so besides the sources (compressed data, decoded
+//! symbol tables) it holds only the output's symbols and encoded bytes and
+//! one series' values, never a decoded copy of every point.
 
 use std::collections::BTreeMap;
 
-use hashbrown::HashMap;
-
-use crate::block::{Block, COLUMN_CHUNK_MS, encode_block};
+use crate::block::encode::{BlockIdentity, BlockWriter, SeriesValues};
+use crate::block::{Block, BlockSeries, COLUMN_CHUNK_MS};
 use crate::columns::decode_points;
 use crate::error::BlockError;
-use crate::head::{Head, HeadPoint};
-use crate::model::BlockMeta;
-use crate::symbols::SymbolTranslator;
+use crate::model::{BlockMeta, LabelSet};
+use crate::symbols::{SymbolTable, SymbolTranslator};
 use crate::wire::Reader;
 
 fn corrupt(what: &'static str) -> BlockError {
@@ -24,65 +28,87 @@ pub fn compact_blocks(
     id: &str,
     replica: &str,
 ) -> Result<(BlockMeta, Vec<u8>), BlockError> {
-    let mut head = Head::new();
-    head.level = blocks
-        .iter()
-        .map(|b| b.meta().compaction_level)
-        .max()
-        .unwrap_or(0)
-        .saturating_add(1);
-    head.sources = blocks.iter().map(|b| b.meta().id.clone()).collect();
-    for block in blocks {
-        import_block(&mut head, block)?;
+    let min_ms = blocks.iter().map(|b| b.meta().min_time_ms).min();
+    let max_ms = blocks.iter().map(|b| b.meta().max_time_ms).max();
+    let (Some(min_ms), Some(max_ms)) = (min_ms, max_ms) else {
+        return Err(BlockError::Empty);
+    };
+    // Every output series and where it lives in each source, in label
+    // order (the order a block's directory and index need).
+    let mut merged: BTreeMap<&LabelSet, Vec<(usize, &BlockSeries)>> = BTreeMap::new();
+    for (source, block) in blocks.iter().enumerate() {
+        for series in &block.series {
+            merged
+                .entry(&series.labels)
+                .or_default()
+                .push((source, series));
+        }
     }
-    encode_block(&head, id, replica)
+    let mut writer = BlockWriter::new(min_ms, max_ms)?;
+    let mut translators: Vec<SymbolTranslator> = blocks
+        .iter()
+        .map(|b| SymbolTranslator::new(&b.symbols))
+        .collect();
+    for (labels, parts) in merged {
+        let mut values = SeriesValues::default();
+        for &(source, series) in &parts {
+            read_series(
+                blocks[source],
+                series,
+                &mut translators[source],
+                &mut writer.symbols,
+                &mut values,
+            )?;
+        }
+        let profile_type = &parts[0].1.profile_type;
+        writer.add_series(labels, profile_type, values)?;
+    }
+    writer.finish(BlockIdentity {
+        id,
+        replica,
+        level: blocks
+            .iter()
+            .map(|b| b.meta().compaction_level)
+            .max()
+            .unwrap_or(0)
+            .saturating_add(1),
+        sources: blocks.iter().map(|b| b.meta().id.clone()).collect(),
+        profiles: blocks.iter().map(|b| b.meta().profiles).sum(),
+    })
 }
 
-fn import_block(head: &mut Head, block: &Block) -> Result<(), BlockError> {
-    let mut translator = SymbolTranslator::new(&block.symbols);
-    for series in &block.series {
-        let series_id = head.series_id(&series.labels, &series.profile_type);
-        let profiles: HashMap<i64, u64> = block
-            .totals(series)?
-            .into_iter()
-            .map(|(ts, _, profiles)| (ts, profiles))
-            .collect();
-        let mut by_time: BTreeMap<i64, Vec<HeadPoint>> = BTreeMap::new();
-        for &(chunk, blob) in &series.columns {
-            debug_assert_eq!(chunk.rem_euclid(COLUMN_CHUNK_MS), 0);
-            let bytes = block.blob(blob)?;
-            let mut r = Reader::new(&bytes);
-            let columns = r.count(3).map_err(|_| corrupt("columns"))?;
-            for _ in 0..columns {
-                let stack = r.u32().map_err(|_| corrupt("columns"))?;
-                let labels = r.u32().map_err(|_| corrupt("columns"))?;
-                if stack as usize >= block.symbols.node_count()
-                    || labels as usize >= block.symbols.label_sets.len()
-                {
-                    return Err(corrupt("stack key out of range"));
-                }
-                let stack = translator.node(&block.symbols, &mut head.symbols, stack);
-                let labels = translator.label_set(&block.symbols, &mut head.symbols, labels);
-                decode_points(&mut r, chunk, |ts, value| {
-                    by_time.entry(ts).or_default().push(HeadPoint {
-                        stack,
-                        labels,
-                        value,
-                    });
-                })
-                .map_err(|_| corrupt("column points"))?;
+/// Adds one source series' totals and raw points to `values`, translating
+/// its stack keys into `output`.
+fn read_series(
+    block: &Block,
+    series: &BlockSeries,
+    translator: &mut SymbolTranslator,
+    output: &mut SymbolTable,
+    values: &mut SeriesValues,
+) -> Result<(), BlockError> {
+    for (time_ms, total, profiles) in block.totals(series)? {
+        values.add_total(time_ms, total, profiles);
+    }
+    for &(chunk, blob) in &series.columns {
+        debug_assert_eq!(chunk.rem_euclid(COLUMN_CHUNK_MS), 0);
+        let bytes = block.blob(blob)?;
+        let mut r = Reader::new(&bytes);
+        let columns = r.count(3).map_err(|_| corrupt("columns"))?;
+        for _ in 0..columns {
+            let stack = r.u32().map_err(|_| corrupt("columns"))?;
+            let labels = r.u32().map_err(|_| corrupt("columns"))?;
+            if stack as usize >= block.symbols.node_count()
+                || labels as usize >= block.symbols.label_sets.len()
+            {
+                return Err(corrupt("stack key out of range"));
             }
-        }
-        for (ts, points) in by_time {
-            let count = profiles.get(&ts).copied().unwrap_or(1);
-            head.push_run(
-                series_id,
-                ts,
-                u32::try_from(count).unwrap_or(u32::MAX),
-                points,
+            let key = (
+                translator.node(&block.symbols, output, stack),
+                translator.label_set(&block.symbols, output, labels),
             );
+            decode_points(&mut r, chunk, |ts, value| values.add_point(key, ts, value))
+                .map_err(|_| corrupt("column points"))?;
         }
     }
-    head.add_profiles(block.meta().profiles);
     Ok(())
 }

@@ -12,7 +12,7 @@ use crate::columns::encode_points;
 use crate::error::BlockError;
 use crate::head::{Head, HeadSeries};
 use crate::index::LabelIndex;
-use crate::model::BlockMeta;
+use crate::model::{BlockMeta, LabelSet, ProfileType};
 use crate::symbols::{SymbolTable, SymbolTranslator};
 use crate::wire::Writer;
 
@@ -44,70 +44,171 @@ pub fn encode_block(
     }
     order.sort_by(|a, b| a.labels.cmp(&b.labels));
 
-    let levels = levels_for_span(min_ms, max_ms);
-    let mut symbols = SymbolTable::new();
+    let mut writer = BlockWriter::new(min_ms, max_ms)?;
     let mut translator = SymbolTranslator::new(&head.symbols);
-    let mut data = DataWriter {
-        bytes: Vec::new(),
-        compressor: BlobCompressor::new()?,
-    };
-    let mut directory = Writer::new();
-    directory.varint(order.len() as u64);
-    let mut index = LabelIndex::new();
-    let mut samples = 0u64;
-    for (series_id, series) in order.iter().enumerate() {
-        index.add(series_id as u32, &series.labels);
-        let encoded = encode_series(
-            series,
-            head,
-            &mut symbols,
-            &mut translator,
-            &levels,
-            min_ms,
-            &mut data,
-        )?;
-        samples += encoded.points;
-        directory.varint(series.labels.len() as u64);
-        for label in series.labels.iter() {
-            directory.varint(u64::from(symbols.intern_string(&label.name)));
-            directory.varint(u64::from(symbols.intern_string(&label.value)));
+    for series in order {
+        let mut values = SeriesValues::default();
+        for (run, points) in series.runs_with_points() {
+            values.add_total(run.time_ms, run.total, u64::from(run.count));
+            for point in points {
+                let key = (
+                    translator.node(&head.symbols, &mut writer.symbols, point.stack),
+                    translator.label_set(&head.symbols, &mut writer.symbols, point.labels),
+                );
+                values.add_point(key, run.time_ms, point.value);
+            }
         }
-        encoded.write_entry(series, &mut symbols, &mut directory);
+        writer.add_series(&series.labels, &series.profile_type, values)?;
     }
-    let postings = encode_postings(&index, &mut symbols)?;
-
-    let meta = BlockMeta {
-        format_version: super::format::FORMAT_VERSION,
-        id: id.to_owned(),
-        min_time_ms: min_ms,
-        max_time_ms: max_ms,
-        compaction_level: head.level,
-        replica: replica.to_owned(),
+    writer.finish(BlockIdentity {
+        id,
+        replica,
+        level: head.level,
         sources: head.sources.clone(),
-        series: order.len() as u64,
-        samples,
         profiles: head.profiles(),
-        size_bytes: 0,
-    };
-    let encoded_tables = tables::encode_tables(&symbols);
-    let mut container = ContainerWriter::default();
-    container.add(SectionKind::Meta, encode_meta(&meta), false)?;
-    container.add(SectionKind::Strings, encoded_tables.strings, true)?;
-    container.add(SectionKind::Mappings, encoded_tables.mappings, true)?;
-    container.add(SectionKind::Functions, encoded_tables.functions, true)?;
-    container.add(SectionKind::Locations, encoded_tables.locations, true)?;
-    container.add(SectionKind::Stacks, encoded_tables.stacks, true)?;
-    container.add(SectionKind::LabelSets, encoded_tables.label_sets, true)?;
-    container.add(SectionKind::Series, directory.into_vec(), true)?;
-    container.add(SectionKind::Postings, postings, true)?;
-    // Blobs inside are compressed one by one so queries decompress only what they read.
-    container.add(SectionKind::Data, data.bytes, false)?;
-    let bytes = container.finish();
-    let meta = BlockMeta {
-        size_bytes: bytes.len() as u64,
-        ..meta
-    };
-    Ok((meta, bytes))
+    })
+}
+
+/// Who a block is, for [`BlockWriter::finish`].
+pub(crate) struct BlockIdentity<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) replica: &'a str,
+    pub(crate) level: u32,
+    pub(crate) sources: Vec<String>,
+    pub(crate) profiles: u64,
+}
+
+/// The values of one series, already in the output block's symbol space,
+/// gathered before the series is encoded. Only one series is held at a time,
+/// so writing a block needs memory for its symbols, its encoded bytes and
+/// its largest series, never for all decoded points at once.
+#[derive(Debug, Default)]
+pub(crate) struct SeriesValues {
+    columns: HashMap<ColumnKey, Vec<(i64, i64)>>,
+    /// Per profile time: value total and profiles merged.
+    totals: BTreeMap<i64, (i64, u64)>,
+}
+
+impl SeriesValues {
+    /// Adds one totals row (one run, or one row of a source block).
+    pub(crate) fn add_total(&mut self, time_ms: i64, total: i64, profiles: u64) {
+        let row = self.totals.entry(time_ms).or_insert((0, 0));
+        row.0 = row.0.wrapping_add(total);
+        row.1 += profiles;
+    }
+
+    /// Adds one value of stack key `key` at `time_ms`.
+    pub(crate) fn add_point(&mut self, key: ColumnKey, time_ms: i64, value: i64) {
+        self.columns.entry(key).or_default().push((time_ms, value));
+    }
+}
+
+/// Builds a block series by series: symbols, directory, index and data grow
+/// as series are added, and the container is assembled at the end.
+pub(crate) struct BlockWriter {
+    /// The output symbol table; callers translate into it before adding.
+    pub(crate) symbols: SymbolTable,
+    min_ms: i64,
+    max_ms: i64,
+    levels: Vec<u8>,
+    data: DataWriter,
+    directory: Writer,
+    index: LabelIndex,
+    series: u32,
+    samples: u64,
+}
+
+impl BlockWriter {
+    /// A writer for a block spanning `[min_ms, max_ms]`.
+    pub(crate) fn new(min_ms: i64, max_ms: i64) -> Result<Self, BlockError> {
+        Ok(Self {
+            symbols: SymbolTable::new(),
+            min_ms,
+            max_ms,
+            levels: levels_for_span(min_ms, max_ms),
+            data: DataWriter {
+                bytes: Vec::new(),
+                compressor: BlobCompressor::new()?,
+            },
+            directory: Writer::new(),
+            index: LabelIndex::new(),
+            series: 0,
+            samples: 0,
+        })
+    }
+
+    /// Encodes one series. Series must be added in label order, each once.
+    pub(crate) fn add_series(
+        &mut self,
+        labels: &LabelSet,
+        profile_type: &ProfileType,
+        values: SeriesValues,
+    ) -> Result<(), BlockError> {
+        if values.totals.is_empty() {
+            return Ok(());
+        }
+        self.index.add(self.series, labels);
+        let encoded = encode_series(values, &self.levels, self.min_ms, &mut self.data)?;
+        self.samples += encoded.points;
+        self.series += 1;
+        self.directory.varint(labels.len() as u64);
+        for label in labels.iter() {
+            self.directory
+                .varint(u64::from(self.symbols.intern_string(&label.name)));
+            self.directory
+                .varint(u64::from(self.symbols.intern_string(&label.value)));
+        }
+        encoded.write_entry(profile_type, &mut self.symbols, &mut self.directory);
+        Ok(())
+    }
+
+    /// Assembles the container.
+    pub(crate) fn finish(
+        mut self,
+        identity: BlockIdentity<'_>,
+    ) -> Result<(BlockMeta, Vec<u8>), BlockError> {
+        if self.series == 0 {
+            return Err(BlockError::Empty);
+        }
+        let postings = encode_postings(&self.index, &mut self.symbols)?;
+        let meta = BlockMeta {
+            format_version: super::format::FORMAT_VERSION,
+            id: identity.id.to_owned(),
+            min_time_ms: self.min_ms,
+            max_time_ms: self.max_ms,
+            compaction_level: identity.level,
+            replica: identity.replica.to_owned(),
+            sources: identity.sources,
+            series: u64::from(self.series),
+            samples: self.samples,
+            profiles: identity.profiles,
+            size_bytes: 0,
+        };
+        let mut directory = Writer::new();
+        directory.varint(u64::from(self.series));
+        directory.raw(self.directory.as_slice());
+        drop(self.directory);
+        let encoded_tables = tables::encode_tables(&self.symbols);
+        drop(self.symbols);
+        let mut container = ContainerWriter::default();
+        container.add(SectionKind::Meta, encode_meta(&meta), false)?;
+        container.add(SectionKind::Strings, encoded_tables.strings, true)?;
+        container.add(SectionKind::Mappings, encoded_tables.mappings, true)?;
+        container.add(SectionKind::Functions, encoded_tables.functions, true)?;
+        container.add(SectionKind::Locations, encoded_tables.locations, true)?;
+        container.add(SectionKind::Stacks, encoded_tables.stacks, true)?;
+        container.add(SectionKind::LabelSets, encoded_tables.label_sets, true)?;
+        container.add(SectionKind::Series, directory.into_vec(), true)?;
+        container.add(SectionKind::Postings, postings, true)?;
+        // Blobs inside are compressed one by one so queries decompress only what they read.
+        container.add(SectionKind::Data, self.data.bytes, false)?;
+        let bytes = container.finish();
+        let meta = BlockMeta {
+            size_bytes: bytes.len() as u64,
+            ..meta
+        };
+        Ok((meta, bytes))
+    }
 }
 
 struct EncodedSeries {
@@ -121,8 +222,7 @@ struct EncodedSeries {
 
 impl EncodedSeries {
     /// Writes the rest of the series' directory entry (the caller wrote its labels).
-    fn write_entry(&self, series: &HeadSeries, symbols: &mut SymbolTable, w: &mut Writer) {
-        let t = &series.profile_type;
+    fn write_entry(&self, t: &ProfileType, symbols: &mut SymbolTable, w: &mut Writer) {
         for s in [
             &t.name,
             &t.sample_type,
@@ -167,34 +267,16 @@ impl DataWriter {
     }
 }
 
-type ColumnKey = (u32, u32);
+/// (stack node, sample label set) in the output block's symbol space.
+pub(crate) type ColumnKey = (u32, u32);
 
 fn encode_series(
-    series: &HeadSeries,
-    head: &Head,
-    symbols: &mut SymbolTable,
-    translator: &mut SymbolTranslator,
+    values: SeriesValues,
     levels: &[u8],
     block_min_ms: i64,
     data: &mut DataWriter,
 ) -> Result<EncodedSeries, BlockError> {
-    let mut columns: HashMap<ColumnKey, Vec<(i64, i64)>> = HashMap::new();
-    let mut totals: BTreeMap<i64, (i64, u64)> = BTreeMap::new();
-    for (run, points) in series.runs_with_points() {
-        let total = totals.entry(run.time_ms).or_insert((0, 0));
-        total.0 = total.0.wrapping_add(run.total);
-        total.1 += u64::from(run.count);
-        for point in points {
-            let key = (
-                translator.node(&head.symbols, symbols, point.stack),
-                translator.label_set(&head.symbols, symbols, point.labels),
-            );
-            columns
-                .entry(key)
-                .or_default()
-                .push((run.time_ms, point.value));
-        }
-    }
+    let SeriesValues { columns, totals } = values;
     let mut columns: Vec<(ColumnKey, Vec<(i64, i64)>)> = columns.into_iter().collect();
     columns.sort_unstable_by_key(|(key, _)| *key);
     let mut point_count = 0u64;
