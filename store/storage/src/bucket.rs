@@ -89,9 +89,16 @@ impl BucketConfig {
                 std::fs::create_dir_all(dir).map_err(|e| StorageError::Config {
                     message: format!("cannot create bucket directory {}: {e}", dir.display()),
                 })?;
+                // NB: without fsync a block's files and directory entries
+                // may still be only in the page cache when the flush that
+                // uploaded it deletes the WAL segments it replaces, and a
+                // power cut then loses acknowledged writes. With it, every
+                // put syncs the file, and the directories it creates or
+                // renames into, before it returns.
                 let store = object_store::local::LocalFileSystem::new_with_prefix(dir)
                     .map_err(config_err)?
-                    .with_automatic_cleanup(true);
+                    .with_automatic_cleanup(true)
+                    .with_fsync(true);
                 Ok(Arc::new(store))
             }
             #[cfg(feature = "aws")]
