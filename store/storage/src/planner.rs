@@ -121,6 +121,56 @@ pub fn plan_compaction(blocks: &[BlockMeta], now_ms: i64, settle_ms: i64) -> Vec
     groups
 }
 
+/// Memory one compaction needs per byte of its sources' encoded size. The
+/// merge streams series by series, so what it holds is the sources (decoded
+/// symbol tables beside their still-compressed data: about 1.4x, see
+/// `Block::approx_decoded_bytes`), the output's data section and then its
+/// container (each about the sources' size or less, since the merge only
+/// deduplicates), translation memos and one series' values.
+pub const COMPACTION_BYTES_PER_SOURCE_BYTE: u64 = 4;
+
+/// Trims `group` so that its estimated memory
+/// (`COMPACTION_BYTES_PER_SOURCE_BYTE` x the sources' sizes) fits `budget`:
+/// the smallest blocks are kept first, so the most blocks merge. Returns
+/// `None` when not even two fit; those blocks then stay as they are, which
+/// is correct, only slower to query. Blocks merged this way are planned
+/// again later with the rest of their window, and stop growing once two of
+/// them no longer fit: memory stays bounded by configuration, not by how
+/// much a window holds.
+pub fn fit_group_to_budget(
+    group: CompactionGroup,
+    blocks: &[BlockMeta],
+    budget: u64,
+) -> Option<CompactionGroup> {
+    let size_of = |id: &String| {
+        blocks
+            .iter()
+            .find(|b| &b.id == id)
+            .map_or(u64::MAX, |b| b.size_bytes)
+    };
+    let mut by_size: Vec<(u64, String)> = group
+        .block_ids
+        .iter()
+        .map(|id| (size_of(id), id.clone()))
+        .collect();
+    by_size.sort();
+    let mut estimate = 0u64;
+    let mut block_ids = Vec::new();
+    for (size, id) in by_size {
+        let next = estimate.saturating_add(size.saturating_mul(COMPACTION_BYTES_PER_SOURCE_BYTE));
+        if next > budget {
+            break;
+        }
+        estimate = next;
+        block_ids.push(id);
+    }
+    if block_ids.len() < 2 {
+        return None;
+    }
+    block_ids.sort();
+    Some(CompactionGroup { block_ids, ..group })
+}
+
 fn group(start: i64, len: i64, members: &[&BlockMeta]) -> CompactionGroup {
     let mut block_ids: Vec<String> = members.iter().map(|b| b.id.clone()).collect();
     block_ids.sort();
@@ -165,6 +215,36 @@ mod tests {
             profiles: 1,
             size_bytes: size,
         }
+    }
+
+    #[test]
+    fn groups_are_trimmed_to_the_compaction_budget_smallest_blocks_first() {
+        let blocks = vec![
+            block("a", 0, 10, 0, 100),
+            block("b", 0, 10, 0, 10),
+            block("c", 0, 10, 0, 20),
+            block("d", 0, 10, 0, 30),
+        ];
+        let whole = CompactionGroup {
+            window_start_ms: 0,
+            window_ms: HOUR_MS,
+            block_ids: vec!["a".into(), "b".into(), "c".into(), "d".into()],
+        };
+        let per = COMPACTION_BYTES_PER_SOURCE_BYTE;
+        assert_eq!(
+            fit_group_to_budget(whole.clone(), &blocks, 160 * per),
+            Some(whole.clone()),
+            "everything fits"
+        );
+        let trimmed = fit_group_to_budget(whole.clone(), &blocks, 60 * per).expect("three fit");
+        assert_eq!(trimmed.block_ids, vec!["b", "c", "d"]);
+        assert_eq!(trimmed.window_ms, HOUR_MS);
+        assert_eq!(
+            fit_group_to_budget(whole.clone(), &blocks, 29 * per),
+            None,
+            "one block alone is not a merge"
+        );
+        assert_eq!(fit_group_to_budget(whole, &blocks, 0), None);
     }
 
     #[test]

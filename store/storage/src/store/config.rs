@@ -40,6 +40,10 @@ pub struct StoreConfig {
     /// size (`Block::approx_decoded_bytes`). A single block larger than the
     /// budget is still kept while it is the only entry.
     pub block_cache_bytes: u64,
+    /// Memory one compaction may use, estimated from its sources' sizes
+    /// (`planner::COMPACTION_BYTES_PER_SOURCE_BYTE`); larger groups are
+    /// trimmed to fit, so compaction memory does not grow with the data.
+    pub compaction_memory_bytes: u64,
     /// Limits applied while decoding pprof.
     pub decode_limits: DecodeLimits,
     /// Limits applied by the engine while ingesting.
@@ -72,12 +76,26 @@ impl StoreConfig {
             max_total_bytes: None,
             retention_interval: Duration::from_secs(600),
             block_cache_bytes: 256 << 20,
+            compaction_memory_bytes: 1 << 30,
             decode_limits: DecodeLimits::default(),
             ingest_limits: IngestLimits::default(),
             max_inflight_ingests: 256,
             max_pending_uploads: 16,
             background: true,
         }
+    }
+
+    /// Splits one memory budget (the store's whole allowance, e.g. its
+    /// container's limit less headroom) over the parts that scale with
+    /// configuration: an eighth for the head (a cut head awaiting upload and
+    /// the next one can both be full), a quarter for the block cache, a
+    /// quarter for one compaction. The remaining three eighths cover
+    /// requests being decoded, query scratch, the runtime and the
+    /// allocator's slack.
+    pub fn apply_memory_budget(&mut self, budget_bytes: u64) {
+        self.max_head_bytes = usize::try_from(budget_bytes / 8).unwrap_or(usize::MAX);
+        self.block_cache_bytes = budget_bytes / 4;
+        self.compaction_memory_bytes = budget_bytes / 4;
     }
 
     pub(crate) fn validate(&self) -> Result<(), StorageError> {
@@ -97,6 +115,9 @@ impl StoreConfig {
         }
         if self.retention.is_zero() {
             return bad("retention must be positive");
+        }
+        if self.compaction_memory_bytes == 0 || self.max_head_bytes == 0 {
+            return bad("compaction memory and head size must be positive");
         }
         if self.max_inflight_ingests == 0 || self.max_pending_uploads == 0 {
             return bad("max_inflight_ingests and max_pending_uploads must be at least 1");

@@ -11,7 +11,7 @@ use super::config::millis;
 use super::write::now_ms;
 use super::{Store, lock, read, write};
 use crate::error::StorageError;
-use crate::planner::{CompactionGroup, plan_compaction, plan_retention};
+use crate::planner::{CompactionGroup, fit_group_to_budget, plan_compaction, plan_retention};
 
 /// Incomplete uploads (data without meta.json) older than this are garbage
 /// from a crashed writer: no upload takes this long.
@@ -94,7 +94,13 @@ impl Store {
                 .filter(|m| !lock(&shared.corrupt).contains_key(&m.id))
                 .cloned()
                 .collect();
-            let groups = plan_compaction(&own, now_ms, millis(shared.config.compaction_settle));
+            let groups: Vec<CompactionGroup> =
+                plan_compaction(&own, now_ms, millis(shared.config.compaction_settle))
+                    .into_iter()
+                    .filter_map(|group| {
+                        fit_group_to_budget(group, &own, shared.config.compaction_memory_bytes)
+                    })
+                    .collect();
             if groups.is_empty() {
                 break;
             }
