@@ -28,9 +28,16 @@ pub fn access_for_path(path: &str) -> Access {
         || path == "/pyroscope/ingest"
         || path.starts_with("/push.v1.PusherService/")
         || path.starts_with("/parca.profilestore.v1alpha1.ProfileStoreService/")
+        || path.starts_with("/opentelemetry.proto.collector.profiles.")
+        || path == "/v1development/profiles"
     {
         Access::Write
-    } else if path.starts_with("/api/") || path.starts_with("/kiln.query.v1.QueryService/") {
+    } else if path.starts_with("/api/")
+        || path.starts_with("/kiln.query.v1.QueryService/")
+        || path.starts_with("/querier.v1.QuerierService/")
+        || path.starts_with("/pyroscope/render")
+        || path == "/pyroscope/label-values"
+    {
         Access::Read
     } else {
         Access::Open
@@ -108,7 +115,9 @@ pub async fn require_token(
         .unwrap_or("");
     if content_type.starts_with("application/grpc") {
         err.to_status().into_http::<Body>().map(Body::new)
-    } else if request.uri().path().starts_with("/push.v1.") {
+    } else if request.uri().path().starts_with("/push.v1.")
+        || request.uri().path().starts_with("/querier.v1.")
+    {
         err.into_connect_response()
     } else {
         err.into_response()
@@ -122,6 +131,16 @@ mod tests {
     #[test]
     fn paths_are_classified() {
         assert_eq!(access_for_path("/ingest"), Access::Write);
+        assert_eq!(
+            access_for_path(kiln_api::OTLP_PROFILES_EXPORT_PATH),
+            Access::Write
+        );
+        assert_eq!(access_for_path("/v1development/profiles"), Access::Write);
+        assert_eq!(
+            access_for_path("/querier.v1.QuerierService/LabelNames"),
+            Access::Read
+        );
+        assert_eq!(access_for_path("/pyroscope/render"), Access::Read);
         assert_eq!(
             access_for_path("/push.v1.PusherService/Push"),
             Access::Write

@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use kiln_storage::error::{ErrorClass, StorageError};
 
 use crate::ingest::UploadError;
+use crate::otlp::OtlpError;
 use crate::pyroscope::IngestError;
 use crate::selector::SelectorError;
 use crate::timespec::TimeError;
@@ -27,6 +28,13 @@ pub enum ApiError {
         /// Why.
         #[source]
         source: IngestError,
+    },
+    /// An OTLP profiles export is malformed, ambiguous or of an unknown revision.
+    #[error("{source}")]
+    Otlp {
+        /// Why.
+        #[source]
+        source: OtlpError,
     },
     /// The `query` selector is malformed or names no profile type.
     #[error("invalid `{parameter}`: {source}")]
@@ -127,6 +135,7 @@ impl ApiError {
         match self {
             Self::Upload { source } => source.reason(),
             Self::Ingest { source } => source.reason(),
+            Self::Otlp { source } => source.reason(),
             Self::Selector { source, .. } => source.reason(),
             Self::Time { source, .. } => source.reason(),
             Self::BadParameter { .. } => "bad_parameter",
@@ -147,6 +156,7 @@ impl ApiError {
     pub fn http_status(&self) -> StatusCode {
         match self {
             Self::Upload { .. }
+            | Self::Otlp { .. }
             | Self::Selector { .. }
             | Self::Time { .. }
             | Self::BadParameter { .. }
@@ -225,6 +235,12 @@ impl From<StorageError> for ApiError {
 impl From<UploadError> for ApiError {
     fn from(source: UploadError) -> Self {
         Self::Upload { source }
+    }
+}
+
+impl From<OtlpError> for ApiError {
+    fn from(source: OtlpError) -> Self {
+        Self::Otlp { source }
     }
 }
 

@@ -17,6 +17,7 @@ pub mod http_ingest;
 pub mod http_query;
 pub mod ingest;
 pub mod metrics;
+pub mod otlp;
 pub mod push_json;
 pub mod pyroscope;
 pub mod selector;

@@ -25,6 +25,9 @@ struct Inner {
     ingested_bytes: BTreeMap<&'static str, u64>,
     rejections: BTreeMap<(&'static str, &'static str), u64>,
     query_latency: BTreeMap<&'static str, Histogram>,
+    /// OTLP export requests by detected revision label (a handful of values:
+    /// combinations of the known layouts).
+    otlp_revisions: BTreeMap<String, u64>,
 }
 
 /// The server's metrics; cheap to update from any task.
@@ -78,6 +81,12 @@ impl Metrics {
             .or_default() += 1;
     }
 
+    /// Counts one OTLP export request decoded as `revision` (a
+    /// `DecodedExport::revision_label`).
+    pub fn record_otlp_revision(&self, revision: String) {
+        *self.lock().otlp_revisions.entry(revision).or_default() += 1;
+    }
+
     /// Records how long one query took.
     pub fn record_query(&self, endpoint: &'static str, elapsed: Duration) {
         let seconds = elapsed.as_secs_f64();
@@ -122,6 +131,16 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "kiln_rejected_requests_total{{endpoint=\"{endpoint}\",reason=\"{reason}\"}} {value}"
+            );
+        }
+        out.push_str(
+            "# HELP kiln_otlp_export_requests_total OTLP profiles exports decoded, by the v1development revisions that read them the same way.\n",
+        );
+        out.push_str("# TYPE kiln_otlp_export_requests_total counter\n");
+        for (revision, value) in &inner.otlp_revisions {
+            let _ = writeln!(
+                out,
+                "kiln_otlp_export_requests_total{{revision=\"{revision}\"}} {value}"
             );
         }
         out.push_str("# HELP kiln_query_duration_seconds Query latency, by endpoint.\n");
@@ -209,6 +228,7 @@ impl Inner {
             ingested_bytes: self.ingested_bytes.clone(),
             rejections: self.rejections.clone(),
             query_latency: self.query_latency.clone(),
+            otlp_revisions: self.otlp_revisions.clone(),
         }
     }
 }

@@ -392,6 +392,13 @@ fn pprof_profile_name(params: &IngestParams, profile: &kiln_pprof::Profile) -> S
         .iter()
         .map(|t| profile.string(t.r#type))
         .collect();
+    profile_name_for_sample_types(&types).to_owned()
+}
+
+/// `__name__` guessed from sample type names the way Grafana Pyroscope files
+/// them (`wall`, `memory` for `alloc_*`/`inuse_*`, `mutex`, `goroutines`,
+/// else `process_cpu`); shared with OTLP ingest.
+pub(crate) fn profile_name_for_sample_types(types: &[&str]) -> &'static str {
     let has = |name: &str| types.contains(&name);
     if has("wall") {
         "wall"
@@ -407,7 +414,6 @@ fn pprof_profile_name(params: &IngestParams, profile: &kiln_pprof::Profile) -> S
     } else {
         "process_cpu"
     }
-    .to_owned()
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use kiln_api::{PUSH_PATH, WRITE_RAW_PATH};
+use kiln_api::{OTLP_PROFILES_EXPORT_PATH, PUSH_PATH, WRITE_RAW_PATH};
 
 use crate::auth::require_token;
 use crate::grpc::ingest_servers;
@@ -20,6 +20,7 @@ pub fn router(state: AppState) -> Router {
     let (write_raw, push_grpc) = ingest_servers(&state);
     let query_grpc = crate::grpc_query::query_server(&state);
     let push_state = state.clone();
+    let otlp_state = state.clone();
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -33,6 +34,16 @@ pub fn router(state: AppState) -> Router {
             }),
         )
         .route_service(WRITE_RAW_PATH, write_raw)
+        .route(
+            OTLP_PROFILES_EXPORT_PATH,
+            post(move |request: Request| {
+                crate::otlp::service::export_grpc(otlp_state.clone(), request)
+            }),
+        )
+        .route(
+            "/v1development/profiles",
+            post(crate::otlp::service::export_http),
+        )
         .route_service("/kiln.query.v1.QueryService/{*method}", query_grpc)
         .route("/api/v1/profile-types", get(http_query::profile_types))
         .route("/api/v1/labels", get(http_query::label_names))

@@ -1,0 +1,479 @@
+//! The revision-independent form of an OTLP profiles export, and its
+//! conversion into pprof uploads with series labels.
+
+use std::collections::HashMap;
+
+use kiln_engine::model::NAME_LABEL;
+use kiln_pprof::{FunctionSpec, LabelValue, MappingSpec, ProfileBuilder};
+use prost::Message;
+
+use super::{OtlpError, OtlpLimits};
+use crate::config::Limits;
+use crate::ingest::{ProfileUpload, SERVICE_NAME_LABEL, checked_labels};
+
+/// A decoded export request; every index has been checked against its table.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Batch {
+    /// The shared dictionary.
+    pub dictionary: Dictionary,
+    /// Profiles grouped by resource and scope.
+    pub resources: Vec<ResourceProfiles>,
+}
+
+/// The shared lookup tables (indices into `strings` are `i32` as on the wire).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Dictionary {
+    /// The string table.
+    pub strings: Vec<String>,
+    /// Functions.
+    pub functions: Vec<Function>,
+    /// Mappings.
+    pub mappings: Vec<Mapping>,
+    /// Locations.
+    pub locations: Vec<Location>,
+    /// Attributes with their keys and values resolved.
+    pub attributes: Vec<Attribute>,
+}
+
+/// A function; names are string-table indices.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Function {
+    /// Display name.
+    pub name: i32,
+    /// System (mangled) name.
+    pub system_name: i32,
+    /// Source file.
+    pub filename: i32,
+    /// First line.
+    pub start_line: i64,
+}
+
+/// A mapped binary.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Mapping {
+    /// Start address.
+    pub memory_start: u64,
+    /// End address.
+    pub memory_limit: u64,
+    /// File offset of `memory_start`.
+    pub file_offset: u64,
+    /// File name (string index).
+    pub filename: i32,
+}
+
+/// A code location: mapping index (0 = none), address, inlined lines.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Location {
+    /// Index into the mapping table; 0 means unknown.
+    pub mapping: i32,
+    /// Instruction address.
+    pub address: u64,
+    /// (function index, line), innermost first.
+    pub lines: Vec<(i32, i64)>,
+}
+
+/// An attribute value Kiln keeps.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttributeValue {
+    /// A string (also bools and doubles, as text).
+    Text(String),
+    /// An integer.
+    Int(i64),
+    /// Arrays, key/value lists, bytes and unset values: not kept.
+    Unsupported,
+}
+
+/// One attribute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attribute {
+    /// The key.
+    pub key: String,
+    /// The value.
+    pub value: AttributeValue,
+}
+
+/// Profiles from one resource.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResourceProfiles {
+    /// Resource attributes.
+    pub attributes: Vec<Attribute>,
+    /// Per scope.
+    pub scopes: Vec<ScopeProfiles>,
+}
+
+/// Profiles from one instrumentation scope.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScopeProfiles {
+    /// Scope attributes.
+    pub attributes: Vec<Attribute>,
+    /// The profiles.
+    pub profiles: Vec<Profile>,
+}
+
+/// One profile: one or more sample types (several only in 1.7).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Profile {
+    /// (type, unit) string indices, one per value of each sample.
+    pub sample_types: Vec<(i32, i32)>,
+    /// (type, unit) string indices of the sampling period, if given.
+    pub period_type: Option<(i32, i32)>,
+    /// The sampling period.
+    pub period: i64,
+    /// Collection time, unix ns.
+    pub time_nanos: i64,
+    /// Covered duration, ns.
+    pub duration_nanos: i64,
+    /// The samples.
+    pub samples: Vec<Sample>,
+}
+
+/// One sample: a stack and one value per sample type.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// Location indices, leaf first.
+    pub locations: Vec<i32>,
+    /// One value per sample type.
+    pub values: Vec<i64>,
+    /// Indices into the attribute table.
+    pub attributes: Vec<i32>,
+}
+
+/// Checks that `index` is inside a table of `len` entries.
+pub(super) fn check_index(
+    field: &'static str,
+    index: i64,
+    table: &'static str,
+    len: usize,
+) -> Result<usize, OtlpError> {
+    usize::try_from(index)
+        .ok()
+        .filter(|&i| i < len)
+        .ok_or(OtlpError::IndexOutOfRange {
+            field,
+            index,
+            table,
+            len,
+        })
+}
+
+/// The values of one sample from its wire form: explicit values, or one
+/// event per timestamp when only timestamps are sent. With both, the counts
+/// must agree (1.8+), and the values are what is stored.
+pub(super) fn sample_values(
+    values: &[i64],
+    timestamps: usize,
+    sample_types: usize,
+    position: (usize, usize),
+) -> Result<Vec<i64>, OtlpError> {
+    let bad = |message: String| OtlpError::BadSample {
+        profile: position.0,
+        sample: position.1,
+        message,
+    };
+    if values.is_empty() {
+        if timestamps == 0 {
+            return Err(bad("neither values nor timestamps are set".to_owned()));
+        }
+        if sample_types != 1 {
+            return Err(bad(format!(
+                "timestamps alone cannot fill {sample_types} sample types"
+            )));
+        }
+        return Ok(vec![i64::try_from(timestamps).unwrap_or(i64::MAX)]);
+    }
+    if sample_types == 1 {
+        if timestamps != 0 && timestamps != values.len() {
+            return Err(bad(format!(
+                "{} values but {timestamps} timestamps",
+                values.len()
+            )));
+        }
+        return Ok(vec![values.iter().fold(0i64, |a, v| a.saturating_add(*v))]);
+    }
+    if values.len() != sample_types {
+        return Err(bad(format!(
+            "{} values for {sample_types} sample types",
+            values.len()
+        )));
+    }
+    Ok(values.to_vec())
+}
+
+/// Series label names for well-known OpenTelemetry resource attributes.
+const LABEL_RENAMES: [(&str, &str); 7] = [
+    ("service.name", SERVICE_NAME_LABEL),
+    ("k8s.namespace.name", "namespace"),
+    ("k8s.pod.name", "pod"),
+    ("container.name", "container"),
+    ("k8s.container.name", "container"),
+    ("host.name", "node"),
+    ("k8s.node.name", "node"),
+];
+
+/// OpenTelemetry's default when a resource has no `service.name`.
+const UNKNOWN_SERVICE: &str = "unknown_service";
+
+/// A series label name for an attribute key: renamed when well known, else
+/// the key with characters outside `[A-Za-z0-9_.]` replaced by `_`.
+pub fn label_name_for_attribute(key: &str) -> String {
+    if let Some((_, name)) = LABEL_RENAMES.iter().find(|(k, _)| *k == key) {
+        return (*name).to_owned();
+    }
+    let mut name: String = key
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.starts_with(|c: char| c.is_ascii_digit() || c == '.') || name.is_empty() {
+        name.insert(0, '_');
+    }
+    name
+}
+
+fn attribute_text(value: &AttributeValue) -> Option<String> {
+    match value {
+        AttributeValue::Text(text) => Some(text.clone()),
+        AttributeValue::Int(n) => Some(n.to_string()),
+        AttributeValue::Unsupported => None,
+    }
+}
+
+/// Series labels of one resource + scope: attributes renamed, the scope's
+/// overriding the resource's, `service_name` defaulted and `__name__` set.
+fn series_labels(
+    resource: &[Attribute],
+    scope: &[Attribute],
+    profile_name: &str,
+) -> Vec<(String, String)> {
+    let mut labels: Vec<(String, String)> = Vec::new();
+    for attribute in resource.iter().chain(scope) {
+        let Some(value) = attribute_text(&attribute.value) else {
+            continue;
+        };
+        let name = label_name_for_attribute(&attribute.key);
+        if name == NAME_LABEL {
+            continue;
+        }
+        match labels.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => labels.push((name, value)),
+        }
+    }
+    if !labels.iter().any(|(n, _)| n == SERVICE_NAME_LABEL) {
+        labels.push((SERVICE_NAME_LABEL.to_owned(), UNKNOWN_SERVICE.to_owned()));
+    }
+    labels.push((NAME_LABEL.to_owned(), profile_name.to_owned()));
+    labels
+}
+
+/// Turns a batch into one pprof upload per profile with samples. Labels are
+/// checked against `limits`; samples keep string attributes as pprof string
+/// labels and integer ones as numeric labels.
+pub fn uploads_from_batch(
+    batch: &Batch,
+    limits: &Limits,
+    otlp_limits: &OtlpLimits,
+) -> Result<Vec<ProfileUpload>, crate::error::ApiError> {
+    let mut uploads = Vec::new();
+    let mut profile_index = 0;
+    for resource in &batch.resources {
+        for scope in &resource.scopes {
+            for profile in &scope.profiles {
+                let index = profile_index;
+                profile_index += 1;
+                if profile.samples.is_empty() {
+                    continue;
+                }
+                if profile.samples.len() > otlp_limits.max_samples {
+                    return Err(OtlpError::TooManySamples {
+                        profile: index,
+                        count: profile.samples.len(),
+                        limit: otlp_limits.max_samples,
+                    }
+                    .into());
+                }
+                let dictionary = &batch.dictionary;
+                let text = |i: i32| dictionary_string(dictionary, i);
+                let type_names: Vec<&str> =
+                    profile.sample_types.iter().map(|(t, _)| text(*t)).collect();
+                let name = crate::pyroscope::profile_name_for_sample_types(&type_names);
+                let labels = checked_labels(
+                    index,
+                    series_labels(&resource.attributes, &scope.attributes, name),
+                    limits,
+                )?;
+                let pprof = profile_to_pprof(dictionary, profile);
+                uploads.push(ProfileUpload {
+                    labels,
+                    time_ms: None,
+                    duration_nanos: None,
+                    pprof: pprof.encode_to_vec().into(),
+                });
+            }
+        }
+    }
+    if uploads.is_empty() {
+        return Err(OtlpError::Empty.into());
+    }
+    Ok(uploads)
+}
+
+/// A string by index; indices were checked when the batch was built.
+fn dictionary_string(dictionary: &Dictionary, index: i32) -> &str {
+    usize::try_from(index)
+        .ok()
+        .and_then(|i| dictionary.strings.get(i))
+        .map_or("", String::as_str)
+}
+
+/// Builds the pprof of one profile, converting only the dictionary entries
+/// it references.
+fn profile_to_pprof(dictionary: &Dictionary, profile: &Profile) -> kiln_pprof::proto::Profile {
+    let text = |i: i32| dictionary_string(dictionary, i);
+    let types: Vec<(&str, &str)> = profile
+        .sample_types
+        .iter()
+        .map(|(t, u)| (text(*t), text(*u)))
+        .collect();
+    let mut builder = ProfileBuilder::new(&types);
+    if let Some((kind, unit)) = profile.period_type {
+        builder.period(text(kind), text(unit), profile.period);
+    }
+    builder.time(profile.time_nanos, profile.duration_nanos);
+    let mut mapping_ids: HashMap<i32, u64> = HashMap::new();
+    let mut function_ids: HashMap<i32, u64> = HashMap::new();
+    let mut location_ids: HashMap<i32, u64> = HashMap::new();
+    let mut stack: Vec<u64> = Vec::new();
+    for sample in &profile.samples {
+        stack.clear();
+        for &location_index in &sample.locations {
+            let id = match location_ids.get(&location_index) {
+                Some(&id) => id,
+                None => {
+                    let location = &dictionary.locations[location_index as usize];
+                    let mapping_id = if location.mapping > 0 {
+                        *mapping_ids.entry(location.mapping).or_insert_with(|| {
+                            let m = &dictionary.mappings[location.mapping as usize];
+                            builder.mapping(&MappingSpec {
+                                memory_start: m.memory_start,
+                                memory_limit: m.memory_limit,
+                                file_offset: m.file_offset,
+                                filename: text(m.filename).to_owned(),
+                                build_id: String::new(),
+                                has_functions: !location.lines.is_empty(),
+                            })
+                        })
+                    } else {
+                        0
+                    };
+                    let lines: Vec<(u64, i64)> = location
+                        .lines
+                        .iter()
+                        .map(|&(function, line)| {
+                            let id = *function_ids.entry(function).or_insert_with(|| {
+                                let f = &dictionary.functions[function as usize];
+                                builder.function(&FunctionSpec {
+                                    name: text(f.name).to_owned(),
+                                    system_name: text(f.system_name).to_owned(),
+                                    filename: text(f.filename).to_owned(),
+                                    start_line: f.start_line,
+                                })
+                            });
+                            (id, line)
+                        })
+                        .collect();
+                    let id = builder.location(mapping_id, location.address, &lines);
+                    location_ids.insert(location_index, id);
+                    id
+                }
+            };
+            stack.push(id);
+        }
+        let labels: Vec<(&str, LabelValue)> = sample
+            .attributes
+            .iter()
+            .filter_map(|&i| dictionary.attributes.get(i as usize))
+            .filter_map(|attribute| {
+                let value = match &attribute.value {
+                    AttributeValue::Text(text) => LabelValue::Str(text.clone()),
+                    AttributeValue::Int(value) => LabelValue::Num {
+                        value: *value,
+                        unit: String::new(),
+                    },
+                    AttributeValue::Unsupported => return None,
+                };
+                Some((attribute.key.as_str(), value))
+            })
+            .collect();
+        builder.sample(&stack, &sample.values, &labels);
+    }
+    builder.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(key: &str, value: &str) -> Attribute {
+        Attribute {
+            key: key.into(),
+            value: AttributeValue::Text(value.into()),
+        }
+    }
+
+    #[test]
+    fn resource_attributes_become_kubernetes_labels() {
+        let labels = series_labels(
+            &[
+                text("service.name", "checkout"),
+                text("k8s.namespace.name", "shop"),
+                text("k8s.pod.name", "checkout-0"),
+                text("container.name", "app"),
+                text("host.name", "node-1"),
+                text("process.runtime.name", "go"),
+                text("weird-key/x", "v"),
+            ],
+            &[],
+            "process_cpu",
+        );
+        let get = |n: &str| labels.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+        assert_eq!(get("service_name"), Some("checkout"));
+        assert_eq!(get("namespace"), Some("shop"));
+        assert_eq!(get("pod"), Some("checkout-0"));
+        assert_eq!(get("container"), Some("app"));
+        assert_eq!(get("node"), Some("node-1"));
+        assert_eq!(get("process.runtime.name"), Some("go"));
+        assert_eq!(get("weird_key_x"), Some("v"));
+        assert_eq!(get("__name__"), Some("process_cpu"));
+    }
+
+    #[test]
+    fn a_resource_without_service_name_is_unknown_service() {
+        let labels = series_labels(&[], &[], "wall");
+        assert!(labels.contains(&("service_name".into(), "unknown_service".into())));
+    }
+
+    #[test]
+    fn timestamps_alone_count_events_and_mismatches_are_refused() {
+        assert_eq!(sample_values(&[], 3, 1, (0, 0)).unwrap(), vec![3]);
+        assert_eq!(sample_values(&[2, 5], 2, 1, (0, 0)).unwrap(), vec![7]);
+        assert_eq!(sample_values(&[1, 2], 0, 2, (0, 0)).unwrap(), vec![1, 2]);
+        for (values, timestamps, types) in [(&[][..], 0, 1), (&[1, 2][..], 3, 1), (&[1][..], 0, 2)]
+        {
+            let err = sample_values(values, timestamps, types, (1, 2)).unwrap_err();
+            assert_eq!(err.reason(), "otlp_bad_sample", "{err}");
+        }
+    }
+
+    #[test]
+    fn label_names_are_made_valid() {
+        assert_eq!(label_name_for_attribute("9lives"), "_9lives");
+        assert_eq!(label_name_for_attribute(""), "_");
+        assert_eq!(label_name_for_attribute("a.b_c"), "a.b_c");
+    }
+}

@@ -1,0 +1,643 @@
+//! Decoding an export request as each known `v1development` wire layout,
+//! and choosing among the layouts that fit.
+
+use kiln_api::kiln::otlp::{v1_7, v1_8, v1_9, v1_10};
+use kiln_api::opentelemetry::proto::common::v1::{AnyValue, KeyValue, any_value};
+use prost::Message;
+
+use super::model::{
+    Attribute, AttributeValue, Batch, Dictionary, Function, Location, Mapping, Profile,
+    ResourceProfiles, Sample, ScopeProfiles, check_index, sample_values,
+};
+use super::{OtlpError, OtlpLimits, wire};
+
+/// A wire layout of `opentelemetry.proto.profiles.v1development`, named by
+/// the first opentelemetry-proto release that used it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Revision {
+    /// 1.7: dictionary in the request, samples slice `Profile.location_indices`.
+    V1_7,
+    /// 1.8: stack table, one sample type, KeyValueAndUnit attributes.
+    V1_8,
+    /// 1.9: `Profile.comment_strindices` dropped, later fields renumbered.
+    V1_9,
+    /// 1.10 and 1.11: Sample fields renumbered (`values` is field 4).
+    V1_10,
+}
+
+impl Revision {
+    /// Every layout, oldest first.
+    pub const ALL: [Revision; 4] = [Self::V1_7, Self::V1_8, Self::V1_9, Self::V1_10];
+
+    /// The releases using this layout, for errors, logs and metric labels.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::V1_7 => "1.7",
+            Self::V1_8 => "1.8",
+            Self::V1_9 => "1.9",
+            Self::V1_10 => "1.10-1.11",
+        }
+    }
+}
+
+/// A request decoded, with every layout that reads it the same way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedExport {
+    /// The contents.
+    pub batch: Batch,
+    /// The layouts that decode to exactly `batch`, oldest first (more than
+    /// one when the fields that differ between them are all unset).
+    pub revisions: Vec<Revision>,
+}
+
+impl DecodedExport {
+    /// A metric label naming the matching layouts, e.g. `1.8+1.9+1.10-1.11`.
+    pub fn revision_label(&self) -> String {
+        let labels: Vec<&str> = self.revisions.iter().map(|r| r.label()).collect();
+        labels.join("+")
+    }
+}
+
+/// Decodes `bytes` as every layout; see the module docs of [`super`].
+pub fn decode_export(bytes: &[u8], limits: &OtlpLimits) -> Result<DecodedExport, OtlpError> {
+    wire::check_dictionary_sizes(bytes, limits.max_table_entries)?;
+    let mut matches: Vec<(Revision, Batch)> = Vec::new();
+    let mut refusals: Vec<String> = Vec::new();
+    // The validation error of the newest layout whose wire format fits: an
+    // out-of-range index or a bad sample in a body that is otherwise that
+    // layout is reported as such, not as an unknown revision.
+    let mut invalid: Option<OtlpError> = None;
+    for revision in Revision::ALL {
+        match decode_as(revision, bytes) {
+            Ok(batch) => matches.push((revision, batch)),
+            Err(DecodeFailure::Invalid(error)) => invalid = Some(error),
+            Err(DecodeFailure::Wire(message)) => {
+                refusals.push(format!("{}: {message}", revision.label()));
+            }
+        }
+    }
+    let Some((_, first)) = matches.first() else {
+        return Err(match invalid {
+            Some(error) => error,
+            None => OtlpError::UnsupportedRevision {
+                details: refusals.join("; "),
+            },
+        });
+    };
+    if matches.iter().any(|(_, batch)| batch != first) {
+        let names: Vec<&str> = matches.iter().map(|(r, _)| r.label()).collect();
+        return Err(OtlpError::Ambiguous {
+            revisions: names.join(", "),
+        });
+    }
+    let revisions = matches.iter().map(|(r, _)| *r).collect();
+    let batch = matches.swap_remove(0).1;
+    Ok(DecodedExport { batch, revisions })
+}
+
+/// Why one layout does not fit.
+enum DecodeFailure {
+    /// The protobuf does not decode with this layout's field types.
+    Wire(String),
+    /// It decodes but is invalid under this layout.
+    Invalid(OtlpError),
+}
+
+impl From<OtlpError> for DecodeFailure {
+    fn from(error: OtlpError) -> Self {
+        Self::Invalid(error)
+    }
+}
+
+fn decode_message<M: Message + Default>(bytes: &[u8]) -> Result<M, DecodeFailure> {
+    M::decode(bytes).map_err(|e| DecodeFailure::Wire(e.to_string()))
+}
+
+fn decode_as(revision: Revision, bytes: &[u8]) -> Result<Batch, DecodeFailure> {
+    match revision {
+        Revision::V1_7 => Ok(from_v1_7(decode_message(bytes)?)?),
+        Revision::V1_8 => {
+            let request: v1_8::ExportRequest = decode_message(bytes)?;
+            let (dictionary, stacks) = dictionary_v1_8(request.dictionary.unwrap_or_default())?;
+            let resources = request.resource_profiles.into_iter().map(|r| {
+                let scopes = r.scope_profiles.into_iter().map(|s| {
+                    let profiles = s.profiles.into_iter().map(|p| WireProfile {
+                        sample_type: p.sample_type,
+                        period_type: p.period_type,
+                        period: p.period,
+                        time_unix_nano: p.time_unix_nano,
+                        duration_nano: p.duration_nano,
+                        samples: p.sample.iter().map(WireSample::from_v1_8).collect(),
+                    });
+                    (s.scope.map(|s| s.attributes), profiles.collect())
+                });
+                (r.resource.map(|r| r.attributes), scopes.collect())
+            });
+            Ok(assemble(dictionary, &stacks, resources.collect())?)
+        }
+        Revision::V1_9 => {
+            let request: v1_9::ExportRequest = decode_message(bytes)?;
+            let (dictionary, stacks) = dictionary_v1_8(request.dictionary.unwrap_or_default())?;
+            let resources = request.resource_profiles.into_iter().map(|r| {
+                let scopes = r.scope_profiles.into_iter().map(|s| {
+                    let profiles = s.profiles.into_iter().map(|p| WireProfile {
+                        sample_type: p.sample_type,
+                        period_type: p.period_type,
+                        period: p.period,
+                        time_unix_nano: p.time_unix_nano,
+                        duration_nano: p.duration_nano,
+                        samples: p.samples.iter().map(WireSample::from_v1_8).collect(),
+                    });
+                    (s.scope.map(|s| s.attributes), profiles.collect())
+                });
+                (r.resource.map(|r| r.attributes), scopes.collect())
+            });
+            Ok(assemble(dictionary, &stacks, resources.collect())?)
+        }
+        Revision::V1_10 => {
+            let request: v1_10::ExportRequest = decode_message(bytes)?;
+            let (dictionary, stacks) = dictionary_v1_8(request.dictionary.unwrap_or_default())?;
+            let resources = request.resource_profiles.into_iter().map(|r| {
+                let scopes = r.scope_profiles.into_iter().map(|s| {
+                    let profiles = s.profiles.into_iter().map(|p| WireProfile {
+                        sample_type: p.sample_type,
+                        period_type: p.period_type,
+                        period: p.period,
+                        time_unix_nano: p.time_unix_nano,
+                        duration_nano: p.duration_nano,
+                        samples: p.samples.iter().map(WireSample::from_v1_10).collect(),
+                    });
+                    (s.scope.map(|s| s.attributes), profiles.collect())
+                });
+                (r.resource.map(|r| r.attributes), scopes.collect())
+            });
+            Ok(assemble(dictionary, &stacks, resources.collect())?)
+        }
+    }
+}
+
+/// A 1.8+ profile with only what Kiln reads (the same in 1.8, 1.9 and 1.10).
+struct WireProfile {
+    sample_type: Option<v1_8::ValueType>,
+    period_type: Option<v1_8::ValueType>,
+    period: i64,
+    time_unix_nano: u64,
+    duration_nano: u64,
+    samples: Vec<WireSample>,
+}
+
+/// A 1.8+ sample, whichever field numbers carried it.
+struct WireSample {
+    stack_index: i32,
+    values: Vec<i64>,
+    timestamps: usize,
+    attributes: Vec<i32>,
+}
+
+impl WireSample {
+    fn from_v1_8(s: &v1_8::Sample) -> Self {
+        Self {
+            stack_index: s.stack_index,
+            values: s.values.clone(),
+            timestamps: s.timestamps_unix_nano.len(),
+            attributes: s.attribute_indices.clone(),
+        }
+    }
+
+    fn from_v1_10(s: &v1_10::Sample) -> Self {
+        Self {
+            stack_index: s.stack_index,
+            values: s.values.clone(),
+            timestamps: s.timestamps_unix_nano.len(),
+            attributes: s.attribute_indices.clone(),
+        }
+    }
+}
+
+type WireResource = (Option<Vec<KeyValue>>, Vec<WireScope>);
+type WireScope = (Option<Vec<KeyValue>>, Vec<WireProfile>);
+
+/// Builds the batch of a 1.8+ request, checking every index.
+fn assemble(
+    dictionary: Dictionary,
+    stacks: &[Vec<i32>],
+    resources: Vec<WireResource>,
+) -> Result<Batch, OtlpError> {
+    let strings = dictionary.strings.len();
+    let value_type = |field, vt: &v1_8::ValueType| -> Result<(i32, i32), OtlpError> {
+        check_index(field, vt.type_strindex.into(), "string_table", strings)?;
+        check_index(field, vt.unit_strindex.into(), "string_table", strings)?;
+        Ok((vt.type_strindex, vt.unit_strindex))
+    };
+    let mut batch_resources = Vec::new();
+    let mut profile_index = 0;
+    for (resource_attributes, scopes) in resources {
+        let mut batch_scopes = Vec::new();
+        for (scope_attributes, profiles) in scopes {
+            let mut batch_profiles = Vec::new();
+            for profile in profiles {
+                let sample_type = value_type(
+                    "profile.sample_type",
+                    &profile.sample_type.unwrap_or_default(),
+                )?;
+                let period_type = profile
+                    .period_type
+                    .as_ref()
+                    .map(|vt| value_type("profile.period_type", vt))
+                    .transpose()?;
+                let mut samples = Vec::with_capacity(profile.samples.len());
+                for (sample_index, sample) in profile.samples.into_iter().enumerate() {
+                    let stack = check_index(
+                        "sample.stack_index",
+                        sample.stack_index.into(),
+                        "stack_table",
+                        stacks.len(),
+                    )?;
+                    for &a in &sample.attributes {
+                        check_index(
+                            "sample.attribute_indices",
+                            a.into(),
+                            "attribute_table",
+                            dictionary.attributes.len(),
+                        )?;
+                    }
+                    samples.push(Sample {
+                        locations: stacks[stack].clone(),
+                        values: sample_values(
+                            &sample.values,
+                            sample.timestamps,
+                            1,
+                            (profile_index, sample_index),
+                        )?,
+                        attributes: sample.attributes,
+                    });
+                }
+                batch_profiles.push(Profile {
+                    sample_types: vec![sample_type],
+                    period_type,
+                    period: profile.period,
+                    time_nanos: i64::try_from(profile.time_unix_nano).unwrap_or(i64::MAX),
+                    duration_nanos: i64::try_from(profile.duration_nano).unwrap_or(i64::MAX),
+                    samples,
+                });
+                profile_index += 1;
+            }
+            batch_scopes.push(ScopeProfiles {
+                attributes: attributes(&scope_attributes.unwrap_or_default(), &dictionary.strings)?,
+                profiles: batch_profiles,
+            });
+        }
+        batch_resources.push(ResourceProfiles {
+            attributes: attributes(
+                &resource_attributes.unwrap_or_default(),
+                &dictionary.strings,
+            )?,
+            scopes: batch_scopes,
+        });
+    }
+    Ok(Batch {
+        dictionary,
+        resources: batch_resources,
+    })
+}
+
+/// Resolves an attribute value; strings may be string-table references (1.10+).
+fn attribute_value(
+    value: Option<&AnyValue>,
+    strings: &[String],
+) -> Result<AttributeValue, OtlpError> {
+    Ok(match value.and_then(|v| v.value.as_ref()) {
+        Some(any_value::Value::StringValue(s)) => AttributeValue::Text(s.clone()),
+        Some(any_value::Value::StringValueStrindex(i)) => {
+            let i = check_index(
+                "string_value_strindex",
+                (*i).into(),
+                "string_table",
+                strings.len(),
+            )?;
+            AttributeValue::Text(strings[i].clone())
+        }
+        Some(any_value::Value::BoolValue(b)) => AttributeValue::Text(b.to_string()),
+        Some(any_value::Value::IntValue(n)) => AttributeValue::Int(*n),
+        Some(any_value::Value::DoubleValue(d)) => AttributeValue::Text(d.to_string()),
+        _ => AttributeValue::Unsupported,
+    })
+}
+
+/// Resource or scope attributes; keys may be string-table references (1.10+).
+fn attributes(pairs: &[KeyValue], strings: &[String]) -> Result<Vec<Attribute>, OtlpError> {
+    pairs
+        .iter()
+        .map(|pair| {
+            let key = if pair.key.is_empty() && pair.key_strindex != 0 {
+                let i = check_index(
+                    "key_strindex",
+                    pair.key_strindex.into(),
+                    "string_table",
+                    strings.len(),
+                )?;
+                strings[i].clone()
+            } else {
+                pair.key.clone()
+            };
+            Ok(Attribute {
+                key,
+                value: attribute_value(pair.value.as_ref(), strings)?,
+            })
+        })
+        .collect()
+}
+
+/// Checks the shared tables (1.8 layout, also 1.9 and 1.10) and resolves
+/// attributes; returns the stacks separately.
+fn dictionary_v1_8(d: v1_8::ProfilesDictionary) -> Result<(Dictionary, Vec<Vec<i32>>), OtlpError> {
+    let strings = d.string_table;
+    let s = strings.len();
+    let functions = d
+        .function_table
+        .iter()
+        .map(|f| {
+            for i in [f.name_strindex, f.system_name_strindex, f.filename_strindex] {
+                check_index("function.*_strindex", i.into(), "string_table", s)?;
+            }
+            Ok(Function {
+                name: f.name_strindex,
+                system_name: f.system_name_strindex,
+                filename: f.filename_strindex,
+                start_line: f.start_line,
+            })
+        })
+        .collect::<Result<Vec<_>, OtlpError>>()?;
+    let mappings = d
+        .mapping_table
+        .iter()
+        .map(|m| {
+            check_index(
+                "mapping.filename_strindex",
+                m.filename_strindex.into(),
+                "string_table",
+                s,
+            )?;
+            Ok(Mapping {
+                memory_start: m.memory_start,
+                memory_limit: m.memory_limit,
+                file_offset: m.file_offset,
+                filename: m.filename_strindex,
+            })
+        })
+        .collect::<Result<Vec<_>, OtlpError>>()?;
+    let locations = d
+        .location_table
+        .iter()
+        .map(|l| {
+            location(
+                l.mapping_index,
+                l.address,
+                l.lines.iter().map(|x| (x.function_index, x.line)),
+                mappings.len(),
+                functions.len(),
+            )
+        })
+        .collect::<Result<Vec<_>, OtlpError>>()?;
+    let stacks = d
+        .stack_table
+        .into_iter()
+        .map(|stack| {
+            for &i in &stack.location_indices {
+                check_index(
+                    "stack.location_indices",
+                    i.into(),
+                    "location_table",
+                    locations.len(),
+                )?;
+            }
+            Ok(stack.location_indices)
+        })
+        .collect::<Result<Vec<_>, OtlpError>>()?;
+    let attributes = d
+        .attribute_table
+        .iter()
+        .map(|a| {
+            let key = check_index(
+                "attribute.key_strindex",
+                a.key_strindex.into(),
+                "string_table",
+                s,
+            )?;
+            Ok(Attribute {
+                key: strings[key].clone(),
+                value: attribute_value(a.value.as_ref(), &strings)?,
+            })
+        })
+        .collect::<Result<Vec<_>, OtlpError>>()?;
+    Ok((
+        Dictionary {
+            strings,
+            functions,
+            mappings,
+            locations,
+            attributes,
+        },
+        stacks,
+    ))
+}
+
+/// A checked location; mapping index 0 means "no mapping" even when the
+/// mapping table is empty.
+fn location(
+    mapping: i32,
+    address: u64,
+    lines: impl Iterator<Item = (i32, i64)>,
+    mappings: usize,
+    functions: usize,
+) -> Result<Location, OtlpError> {
+    if mapping != 0 {
+        check_index(
+            "location.mapping_index",
+            mapping.into(),
+            "mapping_table",
+            mappings,
+        )?;
+    }
+    let lines = lines
+        .map(|(function, line)| {
+            check_index(
+                "line.function_index",
+                function.into(),
+                "function_table",
+                functions,
+            )?;
+            Ok((function, line))
+        })
+        .collect::<Result<Vec<_>, OtlpError>>()?;
+    Ok(Location {
+        mapping,
+        address,
+        lines,
+    })
+}
+
+/// 1.7: samples are slices of `Profile.location_indices`, several sample
+/// types per profile, attribute keys are strings.
+fn from_v1_7(request: v1_7::ExportRequest) -> Result<Batch, OtlpError> {
+    let d = request.dictionary.unwrap_or_default();
+    let strings = d.string_table;
+    let s = strings.len();
+    let mut dictionary = Dictionary::default();
+    for f in &d.function_table {
+        for i in [f.name_strindex, f.system_name_strindex, f.filename_strindex] {
+            check_index("function.*_strindex", i.into(), "string_table", s)?;
+        }
+        dictionary.functions.push(Function {
+            name: f.name_strindex,
+            system_name: f.system_name_strindex,
+            filename: f.filename_strindex,
+            start_line: f.start_line,
+        });
+    }
+    for m in &d.mapping_table {
+        check_index(
+            "mapping.filename_strindex",
+            m.filename_strindex.into(),
+            "string_table",
+            s,
+        )?;
+        dictionary.mappings.push(Mapping {
+            memory_start: m.memory_start,
+            memory_limit: m.memory_limit,
+            file_offset: m.file_offset,
+            filename: m.filename_strindex,
+        });
+    }
+    for l in &d.location_table {
+        let lines = l.line.iter().map(|x| (x.function_index, x.line));
+        dictionary.locations.push(location(
+            l.mapping_index,
+            l.address,
+            lines,
+            dictionary.mappings.len(),
+            dictionary.functions.len(),
+        )?);
+    }
+    dictionary.attributes = attributes(&d.attribute_table, &strings)?;
+    dictionary.strings = strings;
+    let mut resources = Vec::new();
+    let mut profile_index = 0;
+    for r in request.resource_profiles {
+        let mut scopes = Vec::new();
+        for scope in r.scope_profiles {
+            let mut profiles = Vec::new();
+            for p in scope.profiles {
+                let mut sample_types = Vec::new();
+                for vt in &p.sample_type {
+                    check_index(
+                        "profile.sample_type",
+                        vt.type_strindex.into(),
+                        "string_table",
+                        s,
+                    )?;
+                    check_index(
+                        "profile.sample_type",
+                        vt.unit_strindex.into(),
+                        "string_table",
+                        s,
+                    )?;
+                    sample_types.push((vt.type_strindex, vt.unit_strindex));
+                }
+                let period_type = match &p.period_type {
+                    Some(vt) => {
+                        check_index(
+                            "profile.period_type",
+                            vt.type_strindex.into(),
+                            "string_table",
+                            s,
+                        )?;
+                        check_index(
+                            "profile.period_type",
+                            vt.unit_strindex.into(),
+                            "string_table",
+                            s,
+                        )?;
+                        Some((vt.type_strindex, vt.unit_strindex))
+                    }
+                    None => None,
+                };
+                for &i in &p.location_indices {
+                    check_index(
+                        "profile.location_indices",
+                        i.into(),
+                        "location_table",
+                        dictionary.locations.len(),
+                    )?;
+                }
+                let mut samples = Vec::new();
+                for (sample_index, sample) in p.sample.iter().enumerate() {
+                    let start = i64::from(sample.locations_start_index);
+                    let end = start + i64::from(sample.locations_length);
+                    if sample.locations_length < 0 {
+                        return Err(OtlpError::BadSample {
+                            profile: profile_index,
+                            sample: sample_index,
+                            message: "negative locations_length".to_owned(),
+                        });
+                    }
+                    if end > 0 {
+                        check_index(
+                            "sample.locations_start_index + locations_length - 1",
+                            end - 1,
+                            "profile.location_indices",
+                            p.location_indices.len(),
+                        )?;
+                    }
+                    check_index(
+                        "sample.locations_start_index",
+                        start,
+                        "profile.location_indices",
+                        p.location_indices.len() + 1,
+                    )?;
+                    for &a in &sample.attribute_indices {
+                        check_index(
+                            "sample.attribute_indices",
+                            a.into(),
+                            "attribute_table",
+                            dictionary.attributes.len(),
+                        )?;
+                    }
+                    samples.push(Sample {
+                        locations: p.location_indices[start as usize..end as usize].to_vec(),
+                        values: sample_values(
+                            &sample.value,
+                            sample.timestamps_unix_nano.len(),
+                            sample_types.len(),
+                            (profile_index, sample_index),
+                        )?,
+                        attributes: sample.attribute_indices.clone(),
+                    });
+                }
+                profiles.push(Profile {
+                    sample_types,
+                    period_type,
+                    period: p.period,
+                    time_nanos: p.time_nanos,
+                    duration_nanos: p.duration_nanos,
+                    samples,
+                });
+                profile_index += 1;
+            }
+            let scope_attributes = scope.scope.map(|s| s.attributes).unwrap_or_default();
+            scopes.push(ScopeProfiles {
+                attributes: attributes(&scope_attributes, &dictionary.strings)?,
+                profiles,
+            });
+        }
+        let resource_attributes = r.resource.map(|r| r.attributes).unwrap_or_default();
+        resources.push(ResourceProfiles {
+            attributes: attributes(&resource_attributes, &dictionary.strings)?,
+            scopes,
+        });
+    }
+    Ok(Batch {
+        dictionary,
+        resources,
+    })
+}

@@ -1,0 +1,192 @@
+//! The IO edges of OTLP ingest: gRPC `ProfilesService/Export` and HTTP
+//! `POST /v1development/profiles`.
+//!
+//! gRPC goes through tonic's server machinery with a codec that hands over
+//! the raw message bytes, because the request layout depends on the
+//! revision, which is only known after looking at the bytes.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use bytes::{Buf, Bytes};
+use kiln_api::opentelemetry::proto::collector::profiles::v1development::{
+    ExportProfilesPartialSuccess, ExportProfilesServiceResponse,
+};
+use prost::Message;
+use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder};
+
+use super::model::uploads_from_batch;
+use super::{OtlpLimits, decode_export};
+use crate::error::ApiError;
+use crate::http_ingest::{decode_content_encoding, read_body};
+use crate::state::AppState;
+
+/// Limits for OTLP decoding derived from the server's.
+fn otlp_limits(state: &AppState) -> OtlpLimits {
+    OtlpLimits {
+        max_samples: state.limits().max_samples_per_profile,
+        ..OtlpLimits::default()
+    }
+}
+
+/// Decodes, converts and stores one export request. Profiles are stored in
+/// order; when a later one is refused by the store after earlier ones were
+/// kept, the answer is a partial success naming how many were rejected.
+async fn export(
+    state: &AppState,
+    protocol: &'static str,
+    body: Bytes,
+) -> Result<ExportProfilesServiceResponse, ApiError> {
+    let limits = state.limits().clone();
+    let otlp_limits = otlp_limits(state);
+    let (uploads, revision) = tokio::task::spawn_blocking(move || {
+        let decoded = decode_export(&body, &otlp_limits)?;
+        let uploads = uploads_from_batch(&decoded.batch, &limits, &otlp_limits)?;
+        Ok::<_, ApiError>((uploads, decoded.revision_label()))
+    })
+    .await
+    .map_err(|e| ApiError::Worker {
+        work: "decoding the OTLP export",
+        message: e.to_string(),
+    })??;
+    tracing::debug!(revision, profiles = uploads.len(), "otlp export decoded");
+    state.metrics().record_otlp_revision(revision);
+    let total = uploads.len();
+    for (stored, upload) in uploads.into_iter().enumerate() {
+        if let Err(err) = state.ingest(protocol, vec![upload]).await {
+            let client_fault = err.http_status().is_client_error();
+            if stored == 0 || !client_fault {
+                return Err(err);
+            }
+            return Ok(ExportProfilesServiceResponse {
+                partial_success: Some(ExportProfilesPartialSuccess {
+                    rejected_profiles: i64::try_from(total - stored).unwrap_or(i64::MAX),
+                    error_message: err.to_string(),
+                }),
+            });
+        }
+    }
+    Ok(ExportProfilesServiceResponse::default())
+}
+
+/// `POST /v1development/profiles` (OTLP/HTTP, binary protobuf, gzip or not).
+pub async fn export_http(State(state): State<AppState>, request: Request) -> Response {
+    match export_http_inner(&state, request).await {
+        Ok(reply) => (
+            [(header::CONTENT_TYPE, "application/x-protobuf")],
+            reply.encode_to_vec(),
+        )
+            .into_response(),
+        Err(err) => {
+            state.metrics().record_rejection("otlp_http", err.reason());
+            tracing::debug!(error = %err, "otlp http export refused");
+            err.into_response()
+        }
+    }
+}
+
+async fn export_http_inner(
+    state: &AppState,
+    request: Request,
+) -> Result<ExportProfilesServiceResponse, ApiError> {
+    let _permit = state.admit()?;
+    let content_type = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if content_type != "application/x-protobuf" && content_type != "application/protobuf" {
+        return Err(ApiError::UnsupportedMediaType {
+            content_type: content_type.chars().take(60).collect(),
+            expected: "application/x-protobuf (OTLP JSON is not supported)",
+        });
+    }
+    let limit = state.limits().max_request_bytes;
+    let headers = request.headers().clone();
+    let raw = read_body(request.into_body(), limit).await?;
+    let body = decode_content_encoding(&headers, raw, limit)?;
+    export(state, "otlp_http", body.into()).await
+}
+
+/// `ProfilesService/Export` over gRPC.
+pub async fn export_grpc(state: AppState, request: Request) -> Response {
+    let limit = state.limits().max_request_bytes;
+    let mut grpc = tonic::server::Grpc::new(RawRequestCodec)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Gzip)
+        .max_decoding_message_size(limit);
+    grpc.unary(ExportGrpc { state }, request)
+        .await
+        .map(Body::new)
+}
+
+/// The unary handler tonic calls with the raw request bytes.
+struct ExportGrpc {
+    state: AppState,
+}
+
+impl tonic::server::UnaryService<Bytes> for ExportGrpc {
+    type Response = ExportProfilesServiceResponse;
+    type Future = std::pin::Pin<
+        Box<
+            dyn Future<Output = Result<tonic::Response<Self::Response>, tonic::Status>>
+                + Send
+                + 'static,
+        >,
+    >;
+
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        let state = self.state.clone();
+        Box::pin(async move {
+            let result = match state.admit() {
+                Ok(_permit) => export(&state, "otlp_grpc", request.into_inner()).await,
+                Err(err) => Err(err),
+            };
+            result.map(tonic::Response::new).map_err(|err| {
+                state.metrics().record_rejection("otlp_grpc", err.reason());
+                tracing::debug!(error = %err, "otlp grpc export refused");
+                err.to_status()
+            })
+        })
+    }
+}
+
+/// Encodes the (fixed) response with prost, decodes nothing: the request
+/// bytes go to [`decode_export`].
+#[derive(Debug, Clone, Copy, Default)]
+struct RawRequestCodec;
+
+impl Codec for RawRequestCodec {
+    type Encode = ExportProfilesServiceResponse;
+    type Decode = Bytes;
+    type Encoder = tonic_prost::ProstEncoder<ExportProfilesServiceResponse>;
+    type Decoder = RawDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        tonic_prost::ProstEncoder::default()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawDecoder
+    }
+}
+
+/// Hands over a gRPC message's bytes as they are (already un-gzipped by
+/// tonic and bounded by the decoding size limit).
+#[derive(Debug, Clone, Copy, Default)]
+struct RawDecoder;
+
+impl Decoder for RawDecoder {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
