@@ -70,6 +70,13 @@ pub enum ApiError {
         /// What the decoder said.
         message: String,
     },
+    /// A request option Kiln does not implement (rather than ignoring it and
+    /// answering something else).
+    #[error("not supported by Kiln: {what}")]
+    Unimplemented {
+        /// What was asked for.
+        what: String,
+    },
     /// The body's content type is not one the endpoint reads.
     #[error("content type {content_type:?} is not supported here; use {expected}")]
     UnsupportedMediaType {
@@ -140,6 +147,7 @@ impl ApiError {
             Self::Time { source, .. } => source.reason(),
             Self::BadParameter { .. } => "bad_parameter",
             Self::BadMessage { .. } => "bad_message",
+            Self::Unimplemented { .. } => "unimplemented",
             Self::UnsupportedMediaType { .. } => "unsupported_media_type",
             Self::UnsupportedEncoding { .. } => "unsupported_encoding",
             Self::BadGzip { .. } => "bad_gzip",
@@ -173,6 +181,7 @@ impl ApiError {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE
             }
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unimplemented { .. } => StatusCode::NOT_IMPLEMENTED,
             Self::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::NotReady => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
@@ -199,6 +208,7 @@ impl ApiError {
             }
             StatusCode::SERVICE_UNAVAILABLE => tonic::Code::Unavailable,
             StatusCode::UNAUTHORIZED => tonic::Code::Unauthenticated,
+            StatusCode::NOT_IMPLEMENTED => tonic::Code::Unimplemented,
             _ => tonic::Code::Internal,
         }
     }
@@ -210,6 +220,7 @@ impl ApiError {
             tonic::Code::ResourceExhausted => "resource_exhausted",
             tonic::Code::Unavailable => "unavailable",
             tonic::Code::Unauthenticated => "unauthenticated",
+            tonic::Code::Unimplemented => "unimplemented",
             _ => "internal",
         }
     }

@@ -98,7 +98,11 @@ fn time_range(range: Option<WireRange>) -> Result<TimeRange, ApiError> {
 }
 
 /// Resolves a selector that needs a profile type.
-async fn resolve(store: &Store, text: &str, range: TimeRange) -> Result<Selector, ApiError> {
+pub(crate) async fn resolve(
+    store: &Store,
+    text: &str,
+    range: TimeRange,
+) -> Result<Selector, ApiError> {
     let bad = |source| ApiError::Selector {
         parameter: "selector",
         source,
@@ -113,7 +117,11 @@ async fn resolve(store: &Store, text: &str, range: TimeRange) -> Result<Selector
 }
 
 /// Matchers of an optional selector (matchers alone allowed).
-async fn matchers(store: &Store, text: &str, range: TimeRange) -> Result<Vec<Matcher>, ApiError> {
+pub(crate) async fn matchers(
+    store: &Store,
+    text: &str,
+    range: TimeRange,
+) -> Result<Vec<Matcher>, ApiError> {
     if text.trim().is_empty() {
         return Ok(Vec::new());
     }

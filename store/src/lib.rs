@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod otlp;
 pub mod push_json;
 pub mod pyroscope;
+pub mod pyroscope_query;
 pub mod selector;
 pub mod server;
 pub mod state;

@@ -45,6 +45,18 @@ pub fn router(state: AppState) -> Router {
             post(crate::otlp::service::export_http),
         )
         .route_service("/kiln.query.v1.QueryService/{*method}", query_grpc)
+        .route(
+            "/querier.v1.QuerierService/{method}",
+            post(crate::pyroscope_query::connect::querier),
+        )
+        .route(
+            "/pyroscope/render",
+            get(crate::pyroscope_query::render::render),
+        )
+        .route(
+            "/pyroscope/label-values",
+            get(crate::pyroscope_query::render::label_values),
+        )
         .route("/api/v1/profile-types", get(http_query::profile_types))
         .route("/api/v1/labels", get(http_query::label_names))
         .route(

@@ -1,0 +1,491 @@
+//! Grafana Pyroscope's query API, so Grafana's Pyroscope datasource, the
+//! Profiles Drilldown app, `profilecli` and the Perses Pyroscope plugin can
+//! read Kiln: `querier.v1.QuerierService` over Connect ([`connect`], JSON
+//! and binary) and the older `GET /pyroscope/render` and
+//! `/pyroscope/label-values` ([`render`]).
+//!
+//! The methods here take and return the querier protobuf messages whatever
+//! the encoding; [`json`] maps them to Connect JSON and [`flamebearer`]
+//! lays flame graphs out in Pyroscope's row format. Times are unix ms, 0
+//! meaning the defaults of Kiln's own API (the last hour up to now).
+
+pub mod connect;
+pub mod flamebearer;
+pub mod json;
+pub mod render;
+
+use std::collections::BTreeSet;
+
+use kiln_api::querier::v1 as q;
+use kiln_api::types::v1 as t;
+use kiln_engine::model::{MatchOp, Matcher, PROFILE_TYPE_LABEL, Selector, TimeRange};
+use kiln_storage::Store;
+
+use crate::error::ApiError;
+use crate::grpc_query::{matchers as selector_matchers, resolve};
+
+/// Flame graph node budget when the request sets none (Pyroscope's default).
+pub const DEFAULT_MAX_NODES: usize = 8192;
+/// The largest node budget (Pyroscope's `max_flamegraph_nodes_max`).
+pub const MAX_MAX_NODES: usize = 1 << 20;
+const DEFAULT_RANGE_MS: i64 = 3_600_000;
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The query range for `start`/`end` in unix ms (0 = default); the end is
+/// inclusive, as in Pyroscope.
+pub fn range_ms(start: i64, end: i64) -> Result<TimeRange, ApiError> {
+    let end_ms = if end == 0 { now_ms() } else { end };
+    let start_ms = if start == 0 {
+        end_ms - DEFAULT_RANGE_MS
+    } else {
+        start
+    };
+    if end_ms <= start_ms {
+        return Err(ApiError::BadParameter {
+            parameter: "end",
+            message: format!("end ({end_ms} ms) must be after start ({start_ms} ms)"),
+        });
+    }
+    Ok(TimeRange {
+        start_ms,
+        end_ms: end_ms.saturating_add(1),
+    })
+}
+
+/// Pyroscope's `max_nodes`: unset or 0 means the default, negative or too
+/// large means the maximum.
+pub fn max_nodes(requested: Option<i64>) -> usize {
+    match requested {
+        None | Some(0) => DEFAULT_MAX_NODES,
+        Some(n) if n < 0 => MAX_MAX_NODES,
+        Some(n) => usize::try_from(n)
+            .unwrap_or(MAX_MAX_NODES)
+            .min(MAX_MAX_NODES),
+    }
+}
+
+fn refuse_stack_trace_selector(selector: Option<&t::StackTraceSelector>) -> Result<(), ApiError> {
+    match selector {
+        Some(s) if !s.call_site.is_empty() || s.go_pgo.is_some() => Err(ApiError::Unimplemented {
+            what: "stack_trace_selector (call-site and Go PGO filtering)".to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The selector of `profile_typeID` + `label_selector`.
+async fn selection(
+    store: &Store,
+    profile_type: &str,
+    label_selector: &str,
+    range: TimeRange,
+) -> Result<Selector, ApiError> {
+    if profile_type.trim().is_empty() {
+        return Err(ApiError::BadParameter {
+            parameter: "profile_typeID",
+            message:
+                "a profile type such as process_cpu:cpu:nanoseconds:cpu:nanoseconds is required"
+                    .to_owned(),
+        });
+    }
+    resolve(
+        store,
+        &format!("{}{}", profile_type.trim(), label_selector.trim()),
+        range,
+    )
+    .await
+}
+
+/// The matcher sets of `matchers` (one empty set, i.e. all series, when
+/// there are none); Pyroscope ORs them.
+async fn matcher_sets(
+    store: &Store,
+    matchers: &[String],
+    range: TimeRange,
+) -> Result<Vec<Vec<Matcher>>, ApiError> {
+    if matchers.is_empty() {
+        return Ok(vec![Vec::new()]);
+    }
+    let mut sets = Vec::with_capacity(matchers.len());
+    for text in matchers {
+        sets.push(selector_matchers(store, text, range).await?);
+    }
+    Ok(sets)
+}
+
+/// `ProfileTypes`.
+pub async fn profile_types(
+    store: &Store,
+    request: q::ProfileTypesRequest,
+) -> Result<q::ProfileTypesResponse, ApiError> {
+    let range = range_ms(request.start, request.end)?;
+    let types = store.profile_types(range).await?;
+    Ok(q::ProfileTypesResponse {
+        profile_types: types
+            .iter()
+            .map(|p| t::ProfileType {
+                id: p.to_string(),
+                name: p.name.clone(),
+                sample_type: p.sample_type.clone(),
+                sample_unit: p.sample_unit.clone(),
+                period_type: p.period_type.clone(),
+                period_unit: p.period_unit.clone(),
+            })
+            .collect(),
+    })
+}
+
+/// `LabelNames`.
+pub async fn label_names(
+    store: &Store,
+    request: t::LabelNamesRequest,
+) -> Result<Vec<String>, ApiError> {
+    let range = range_ms(request.start, request.end)?;
+    let mut all = BTreeSet::new();
+    for set in matcher_sets(store, &request.matchers, range).await? {
+        all.extend(store.label_names(&set, range).await?);
+    }
+    Ok(all.into_iter().collect())
+}
+
+/// `LabelValues`.
+pub async fn label_values(
+    store: &Store,
+    request: t::LabelValuesRequest,
+) -> Result<Vec<String>, ApiError> {
+    if request.name.is_empty() {
+        return Err(ApiError::BadParameter {
+            parameter: "name",
+            message: "the label name is required".to_owned(),
+        });
+    }
+    let range = range_ms(request.start, request.end)?;
+    let mut all = BTreeSet::new();
+    for set in matcher_sets(store, &request.matchers, range).await? {
+        all.extend(store.label_values(&request.name, &set, range).await?);
+    }
+    Ok(all.into_iter().collect())
+}
+
+/// `Series`: label sets, reduced to `label_names` when given.
+pub async fn series(
+    store: &Store,
+    request: q::SeriesRequest,
+) -> Result<q::SeriesResponse, ApiError> {
+    let range = range_ms(request.start, request.end)?;
+    let mut sets: BTreeSet<Vec<(String, String)>> = BTreeSet::new();
+    for matchers in matcher_sets(store, &request.matchers, range).await? {
+        for set in store.series(&matchers, range).await? {
+            let pairs = set
+                .iter()
+                .filter(|l| request.label_names.is_empty() || request.label_names.contains(&l.name))
+                .map(|l| (l.name.clone(), l.value.clone()))
+                .collect();
+            sets.insert(pairs);
+        }
+    }
+    Ok(q::SeriesResponse {
+        labels_set: sets
+            .into_iter()
+            .map(|pairs| t::Labels {
+                labels: pairs
+                    .into_iter()
+                    .map(|(name, value)| t::LabelPair { name, value })
+                    .collect(),
+            })
+            .collect(),
+    })
+}
+
+/// `SelectMergeStacktraces`: the flame graph in flamebearer rows.
+pub async fn select_merge_stacktraces(
+    store: &Store,
+    request: q::SelectMergeStacktracesRequest,
+) -> Result<q::SelectMergeStacktracesResponse, ApiError> {
+    if request.format == q::ProfileFormat::Tree as i32 {
+        return Err(ApiError::Unimplemented {
+            what: "format PROFILE_FORMAT_TREE (Pyroscope's binary tree); ask for PROFILE_FORMAT_FLAMEGRAPH".to_owned(),
+        });
+    }
+    refuse_stack_trace_selector(request.stack_trace_selector.as_ref())?;
+    let range = range_ms(request.start, request.end)?;
+    let selector = selection(
+        store,
+        &request.profile_type_id,
+        &request.label_selector,
+        range,
+    )
+    .await?;
+    let merged = store.merge(&selector, range).await?;
+    let levels = flamebearer::single_levels(&merged.flamegraph(max_nodes(request.max_nodes)));
+    Ok(q::SelectMergeStacktracesResponse {
+        flamegraph: Some(q::FlameGraph {
+            names: levels.names,
+            levels: levels
+                .levels
+                .into_iter()
+                .map(|values| q::Level { values })
+                .collect(),
+            total: levels.total,
+            max_self: levels.max_self,
+        }),
+        tree: Vec::new(),
+    })
+}
+
+/// `SelectMergeProfile`: the merge as one pprof (`max_nodes` is not applied).
+pub async fn select_merge_profile(
+    store: &Store,
+    request: q::SelectMergeProfileRequest,
+) -> Result<kiln_pprof::proto::Profile, ApiError> {
+    refuse_stack_trace_selector(request.stack_trace_selector.as_ref())?;
+    let range = range_ms(request.start, request.end)?;
+    let selector = selection(
+        store,
+        &request.profile_type_id,
+        &request.label_selector,
+        range,
+    )
+    .await?;
+    let merged = store.merge(&selector, range).await?;
+    let profile_type = selector.profile_type.clone();
+    tokio::task::spawn_blocking(move || merged.to_pprof(&profile_type))
+        .await
+        .map_err(|e| ApiError::Worker {
+            work: "building the profile",
+            message: e.to_string(),
+        })
+}
+
+/// The timeline step: `step` seconds, else the range / 100 (at least 10 s).
+fn step_ms(step_seconds: f64, range: TimeRange) -> Result<i64, ApiError> {
+    if step_seconds.is_nan() || step_seconds < 0.0 {
+        return Err(ApiError::BadParameter {
+            parameter: "step",
+            message: format!("{step_seconds} is not a step in seconds"),
+        });
+    }
+    let ms = (step_seconds * 1000.0).round() as i64;
+    Ok(if ms > 0 {
+        ms
+    } else {
+        ((range.end_ms - range.start_ms) / 100).max(10_000)
+    })
+}
+
+/// `SelectSeries`: totals per step, one series per `group_by` value tuple.
+pub async fn select_series(
+    store: &Store,
+    request: q::SelectSeriesRequest,
+) -> Result<q::SelectSeriesResponse, ApiError> {
+    refuse_stack_trace_selector(request.stack_trace_selector.as_ref())?;
+    if request.aggregation == Some(t::TimeSeriesAggregationType::Average as i32) {
+        return Err(ApiError::Unimplemented {
+            what:
+                "aggregation TIME_SERIES_AGGREGATION_TYPE_AVERAGE (Kiln keeps per-step sums only)"
+                    .to_owned(),
+        });
+    }
+    let range = range_ms(request.start, request.end)?;
+    let step_ms = step_ms(request.step, range)?;
+    let selector = selection(
+        store,
+        &request.profile_type_id,
+        &request.label_selector,
+        range,
+    )
+    .await?;
+    let mut groups: BTreeSet<Vec<String>> = BTreeSet::new();
+    if request.group_by.is_empty() {
+        groups.insert(Vec::new());
+    } else {
+        let mut matchers = selector.matchers.clone();
+        matchers.push(Matcher {
+            name: PROFILE_TYPE_LABEL.to_owned(),
+            op: MatchOp::Equal,
+            value: selector.profile_type.to_string(),
+        });
+        for set in store.series(&matchers, range).await? {
+            groups.insert(
+                request
+                    .group_by
+                    .iter()
+                    .map(|name| set.get(name).unwrap_or("").to_owned())
+                    .collect(),
+            );
+        }
+    }
+    let mut series = Vec::new();
+    for values in groups {
+        let mut group = selector.clone();
+        group.matchers.extend(
+            request
+                .group_by
+                .iter()
+                .zip(&values)
+                .map(|(name, value)| Matcher {
+                    name: name.clone(),
+                    op: MatchOp::Equal,
+                    value: value.clone(),
+                }),
+        );
+        let timeline = store.timeline(&group, range, step_ms).await?;
+        let points: Vec<t::Point> = timeline
+            .values
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| **v != 0)
+            .map(|(i, v)| t::Point {
+                value: *v as f64,
+                timestamp: timeline.start_ms + i as i64 * timeline.step_ms,
+            })
+            .collect();
+        if points.is_empty() {
+            continue;
+        }
+        let labels = request
+            .group_by
+            .iter()
+            .zip(values)
+            .filter(|(_, value)| !value.is_empty())
+            .map(|(name, value)| t::LabelPair {
+                name: name.clone(),
+                value,
+            })
+            .collect();
+        series.push(t::Series { labels, points });
+    }
+    if let Some(limit) = request.limit.filter(|&l| l > 0) {
+        let total = |s: &t::Series| s.points.iter().map(|p| p.value).sum::<f64>();
+        series.sort_by(|a, b| total(b).total_cmp(&total(a)));
+        series.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    }
+    Ok(q::SelectSeriesResponse { series })
+}
+
+/// `Diff`: left is the base, right the comparison; both must be one type.
+pub async fn diff(store: &Store, request: q::DiffRequest) -> Result<q::DiffResponse, ApiError> {
+    let (Some(left), Some(right)) = (request.left, request.right) else {
+        return Err(ApiError::BadParameter {
+            parameter: "left",
+            message: "both `left` and `right` are required".to_owned(),
+        });
+    };
+    for side in [&left, &right] {
+        refuse_stack_trace_selector(side.stack_trace_selector.as_ref())?;
+    }
+    let left_range = range_ms(left.start, left.end)?;
+    let right_range = range_ms(right.start, right.end)?;
+    let base_selector = selection(
+        store,
+        &left.profile_type_id,
+        &left.label_selector,
+        left_range,
+    )
+    .await?;
+    let compare_selector = selection(
+        store,
+        &right.profile_type_id,
+        &right.label_selector,
+        right_range,
+    )
+    .await?;
+    if base_selector.profile_type != compare_selector.profile_type {
+        return Err(ApiError::BadParameter {
+            parameter: "right",
+            message: format!(
+                "profile type {} differs from the left side's {}",
+                compare_selector.profile_type, base_selector.profile_type
+            ),
+        });
+    }
+    let base = store.merge(&base_selector, left_range).await?;
+    let compare = store.merge(&compare_selector, right_range).await?;
+    let budget = max_nodes(left.max_nodes.or(right.max_nodes));
+    let levels = flamebearer::diff_levels(&kiln_engine::diff(&base, &compare, budget));
+    Ok(q::DiffResponse {
+        flamegraph: Some(q::FlameGraphDiff {
+            names: levels.names,
+            levels: levels
+                .levels
+                .into_iter()
+                .map(|values| q::Level { values })
+                .collect(),
+            total: levels.total,
+            max_self: levels.max_self,
+            left_ticks: levels.left_ticks,
+            right_ticks: levels.right_ticks,
+        }),
+    })
+}
+
+/// `GetProfileStats`: whether anything is stored, and the first and last
+/// day with data in the last 400 days (to the day: it walks daily totals).
+pub async fn profile_stats(store: &Store) -> Result<t::GetProfileStatsResponse, ApiError> {
+    const DAY_MS: i64 = 86_400_000;
+    let now = now_ms();
+    let range = TimeRange {
+        start_ms: now - 400 * DAY_MS,
+        end_ms: now + 60_000,
+    };
+    let mut first: Option<i64> = None;
+    let mut last: Option<i64> = None;
+    for profile_type in store.profile_types(range).await? {
+        let selector = Selector {
+            profile_type,
+            matchers: Vec::new(),
+        };
+        let timeline = store.timeline(&selector, range, DAY_MS).await?;
+        for (i, value) in timeline.values.iter().enumerate() {
+            if *value != 0 {
+                let day = timeline.start_ms + i as i64 * DAY_MS;
+                first = Some(first.map_or(day, |f| f.min(day)));
+                last = Some(last.map_or(day, |l| l.max(day)));
+            }
+        }
+    }
+    Ok(t::GetProfileStatsResponse {
+        data_ingested: first.is_some(),
+        oldest_profile_time: first.unwrap_or(0),
+        newest_profile_time: last.map_or(0, |l| (l + DAY_MS).min(now)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_nodes_follows_pyroscope() {
+        assert_eq!(max_nodes(None), DEFAULT_MAX_NODES);
+        assert_eq!(max_nodes(Some(0)), DEFAULT_MAX_NODES);
+        assert_eq!(max_nodes(Some(-1)), MAX_MAX_NODES);
+        assert_eq!(max_nodes(Some(100)), 100);
+        assert_eq!(max_nodes(Some(i64::MAX)), MAX_MAX_NODES);
+    }
+
+    #[test]
+    fn ranges_default_and_include_the_end() {
+        let range = range_ms(1_000, 2_000).unwrap();
+        assert_eq!((range.start_ms, range.end_ms), (1_000, 2_001));
+        let range = range_ms(0, 10_000_000).unwrap();
+        assert_eq!(range.start_ms, 10_000_000 - DEFAULT_RANGE_MS);
+        assert!(range_ms(5, 5).is_err());
+    }
+
+    #[test]
+    fn steps_come_from_seconds_or_the_range() {
+        let range = TimeRange {
+            start_ms: 0,
+            end_ms: 3_600_000,
+        };
+        assert_eq!(step_ms(15.0, range).unwrap(), 15_000);
+        assert_eq!(step_ms(0.0, range).unwrap(), 36_000);
+        assert!(step_ms(f64::NAN, range).is_err());
+    }
+}

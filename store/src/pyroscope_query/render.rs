@@ -1,0 +1,193 @@
+//! Pyroscope's older HTTP query endpoints, as the Perses Pyroscope plugin
+//! and older Grafana versions call them: `GET /pyroscope/render` (a
+//! flamebearer profile plus a timeline) and `GET /pyroscope/label-values`.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
+use axum::response::{IntoResponse, Response};
+use kiln_engine::model::{ProfileType, TimeRange};
+use kiln_storage::Store;
+use serde_json::{Value, json};
+
+use super::{flamebearer, max_nodes, now_ms};
+use crate::error::ApiError;
+use crate::grpc_query::{matchers, resolve};
+use crate::state::AppState;
+use crate::timespec::parse_time_ms;
+
+/// Query parameters, last occurrence wins.
+struct Params(HashMap<String, String>);
+
+impl Params {
+    fn parse(query: Option<&str>) -> Self {
+        Self(
+            form_urlencoded::parse(query.unwrap_or("").as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .filter(|(_, v)| !v.is_empty())
+                .collect(),
+        )
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
+    /// `from` (default now-1h) and `until` (default now), in any Kiln time
+    /// form (Pyroscope's `now-1h` and unix seconds included).
+    fn range(&self) -> Result<TimeRange, ApiError> {
+        let now = now_ms();
+        let time = |name: &'static str| -> Result<Option<i64>, ApiError> {
+            self.get(name)
+                .map(|text| {
+                    parse_time_ms(text, now).map_err(|source| ApiError::Time {
+                        parameter: name,
+                        source,
+                    })
+                })
+                .transpose()
+        };
+        let end = time("until")?.unwrap_or(now);
+        let start = time("from")?.unwrap_or(end - 3_600_000);
+        super::range_ms(start, end)
+    }
+}
+
+/// Runs `work` timed and counted, rendering errors as Kiln's JSON errors.
+async fn timed<T: IntoResponse>(
+    state: &AppState,
+    endpoint: &'static str,
+    work: impl AsyncFnOnce(&Store) -> Result<T, ApiError>,
+) -> Response {
+    let started = Instant::now();
+    let result = match state.admit() {
+        Ok(_permit) => match state.store() {
+            Ok(store) => work(store).await,
+            Err(err) => Err(err),
+        },
+        Err(err) => Err(err),
+    };
+    state.metrics().record_query(endpoint, started.elapsed());
+    match result {
+        Ok(value) => value.into_response(),
+        Err(err) => {
+            state.metrics().record_rejection(endpoint, err.reason());
+            err.into_response()
+        }
+    }
+}
+
+/// Flamebearer `units` and `sampleRate` for a profile type: time in
+/// nanoseconds is shown as samples at 1e9 per second so that
+/// `ticks / sampleRate` is seconds, as flamebearer viewers compute.
+fn units(profile_type: &ProfileType) -> (&'static str, i64) {
+    match profile_type.sample_unit.as_str() {
+        "nanoseconds" => ("samples", 1_000_000_000),
+        "bytes" => ("bytes", 0),
+        _ if profile_type.sample_type.contains("object") => ("objects", 0),
+        _ => ("samples", 100),
+    }
+}
+
+/// `GET /pyroscope/render?query=<type>{matchers}&from=&until=&maxNodes=`.
+pub async fn render(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
+    let params = Params::parse(query.as_deref());
+    timed(&state, "pyroscope_render", async move |store: &Store| {
+        if let Some(format) = params.get("format").filter(|f| *f != "json") {
+            return Err(ApiError::Unimplemented {
+                what: format!("render format {format:?}; only json is served"),
+            });
+        }
+        let text = params.get("query").ok_or(ApiError::BadParameter {
+            parameter: "query",
+            message: "a query such as process_cpu:cpu:nanoseconds:cpu:nanoseconds{service_name=\"app\"} is required".to_owned(),
+        })?;
+        let range = params.range()?;
+        let budget = match params.get("maxNodes").or_else(|| params.get("max-nodes")) {
+            None => max_nodes(None),
+            Some(text) => max_nodes(Some(text.parse::<i64>().map_err(|_| ApiError::BadParameter {
+                parameter: "maxNodes",
+                message: format!("{text:?} is not an integer"),
+            })?)),
+        };
+        let selector = resolve(store, text, range).await?;
+        let merged = store.merge(&selector, range).await?;
+        let levels = flamebearer::single_levels(&merged.flamegraph(budget));
+        let step_ms = ((range.end_ms - range.start_ms) / 100).max(10_000);
+        let timeline = store.timeline(&selector, range, step_ms).await?;
+        let (units, sample_rate) = units(&selector.profile_type);
+        Ok(Json(render_body(&levels, &timeline, units, sample_rate, text)))
+    })
+    .await
+}
+
+/// The `/pyroscope/render` JSON body.
+fn render_body(
+    levels: &flamebearer::Levels,
+    timeline: &kiln_engine::Timeline,
+    units: &str,
+    sample_rate: i64,
+    query: &str,
+) -> Value {
+    json!({
+        "version": 1,
+        "flamebearer": {
+            "names": levels.names,
+            "levels": levels.levels,
+            "numTicks": levels.total,
+            "maxSelf": levels.max_self,
+        },
+        "metadata": {
+            "format": "single",
+            "spyName": "",
+            "sampleRate": sample_rate,
+            "units": units,
+            "name": query,
+        },
+        "timeline": {
+            "startTime": timeline.start_ms / 1000,
+            "samples": timeline.values,
+            "durationDelta": timeline.step_ms / 1000,
+        },
+        "groups": {},
+        "heatmap": null,
+    })
+}
+
+/// `GET /pyroscope/label-values?label=<name>[&query=][&from=&until=]`:
+/// a JSON array of values.
+pub async fn label_values(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
+    let params = Params::parse(query.as_deref());
+    timed(
+        &state,
+        "pyroscope_label_values",
+        async move |store: &Store| {
+            let name = params.get("label").ok_or(ApiError::BadParameter {
+                parameter: "label",
+                message: "the label name is required".to_owned(),
+            })?;
+            let range = params.range()?;
+            let selected = match params.get("query") {
+                Some(text) => matchers(store, text, range).await?,
+                None => Vec::new(),
+            };
+            Ok(Json(store.label_values(name, &selected, range).await?))
+        },
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_make_ticks_over_sample_rate_seconds_for_time() {
+        let cpu = ProfileType::parse("process_cpu:cpu:nanoseconds:cpu:nanoseconds").unwrap();
+        assert_eq!(units(&cpu), ("samples", 1_000_000_000));
+        let heap = ProfileType::parse("memory:inuse_space:bytes:space:bytes").unwrap();
+        assert_eq!(units(&heap).0, "bytes");
+    }
+}

@@ -1,0 +1,338 @@
+//! Grafana's request shapes against a real `kiln-store`: `querier.v1`
+//! calls written from `querier.proto`'s field numbers and sent the way
+//! Grafana's Pyroscope datasource sends them (Connect JSON with
+//! `Content-Type: application/json` and `Connect-Protocol-Version: 1`, and
+//! Connect binary), answering the same totals as Kiln's own `/api/v1` for
+//! the same selection; plus `/pyroscope/render`, errors and auth.
+
+mod common;
+
+use common::{StoreProcess, enc, get, http};
+use kiln_api::querier::v1 as q;
+use prost::Message;
+use serde_json::{Value, json};
+
+/// Seeds two series of one service: env=prod (`main;work` 30 + `main;idle`
+/// 10 samples) and env=dev (`main;work` 5), folded at 100 Hz.
+fn seeded_store(extra: &[&str], token: Option<&str>) -> StoreProcess {
+    let store = StoreProcess::start(extra);
+    let auth = token.map(|t| format!("Bearer {t}"));
+    for (env, body) in [
+        ("prod", "main;work 30\nmain;idle 10"),
+        ("dev", "main;work 5"),
+    ] {
+        let name = enc(&format!("checkout.cpu{{env={env}}}"));
+        let target =
+            format!("/ingest?name={name}&from=now-30s&until=now-20s&sampleRate=100&format=folded");
+        let mut headers = vec![];
+        if let Some(auth) = &auth {
+            headers.push(("Authorization", auth.as_str()));
+        }
+        let response =
+            http(store.addr, "POST", &target, &headers, body.as_bytes()).expect("POST /ingest");
+        assert_eq!(response.status, 200, "{}", response.text());
+    }
+    store
+}
+
+fn profile_type(store: &StoreProcess) -> String {
+    let types = get(store.addr, "/api/v1/profile-types").json();
+    types["profile_types"][0]["id"]
+        .as_str()
+        .expect("a stored type")
+        .to_owned()
+}
+
+/// A Connect JSON call as Grafana's datasource makes it.
+fn connect_json(store: &StoreProcess, method: &str, body: &Value) -> (u16, Value) {
+    let response = http(
+        store.addr,
+        "POST",
+        &format!("/querier.v1.QuerierService/{method}"),
+        &[
+            ("Content-Type", "application/json"),
+            ("Connect-Protocol-Version", "1"),
+        ],
+        body.to_string().as_bytes(),
+    )
+    .expect("POST a querier call");
+    (response.status, response.json())
+}
+
+fn int(value: &Value) -> i64 {
+    match value {
+        Value::String(s) => s.parse().expect("int64 string"),
+        other => other.as_i64().expect("int64"),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64
+}
+
+#[test]
+fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
+    let store = seeded_store(&[], None);
+    let type_id = profile_type(&store);
+    let end = now_ms();
+    let start = end - 3_600_000;
+    let selector = "{service_name=\"checkout\"}";
+    let own = get(
+        store.addr,
+        &format!(
+            "/api/v1/flamegraph?query={}&from={start}&to={end}",
+            enc(&format!("{type_id}{selector}"))
+        ),
+    )
+    .json();
+    let own_total = own["total"].as_i64().unwrap();
+    assert_eq!(own_total, 450_000_000, "45 samples at 100 Hz: {own}");
+
+    let (status, types) = connect_json(
+        &store,
+        "ProfileTypes",
+        &json!({"start": start.to_string(), "end": end.to_string()}),
+    );
+    assert_eq!(status, 200, "{types}");
+    assert_eq!(types["profileTypes"][0]["ID"], type_id.as_str());
+    assert_eq!(types["profileTypes"][0]["name"], "process_cpu");
+
+    let (status, names) = connect_json(
+        &store,
+        "LabelNames",
+        &json!({"matchers": [selector], "start": start, "end": end}),
+    );
+    assert_eq!(status, 200, "{names}");
+    let own_names = get(
+        store.addr,
+        &format!(
+            "/api/v1/labels?query={}&from={start}&to={end}",
+            enc(selector)
+        ),
+    )
+    .json();
+    assert_eq!(names["names"], own_names["names"]);
+
+    let (status, values) = connect_json(
+        &store,
+        "LabelValues",
+        &json!({"name": "env", "matchers": [selector], "start": start, "end": end}),
+    );
+    assert_eq!(status, 200, "{values}");
+    assert_eq!(values["names"], json!(["dev", "prod"]));
+
+    let (status, series) = connect_json(
+        &store,
+        "Series",
+        &json!({"matchers": [selector], "labelNames": ["env", "service_name"], "start": start, "end": end}),
+    );
+    assert_eq!(status, 200, "{series}");
+    assert_eq!(
+        series["labelsSet"].as_array().map(Vec::len),
+        Some(2),
+        "{series}"
+    );
+
+    let select = json!({
+        "profileTypeID": type_id, "labelSelector": selector,
+        "start": start.to_string(), "end": end.to_string(), "maxNodes": "16384",
+        "format": "PROFILE_FORMAT_FLAMEGRAPH",
+    });
+    let (status, merged) = connect_json(&store, "SelectMergeStacktraces", &select);
+    assert_eq!(status, 200, "{merged}");
+    let graph = &merged["flamegraph"];
+    assert_eq!(int(&graph["total"]), own_total);
+    let names: Vec<&str> = graph["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for name in ["total", "main", "work", "idle"] {
+        assert!(names.contains(&name), "{names:?}");
+    }
+    let root: Vec<i64> = graph["levels"][0]["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(int)
+        .collect();
+    assert_eq!(root[..3], [0, own_total, 0], "root quad");
+
+    let step_seconds = 60;
+    let own_timeline = get(
+        store.addr,
+        &format!(
+            "/api/v1/timeline?query={}&from={start}&to={end}&step={step_seconds}s",
+            enc(&format!("{type_id}{selector}"))
+        ),
+    )
+    .json();
+    let own_sum: i64 = own_timeline["timeline"]["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(int)
+        .sum();
+    let (status, series) = connect_json(
+        &store,
+        "SelectSeries",
+        &json!({
+            "profileTypeID": type_id, "labelSelector": selector, "start": start, "end": end,
+            "step": step_seconds, "groupBy": ["env"], "aggregation": "TIME_SERIES_AGGREGATION_TYPE_SUM",
+        }),
+    );
+    assert_eq!(status, 200, "{series}");
+    let groups = series["series"].as_array().unwrap();
+    assert_eq!(groups.len(), 2, "{series}");
+    let sum: f64 = groups
+        .iter()
+        .flat_map(|s| {
+            s["points"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["value"].as_f64().unwrap())
+        })
+        .sum();
+    assert_eq!(sum as i64, own_sum);
+    assert_eq!(own_sum, own_total);
+
+    let left = json!({"profileTypeID": type_id, "labelSelector": "{env=\"dev\"}", "start": start, "end": end});
+    let right = json!({"profileTypeID": type_id, "labelSelector": "{env=\"prod\"}", "start": start, "end": end});
+    let (status, diff) = connect_json(&store, "Diff", &json!({"left": left, "right": right}));
+    assert_eq!(status, 200, "{diff}");
+    assert_eq!(int(&diff["flamegraph"]["leftTicks"]), 50_000_000);
+    assert_eq!(int(&diff["flamegraph"]["rightTicks"]), 400_000_000);
+
+    let (status, stats) = connect_json(&store, "GetProfileStats", &json!({}));
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(stats["dataIngested"], true);
+
+    // Connect binary: the same SelectMergeStacktraces as protobuf.
+    let request = q::SelectMergeStacktracesRequest {
+        profile_type_id: type_id.clone(),
+        label_selector: selector.to_owned(),
+        start,
+        end,
+        max_nodes: Some(16_384),
+        format: q::ProfileFormat::Flamegraph as i32,
+        stack_trace_selector: None,
+    };
+    let response = http(
+        store.addr,
+        "POST",
+        "/querier.v1.QuerierService/SelectMergeStacktraces",
+        &[
+            ("Content-Type", "application/proto"),
+            ("Connect-Protocol-Version", "1"),
+        ],
+        &request.encode_to_vec(),
+    )
+    .unwrap();
+    assert_eq!(response.status, 200, "{}", response.text());
+    let reply = q::SelectMergeStacktracesResponse::decode(response.body.as_slice()).unwrap();
+    assert_eq!(reply.flamegraph.map(|g| g.total), Some(own_total));
+
+    let request = q::SelectMergeProfileRequest {
+        profile_type_id: type_id.clone(),
+        label_selector: selector.to_owned(),
+        start,
+        end,
+        ..Default::default()
+    };
+    let response = http(
+        store.addr,
+        "POST",
+        "/querier.v1.QuerierService/SelectMergeProfile",
+        &[
+            ("Content-Type", "application/proto"),
+            ("Connect-Protocol-Version", "1"),
+        ],
+        &request.encode_to_vec(),
+    )
+    .unwrap();
+    assert_eq!(response.status, 200, "{}", response.text());
+    let pprof = kiln_pprof::proto::Profile::decode(response.body.as_slice()).unwrap();
+    let pprof_total: i64 = pprof.sample.iter().map(|s| s.value[0]).sum();
+    assert_eq!(pprof_total, own_total);
+
+    let render = get(
+        store.addr,
+        &format!(
+            "/pyroscope/render?query={}&from={}&until={}",
+            enc(&format!("{type_id}{selector}")),
+            start / 1000,
+            end / 1000 + 1
+        ),
+    );
+    assert_eq!(render.status, 200, "{}", render.text());
+    let render = render.json();
+    assert_eq!(render["flamebearer"]["numTicks"].as_i64(), Some(own_total));
+    let timeline_sum: i64 = render["timeline"]["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(int)
+        .sum();
+    assert_eq!(timeline_sum, own_total);
+    let values = get(store.addr, "/pyroscope/label-values?label=env").json();
+    assert_eq!(values, json!(["dev", "prod"]));
+}
+
+#[test]
+fn querier_errors_use_connect_codes_and_read_tokens() {
+    let store = seeded_store(
+        &["--read-tokens", "reader", "--write-tokens", "writer"],
+        Some("writer"),
+    );
+    let (status, body) = connect_json(&store, "LabelNames", &json!({}));
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(body["code"], "unauthenticated");
+
+    let call = |method: &str, body: &Value| {
+        let response = http(
+            store.addr,
+            "POST",
+            &format!("/querier.v1.QuerierService/{method}"),
+            &[
+                ("Content-Type", "application/json"),
+                ("Connect-Protocol-Version", "1"),
+                ("Authorization", "Bearer reader"),
+            ],
+            body.to_string().as_bytes(),
+        )
+        .unwrap();
+        (response.status, response.json())
+    };
+    let (status, body) = call("LabelNames", &json!({}));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(
+        "SelectMergeStacktraces",
+        &json!({"profileTypeID": "process_cpu", "labelSelector": "{env=}"}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], "invalid_argument");
+    let (status, body) = call(
+        "SelectMergeStacktraces",
+        &json!({"profileTypeID": "process_cpu", "format": "PROFILE_FORMAT_TREE"}),
+    );
+    assert_eq!(status, 501, "{body}");
+    assert_eq!(body["code"], "unimplemented");
+    let (status, body) = call("SelectHeatmap", &json!({}));
+    assert_eq!(status, 501, "{body}");
+    let (status, body) = call("LabelValues", &json!({"name": 7}));
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("`name` must be a string"),
+        "{body}"
+    );
+    let render = get(store.addr, "/pyroscope/render?query=process_cpu");
+    assert_eq!(render.status, 401);
+}
