@@ -434,8 +434,12 @@ fn malformed_otlp_bodies_get_clear_errors_under_limits_and_auth() {
         "{json}"
     );
 
-    let response = post_otlp(&store, &good, &[auth]);
+    let mut gzipped = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gzipped.write_all(&good).unwrap();
+    let gzipped = gzipped.finish().unwrap();
+    let response = post_otlp(&store, &gzipped, &[auth, ("Content-Encoding", "gzip")]);
     assert_eq!(response.status, 200, "{}", response.text());
+    assert_eq!(flamegraph_total(&store, "svc-bad").0, TOTAL);
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! Decoding an export request as each known `v1development` wire layout,
 //! and choosing among the layouts that fit.
 
-use kiln_api::kiln::otlp::{v1_7, v1_8, v1_9, v1_10};
+use kiln_api::kiln::otlp::{v1_8, v1_9, v1_10};
 use kiln_api::opentelemetry::proto::common::v1::{AnyValue, KeyValue, any_value};
 use prost::Message;
 
@@ -10,6 +10,9 @@ use super::model::{
     ResourceProfiles, Sample, ScopeProfiles, check_index, sample_values,
 };
 use super::{OtlpError, OtlpLimits, wire};
+
+mod v1_7_layout;
+use v1_7_layout::from_v1_7;
 
 /// A wire layout of `opentelemetry.proto.profiles.v1development`, named by
 /// the first opentelemetry-proto release that used it.
@@ -477,167 +480,165 @@ fn location(
     })
 }
 
-/// 1.7: samples are slices of `Profile.location_indices`, several sample
-/// types per profile, attribute keys are strings.
-fn from_v1_7(request: v1_7::ExportRequest) -> Result<Batch, OtlpError> {
-    let d = request.dictionary.unwrap_or_default();
-    let strings = d.string_table;
-    let s = strings.len();
-    let mut dictionary = Dictionary::default();
-    for f in &d.function_table {
-        for i in [f.name_strindex, f.system_name_strindex, f.filename_strindex] {
-            check_index("function.*_strindex", i.into(), "string_table", s)?;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_api::opentelemetry::proto::resource::v1::Resource;
+
+    fn text_attribute(key: i32, value: &str) -> v1_8::KeyValueAndUnit {
+        v1_8::KeyValueAndUnit {
+            key_strindex: key,
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(value.into())),
+            }),
+            unit_strindex: 0,
         }
-        dictionary.functions.push(Function {
-            name: f.name_strindex,
-            system_name: f.system_name_strindex,
-            filename: f.filename_strindex,
-            start_line: f.start_line,
+    }
+
+    /// One profile with the given 1.10 samples over a one-frame stack.
+    fn request_v1_10(samples: Vec<v1_10::Sample>) -> Vec<u8> {
+        let dictionary = v1_8::ProfilesDictionary {
+            string_table: vec![
+                "".into(),
+                "samples".into(),
+                "count".into(),
+                "f".into(),
+                "thread.name".into(),
+            ],
+            function_table: vec![
+                v1_8::Function::default(),
+                v1_8::Function {
+                    name_strindex: 3,
+                    ..Default::default()
+                },
+            ],
+            location_table: vec![
+                v1_8::Location::default(),
+                v1_8::Location {
+                    lines: vec![v1_8::Line {
+                        function_index: 1,
+                        line: 0,
+                        column: 0,
+                    }],
+                    ..Default::default()
+                },
+            ],
+            stack_table: vec![
+                v1_8::Stack::default(),
+                v1_8::Stack {
+                    location_indices: vec![1],
+                },
+            ],
+            attribute_table: vec![
+                v1_8::KeyValueAndUnit::default(),
+                text_attribute(4, "worker"),
+            ],
+            ..Default::default()
+        };
+        let vt = Some(v1_8::ValueType {
+            type_strindex: 1,
+            unit_strindex: 2,
+            aggregation_temporality: 0,
         });
+        v1_10::ExportRequest {
+            dictionary: Some(dictionary),
+            resource_profiles: vec![v1_10::ResourceProfiles {
+                resource: Some(Resource {
+                    attributes: vec![KeyValue {
+                        key: String::new(),
+                        key_strindex: 4,
+                        value: Some(AnyValue {
+                            value: Some(any_value::Value::StringValueStrindex(3)),
+                        }),
+                    }],
+                    dropped_attributes_count: 0,
+                }),
+                scope_profiles: vec![v1_10::ScopeProfiles {
+                    profiles: vec![v1_10::Profile {
+                        sample_type: vt,
+                        samples,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
     }
-    for m in &d.mapping_table {
-        check_index(
-            "mapping.filename_strindex",
-            m.filename_strindex.into(),
-            "string_table",
-            s,
-        )?;
-        dictionary.mappings.push(Mapping {
-            memory_start: m.memory_start,
-            memory_limit: m.memory_limit,
-            file_offset: m.file_offset,
-            filename: m.filename_strindex,
-        });
+
+    #[test]
+    fn timestamp_only_samples_read_the_same_in_1_8_to_1_11() {
+        // What profile-bee sends: stack index and timestamps, nothing else.
+        let body = request_v1_10(vec![v1_10::Sample {
+            stack_index: 1,
+            timestamps_unix_nano: vec![1, 2, 3],
+            ..Default::default()
+        }]);
+        let decoded = decode_export(&body, &OtlpLimits::default()).unwrap();
+        assert_eq!(
+            decoded.revisions,
+            vec![Revision::V1_8, Revision::V1_9, Revision::V1_10]
+        );
+        assert_eq!(decoded.revision_label(), "1.8+1.9+1.10-1.11");
+        let profile = &decoded.batch.resources[0].scopes[0].profiles[0];
+        assert_eq!(profile.samples[0].values, vec![3]);
+        // 1.10 string-table references in resource attributes are resolved.
+        let attribute = &decoded.batch.resources[0].attributes[0];
+        assert_eq!(attribute.key, "thread.name");
+        assert_eq!(attribute.value, AttributeValue::Text("f".into()));
     }
-    for l in &d.location_table {
-        let lines = l.line.iter().map(|x| (x.function_index, x.line));
-        dictionary.locations.push(location(
-            l.mapping_index,
-            l.address,
-            lines,
-            dictionary.mappings.len(),
-            dictionary.functions.len(),
-        )?);
+
+    #[test]
+    fn values_in_field_4_are_only_1_10() {
+        let body = request_v1_10(vec![v1_10::Sample {
+            stack_index: 1,
+            values: vec![5],
+            attribute_indices: vec![1],
+            ..Default::default()
+        }]);
+        let decoded = decode_export(&body, &OtlpLimits::default()).unwrap();
+        assert_eq!(decoded.revisions, vec![Revision::V1_10]);
+        let sample = &decoded.batch.resources[0].scopes[0].profiles[0].samples[0];
+        assert_eq!(
+            (sample.values.clone(), sample.attributes.clone()),
+            (vec![5], vec![1])
+        );
     }
-    dictionary.attributes = attributes(&d.attribute_table, &strings)?;
-    dictionary.strings = strings;
-    let mut resources = Vec::new();
-    let mut profile_index = 0;
-    for r in request.resource_profiles {
-        let mut scopes = Vec::new();
-        for scope in r.scope_profiles {
-            let mut profiles = Vec::new();
-            for p in scope.profiles {
-                let mut sample_types = Vec::new();
-                for vt in &p.sample_type {
-                    check_index(
-                        "profile.sample_type",
-                        vt.type_strindex.into(),
-                        "string_table",
-                        s,
-                    )?;
-                    check_index(
-                        "profile.sample_type",
-                        vt.unit_strindex.into(),
-                        "string_table",
-                        s,
-                    )?;
-                    sample_types.push((vt.type_strindex, vt.unit_strindex));
-                }
-                let period_type = match &p.period_type {
-                    Some(vt) => {
-                        check_index(
-                            "profile.period_type",
-                            vt.type_strindex.into(),
-                            "string_table",
-                            s,
-                        )?;
-                        check_index(
-                            "profile.period_type",
-                            vt.unit_strindex.into(),
-                            "string_table",
-                            s,
-                        )?;
-                        Some((vt.type_strindex, vt.unit_strindex))
-                    }
-                    None => None,
-                };
-                for &i in &p.location_indices {
-                    check_index(
-                        "profile.location_indices",
-                        i.into(),
-                        "location_table",
-                        dictionary.locations.len(),
-                    )?;
-                }
-                let mut samples = Vec::new();
-                for (sample_index, sample) in p.sample.iter().enumerate() {
-                    let start = i64::from(sample.locations_start_index);
-                    let end = start + i64::from(sample.locations_length);
-                    if sample.locations_length < 0 {
-                        return Err(OtlpError::BadSample {
-                            profile: profile_index,
-                            sample: sample_index,
-                            message: "negative locations_length".to_owned(),
-                        });
-                    }
-                    if end > 0 {
-                        check_index(
-                            "sample.locations_start_index + locations_length - 1",
-                            end - 1,
-                            "profile.location_indices",
-                            p.location_indices.len(),
-                        )?;
-                    }
-                    check_index(
-                        "sample.locations_start_index",
-                        start,
-                        "profile.location_indices",
-                        p.location_indices.len() + 1,
-                    )?;
-                    for &a in &sample.attribute_indices {
-                        check_index(
-                            "sample.attribute_indices",
-                            a.into(),
-                            "attribute_table",
-                            dictionary.attributes.len(),
-                        )?;
-                    }
-                    samples.push(Sample {
-                        locations: p.location_indices[start as usize..end as usize].to_vec(),
-                        values: sample_values(
-                            &sample.value,
-                            sample.timestamps_unix_nano.len(),
-                            sample_types.len(),
-                            (profile_index, sample_index),
-                        )?,
-                        attributes: sample.attribute_indices.clone(),
-                    });
-                }
-                profiles.push(Profile {
-                    sample_types,
-                    period_type,
-                    period: p.period,
-                    time_nanos: p.time_nanos,
-                    duration_nanos: p.duration_nanos,
-                    samples,
-                });
-                profile_index += 1;
+
+    #[test]
+    fn a_body_two_layouts_read_differently_is_refused_as_ambiguous() {
+        // 1.10 reads field 2 as attribute indices and counts the one
+        // timestamp; 1.8 and 1.9 read field 2 as the value 1 with no
+        // attributes. Same total, different samples: refuse to guess.
+        let body = request_v1_10(vec![v1_10::Sample {
+            stack_index: 1,
+            attribute_indices: vec![1],
+            timestamps_unix_nano: vec![9],
+            ..Default::default()
+        }]);
+        let err = decode_export(&body, &OtlpLimits::default()).unwrap_err();
+        assert_eq!(err.reason(), "otlp_ambiguous", "{err}");
+        assert!(err.to_string().contains("1.8, 1.9, 1.10-1.11"), "{err}");
+    }
+
+    #[test]
+    fn an_index_outside_its_table_names_the_field() {
+        let body = request_v1_10(vec![v1_10::Sample {
+            stack_index: 1,
+            values: vec![1],
+            attribute_indices: vec![7],
+            ..Default::default()
+        }]);
+        let err = decode_export(&body, &OtlpLimits::default()).unwrap_err();
+        assert_eq!(
+            err,
+            OtlpError::IndexOutOfRange {
+                field: "sample.attribute_indices",
+                index: 7,
+                table: "attribute_table",
+                len: 2
             }
-            let scope_attributes = scope.scope.map(|s| s.attributes).unwrap_or_default();
-            scopes.push(ScopeProfiles {
-                attributes: attributes(&scope_attributes, &dictionary.strings)?,
-                profiles,
-            });
-        }
-        let resource_attributes = r.resource.map(|r| r.attributes).unwrap_or_default();
-        resources.push(ResourceProfiles {
-            attributes: attributes(&resource_attributes, &dictionary.strings)?,
-            scopes,
-        });
+        );
     }
-    Ok(Batch {
-        dictionary,
-        resources,
-    })
 }
