@@ -1,12 +1,16 @@
 //! `kiln-store`: the Kiln profile store server.
 //!
-//! One port serves gRPC (Parca's `WriteRaw`, Pyroscope's `Push`) and HTTP
-//! (Pyroscope's `/ingest`, Push over Connect, the `/api/v1/` query API,
-//! `/healthz`, `/readyz`, `/metrics`). Storage is `kiln-storage`'s `Store`.
+//! One port serves gRPC (Parca's `WriteRaw`, Pyroscope's `Push`, OTLP
+//! profiles `Export`) and HTTP (Pyroscope's `/ingest`, Push over Connect,
+//! OTLP/HTTP, the `/api/v1/` query API, Pyroscope's `querier.v1` over Connect
+//! and `/pyroscope/render`, `/healthz`, `/readyz`, `/metrics`). Storage is
+//! `kiln-storage`'s `Store`.
 //!
 //! Pure request parsing lives in [`selector`], [`timespec`], [`pyroscope`],
-//! [`ingest`] and [`config`]; the IO edges are [`server`], [`http_ingest`],
-//! [`http_query`], [`grpc`] and [`grpc_query`].
+//! [`ingest`], [`otlp`] (but `otlp::service`), [`pyroscope_query::json`],
+//! [`pyroscope_query::flamebearer`] and [`config`]; the IO edges are
+//! [`server`], [`http_ingest`], [`http_query`], [`grpc`], [`grpc_query`],
+//! `otlp::service` and [`pyroscope_query`].
 
 pub mod auth;
 pub mod config;
