@@ -487,3 +487,57 @@ async fn grpc_export_stores_and_refuses_like_http() {
         "{status:?}"
     );
 }
+
+#[tokio::test]
+async fn grpc_export_is_bounded_after_gzip_and_needs_the_write_token() {
+    let store =
+        StoreProcess::start(&["--write-tokens", "secret", "--max-request-bytes", "4000000"]);
+    let channel = tonic::transport::Endpoint::from_shared(store.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc =
+        tonic::client::Grpc::new(channel).send_compressed(tonic::codec::CompressionEncoding::Gzip);
+    let path = http::uri::PathAndQuery::from_static(kiln_api::OTLP_PROFILES_EXPORT_PATH);
+    let mut call = async |request: v1_10::ExportRequest, token: Option<&str>| {
+        let mut request = tonic::Request::new(request);
+        if let Some(token) = token {
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        }
+        grpc.ready().await.unwrap();
+        grpc.unary::<_, ExportProfilesServiceResponse, _>(
+            request,
+            path.clone(),
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+    };
+    let good =
+        v1_10::ExportRequest::decode(body_v1_10("svc-grpc-auth", samples_v1_10()).as_slice())
+            .unwrap();
+    let status = call(good.clone(), None).await.expect_err("no token");
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+
+    // 64 MB of one repeated string gzips to well under the limit; the
+    // decompressed message is over it.
+    let mut bomb = good.clone();
+    if let Some(dictionary) = bomb.dictionary.as_mut() {
+        dictionary.string_table.push("a".repeat(64 << 20));
+    }
+    let status = call(bomb, Some("secret"))
+        .await
+        .expect_err("over the size limit");
+    assert!(
+        status.code() == tonic::Code::ResourceExhausted
+            && status.message().contains("decompressing"),
+        "{status:?}"
+    );
+
+    call(good, Some("secret"))
+        .await
+        .expect("accepted with the token");
+    assert_eq!(flamegraph_total(&store, "svc-grpc-auth").0, TOTAL);
+}
