@@ -64,7 +64,11 @@ impl DecodedExport {
 /// Decodes `bytes` as every layout; see the module docs of [`super`].
 pub fn decode_export(bytes: &[u8], limits: &OtlpLimits) -> Result<DecodedExport, OtlpError> {
     wire::check_dictionary_sizes(bytes, limits.max_table_entries)?;
-    let mut matches: Vec<(Revision, Batch)> = Vec::new();
+    // Only the first fitting batch is kept; later ones are compared with it
+    // and dropped, so at most two decoded copies exist at a time.
+    let mut first: Option<Batch> = None;
+    let mut revisions: Vec<Revision> = Vec::new();
+    let mut differs = false;
     let mut refusals: Vec<String> = Vec::new();
     // The validation error of the newest layout whose wire format fits: an
     // out-of-range index or a bad sample in a body that is otherwise that
@@ -72,14 +76,20 @@ pub fn decode_export(bytes: &[u8], limits: &OtlpLimits) -> Result<DecodedExport,
     let mut invalid: Option<OtlpError> = None;
     for revision in Revision::ALL {
         match decode_as(revision, bytes) {
-            Ok(batch) => matches.push((revision, batch)),
+            Ok(batch) => {
+                match &first {
+                    None => first = Some(batch),
+                    Some(kept) => differs |= *kept != batch,
+                }
+                revisions.push(revision);
+            }
             Err(DecodeFailure::Invalid(error)) => invalid = Some(error),
             Err(DecodeFailure::Wire(message)) => {
                 refusals.push(format!("{}: {message}", revision.label()));
             }
         }
     }
-    let Some((_, first)) = matches.first() else {
+    let Some(batch) = first else {
         return Err(match invalid {
             Some(error) => error,
             None => OtlpError::UnsupportedRevision {
@@ -87,14 +97,12 @@ pub fn decode_export(bytes: &[u8], limits: &OtlpLimits) -> Result<DecodedExport,
             },
         });
     };
-    if matches.iter().any(|(_, batch)| batch != first) {
-        let names: Vec<&str> = matches.iter().map(|(r, _)| r.label()).collect();
+    if differs {
+        let names: Vec<&str> = revisions.iter().map(|r| r.label()).collect();
         return Err(OtlpError::Ambiguous {
             revisions: names.join(", "),
         });
     }
-    let revisions = matches.iter().map(|(r, _)| *r).collect();
-    let batch = matches.swap_remove(0).1;
     Ok(DecodedExport { batch, revisions })
 }
 
