@@ -541,3 +541,21 @@ async fn grpc_export_is_bounded_after_gzip_and_needs_the_write_token() {
         .expect("accepted with the token");
     assert_eq!(flamegraph_total(&store, "svc-grpc-auth").0, TOTAL);
 }
+
+#[test]
+fn a_profile_the_store_refuses_after_others_were_kept_is_a_partial_success() {
+    // One series per profile name: the second resource's series is over it.
+    let store = StoreProcess::start(&["--max-series-per-profile-name", "1"]);
+    let mut request =
+        v1_10::ExportRequest::decode(body_v1_10("svc-kept", samples_v1_10()).as_slice()).unwrap();
+    let mut second = request.resource_profiles[0].clone();
+    second.resource = Some(resource("svc-refused"));
+    request.resource_profiles.push(second);
+    let response = post_otlp(&store, &request.encode_to_vec(), &[]);
+    assert_eq!(response.status, 200, "{}", response.text());
+    let reply = ExportProfilesServiceResponse::decode(response.body.as_slice()).unwrap();
+    let partial = reply.partial_success.expect("a partial success");
+    assert_eq!(partial.rejected_profiles, 1);
+    assert!(!partial.error_message.is_empty());
+    assert_eq!(flamegraph_total(&store, "svc-kept").0, TOTAL);
+}
