@@ -185,6 +185,7 @@ impl Store {
         object_store: Arc<dyn object_store::ObjectStore>,
     ) -> Result<Store, StorageError> {
         config.validate()?;
+        allocator::bound_allocator_retention();
         let bucket = Bucket::new(object_store);
         let recovered = recovery::recover(&config, &bucket).await?;
         let (shutdown_tx, _) = watch::channel(false);
