@@ -90,6 +90,15 @@ pub struct Cli {
     /// Optional cap on the bucket's total block bytes; the oldest blocks go first.
     #[arg(long, env = "KILN_RETENTION_BYTES")]
     pub retention_bytes: Option<u64>,
+    /// Memory the store may use, e.g. `1536Mi` or `2Gi` (plain bytes also
+    /// work). Split over the head (1/8), the block cache (1/4) and one
+    /// compaction (1/4); set it below the container's memory limit
+    /// [default: 2Gi].
+    #[arg(long, env = "KILN_MEMORY_BUDGET")]
+    pub memory_budget: Option<String>,
+    /// How often compaction is planned, e.g. `5m` [default: 5m].
+    #[arg(long, env = "KILN_COMPACTION_INTERVAL")]
+    pub compaction_interval: Option<String>,
     /// Object storage: `local`, `s3`, `gcs` or `azure` [default: local].
     #[arg(long, env = "KILN_OBJECT_STORE")]
     pub object_store: Option<String>,
@@ -191,6 +200,10 @@ pub struct FileStorage {
     pub retention: Option<String>,
     /// See `--retention-bytes`.
     pub retention_bytes: Option<u64>,
+    /// See `--memory-budget`.
+    pub memory_budget: Option<String>,
+    /// See `--compaction-interval`.
+    pub compaction_interval: Option<String>,
 }
 
 /// `[bucket]` in the config file.
@@ -322,6 +335,10 @@ pub struct Config {
     pub retention: Duration,
     /// Optional total size cap.
     pub retention_bytes: Option<u64>,
+    /// Memory the store's configurable parts are sized from.
+    pub memory_budget: u64,
+    /// Compaction planning interval.
+    pub compaction_interval: Duration,
     /// Object storage.
     pub bucket: BucketSettings,
     /// Limits.
@@ -433,6 +450,34 @@ impl Config {
             &file.storage.retention,
             "14d",
         )?;
+        let compaction_interval = duration(
+            "storage.compaction_interval",
+            &cli.compaction_interval,
+            &file.storage.compaction_interval,
+            "5m",
+        )?;
+        if compaction_interval.is_zero() {
+            return Err(ConfigError::Invalid {
+                setting: "storage.compaction_interval",
+                message: "must be greater than 0".to_owned(),
+            });
+        }
+        let memory_budget = parse_bytes(
+            cli.memory_budget
+                .as_deref()
+                .or(file.storage.memory_budget.as_deref())
+                .unwrap_or("2Gi"),
+        )
+        .map_err(|message| ConfigError::Invalid {
+            setting: "storage.memory_budget",
+            message,
+        })?;
+        if memory_budget < MIN_MEMORY_BUDGET {
+            return Err(ConfigError::Invalid {
+                setting: "storage.memory_budget",
+                message: format!("must be at least {}Mi", MIN_MEMORY_BUDGET >> 20),
+            });
+        }
         let pick =
             |cli: Option<usize>, file: Option<usize>, default: usize, setting: &'static str| {
                 let value = cli.or(file).unwrap_or(default);
@@ -511,6 +556,8 @@ impl Config {
             relist_interval,
             retention,
             retention_bytes: cli.retention_bytes.or(file.storage.retention_bytes),
+            memory_budget,
+            compaction_interval,
             bucket: BucketSettings {
                 kind,
                 name: bucket_name,
@@ -567,6 +614,32 @@ pub fn parse_file_config(text: &str, path: &Path) -> Result<FileConfig, ConfigEr
         });
     }
     Ok(file)
+}
+
+/// Below this the head would be cut every few profiles.
+const MIN_MEMORY_BUDGET: u64 = 64 << 20;
+
+/// Plain bytes, or a number with `Ki`/`Mi`/`Gi` (Kubernetes quantities) or
+/// `KiB`/`MiB`/`GiB`.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let amount: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size like 512Mi or 2Gi"))?;
+    let shift = match unit.trim() {
+        "" => 0,
+        "Ki" | "KiB" => 10,
+        "Mi" | "MiB" => 20,
+        "Gi" | "GiB" => 30,
+        other => return Err(format!("{text:?}: unit {other:?} is not one of Ki, Mi, Gi")),
+    };
+    amount
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("{text:?} is too large"))
 }
 
 /// `500ms`, `30s`, `5m`, `1h`, `14d`, `2w`, or plain seconds.
@@ -696,6 +769,24 @@ write_tokens = ["w1"]
         assert!(err.to_string().contains("storage.flush_interval"), "{err}");
         let cli = Cli::try_parse_from(["kiln-store", "--max-inflight", "0"]).unwrap();
         assert!(Config::layer(&cli, &FileConfig::default(), None).is_err());
+    }
+
+    #[test]
+    fn memory_budget_parses_quantities_and_refuses_tiny_or_bad_values() {
+        let config = Config::layer(&Cli::default(), &FileConfig::default(), None).unwrap();
+        assert_eq!(config.memory_budget, 2 << 30);
+        assert_eq!(config.compaction_interval, Duration::from_secs(300));
+        let cli = Cli::try_parse_from(["kiln-store", "--memory-budget", "1536Mi"]).unwrap();
+        let config = Config::layer(&cli, &FileConfig::default(), None).unwrap();
+        assert_eq!(config.memory_budget, 1536 << 20);
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert_eq!(parse_bytes("2GiB"), Ok(2 << 30));
+        assert!(parse_bytes("2G").is_err());
+        for bad in ["1Mi", "lots"] {
+            let cli = Cli::try_parse_from(["kiln-store", "--memory-budget", bad]).unwrap();
+            let err = Config::layer(&cli, &FileConfig::default(), None).unwrap_err();
+            assert!(err.to_string().contains("storage.memory_budget"), "{err}");
+        }
     }
 
     #[test]

@@ -1,0 +1,343 @@
+//! The real `kiln-store` under a memory limit equal to its `--memory-budget`
+//! (issue 13): it ingests more pprof than the budget, flushes it into blocks
+//! and compacts them, and is neither OOM-killed nor past the budget in peak
+//! RSS (VmHWM); every acknowledged value is still there afterwards.
+//!
+//! The limit lives in a cgroup this test creates inside its own memory
+//! cgroup (v2 `memory.max`, or v1 `memory.limit_in_bytes` on hybrid hosts).
+//! Only the store's own shell wrapper joins it, before it execs the store;
+//! no process is moved out of the cgroup it started in.
+
+mod common;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::{enc, get, http, in_ci};
+use kiln_pprof::{FunctionSpec, MappingSpec, ProfileBuilder, encode_gzip};
+
+const BUDGET: u64 = 192 << 20;
+/// Gzipped pprof sent: more than the budget.
+const SEND_BYTES: u64 = BUDGET + (16 << 20);
+const PODS: usize = 200;
+const CLIENTS: usize = 4;
+
+/// A memory cgroup created for this test, removed on drop.
+struct LimitedCgroup {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl LimitedCgroup {
+    /// Creates a child of this process's memory cgroup limited to `limit`
+    /// bytes (swap off), or explains why it cannot.
+    fn create(limit: u64) -> Result<Self, String> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
+        let v1_path = own.lines().find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == "memory")
+                .then(|| path.to_owned())
+        });
+        let name = format!("kiln-memory-limit-{}", std::process::id());
+        let (parent, v2) = match v1_path {
+            Some(path) => (
+                Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')),
+                false,
+            ),
+            None => {
+                let path = own
+                    .lines()
+                    .find_map(|l| l.strip_prefix("0::"))
+                    .ok_or("no memory cgroup in /proc/self/cgroup")?;
+                let root = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+                    .into_iter()
+                    .find(|r| {
+                        std::fs::read_to_string(Path::new(r).join("cgroup.controllers"))
+                            .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"))
+                    })
+                    .ok_or("no cgroup v2 mount with the memory controller")?;
+                (Path::new(root).join(path.trim_start_matches('/')), true)
+            }
+        };
+        let dir = parent.join(name);
+        std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let group = Self { dir, v2 };
+        let write = |file: &str, value: &str| {
+            std::fs::write(group.dir.join(file), value)
+                .map_err(|e| format!("cannot write {file}: {e}"))
+        };
+        if v2 {
+            write("memory.max", &limit.to_string())?;
+            // Absent without swap accounting; then there is no swap to use.
+            let _ = write("memory.swap.max", "0");
+        } else {
+            write("memory.limit_in_bytes", &limit.to_string())?;
+            // memsw is memory + swap; equal to the limit means no swap.
+            let _ = write("memory.memsw.limit_in_bytes", &limit.to_string());
+        }
+        Ok(group)
+    }
+
+    fn procs_file(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+
+    /// OOM kills inside the group so far.
+    fn oom_kills(&self) -> u64 {
+        let file = if self.v2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        let text = std::fs::read_to_string(self.dir.join(file)).unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for LimitedCgroup {
+    fn drop(&mut self) {
+        // Empty once the store has been reaped; removal is best effort.
+        if let Err(err) = std::fs::remove_dir(&self.dir) {
+            eprintln!("could not remove {}: {err}", self.dir.display());
+        }
+    }
+}
+
+/// The store process; killed and reaped on drop.
+struct Limited {
+    child: Child,
+}
+
+impl Drop for Limited {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// A CPU profile with `stacks` distinct stacks drawn from `seed`.
+fn profile(seed: usize, stacks: usize) -> (Vec<u8>, i64) {
+    let mut b = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
+    b.period("cpu", "nanoseconds", 10_000_000);
+    b.time(0, 10_000_000_000);
+    let mapping = b.mapping(&MappingSpec {
+        memory_start: 0x400000,
+        memory_limit: 0x4000000,
+        filename: "/usr/bin/service".into(),
+        build_id: format!("build-{}", seed % 7),
+        has_functions: true,
+        ..MappingSpec::default()
+    });
+    let mut total = 0;
+    for s in 0..stacks {
+        let depth = 8 + (s * 7 + seed) % 24;
+        let mut frames = Vec::with_capacity(depth);
+        for d in 0..depth {
+            let f = (s * 31 + d * 17 + seed * 13) % 2_000;
+            let function = b.function(&FunctionSpec {
+                name: format!("pkg{}.(*Worker).step{f}", f % 40),
+                system_name: String::new(),
+                filename: format!("/src/pkg{}/worker.go", f % 40),
+                start_line: f as i64,
+            });
+            frames.push(b.location(
+                mapping,
+                0x400000 + f as u64 * 64,
+                &[(function, d as i64 + 1)],
+            ));
+        }
+        let value = 10_000_000 * (1 + (s + seed) as i64 % 5);
+        b.sample(&frames, &[value / 10_000_000, value], &[]);
+        total += value;
+    }
+    (encode_gzip(&b.finish()), total)
+}
+
+fn now_s() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Blocks in the bucket as (id, compaction level).
+fn blocks(bucket: &Path) -> Vec<(String, u64)> {
+    let Ok(entries) = std::fs::read_dir(bucket.join("blocks")) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let meta = std::fs::read(e.path().join("meta.json")).ok()?;
+            let meta: serde_json::Value = serde_json::from_slice(&meta).ok()?;
+            Some((
+                e.file_name().to_string_lossy().into_owned(),
+                meta["compaction_level"].as_u64()?,
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn store_ingests_and_compacts_more_than_its_budget_inside_a_cgroup_of_that_size() {
+    let cgroup = match LimitedCgroup::create(BUDGET) {
+        Ok(group) => group,
+        Err(why) => {
+            assert!(!in_ci(), "memory cgroup needed in CI: {why}");
+            eprintln!(
+                "SKIP: no memory cgroup can be created here ({why}); the memory limit was not tested"
+            );
+            return;
+        }
+    };
+    let data_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let addr: SocketAddr = common::free_port();
+    // The wrapper shell joins the limited group, then becomes the store.
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(r#"echo $$ > "$1" && shift && exec "$@""#)
+        .arg("sh")
+        .arg(cgroup.procs_file())
+        .arg(env!("CARGO_BIN_EXE_kiln-store"))
+        .arg(format!("--listen={addr}"))
+        .arg(format!("--data-dir={}", data_dir.path().display()))
+        .arg(format!("--memory-budget={BUDGET}"))
+        .arg("--flush-interval=2s")
+        .arg("--relist-interval=1s")
+        .arg("--compaction-interval=2s")
+        .env("KILN_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn kiln-store in the limited cgroup");
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while http(addr, "GET", "/readyz", &[], b"").map_or(true, |r| r.status != 200) {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("kiln-store exited during start-up: {status}");
+        }
+        assert!(Instant::now() < deadline, "kiln-store not ready in 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let store = Limited { child };
+
+    // Profiles 3 to 5 hours ago, so their hours are complete and compaction
+    // (which waits for an hour to settle) merges their blocks.
+    let variants: Vec<(Vec<u8>, i64)> = (0..24).map(|seed| profile(seed, 250)).collect();
+    let mean = variants.iter().map(|(b, _)| b.len() as u64).sum::<u64>() / variants.len() as u64;
+    let count = (SEND_BYTES / mean) as usize + 1;
+    let start_s = now_s() - 5 * 3600;
+    let step_s = (2 * 3600 / count as i64).max(1);
+    let sent_total: i64 = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..CLIENTS)
+            .map(|client| {
+                let variants = &variants;
+                scope.spawn(move || {
+                    let mut total = 0i64;
+                    for i in (client..count).step_by(CLIENTS) {
+                        let (body, value) = &variants[i % variants.len()];
+                        let at = start_s + i as i64 * step_s;
+                        let name = format!("memtest{{pod=pod-{}}}", i % PODS);
+                        let target = format!(
+                            "/ingest?name={}&from={at}&until={}&format=pprof",
+                            enc(&name),
+                            at + 10
+                        );
+                        let response = http(addr, "POST", &target, &[], body)
+                            .unwrap_or_else(|e| panic!("ingest {i}: {e}"));
+                        assert_eq!(response.status, 200, "ingest {i}: {}", response.text());
+                        total += value;
+                    }
+                    total
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("client thread"))
+            .sum()
+    });
+    let sent_bytes = count as u64 * mean;
+    eprintln!(
+        "sent {count} profiles, about {} MiB gzipped, to a store with a {} MiB budget",
+        sent_bytes >> 20,
+        BUDGET >> 20
+    );
+
+    // Wait until everything is flushed and compaction has merged blocks.
+    let bucket = data_dir.path().join("bucket");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut previous: Option<Vec<(String, u64)>> = None;
+    let mut stable_polls = 0;
+    loop {
+        let mut blocks = blocks(&bucket);
+        blocks.sort();
+        let compacted = blocks.iter().filter(|(_, level)| *level >= 1).count();
+        let metrics = get(addr, "/metrics").text();
+        let head_empty = metrics.lines().any(|l| l == "kiln_head_profiles 0");
+        // Settled: compacted, nothing in the head, and the same blocks for
+        // three polls (compaction runs every 2 s, so it has nothing left).
+        if compacted > 0 && head_empty && previous.as_ref() == Some(&blocks) {
+            stable_polls += 1;
+            if stable_polls >= 3 {
+                eprintln!("blocks: {} ({compacted} compacted)", blocks.len());
+                break;
+            }
+        } else {
+            stable_polls = 0;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "compaction did not settle within 180 s; blocks: {blocks:?}"
+        );
+        previous = Some(blocks);
+        std::thread::sleep(Duration::from_secs(2));
+    }
+
+    // Every acknowledged value is there once, whatever merged.
+    let selector = r#"process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{service_name="memtest"}"#;
+    let response = get(
+        addr,
+        &format!(
+            "/api/v1/flamegraph?query={}&from={}&until={}",
+            enc(selector),
+            start_s - 60,
+            now_s()
+        ),
+    );
+    assert_eq!(response.status, 200, "{}", response.text());
+    assert_eq!(response.json()["total"].as_i64(), Some(sent_total));
+
+    let hwm_kib = status_kib(pid, "VmHWM:").expect("the store is alive and has a VmHWM");
+    let oom_kills = cgroup.oom_kills();
+    let mut out = std::io::stderr().lock();
+    let _ = writeln!(
+        out,
+        "peak RSS (VmHWM) {} MiB with a {} MiB budget and limit; OOM kills {oom_kills}",
+        hwm_kib >> 10,
+        BUDGET >> 20
+    );
+    assert_eq!(oom_kills, 0, "the store was OOM-killed inside its budget");
+    assert!(
+        hwm_kib * 1024 <= BUDGET,
+        "peak RSS {} KiB is over the {} KiB budget",
+        hwm_kib,
+        BUDGET >> 10
+    );
+    drop(store);
+}
