@@ -193,6 +193,8 @@ fn store_gets_retention_flags_and_data_dir() {
             "--data-dir=/var/lib/kiln",
             "--retention=30d",
             "--retention-bytes=53687091200",
+            // Three quarters of the default 2Gi memory limit.
+            "--memory-budget=1610612736",
         ]
     );
     let without_size = profile_store(serde_json::json!({}));
@@ -202,6 +204,29 @@ fn store_gets_retention_flags_and_data_dir() {
             .iter()
             .any(|a| a.starts_with("--retention-bytes"))
     );
+}
+
+#[test]
+fn store_memory_budget_follows_the_container_memory_limit() {
+    let budget_arg = |o: &ProfileStore| {
+        store::store_args(o)
+            .into_iter()
+            .find(|a| a.starts_with("--memory-budget="))
+    };
+    let limited = profile_store(serde_json::json!({"resources": {"limits": {"memory": "4Gi"}}}));
+    assert_eq!(
+        budget_arg(&limited).as_deref(),
+        Some("--memory-budget=3221225472")
+    );
+    let tiny = profile_store(serde_json::json!({"resources": {"limits": {"memory": "32Mi"}}}));
+    assert_eq!(
+        budget_arg(&tiny).as_deref(),
+        Some("--memory-budget=67108864"),
+        "never below what kiln-store accepts"
+    );
+    let unlimited =
+        profile_store(serde_json::json!({"resources": {"requests": {"memory": "1Gi"}}}));
+    assert_eq!(budget_arg(&unlimited), None);
 }
 
 #[test]

@@ -116,7 +116,30 @@ pub fn store_args(store: &ProfileStore) -> Vec<String> {
     {
         args.push(format!("--retention-bytes={bytes}"));
     }
+    if let Some(budget) = store_memory_budget(store) {
+        args.push(format!("--memory-budget={budget}"));
+    }
     args
+}
+
+/// The smallest budget `kiln-store` accepts.
+const MIN_STORE_MEMORY_BUDGET: u64 = 64 << 20;
+
+/// `--memory-budget` for the store: three quarters of its container's memory
+/// limit (the default resources' when the spec sets none). The store sizes
+/// its head, block cache and compactions from it; the last quarter is
+/// headroom for requests being decoded, the runtime and allocator slack, so
+/// the store stays inside the limit instead of being OOM-killed. `None`
+/// when the container has no memory limit (the store's own default holds).
+pub fn store_memory_budget(store: &ProfileStore) -> Option<u64> {
+    let resources = store
+        .spec
+        .resources
+        .clone()
+        .unwrap_or_else(default_store_resources);
+    let limit = resources.limits?.get("memory").map(|q| q.0.clone())?;
+    let bytes = quantity_to_bytes(&limit)?;
+    Some((bytes / 4 * 3).max(MIN_STORE_MEMORY_BUDGET))
 }
 
 /// Bytes in a Kubernetes quantity of the shape the CRD allows (`50Gi`, `1.5T`, `500000`);
