@@ -71,6 +71,9 @@ fn bad_http_requests_get_4xx_with_a_message_naming_the_problem() {
     let proto = [("Content-Type", "application/proto")];
     let mut gzip_junk = gzip(b"hello world, this is not going to survive");
     gzip_junk.truncate(20);
+    let otlp = [("Content-Type", "application/x-protobuf")];
+    // Under the 4096-byte body limit compressed, far over it inflated.
+    let zeros_bomb = gzip(&vec![0u8; 1 << 20]);
     let cases = vec![
         case(
             "POST",
@@ -276,6 +279,70 @@ fn bad_http_requests_get_4xx_with_a_message_naming_the_problem() {
             "no such endpoint",
         ),
         case("GET", "/ingest", &[], b"", 405, "method GET is not allowed"),
+        // OTLP profiles over HTTP.
+        case(
+            "POST",
+            "/v1development/profiles",
+            &otlp,
+            b"\x0a\x20\x12",
+            400,
+            "does not decode as an OTLP profiles export",
+        ),
+        case(
+            "POST",
+            "/v1development/profiles",
+            &[("Content-Type", "application/json")],
+            b"{}",
+            415,
+            "OTLP JSON is not supported",
+        ),
+        case(
+            "POST",
+            "/v1development/profiles",
+            &[
+                ("Content-Type", "application/x-protobuf"),
+                ("Content-Encoding", "gzip"),
+            ],
+            &zeros_bomb,
+            413,
+            "exceeds the limit",
+        ),
+        // Pyroscope's querier over Connect, and render.
+        case(
+            "POST",
+            "/querier.v1.QuerierService/SelectMergeStacktraces",
+            &proto,
+            b"\x0a\x10ab",
+            400,
+            "not a valid querier.v1.SelectMergeStacktracesRequest",
+        ),
+        case(
+            "POST",
+            "/querier.v1.QuerierService/LabelNames",
+            &[
+                ("Content-Type", "application/json"),
+                ("Content-Encoding", "gzip"),
+            ],
+            &zeros_bomb,
+            413,
+            "exceeds the limit",
+        ),
+        case(
+            "POST",
+            "/querier.v1.QuerierService/LabelNames",
+            &[("Content-Type", "text/plain")],
+            b"{}",
+            415,
+            "application/json or application/proto",
+        ),
+        case(
+            "GET",
+            "/pyroscope/render?from=now-1h",
+            &[],
+            b"",
+            400,
+            "invalid `query`",
+        ),
     ];
     for case in cases {
         let response = http(
