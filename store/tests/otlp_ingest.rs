@@ -559,3 +559,41 @@ fn a_profile_the_store_refuses_after_others_were_kept_is_a_partial_success() {
     assert!(!partial.error_message.is_empty());
     assert_eq!(flamegraph_total(&store, "svc-kept").0, TOTAL);
 }
+
+/// Bodies written by the official generated Python classes of PyPI
+/// `opentelemetry-proto` 1.39.1 (1.7 layout), 1.42.1 (1.9) and 1.45.2
+/// (1.10/1.11), so Kiln's own `.proto` files are checked against an
+/// independent encoder (`tests/fixtures/otlp/generate.py`).
+#[test]
+fn bodies_from_the_official_python_classes_ingest_with_the_same_totals() {
+    let store = StoreProcess::start(&[]);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/otlp");
+    for (layout, revisions) in [("v1_7", "1.7"), ("v1_9", "1.8+1.9"), ("v1_10", "1.10-1.11")] {
+        let body = std::fs::read(dir.join(format!("{layout}.bin"))).expect("fixture");
+        let response = post_otlp(&store, &body, &[]);
+        assert_eq!(response.status, 200, "{layout}: {}", response.text());
+        let service = format!("py-{layout}");
+        let query = format!(
+            "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{{service_name=\"{service}\",namespace=\"shop\"}}"
+        );
+        let response = get(
+            store.addr,
+            &format!(
+                "/api/v1/flamegraph?query={}&from=1795300000&to=1795302000",
+                enc(&query)
+            ),
+        );
+        assert_eq!(response.status, 200, "{layout}: {}", response.text());
+        let json = response.json();
+        assert_eq!(json["total"].as_i64(), Some(TOTAL), "{layout}: {json}");
+        let names = flamegraph_names(&json);
+        assert!(names.iter().any(|n| n == "hot_loop"), "{layout}: {names:?}");
+        let metrics = get(store.addr, "/metrics").text();
+        assert!(
+            metrics.contains(&format!(
+                "kiln_otlp_export_requests_total{{revision=\"{revisions}\"}} 1"
+            )),
+            "{layout}: {metrics}"
+        );
+    }
+}
