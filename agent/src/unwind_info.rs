@@ -1,0 +1,385 @@
+//! The unwind information of one ELF object: its `.eh_frame` (or
+//! `.debug_frame`) and `.eh_frame_hdr` bytes, the section addresses the CFI
+//! refers to, and its loadable segments, read with hard caps so that a huge
+//! or hostile file costs a bounded amount of memory and time.
+//!
+//! Only the ELF header, the program and section header tables, the section
+//! name table and the unwind sections are read: never symbol tables or code.
+//! Everything is bounds-checked by `object`; the caps below are checked
+//! before any section is read.
+
+use std::fs::File;
+use std::ops::Range;
+use std::sync::Arc;
+
+use object::elf::{FileHeader64, PF_X, PT_LOAD, SHT_NOBITS};
+use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
+use object::{Endianness, ReadCache, ReadRef};
+
+/// The smallest page size segments are mapped with on x86-64.
+const PAGE_SIZE: u64 = 4096;
+
+/// Caps on what one object may cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnwindInfoLimits {
+    /// Most bytes of unwind sections kept for one object.
+    pub max_bytes_per_object: u64,
+    /// Most section headers read.
+    pub max_sections: usize,
+    /// Most program headers read.
+    pub max_segments: usize,
+}
+
+impl Default for UnwindInfoLimits {
+    fn default() -> Self {
+        UnwindInfoLimits {
+            // Enough for CPython, Node or a large C++ service (tens of MB of
+            // text have single-digit MB of CFI); ClickHouse-sized objects
+            // are refused and fall back to frame pointers.
+            max_bytes_per_object: 16 * 1024 * 1024,
+            max_sections: 4096,
+            max_segments: 256,
+        }
+    }
+}
+
+/// One `PT_LOAD` segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadSegment {
+    /// `p_offset`.
+    pub file_offset: u64,
+    /// `p_vaddr`.
+    pub vaddr: u64,
+    /// `p_filesz`.
+    pub file_size: u64,
+    /// Whether the segment is executable.
+    pub executable: bool,
+}
+
+/// The unwind sections of one object, shared by every process that maps it.
+#[derive(Debug, Clone, Default)]
+pub struct UnwindSections {
+    /// `.text` address range (used to resolve text-relative CFI pointers).
+    pub text_svma: Option<Range<u64>>,
+    /// `.got` address range (data-relative CFI pointers).
+    pub got_svma: Option<Range<u64>>,
+    /// `.eh_frame` address range and bytes.
+    pub eh_frame: Option<(Range<u64>, Arc<[u8]>)>,
+    /// `.eh_frame_hdr` address range and bytes (the binary-search table).
+    pub eh_frame_hdr: Option<(Range<u64>, Arc<[u8]>)>,
+    /// `.debug_frame` bytes, read only when there is no `.eh_frame`.
+    pub debug_frame: Option<Arc<[u8]>>,
+    /// Loadable segments, to place the object in an address space.
+    pub segments: Vec<LoadSegment>,
+}
+
+impl UnwindSections {
+    /// Bytes held (the cost counted against cache budgets).
+    pub fn held_bytes(&self) -> u64 {
+        let len = |bytes: Option<&Arc<[u8]>>| bytes.map_or(0, |b| b.len() as u64);
+        len(self.eh_frame.as_ref().map(|(_, b)| b))
+            + len(self.eh_frame_hdr.as_ref().map(|(_, b)| b))
+            + len(self.debug_frame.as_ref())
+            + (self.segments.len() * size_of::<LoadSegment>()) as u64
+    }
+
+    /// The address at which the object's address 0 sits when the file
+    /// offset `mapping_offset` is mapped at `mapping_start`; `None` when no
+    /// executable segment contains that offset.
+    pub fn base_avma(&self, mapping_start: u64, mapping_offset: u64) -> Option<u64> {
+        // The kernel maps a segment from its offset rounded down to a page.
+        let segment = self.segments.iter().find(|s| {
+            s.executable
+                && s.file_offset & !(PAGE_SIZE - 1) <= mapping_offset
+                && mapping_offset < s.file_offset.saturating_add(s.file_size.max(1))
+        })?;
+        // avma = mapping_start + (offset - mapping_offset) and
+        // svma = offset - p_offset + p_vaddr, so avma - svma is constant:
+        Some(
+            mapping_start
+                .wrapping_sub(mapping_offset)
+                .wrapping_add(segment.file_offset)
+                .wrapping_sub(segment.vaddr),
+        )
+    }
+}
+
+/// Why an object's unwind information was not used. Every case falls back
+/// to frame pointers for that object.
+#[derive(Debug, thiserror::Error)]
+pub enum UnwindInfoError {
+    /// Not a 64-bit little-endian ELF file.
+    #[error("not a 64-bit little-endian ELF object")]
+    NotElf,
+    /// The ELF structure is inconsistent.
+    #[error("malformed ELF: {what}")]
+    Malformed {
+        /// What was wrong.
+        what: &'static str,
+    },
+    /// More headers than the caps allow.
+    #[error("{what} count {count} is over the cap of {cap}")]
+    TooManyHeaders {
+        /// Which table.
+        what: &'static str,
+        /// Entries in the file.
+        count: usize,
+        /// The cap.
+        cap: usize,
+    },
+    /// The unwind sections are bigger than the per-object cap.
+    #[error("unwind sections hold {bytes} bytes, over the per-object cap of {cap}")]
+    TooLarge {
+        /// Bytes the sections would take.
+        bytes: u64,
+        /// The cap.
+        cap: u64,
+    },
+    /// The object has neither `.eh_frame` nor `.debug_frame`.
+    #[error("no .eh_frame or .debug_frame section")]
+    NoUnwindInfo,
+}
+
+impl UnwindInfoError {
+    /// A fixed name for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            UnwindInfoError::NotElf => "not_elf",
+            UnwindInfoError::Malformed { .. } => "malformed",
+            UnwindInfoError::TooManyHeaders { .. } => "too_many_headers",
+            UnwindInfoError::TooLarge { .. } => "too_large",
+            UnwindInfoError::NoUnwindInfo => "no_unwind_info",
+        }
+    }
+}
+
+/// Reads the unwind sections of an open file, reading only the parts needed.
+pub fn read_from_file(
+    file: &File,
+    limits: &UnwindInfoLimits,
+) -> Result<UnwindSections, UnwindInfoError> {
+    let cache = ReadCache::new(file);
+    read_unwind_sections(&cache, limits)
+}
+
+/// Reads the unwind sections of an ELF object held in `data` (a byte slice,
+/// or a [`ReadCache`] over a file).
+pub fn read_unwind_sections<'data, R: ReadRef<'data>>(
+    data: R,
+    limits: &UnwindInfoLimits,
+) -> Result<UnwindSections, UnwindInfoError> {
+    let header = FileHeader64::<Endianness>::parse(data).map_err(|_| UnwindInfoError::NotElf)?;
+    let endian = header
+        .endian()
+        .map_err(|_| UnwindInfoError::Malformed { what: "endianness" })?;
+    if endian != Endianness::Little {
+        return Err(UnwindInfoError::NotElf);
+    }
+    check_header_counts(header, endian, data, limits)?;
+
+    let segments = header
+        .program_headers(endian, data)
+        .map_err(|_| UnwindInfoError::Malformed {
+            what: "program headers",
+        })?
+        .iter()
+        .filter(|p| p.p_type(endian) == PT_LOAD)
+        .map(|p| LoadSegment {
+            file_offset: p.p_offset(endian),
+            vaddr: p.p_vaddr(endian),
+            file_size: p.p_filesz(endian),
+            executable: p.p_flags(endian) & PF_X != 0,
+        })
+        .collect::<Vec<_>>();
+    let sections = header
+        .sections(endian, data)
+        .map_err(|_| UnwindInfoError::Malformed {
+            what: "section headers",
+        })?;
+    let find = |name: &[u8]| {
+        sections
+            .section_by_name(endian, name)
+            .map(|(_, section)| section)
+            .filter(|section| section.sh_type(endian) != SHT_NOBITS)
+    };
+    let range = |section: &<FileHeader64<Endianness> as FileHeader>::SectionHeader| {
+        let start = section.sh_addr(endian);
+        start..start.saturating_add(section.sh_size(endian))
+    };
+
+    let eh_frame = find(b".eh_frame").filter(|s| s.sh_size(endian) > 0);
+    let eh_frame_hdr = find(b".eh_frame_hdr").filter(|s| s.sh_size(endian) > 0);
+    // .debug_frame only matters where there is no .eh_frame.
+    let debug_frame = match eh_frame {
+        Some(_) => None,
+        None => find(b".debug_frame").filter(|s| s.sh_size(endian) > 0),
+    };
+    if eh_frame.is_none() && debug_frame.is_none() {
+        return Err(UnwindInfoError::NoUnwindInfo);
+    }
+    let bytes: u64 = [eh_frame, eh_frame_hdr, debug_frame]
+        .iter()
+        .flatten()
+        .map(|s| s.sh_size(endian))
+        .fold(0u64, u64::saturating_add);
+    if bytes > limits.max_bytes_per_object {
+        return Err(UnwindInfoError::TooLarge {
+            bytes,
+            cap: limits.max_bytes_per_object,
+        });
+    }
+    let read = |section: &<FileHeader64<Endianness> as FileHeader>::SectionHeader,
+                what: &'static str|
+     -> Result<Arc<[u8]>, UnwindInfoError> {
+        section
+            .data(endian, data)
+            .map(Arc::from)
+            .map_err(|_| UnwindInfoError::Malformed { what })
+    };
+    Ok(UnwindSections {
+        text_svma: find(b".text").map(range),
+        got_svma: find(b".got").map(range),
+        eh_frame: eh_frame
+            .map(|s| Ok::<_, UnwindInfoError>((range(s), read(s, ".eh_frame data")?)))
+            .transpose()?,
+        eh_frame_hdr: eh_frame_hdr
+            .map(|s| Ok::<_, UnwindInfoError>((range(s), read(s, ".eh_frame_hdr data")?)))
+            .transpose()?,
+        debug_frame: debug_frame
+            .map(|s| read(s, ".debug_frame data"))
+            .transpose()?,
+        segments,
+    })
+}
+
+/// Refuses header tables over the caps before `object` reads them, and
+/// extended section numbering (more than 65,535 sections), which only
+/// unlinked objects use.
+fn check_header_counts<'data, R: ReadRef<'data>>(
+    header: &FileHeader64<Endianness>,
+    endian: Endianness,
+    data: R,
+    limits: &UnwindInfoLimits,
+) -> Result<(), UnwindInfoError> {
+    let sections = usize::from(header.e_shnum.get(endian));
+    if sections == 0 && header.e_shoff.get(endian) != 0 {
+        return Err(UnwindInfoError::TooManyHeaders {
+            what: "section header",
+            count: usize::MAX,
+            cap: limits.max_sections,
+        });
+    }
+    if sections > limits.max_sections {
+        return Err(UnwindInfoError::TooManyHeaders {
+            what: "section header",
+            count: sections,
+            cap: limits.max_sections,
+        });
+    }
+    let segments = header
+        .phnum(endian, data)
+        .map_err(|_| UnwindInfoError::Malformed {
+            what: "program header count",
+        })?;
+    if segments > limits.max_segments {
+        return Err(UnwindInfoError::TooManyHeaders {
+            what: "program header",
+            count: segments,
+            cap: limits.max_segments,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn own_executable() -> Vec<u8> {
+        std::fs::read("/proc/self/exe").expect("own executable is readable")
+    }
+
+    #[test]
+    fn own_executable_has_eh_frame_with_header_and_an_executable_segment() {
+        let bytes = own_executable();
+        let sections = read_unwind_sections(bytes.as_slice(), &UnwindInfoLimits::default())
+            .expect("a Rust test binary has unwind info");
+        let (eh_range, eh_bytes) = sections.eh_frame.as_ref().expect(".eh_frame");
+        assert_eq!(eh_range.end - eh_range.start, eh_bytes.len() as u64);
+        assert!(sections.eh_frame_hdr.is_some());
+        assert!(sections.segments.iter().any(|s| s.executable));
+        assert!(sections.held_bytes() >= eh_bytes.len() as u64);
+    }
+
+    #[test]
+    fn file_reads_agree_with_slice_reads() {
+        let file = File::open("/proc/self/exe").expect("open own executable");
+        let from_file = read_from_file(&file, &UnwindInfoLimits::default()).expect("file");
+        let bytes = own_executable();
+        let from_slice =
+            read_unwind_sections(bytes.as_slice(), &UnwindInfoLimits::default()).expect("slice");
+        assert_eq!(
+            from_file.eh_frame.map(|(_, b)| b.to_vec()),
+            from_slice.eh_frame.map(|(_, b)| b.to_vec())
+        );
+    }
+
+    #[test]
+    fn objects_over_the_cap_are_refused_before_reading() {
+        let bytes = own_executable();
+        let limits = UnwindInfoLimits {
+            max_bytes_per_object: 64,
+            ..UnwindInfoLimits::default()
+        };
+        let error = read_unwind_sections(bytes.as_slice(), &limits).expect_err("over the cap");
+        assert_eq!(error.reason(), "too_large");
+    }
+
+    #[test]
+    fn non_elf_and_truncated_input_are_clean_errors() {
+        assert_eq!(
+            read_unwind_sections(&b"#!/bin/sh\n"[..], &UnwindInfoLimits::default())
+                .expect_err("script")
+                .reason(),
+            "not_elf"
+        );
+        let bytes = own_executable();
+        for cut in [16, 64, 200, bytes.len() / 2] {
+            // Whatever a cut leaves, the answer is an error or sections that
+            // are within the file: never a panic.
+            let _ = read_unwind_sections(&bytes[..cut], &UnwindInfoLimits::default());
+        }
+    }
+
+    #[test]
+    fn base_address_accounts_for_segment_offset_and_vaddr() {
+        let sections = UnwindSections {
+            segments: vec![
+                LoadSegment {
+                    file_offset: 0,
+                    vaddr: 0,
+                    file_size: 0x1000,
+                    executable: false,
+                },
+                // lld-style layout: vaddr is one page above the offset.
+                LoadSegment {
+                    file_offset: 0x1000,
+                    vaddr: 0x2000,
+                    file_size: 0x5000,
+                    executable: true,
+                },
+            ],
+            ..UnwindSections::default()
+        };
+        let base = sections
+            .base_avma(0x7f00_0000_1000, 0x1000)
+            .expect("offset in the text segment");
+        // svma 0x2000 (file offset 0x1000) is at the mapping start.
+        assert_eq!(base + 0x2000, 0x7f00_0000_1000);
+        assert_eq!(
+            sections.base_avma(0x7f00_0000_0000, 0),
+            None,
+            "not executable"
+        );
+    }
+}
