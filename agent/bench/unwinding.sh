@@ -8,7 +8,8 @@
 #   kiln-eh   kiln-agent --all (default .eh_frame unwinder)
 #   kiln-fp   kiln-agent --all --unwinder frame-pointer
 #   perf      perf record -a --call-graph dwarf,16384 (the ground truth)
-#   bee       profile-bee --dwarf (eBPF peer; $PROFILE_BEE or on PATH)
+#   bee       profile-bee --dwarf (eBPF peer; its `probee` binary from
+#             $PROFILE_BEE, PATH or /var/tmp/kiln-tools/profile-bee/bin)
 # and reports, per profiler: the share of xz samples that reach lzma_code and
 # of python3 samples that reach Py_RunMain/Py_BytesMain/pymain_run_python, the
 # median stack depth of those samples, the profiler's CPU (utime + stime of
@@ -24,7 +25,7 @@ seconds="${1:-30}"
 shift || true
 if [ "$#" -gt 0 ]; then frequencies=("$@"); else frequencies=(19 99); fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/kiln-target}"
-bee="${PROFILE_BEE:-$(command -v profile-bee || echo /var/tmp/kiln-tools/profile-bee/bin/profile-bee)}"
+bee="${PROFILE_BEE:-$(command -v probee || echo /var/tmp/kiln-tools/profile-bee/bin/probee)}"
 
 cargo build --release -q -p kiln-agent --manifest-path "$repo/Cargo.toml"
 agent="$CARGO_TARGET_DIR/release/kiln-agent"
@@ -125,7 +126,7 @@ perf_lines() {
     END { flush() }'
 }
 
-# profile-bee collapsed stacks ("comm;root;...;leaf count") -> score() lines.
+# profile-bee folded stacks ("comm (pid);root;...;leaf count") -> score() lines.
 bee_lines() {
   awk '{
     count = $NF; sub(/ [0-9]+$/, ""); n = split($0, f, ";")
@@ -160,22 +161,21 @@ for hz in "${frequencies[@]}"; do
   done
 
   perf record -q -a -F "$hz" --call-graph dwarf,16384 -o "$work/perf-$hz.data" -- sleep $((seconds + 3)) 2>/dev/null &
-  sleep 0.5
-  ppid="$(pgrep -n -x perf)"
+  ppid=$!
   stats="$(measure "$ppid")"
-  wait || true
+  wait "$ppid" || true
   start_ns="$(date +%s%N)"
   perf script -F comm,ip,sym -i "$work/perf-$hz.data" 2>/dev/null >"$work/perf-$hz.txt"
   script_s="$(awk -v a="$start_ns" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')"
   report "$hz" perf "$stats" "$(perf_lines <"$work/perf-$hz.txt" | score)" "perf script: ${script_s}s"
 
   if [ -x "$bee" ]; then
-    "$bee" --dwarf --frequency "$hz" --time $(((seconds + 3) * 1000)) --collapse "$work/bee-$hz.txt" \
-      >"$work/bee.log" 2>&1 &
+    "$bee" --dwarf --skip-idle --group-by-process --frequency "$hz" --time $(((seconds + 3) * 1000)) \
+      -o "$work/bee-$hz.folded" >"$work/bee.log" 2>&1 &
     bpid=$!
     stats="$(measure "$bpid")"
     wait "$bpid" || true
-    report "$hz" bee "$stats" "$(bee_lines "$work/bee-$hz.txt" | score)" ""
+    report "$hz" bee "$stats" "$(bee_lines "$work/bee-$hz.folded" | score)" ""
   else
     echo "profile-bee not found (set PROFILE_BEE): skipped"
   fi

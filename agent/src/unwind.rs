@@ -20,7 +20,7 @@ use framehop::{Error as FramehopError, ExplicitModuleSectionInfo, Module, Unwind
 use crate::abi::{MAX_STACK_DEPTH, StackSnapshot};
 use crate::proc_maps::{MapEntry, MappingKind};
 use crate::process_info::{MappedFile, ProcessSnapshot};
-use crate::unwind_info::{self, UnwindInfoError, UnwindInfoLimits, UnwindSections};
+use crate::unwind_info::{self, SectionBytes, UnwindInfoError, UnwindInfoLimits, UnwindSections};
 
 /// How one sample's user stack came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,7 +75,7 @@ pub struct UnwoundStack {
 /// bytes at `sp`), with `covered(pc)` telling whether a pc has CFI.
 /// Pure: no IO, bounded by [`MAX_STACK_DEPTH`] frames.
 pub fn walk_stack(
-    unwinder: &UnwinderX86_64<Arc<[u8]>>,
+    unwinder: &UnwinderX86_64<SectionBytes>,
     cache: &mut CacheX86_64,
     registers: (u64, u64, u64),
     stack: &[u8],
@@ -192,7 +192,7 @@ struct CachedObject {
 
 /// One process's modules, built for the current window.
 struct ProcessModules {
-    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    unwinder: UnwinderX86_64<SectionBytes>,
     cache: CacheX86_64,
     /// Address ranges with CFI, sorted.
     covered: Vec<Range<u64>>,
@@ -423,17 +423,14 @@ fn object_key(file: &MappedFile) -> ObjectKey {
 }
 
 /// A framehop module for one executable mapping of an object.
-fn build_module(entry: &MapEntry, sections: &UnwindSections) -> Option<Module<Arc<[u8]>>> {
+fn build_module(entry: &MapEntry, sections: &UnwindSections) -> Option<Module<SectionBytes>> {
     let base_avma = sections.base_avma(entry.start, entry.file_offset)?;
     let info = ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma: sections.text_svma.clone(),
         got_svma: sections.got_svma.clone(),
         eh_frame_svma: sections.eh_frame.as_ref().map(|(range, _)| range.clone()),
-        eh_frame: sections
-            .eh_frame
-            .as_ref()
-            .map(|(_, bytes)| Arc::clone(bytes)),
+        eh_frame: sections.eh_frame.as_ref().map(|(_, bytes)| bytes.clone()),
         eh_frame_hdr_svma: sections
             .eh_frame_hdr
             .as_ref()
@@ -441,7 +438,7 @@ fn build_module(entry: &MapEntry, sections: &UnwindSections) -> Option<Module<Ar
         eh_frame_hdr: sections
             .eh_frame_hdr
             .as_ref()
-            .map(|(_, bytes)| Arc::clone(bytes)),
+            .map(|(_, bytes)| bytes.clone()),
         debug_frame: sections.debug_frame.clone(),
         ..ExplicitModuleSectionInfo::default()
     };

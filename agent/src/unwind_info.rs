@@ -43,6 +43,24 @@ impl Default for UnwindInfoLimits {
     }
 }
 
+/// Bytes of one section, shared by every process that maps its object.
+/// (`Arc<[u8]>` would copy a `Vec` once more on conversion.)
+#[derive(Debug, Clone, Default)]
+pub struct SectionBytes(Arc<Vec<u8>>);
+
+impl From<Vec<u8>> for SectionBytes {
+    fn from(bytes: Vec<u8>) -> Self {
+        SectionBytes(Arc::new(bytes))
+    }
+}
+
+impl std::ops::Deref for SectionBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 /// One `PT_LOAD` segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoadSegment {
@@ -64,11 +82,11 @@ pub struct UnwindSections {
     /// `.got` address range (data-relative CFI pointers).
     pub got_svma: Option<Range<u64>>,
     /// `.eh_frame` address range and bytes.
-    pub eh_frame: Option<(Range<u64>, Arc<[u8]>)>,
+    pub eh_frame: Option<(Range<u64>, SectionBytes)>,
     /// `.eh_frame_hdr` address range and bytes (the binary-search table).
-    pub eh_frame_hdr: Option<(Range<u64>, Arc<[u8]>)>,
+    pub eh_frame_hdr: Option<(Range<u64>, SectionBytes)>,
     /// `.debug_frame` bytes, read only when there is no `.eh_frame`.
-    pub debug_frame: Option<Arc<[u8]>>,
+    pub debug_frame: Option<SectionBytes>,
     /// Loadable segments, to place the object in an address space.
     pub segments: Vec<LoadSegment>,
 }
@@ -76,7 +94,7 @@ pub struct UnwindSections {
 impl UnwindSections {
     /// Bytes held (the cost counted against cache budgets).
     pub fn held_bytes(&self) -> u64 {
-        let len = |bytes: Option<&Arc<[u8]>>| bytes.map_or(0, |b| b.len() as u64);
+        let len = |bytes: Option<&SectionBytes>| bytes.map_or(0, |b| b.len() as u64);
         len(self.eh_frame.as_ref().map(|(_, b)| b))
             + len(self.eh_frame_hdr.as_ref().map(|(_, b)| b))
             + len(self.debug_frame.as_ref())
@@ -153,20 +171,40 @@ impl UnwindInfoError {
     }
 }
 
-/// Reads the unwind sections of an open file, reading only the parts needed.
+/// Reads the unwind sections of an open file, reading only the parts needed:
+/// headers through `object`, section bytes straight into their final buffer
+/// (one copy, so a large `.eh_frame` does not cost twice its size).
 pub fn read_from_file(
     file: &File,
     limits: &UnwindInfoLimits,
 ) -> Result<UnwindSections, UnwindInfoError> {
+    use std::os::unix::fs::FileExt;
     let cache = ReadCache::new(file);
-    read_unwind_sections(&cache, limits)
+    read_sections_with(&cache, limits, |offset, size| {
+        let mut bytes = vec![0; usize::try_from(size).ok()?];
+        file.read_exact_at(&mut bytes, offset).ok()?;
+        Some(bytes)
+    })
 }
 
-/// Reads the unwind sections of an ELF object held in `data` (a byte slice,
-/// or a [`ReadCache`] over a file).
-pub fn read_unwind_sections<'data, R: ReadRef<'data>>(
+/// Reads the unwind sections of an ELF object held in memory.
+pub fn read_unwind_sections(
+    data: &[u8],
+    limits: &UnwindInfoLimits,
+) -> Result<UnwindSections, UnwindInfoError> {
+    read_sections_with(data, limits, |offset, size| {
+        let start = usize::try_from(offset).ok()?;
+        let end = start.checked_add(usize::try_from(size).ok()?)?;
+        data.get(start..end).map(<[u8]>::to_vec)
+    })
+}
+
+/// Parses headers from `data` and reads each unwind section with
+/// `fetch(file offset, size)`, which returns `None` past the end.
+fn read_sections_with<'data, R: ReadRef<'data>>(
     data: R,
     limits: &UnwindInfoLimits,
+    fetch: impl Fn(u64, u64) -> Option<Vec<u8>>,
 ) -> Result<UnwindSections, UnwindInfoError> {
     let header = FileHeader64::<Endianness>::parse(data).map_err(|_| UnwindInfoError::NotElf)?;
     let endian = header
@@ -230,11 +268,10 @@ pub fn read_unwind_sections<'data, R: ReadRef<'data>>(
     }
     let read = |section: &<FileHeader64<Endianness> as FileHeader>::SectionHeader,
                 what: &'static str|
-     -> Result<Arc<[u8]>, UnwindInfoError> {
-        section
-            .data(endian, data)
-            .map(Arc::from)
-            .map_err(|_| UnwindInfoError::Malformed { what })
+     -> Result<SectionBytes, UnwindInfoError> {
+        fetch(section.sh_offset(endian), section.sh_size(endian))
+            .map(SectionBytes::from)
+            .ok_or(UnwindInfoError::Malformed { what })
     };
     Ok(UnwindSections {
         text_svma: find(b".text").map(range),

@@ -3,14 +3,12 @@
 //! the unwinder must walk back through the callers. Hostile unwind info
 //! (random and mutated `.eh_frame`) must never panic, loop or overrun.
 
-use std::sync::Arc;
-
 use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 use kiln_agent::abi::{STACK_SNAPSHOT_BYTES, StackSnapshot};
 use kiln_agent::process_info::{ProcessTable, parse_stat_start_ticks};
 use kiln_agent::unwind::{StackUnwinder, StackUnwinderConfig, UnwindOutcome, walk_stack};
-use kiln_agent::unwind_info::{UnwindInfoLimits, read_unwind_sections};
+use kiln_agent::unwind_info::{SectionBytes, UnwindInfoLimits, read_unwind_sections};
 use proptest::prelude::*;
 
 /// Registers and stack bytes of the calling thread, as the kernel copies them.
@@ -194,17 +192,20 @@ fn kernel_threads_have_no_user_stack() {
 }
 
 /// A module over [0x1000, 0x100000) with the given bytes as its unwind info.
-fn hostile_unwinder(eh_frame: Vec<u8>, eh_frame_hdr: Option<Vec<u8>>) -> UnwinderX86_64<Arc<[u8]>> {
+fn hostile_unwinder(
+    eh_frame: Vec<u8>,
+    eh_frame_hdr: Option<Vec<u8>>,
+) -> UnwinderX86_64<SectionBytes> {
     let mut unwinder = UnwinderX86_64::new();
     let info = ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma: Some(0x1000..0x100000),
         eh_frame_svma: Some(0x200000..0x200000 + eh_frame.len() as u64),
-        eh_frame: Some(Arc::from(eh_frame)),
+        eh_frame: Some(SectionBytes::from(eh_frame)),
         eh_frame_hdr_svma: eh_frame_hdr
             .as_ref()
             .map(|h| 0x300000..0x300000 + h.len() as u64),
-        eh_frame_hdr: eh_frame_hdr.map(Arc::from),
+        eh_frame_hdr: eh_frame_hdr.map(SectionBytes::from),
         ..ExplicitModuleSectionInfo::default()
     };
     unwinder.add_module(Module::new("hostile".to_owned(), 0x1000..0x100000, 0, info));
