@@ -273,20 +273,83 @@ fn read_sections_with<'data, R: ReadRef<'data>>(
             .map(SectionBytes::from)
             .ok_or(UnwindInfoError::Malformed { what })
     };
+    let eh_frame = eh_frame
+        .map(|s| Ok::<_, UnwindInfoError>((range(s), read(s, ".eh_frame data")?)))
+        .transpose()?;
+    let eh_frame_hdr = eh_frame_hdr
+        .map(|s| Ok::<_, UnwindInfoError>((range(s), read(s, ".eh_frame_hdr data")?)))
+        .transpose()?
+        // A search table that points outside .eh_frame is dropped; the
+        // unwinder then indexes .eh_frame itself.
+        .filter(|(hdr_range, hdr)| {
+            eh_frame.as_ref().is_some_and(|(eh_range, _)| {
+                search_table_is_sound(hdr, hdr_range.start, eh_range.clone())
+            })
+        });
     Ok(UnwindSections {
         text_svma: find(b".text").map(range),
         got_svma: find(b".got").map(range),
-        eh_frame: eh_frame
-            .map(|s| Ok::<_, UnwindInfoError>((range(s), read(s, ".eh_frame data")?)))
-            .transpose()?,
-        eh_frame_hdr: eh_frame_hdr
-            .map(|s| Ok::<_, UnwindInfoError>((range(s), read(s, ".eh_frame_hdr data")?)))
-            .transpose()?,
+        eh_frame,
+        eh_frame_hdr,
         debug_frame: debug_frame
             .map(|s| read(s, ".debug_frame data"))
             .transpose()?,
         segments,
     })
+}
+
+/// Whether an `.eh_frame_hdr` at `hdr_svma` is the standard binary-search
+/// table (version 1; `pcrel|sdata4` frame pointer, `udata4` count,
+/// `datarel|sdata4` entries) whose entries are sorted and all point into
+/// `.eh_frame`. Anything else is not handed to the unwinder, whose lookups
+/// trust these offsets.
+pub fn search_table_is_sound(hdr: &[u8], hdr_svma: u64, eh_frame_svma: Range<u64>) -> bool {
+    const PCREL_SDATA4: u8 = 0x1b;
+    const UDATA4: u8 = 0x03;
+    const DATAREL_SDATA4: u8 = 0x3b;
+    let i32_at = |offset: usize| -> Option<i64> {
+        Some(i64::from(i32::from_le_bytes(
+            hdr.get(offset..offset + 4)?.try_into().ok()?,
+        )))
+    };
+    let relative = |value: i64| hdr_svma.checked_add_signed(value);
+    if hdr.get(..4) != Some(&[1, PCREL_SDATA4, UDATA4, DATAREL_SDATA4][..]) {
+        return false;
+    }
+    // eh_frame_ptr is relative to its own position (offset 4).
+    let Some(eh_frame_ptr) = i32_at(4).and_then(|v| relative(v + 4)) else {
+        return false;
+    };
+    let Some(count) = hdr
+        .get(8..12)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_le_bytes)
+    else {
+        return false;
+    };
+    let Ok(count) = usize::try_from(count) else {
+        return false;
+    };
+    if eh_frame_ptr != eh_frame_svma.start
+        || count.checked_mul(8).and_then(|n| n.checked_add(12)) > Some(hdr.len())
+    {
+        return false;
+    }
+    let mut previous = None;
+    for entry in 0..count {
+        let at = 12 + entry * 8;
+        let (Some(location), Some(fde)) = (
+            i32_at(at).and_then(relative),
+            i32_at(at + 4).and_then(relative),
+        ) else {
+            return false;
+        };
+        if !eh_frame_svma.contains(&fde) || previous.is_some_and(|p| p > location) {
+            return false;
+        }
+        previous = Some(location);
+    }
+    true
 }
 
 /// Refuses header tables over the caps before `object` reads them, and
@@ -359,6 +422,40 @@ mod tests {
             from_file.eh_frame.map(|(_, b)| b.to_vec()),
             from_slice.eh_frame.map(|(_, b)| b.to_vec())
         );
+    }
+
+    #[test]
+    fn search_tables_pointing_outside_eh_frame_are_dropped() {
+        let bytes = own_executable();
+        let sections = read_unwind_sections(bytes.as_slice(), &UnwindInfoLimits::default())
+            .expect("own unwind info");
+        let (eh_range, _) = sections.eh_frame.clone().expect(".eh_frame");
+        let (hdr_range, hdr) = sections.eh_frame_hdr.clone().expect("sound table kept");
+        assert!(search_table_is_sound(
+            &hdr,
+            hdr_range.start,
+            eh_range.clone()
+        ));
+        let mut bad = hdr.to_vec();
+        // The first entry's FDE pointer now points far before .eh_frame.
+        bad[16..20].copy_from_slice(&i32::MIN.to_le_bytes());
+        assert!(!search_table_is_sound(
+            &bad,
+            hdr_range.start,
+            eh_range.clone()
+        ));
+        let mut unsorted = hdr.to_vec();
+        unsorted[12..16].copy_from_slice(&i32::MAX.to_le_bytes());
+        assert!(!search_table_is_sound(
+            &unsorted,
+            hdr_range.start,
+            eh_range.clone()
+        ));
+        assert!(!search_table_is_sound(
+            &hdr[..10],
+            hdr_range.start,
+            eh_range
+        ));
     }
 
     #[test]

@@ -8,7 +8,9 @@ use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 use kiln_agent::abi::{STACK_SNAPSHOT_BYTES, StackSnapshot};
 use kiln_agent::process_info::{ProcessTable, parse_stat_start_ticks};
 use kiln_agent::unwind::{StackUnwinder, StackUnwinderConfig, UnwindOutcome, walk_stack};
-use kiln_agent::unwind_info::{SectionBytes, UnwindInfoLimits, read_unwind_sections};
+use kiln_agent::unwind_info::{
+    SectionBytes, UnwindInfoLimits, read_unwind_sections, search_table_is_sound,
+};
 use proptest::prelude::*;
 
 /// Registers and stack bytes of the calling thread, as the kernel copies them.
@@ -194,17 +196,23 @@ fn kernel_threads_have_no_user_stack() {
 /// A module over [0x1000, 0x100000) with the given bytes as its unwind info.
 fn hostile_unwinder(
     eh_frame: Vec<u8>,
+    eh_frame_svma: u64,
     eh_frame_hdr: Option<Vec<u8>>,
+    eh_frame_hdr_svma: u64,
 ) -> UnwinderX86_64<SectionBytes> {
     let mut unwinder = UnwinderX86_64::new();
+    let eh_range = eh_frame_svma..eh_frame_svma + eh_frame.len() as u64;
+    // As unwind_info does for real objects: only a sound search table.
+    let eh_frame_hdr =
+        eh_frame_hdr.filter(|hdr| search_table_is_sound(hdr, eh_frame_hdr_svma, eh_range.clone()));
     let info = ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma: Some(0x1000..0x100000),
-        eh_frame_svma: Some(0x200000..0x200000 + eh_frame.len() as u64),
+        eh_frame_svma: Some(eh_range),
         eh_frame: Some(SectionBytes::from(eh_frame)),
         eh_frame_hdr_svma: eh_frame_hdr
             .as_ref()
-            .map(|h| 0x300000..0x300000 + h.len() as u64),
+            .map(|h| eh_frame_hdr_svma..eh_frame_hdr_svma + h.len() as u64),
         eh_frame_hdr: eh_frame_hdr.map(SectionBytes::from),
         ..ExplicitModuleSectionInfo::default()
     };
@@ -212,22 +220,30 @@ fn hostile_unwinder(
     unwinder
 }
 
-fn own_eh_frame() -> (Vec<u8>, Vec<u8>) {
-    static OWN: std::sync::OnceLock<(Vec<u8>, Vec<u8>)> = std::sync::OnceLock::new();
+/// The test binary's `.eh_frame` and `.eh_frame_hdr` with their addresses.
+type OwnUnwindInfo = (Vec<u8>, u64, Vec<u8>, u64);
+
+fn own_eh_frame() -> OwnUnwindInfo {
+    static OWN: std::sync::OnceLock<OwnUnwindInfo> = std::sync::OnceLock::new();
     OWN.get_or_init(read_own_eh_frame).clone()
 }
 
-fn read_own_eh_frame() -> (Vec<u8>, Vec<u8>) {
+fn read_own_eh_frame() -> OwnUnwindInfo {
     let bytes = std::fs::read("/proc/self/exe").expect("own executable");
     let sections = read_unwind_sections(bytes.as_slice(), &UnwindInfoLimits::default())
         .expect("own unwind info");
-    let (_, eh_frame) = sections.eh_frame.expect(".eh_frame");
-    let (_, hdr) = sections.eh_frame_hdr.expect(".eh_frame_hdr");
-    (eh_frame.to_vec(), hdr.to_vec())
+    let (eh_range, eh_frame) = sections.eh_frame.expect(".eh_frame");
+    let (hdr_range, hdr) = sections.eh_frame_hdr.expect(".eh_frame_hdr");
+    (
+        eh_frame.to_vec(),
+        eh_range.start,
+        hdr.to_vec(),
+        hdr_range.start,
+    )
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(1024))]
 
     /// Arbitrary bytes as .eh_frame and .eh_frame_hdr, arbitrary registers
     /// and stack: the walk ends, within the depth cap, without panicking.
@@ -239,7 +255,7 @@ proptest! {
         stack in proptest::collection::vec(any::<u8>(), 0..2048),
         bp_offset in 0u64..4096,
     ) {
-        let unwinder = hostile_unwinder(eh_frame, hdr);
+        let unwinder = hostile_unwinder(eh_frame, 0x200000, hdr, 0x300000);
         let sp = 0x7fff_0000_0000u64;
         let walked = walk_stack(&unwinder, &mut CacheX86_64::new(), (ip, sp, sp + bp_offset), &stack, |pc| (0x1000..0x100000).contains(&pc));
         prop_assert!(!walked.frames.is_empty());
@@ -253,12 +269,12 @@ proptest! {
         ip in 0x1000u64..0x100000,
         stack in proptest::collection::vec(any::<u8>(), 0..4096),
     ) {
-        let (mut eh_frame, mut hdr) = own_eh_frame();
+        let (mut eh_frame, eh_svma, mut hdr, hdr_svma) = own_eh_frame();
         for (index, byte) in &flips {
             let i = index.index(eh_frame.len() + hdr.len());
             if i < eh_frame.len() { eh_frame[i] ^= byte } else { hdr[i - eh_frame.len()] ^= byte }
         }
-        let unwinder = hostile_unwinder(eh_frame, Some(hdr));
+        let unwinder = hostile_unwinder(eh_frame, eh_svma, Some(hdr), hdr_svma);
         let sp = 0x7fff_0000_0000u64;
         let walked = walk_stack(&unwinder, &mut CacheX86_64::new(), (ip, sp, sp + 16), &stack, |_| true);
         prop_assert!(walked.frames.len() <= kiln_agent::abi::MAX_STACK_DEPTH);
