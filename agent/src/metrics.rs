@@ -240,7 +240,7 @@ impl AgentMetrics {
             &mut out,
             "kiln_agent_unwind_total",
             "User stacks unwound from snapshots, by outcome (complete, truncated, \
-             fallback_frame_pointer, no_unwind_info, no_user_stack).",
+             fallback_frame_pointer, no_unwind_info, no_user_stack, unwinder_fault).",
             "outcome",
             &self.unwind_outcomes,
         );

@@ -38,16 +38,19 @@ pub enum UnwindOutcome {
     NoUnwindInfo,
     /// The thread had no user context (a kernel thread).
     NoUserStack,
+    /// The unwinder failed on this stack's unwind info (kept: the leaf).
+    UnwinderFault,
 }
 
 impl UnwindOutcome {
     /// Every outcome, for metrics.
-    pub const ALL: [UnwindOutcome; 5] = [
+    pub const ALL: [UnwindOutcome; 6] = [
         UnwindOutcome::Complete,
         UnwindOutcome::Truncated,
         UnwindOutcome::FramePointerFallback,
         UnwindOutcome::NoUnwindInfo,
         UnwindOutcome::NoUserStack,
+        UnwindOutcome::UnwinderFault,
     ];
 
     /// A fixed name for metrics.
@@ -58,6 +61,7 @@ impl UnwindOutcome {
             UnwindOutcome::FramePointerFallback => "fallback_frame_pointer",
             UnwindOutcome::NoUnwindInfo => "no_unwind_info",
             UnwindOutcome::NoUserStack => "no_user_stack",
+            UnwindOutcome::UnwinderFault => "unwinder_fault",
         }
     }
 }
@@ -97,31 +101,44 @@ pub fn walk_stack(
             .ok_or(())?;
         Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
     };
-    let mut frames = Vec::with_capacity(32);
-    let mut used_fallback = false;
-    let mut iter = unwinder.iter_frames(
-        ip,
-        UnwindRegsX86_64::new(ip, sp, bp),
-        cache,
-        &mut read_stack,
-    );
-    let end = loop {
-        if frames.len() >= MAX_STACK_DEPTH {
-            break Err(None);
-        }
-        match iter.next() {
-            Ok(Some(frame)) => {
-                let address = frame.address();
-                // The caller of this frame is found with this frame's rule;
-                // code without CFI gets framehop's frame-pointer rule.
-                if !covered(frame.address_for_lookup()) {
-                    used_fallback = true;
-                }
-                frames.push(address);
+    // The unwinder parses CFI that a hostile container controls. The ELF
+    // and search-table checks in `unwind_info` and the property tests cover
+    // what is known; a panic in the parsers beyond that costs this one stack
+    // (and the process's rule cache), never the collector thread.
+    let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut frames = Vec::with_capacity(32);
+        let mut used_fallback = false;
+        let mut iter = unwinder.iter_frames(
+            ip,
+            UnwindRegsX86_64::new(ip, sp, bp),
+            &mut *cache,
+            &mut read_stack,
+        );
+        let end = loop {
+            if frames.len() >= MAX_STACK_DEPTH {
+                break Err(None);
             }
-            Ok(None) => break Ok(()),
-            Err(error) => break Err(Some(error)),
-        }
+            match iter.next() {
+                Ok(Some(frame)) => {
+                    // The caller of this frame is found with this frame's
+                    // rule; code without CFI gets the frame-pointer rule.
+                    if !covered(frame.address_for_lookup()) {
+                        used_fallback = true;
+                    }
+                    frames.push(frame.address());
+                }
+                Ok(None) => break Ok(()),
+                Err(error) => break Err(Some(error)),
+            }
+        };
+        (frames, used_fallback, end)
+    }));
+    let Ok((frames, used_fallback, end)) = walked else {
+        *cache = CacheX86_64::new();
+        return UnwoundStack {
+            frames: vec![ip],
+            outcome: UnwindOutcome::UnwinderFault,
+        };
     };
     // The last frame's rule was never used if the walk ended on it cleanly.
     let outcome = match end {
