@@ -15,7 +15,8 @@
 # median stack depth of those samples, the profiler's CPU (utime + stime of
 # its process) plus the run time of its BPF programs (kernel bpf_stats, read
 # from the program fds' fdinfo), as % of one core, and its peak RSS (VmHWM).
-# perf's offline unwinding (`perf script`) is reported separately.
+# perf's offline unwinding (`perf script --no-inline`: inline expansion through
+# addr2line takes minutes) is reported separately.
 #
 # Usage (root): agent/bench/unwinding.sh [SECONDS] [HZ...]   default: 30 19 99
 set -euo pipefail
@@ -165,7 +166,7 @@ for hz in "${frequencies[@]}"; do
   stats="$(measure "$ppid")"
   wait "$ppid" || true
   start_ns="$(date +%s%N)"
-  perf script -F comm,ip,sym -i "$work/perf-$hz.data" 2>/dev/null >"$work/perf-$hz.txt"
+  perf script --no-inline -F comm,ip,sym -i "$work/perf-$hz.data" 2>/dev/null >"$work/perf-$hz.txt"
   script_s="$(awk -v a="$start_ns" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')"
   report "$hz" perf "$stats" "$(perf_lines <"$work/perf-$hz.txt" | score)" "perf script: ${script_s}s"
 
