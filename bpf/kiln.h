@@ -29,8 +29,35 @@ enum kiln_counter {
 	KILN_COUNTER_NEW_PROCESS = 6,
 	/* New-process announcements lost because the ring buffer was full. */
 	KILN_COUNTER_NEW_PROCESS_LOST = 7,
-	KILN_COUNTER_COUNT = 8,
+	/* Stack snapshots lost because the `samples` ring buffer was full. */
+	KILN_COUNTER_SNAPSHOT_LOST = 8,
+	KILN_COUNTER_COUNT = 9,
 };
+
+/* Unwind modes in `struct kiln_config.unwind`. */
+enum kiln_unwind {
+	/*
+	 * Walk user stacks by frame pointer in the kernel (bpf_get_stackid) and
+	 * aggregate in the count maps. Cheapest; wrong for code built without
+	 * frame pointers.
+	 */
+	KILN_UNWIND_FRAME_POINTER = 0,
+	/*
+	 * Copy the user registers and the top of the user stack into the
+	 * `samples` ring buffer; userspace unwinds with .eh_frame (falling back
+	 * to frame pointers where a module has no unwind info).
+	 */
+	KILN_UNWIND_STACK_SNAPSHOT = 1,
+};
+
+/* Bytes of user stack copied per snapshot, from the stack pointer up. */
+#define KILN_STACK_SNAPSHOT_BYTES 16384
+/*
+ * The copy goes in chunks so that a stack whose top is closer than
+ * KILN_STACK_SNAPSHOT_BYTES (the main thread's, below the environment) still
+ * yields everything up to the last readable chunk.
+ */
+#define KILN_STACK_SNAPSHOT_CHUNK 512
 
 /* Filter modes in `struct kiln_config.filter`. */
 enum kiln_filter {
@@ -50,7 +77,8 @@ struct kiln_config {
 	__u32 filter;
 	/* Record the thread id in the key (opt-in: more keys). */
 	__u32 record_tid;
-	__u32 reserved;
+	/* One of enum kiln_unwind. */
+	__u32 unwind;
 };
 
 /* Value of `allowed_cgroups` and `allowed_pids`: how to sample a target. */
@@ -89,6 +117,35 @@ struct kiln_new_process {
 	__u32 pid;
 	__u32 reserved;
 	__u64 start_boottime_ns;
+};
+
+/*
+ * Event in the `samples` ring buffer (KILN_UNWIND_STACK_SNAPSHOT): one
+ * sample with what userspace needs to unwind it.
+ */
+struct kiln_stack_snapshot {
+	/* Process id (tgid) in the root PID namespace. */
+	__u32 pid;
+	/* Thread id, or 0 unless record_tid is set. */
+	__u32 tid;
+	/* cgroup v2 id. */
+	__u64 cgroup_id;
+	/* Process start (group leader's start_boottime, ns). */
+	__u64 start_boottime_ns;
+	/* User registers when the sample hit (or at the last kernel entry); ip 0: none (kernel thread). */
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	/* Valid entries of kernel_ips. */
+	__u32 kernel_depth;
+	/* Valid bytes of stack, copied from sp upwards. */
+	__u32 stack_len;
+	/* comm of the sampled thread. */
+	char comm[16];
+	/* Kernel stack, leaf first. */
+	__u64 kernel_ips[KILN_MAX_STACK_DEPTH];
+	/* User stack memory from sp. */
+	__u8 stack[KILN_STACK_SNAPSHOT_BYTES];
 };
 
 #endif /* KILN_H */

@@ -3,10 +3,14 @@
  * Kiln's on-CPU sampler. Attached to one cpu-clock perf event per online CPU.
  *
  * Per sample: skip idle, check the target filter (one map lookup, and nothing
- * else for processes that are not targets), record user and kernel stacks in
- * this generation's stack map and count the (pid, cgroup, process start,
- * stacks) key in this generation's count map. Userspace flips the generation
- * in `config` before draining, so it reads maps the program no longer writes.
+ * else for processes that are not targets), then, by `config.unwind`:
+ * - frame pointers: record user and kernel stacks in this generation's stack
+ *   map and count the (pid, cgroup, process start, stacks) key in this
+ *   generation's count map. Userspace flips the generation in `config` before
+ *   draining, so it reads maps the program no longer writes.
+ * - stack snapshot: copy the user registers, the top of the user stack and
+ *   the kernel stack into the `samples` ring buffer; userspace unwinds the
+ *   user stack with .eh_frame (see ARCHITECTURE.md for why there).
  *
  * Kernel structs are read with CO-RE: the minimal definitions below carry
  * preserve_access_index, so their field offsets are relocated against the
@@ -30,6 +34,12 @@ struct task_struct {
 	struct task_struct *group_leader;
 	__u64 start_boottime;
 } __attribute__((preserve_access_index));
+
+/* x86-64 register frame, the layout of the kernel's struct pt_regs. */
+struct kiln_pt_regs {
+	__u64 r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
+	__u64 ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
+};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -88,6 +98,12 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } new_processes SEC(".maps");
 
+/* Stack snapshots; sized by userspace at load time from CPUs and frequency. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 * 1024 * 1024);
+} samples SEC(".maps");
+
 static __always_inline void bump(__u32 counter)
 {
 	__u64 *value = bpf_map_lookup_elem(&counters, &counter);
@@ -120,6 +136,73 @@ static __always_inline void announce_process(__u32 pid, __u64 start)
 	event->start_boottime_ns = start;
 	bpf_ringbuf_submit(event, 0);
 	bump(KILN_COUNTER_NEW_PROCESS);
+}
+
+/*
+ * The user registers of the sampled thread: the interrupted ones when the
+ * sample hit user mode, else the ones saved at its last kernel entry.
+ * Returns 0 when there are none (kernel threads).
+ */
+static __always_inline int user_registers(struct bpf_perf_event_data *ctx,
+					  struct kiln_pt_regs *out)
+{
+	struct kiln_pt_regs *regs = (struct kiln_pt_regs *)&ctx->regs;
+	if ((regs->cs & 3) == 3) {
+		out->ip = regs->ip;
+		out->sp = regs->sp;
+		out->bp = regs->bp;
+		return 1;
+	}
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct kiln_pt_regs *saved = (struct kiln_pt_regs *)bpf_task_pt_regs(task);
+	if (!saved || bpf_probe_read_kernel(out, sizeof(*out), saved) != 0)
+		return 0;
+	/* Kernel threads never entered from user mode: their frame is zero. */
+	return (out->cs & 3) == 3 && out->sp != 0;
+}
+
+static __always_inline void emit_snapshot(struct bpf_perf_event_data *ctx,
+					  __u32 pid, __u32 tid, __u64 cgroup_id,
+					  __u64 start)
+{
+	struct kiln_stack_snapshot *event =
+		bpf_ringbuf_reserve(&samples, sizeof(*event), 0);
+	if (!event) {
+		bump(KILN_COUNTER_SNAPSHOT_LOST);
+		return;
+	}
+	event->pid = pid;
+	event->tid = tid;
+	event->cgroup_id = cgroup_id;
+	event->start_boottime_ns = start;
+	bpf_get_current_comm(&event->comm, sizeof(event->comm));
+
+	long kernel_bytes = bpf_get_stack(ctx, event->kernel_ips,
+					  sizeof(event->kernel_ips), 0);
+	event->kernel_depth = kernel_bytes > 0 ? kernel_bytes / sizeof(__u64) : 0;
+
+	struct kiln_pt_regs regs = {};
+	event->stack_len = 0;
+	if (user_registers(ctx, &regs)) {
+		event->ip = regs.ip;
+		event->sp = regs.sp;
+		event->bp = regs.bp;
+		__u32 copied = 0;
+		for (__u32 i = 0; i < KILN_STACK_SNAPSHOT_BYTES / KILN_STACK_SNAPSHOT_CHUNK; i++) {
+			if (bpf_probe_read_user(&event->stack[i * KILN_STACK_SNAPSHOT_CHUNK],
+						KILN_STACK_SNAPSHOT_CHUNK,
+						(void *)(regs.sp + i * KILN_STACK_SNAPSHOT_CHUNK)) != 0)
+				break;
+			copied += KILN_STACK_SNAPSHOT_CHUNK;
+		}
+		event->stack_len = copied;
+	} else {
+		event->ip = 0;
+		event->sp = 0;
+		event->bp = 0;
+	}
+	bpf_ringbuf_submit(event, 0);
+	bump(KILN_COUNTER_SAMPLES);
 }
 
 SEC("perf_event")
@@ -157,6 +240,12 @@ int kiln_profile(struct bpf_perf_event_data *ctx)
 	struct task_struct *leader = BPF_CORE_READ(task, group_leader);
 	__u64 start = BPF_CORE_READ(leader, start_boottime);
 
+	announce_process(pid, start);
+	if (cfg->unwind == KILN_UNWIND_STACK_SNAPSHOT) {
+		emit_snapshot(ctx, pid, cfg->record_tid ? tid : 0, cgroup_id, start);
+		return 0;
+	}
+
 	struct kiln_count_key key = {};
 	key.pid = pid;
 	key.tid = cfg->record_tid ? tid : 0;
@@ -178,8 +267,6 @@ int kiln_profile(struct bpf_perf_event_data *ctx)
 		count_stack_error(key.user_stack_id, KILN_COUNTER_USER_STACK_COLLISION);
 	if (key.kernel_stack_id < 0)
 		count_stack_error(key.kernel_stack_id, KILN_COUNTER_KERNEL_STACK_COLLISION);
-
-	announce_process(pid, start);
 
 	struct kiln_count_value *value = bpf_map_lookup_elem(counts, &key);
 	if (value) {

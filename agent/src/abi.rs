@@ -7,6 +7,9 @@
 /// Deepest stack the kernel records (`KILN_MAX_STACK_DEPTH`).
 pub const MAX_STACK_DEPTH: usize = 127;
 
+/// Bytes of user stack copied per snapshot (`KILN_STACK_SNAPSHOT_BYTES`).
+pub const STACK_SNAPSHOT_BYTES: usize = 16384;
+
 /// Per-CPU counters in the `counters` map (`enum kiln_counter`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelCounter {
@@ -26,11 +29,13 @@ pub enum KernelCounter {
     NewProcess,
     /// Announcements lost because the ring buffer was full.
     NewProcessLost,
+    /// Stack snapshots lost because the `samples` ring buffer was full.
+    SnapshotLost,
 }
 
 impl KernelCounter {
     /// Every counter, in map-index order.
-    pub const ALL: [KernelCounter; 8] = [
+    pub const ALL: [KernelCounter; 9] = [
         KernelCounter::Samples,
         KernelCounter::UserStackCollision,
         KernelCounter::KernelStackCollision,
@@ -39,6 +44,7 @@ impl KernelCounter {
         KernelCounter::Subsampled,
         KernelCounter::NewProcess,
         KernelCounter::NewProcessLost,
+        KernelCounter::SnapshotLost,
     ];
 
     /// Index of the counter in the `counters` map.
@@ -52,6 +58,7 @@ impl KernelCounter {
             KernelCounter::Subsampled => 5,
             KernelCounter::NewProcess => 6,
             KernelCounter::NewProcessLost => 7,
+            KernelCounter::SnapshotLost => 8,
         }
     }
 }
@@ -68,6 +75,16 @@ pub enum FilterMode {
     Pids = 2,
 }
 
+/// `enum kiln_unwind`: how user stacks are walked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum UnwindMode {
+    /// Frame pointers, in the kernel, aggregated in the count maps.
+    FramePointer = 0,
+    /// Registers and stack copied to userspace, unwound there with `.eh_frame`.
+    StackSnapshot = 1,
+}
+
 /// `struct kiln_config`, the single entry of the `config` map.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C)]
@@ -78,8 +95,8 @@ pub struct Config {
     pub filter: u32,
     /// Non-zero to record thread ids.
     pub record_tid: u32,
-    /// Padding, zero.
-    pub reserved: u32,
+    /// An [`UnwindMode`] as `u32`.
+    pub unwind: u32,
 }
 
 /// `struct kiln_target`, the value of `allowed_cgroups` and `allowed_pids`.
@@ -145,6 +162,96 @@ impl NewProcess {
     }
 }
 
+/// Byte offsets in `struct kiln_stack_snapshot` (checked against the C
+/// layout by the size assertion below and the BPF object's own BTF in tests).
+mod snapshot_layout {
+    pub const PID: usize = 0;
+    pub const TID: usize = 4;
+    pub const CGROUP_ID: usize = 8;
+    pub const START: usize = 16;
+    pub const IP: usize = 24;
+    pub const SP: usize = 32;
+    pub const BP: usize = 40;
+    pub const KERNEL_DEPTH: usize = 48;
+    pub const STACK_LEN: usize = 52;
+    pub const COMM: usize = 56;
+    pub const KERNEL_IPS: usize = 72;
+    pub const STACK: usize = KERNEL_IPS + super::MAX_STACK_DEPTH * 8;
+    pub const SIZE: usize = STACK + super::STACK_SNAPSHOT_BYTES;
+}
+
+/// Size of `struct kiln_stack_snapshot`, the ring-buffer record.
+pub const STACK_SNAPSHOT_SIZE: usize = snapshot_layout::SIZE;
+
+/// A `struct kiln_stack_snapshot` read from the `samples` ring buffer; the
+/// stack bytes are borrowed from the record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackSnapshot<'a> {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id (0 unless recorded).
+    pub tid: u32,
+    /// cgroup v2 id.
+    pub cgroup_id: u64,
+    /// Process start, ns since boot.
+    pub start_boottime_ns: u64,
+    /// User instruction pointer; 0 when the thread had no user context.
+    pub ip: u64,
+    /// User stack pointer.
+    pub sp: u64,
+    /// User frame pointer (rbp).
+    pub bp: u64,
+    /// comm of the sampled thread.
+    pub comm: [u8; 16],
+    /// Kernel stack, leaf first.
+    pub kernel: Vec<u64>,
+    /// User stack memory starting at `sp`.
+    pub stack: &'a [u8],
+}
+
+impl<'a> StackSnapshot<'a> {
+    /// Reads a record; `None` when it is shorter than the C struct or its
+    /// lengths are out of range (never trusted blindly, even from the kernel).
+    pub fn from_bytes(bytes: &'a [u8]) -> Option<StackSnapshot<'a>> {
+        use snapshot_layout as at;
+        if bytes.len() < at::SIZE {
+            return None;
+        }
+        let u32_at = |offset: usize| -> Option<u32> {
+            Some(u32::from_ne_bytes(
+                bytes.get(offset..offset + 4)?.try_into().ok()?,
+            ))
+        };
+        let u64_at = |offset: usize| -> Option<u64> {
+            Some(u64::from_ne_bytes(
+                bytes.get(offset..offset + 8)?.try_into().ok()?,
+            ))
+        };
+        let kernel_depth = usize::try_from(u32_at(at::KERNEL_DEPTH)?)
+            .ok()?
+            .min(MAX_STACK_DEPTH);
+        let stack_len = usize::try_from(u32_at(at::STACK_LEN)?)
+            .ok()?
+            .min(STACK_SNAPSHOT_BYTES);
+        let kernel = (0..kernel_depth)
+            .map(|i| u64_at(at::KERNEL_IPS + i * 8))
+            .collect::<Option<Vec<u64>>>()?;
+        Some(StackSnapshot {
+            pid: u32_at(at::PID)?,
+            tid: u32_at(at::TID)?,
+            cgroup_id: u64_at(at::CGROUP_ID)?,
+            start_boottime_ns: u64_at(at::START)?,
+            ip: u64_at(at::IP)?,
+            sp: u64_at(at::SP)?,
+            bp: u64_at(at::BP)?,
+            comm: bytes.get(at::COMM..at::COMM + 16)?.try_into().ok()?,
+            kernel,
+            stack: bytes.get(at::STACK..at::STACK + stack_len)?,
+        })
+    }
+}
+
+const _: () = assert!(STACK_SNAPSHOT_SIZE == 17_472);
 const _: () = assert!(size_of::<Config>() == 16);
 const _: () = assert!(size_of::<TargetValue>() == 8);
 const _: () = assert!(size_of::<CountKey>() == 32);
@@ -181,6 +288,25 @@ mod tests {
         let event = NewProcess::from_bytes(&bytes).expect("16 bytes suffice");
         assert_eq!((event.pid, event.start_boottime_ns), (42, 7_000));
         assert_eq!(NewProcess::from_bytes(&bytes[..12]), None);
+    }
+
+    #[test]
+    fn stack_snapshot_parses_and_clamps_lengths() {
+        let mut bytes = vec![0u8; STACK_SNAPSHOT_SIZE];
+        bytes[0..4].copy_from_slice(&7u32.to_ne_bytes());
+        bytes[24..32].copy_from_slice(&0x4000u64.to_ne_bytes());
+        bytes[32..40].copy_from_slice(&0x7ff0u64.to_ne_bytes());
+        bytes[48..52].copy_from_slice(&2u32.to_ne_bytes());
+        bytes[52..56].copy_from_slice(&u32::MAX.to_ne_bytes());
+        bytes[72..80].copy_from_slice(&0xffff_0001u64.to_ne_bytes());
+        let snapshot = StackSnapshot::from_bytes(&bytes).expect("full record");
+        assert_eq!(
+            (snapshot.pid, snapshot.ip, snapshot.sp),
+            (7, 0x4000, 0x7ff0)
+        );
+        assert_eq!(snapshot.kernel, vec![0xffff_0001, 0]);
+        assert_eq!(snapshot.stack.len(), STACK_SNAPSHOT_BYTES, "clamped");
+        assert_eq!(StackSnapshot::from_bytes(&bytes[..100]), None);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::abi::{self, CountKey, CountValue, FilterMode, MAX_STACK_DEPTH};
+use crate::abi::{self, CountKey, CountValue, FilterMode, MAX_STACK_DEPTH, StackSnapshot};
 
 /// One generation as read from the kernel.
 #[derive(Debug, Clone, Default)]
@@ -61,8 +61,91 @@ pub struct WindowLosses {
     pub missing_stacks: u64,
 }
 
-/// Splits a drained window into per-target groups, in `mode`'s grouping:
-/// per process for PID and whole-host modes, per cgroup for cgroup targets.
+/// The group a sample belongs to in `mode`'s grouping: per process for PID
+/// and whole-host modes, per cgroup for cgroup targets.
+pub fn group_of(sample: &StackSample, mode: FilterMode) -> GroupKey {
+    match mode {
+        FilterMode::Cgroups => GroupKey::Cgroup {
+            cgroup_id: sample.cgroup_id,
+        },
+        FilterMode::All | FilterMode::Pids => GroupKey::Process {
+            pid: sample.pid,
+            start_boottime_ns: sample.start_boottime_ns,
+        },
+    }
+}
+
+/// Stacks unwound in userspace during one window, counted per (process,
+/// thread, cgroup, user stack, kernel stack) like the kernel's count maps,
+/// and bounded like them.
+#[derive(Debug, Default)]
+pub struct UnwoundWindow {
+    counts: HashMap<UnwoundKey, (u64, [u8; 16])>,
+    capacity: usize,
+    dropped: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct UnwoundKey {
+    pid: u32,
+    tid: u32,
+    start_boottime_ns: u64,
+    cgroup_id: u64,
+    user: Vec<u64>,
+    kernel: Vec<u64>,
+}
+
+impl UnwoundWindow {
+    /// An empty window holding at most `capacity` distinct stacks.
+    pub fn new(capacity: usize) -> UnwoundWindow {
+        UnwoundWindow {
+            counts: HashMap::new(),
+            capacity: capacity.max(1),
+            dropped: 0,
+        }
+    }
+
+    /// Counts one sample of `snapshot` whose user stack unwound to `user`.
+    /// A new stack past the capacity is dropped (and counted).
+    pub fn add(&mut self, snapshot: &StackSnapshot<'_>, user: Vec<u64>) {
+        let key = UnwoundKey {
+            pid: snapshot.pid,
+            tid: snapshot.tid,
+            start_boottime_ns: snapshot.start_boottime_ns,
+            cgroup_id: snapshot.cgroup_id,
+            user,
+            kernel: snapshot.kernel.clone(),
+        };
+        if let Some((count, _)) = self.counts.get_mut(&key) {
+            *count += 1;
+        } else if self.counts.len() < self.capacity {
+            self.counts.insert(key, (1, snapshot.comm));
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    /// The window's samples, and how many were dropped; leaves it empty.
+    pub fn take(&mut self) -> (Vec<StackSample>, u64) {
+        let samples = self
+            .counts
+            .drain()
+            .map(|(key, (count, comm))| StackSample {
+                pid: key.pid,
+                tid: key.tid,
+                start_boottime_ns: key.start_boottime_ns,
+                cgroup_id: key.cgroup_id,
+                comm: abi::comm_to_string(&comm),
+                user: key.user,
+                kernel: key.kernel,
+                count,
+            })
+            .collect();
+        (samples, std::mem::take(&mut self.dropped))
+    }
+}
+
+/// Splits a drained window into per-target groups (see [`group_of`]).
 pub fn group_window(
     window: DrainedWindow,
     mode: FilterMode,
@@ -93,16 +176,7 @@ pub fn group_window(
         };
         let user = resolve(key.user_stack_id);
         let kernel = resolve(key.kernel_stack_id);
-        let group = match mode {
-            FilterMode::Cgroups => GroupKey::Cgroup {
-                cgroup_id: key.cgroup_id,
-            },
-            FilterMode::All | FilterMode::Pids => GroupKey::Process {
-                pid: key.pid,
-                start_boottime_ns: key.start_boottime_ns,
-            },
-        };
-        groups.entry(group).or_default().push(StackSample {
+        let sample = StackSample {
             pid: key.pid,
             tid: key.tid,
             start_boottime_ns: key.start_boottime_ns,
@@ -111,7 +185,11 @@ pub fn group_window(
             user,
             kernel,
             count: value.samples,
-        });
+        };
+        groups
+            .entry(group_of(&sample, mode))
+            .or_default()
+            .push(sample);
     }
     (groups, losses)
 }
@@ -170,6 +248,35 @@ mod tests {
         let (groups, _) = group_window(window, FilterMode::Cgroups);
         assert_eq!(groups.len(), 1);
         assert_eq!(groups[&GroupKey::Cgroup { cgroup_id: 5 }].len(), 2);
+    }
+
+    #[test]
+    fn unwound_window_counts_equal_stacks_and_bounds_distinct_ones() {
+        let stack = [0u8; 0];
+        let snapshot = |pid: u32| StackSnapshot {
+            pid,
+            tid: 0,
+            cgroup_id: 9,
+            start_boottime_ns: 5,
+            ip: 0x10,
+            sp: 0,
+            bp: 0,
+            comm: *b"busy\0\0\0\0\0\0\0\0\0\0\0\0",
+            kernel: vec![0xffff_1000],
+            stack: &stack,
+        };
+        let mut window = UnwoundWindow::new(2);
+        window.add(&snapshot(1), vec![0x10, 0x20]);
+        window.add(&snapshot(1), vec![0x10, 0x20]);
+        window.add(&snapshot(1), vec![0x10, 0x30]);
+        window.add(&snapshot(2), vec![0x10]);
+        let (mut samples, dropped) = window.take();
+        samples.sort_by_key(|s| (s.pid, s.user.clone()));
+        assert_eq!(dropped, 1, "the third distinct stack is over the capacity");
+        assert_eq!(samples.len(), 2);
+        assert_eq!((samples[0].count, samples[0].comm.as_str()), (2, "busy"));
+        assert_eq!(samples[0].kernel, vec![0xffff_1000]);
+        assert_eq!(window.take(), (Vec::new(), 0), "take empties the window");
     }
 
     #[test]

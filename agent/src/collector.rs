@@ -3,13 +3,13 @@
 //! target. It owns everything that is not `Send` (blazesym) or blocks
 //! (BPF map syscalls, `/proc` reads), so async code never waits on it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::abi::KernelCounter;
-use crate::aggregate::{self, GroupKey, StackSample};
+use crate::aggregate::{self, GroupKey, StackSample, UnwoundWindow};
 use crate::metrics::AgentMetrics;
 use crate::process_info::{ProcessSnapshot, ProcessTable};
 use crate::profile_build::{self, PROFILE_NAME, ResolvedSample, WindowMeta};
@@ -17,6 +17,7 @@ use crate::sampler::{Sampler, SamplerError};
 use crate::ship::{ShipItem, ShipQueue};
 use crate::symbolize::{StackSymbolizer, SymbolizationStats};
 use crate::target_set::{TargetSet, TargetSource};
+use crate::unwind::StackUnwinder;
 
 /// Collector settings.
 #[derive(Debug, Clone)]
@@ -31,6 +32,8 @@ pub struct CollectorConfig {
     pub node: String,
     /// Whether samples carry `tid`.
     pub record_tid: bool,
+    /// Distinct stacks kept per window when unwinding snapshots.
+    pub unwound_stacks_capacity: usize,
 }
 
 /// How often new-process events are read; short, so a process that lives
@@ -54,6 +57,8 @@ pub struct CollectorParts<S: TargetSource> {
     pub queue: ShipQueue,
     /// Shared metrics.
     pub metrics: Arc<AgentMetrics>,
+    /// The `.eh_frame` unwinder, when the sampler sends stack snapshots.
+    pub unwinder: Option<StackUnwinder>,
 }
 
 /// The collector; see the module docs.
@@ -67,6 +72,11 @@ pub struct Collector<S: TargetSource> {
     symbolizer: StackSymbolizer,
     queue: ShipQueue,
     metrics: Arc<AgentMetrics>,
+    unwinder: Option<StackUnwinder>,
+    /// Stacks unwound this window.
+    unwound: UnwoundWindow,
+    /// Processes re-read this window because a sample hit an unknown mapping.
+    reloaded: HashSet<(u32, u64)>,
     window_start: SystemTime,
 }
 
@@ -81,8 +91,12 @@ impl<S: TargetSource> Collector<S> {
             symbolizer,
             queue,
             metrics,
+            unwinder,
         } = parts;
         Collector {
+            unwinder,
+            unwound: UnwoundWindow::new(config.unwound_stacks_capacity),
+            reloaded: HashSet::new(),
             config,
             sampler,
             source,
@@ -105,6 +119,7 @@ impl<S: TargetSource> Collector<S> {
         loop {
             let stopping = shutdown.load(Ordering::Relaxed);
             self.read_new_processes();
+            self.unwind_snapshots();
             let now = Instant::now();
             if now >= next_refresh {
                 next_refresh = now + self.config.target_refresh_interval;
@@ -136,6 +151,33 @@ impl<S: TargetSource> Collector<S> {
                 tracing::debug!(pid = event.pid, %error, "new process not readable");
             }
         }
+    }
+
+    /// Unwinds every waiting stack snapshot while its process still lives,
+    /// and counts it in this window.
+    fn unwind_snapshots(&mut self) {
+        let Some(unwinder) = self.unwinder.as_mut() else {
+            return;
+        };
+        let processes = &mut self.processes;
+        let unwound = &mut self.unwound;
+        let reloaded = &mut self.reloaded;
+        let batch = self.sampler.take_snapshots(|snapshot| {
+            let key = (snapshot.pid, snapshot.start_boottime_ns);
+            let stale = !unwinder.knows_process(key.0, key.1)
+                || (snapshot.ip != 0 && !unwinder.covers_mapping(key.0, key.1, snapshot.ip));
+            // Read a process once per window, and once more if a sample
+            // lands in a mapping added since (dlopen, JIT code).
+            if stale
+                && reloaded.insert(key)
+                && let Some(process) = processes.snapshot(key.0, key.1)
+            {
+                unwinder.load_process(&process);
+            }
+            let stack = unwinder.unwind(&snapshot);
+            unwound.add(&snapshot, stack.frames);
+        });
+        self.metrics.add_drop("malformed_snapshot", batch.malformed);
     }
 
     fn refresh_targets(&mut self) {
@@ -177,7 +219,25 @@ impl<S: TargetSource> Collector<S> {
         self.update_kernel_metrics()?;
 
         let mode = self.targets.filter_mode();
-        let (groups, losses) = aggregate::group_window(window, mode);
+        let (mut groups, losses) = aggregate::group_window(window, mode);
+        self.unwind_snapshots();
+        let (unwound, unwound_dropped) = self.unwound.take();
+        self.metrics
+            .add_drop("unwound_window_full", unwound_dropped);
+        for sample in unwound {
+            groups
+                .entry(aggregate::group_of(&sample, mode))
+                .or_default()
+                .push(sample);
+        }
+        if let Some(unwinder) = self.unwinder.as_mut() {
+            let stats = unwinder.stats();
+            self.metrics
+                .set_unwind_totals(&stats.outcomes, &stats.objects);
+            self.metrics.unwind_cache_bytes.set(unwinder.cached_bytes());
+            unwinder.end_window();
+        }
+        self.reloaded.clear();
         self.metrics
             .add_drop("truncated_stack", losses.truncated_stacks);
         self.metrics
@@ -245,6 +305,9 @@ impl<S: TargetSource> Collector<S> {
                 KernelCounter::CountsFull => self.metrics.set_drop_total("count_map_full", total),
                 KernelCounter::NewProcessLost => {
                     self.metrics.set_drop_total("new_process_event_lost", total)
+                }
+                KernelCounter::SnapshotLost => {
+                    self.metrics.set_drop_total("stack_snapshot_lost", total)
                 }
             }
         }

@@ -25,3 +25,5 @@ pub mod sampler;
 pub mod ship;
 pub mod symbolize;
 pub mod target_set;
+pub mod unwind;
+pub mod unwind_info;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{ArgGroup, Parser};
 
+use kiln_agent::abi::UnwindMode;
 use kiln_agent::cli_targets::StaticTargets;
 use kiln_agent::collector::{Collector, CollectorConfig, CollectorParts};
 use kiln_agent::kallsyms::KernelSymbols;
@@ -21,6 +22,8 @@ use kiln_agent::sampler::{Sampler, SamplerConfig};
 use kiln_agent::ship::{ShipQueue, Sink, run_shipper};
 use kiln_agent::symbolize::StackSymbolizer;
 use kiln_agent::target_set::TargetSource;
+use kiln_agent::unwind::{StackUnwinder, StackUnwinderConfig};
+use kiln_agent::unwind_info::UnwindInfoLimits;
 
 /// Kiln's node agent: samples on-CPU stacks with eBPF and ships pprof.
 ///
@@ -108,6 +111,42 @@ struct Cli {
     /// Symbol names cached, keyed by (build id, file offset).
     #[arg(long, env = "KILN_MAX_CACHED_SYMBOLS", default_value_t = 200_000)]
     max_cached_symbols: usize,
+    /// How user stacks are walked: `eh-frame` copies each sample's registers
+    /// and top 16 KiB of stack and unwinds them with the objects' .eh_frame
+    /// (frame pointers where there is none, e.g. JIT code); `frame-pointer`
+    /// walks frame pointers in the kernel only (cheaper, but flat stacks for
+    /// code built without frame pointers).
+    #[arg(long, env = "KILN_UNWINDER", value_enum, default_value_t = UnwinderChoice::EhFrame)]
+    unwinder: UnwinderChoice,
+    /// Bytes of unwind sections (.eh_frame, .eh_frame_hdr, .debug_frame)
+    /// cached across all binaries (eh-frame unwinder).
+    #[arg(long, env = "KILN_UNWIND_CACHE_BYTES", default_value_t = 32 * 1024 * 1024)]
+    unwind_cache_bytes: u64,
+    /// Binaries with more unwind section bytes than this are unwound by
+    /// frame pointer instead (counted in kiln_agent_unwind_objects_total).
+    #[arg(long, env = "KILN_UNWIND_MAX_OBJECT_BYTES", default_value_t = 16 * 1024 * 1024)]
+    unwind_max_object_bytes: u64,
+    /// Size of the kernel ring buffer for stack snapshots; by default half a
+    /// second of samples on every CPU (between 1 and 64 MiB).
+    #[arg(long, env = "KILN_SNAPSHOT_RING_BYTES")]
+    snapshot_ring_bytes: Option<u32>,
+}
+
+/// `--unwinder` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum UnwinderChoice {
+    /// .eh_frame/.debug_frame in userspace, frame pointers as fallback.
+    EhFrame,
+    /// Frame pointers only, in the kernel.
+    FramePointer,
+}
+
+/// Half a second of snapshots from every CPU, so the collector's 100 ms
+/// polls and a slow drain never overflow it at the configured frequency.
+fn default_snapshot_ring_bytes(frequency_hz: u32) -> u32 {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let per_second = cpus * u64::from(frequency_hz) * kiln_agent::abi::STACK_SNAPSHOT_SIZE as u64;
+    u32::try_from((per_second / 2).clamp(1 << 20, 64 << 20)).unwrap_or(64 << 20)
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -182,12 +221,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
     let node = cli.node_name.clone().unwrap_or_else(host_name);
 
+    let unwind = match cli.unwinder {
+        UnwinderChoice::EhFrame => UnwindMode::StackSnapshot,
+        UnwinderChoice::FramePointer => UnwindMode::FramePointer,
+    };
+    // The in-kernel stack and count maps serve the frame-pointer mode only.
+    let (stack_map_entries, count_map_entries) = match unwind {
+        UnwindMode::FramePointer => (cli.stack_map_entries, cli.count_map_entries),
+        UnwindMode::StackSnapshot => (64, 64),
+    };
     let sampler = Sampler::start(
         SamplerConfig {
             frequency_hz: cli.frequency,
-            stack_map_entries: cli.stack_map_entries,
-            count_map_entries: cli.count_map_entries,
+            stack_map_entries,
+            count_map_entries,
             record_tid: cli.record_tid,
+            unwind,
+            snapshot_ring_bytes: cli
+                .snapshot_ring_bytes
+                .unwrap_or_else(|| default_snapshot_ring_bytes(cli.frequency)),
             btf_path: cli.btf_path.clone(),
         },
         &targets,
@@ -196,8 +248,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         cpus = sampler.attached_cpu_count(),
         frequency_hz = cli.frequency,
         mode = ?targets.filter_mode(),
+        unwinder = ?cli.unwinder,
         "sampling"
     );
+    let unwinder = (unwind == UnwindMode::StackSnapshot).then(|| {
+        StackUnwinder::new(StackUnwinderConfig {
+            limits: UnwindInfoLimits {
+                max_bytes_per_object: cli.unwind_max_object_bytes,
+                ..UnwindInfoLimits::default()
+            },
+            cache_bytes: cli.unwind_cache_bytes,
+            ..StackUnwinderConfig::default()
+        })
+    });
     let kernel_symbols = std::fs::File::open("/proc/kallsyms")
         .map(std::io::BufReader::new)
         .and_then(KernelSymbols::read)
@@ -231,6 +294,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         target_refresh_interval: Duration::from_secs(2),
         node,
         record_tid: cli.record_tid,
+        unwound_stacks_capacity: usize::try_from(cli.count_map_entries).unwrap_or(usize::MAX),
     };
     let max_cached_symbols = cli.max_cached_symbols;
     let processes = ProcessTable::new(cli.max_cached_processes, cli.max_open_files);
@@ -251,6 +315,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 symbolizer,
                 queue: collector_queue,
                 metrics: collector_metrics,
+                unwinder,
             };
             Collector::new(collector_config, parts).run(&collector_stop);
         })

@@ -42,6 +42,12 @@ pub struct AgentMetrics {
     drops: Mutex<BTreeMap<&'static str, u64>>,
     /// Failed sends, by reason.
     ship_errors: Mutex<BTreeMap<&'static str, u64>>,
+    /// User stacks unwound from snapshots, by outcome.
+    unwind_outcomes: Mutex<BTreeMap<&'static str, u64>>,
+    /// Objects whose unwind info was read, by result.
+    unwind_objects: Mutex<BTreeMap<&'static str, u64>>,
+    /// Bytes of unwind sections cached.
+    pub unwind_cache_bytes: Counter,
     /// Profiles written or acknowledged by the store.
     pub profiles_shipped: Counter,
     /// Profiles built.
@@ -86,6 +92,34 @@ impl AgentMetrics {
     pub fn drops(&self, reason: &str) -> u64 {
         let map = self.drops.lock().unwrap_or_else(|p| p.into_inner());
         map.get(reason).copied().unwrap_or(0)
+    }
+
+    /// Sets the cumulative unwinding totals (outcomes per sample, results
+    /// per object) counted by the unwinder.
+    pub fn set_unwind_totals<'a>(
+        &self,
+        outcomes: impl IntoIterator<Item = (&'a &'static str, &'a u64)>,
+        objects: impl IntoIterator<Item = (&'a &'static str, &'a u64)>,
+    ) {
+        let mut map = self
+            .unwind_outcomes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        map.extend(outcomes.into_iter().map(|(k, v)| (*k, *v)));
+        let mut map = self
+            .unwind_objects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        map.extend(objects.into_iter().map(|(k, v)| (*k, *v)));
+    }
+
+    /// Samples unwound with `outcome` so far.
+    pub fn unwind_outcome(&self, outcome: &str) -> u64 {
+        let map = self
+            .unwind_outcomes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        map.get(outcome).copied().unwrap_or(0)
     }
 
     /// Counts one failed send for `reason`.
@@ -178,6 +212,11 @@ impl AgentMetrics {
             "Profiles waiting to be shipped.",
             self.queue_length.get(),
         );
+        gauge(
+            "kiln_agent_unwind_cache_bytes",
+            "Bytes of .eh_frame/.debug_frame sections cached for unwinding.",
+            self.unwind_cache_bytes.get(),
+        );
         if let Some((rss, peak)) = rss {
             gauge(
                 "kiln_agent_resident_memory_bytes",
@@ -196,6 +235,22 @@ impl AgentMetrics {
             "Samples or profiles lost, by reason.",
             "reason",
             &self.drops,
+        );
+        render_labelled(
+            &mut out,
+            "kiln_agent_unwind_total",
+            "User stacks unwound from snapshots, by outcome (complete, truncated, \
+             fallback_frame_pointer, no_unwind_info, no_user_stack, unwinder_fault).",
+            "outcome",
+            &self.unwind_outcomes,
+        );
+        render_labelled(
+            &mut out,
+            "kiln_agent_unwind_objects_total",
+            "ELF objects whose unwind info was read, by result (loaded, or why it \
+             falls back to frame pointers: too_large, malformed, no_unwind_info, ...).",
+            "result",
+            &self.unwind_objects,
         );
         render_labelled(
             &mut out,

@@ -18,6 +18,10 @@ pub struct MappedFile {
     pub build_id: String,
     /// The path the process sees.
     pub path: String,
+    /// Device of the open file (with `inode`, its identity).
+    pub device: u64,
+    /// Inode of the open file.
+    pub inode: u64,
     /// The open file; symbolization reads it via `/proc/self/fd/N`.
     pub file: File,
 }
@@ -244,8 +248,19 @@ impl ProcessTable {
             self.proc_path(pid, "root")
                 .join(path.trim_start_matches('/')),
         ];
-        let file = candidates.iter().find_map(|p| File::open(p).ok())?;
+        use std::os::unix::fs::OpenOptionsExt;
+        // O_NONBLOCK: a FIFO planted at the path must not block the open.
+        let file = candidates.iter().find_map(|p| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(p)
+                .ok()
+        })?;
         let metadata = file.metadata().ok()?;
+        if !metadata.is_file() {
+            return None;
+        }
         let identity = (metadata.dev(), metadata.ino());
         if let Some(known) = self.files.get(&identity) {
             return Some(Arc::clone(known));
@@ -253,6 +268,8 @@ impl ProcessTable {
         let mut mapped = MappedFile {
             build_id: String::new(),
             path: path.to_owned(),
+            device: identity.0,
+            inode: identity.1,
             file,
         };
         if let Ok(Some(build_id)) = blazesym::helper::read_elf_build_id(&mapped.readable_path()) {

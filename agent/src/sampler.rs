@@ -12,7 +12,9 @@ use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, S
 use aya::programs::{PerfEvent, ProgramError};
 use aya::{Btf, Ebpf, EbpfLoader, Endianness};
 
-use crate::abi::{Config, CountKey, CountValue, KernelCounter, NewProcess, TargetValue};
+use crate::abi::{
+    Config, CountKey, CountValue, KernelCounter, NewProcess, StackSnapshot, TargetValue, UnwindMode,
+};
 use crate::aggregate::DrainedWindow;
 use crate::target_set::TargetSet;
 
@@ -36,6 +38,10 @@ pub struct SamplerConfig {
     pub count_map_entries: u32,
     /// Record thread ids in keys.
     pub record_tid: bool,
+    /// How user stacks are walked.
+    pub unwind: UnwindMode,
+    /// Size of the stack-snapshot ring buffer (rounded up to a power of two).
+    pub snapshot_ring_bytes: u32,
     /// Kernel BTF for CO-RE relocations.
     pub btf_path: PathBuf,
 }
@@ -137,6 +143,7 @@ pub struct Sampler {
     kernel_config: Config,
     attached_cpus: BTreeSet<u32>,
     new_processes: RingBuf<MapData>,
+    snapshots: RingBuf<MapData>,
     /// Keeps kernel BPF run-time statistics on while the agent runs.
     _stats: Option<OwnedFd>,
 }
@@ -170,6 +177,16 @@ impl Sampler {
         for name in ["counts0", "counts1"] {
             loader.map_max_entries(name, config.count_map_entries.max(64));
         }
+        // Ring buffers must be a power-of-two number of pages; the frame
+        // pointer mode never writes to it, so it stays at one page there.
+        let ring_bytes = match config.unwind {
+            UnwindMode::FramePointer => 4096,
+            UnwindMode::StackSnapshot => config
+                .snapshot_ring_bytes
+                .clamp(256 * 1024, 1 << 30)
+                .next_power_of_two(),
+        };
+        loader.map_max_entries("samples", ring_bytes);
         let mut ebpf = loader
             .load(BPF_OBJECT)
             .map_err(|source| SamplerError::Load { source })?;
@@ -203,11 +220,16 @@ impl Sampler {
             },
         )?)
         .map_err(map_error("new_processes"))?;
+        let snapshots = RingBuf::try_from(
+            ebpf.take_map("samples")
+                .ok_or(SamplerError::Missing { name: "samples" })?,
+        )
+        .map_err(map_error("samples"))?;
         let kernel_config = Config {
             generation: 0,
             filter: targets.filter_mode() as u32,
             record_tid: u32::from(config.record_tid),
-            reserved: 0,
+            unwind: config.unwind as u32,
         };
         let mut sampler = Sampler {
             ebpf,
@@ -215,6 +237,7 @@ impl Sampler {
             kernel_config,
             attached_cpus: BTreeSet::new(),
             new_processes,
+            snapshots,
             _stats: stats,
         };
         sampler.write_kernel_config()?;
@@ -396,6 +419,23 @@ impl Sampler {
         Some((info.run_time(), info.run_count()))
     }
 
+    /// Hands every stack snapshot waiting in the ring buffer to `each`, in
+    /// order, and returns how many there were. Records that do not parse
+    /// (never expected) are counted as `malformed`.
+    pub fn take_snapshots(&mut self, mut each: impl FnMut(StackSnapshot<'_>)) -> SnapshotBatch {
+        let mut batch = SnapshotBatch::default();
+        while let Some(item) = self.snapshots.next() {
+            match StackSnapshot::from_bytes(&item) {
+                Some(snapshot) => {
+                    batch.read += 1;
+                    each(snapshot);
+                }
+                None => batch.malformed += 1,
+            }
+        }
+        batch
+    }
+
     /// Processes the kernel saw for the first time since the last call.
     pub fn take_new_processes(&mut self) -> Vec<NewProcess> {
         let mut events = Vec::new();
@@ -406,6 +446,15 @@ impl Sampler {
         }
         events
     }
+}
+
+/// What one [`Sampler::take_snapshots`] call read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotBatch {
+    /// Records handed on.
+    pub read: u64,
+    /// Records too short to be a snapshot.
+    pub malformed: u64,
 }
 
 /// Whether a kernel BTF file exists at `path`.

@@ -1,0 +1,490 @@
+//! Userspace unwinding of stack snapshots: the kernel copied a sampled
+//! thread's registers and the top of its user stack; this walks it with each
+//! mapped object's `.eh_frame` (framehop's DWARF CFI unwinder), and with
+//! frame pointers for code that has no unwind info (JIT code, objects over
+//! the cap or with broken CFI).
+//!
+//! Unwind sections are cached per object (build id, else file identity), in
+//! a byte budget, and shared by every process that maps the object. A
+//! process's module list is built once per window from its snapshot, so
+//! `dlopen`ed libraries are seen, and dropped at the window's end, so no
+//! evicted section outlives the window.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{Error as FramehopError, ExplicitModuleSectionInfo, Module, Unwinder};
+
+use crate::abi::{MAX_STACK_DEPTH, StackSnapshot};
+use crate::proc_maps::{MapEntry, MappingKind};
+use crate::process_info::{MappedFile, ProcessSnapshot};
+use crate::unwind_info::{self, SectionBytes, UnwindInfoError, UnwindInfoLimits, UnwindSections};
+
+/// How one sample's user stack came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnwindOutcome {
+    /// Reached the stack's root (CFI marks the end, or the frame chain ends).
+    Complete,
+    /// Every frame had unwind info but the copied stack ran out, or the
+    /// depth cap was hit, before the root.
+    Truncated,
+    /// At least one frame was walked by frame pointer because its code had
+    /// no usable unwind info (JIT code, objects refused or without CFI).
+    FramePointerFallback,
+    /// No frame could be read past the first (no module covers the
+    /// instruction pointer and the frame pointer chain is unusable).
+    NoUnwindInfo,
+    /// The thread had no user context (a kernel thread).
+    NoUserStack,
+    /// The unwinder failed on this stack's unwind info (kept: the leaf).
+    UnwinderFault,
+}
+
+impl UnwindOutcome {
+    /// Every outcome, for metrics.
+    pub const ALL: [UnwindOutcome; 6] = [
+        UnwindOutcome::Complete,
+        UnwindOutcome::Truncated,
+        UnwindOutcome::FramePointerFallback,
+        UnwindOutcome::NoUnwindInfo,
+        UnwindOutcome::NoUserStack,
+        UnwindOutcome::UnwinderFault,
+    ];
+
+    /// A fixed name for metrics.
+    pub fn reason(self) -> &'static str {
+        match self {
+            UnwindOutcome::Complete => "complete",
+            UnwindOutcome::Truncated => "truncated",
+            UnwindOutcome::FramePointerFallback => "fallback_frame_pointer",
+            UnwindOutcome::NoUnwindInfo => "no_unwind_info",
+            UnwindOutcome::NoUserStack => "no_user_stack",
+            UnwindOutcome::UnwinderFault => "unwinder_fault",
+        }
+    }
+}
+
+/// A walked user stack: instruction pointer first, then return addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnwoundStack {
+    /// Addresses, leaf first.
+    pub frames: Vec<u64>,
+    /// How the walk ended.
+    pub outcome: UnwindOutcome,
+}
+
+/// Walks one stack through `unwinder`, reading memory from `stack` (the
+/// bytes at `sp`), with `covered(pc)` telling whether a pc has CFI.
+/// Pure: no IO, bounded by [`MAX_STACK_DEPTH`] frames.
+pub fn walk_stack(
+    unwinder: &UnwinderX86_64<SectionBytes>,
+    cache: &mut CacheX86_64,
+    registers: (u64, u64, u64),
+    stack: &[u8],
+    covered: impl Fn(u64) -> bool,
+) -> UnwoundStack {
+    let (ip, sp, bp) = registers;
+    if ip == 0 {
+        return UnwoundStack {
+            frames: Vec::new(),
+            outcome: UnwindOutcome::NoUserStack,
+        };
+    }
+    let stack_end = sp.saturating_add(stack.len() as u64);
+    let mut read_stack = |address: u64| -> Result<u64, ()> {
+        let offset = address.checked_sub(sp).ok_or(())?;
+        let offset = usize::try_from(offset).map_err(|_| ())?;
+        let bytes = stack
+            .get(offset..offset.checked_add(8).ok_or(())?)
+            .ok_or(())?;
+        Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+    };
+    // The unwinder parses CFI that a hostile container controls. The ELF
+    // and search-table checks in `unwind_info` and the property tests cover
+    // what is known; a panic in the parsers beyond that costs this one stack
+    // (and the process's rule cache), never the collector thread.
+    let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut frames = Vec::with_capacity(32);
+        let mut used_fallback = false;
+        let mut iter = unwinder.iter_frames(
+            ip,
+            UnwindRegsX86_64::new(ip, sp, bp),
+            &mut *cache,
+            &mut read_stack,
+        );
+        let end = loop {
+            if frames.len() >= MAX_STACK_DEPTH {
+                break Err(None);
+            }
+            match iter.next() {
+                Ok(Some(frame)) => {
+                    // The caller of this frame is found with this frame's
+                    // rule; code without CFI gets the frame-pointer rule.
+                    if !covered(frame.address_for_lookup()) {
+                        used_fallback = true;
+                    }
+                    frames.push(frame.address());
+                }
+                Ok(None) => break Ok(()),
+                Err(error) => break Err(Some(error)),
+            }
+        };
+        (frames, used_fallback, end)
+    }));
+    let Ok((frames, used_fallback, end)) = walked else {
+        *cache = CacheX86_64::new();
+        return UnwoundStack {
+            frames: vec![ip],
+            outcome: UnwindOutcome::UnwinderFault,
+        };
+    };
+    // The last frame's rule was never used if the walk ended on it cleanly.
+    let outcome = match end {
+        Ok(()) if used_fallback && frames.len() > 1 => UnwindOutcome::FramePointerFallback,
+        Ok(()) => UnwindOutcome::Complete,
+        Err(None) => UnwindOutcome::Truncated,
+        Err(Some(FramehopError::CouldNotReadStack(address)))
+            if address >= stack_end && !used_fallback =>
+        {
+            UnwindOutcome::Truncated
+        }
+        Err(Some(_)) if frames.len() <= 1 => UnwindOutcome::NoUnwindInfo,
+        Err(Some(_)) if used_fallback => UnwindOutcome::FramePointerFallback,
+        // CFI walks end in an error on stacks whose root is not annotated
+        // (some runtimes' thread entry points); the frames found are right.
+        Err(Some(_)) => UnwindOutcome::Complete,
+    };
+    UnwoundStack { frames, outcome }
+}
+
+/// Settings of the unwinder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StackUnwinderConfig {
+    /// Per-object caps.
+    pub limits: UnwindInfoLimits,
+    /// Bytes of unwind sections cached across all objects.
+    pub cache_bytes: u64,
+    /// Objects remembered (loaded or refused) at most.
+    pub max_objects: usize,
+}
+
+impl Default for StackUnwinderConfig {
+    fn default() -> Self {
+        StackUnwinderConfig {
+            limits: UnwindInfoLimits::default(),
+            cache_bytes: 32 * 1024 * 1024,
+            max_objects: 4096,
+        }
+    }
+}
+
+/// What the unwinder did since it was created (cumulative).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnwindStats {
+    /// Samples per outcome.
+    pub outcomes: HashMap<&'static str, u64>,
+    /// Objects whose unwind info was read, by result (`loaded` or an
+    /// [`UnwindInfoError::reason`]).
+    pub objects: HashMap<&'static str, u64>,
+    /// Objects evicted from the cache to stay in its byte budget.
+    pub evictions: u64,
+}
+
+/// Identity of an object: its build id, else its file.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum ObjectKey {
+    BuildId(String),
+    File { device: u64, inode: u64 },
+    Vdso,
+}
+
+#[derive(Debug)]
+struct CachedObject {
+    sections: Option<Arc<UnwindSections>>,
+    bytes: u64,
+    last_used: u64,
+}
+
+/// One process's modules, built for the current window.
+struct ProcessModules {
+    unwinder: UnwinderX86_64<SectionBytes>,
+    cache: CacheX86_64,
+    /// Address ranges with CFI, sorted.
+    covered: Vec<Range<u64>>,
+    /// Executable mappings the snapshot knew of, sorted.
+    mapped: Vec<Range<u64>>,
+}
+
+/// Unwinds stack snapshots of many processes; see the module docs.
+pub struct StackUnwinder {
+    config: StackUnwinderConfig,
+    objects: HashMap<ObjectKey, CachedObject>,
+    cached_bytes: u64,
+    clock: u64,
+    processes: HashMap<(u32, u64), ProcessModules>,
+    stats: UnwindStats,
+}
+
+impl std::fmt::Debug for StackUnwinder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StackUnwinder")
+            .field("config", &self.config)
+            .field("objects", &self.objects.len())
+            .field("cached_bytes", &self.cached_bytes)
+            .field("processes", &self.processes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl StackUnwinder {
+    /// An empty unwinder.
+    pub fn new(config: StackUnwinderConfig) -> StackUnwinder {
+        StackUnwinder {
+            config,
+            objects: HashMap::new(),
+            cached_bytes: 0,
+            clock: 0,
+            processes: HashMap::new(),
+            stats: UnwindStats::default(),
+        }
+    }
+
+    /// Whether the process's modules for this window are built.
+    pub fn knows_process(&self, pid: u32, start_boottime_ns: u64) -> bool {
+        self.processes.contains_key(&(pid, start_boottime_ns))
+    }
+
+    /// Whether `ip` lies in a mapping the process's modules were built
+    /// from; `false` suggests a mapping added since (dlopen, JIT).
+    pub fn covers_mapping(&self, pid: u32, start_boottime_ns: u64, ip: u64) -> bool {
+        self.processes
+            .get(&(pid, start_boottime_ns))
+            .is_some_and(|p| contains(&p.mapped, ip))
+    }
+
+    /// Builds (or rebuilds) the modules of a process from its snapshot.
+    pub fn load_process(&mut self, process: &ProcessSnapshot) {
+        let mut unwinder = UnwinderX86_64::new();
+        let mut covered = Vec::new();
+        let mut mapped = Vec::new();
+        for (entry, file) in process.maps.iter().zip(&process.files) {
+            mapped.push(entry.start..entry.end);
+            let key_and_source = match (&entry.kind, file) {
+                (MappingKind::File { .. }, Some(file)) => Some((object_key(file), Some(file))),
+                (MappingKind::Special(name), _) if name == "[vdso]" => {
+                    Some((ObjectKey::Vdso, None))
+                }
+                _ => None,
+            };
+            let Some((key, file)) = key_and_source else {
+                continue;
+            };
+            let Some(sections) = self.sections(key, file.map(Arc::as_ref)) else {
+                continue;
+            };
+            if let Some(module) = build_module(entry, &sections) {
+                covered.push(entry.start..entry.end);
+                unwinder.add_module(module);
+            }
+        }
+        self.processes.insert(
+            (process.pid, process.start_boottime_ns),
+            ProcessModules {
+                unwinder,
+                cache: CacheX86_64::new(),
+                covered,
+                mapped,
+            },
+        );
+    }
+
+    /// Unwinds one snapshot with the modules of its process (frame pointers
+    /// only when the process was never read).
+    pub fn unwind(&mut self, snapshot: &StackSnapshot<'_>) -> UnwoundStack {
+        let registers = (snapshot.ip, snapshot.sp, snapshot.bp);
+        let stack = match self
+            .processes
+            .get_mut(&(snapshot.pid, snapshot.start_boottime_ns))
+        {
+            Some(process) => {
+                let covered = &process.covered;
+                walk_stack(
+                    &process.unwinder,
+                    &mut process.cache,
+                    registers,
+                    snapshot.stack,
+                    |pc| contains(covered, pc),
+                )
+            }
+            None => walk_stack(
+                &UnwinderX86_64::new(),
+                &mut CacheX86_64::new(),
+                registers,
+                snapshot.stack,
+                |_| false,
+            ),
+        };
+        *self
+            .stats
+            .outcomes
+            .entry(stack.outcome.reason())
+            .or_default() += 1;
+        stack
+    }
+
+    /// Drops every process's modules: called at the end of each window.
+    pub fn end_window(&mut self) {
+        self.processes.clear();
+    }
+
+    /// Cumulative statistics.
+    pub fn stats(&self) -> &UnwindStats {
+        &self.stats
+    }
+
+    /// Bytes of unwind sections cached now.
+    pub fn cached_bytes(&self) -> u64 {
+        self.cached_bytes
+    }
+
+    fn sections(
+        &mut self,
+        key: ObjectKey,
+        file: Option<&MappedFile>,
+    ) -> Option<Arc<UnwindSections>> {
+        self.clock += 1;
+        if let Some(cached) = self.objects.get_mut(&key) {
+            cached.last_used = self.clock;
+            return cached.sections.clone();
+        }
+        let result = match (&key, file) {
+            (ObjectKey::Vdso, _) => read_own_vdso(&self.config.limits),
+            (_, Some(file)) => unwind_info::read_from_file(&file.file, &self.config.limits),
+            (_, None) => return None,
+        };
+        let sections = match result {
+            Ok(sections) => {
+                *self.stats.objects.entry("loaded").or_default() += 1;
+                Some(Arc::new(sections))
+            }
+            Err(error) => {
+                *self.stats.objects.entry(error.reason()).or_default() += 1;
+                if matches!(error, UnwindInfoError::TooLarge { .. }) {
+                    tracing::info!(
+                        object = file.map_or("[vdso]", |f| f.path.as_str()),
+                        %error,
+                        "unwinding this object by frame pointer"
+                    );
+                } else {
+                    tracing::debug!(
+                        object = file.map_or("[vdso]", |f| f.path.as_str()),
+                        %error,
+                        "no usable unwind info"
+                    );
+                }
+                None
+            }
+        };
+        let bytes = sections.as_ref().map_or(0, |s| s.held_bytes());
+        self.make_room(bytes);
+        self.cached_bytes += bytes;
+        self.objects.insert(
+            key,
+            CachedObject {
+                sections: sections.clone(),
+                bytes,
+                last_used: self.clock,
+            },
+        );
+        sections
+    }
+
+    /// Evicts least recently used objects until `incoming` more bytes (and
+    /// one more object) fit the budgets.
+    fn make_room(&mut self, incoming: u64) {
+        while !self.objects.is_empty()
+            && (self.cached_bytes + incoming > self.config.cache_bytes
+                || self.objects.len() >= self.config.max_objects)
+        {
+            let Some(oldest) = self
+                .objects
+                .iter()
+                .min_by_key(|(_, object)| object.last_used)
+                .map(|(key, _)| key.clone())
+            else {
+                break;
+            };
+            if let Some(object) = self.objects.remove(&oldest) {
+                self.cached_bytes -= object.bytes;
+                self.stats.evictions += 1;
+            }
+        }
+    }
+}
+
+fn contains(ranges: &[Range<u64>], address: u64) -> bool {
+    ranges.iter().any(|range| range.contains(&address))
+}
+
+fn object_key(file: &MappedFile) -> ObjectKey {
+    if file.build_id.is_empty() {
+        ObjectKey::File {
+            device: file.device,
+            inode: file.inode,
+        }
+    } else {
+        ObjectKey::BuildId(file.build_id.clone())
+    }
+}
+
+/// A framehop module for one executable mapping of an object.
+fn build_module(entry: &MapEntry, sections: &UnwindSections) -> Option<Module<SectionBytes>> {
+    let base_avma = sections.base_avma(entry.start, entry.file_offset)?;
+    let info = ExplicitModuleSectionInfo {
+        base_svma: 0,
+        text_svma: sections.text_svma.clone(),
+        got_svma: sections.got_svma.clone(),
+        eh_frame_svma: sections.eh_frame.as_ref().map(|(range, _)| range.clone()),
+        eh_frame: sections.eh_frame.as_ref().map(|(_, bytes)| bytes.clone()),
+        eh_frame_hdr_svma: sections
+            .eh_frame_hdr
+            .as_ref()
+            .map(|(range, _)| range.clone()),
+        eh_frame_hdr: sections
+            .eh_frame_hdr
+            .as_ref()
+            .map(|(_, bytes)| bytes.clone()),
+        debug_frame: sections.debug_frame.clone(),
+        ..ExplicitModuleSectionInfo::default()
+    };
+    Some(Module::new(
+        entry.display_name().to_owned(),
+        entry.start..entry.end,
+        base_avma,
+        info,
+    ))
+}
+
+/// The vDSO is the same object in every process of this kernel; the agent
+/// reads its own copy.
+fn read_own_vdso(limits: &UnwindInfoLimits) -> Result<UnwindSections, UnwindInfoError> {
+    // SAFETY: getauxval only reads the process's auxiliary vector.
+    let start = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+    if start == 0 {
+        return Err(UnwindInfoError::NoUnwindInfo);
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").map_err(|_| UnwindInfoError::NotElf)?;
+    let entry = crate::proc_maps::parse_executable_maps(&maps)
+        .map_err(|_| UnwindInfoError::NotElf)?
+        .into_iter()
+        .find(|e| e.contains(start))
+        .ok_or(UnwindInfoError::NotElf)?;
+    let len =
+        usize::try_from(entry.end.saturating_sub(start)).map_err(|_| UnwindInfoError::NotElf)?;
+    // SAFETY: [start, entry.end) is the vDSO's executable mapping in this
+    // process, readable and never unmapped while the process lives.
+    let bytes = unsafe { std::slice::from_raw_parts(start as *const u8, len) };
+    unwind_info::read_unwind_sections(bytes, limits)
+}

@@ -1,0 +1,298 @@
+//! The `.eh_frame` unwinder on real stacks, without root: this test process
+//! captures its own registers and stack the way the BPF program does, and
+//! the unwinder must walk back through the callers. Hostile unwind info
+//! (random and mutated `.eh_frame`) must never panic, loop or overrun.
+
+use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
+use kiln_agent::abi::{STACK_SNAPSHOT_BYTES, StackSnapshot};
+use kiln_agent::process_info::{ProcessTable, parse_stat_start_ticks};
+use kiln_agent::unwind::{StackUnwinder, StackUnwinderConfig, UnwindOutcome, walk_stack};
+use kiln_agent::unwind_info::{
+    SectionBytes, UnwindInfoLimits, read_unwind_sections, search_table_is_sound,
+};
+use proptest::prelude::*;
+
+/// Registers and stack bytes of the calling thread, as the kernel copies them.
+struct Captured {
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    stack: Vec<u8>,
+}
+
+#[inline(never)]
+fn capture() -> Captured {
+    let (ip, sp, bp): (u64, u64, u64);
+    // SAFETY: reads three registers; touches no memory.
+    unsafe {
+        std::arch::asm!(
+            "lea {ip}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            ip = out(reg) ip,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+        );
+    }
+    // Copy at most the snapshot size, and never past this stack's mapping.
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("own maps");
+    let end = maps
+        .lines()
+        .filter_map(|line| {
+            let (range, _) = line.split_once(' ')?;
+            let (start, end) = range.split_once('-')?;
+            Some((
+                u64::from_str_radix(start, 16).ok()?,
+                u64::from_str_radix(end, 16).ok()?,
+            ))
+        })
+        .find(|&(start, end)| start <= sp && sp < end)
+        .map(|(_, end)| end)
+        .expect("the stack pointer is in a mapping");
+    let len = (end - sp).min(STACK_SNAPSHOT_BYTES as u64) as usize;
+    // SAFETY: [sp, sp + len) lies in this thread's stack mapping, which is
+    // readable; the bytes are copied out at once.
+    let stack = unsafe { std::slice::from_raw_parts(sp as *const u8, len) }.to_vec();
+    Captured { ip, sp, bp, stack }
+}
+
+#[inline(never)]
+fn middle_frame(depth: u32) -> (Captured, u64) {
+    let captured = if depth == 0 {
+        capture()
+    } else {
+        middle_frame(depth - 1).0
+    };
+    (captured, std::hint::black_box(depth as u64))
+}
+
+#[inline(never)]
+fn outer_frame() -> Captured {
+    let (captured, _) = middle_frame(std::hint::black_box(3));
+    std::hint::black_box(&captured);
+    captured
+}
+
+fn own_start_ns(table_ticks: u64) -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("own stat");
+    let ticks = parse_stat_start_ticks(&stat).expect("start time");
+    ticks * (1_000_000_000 / table_ticks)
+}
+
+fn snapshot_of(captured: &Captured, pid: u32, start: u64) -> StackSnapshot<'_> {
+    StackSnapshot {
+        pid,
+        tid: 0,
+        cgroup_id: 0,
+        start_boottime_ns: start,
+        ip: captured.ip,
+        sp: captured.sp,
+        bp: captured.bp,
+        comm: [0; 16],
+        kernel: Vec::new(),
+        stack: &captured.stack,
+    }
+}
+
+/// Whether some frame is a return address inside `function` (its code is
+/// within a few KiB of its entry point in this unoptimized-or-not build).
+fn has_frame_in(frames: &[u64], function: usize) -> bool {
+    let start = function as u64;
+    frames
+        .iter()
+        .skip(1)
+        .any(|&f| f > start && f < start + 4096)
+}
+
+#[test]
+fn own_stack_unwinds_through_every_caller_with_eh_frame() {
+    let captured = outer_frame();
+    let pid = std::process::id();
+    let mut table = ProcessTable::new(16, 64);
+    let start = own_start_ns(100);
+    let process = table.refresh(pid, start).expect("own process is readable");
+    let mut unwinder = StackUnwinder::new(StackUnwinderConfig::default());
+    unwinder.load_process(&process);
+    let stack = unwinder.unwind(&snapshot_of(&captured, pid, start));
+    assert!(
+        stack.frames.len() >= 5,
+        "capture, 4 x middle_frame, outer_frame at least: {:x?}",
+        stack.frames
+    );
+    assert!(
+        has_frame_in(
+            &stack.frames,
+            middle_frame as fn(u32) -> (Captured, u64) as usize
+        ),
+        "middle_frame is a caller: {:x?}",
+        stack.frames
+    );
+    assert!(
+        has_frame_in(&stack.frames, outer_frame as fn() -> Captured as usize),
+        "outer_frame is a caller: {:x?}",
+        stack.frames
+    );
+    assert_ne!(stack.outcome, UnwindOutcome::NoUnwindInfo);
+    assert!(
+        unwinder.stats().objects.get("loaded").copied().unwrap_or(0) >= 2,
+        "the test binary and libc were loaded: {:?}",
+        unwinder.stats()
+    );
+    assert!(unwinder.cached_bytes() > 0);
+}
+
+#[test]
+fn without_unwind_info_the_walk_falls_back_to_frame_pointers() {
+    let captured = outer_frame();
+    let mut unwinder = StackUnwinder::new(StackUnwinderConfig::default());
+    // No process loaded: every frame is walked by frame pointer.
+    let stack = unwinder.unwind(&snapshot_of(&captured, 1, 1));
+    assert!(!stack.frames.is_empty());
+    assert_eq!(stack.frames[0], captured.ip);
+    assert!(matches!(
+        stack.outcome,
+        UnwindOutcome::FramePointerFallback | UnwindOutcome::NoUnwindInfo
+    ));
+}
+
+#[test]
+fn a_cut_stack_is_reported_as_truncated() {
+    let mut captured = outer_frame();
+    let pid = std::process::id();
+    let mut table = ProcessTable::new(16, 64);
+    let start = own_start_ns(100);
+    let process = table.refresh(pid, start).expect("own process");
+    let mut unwinder = StackUnwinder::new(StackUnwinderConfig::default());
+    unwinder.load_process(&process);
+    let full = unwinder.unwind(&snapshot_of(&captured, pid, start));
+    captured.stack.truncate(64);
+    let cut = unwinder.unwind(&snapshot_of(&captured, pid, start));
+    assert!(cut.frames.len() < full.frames.len());
+    assert_eq!(cut.outcome, UnwindOutcome::Truncated);
+}
+
+#[test]
+fn kernel_threads_have_no_user_stack() {
+    let mut unwinder = StackUnwinder::new(StackUnwinderConfig::default());
+    let empty = [0u8; 0];
+    let snapshot = StackSnapshot {
+        pid: 2,
+        tid: 2,
+        cgroup_id: 1,
+        start_boottime_ns: 0,
+        ip: 0,
+        sp: 0,
+        bp: 0,
+        comm: [0; 16],
+        kernel: vec![0xffff_ffff_8100_0000],
+        stack: &empty,
+    };
+    let stack = unwinder.unwind(&snapshot);
+    assert_eq!(stack.outcome, UnwindOutcome::NoUserStack);
+    assert!(stack.frames.is_empty());
+}
+
+/// A module over [0x1000, 0x100000) with the given bytes as its unwind info.
+fn hostile_unwinder(
+    eh_frame: Vec<u8>,
+    eh_frame_svma: u64,
+    eh_frame_hdr: Option<Vec<u8>>,
+    eh_frame_hdr_svma: u64,
+) -> UnwinderX86_64<SectionBytes> {
+    let mut unwinder = UnwinderX86_64::new();
+    let eh_range = eh_frame_svma..eh_frame_svma + eh_frame.len() as u64;
+    // As unwind_info does for real objects: only a sound search table.
+    let eh_frame_hdr =
+        eh_frame_hdr.filter(|hdr| search_table_is_sound(hdr, eh_frame_hdr_svma, eh_range.clone()));
+    let info = ExplicitModuleSectionInfo {
+        base_svma: 0,
+        text_svma: Some(0x1000..0x100000),
+        eh_frame_svma: Some(eh_range),
+        eh_frame: Some(SectionBytes::from(eh_frame)),
+        eh_frame_hdr_svma: eh_frame_hdr
+            .as_ref()
+            .map(|h| eh_frame_hdr_svma..eh_frame_hdr_svma + h.len() as u64),
+        eh_frame_hdr: eh_frame_hdr.map(SectionBytes::from),
+        ..ExplicitModuleSectionInfo::default()
+    };
+    unwinder.add_module(Module::new("hostile".to_owned(), 0x1000..0x100000, 0, info));
+    unwinder
+}
+
+/// The test binary's `.eh_frame` and `.eh_frame_hdr` with their addresses.
+type OwnUnwindInfo = (Vec<u8>, u64, Vec<u8>, u64);
+
+fn own_eh_frame() -> OwnUnwindInfo {
+    static OWN: std::sync::OnceLock<OwnUnwindInfo> = std::sync::OnceLock::new();
+    OWN.get_or_init(read_own_eh_frame).clone()
+}
+
+fn read_own_eh_frame() -> OwnUnwindInfo {
+    let bytes = std::fs::read("/proc/self/exe").expect("own executable");
+    let sections = read_unwind_sections(bytes.as_slice(), &UnwindInfoLimits::default())
+        .expect("own unwind info");
+    let (eh_range, eh_frame) = sections.eh_frame.expect(".eh_frame");
+    let (hdr_range, hdr) = sections.eh_frame_hdr.expect(".eh_frame_hdr");
+    (
+        eh_frame.to_vec(),
+        eh_range.start,
+        hdr.to_vec(),
+        hdr_range.start,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// Arbitrary bytes as .eh_frame and .eh_frame_hdr, arbitrary registers
+    /// and stack: the walk ends, within the depth cap, without panicking.
+    #[test]
+    fn random_unwind_info_never_panics_or_overruns(
+        eh_frame in proptest::collection::vec(any::<u8>(), 0..512),
+        hdr in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..128)),
+        ip in 0x1000u64..0x100000,
+        stack in proptest::collection::vec(any::<u8>(), 0..2048),
+        bp_offset in 0u64..4096,
+    ) {
+        let unwinder = hostile_unwinder(eh_frame, 0x200000, hdr, 0x300000);
+        let sp = 0x7fff_0000_0000u64;
+        let walked = walk_stack(&unwinder, &mut CacheX86_64::new(), (ip, sp, sp + bp_offset), &stack, |pc| (0x1000..0x100000).contains(&pc));
+        prop_assert!(!walked.frames.is_empty());
+        prop_assert!(walked.frames.len() <= kiln_agent::abi::MAX_STACK_DEPTH);
+    }
+
+    /// A real .eh_frame with bytes flipped: the same guarantees.
+    #[test]
+    fn mutated_real_unwind_info_never_panics_or_overruns(
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..16),
+        ip in 0x1000u64..0x100000,
+        stack in proptest::collection::vec(any::<u8>(), 0..4096),
+    ) {
+        let (mut eh_frame, eh_svma, mut hdr, hdr_svma) = own_eh_frame();
+        for (index, byte) in &flips {
+            let i = index.index(eh_frame.len() + hdr.len());
+            if i < eh_frame.len() { eh_frame[i] ^= byte } else { hdr[i - eh_frame.len()] ^= byte }
+        }
+        let unwinder = hostile_unwinder(eh_frame, eh_svma, Some(hdr), hdr_svma);
+        let sp = 0x7fff_0000_0000u64;
+        let walked = walk_stack(&unwinder, &mut CacheX86_64::new(), (ip, sp, sp + 16), &stack, |_| true);
+        prop_assert!(walked.frames.len() <= kiln_agent::abi::MAX_STACK_DEPTH);
+    }
+
+    /// Arbitrary bytes as an ELF file: a clean error or bounded sections.
+    #[test]
+    fn random_elf_bytes_give_errors_not_panics(
+        bytes in proptest::collection::vec(any::<u8>(), 0..4096),
+        magic in any::<bool>(),
+    ) {
+        let mut bytes = bytes;
+        if magic && bytes.len() >= 6 {
+            bytes[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        }
+        let limits = UnwindInfoLimits::default();
+        if let Ok(sections) = read_unwind_sections(bytes.as_slice(), &limits) {
+            prop_assert!(sections.held_bytes() <= bytes.len() as u64 + 256 * 32);
+        }
+    }
+}
