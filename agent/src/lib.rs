@@ -17,6 +17,7 @@ pub mod collector;
 pub mod kallsyms;
 pub mod kubernetes;
 pub mod metrics;
+pub mod perf_map;
 pub mod preflight;
 pub mod proc_maps;
 pub mod process_info;

@@ -11,7 +11,8 @@ use blazesym::symbolize::{self as blaze, Input};
 
 use crate::bounded_cache::BoundedCache;
 use crate::kallsyms::KernelSymbols;
-use crate::proc_maps;
+use crate::perf_map::{PerfMap, PerfMapLimits, read_process_perf_map};
+use crate::proc_maps::{self, MappingKind};
 use crate::process_info::{MappedFile, ProcessSnapshot};
 
 /// A mapping as it goes into pprof.
@@ -73,6 +74,8 @@ pub struct StackSymbolizer {
     mapped_bytes: u64,
     /// Offsets to look up, per file identity.
     pending: HashMap<Arc<str>, (Arc<MappedFile>, HashSet<u64>)>,
+    /// Perf maps read this window, per pid (`None`: the process has none).
+    perf_maps: HashMap<u32, Option<Arc<PerfMap>>>,
 }
 
 /// Most bytes of ELF files blazesym may keep mapped (and its parsed symbol
@@ -96,6 +99,7 @@ impl StackSymbolizer {
             names: BoundedCache::new(max_cached_names),
             mapped_bytes: 0,
             pending: HashMap::new(),
+            perf_maps: HashMap::new(),
         }
     }
 
@@ -104,6 +108,8 @@ impl StackSymbolizer {
     pub fn reset_file_state(&mut self) {
         self.blaze = new_blaze_symbolizer();
         self.mapped_bytes = 0;
+        // Perf maps grow as code is compiled: read afresh next window.
+        self.perf_maps.clear();
     }
 
     /// Number of kernel symbols loaded.
@@ -283,24 +289,63 @@ impl StackSymbolizer {
         if addresses.is_empty() {
             return HashMap::new();
         }
+        // Anonymous executable memory is JIT code: named by the process's
+        // perf map, read by the agent's own bounded, root-confined reader.
+        let mut named = HashMap::new();
+        let perf_map = self.perf_map(process.pid);
+        let mut rest = Vec::new();
+        for address in addresses {
+            let anonymous = proc_maps::find_mapping(&process.maps, address)
+                .is_none_or(|i| process.maps[i].kind == MappingKind::Anonymous);
+            match perf_map
+                .as_ref()
+                .filter(|_| anonymous)
+                .and_then(|m| m.lookup(address))
+            {
+                Some(name) => {
+                    named.insert(address, name);
+                }
+                None if anonymous => {}
+                None => rest.push(address),
+            }
+        }
+        if rest.is_empty() {
+            return named;
+        }
+        // The vDSO and files that could not be opened, through the live
+        // process; blazesym's own perf-map reading stays off.
         let mut source = blaze_source::Process::new(blazesym::Pid::Pid(pid));
         source.debug_syms = false;
         source.map_files = true;
+        source.perf_map = false;
         let Ok(results) = self
             .blaze
-            .symbolize(&Source::Process(source), Input::AbsAddr(&addresses))
+            .symbolize(&Source::Process(source), Input::AbsAddr(&rest))
         else {
-            return HashMap::new();
+            return named;
         };
-        let named: Vec<(u64, String)> = addresses
-            .iter()
-            .zip(results.iter())
-            .filter_map(|(&address, result)| Some((address, result.as_sym()?.name.to_string())))
-            .collect();
+        for (&address, result) in rest.iter().zip(results.iter()) {
+            if let Some(symbol) = result.as_sym() {
+                named.insert(address, intern(&symbol.name));
+            }
+        }
         named
-            .into_iter()
-            .map(|(address, name)| (address, intern(&name)))
-            .collect()
+    }
+
+    /// The perf map of a process, read once per window.
+    fn perf_map(&mut self, pid: u32) -> Option<Arc<PerfMap>> {
+        self.perf_maps
+            .entry(pid)
+            .or_insert_with(
+                || match read_process_perf_map(pid, &PerfMapLimits::default()) {
+                    Ok(map) => map.map(Arc::new),
+                    Err(error) => {
+                        tracing::debug!(pid, %error, "perf map not read");
+                        None
+                    }
+                },
+            )
+            .clone()
     }
 }
 

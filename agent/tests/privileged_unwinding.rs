@@ -263,7 +263,71 @@ fn node_perf_map_frames_keep_their_javascript_names() {
     );
 }
 
-/// Removes a file when dropped (perf maps Node leaves in /tmp).
+/// HotSpot names its JIT code in a perf map on `jcmd PID Compiler.perfmap`
+/// (JDK 17+); with `-XX:+PreserveFramePointer` compiled Java frames are
+/// walked by frame pointer and named from that map.
+#[test]
+fn java_frames_are_named_from_the_hotspot_perf_map() {
+    if !privileged_prerequisites()
+        || !require_program("javac", "Debian's OpenJDK (./kiln-dev installs it)")
+        || !require_program("jcmd", "Debian's OpenJDK (./kiln-dev installs it)")
+    {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("KilnHot.java"),
+        "public class KilnHot {\n\
+         static long kilnHotJava(long n) { long x = 0; for (long i = 0; i < n; i++) { x = (x * 31 + i) % 1000003; } return x; }\n\
+         public static void main(String[] args) { long sink = 0; while (true) { sink += kilnHotJava(50_000_000L); if (sink == 42) System.out.println(sink); } }\n\
+         }\n",
+    )
+    .expect("write source");
+    let status = Command::new("javac")
+        .arg(dir.path().join("KilnHot.java"))
+        .status()
+        .expect("javac runs");
+    assert!(status.success(), "javac failed");
+    let java = KillOnDrop(
+        Command::new("java")
+            .args(["-XX:+PreserveFramePointer", "-cp"])
+            .arg(dir.path())
+            .arg("KilnHot")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("java starts"),
+    );
+    let pid = java.0.id();
+    let _perf_map = RemoveFile(format!("/tmp/perf-{pid}.map"));
+    // Let the JIT compile the hot method, then have HotSpot write its map.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let jcmd = Command::new("jcmd")
+        .arg(pid.to_string())
+        .arg("Compiler.perfmap")
+        .output()
+        .expect("jcmd runs");
+    assert!(jcmd.status.success(), "jcmd failed: {jcmd:?}");
+    let samples = profile_pid(pid, 10, dir.path());
+    let total: i64 = samples.iter().map(|s| s.count).sum();
+    let named: i64 = samples
+        .iter()
+        .filter(|s| {
+            s.frames
+                .iter()
+                .any(|(_, f)| f.contains("KilnHot.kilnHotJava"))
+        })
+        .map(|s| s.count)
+        .sum();
+    eprintln!("java: {named} of {total} samples name KilnHot.kilnHotJava");
+    assert!(total >= 200, "too few samples ({total})");
+    assert!(
+        named as f64 >= 0.8 * total as f64,
+        "only {named} of {total} samples name the Java method"
+    );
+}
+
+/// Removes a file when dropped (perf maps Node and HotSpot leave in /tmp).
 struct RemoveFile(String);
 
 impl Drop for RemoveFile {

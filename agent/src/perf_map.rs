@@ -1,0 +1,327 @@
+//! Perf maps (`/tmp/perf-PID.map`): the names JIT runtimes give their
+//! generated code. Node writes them with `--perf-basic-prof`, HotSpot on
+//! `jcmd PID Compiler.perfmap` (17+) or continuously with
+//! `-XX:+DumpPerfMapAtExit`-era agents.
+//!
+//! The file lives in the process's mount namespace and is written by code the
+//! agent does not trust, so it is opened beneath the process's root with
+//! `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`, never following a
+//! symlink out of the container, without blocking on a FIFO, only when it is
+//! a regular file, and read up to a byte cap. Parsing is pure and bounded.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
+use std::sync::Arc;
+
+/// Caps on one perf map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerfMapLimits {
+    /// Bytes read at most; the rest of a longer file is ignored.
+    pub max_bytes: u64,
+    /// Entries kept at most.
+    pub max_entries: usize,
+    /// Longest name kept (longer ones are cut).
+    pub max_name_bytes: usize,
+}
+
+impl Default for PerfMapLimits {
+    fn default() -> Self {
+        PerfMapLimits {
+            max_bytes: 64 * 1024 * 1024,
+            max_entries: 500_000,
+            max_name_bytes: 1024,
+        }
+    }
+}
+
+/// The symbols of one perf map: address ranges with names. When ranges
+/// overlap (code freed and regenerated at the same address), the entry
+/// written last wins, as the file is appended in time order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PerfMap {
+    by_start: BTreeMap<u64, (u64, Arc<str>)>,
+}
+
+impl PerfMap {
+    /// Parses perf map text: `START SIZE NAME` per line, START and SIZE in
+    /// hex with or without `0x` (HotSpot writes it, Node does not).
+    /// Malformed lines are skipped.
+    pub fn parse(text: &str, limits: &PerfMapLimits) -> PerfMap {
+        let mut by_start = BTreeMap::new();
+        for line in text.lines() {
+            if by_start.len() >= limits.max_entries {
+                break;
+            }
+            let Some((start, size, name)) = parse_line(line) else {
+                continue;
+            };
+            let Some(end) = start.checked_add(size) else {
+                continue;
+            };
+            let name = truncate(name.trim(), limits.max_name_bytes);
+            by_start.insert(start, (end, Arc::from(name)));
+        }
+        PerfMap { by_start }
+    }
+
+    /// The name of the code containing `address`.
+    pub fn lookup(&self, address: u64) -> Option<Arc<str>> {
+        let (_, (end, name)) = self.by_start.range(..=address).next_back()?;
+        (address < *end).then(|| Arc::clone(name))
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.by_start.len()
+    }
+
+    /// Whether the map has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.by_start.is_empty()
+    }
+}
+
+fn parse_line(line: &str) -> Option<(u64, u64, &str)> {
+    let hex = |field: &str| {
+        let digits = field.strip_prefix("0x").unwrap_or(field);
+        u64::from_str_radix(digits, 16).ok()
+    };
+    let line = line.trim_start();
+    let (start, rest) = line.split_once(' ')?;
+    let (size, name) = rest.trim_start().split_once(' ')?;
+    Some((hex(start)?, hex(size)?, name))
+}
+
+fn truncate(name: &str, max: usize) -> &str {
+    if name.len() <= max {
+        return name;
+    }
+    let mut end = max;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
+/// Why a perf map was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfMapError {
+    /// The file (or the process's root) could not be opened beneath the root.
+    #[error("cannot open {path} beneath the process root")]
+    Open {
+        /// The path inside the process's mount namespace.
+        path: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Something other than a regular file sits at the path.
+    #[error("{path} is not a regular file")]
+    NotAFile {
+        /// The path inside the process's mount namespace.
+        path: String,
+    },
+    /// Reading failed.
+    #[error("cannot read {path}")]
+    Read {
+        /// The path inside the process's mount namespace.
+        path: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl PerfMapError {
+    /// A fixed name for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PerfMapError::Open { .. } => "perf_map_open",
+            PerfMapError::NotAFile { .. } => "perf_map_not_a_file",
+            PerfMapError::Read { .. } => "perf_map_read",
+        }
+    }
+}
+
+/// The pid a process knows itself by (innermost PID namespace), from
+/// `/proc/PID/status`'s `NSpid` line; perf maps are named with it.
+pub fn namespace_pid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("NSpid:"))?
+        .split_ascii_whitespace()
+        .last()?
+        .parse()
+        .ok()
+}
+
+/// Reads `/tmp/perf-NSPID.map` of process `pid` beneath its root; `Ok(None)`
+/// when there is none.
+pub fn read_process_perf_map(
+    pid: u32,
+    limits: &PerfMapLimits,
+) -> Result<Option<PerfMap>, PerfMapError> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let own_pid = namespace_pid(&status).unwrap_or(pid);
+    let path = format!("tmp/perf-{own_pid}.map");
+    let root = format!("/proc/{pid}/root");
+    let file = match open_beneath(&root, &path) {
+        Ok(file) => file,
+        Err(source) if source.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(PerfMapError::Open { path, source }),
+    };
+    let metadata = file.metadata().map_err(|source| PerfMapError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    if !metadata.is_file() {
+        return Err(PerfMapError::NotAFile { path });
+    }
+    // Not trusted to be UTF-8 (or to end on a character): read bytes.
+    let mut bytes = Vec::new();
+    file.take(limits.max_bytes)
+        .read_to_end(&mut bytes)
+        .map_err(|source| PerfMapError::Read {
+            path: path.clone(),
+            source,
+        })?;
+    let text = String::from_utf8_lossy(&bytes);
+    Ok(Some(PerfMap::parse(&text, limits)))
+}
+
+/// Opens `relative` beneath the directory `root` as if `root` were `/`:
+/// symlinks (absolute ones included) cannot leave it, magic links are
+/// refused, and a FIFO does not block the open.
+fn open_beneath(root: &str, relative: &str) -> std::io::Result<File> {
+    use std::ffi::CString;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let root_c = CString::new(root).map_err(std::io::Error::other)?;
+    let relative_c = CString::new(relative).map_err(std::io::Error::other)?;
+    // SAFETY: a plain open(2) of a NUL-terminated path.
+    let dir = unsafe {
+        libc::open(
+            root_c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if dir < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `dir` is a descriptor this function just opened and owns.
+    let dir = unsafe { OwnedFd::from_raw_fd(dir) };
+    /// `struct open_how` of openat2(2).
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow {
+        flags: (libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    use std::os::fd::AsRawFd;
+    // SAFETY: openat2 with a valid directory descriptor, a NUL-terminated
+    // path, and a pointer to an `open_how` of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            relative_c.as_ptr(),
+            &how as *const OpenHow,
+            size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let fd = i32::try_from(fd).map_err(std::io::Error::other)?;
+    // SAFETY: openat2 returned a new descriptor that nothing else owns.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hotspot_and_node_formats_parse_and_later_entries_win() {
+        let text = "0x00007fafccec7600 0x00000000000000f8 long KilnHot.kilnHotJava(long)\n\
+                    7f0000001000 40 LazyCompile:*kilnHotJs /app/busy.js:1\n\
+                    not a line\n\
+                    0x00007fafccec7600 0x0000000000000010 long KilnHot.recompiled()\n";
+        let map = PerfMap::parse(text, &PerfMapLimits::default());
+        assert_eq!(
+            map.len(),
+            2,
+            "same start: the later entry replaces the earlier"
+        );
+        assert_eq!(
+            map.lookup(0x7fafccec7605).as_deref(),
+            Some("long KilnHot.recompiled()")
+        );
+        assert_eq!(
+            map.lookup(0x7fafccec7620),
+            None,
+            "past the later entry's end"
+        );
+        assert_eq!(
+            map.lookup(0x7f0000001010).as_deref(),
+            Some("LazyCompile:*kilnHotJs /app/busy.js:1")
+        );
+        assert_eq!(map.lookup(0x1000), None);
+    }
+
+    #[test]
+    fn caps_bound_entries_and_names() {
+        let limits = PerfMapLimits {
+            max_bytes: 1 << 20,
+            max_entries: 3,
+            max_name_bytes: 8,
+        };
+        let text: String = (0..10)
+            .map(|i| format!("{:x} 10 {}\n", 0x1000 + i * 0x100, "é".repeat(10)))
+            .collect();
+        let map = PerfMap::parse(&text, &limits);
+        assert_eq!(map.len(), 3);
+        assert_eq!(map.lookup(0x1000).as_deref(), Some("éééé"));
+    }
+
+    #[test]
+    fn overflowing_ranges_are_skipped() {
+        let map = PerfMap::parse("ffffffffffffffff 10 wrap\n", &PerfMapLimits::default());
+        assert!(map.is_empty());
+    }
+
+    #[test]
+    fn namespace_pid_is_the_innermost() {
+        assert_eq!(namespace_pid("Name:\tx\nNSpid:\t4242\t7\n"), Some(7));
+        assert_eq!(namespace_pid("Name:\tx\nNSpid:\t4242\n"), Some(4242));
+        assert_eq!(namespace_pid("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn a_symlink_cannot_leave_the_root_and_a_fifo_is_refused() {
+        let root = tempfile::tempdir().expect("temp root");
+        let tmp = root.path().join("tmp");
+        std::fs::create_dir(&tmp).expect("tmp");
+        let outside = tempfile::NamedTempFile::new().expect("outside file");
+        std::fs::write(outside.path(), "1000 10 secret\n").expect("write outside");
+        std::os::unix::fs::symlink(outside.path(), tmp.join("perf-1.map")).expect("symlink");
+        let root_path = root.path().to_str().expect("utf-8 path");
+        let error = open_beneath(root_path, "tmp/perf-1.map").expect_err("escape refused");
+        assert!(
+            matches!(error.raw_os_error(), Some(libc::ENOENT) | Some(libc::ELOOP)),
+            "{error}"
+        );
+        let fifo =
+            std::ffi::CString::new(tmp.join("perf-2.map").to_str().expect("utf-8")).expect("path");
+        // SAFETY: mkfifo with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let file =
+            open_beneath(root_path, "tmp/perf-2.map").expect("a FIFO opens without blocking");
+        assert!(!file.metadata().expect("metadata").is_file());
+    }
+}
