@@ -240,6 +240,8 @@ fn node_perf_map_frames_keep_their_javascript_names() {
     .expect("write script");
     let node = KillOnDrop(
         Command::new("node")
+            // Node writes its V8 log next to where it runs.
+            .current_dir(dir.path())
             .arg("--perf-basic-prof")
             .arg(&script)
             .stdout(Stdio::null())
@@ -291,6 +293,7 @@ fn java_frames_are_named_from_the_hotspot_perf_map() {
     assert!(status.success(), "javac failed");
     let java = KillOnDrop(
         Command::new("java")
+            .current_dir(dir.path())
             .args(["-XX:+PreserveFramePointer", "-cp"])
             .arg(dir.path())
             .arg("KilnHot")
