@@ -186,7 +186,7 @@ fn debian_python3_samples_reach_py_runmain() {
 }
 
 /// A Rust release build (no frame pointers: rustc's default on x86-64 Linux)
-/// with its hot loop three calls deep.
+/// with its hot loop three calls deep, deleted from disk while it runs.
 #[test]
 fn rust_release_build_samples_reach_the_outermost_of_three_calls() {
     if !privileged_prerequisites() {
@@ -213,6 +213,10 @@ fn rust_release_build_samples_reach_the_outermost_of_three_calls() {
             .spawn()
             .expect("workload starts"),
     );
+    // A binary deleted after start (an upgrade in place) is still read,
+    // through /proc/PID/map_files.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    std::fs::remove_file(&binary).expect("delete the running binary");
     let samples = profile_pid(workload.0.id(), 10, dir.path());
     assert_reach(
         &samples,
