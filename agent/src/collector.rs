@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::abi::KernelCounter;
 use crate::aggregate::{self, GroupKey, StackSample, UnwoundWindow};
+use crate::language::{self, Language};
 use crate::metrics::AgentMetrics;
 use crate::process_info::{ProcessSnapshot, ProcessTable};
 use crate::profile_build::{self, PROFILE_NAME, ResolvedSample, WindowMeta};
@@ -339,6 +340,8 @@ impl<S: TargetSource> Collector<S> {
         }
         let mut resolved = Vec::with_capacity(samples.len());
         let mut process_comm: HashMap<u32, String> = HashMap::new();
+        // Samples per runtime; the group is labelled with the busiest one.
+        let mut languages: HashMap<Language, u64> = HashMap::new();
         for ((pid, start), process_samples) in by_process {
             let snapshot = snapshots.get(&(pid, start)).cloned().flatten();
             let user_stacks: Vec<&[u64]> =
@@ -346,6 +349,11 @@ impl<S: TargetSource> Collector<S> {
             let user_frames = self
                 .symbolizer
                 .user_frames(snapshot.as_deref(), &user_stacks, stats);
+            let language = snapshot
+                .as_ref()
+                .map_or(Language::Native, |s| language::detect(&s.maps));
+            *languages.entry(language).or_default() +=
+                process_samples.iter().map(|s| s.count).sum::<u64>();
             let comm = snapshot
                 .as_ref()
                 .map(|s| s.comm.clone())
@@ -359,6 +367,7 @@ impl<S: TargetSource> Collector<S> {
                     pid: sample.pid,
                     tid: sample.tid,
                     comm: comm.clone(),
+                    language: language.label(),
                     frames,
                     count: sample.count,
                 });
@@ -380,6 +389,12 @@ impl<S: TargetSource> Collector<S> {
         let mut labels: BTreeMap<String, String> =
             entry.map(|e| e.labels.clone()).unwrap_or_default();
         labels.insert("__name__".to_owned(), PROFILE_NAME.to_owned());
+        if let Some((language, _)) = languages
+            .iter()
+            .max_by_key(|(l, n)| (**n, std::cmp::Reverse(**l)))
+        {
+            labels.insert("language".to_owned(), language.label().to_owned());
+        }
         labels.insert("node".to_owned(), self.config.node.clone());
         let stem = match group {
             GroupKey::Process {

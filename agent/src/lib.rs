@@ -16,6 +16,7 @@ pub mod cli_targets;
 pub mod collector;
 pub mod kallsyms;
 pub mod kubernetes;
+pub mod language;
 pub mod metrics;
 pub mod perf_map;
 pub mod preflight;

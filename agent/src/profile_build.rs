@@ -26,6 +26,8 @@ pub struct ResolvedSample {
     pub tid: u32,
     /// Process name.
     pub comm: String,
+    /// The process's runtime (`language` label: python, java, node, native).
+    pub language: &'static str,
     /// Frames, leaf first.
     pub frames: Vec<Frame>,
     /// Number of samples.
@@ -116,6 +118,7 @@ pub fn build_profile(meta: &WindowMeta, samples: &[ResolvedSample]) -> proto::Pr
             ("comm", LabelValue::Str(sample.comm.clone())),
             ("pid", LabelValue::Str(sample.pid.to_string())),
             ("node", LabelValue::Str(meta.node.clone())),
+            ("language", LabelValue::Str(sample.language.to_owned())),
         ];
         if meta.record_tid {
             labels.push(("tid", LabelValue::Str(sample.tid.to_string())));
@@ -166,6 +169,7 @@ mod tests {
                 pid: 7,
                 tid: 0,
                 comm: "hot".into(),
+                language: "native",
                 frames: vec![frame(0x1010, Some("hot_a")), frame(0x1100, Some("main"))],
                 count: 3,
             },
@@ -173,6 +177,7 @@ mod tests {
                 pid: 7,
                 tid: 0,
                 comm: "hot".into(),
+                language: "native",
                 frames: vec![frame(0x1500, None)],
                 count: 1,
             },
@@ -200,7 +205,7 @@ mod tests {
             .iter()
             .map(|l| profile.string_table[l.key as usize].as_slice())
             .collect();
-        for key in [&b"comm"[..], b"pid", b"node"] {
+        for key in [&b"comm"[..], b"pid", b"node", b"language"] {
             assert!(label_keys.contains(&key));
         }
         assert!(!label_keys.contains(&&b"tid"[..]));
@@ -212,6 +217,7 @@ mod tests {
             pid: 1,
             tid: 9,
             comm: "x".into(),
+            language: "native",
             frames: vec![],
             count: 2,
         }];
@@ -221,7 +227,11 @@ mod tests {
         assert_eq!(profile.location.len(), 1);
         let name = profile.function[0].name as usize;
         assert_eq!(profile.string_table[name], LOST_STACK_FUNCTION.as_bytes());
-        assert_eq!(profile.sample[0].label.len(), 4);
+        assert_eq!(
+            profile.sample[0].label.len(),
+            5,
+            "comm, pid, node, language, tid"
+        );
     }
 
     #[test]

@@ -35,8 +35,8 @@ fn require_program(path: &str, why: &str) -> bool {
 }
 
 /// Samples the process for `seconds` at 99 Hz with the default unwinder and
-/// returns its flattened samples.
-fn profile_pid(pid: u32, seconds: u32, dir: &Path) -> Vec<FlatSample> {
+/// returns its flattened samples, checking their `language` label.
+fn profile_pid(pid: u32, seconds: u32, dir: &Path, language: &str) -> Vec<FlatSample> {
     let pid = pid.to_string();
     let duration = format!("{seconds}s");
     let args = [
@@ -53,6 +53,12 @@ fn profile_pid(pid: u32, seconds: u32, dir: &Path) -> Vec<FlatSample> {
     assert!(
         samples.iter().all(|s| s.labels.get("pid") == Some(&pid)),
         "only the target process is sampled"
+    );
+    assert!(
+        samples
+            .iter()
+            .all(|s| s.labels.get("language").map(String::as_str) == Some(language)),
+        "every sample is labelled language={language}"
     );
     samples
 }
@@ -147,7 +153,7 @@ fn debian_xz_samples_reach_lzma_code() {
             .spawn()
             .expect("xz starts"),
     );
-    let samples = profile_pid(xz.0.id(), 10, dir.path());
+    let samples = profile_pid(xz.0.id(), 10, dir.path(), "native");
     assert_reach(&samples, &["lzma_code"], 0.95, "xz -6");
 }
 
@@ -176,7 +182,7 @@ fn debian_python3_samples_reach_py_runmain() {
     );
     // Let the interpreter finish starting up.
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let samples = profile_pid(python.0.id(), 10, dir.path());
+    let samples = profile_pid(python.0.id(), 10, dir.path(), "python");
     assert_reach(
         &samples,
         &["Py_RunMain", "Py_BytesMain", "pymain_run_python"],
@@ -217,7 +223,7 @@ fn rust_release_build_samples_reach_the_outermost_of_three_calls() {
     // through /proc/PID/map_files.
     std::thread::sleep(std::time::Duration::from_millis(200));
     std::fs::remove_file(&binary).expect("delete the running binary");
-    let samples = profile_pid(workload.0.id(), 10, dir.path());
+    let samples = profile_pid(workload.0.id(), 10, dir.path(), "native");
     assert_reach(
         &samples,
         &["kiln_rs_outer"],
@@ -253,7 +259,7 @@ fn node_perf_map_frames_keep_their_javascript_names() {
             .expect("node starts"),
     );
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let samples = profile_pid(node.0.id(), 10, dir.path());
+    let samples = profile_pid(node.0.id(), 10, dir.path(), "node");
     let _perf_map = RemoveFile(format!("/tmp/perf-{}.map", node.0.id()));
     let total: i64 = samples.iter().map(|s| s.count).sum();
     let named: i64 = samples
@@ -315,7 +321,7 @@ fn java_frames_are_named_from_the_hotspot_perf_map() {
         .output()
         .expect("jcmd runs");
     assert!(jcmd.status.success(), "jcmd failed: {jcmd:?}");
-    let samples = profile_pid(pid, 10, dir.path());
+    let samples = profile_pid(pid, 10, dir.path(), "java");
     let total: i64 = samples.iter().map(|s| s.count).sum();
     let named: i64 = samples
         .iter()
