@@ -247,7 +247,15 @@ impl StackUnwinder {
             cached_bytes: 0,
             clock: 0,
             processes: HashMap::new(),
-            stats: UnwindStats::default(),
+            // Every outcome is reported from the start, at zero, so rates
+            // and alerts on it need no special case for "absent".
+            stats: UnwindStats {
+                outcomes: UnwindOutcome::ALL
+                    .iter()
+                    .map(|outcome| (outcome.reason(), 0))
+                    .collect(),
+                ..UnwindStats::default()
+            },
         }
     }
 
