@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 
 use agent_run::{
     FlatSample, KillOnDrop, SERIAL, build_workload, canonical, flatten, in_ci, inclusive_count,
-    privileged_prerequisites, run_agent, spawn,
+    privileged_prerequisites, run_agent, spawn, visible_skip,
 };
 use kiln_pprof::DecodeLimits;
 
@@ -198,7 +198,7 @@ fn cgroup_mode_samples_only_processes_in_the_target_cgroup() {
         if in_ci() {
             panic!("no cgroup2 mount on this host");
         }
-        eprintln!("skipping: no cgroup2 mount");
+        visible_skip("skipping: no cgroup2 mount");
         return;
     };
     let cgroup = root.join(format!("kiln-agent-test-{}", std::process::id()));

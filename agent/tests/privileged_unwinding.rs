@@ -16,6 +16,7 @@ use std::process::{Command, Stdio};
 
 use agent_run::{
     FlatSample, KillOnDrop, SERIAL, flatten, in_ci, privileged_prerequisites, run_agent,
+    visible_skip,
 };
 
 /// A program the test needs; fails in CI when missing, skips visibly elsewhere.
@@ -29,7 +30,7 @@ fn require_program(path: &str, why: &str) -> bool {
         .is_ok();
     if !found {
         assert!(!in_ci(), "{path} is needed in CI ({why})");
-        eprintln!("skipping: {path} is not installed ({why})");
+        visible_skip(&format!("skipping: {path} is not installed ({why})"));
     }
     found
 }

@@ -14,6 +14,13 @@ use kiln_pprof::{DecodeLimits, Profile};
 /// gets its share of samples.
 pub static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Says that a test is skipped where a person running `cargo test` sees
+/// it: libtest captures `eprintln!` of passing tests, not direct writes.
+pub fn visible_skip(message: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{message}");
+}
+
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
@@ -41,7 +48,7 @@ pub fn privileged_prerequisites() -> bool {
         None => true,
         Some(problem) if in_ci() => panic!("privileged agent test cannot run in CI: {problem}"),
         Some(problem) => {
-            eprintln!("skipping privileged agent test: {problem}");
+            visible_skip(&format!("skipping privileged agent test: {problem}"));
             false
         }
     }
