@@ -429,17 +429,29 @@ pub async fn remove_pod(client: &mut CriClient, pod: &Pod) {
         .await;
 }
 
-/// Connects to the runtime, retrying while it starts.
+/// Connects to the runtime, retrying while it starts: until the socket
+/// accepts and the CRI plugin answers (right after a restart it refuses
+/// every call with "server is not initialized yet").
 pub async fn connect(socket: &Path) -> CriClient {
+    use kiln_cri::runtime::v1::ListPodSandboxRequest;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match CriClient::connect(socket).await {
-            Ok(client) => return client,
-            Err(error) if Instant::now() > deadline => {
-                panic!("cannot connect to containerd: {error}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
+        let error = match CriClient::connect(socket).await {
+            Ok(mut client) => match client
+                .runtime()
+                .list_pod_sandbox(ListPodSandboxRequest { filter: None })
+                .await
+            {
+                Ok(_) => return client,
+                Err(status) => status.to_string(),
+            },
+            Err(error) => error.to_string(),
+        };
+        assert!(
+            Instant::now() < deadline,
+            "containerd's CRI did not become ready: {error}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
