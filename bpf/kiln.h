@@ -31,7 +31,9 @@ enum kiln_counter {
 	KILN_COUNTER_NEW_PROCESS_LOST = 7,
 	/* Stack snapshots lost because the `samples` ring buffer was full. */
 	KILN_COUNTER_SNAPSHOT_LOST = 8,
-	KILN_COUNTER_COUNT = 9,
+	/* Python stacks cut at KILN_PY_MAX_FRAMES interpreter frames. */
+	KILN_COUNTER_PY_TRUNCATED = 9,
+	KILN_COUNTER_COUNT = 10,
 };
 
 /* Unwind modes in `struct kiln_config.unwind`. */
@@ -58,6 +60,89 @@ enum kiln_unwind {
  * yields everything up to the last readable chunk.
  */
 #define KILN_STACK_SNAPSHOT_CHUNK 512
+
+/* Most CPython frames (shims included) read per sample; deeper stacks are cut and counted. */
+#define KILN_PY_MAX_FRAMES 64
+/* Most thread states searched for the sampled thread's. */
+#define KILN_PY_MAX_THREADS 64
+/* `cframe_current_frame` when the thread state points at the frame itself. */
+#define KILN_PY_NO_CFRAME 0xffff
+
+/* How a CPython frame records where it is in its bytecode. */
+enum kiln_py_position {
+	/* An int instruction index (f_lasti, 3.9-3.10). */
+	KILN_PY_POSITION_INDEX = 0,
+	/* A pointer into the code object's bytecode (3.11+). */
+	KILN_PY_POSITION_POINTER = 1,
+};
+
+/* How the frames run by one C call of the eval loop are told apart. */
+enum kiln_py_entry {
+	/* One eval-loop call per frame (3.9-3.10). */
+	KILN_PY_ENTRY_EVERY_FRAME = 0,
+	/* A bool on the first frame of each call (3.11 `is_entry`). */
+	KILN_PY_ENTRY_FLAG = 1,
+	/* A shim frame owned by the C stack between calls (3.12+ `owner`). */
+	KILN_PY_ENTRY_SHIM = 2,
+};
+
+/*
+ * Value of `python_processes` (key: tgid): where the interpreter's state is
+ * and the struct offsets of its version, from agent/src/python/offsets.rs.
+ */
+struct kiln_python_process {
+	/* Address of `_PyRuntime` in the process. */
+	__u64 runtime;
+	__u16 runtime_interpreters_main;
+	__u16 interp_threads_head;
+	__u16 tstate_next;
+	/* PyThreadState.thread_id: pthread_self(), the thread's fs base. */
+	__u16 tstate_thread_id;
+	/* frame (3.9-3.10), cframe (3.11-3.12) or current_frame (3.13). */
+	__u16 tstate_frame;
+	/* _PyCFrame.current_frame, or KILN_PY_NO_CFRAME. */
+	__u16 cframe_current_frame;
+	__u16 frame_previous;
+	__u16 frame_code;
+	__u16 frame_position;
+	/* is_entry (3.11) or owner (3.12+); unused for EVERY_FRAME. */
+	__u16 frame_entry;
+	/* One of enum kiln_py_position. */
+	__u8 position_kind;
+	/* One of enum kiln_py_entry. */
+	__u8 entry_kind;
+	/* `owner` value of shim frames (FRAME_OWNED_BY_CSTACK). */
+	__u8 owned_by_cstack;
+	__u8 reserved;
+};
+
+/* Set in `kiln_py_frame.flags` on the root-most frame of one eval-loop call. */
+#define KILN_PY_FRAME_ENTRY 1
+/* A shim frame between two eval-loop calls (3.12+): a boundary, not a frame. */
+#define KILN_PY_FRAME_SHIM 2
+
+/* One CPython frame as read at sample time. */
+struct kiln_py_frame {
+	/* The code object (PyCodeObject *). */
+	__u64 code;
+	/* Raw position: instruction index or bytecode pointer (position_kind). */
+	__u64 position;
+	/* KILN_PY_FRAME_* bits. */
+	__u32 flags;
+	__u32 reserved;
+};
+
+/* `kiln_stack_snapshot.py_status`. */
+enum kiln_py_status {
+	/* Not a registered Python process. */
+	KILN_PY_NONE = 0,
+	/* Frames read to the thread's first frame. */
+	KILN_PY_COMPLETE = 1,
+	/* The sampled thread has no thread state (not running Python). */
+	KILN_PY_NO_THREAD = 2,
+	/* Cut at KILN_PY_MAX_FRAMES. */
+	KILN_PY_TRUNCATED = 3,
+};
 
 /* Filter modes in `struct kiln_config.filter`. */
 enum kiln_filter {
@@ -144,6 +229,12 @@ struct kiln_stack_snapshot {
 	char comm[16];
 	/* Kernel stack, leaf first. */
 	__u64 kernel_ips[KILN_MAX_STACK_DEPTH];
+	/* Valid entries of py_frames. */
+	__u32 py_depth;
+	/* One of enum kiln_py_status. */
+	__u32 py_status;
+	/* CPython frames of the sampled thread, leaf first. */
+	struct kiln_py_frame py_frames[KILN_PY_MAX_FRAMES];
 	/* User stack memory from sp. */
 	__u8 stack[KILN_STACK_SNAPSHOT_BYTES];
 };

@@ -30,9 +30,14 @@ char LICENSE[] SEC("license") = "GPL";
 #define EFAULT 14
 
 /* Only the fields read here; CO-RE finds them in the running kernel. */
+struct thread_struct {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	struct task_struct *group_leader;
 	__u64 start_boottime;
+	struct thread_struct thread;
 } __attribute__((preserve_access_index));
 
 /* x86-64 register frame, the layout of the kernel's struct pt_regs. */
@@ -98,6 +103,14 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } new_processes SEC(".maps");
 
+/* CPython processes among the targets, written by userspace (tgid key). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct kiln_python_process);
+} python_processes SEC(".maps");
+
 /* Stack snapshots; sized by userspace at load time from CPUs and frequency. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -161,6 +174,92 @@ static __always_inline int user_registers(struct bpf_perf_event_data *ctx,
 	return (out->cs & 3) == 3 && out->sp != 0;
 }
 
+/* A user-space pointer, or 0 when it cannot be read. */
+static __always_inline __u64 read_user_u64(__u64 address)
+{
+	__u64 value = 0;
+	if (bpf_probe_read_user(&value, sizeof(value), (void *)address) != 0)
+		return 0;
+	return value;
+}
+
+/*
+ * Records the sampled thread's CPython frames, leaf first: finds its thread
+ * state in the main interpreter's list by pthread_self() (the thread's fs
+ * base), then follows the frame chain. Only the code object and position are
+ * read here; userspace reads names and line tables, cached per code object.
+ */
+static __always_inline void read_python_frames(struct kiln_stack_snapshot *event,
+					       __u32 pid)
+{
+	event->py_depth = 0;
+	event->py_status = KILN_PY_NONE;
+	struct kiln_python_process *py = bpf_map_lookup_elem(&python_processes, &pid);
+	if (!py)
+		return;
+	event->py_status = KILN_PY_NO_THREAD;
+
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 fsbase = BPF_CORE_READ(task, thread.fsbase);
+	__u64 interp = read_user_u64(py->runtime + py->runtime_interpreters_main);
+	if (!interp || !fsbase)
+		return;
+	__u64 tstate = read_user_u64(interp + py->interp_threads_head);
+	__u64 found = 0;
+	for (int i = 0; i < KILN_PY_MAX_THREADS && tstate; i++) {
+		if (read_user_u64(tstate + py->tstate_thread_id) == fsbase) {
+			found = tstate;
+			break;
+		}
+		tstate = read_user_u64(tstate + py->tstate_next);
+	}
+	if (!found)
+		return;
+	__u64 frame = read_user_u64(found + py->tstate_frame);
+	if (frame && py->cframe_current_frame != KILN_PY_NO_CFRAME)
+		frame = read_user_u64(frame + py->cframe_current_frame);
+
+	/*
+	 * One slot per frame visited, shim frames included (flagged, dropped by
+	 * userspace): the slot index is the loop index, so the verifier sees one
+	 * state per iteration instead of one per (iteration, depth) pair.
+	 */
+	__u32 depth = 0;
+	for (__u32 i = 0; i < KILN_PY_MAX_FRAMES; i++) {
+		if (!frame)
+			break;
+		__u32 flags = KILN_PY_FRAME_ENTRY;
+		if (py->entry_kind != KILN_PY_ENTRY_EVERY_FRAME) {
+			__u8 entry = 0;
+			bpf_probe_read_user(&entry, sizeof(entry), (void *)(frame + py->frame_entry));
+			if (py->entry_kind == KILN_PY_ENTRY_FLAG)
+				flags = entry ? KILN_PY_FRAME_ENTRY : 0;
+			else
+				flags = entry == py->owned_by_cstack ? KILN_PY_FRAME_SHIM : 0;
+		}
+		__u64 position = 0;
+		if (py->position_kind == KILN_PY_POSITION_INDEX) {
+			__s32 index = 0;
+			bpf_probe_read_user(&index, sizeof(index), (void *)(frame + py->frame_position));
+			position = (__u32)index;
+		} else {
+			position = read_user_u64(frame + py->frame_position);
+		}
+		event->py_frames[i].code = read_user_u64(frame + py->frame_code);
+		event->py_frames[i].position = position;
+		event->py_frames[i].flags = flags;
+		event->py_frames[i].reserved = 0;
+		depth = i + 1;
+		frame = read_user_u64(frame + py->frame_previous);
+	}
+	event->py_status = KILN_PY_COMPLETE;
+	if (frame) {
+		event->py_status = KILN_PY_TRUNCATED;
+		bump(KILN_COUNTER_PY_TRUNCATED);
+	}
+	event->py_depth = depth;
+}
+
 static __always_inline void emit_snapshot(struct bpf_perf_event_data *ctx,
 					  __u32 pid, __u32 tid, __u64 cgroup_id,
 					  __u64 start)
@@ -201,6 +300,7 @@ static __always_inline void emit_snapshot(struct bpf_perf_event_data *ctx,
 		event->sp = 0;
 		event->bp = 0;
 	}
+	read_python_frames(event, pid);
 	bpf_ringbuf_submit(event, 0);
 	bump(KILN_COUNTER_SAMPLES);
 }

@@ -10,6 +10,9 @@ pub const MAX_STACK_DEPTH: usize = 127;
 /// Bytes of user stack copied per snapshot (`KILN_STACK_SNAPSHOT_BYTES`).
 pub const STACK_SNAPSHOT_BYTES: usize = 16384;
 
+/// Most CPython frames recorded per sample (`KILN_PY_MAX_FRAMES`).
+pub const PY_MAX_FRAMES: usize = 64;
+
 /// Per-CPU counters in the `counters` map (`enum kiln_counter`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelCounter {
@@ -31,11 +34,13 @@ pub enum KernelCounter {
     NewProcessLost,
     /// Stack snapshots lost because the `samples` ring buffer was full.
     SnapshotLost,
+    /// Python stacks cut at [`PY_MAX_FRAMES`] frames.
+    PyTruncated,
 }
 
 impl KernelCounter {
     /// Every counter, in map-index order.
-    pub const ALL: [KernelCounter; 9] = [
+    pub const ALL: [KernelCounter; 10] = [
         KernelCounter::Samples,
         KernelCounter::UserStackCollision,
         KernelCounter::KernelStackCollision,
@@ -45,6 +50,7 @@ impl KernelCounter {
         KernelCounter::NewProcess,
         KernelCounter::NewProcessLost,
         KernelCounter::SnapshotLost,
+        KernelCounter::PyTruncated,
     ];
 
     /// Index of the counter in the `counters` map.
@@ -59,6 +65,7 @@ impl KernelCounter {
             KernelCounter::NewProcess => 6,
             KernelCounter::NewProcessLost => 7,
             KernelCounter::SnapshotLost => 8,
+            KernelCounter::PyTruncated => 9,
         }
     }
 }
@@ -107,6 +114,110 @@ pub struct TargetValue {
     pub keep_one_in: u32,
     /// Padding, zero.
     pub reserved: u32,
+}
+
+/// `struct kiln_python_process`, the value of `python_processes`: where a
+/// CPython process keeps its state and the offsets of its version.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct PythonProcess {
+    /// Address of `_PyRuntime`.
+    pub runtime: u64,
+    /// `_PyRuntimeState.interpreters.main`.
+    pub runtime_interpreters_main: u16,
+    /// `PyInterpreterState.tstate_head` / `threads.head`.
+    pub interp_threads_head: u16,
+    /// `PyThreadState.next`.
+    pub tstate_next: u16,
+    /// `PyThreadState.thread_id` (pthread_self).
+    pub tstate_thread_id: u16,
+    /// `PyThreadState.frame` / `cframe` / `current_frame`.
+    pub tstate_frame: u16,
+    /// `_PyCFrame.current_frame`, or [`PY_NO_CFRAME`].
+    pub cframe_current_frame: u16,
+    /// `f_back` / `previous`.
+    pub frame_previous: u16,
+    /// `f_code` / `f_executable`.
+    pub frame_code: u16,
+    /// `f_lasti` / `prev_instr` / `instr_ptr`.
+    pub frame_position: u16,
+    /// `is_entry` / `owner`.
+    pub frame_entry: u16,
+    /// `enum kiln_py_position`.
+    pub position_kind: u8,
+    /// `enum kiln_py_entry`.
+    pub entry_kind: u8,
+    /// `FRAME_OWNED_BY_CSTACK`.
+    pub owned_by_cstack: u8,
+    /// Padding, zero.
+    pub reserved: u8,
+}
+
+/// `KILN_PY_NO_CFRAME`: the thread state points at the frame itself.
+pub const PY_NO_CFRAME: u16 = 0xffff;
+
+/// `enum kiln_py_position`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum PyPositionKind {
+    /// An int instruction index (3.9-3.10).
+    Index = 0,
+    /// A pointer into the bytecode (3.11+).
+    Pointer = 1,
+}
+
+/// `enum kiln_py_entry`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum PyEntryKind {
+    /// One eval-loop call per frame (3.9-3.10).
+    EveryFrame = 0,
+    /// `is_entry` (3.11).
+    Flag = 1,
+    /// Shim frames owned by the C stack (3.12+).
+    Shim = 2,
+}
+
+/// `KILN_PY_FRAME_ENTRY`: the root-most frame of one eval-loop call.
+pub const PY_FRAME_ENTRY: u32 = 1;
+
+/// `KILN_PY_FRAME_SHIM`: a shim frame between eval-loop calls (3.12+), a
+/// boundary rather than a frame.
+pub const PY_FRAME_SHIM: u32 = 2;
+
+/// `enum kiln_py_status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PyStatus {
+    /// Not a registered Python process.
+    None,
+    /// Every frame of the thread was read.
+    Complete,
+    /// The thread has no Python thread state.
+    NoThread,
+    /// Cut at [`PY_MAX_FRAMES`].
+    Truncated,
+}
+
+impl PyStatus {
+    fn from_raw(raw: u32) -> PyStatus {
+        match raw {
+            1 => PyStatus::Complete,
+            2 => PyStatus::NoThread,
+            3 => PyStatus::Truncated,
+            _ => PyStatus::None,
+        }
+    }
+}
+
+/// `struct kiln_py_frame`: one CPython frame as read at sample time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct PyFrame {
+    /// The code object's address.
+    pub code: u64,
+    /// Instruction index or bytecode pointer, by the version's position kind.
+    pub position: u64,
+    /// `KILN_PY_FRAME_*` bits.
+    pub flags: u32,
 }
 
 /// `struct kiln_count_key`: one aggregated stack.
@@ -176,7 +287,11 @@ mod snapshot_layout {
     pub const STACK_LEN: usize = 52;
     pub const COMM: usize = 56;
     pub const KERNEL_IPS: usize = 72;
-    pub const STACK: usize = KERNEL_IPS + super::MAX_STACK_DEPTH * 8;
+    pub const PY_DEPTH: usize = KERNEL_IPS + super::MAX_STACK_DEPTH * 8;
+    pub const PY_STATUS: usize = PY_DEPTH + 4;
+    pub const PY_FRAMES: usize = PY_STATUS + 4;
+    pub const PY_FRAME_SIZE: usize = 24;
+    pub const STACK: usize = PY_FRAMES + super::PY_MAX_FRAMES * PY_FRAME_SIZE;
     pub const SIZE: usize = STACK + super::STACK_SNAPSHOT_BYTES;
 }
 
@@ -205,6 +320,10 @@ pub struct StackSnapshot<'a> {
     pub comm: [u8; 16],
     /// Kernel stack, leaf first.
     pub kernel: Vec<u64>,
+    /// Whether and how CPython frames were read.
+    pub py_status: PyStatus,
+    /// CPython frames, leaf first.
+    pub py_frames: Vec<PyFrame>,
     /// User stack memory starting at `sp`.
     pub stack: &'a [u8],
 }
@@ -236,6 +355,19 @@ impl<'a> StackSnapshot<'a> {
         let kernel = (0..kernel_depth)
             .map(|i| u64_at(at::KERNEL_IPS + i * 8))
             .collect::<Option<Vec<u64>>>()?;
+        let py_depth = usize::try_from(u32_at(at::PY_DEPTH)?)
+            .ok()?
+            .min(PY_MAX_FRAMES);
+        let py_frames = (0..py_depth)
+            .map(|i| {
+                let at = at::PY_FRAMES + i * at::PY_FRAME_SIZE;
+                Some(PyFrame {
+                    code: u64_at(at)?,
+                    position: u64_at(at + 8)?,
+                    flags: u32_at(at + 16)?,
+                })
+            })
+            .collect::<Option<Vec<PyFrame>>>()?;
         Some(StackSnapshot {
             pid: u32_at(at::PID)?,
             tid: u32_at(at::TID)?,
@@ -246,12 +378,15 @@ impl<'a> StackSnapshot<'a> {
             bp: u64_at(at::BP)?,
             comm: bytes.get(at::COMM..at::COMM + 16)?.try_into().ok()?,
             kernel,
+            py_status: PyStatus::from_raw(u32_at(at::PY_STATUS)?),
+            py_frames,
             stack: bytes.get(at::STACK..at::STACK + stack_len)?,
         })
     }
 }
 
-const _: () = assert!(STACK_SNAPSHOT_SIZE == 17_472);
+const _: () = assert!(STACK_SNAPSHOT_SIZE == 19_016);
+const _: () = assert!(size_of::<PythonProcess>() == 32);
 const _: () = assert!(size_of::<Config>() == 16);
 const _: () = assert!(size_of::<TargetValue>() == 8);
 const _: () = assert!(size_of::<CountKey>() == 32);
@@ -267,6 +402,8 @@ unsafe impl aya::Pod for Config {}
 unsafe impl aya::Pod for TargetValue {}
 // SAFETY: as above.
 unsafe impl aya::Pod for CountKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for PythonProcess {}
 // SAFETY: as above.
 unsafe impl aya::Pod for CountValue {}
 

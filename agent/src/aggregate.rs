@@ -197,6 +197,7 @@ pub fn group_window(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::PyStatus;
 
     fn key(pid: u32, cgroup_id: u64, user: i32, kernel: i32) -> CountKey {
         CountKey {
@@ -263,6 +264,8 @@ mod tests {
             bp: 0,
             comm: *b"busy\0\0\0\0\0\0\0\0\0\0\0\0",
             kernel: vec![0xffff_1000],
+            py_status: PyStatus::None,
+            py_frames: Vec::new(),
             stack: &stack,
         };
         let mut window = UnwoundWindow::new(2);

@@ -14,9 +14,11 @@ use crate::language::{self, Language};
 use crate::metrics::AgentMetrics;
 use crate::process_info::{ProcessSnapshot, ProcessTable};
 use crate::profile_build::{self, PROFILE_NAME, ResolvedSample, WindowMeta};
+use crate::python::PythonUnwinder;
+use crate::python::frames::{is_python_frame, native_entries};
 use crate::sampler::{Sampler, SamplerError};
 use crate::ship::{ShipItem, ShipQueue};
-use crate::symbolize::{StackSymbolizer, SymbolizationStats};
+use crate::symbolize::{Frame, StackSymbolizer, SymbolizationStats};
 use crate::target_set::{TargetSet, TargetSource};
 use crate::unwind::StackUnwinder;
 
@@ -60,6 +62,8 @@ pub struct CollectorParts<S: TargetSource> {
     pub metrics: Arc<AgentMetrics>,
     /// The `.eh_frame` unwinder, when the sampler sends stack snapshots.
     pub unwinder: Option<StackUnwinder>,
+    /// CPython frames (with stack snapshots only).
+    pub python: Option<PythonUnwinder>,
 }
 
 /// The collector; see the module docs.
@@ -74,6 +78,7 @@ pub struct Collector<S: TargetSource> {
     queue: ShipQueue,
     metrics: Arc<AgentMetrics>,
     unwinder: Option<StackUnwinder>,
+    python: Option<PythonUnwinder>,
     /// Stacks unwound this window.
     unwound: UnwoundWindow,
     /// Processes re-read this window because a sample hit an unknown mapping.
@@ -93,9 +98,11 @@ impl<S: TargetSource> Collector<S> {
             queue,
             metrics,
             unwinder,
+            python,
         } = parts;
         Collector {
             unwinder,
+            python,
             unwound: UnwoundWindow::new(config.unwound_stacks_capacity),
             reloaded: HashSet::new(),
             config,
@@ -148,8 +155,47 @@ impl<S: TargetSource> Collector<S> {
 
     fn read_new_processes(&mut self) {
         for event in self.sampler.take_new_processes() {
-            if let Err(error) = self.processes.refresh(event.pid, event.start_boottime_ns) {
-                tracing::debug!(pid = event.pid, %error, "new process not readable");
+            match self.processes.refresh(event.pid, event.start_boottime_ns) {
+                Ok(snapshot) => self.register_python(&snapshot),
+                Err(error) => {
+                    tracing::debug!(pid = event.pid, %error, "new process not readable");
+                }
+            }
+        }
+    }
+
+    /// Gives the BPF program the interpreter state of a new CPython process
+    /// (or takes away that of a previous process with the same pid).
+    fn register_python(&mut self, process: &ProcessSnapshot) {
+        let Some(python) = self.python.as_mut() else {
+            return;
+        };
+        let was_registered = python.is_registered(process.pid);
+        let result = match python.register(process) {
+            Some(entry) => self.sampler.set_python_process(process.pid, &entry),
+            None if was_registered => self.sampler.remove_python_process(process.pid),
+            None => Ok(()),
+        };
+        if let Err(error) = result {
+            tracing::warn!(pid = process.pid, %error, "updating the Python process map failed");
+        }
+    }
+
+    /// Ends the window for the Python unwinder: publishes its counts, drops
+    /// the window's frame names and forgets processes that exited.
+    fn end_python_window(&mut self) {
+        let Some(python) = self.python.as_mut() else {
+            return;
+        };
+        self.metrics.set_python_totals(python.stats());
+        self.metrics
+            .python_code_cache_bytes
+            .set(python.cached_bytes());
+        python.end_window();
+        let processes = &self.processes;
+        for pid in python.retain_alive(|pid, start| processes.is_alive(pid, start)) {
+            if let Err(error) = self.sampler.remove_python_process(pid) {
+                tracing::warn!(pid, %error, "removing an exited Python process failed");
             }
         }
     }
@@ -163,6 +209,7 @@ impl<S: TargetSource> Collector<S> {
         let processes = &mut self.processes;
         let unwound = &mut self.unwound;
         let reloaded = &mut self.reloaded;
+        let python = &mut self.python;
         let batch = self.sampler.take_snapshots(|snapshot| {
             let key = (snapshot.pid, snapshot.start_boottime_ns);
             let stale = !unwinder.knows_process(key.0, key.1)
@@ -176,7 +223,11 @@ impl<S: TargetSource> Collector<S> {
                 unwinder.load_process(&process);
             }
             let stack = unwinder.unwind(&snapshot);
-            unwound.add(&snapshot, stack.frames);
+            let frames = match python.as_mut() {
+                Some(python) => python.merge(&snapshot, stack.frames),
+                None => stack.frames,
+            };
+            unwound.add(&snapshot, frames);
         });
         self.metrics.add_drop("malformed_snapshot", batch.malformed);
     }
@@ -256,8 +307,9 @@ impl<S: TargetSource> Collector<S> {
                 .entry(key)
                 .or_insert_with(|| self.processes.snapshot(key.0, key.1));
             if let Some(snapshot) = snapshot {
+                let native = native_entries(&sample.user);
                 self.symbolizer
-                    .queue_user_lookups(snapshot, &[sample.user.as_slice()]);
+                    .queue_user_lookups(snapshot, &[native.as_slice()]);
             }
         }
         self.symbolizer.run_queued_lookups();
@@ -274,6 +326,7 @@ impl<S: TargetSource> Collector<S> {
             self.metrics.profiles_built.inc();
             self.queue.push(item);
         }
+        self.end_python_window();
         self.metrics.frames_symbolized.add(stats.symbolized);
         self.metrics.frames_unsymbolized.add(stats.unsymbolized);
         self.metrics
@@ -310,6 +363,9 @@ impl<S: TargetSource> Collector<S> {
                 KernelCounter::SnapshotLost => {
                     self.metrics.set_drop_total("stack_snapshot_lost", total)
                 }
+                KernelCounter::PyTruncated => self
+                    .metrics
+                    .set_drop_total("python_frames_truncated", total),
             }
         }
         if let Some((run_time, runs)) = self.sampler.program_stats() {
@@ -344,11 +400,21 @@ impl<S: TargetSource> Collector<S> {
         let mut languages: HashMap<Language, u64> = HashMap::new();
         for ((pid, start), process_samples) in by_process {
             let snapshot = snapshots.get(&(pid, start)).cloned().flatten();
-            let user_stacks: Vec<&[u64]> =
-                process_samples.iter().map(|s| s.user.as_slice()).collect();
-            let user_frames = self
-                .symbolizer
-                .user_frames(snapshot.as_deref(), &user_stacks, stats);
+            // Python frames are named by the Python unwinder; the rest by
+            // the symbolizer, then put back in place.
+            let native_stacks: Vec<Vec<u64>> = process_samples
+                .iter()
+                .map(|s| native_entries(&s.user))
+                .collect();
+            let user_stacks: Vec<&[u64]> = native_stacks.iter().map(Vec::as_slice).collect();
+            let native_frames =
+                self.symbolizer
+                    .user_frames(snapshot.as_deref(), &user_stacks, stats);
+            let user_frames: Vec<Vec<Frame>> = process_samples
+                .iter()
+                .zip(native_frames)
+                .map(|(sample, native)| self.weave_python_frames(&sample.user, native))
+                .collect();
             let language = snapshot
                 .as_ref()
                 .map_or(Language::Native, |s| language::detect(&s.maps));
@@ -419,6 +485,37 @@ impl<S: TargetSource> Collector<S> {
             pprof_gzip,
             file_stem: stem,
         }
+    }
+}
+
+impl<S: TargetSource> Collector<S> {
+    /// `native` frames (of the untagged entries of `stack`, in order) with
+    /// the Python frames of `stack` put back where they were.
+    fn weave_python_frames(&self, stack: &[u64], native: Vec<Frame>) -> Vec<Frame> {
+        let Some(python) = self
+            .python
+            .as_ref()
+            .filter(|_| stack.iter().any(|&e| is_python_frame(e)))
+        else {
+            return native;
+        };
+        let mut native = native.into_iter();
+        stack
+            .iter()
+            .filter_map(|&entry| {
+                if !is_python_frame(entry) {
+                    return native.next();
+                }
+                let name = python.frame(entry)?;
+                Some(Frame {
+                    address: 0,
+                    mapping: None,
+                    function: Some(std::sync::Arc::clone(&name.function)),
+                    file: Some(std::sync::Arc::clone(&name.file)),
+                    line: name.line,
+                })
+            })
+            .collect()
     }
 }
 

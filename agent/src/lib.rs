@@ -23,6 +23,7 @@ pub mod preflight;
 pub mod proc_maps;
 pub mod process_info;
 pub mod profile_build;
+pub mod python;
 pub mod sampler;
 pub mod ship;
 pub mod symbolize;

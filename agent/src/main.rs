@@ -18,6 +18,7 @@ use kiln_agent::kubernetes::{AgentTargets, KubernetesConfig, KubernetesTargets, 
 use kiln_agent::metrics::{AgentMetrics, serve_metrics};
 use kiln_agent::preflight;
 use kiln_agent::process_info::ProcessTable;
+use kiln_agent::python::{PythonUnwinder, PythonUnwinderConfig};
 use kiln_agent::sampler::{Sampler, SamplerConfig};
 use kiln_agent::ship::{ShipQueue, Sink, run_shipper};
 use kiln_agent::symbolize::StackSymbolizer;
@@ -130,6 +131,13 @@ struct Cli {
     /// second of samples on every CPU (between 1 and 64 MiB).
     #[arg(long, env = "KILN_SNAPSHOT_RING_BYTES")]
     snapshot_ring_bytes: Option<u32>,
+    /// Python functions in CPython 3.9-3.13 processes (eh-frame unwinder):
+    /// read from the interpreter's thread state at sample time.
+    #[arg(long, env = "KILN_PYTHON_FRAMES", default_value_t = true, action = clap::ArgAction::Set)]
+    python_frames: bool,
+    /// Bytes of CPython code objects (names, file names, line tables) cached.
+    #[arg(long, env = "KILN_PYTHON_CODE_CACHE_BYTES", default_value_t = 8 * 1024 * 1024)]
+    python_code_cache_bytes: usize,
 }
 
 /// `--unwinder` values.
@@ -261,6 +269,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             ..StackUnwinderConfig::default()
         })
     });
+    let python = (unwind == UnwindMode::StackSnapshot && cli.python_frames).then(|| {
+        PythonUnwinder::new(PythonUnwinderConfig {
+            code_cache_bytes: cli.python_code_cache_bytes,
+            ..PythonUnwinderConfig::default()
+        })
+    });
     let kernel_symbols = std::fs::File::open("/proc/kallsyms")
         .map(std::io::BufReader::new)
         .and_then(KernelSymbols::read)
@@ -316,6 +330,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 queue: collector_queue,
                 metrics: collector_metrics,
                 unwinder,
+                python,
             };
             Collector::new(collector_config, parts).run(&collector_stop);
         })

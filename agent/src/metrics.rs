@@ -48,6 +48,14 @@ pub struct AgentMetrics {
     unwind_objects: Mutex<BTreeMap<&'static str, u64>>,
     /// Bytes of unwind sections cached.
     pub unwind_cache_bytes: Counter,
+    /// Processes checked for CPython, by result.
+    python_processes: Mutex<BTreeMap<&'static str, u64>>,
+    /// Samples of CPython processes, by what was read of their frames.
+    python_stacks: Mutex<BTreeMap<&'static str, u64>>,
+    /// Code objects read, by result.
+    python_code_reads: Mutex<BTreeMap<&'static str, u64>>,
+    /// Bytes of code objects cached.
+    pub python_code_cache_bytes: Counter,
     /// Profiles written or acknowledged by the store.
     pub profiles_shipped: Counter,
     /// Profiles built.
@@ -111,6 +119,24 @@ impl AgentMetrics {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         map.extend(objects.into_iter().map(|(k, v)| (*k, *v)));
+    }
+
+    /// Sets the cumulative Python totals counted by the Python unwinder.
+    pub fn set_python_totals(&self, stats: &crate::python::PythonStats) {
+        for (target, source) in [
+            (&self.python_processes, &stats.processes),
+            (&self.python_stacks, &stats.stacks),
+            (&self.python_code_reads, &stats.code_reads),
+        ] {
+            let mut map = target.lock().unwrap_or_else(|p| p.into_inner());
+            map.extend(source.iter().map(|(k, v)| (*k, *v)));
+        }
+    }
+
+    /// Samples of Python processes with `result` so far.
+    pub fn python_stacks(&self, result: &str) -> u64 {
+        let map = self.python_stacks.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(result).copied().unwrap_or(0)
     }
 
     /// Samples unwound with `outcome` so far.
@@ -217,6 +243,11 @@ impl AgentMetrics {
             "Bytes of .eh_frame/.debug_frame sections cached for unwinding.",
             self.unwind_cache_bytes.get(),
         );
+        gauge(
+            "kiln_agent_python_code_cache_bytes",
+            "Bytes of CPython code objects (names, files, line tables) cached.",
+            self.python_code_cache_bytes.get(),
+        );
         if let Some((rss, peak)) = rss {
             gauge(
                 "kiln_agent_resident_memory_bytes",
@@ -251,6 +282,29 @@ impl AgentMetrics {
              falls back to frame pointers: too_large, malformed, no_unwind_info, ...).",
             "result",
             &self.unwind_objects,
+        );
+        render_labelled(
+            &mut out,
+            "kiln_agent_python_processes_total",
+            "Processes mapping CPython, by result (supported, unsupported_version, \
+             missing_symbol, bad_object): unsupported ones get native frames only.",
+            "result",
+            &self.python_processes,
+        );
+        render_labelled(
+            &mut out,
+            "kiln_agent_python_stacks_total",
+            "Samples of CPython processes, by what was read of their Python frames \
+             (complete, truncated, no_thread_state, not_registered_in_bpf).",
+            "result",
+            &self.python_stacks,
+        );
+        render_labelled(
+            &mut out,
+            "kiln_agent_python_code_reads_total",
+            "CPython code objects read from process memory, by result (ok, unreadable, not_code).",
+            "result",
+            &self.python_code_reads,
         );
         render_labelled(
             &mut out,

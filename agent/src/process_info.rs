@@ -164,6 +164,13 @@ impl ProcessTable {
         }
     }
 
+    /// Whether the process (this pid with this start time) still runs.
+    pub fn is_alive(&self, pid: u32, start_boottime_ns: u64) -> bool {
+        let expected = boottime_ns_to_ticks(start_boottime_ns, self.ticks_per_second);
+        std::fs::read_to_string(self.proc_path(pid, "stat"))
+            .is_ok_and(|stat| parse_stat_start_ticks(&stat) == Some(expected))
+    }
+
     /// Returns and resets the number of open files evicted since the last call.
     pub fn take_file_evictions(&mut self) -> u64 {
         let now = self.files.evictions();

@@ -98,9 +98,10 @@ pub fn build_profile(meta: &WindowMeta, samples: &[ResolvedSample]) -> proto::Pr
                     let id = builder.function(&FunctionSpec {
                         name: name.to_string(),
                         system_name: name.to_string(),
+                        filename: frame.file.as_deref().unwrap_or_default().to_owned(),
                         ..FunctionSpec::default()
                     });
-                    (id, 0)
+                    (id, i64::from(frame.line))
                 })
                 .collect();
             location_ids.push(builder.location(mapping_id, frame.address, &lines));
@@ -163,6 +164,8 @@ mod tests {
             address,
             mapping: Some(Arc::clone(&exe)),
             function: name.map(Arc::from),
+            file: None,
+            line: 0,
         };
         let samples = vec![
             ResolvedSample {

@@ -42,6 +42,10 @@ pub struct Frame {
     pub mapping: Option<Arc<FrameMapping>>,
     /// Function name, when symbolized.
     pub function: Option<Arc<str>>,
+    /// Source file, when known (Python frames).
+    pub file: Option<Arc<str>>,
+    /// Source line, 0 when unknown.
+    pub line: u32,
 }
 
 /// Counts of frames by outcome, for metrics.
@@ -127,6 +131,8 @@ impl StackSymbolizer {
                     address,
                     mapping: Some(Arc::clone(&self.kernel_mapping)),
                     function,
+                    file: None,
+                    line: 0,
                 }
             })
             .collect()
@@ -152,6 +158,8 @@ impl StackSymbolizer {
                                 address,
                                 mapping: None,
                                 function: None,
+                                file: None,
+                                line: 0,
                             }
                         })
                         .collect()
@@ -199,6 +207,8 @@ impl StackSymbolizer {
                             address,
                             mapping: index.map(|i| Arc::clone(&mappings[i])),
                             function,
+                            file: None,
+                            line: 0,
                         }
                     })
                     .collect()

@@ -1,0 +1,218 @@
+//! Python functions in CPU profiles: CPython 3.9 to 3.13, without changes
+//! to the program or its image.
+//!
+//! At sample time the BPF program reads the sampled thread's frame chain
+//! (code object and bytecode position per frame) from the interpreter's own
+//! thread state, using the per-version offsets of [`offsets`] that
+//! userspace stored for that process ([`interpreter::find`]). Userspace then
+//! reads each code object once ([`code`]), turns positions into lines
+//! ([`line_table`]) and puts the Python frames into the native stack at the
+//! eval-loop frames that run them ([`frames::interleave`]).
+
+pub mod code;
+pub mod frames;
+pub mod interpreter;
+pub mod line_table;
+pub mod memory;
+pub mod offsets;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::abi::{self, PY_FRAME_ENTRY, PY_FRAME_SHIM, PyStatus, StackSnapshot};
+use crate::process_info::ProcessSnapshot;
+
+use code::{CodeCache, CodeInfo};
+use frames::{PythonFrameName, PythonFrameTable, UNKNOWN_FUNCTION};
+use interpreter::{Interpreter, InterpreterError};
+use memory::ProcessMemory;
+
+/// Bounds of the Python unwinder's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PythonUnwinderConfig {
+    /// Bytes of code objects (names, files, line tables) cached.
+    pub code_cache_bytes: usize,
+    /// Distinct Python frames per window.
+    pub frames_per_window: usize,
+}
+
+impl Default for PythonUnwinderConfig {
+    fn default() -> Self {
+        PythonUnwinderConfig {
+            code_cache_bytes: 8 << 20,
+            frames_per_window: 65_536,
+        }
+    }
+}
+
+/// Counts for `/metrics`, cumulative.
+#[derive(Debug, Default, Clone)]
+pub struct PythonStats {
+    /// Processes looked at, by result (`supported`, or why not).
+    pub processes: HashMap<&'static str, u64>,
+    /// Samples of Python processes, by what was read.
+    pub stacks: HashMap<&'static str, u64>,
+    /// Code objects read, by result.
+    pub code_reads: HashMap<&'static str, u64>,
+}
+
+/// Python processes and the frames of the current window.
+#[derive(Debug)]
+pub struct PythonUnwinder {
+    interpreters: HashMap<(u32, u64), Arc<Interpreter>>,
+    codes: CodeCache,
+    frames: PythonFrameTable,
+    stats: PythonStats,
+}
+
+impl PythonUnwinder {
+    /// An unwinder with the given bounds.
+    pub fn new(config: PythonUnwinderConfig) -> PythonUnwinder {
+        PythonUnwinder {
+            interpreters: HashMap::new(),
+            codes: CodeCache::new(config.code_cache_bytes),
+            frames: PythonFrameTable::new(config.frames_per_window),
+            stats: PythonStats::default(),
+        }
+    }
+
+    /// Looks for CPython in a newly seen process. Returns the BPF map entry
+    /// when it runs a supported version; `None` otherwise (counted by reason,
+    /// and logged once per process when it maps CPython but cannot be read).
+    pub fn register(&mut self, process: &ProcessSnapshot) -> Option<abi::PythonProcess> {
+        let key = (process.pid, process.start_boottime_ns);
+        match interpreter::find(process) {
+            Ok(found) => {
+                *self.stats.processes.entry("supported").or_default() += 1;
+                let entry = found.offsets.kernel_entry(found.runtime);
+                tracing::debug!(pid = process.pid, version = found.offsets.minor, object = %found.object_path, "CPython process");
+                self.interpreters.insert(key, Arc::new(found));
+                Some(entry)
+            }
+            Err(error) => {
+                if error != InterpreterError::NotPython {
+                    *self.stats.processes.entry(error.reason()).or_default() += 1;
+                    tracing::info!(pid = process.pid, %error, "Python process profiled without Python frames");
+                }
+                self.interpreters.remove(&key);
+                None
+            }
+        }
+    }
+
+    /// Whether `pid` is registered (under any start time).
+    pub fn is_registered(&self, pid: u32) -> bool {
+        self.interpreters.keys().any(|(p, _)| *p == pid)
+    }
+
+    /// Forgets processes for which `alive` is false; returns their pids, to
+    /// be removed from the BPF map.
+    pub fn retain_alive(&mut self, mut alive: impl FnMut(u32, u64) -> bool) -> Vec<u32> {
+        let gone: Vec<(u32, u64)> = self
+            .interpreters
+            .keys()
+            .filter(|(pid, start)| !alive(*pid, *start))
+            .copied()
+            .collect();
+        for key in &gone {
+            self.interpreters.remove(key);
+            self.codes.forget_process(key.0, key.1);
+        }
+        gone.into_iter().map(|(pid, _)| pid).collect()
+    }
+
+    /// The user stack of `snapshot` with its Python frames put in: `native`
+    /// unchanged when the process is not a registered Python process.
+    pub fn merge(&mut self, snapshot: &StackSnapshot<'_>, native: Vec<u64>) -> Vec<u64> {
+        let key = (snapshot.pid, snapshot.start_boottime_ns);
+        let Some(interpreter) = self.interpreters.get(&key).cloned() else {
+            return native;
+        };
+        let status = match snapshot.py_status {
+            PyStatus::None => "not_registered_in_bpf",
+            PyStatus::NoThread => "no_thread_state",
+            PyStatus::Complete => "complete",
+            PyStatus::Truncated => "truncated",
+        };
+        *self.stats.stacks.entry(status).or_default() += 1;
+        if snapshot.py_frames.is_empty() {
+            return native;
+        }
+        let memory = ProcessMemory::new(snapshot.pid);
+        let mut tagged = Vec::with_capacity(snapshot.py_frames.len());
+        let mut ends = Vec::with_capacity(snapshot.py_frames.len());
+        for frame in &snapshot.py_frames {
+            if frame.flags & PY_FRAME_SHIM != 0 {
+                // The frame before a shim was the first of its eval call.
+                if let Some(last) = ends.last_mut() {
+                    *last = true;
+                }
+                continue;
+            }
+            let name = match self.code(&interpreter, &memory, key, frame.code) {
+                Some(code) => PythonFrameName {
+                    function: Arc::clone(&code.name),
+                    file: Arc::clone(&code.file),
+                    line: code.line_at(interpreter.offsets, frame.code, frame.position),
+                },
+                None => PythonFrameName {
+                    function: Arc::from(UNKNOWN_FUNCTION),
+                    file: Arc::from(""),
+                    line: 0,
+                },
+            };
+            tagged.push(self.frames.intern(name));
+            ends.push(frame.flags & PY_FRAME_ENTRY != 0);
+        }
+        frames::interleave(&native, &tagged, &ends, &interpreter.eval_frame)
+    }
+
+    fn code(
+        &mut self,
+        interpreter: &Interpreter,
+        memory: &ProcessMemory,
+        key: (u32, u64),
+        address: u64,
+    ) -> Option<Arc<CodeInfo>> {
+        let cache_key = (key.0, key.1, address);
+        if let Some(info) = self.codes.get(cache_key) {
+            return Some(info);
+        }
+        match code::read_code(memory, interpreter.offsets, interpreter.code_type, address) {
+            Ok(info) => {
+                *self.stats.code_reads.entry("ok").or_default() += 1;
+                let info = Arc::new(info);
+                self.codes.insert(cache_key, Arc::clone(&info));
+                Some(info)
+            }
+            Err(error) => {
+                let reason = match error {
+                    code::CodeReadError::Memory(_) => "unreadable",
+                    code::CodeReadError::NotCode { .. } => "not_code",
+                };
+                *self.stats.code_reads.entry(reason).or_default() += 1;
+                None
+            }
+        }
+    }
+
+    /// The Python frame a tagged stack entry names.
+    pub fn frame(&self, entry: u64) -> Option<&PythonFrameName> {
+        self.frames.get(entry)
+    }
+
+    /// Ends a window: its frame ids are no longer referenced.
+    pub fn end_window(&mut self) {
+        self.frames.clear();
+    }
+
+    /// Cumulative counts.
+    pub fn stats(&self) -> &PythonStats {
+        &self.stats
+    }
+
+    /// Bytes of cached code objects.
+    pub fn cached_bytes(&self) -> u64 {
+        self.codes.held_bytes() as u64
+    }
+}

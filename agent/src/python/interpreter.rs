@@ -1,0 +1,313 @@
+//! Finding CPython in a process: the object that holds `_PyRuntime` (the
+//! executable, or a `libpython3.x.so` in uWSGI and embedded interpreters),
+//! its version, and the addresses the agent needs in that process.
+//!
+//! Only the ELF header, program headers, section headers and `.dynsym` (with
+//! its string table) are read, each capped before it is read, so a hostile
+//! file costs at most those caps.
+
+use std::fs::File;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+
+use object::elf;
+use object::read::elf::{FileHeader, ProgramHeader, SectionHeader, Sym};
+use object::{Endianness, ReadCache};
+
+use crate::proc_maps::{MapEntry, MappingKind};
+use crate::process_info::ProcessSnapshot;
+
+use super::offsets::{self, VersionOffsets};
+
+/// Most bytes of `.dynsym` plus its string table read per object.
+const MAX_DYNSYM_BYTES: u64 = 8 << 20;
+
+/// A CPython interpreter found in a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interpreter {
+    /// Offsets of its version.
+    pub offsets: &'static VersionOffsets,
+    /// Address of `_PyRuntime`.
+    pub runtime: u64,
+    /// Where `_PyEval_EvalFrameDefault` lies: native frames here run Python.
+    pub eval_frame: Range<u64>,
+    /// Address of `PyCode_Type`, to tell code objects from anything else.
+    pub code_type: u64,
+    /// Path of the object it was found in.
+    pub object_path: String,
+}
+
+/// Why a process that maps CPython cannot be profiled at the Python level.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InterpreterError {
+    /// The process maps no CPython object.
+    #[error("no CPython object is mapped")]
+    NotPython,
+    /// A version outside 3.9-3.13.
+    #[error("CPython 3.{minor} is not supported (3.9 to 3.13 are)")]
+    UnsupportedVersion {
+        /// The minor version found.
+        minor: u8,
+    },
+    /// The object lacks a symbol the agent needs.
+    #[error("{path} has no dynamic symbol {symbol}")]
+    MissingSymbol {
+        /// The object.
+        path: String,
+        /// The symbol.
+        symbol: &'static str,
+    },
+    /// The ELF file could not be read or is malformed or over the caps.
+    #[error("{path}: {what}")]
+    BadObject {
+        /// The object.
+        path: String,
+        /// What was wrong.
+        what: String,
+    },
+}
+
+impl InterpreterError {
+    /// A fixed name for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            InterpreterError::NotPython => "not_python",
+            InterpreterError::UnsupportedVersion { .. } => "unsupported_version",
+            InterpreterError::MissingSymbol { .. } => "missing_symbol",
+            InterpreterError::BadObject { .. } => "bad_object",
+        }
+    }
+}
+
+/// The minor version in a CPython object's file name: `python3.11`,
+/// `libpython3.12.so.1.0`, `python3.13t`; `None` for anything else.
+pub fn minor_from_file_name(path: &str) -> Option<u8> {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let rest = name
+        .strip_prefix("libpython3.")
+        .or_else(|| name.strip_prefix("python3."))?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let after = &rest[digits.len()..];
+    let valid_suffix = after.is_empty()
+        || after.starts_with(".so")
+        || after.starts_with('t')
+        || after.starts_with('d')
+        || after.starts_with('m');
+    if digits.is_empty() || !valid_suffix {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Finds the interpreter of `process`, if it maps one.
+pub fn find(process: &ProcessSnapshot) -> Result<Interpreter, InterpreterError> {
+    let mut candidate = None;
+    for (entry, file) in process.maps.iter().zip(&process.files) {
+        let MappingKind::File { path, .. } = &entry.kind else {
+            continue;
+        };
+        let Some(minor) = minor_from_file_name(path) else {
+            continue;
+        };
+        let Some(file) = file else {
+            continue;
+        };
+        // A libpython wins over the executable that loads it.
+        let is_library = path
+            .rsplit('/')
+            .next()
+            .is_some_and(|n| n.starts_with("libpython"));
+        if candidate.is_none() || is_library {
+            candidate = Some((entry, file, minor));
+        }
+    }
+    let (entry, file, name_minor) = candidate.ok_or(InterpreterError::NotPython)?;
+    let symbols = read_symbols(&file.file, &file.path)?;
+    // Py_Version (3.11+) is exact where the file name is not (a `python`
+    // built in place has no version in its name).
+    let minor = symbols.py_version_minor.unwrap_or(name_minor);
+    let offsets =
+        offsets::for_minor(minor).ok_or(InterpreterError::UnsupportedVersion { minor })?;
+    let bias = symbols
+        .load_bias(entry)
+        .ok_or_else(|| bad(&file.path, "no executable segment covers the mapping"))?;
+    let missing = |symbol| InterpreterError::MissingSymbol {
+        path: file.path.clone(),
+        symbol,
+    };
+    let runtime = symbols.runtime.ok_or_else(|| missing("_PyRuntime"))?;
+    let eval = symbols
+        .eval_frame
+        .clone()
+        .ok_or_else(|| missing("_PyEval_EvalFrameDefault"))?;
+    let code_type = symbols.code_type.ok_or_else(|| missing("PyCode_Type"))?;
+    Ok(Interpreter {
+        offsets,
+        runtime: runtime.wrapping_add(bias),
+        eval_frame: eval.start.wrapping_add(bias)..eval.end.wrapping_add(bias),
+        code_type: code_type.wrapping_add(bias),
+        object_path: file.path.clone(),
+    })
+}
+
+fn bad(path: &str, what: impl Into<String>) -> InterpreterError {
+    InterpreterError::BadObject {
+        path: path.to_owned(),
+        what: what.into(),
+    }
+}
+
+/// What the agent needs from a CPython object, as stated addresses.
+#[derive(Debug, Default)]
+struct ObjectSymbols {
+    runtime: Option<u64>,
+    eval_frame: Option<Range<u64>>,
+    code_type: Option<u64>,
+    py_version_minor: Option<u8>,
+    /// Executable PT_LOAD segments: (file offset, file size, vaddr).
+    executable_segments: Vec<(u64, u64, u64)>,
+}
+
+impl ObjectSymbols {
+    /// The difference between addresses in the process and in the file,
+    /// from the executable segment `entry` maps.
+    fn load_bias(&self, entry: &MapEntry) -> Option<u64> {
+        let page = 4096u64;
+        let &(offset, _, vaddr) = self.executable_segments.iter().find(|(offset, size, _)| {
+            offset & !(page - 1) <= entry.file_offset
+                && entry.file_offset < offset.saturating_add((*size).max(1))
+        })?;
+        Some(
+            entry
+                .start
+                .wrapping_sub(entry.file_offset)
+                .wrapping_add(offset)
+                .wrapping_sub(vaddr),
+        )
+    }
+}
+
+fn read_symbols(file: &File, path: &str) -> Result<ObjectSymbols, InterpreterError> {
+    let data = ReadCache::new(file);
+    let header =
+        elf::FileHeader64::<Endianness>::parse(&data).map_err(|e| bad(path, e.to_string()))?;
+    let endian = header.endian().map_err(|e| bad(path, e.to_string()))?;
+    let mut found = ObjectSymbols::default();
+    let segments = header
+        .program_headers(endian, &data)
+        .map_err(|e| bad(path, e.to_string()))?;
+    let mut loads = Vec::new();
+    for segment in segments {
+        if segment.p_type(endian) != elf::PT_LOAD {
+            continue;
+        }
+        let entry = (
+            segment.p_offset(endian),
+            segment.p_filesz(endian),
+            segment.p_vaddr(endian),
+        );
+        loads.push(entry);
+        if segment.p_flags(endian) & elf::PF_X != 0 {
+            found.executable_segments.push(entry);
+        }
+    }
+    let sections = header
+        .sections(endian, &data)
+        .map_err(|e| bad(path, e.to_string()))?;
+    let Some((index, dynsym)) = sections
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.sh_type(endian) == elf::SHT_DYNSYM)
+    else {
+        return Err(bad(path, "no .dynsym section"));
+    };
+    let strings_size = sections
+        .section(object::SectionIndex(dynsym.sh_link(endian) as usize))
+        .map(|s| s.sh_size(endian))
+        .unwrap_or(0);
+    let total = dynsym.sh_size(endian).saturating_add(strings_size);
+    if total > MAX_DYNSYM_BYTES {
+        return Err(bad(
+            path,
+            format!(
+                ".dynsym and its strings hold {total} bytes, over the cap of {MAX_DYNSYM_BYTES}"
+            ),
+        ));
+    }
+    let table = sections
+        .symbol_table_by_index(endian, &data, object::SectionIndex(index))
+        .map_err(|e| bad(path, e.to_string()))?;
+    let strings = table.strings();
+    for symbol in table.symbols() {
+        let Ok(name) = symbol.name(endian, strings) else {
+            continue;
+        };
+        let value = symbol.st_value(endian);
+        match name {
+            b"_PyRuntime" => found.runtime = Some(value),
+            b"_PyEval_EvalFrameDefault" => {
+                found.eval_frame = Some(value..value.saturating_add(symbol.st_size(endian).max(1)));
+            }
+            b"PyCode_Type" => found.code_type = Some(value),
+            b"Py_Version" => found.py_version_minor = read_py_version(file, &loads, value),
+            _ => {}
+        }
+    }
+    Ok(found)
+}
+
+/// Reads `Py_Version` (`PY_VERSION_HEX`, a constant in the file) and returns
+/// its minor version.
+fn read_py_version(file: &File, loads: &[(u64, u64, u64)], address: u64) -> Option<u8> {
+    let &(offset, _, vaddr) = loads
+        .iter()
+        .find(|(_, size, vaddr)| *vaddr <= address && address < vaddr.saturating_add(*size))?;
+    let mut bytes = [0u8; 4];
+    file.read_exact_at(&mut bytes, address - vaddr + offset)
+        .ok()?;
+    let hex = u32::from_le_bytes(bytes);
+    (hex >> 24 == 3).then_some(((hex >> 16) & 0xff) as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_come_from_interpreter_and_library_names_only() {
+        assert_eq!(minor_from_file_name("/usr/bin/python3.11"), Some(11));
+        assert_eq!(
+            minor_from_file_name("/usr/lib/libpython3.12.so.1.0"),
+            Some(12)
+        );
+        assert_eq!(minor_from_file_name("/opt/py/bin/python3.13t"), Some(13));
+        assert_eq!(minor_from_file_name("/opt/py/bin/python3.9d"), Some(9));
+        assert_eq!(minor_from_file_name("/usr/bin/python3"), None);
+        assert_eq!(minor_from_file_name("/usr/bin/python3.11-config"), None);
+        assert_eq!(minor_from_file_name("/usr/bin/xz"), None);
+        assert_eq!(minor_from_file_name("/x/python3.x"), None);
+    }
+
+    #[test]
+    fn debian_python_exports_what_the_agent_needs() {
+        let path = "/usr/bin/python3.11";
+        let Ok(file) = File::open(path) else {
+            eprintln!("SKIPPED: {path} is not installed");
+            return;
+        };
+        let symbols = read_symbols(&file, path).expect("a real CPython ELF");
+        assert!(symbols.runtime.is_some());
+        assert!(symbols.code_type.is_some());
+        let eval = symbols.eval_frame.expect("_PyEval_EvalFrameDefault");
+        assert!(eval.end - eval.start > 1000, "a sized function: {eval:?}");
+        assert_eq!(symbols.py_version_minor, Some(11));
+        assert!(!symbols.executable_segments.is_empty());
+    }
+
+    #[test]
+    fn files_that_are_not_elf_are_refused_with_a_reason() {
+        let file = File::open("/proc/self/cmdline").expect("readable");
+        let error = read_symbols(&file, "/proc/self/cmdline").expect_err("not ELF");
+        assert_eq!(error.reason(), "bad_object");
+    }
+}
