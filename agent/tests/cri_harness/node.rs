@@ -101,6 +101,11 @@ fn add_blob(dir: &Path, file: &Path) -> (String, u64) {
 /// Builds an OCI image archive holding busybox and the workload (statically
 /// linked, with frame pointers) and returns its path.
 pub fn build_image(work: &Path) -> PathBuf {
+    build_image_with(work, |_| {})
+}
+
+/// [`build_image`], with whatever `extra` puts in the root file system.
+pub fn build_image_with(work: &Path, extra: impl FnOnce(&Path)) -> PathBuf {
     let rootfs = work.join("rootfs");
     std::fs::create_dir_all(rootfs.join("bin")).expect("rootfs");
     std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).expect("busybox-static");
@@ -117,6 +122,7 @@ pub fn build_image(work: &Path) -> PathBuf {
         ])
         .arg(rootfs.join("workload"))
         .arg(&source));
+    extra(&rootfs);
 
     let layout = work.join("oci");
     std::fs::create_dir_all(layout.join("blobs/sha256")).expect("layout");
@@ -360,6 +366,20 @@ pub async fn create_pod(
     mode: &str,
     annotations: &[(&str, &str)],
 ) -> Pod {
+    let command = ["/workload".to_owned(), mode.to_owned()];
+    create_pod_running(client, dir, namespace, name, &command, annotations).await
+}
+
+/// Creates a pod with one container `main` running `command` (program, then
+/// arguments) from the image.
+pub async fn create_pod_running(
+    client: &mut CriClient,
+    dir: &Path,
+    namespace: &str,
+    name: &str,
+    command: &[String],
+    annotations: &[(&str, &str)],
+) -> Pod {
     let uid = format!("uid-{namespace}-{name}");
     let config = sandbox_config(dir, namespace, name, &uid, annotations);
     let sandbox_id = client
@@ -393,8 +413,8 @@ pub async fn create_pod(
                 image: Some(ImageSpec {
                     image: IMAGE.to_owned(),
                 }),
-                command: vec!["/workload".to_owned()],
-                args: vec![mode.to_owned()],
+                command: command.iter().take(1).cloned().collect(),
+                args: command.iter().skip(1).cloned().collect(),
                 labels: container_labels,
                 log_path: "main/0.log".to_owned(),
                 ..ContainerConfig::default()
