@@ -340,6 +340,10 @@ impl<S: TargetSource> Collector<S> {
         // Evicted open files also invalidate its path-keyed state.
         self.processes.take_file_evictions();
         self.symbolizer.reset_file_state();
+        self.metrics.add_drop(
+            "symbol_tables_over_cap",
+            self.symbolizer.take_refused_objects(),
+        );
         Ok(())
     }
 

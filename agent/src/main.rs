@@ -109,6 +109,11 @@ struct Cli {
     /// Open ELF files kept for symbolization (keyed by file identity).
     #[arg(long, env = "KILN_MAX_OPEN_FILES", default_value_t = 512)]
     max_open_files: usize,
+    /// ELF objects whose symbol tables (with their strings) hold more bytes
+    /// than this keep their frames unsymbolized (address, mapping and build
+    /// id go to the store) rather than being parsed.
+    #[arg(long, env = "KILN_MAX_SYMBOL_TABLE_BYTES", default_value_t = kiln_agent::symbolize::DEFAULT_MAX_SYMBOL_TABLE_BYTES)]
+    max_symbol_table_bytes: u64,
     /// Symbol names cached, keyed by (build id, file offset).
     #[arg(long, env = "KILN_MAX_CACHED_SYMBOLS", default_value_t = 200_000)]
     max_cached_symbols: usize,
@@ -311,6 +316,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         unwound_stacks_capacity: usize::try_from(cli.count_map_entries).unwrap_or(usize::MAX),
     };
     let max_cached_symbols = cli.max_cached_symbols;
+    let max_symbol_table_bytes = cli.max_symbol_table_bytes;
     let processes = ProcessTable::new(cli.max_cached_processes, cli.max_open_files);
     let collector_queue = queue.clone();
     let collector_metrics = Arc::clone(&metrics);
@@ -320,7 +326,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let collector = std::thread::Builder::new()
         .name("kiln-collector".to_owned())
         .spawn(move || {
-            let symbolizer = StackSymbolizer::new(kernel_symbols, max_cached_symbols);
+            let mut symbolizer = StackSymbolizer::new(kernel_symbols, max_cached_symbols);
+            symbolizer.set_max_symbol_table_bytes(max_symbol_table_bytes);
             let parts = CollectorParts {
                 sampler,
                 source,

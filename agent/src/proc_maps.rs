@@ -13,6 +13,8 @@ pub enum MappingKind {
         path: String,
         /// Whether the kernel marked the file ` (deleted)`.
         deleted: bool,
+        /// The file's inode, as the maps line says.
+        inode: u64,
     },
     /// A kernel-provided or named anonymous region such as `[vdso]` or `[heap]`.
     Special(String),
@@ -119,11 +121,13 @@ fn parse_line(line: &str) -> Option<MapEntry> {
         MappingKind::File {
             path: stripped.to_owned(),
             deleted: true,
+            inode,
         }
     } else {
         MappingKind::File {
             path: path.to_owned(),
             deleted: false,
+            inode,
         }
     };
     Some(MapEntry {
@@ -167,7 +171,8 @@ mod tests {
             entries[3].kind,
             MappingKind::File {
                 path: "/tmp/my lib.so".into(),
-                deleted: true
+                deleted: true,
+                inode: 77
             }
         );
         assert_eq!(entries[4].kind, MappingKind::Special("[vdso]".into()));

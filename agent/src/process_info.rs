@@ -249,21 +249,37 @@ impl ProcessTable {
         entry: &MapEntry,
         path: &str,
     ) -> Option<Arc<MappedFile>> {
-        use std::os::unix::fs::MetadataExt;
-        let candidates = [
-            self.proc_path(pid, &format!("map_files/{:x}-{:x}", entry.start, entry.end)),
-            self.proc_path(pid, "root")
-                .join(path.trim_start_matches('/')),
-        ];
-        use std::os::unix::fs::OpenOptionsExt;
-        // O_NONBLOCK: a FIFO planted at the path must not block the open.
-        let file = candidates.iter().find_map(|p| {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK)
-                .open(p)
-                .ok()
-        })?;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        // map_files is the mapped file itself. O_NONBLOCK: a FIFO planted at
+        // a path must not block the open.
+        let map_file = self.proc_path(pid, &format!("map_files/{:x}-{:x}", entry.start, entry.end));
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&map_file)
+        {
+            Ok(file) => file,
+            Err(_) => {
+                // Without map_files (no CAP_CHECKPOINT_RESTORE before 5.9):
+                // the path beneath the process's own root, which symlinks
+                // cannot leave, and only if it is the inode the maps line
+                // names (the process may have swapped the file since).
+                let root = self.proc_path(pid, "root");
+                let file = crate::safe_open::open_beneath(
+                    &root.to_string_lossy(),
+                    path.trim_start_matches('/'),
+                )
+                .ok()?;
+                let expected = match &entry.kind {
+                    MappingKind::File { inode, .. } => *inode,
+                    _ => return None,
+                };
+                if file.metadata().ok()?.ino() != expected {
+                    return None;
+                }
+                file
+            }
+        };
         let metadata = file.metadata().ok()?;
         if !metadata.is_file() {
             return None;

@@ -80,7 +80,17 @@ pub struct StackSymbolizer {
     pending: HashMap<Arc<str>, (Arc<MappedFile>, HashSet<u64>)>,
     /// Perf maps read this window, per pid (`None`: the process has none).
     perf_maps: HashMap<u32, Option<Arc<PerfMap>>>,
+    /// Objects with more symbol-table bytes than this are not parsed.
+    max_symbol_table_bytes: u64,
+    /// Objects refused for their symbol tables' size, since the last take.
+    refused_objects: u64,
 }
+
+/// Default of [`StackSymbolizer::set_max_symbol_table_bytes`]: about two
+/// million symbols, more than the largest shared libraries of common
+/// distributions (libLLVM, Chromium) and small enough that parsing them
+/// cannot take the agent's memory.
+pub const DEFAULT_MAX_SYMBOL_TABLE_BYTES: u64 = 64 << 20;
 
 /// Most bytes of ELF files blazesym may keep mapped (and its parsed symbol
 /// tables with them) before it is reset: bounds the RSS symbolizing a few
@@ -104,7 +114,21 @@ impl StackSymbolizer {
             mapped_bytes: 0,
             pending: HashMap::new(),
             perf_maps: HashMap::new(),
+            max_symbol_table_bytes: DEFAULT_MAX_SYMBOL_TABLE_BYTES,
+            refused_objects: 0,
         }
+    }
+
+    /// Objects whose symbol tables (with their strings) hold more bytes
+    /// than `bytes` keep their frames unsymbolized (mapping, address and
+    /// build id), instead of being parsed.
+    pub fn set_max_symbol_table_bytes(&mut self, bytes: u64) {
+        self.max_symbol_table_bytes = bytes;
+    }
+
+    /// Objects refused for their symbol tables since the last call.
+    pub fn take_refused_objects(&mut self) -> u64 {
+        std::mem::take(&mut self.refused_objects)
     }
 
     /// Drops blazesym's per-file state (it is keyed by path, and the
@@ -247,6 +271,16 @@ impl StackSymbolizer {
     pub fn run_queued_lookups(&mut self) {
         for (identity, (file, offsets)) in std::mem::take(&mut self.pending) {
             let offsets: Vec<u64> = offsets.into_iter().collect();
+            let table_bytes = crate::elf_symbols::symbol_table_bytes(&file.file).unwrap_or(0);
+            if table_bytes > self.max_symbol_table_bytes {
+                tracing::info!(path = %file.path, table_bytes, cap = self.max_symbol_table_bytes,
+                    "symbol tables over the cap: frames keep their addresses");
+                self.refused_objects += 1;
+                for offset in offsets {
+                    self.names.insert((Arc::clone(&identity), offset), None);
+                }
+                continue;
+            }
             let size = file.file.metadata().map(|m| m.len()).unwrap_or(0);
             if self.mapped_bytes > 0 && self.mapped_bytes.saturating_add(size) > MAPPED_ELF_BUDGET {
                 self.reset_file_state();
@@ -399,6 +433,29 @@ mod tests {
         table
             .refresh(std::process::id(), ns)
             .expect("own process readable")
+    }
+
+    #[test]
+    fn an_object_with_symbol_tables_over_the_cap_is_not_parsed() {
+        assert_eq!(kiln_symbolization_marker(), 42);
+        let mut table = ProcessTable::new(8, 8);
+        let snapshot = own_snapshot(&mut table);
+        let mut symbolizer = StackSymbolizer::new(KernelSymbols::default(), 1000);
+        symbolizer.set_max_symbol_table_bytes(1);
+        let address = kiln_symbolization_marker as *const () as u64;
+        let mut stats = SymbolizationStats::default();
+        let stacks: [&[u64]; 1] = [&[address]];
+        let frames = symbolizer.user_frames(Some(&snapshot), &stacks, &mut stats);
+        let frame = &frames[0][0];
+        assert_eq!(frame.function, None, "left for the store to symbolize");
+        assert!(
+            frame
+                .mapping
+                .as_ref()
+                .is_some_and(|m| !m.build_id.is_empty())
+        );
+        assert_eq!(symbolizer.take_refused_objects(), 1);
+        assert_eq!(symbolizer.take_refused_objects(), 0);
     }
 
     #[test]

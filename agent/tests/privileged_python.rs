@@ -21,27 +21,43 @@ use std::process::{Command, Stdio};
 use agent_run::{KillOnDrop, SERIAL, in_ci, privileged_prerequisites, run_agent, visible_skip};
 use python_program::{MAIN, MODULE, Sample, samples_of};
 
-/// The interpreters to test: Debian's, and the one kiln-dev builds.
+/// The interpreters to test: Debian's, the one kiln-dev builds, and any
+/// other CPython installed under `$KILN_TOOLS_DIR/cpython/<version>/bin`.
 fn interpreters() -> Vec<PathBuf> {
-    let tools = std::env::var_os("KILN_TOOLS_DIR").unwrap_or_else(|| "/var/tmp/kiln-tools".into());
-    let candidates = [
-        PathBuf::from("/usr/bin/python3"),
-        Path::new(&tools).join("cpython/3.13.15/bin/python3.13"),
-    ];
+    let tools = PathBuf::from(
+        std::env::var_os("KILN_TOOLS_DIR").unwrap_or_else(|| "/var/tmp/kiln-tools".into()),
+    );
     let mut found = Vec::new();
-    for path in candidates {
-        if path.is_file() {
-            found.push(path);
+    for required in [
+        PathBuf::from("/usr/bin/python3"),
+        tools.join("cpython/3.13.15/bin/python3.13"),
+    ] {
+        if required.is_file() {
+            found.push(required);
         } else {
             assert!(
                 !in_ci(),
                 "{} is needed in CI (./kiln-dev test builds it)",
-                path.display()
+                required.display()
             );
             visible_skip(&format!(
                 "skipping {}: not installed (./kiln-dev test builds it)",
-                path.display()
+                required.display()
             ));
+        }
+    }
+    let builds = std::fs::read_dir(tools.join("cpython"))
+        .into_iter()
+        .flatten()
+        .flatten();
+    for build in builds {
+        let Ok(version) = build.file_name().into_string() else {
+            continue;
+        };
+        let minor = version.split('.').take(2).collect::<Vec<_>>().join(".");
+        let python = build.path().join("bin").join(format!("python{minor}"));
+        if python.is_file() && !found.contains(&python) {
+            found.push(python);
         }
     }
     found

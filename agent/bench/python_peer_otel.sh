@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Peer measurement for agent/bench/python_processes.sh: the OpenTelemetry
+# eBPF profiler (Go module go.opentelemetry.io/ebpf-profiler) on the same
+# workload (N niced CPython processes, each its own module with functions
+# three calls deep), measured the same way: process CPU from
+# /proc/PID/stat utime+stime plus the run_time_ns of its BPF programs
+# (kernel.bpf_stats_enabled=1, read from /proc/PID/fdinfo), as % of one
+# core, and VmRSS / VmHWM at the end.
+#
+# Differences from the Kiln script, which the numbers carry:
+# - the OTel profiler has no pid filter: it profiles the whole machine
+#   (every process, all CPUs), so its cost grows with what else runs here;
+# - it takes longer to start (it loads and verifies many BPF programs), so
+#   the window starts after WARMUP seconds (default 20) and both the process
+#   CPU and the BPF run time are deltas over the window (Kiln's script
+#   divides the BPF total since load by SECONDS+5);
+# - it exports OTLP profiles over gRPC and will not start without a
+#   collector that answers (it gives up after 5 tries to connect), so the
+#   script runs a throw-away kiln-store on 127.0.0.1 (KILN_STORE, else
+#   kiln-store built here with cargo, debug) and afterwards asks it for the
+#   top functions of the Python processes (are hot_1..hot_N named?) and
+#   the samples in the window.
+#
+# The profiler is built (once) from the Go module proxy into
+# /var/tmp/kiln-tools/otel-ebpf-profiler, outside the repository; nothing of
+# it is kept here. The module ships its eBPF object prebuilt
+# (support/ebpf/tracer.ebpf.amd64), so no clang is needed.
+#
+# Usage (root): agent/bench/python_peer_otel.sh [N] [SECONDS] [HZ] [PYTHON]
+#   default: 20 60 19 /usr/bin/python3
+#   env: OTEL_PROFILER_VERSION (default v0.0.202633), KILN_STORE, WARMUP
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+count="${1:-20}"
+seconds="${2:-60}"
+hz="${3:-19}"
+python="${4:-/usr/bin/python3}"
+version="${OTEL_PROFILER_VERSION:-v0.0.202633}"
+warmup="${WARMUP:-20}"
+tools=/var/tmp/kiln-tools/otel-ebpf-profiler
+bin="$tools/ebpf-profiler-$version"
+go="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
+
+# --- build the peer (once), gently: one Go thread, one package at a time ---
+if [ ! -x "$bin" ]; then
+  mkdir -p "$tools"
+  export GOMAXPROCS=1 GOFLAGS=-mod=mod GOPROXY="${GOPROXY:-https://proxy.golang.org}" CGO_ENABLED=0
+  "$go" mod download -json "go.opentelemetry.io/ebpf-profiler@$version" >"$tools/download-$version.json"
+  src="$("$go" env GOMODCACHE)/go.opentelemetry.io/ebpf-profiler@$version"
+  if [ ! -f "$src/support/ebpf/tracer.ebpf.amd64" ]; then
+    echo "peer cannot run here: $src has no prebuilt support/ebpf/tracer.ebpf.amd64" >&2
+    exit 2
+  fi
+  # the module's root package is the profiler's main package
+  (cd "$src" && nice -n 10 "$go" build -p 1 -tags osusergo,netgo -o "$bin.tmp" .)
+  mv "$bin.tmp" "$bin"
+fi
+
+work="$(mktemp -d)"
+pids=()
+spid=""
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [ -n "$spid" ] && kill "$spid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+sysctl -q kernel.bpf_stats_enabled=1
+mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+
+# --- the collector: a throw-away kiln-store ---
+if [ -z "${KILN_STORE:-}" ]; then
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/kiln-target}"
+  cargo build -q -j 1 -p kiln-store --manifest-path "$repo/Cargo.toml"
+  KILN_STORE="$CARGO_TARGET_DIR/debug/kiln-store"
+fi
+sport=17471
+"$KILN_STORE" --listen "127.0.0.1:$sport" --data-dir "$work/store" >"$work/store.log" 2>&1 &
+spid=$!
+for _ in $(seq 150); do
+  curl -sf "http://127.0.0.1:$sport/api/v1/profile-types" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+collector="127.0.0.1:$sport"
+
+# --- the workload: the same program as python_processes.sh ---
+for i in $(seq "$count"); do
+  mkdir -p "$work/app$i"
+  cat >"$work/app$i/work$i.py" <<PY
+def hot_$i(n):
+    total = 0
+    for k in range(n):
+        total += k * k % 7
+    return total
+
+def middle_$i():
+    return hot_$i(20000) + hot_$i(10000)
+
+def outer_$i():
+    while True:
+        middle_$i()
+PY
+  nice -n 19 "$python" -c "import sys; sys.path.insert(0, '$work/app$i'); import work$i; work$i.outer_$i()" &
+  pids+=($!)
+done
+sleep 2
+
+GOMAXPROCS="${PEER_GOMAXPROCS:-}" "$bin" -samples-per-second "$hz" -collection-agent "$collector" \
+  -disable-tls >"$work/peer.log" 2>&1 &
+apid=$!
+
+bpf_ns() { # sum of run_time_ns over the BPF programs the process holds
+  local sum=0 v fd
+  for fd in /proc/"$1"/fdinfo/*; do
+    v="$(awk '$1 == "run_time_ns:" { print $2 }' "$fd" 2>/dev/null || true)"
+    [ -n "$v" ] && sum=$((sum + v))
+  done
+  echo "$sum"
+}
+nprogs() { cat /proc/"$1"/fdinfo/* 2>/dev/null | grep -c '^prog_id:' || true; }
+
+sleep "$warmup"
+kill -0 "$apid" || { echo "peer exited during warm-up:"; tail -20 "$work/peer.log"; exit 1; }
+ticks="$(getconf CLK_TCK)"
+w0="$(date +%s)"
+t0="$(awk '{ print $14 + $15 }' "/proc/$apid/stat")"
+b0="$(bpf_ns "$apid")"
+sleep "$seconds"
+t1="$(awk '{ print $14 + $15 }' "/proc/$apid/stat")"
+b1="$(bpf_ns "$apid")"
+w1="$(date +%s)"
+rss="$(awk '/^VmRSS:/ { print $2 }' "/proc/$apid/status")"
+peak="$(awk '/^VmHWM:/ { print $2 }' "/proc/$apid/status")"
+progs="$(nprogs "$apid")"
+btotal="$b1"
+sleep 8 # let the last reports reach the collector
+kill -TERM "$apid"; wait "$apid" || true
+
+awk -v dt="$((t1 - t0))" -v tk="$ticks" -v s="$seconds" -v b="$((b1 - b0))" -v r="$rss" -v p="$peak" \
+  -v n="$count" -v hz="$hz" -v v="$version" -v np="$progs" -v bt="$btotal" 'BEGIN {
+  proc = 100 * dt / tk / s; bpf = 100 * b / 1e9 / s
+  printf "peer=otel-ebpf-profiler@%s python_processes=%d hz=%d cpu=%.2f%%core (process %.2f%% + bpf %.3f%%) rss=%.1fMiB peak_rss=%.1fMiB bpf_prog_fds=%d bpf_total_since_load=%.2fs\n",
+    v, n, hz, proc + bpf, proc, bpf, r / 1024, p / 1024, np, bt / 1e9
+}'
+"$python" --version
+grep -E -i 'level=(error|warn)' "$work/peer.log" | sort | uniq -c | sort -rn | head -5 || true
+
+if [ -n "$spid" ]; then
+  # samples of the Python processes in the measured window, and their top functions
+  q='process_cpu{process.executable.name=~"python.*"}'
+  top="$(curl -sG "http://127.0.0.1:$sport/api/v1/top" --data-urlencode "query=$q" \
+    --data-urlencode "from=$w0" --data-urlencode "to=$w1" --data-urlencode "limit=12")"
+  echo "store top (window, python processes): $top" | head -c 3000; echo
+  all="$(curl -sG "http://127.0.0.1:$sport/api/v1/top" --data-urlencode "query=$q" \
+    --data-urlencode "from=now-1h" --data-urlencode "to=now" --data-urlencode "limit=200")"
+  named="$(grep -o '"name":"hot_[0-9]*"' <<<"$all" | sort -u | wc -l || true)"
+  echo "python functions named hot_1..hot_$count in the store: $named of $count"
+  curl -s "http://127.0.0.1:$sport/metrics" | grep -E '^kiln_otlp_export_requests_total' || true
+fi
