@@ -43,6 +43,10 @@ pub struct CollectorConfig {
 /// for a moment is still read from `/proc` while it exists.
 const EVENT_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
+/// New processes read from `/proc` per poll (2,560 a second): a fork storm
+/// costs the collector a bounded share of each poll.
+const NEW_PROCESS_READS_PER_POLL: usize = 256;
+
 /// Everything the collector owns besides its settings.
 #[derive(Debug)]
 pub struct CollectorParts<S: TargetSource> {
@@ -125,6 +129,9 @@ impl<S: TargetSource> Collector<S> {
         let mut next_drain = Instant::now() + self.config.drain_interval;
         let mut next_refresh = Instant::now() + self.config.target_refresh_interval;
         loop {
+            self.metrics
+                .collector_progress_unix_ms
+                .set(crate::metrics::unix_ms());
             let stopping = shutdown.load(Ordering::Relaxed);
             self.read_new_processes();
             self.unwind_snapshots();
@@ -154,7 +161,13 @@ impl<S: TargetSource> Collector<S> {
     }
 
     fn read_new_processes(&mut self) {
-        for event in self.sampler.take_new_processes() {
+        let events = self.sampler.take_new_processes();
+        // A fork storm must not keep the collector in /proc: beyond the cap,
+        // processes are read at drain time if they still live.
+        let skipped = events.len().saturating_sub(NEW_PROCESS_READS_PER_POLL);
+        self.metrics
+            .add_drop("new_process_reads_skipped", skipped as u64);
+        for event in events.into_iter().take(NEW_PROCESS_READS_PER_POLL) {
             match self.processes.refresh(event.pid, event.start_boottime_ns) {
                 Ok(snapshot) => self.register_python(&snapshot),
                 Err(error) => {

@@ -295,6 +295,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     release_startup_memory();
 
     let metrics = Arc::new(AgentMetrics::default());
+    // Stalled: no trip round the collector's 100 ms loop for three drain
+    // intervals (at least a minute), which no normal drain takes.
+    let stall_after = (cli.drain_interval * 3).max(Duration::from_secs(60));
+    metrics
+        .collector_stall_after_ms
+        .set(u64::try_from(stall_after.as_millis()).unwrap_or(u64::MAX));
     let queue = ShipQueue::new(cli.queue_capacity, Arc::clone(&metrics));
     let kubernetes_config =
         matches!(source, AgentTargets::Kubernetes(_)).then(|| KubernetesConfig {

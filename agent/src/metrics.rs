@@ -80,6 +80,17 @@ pub struct AgentMetrics {
     pub cached_processes: Counter,
     /// Profiles waiting to be shipped.
     pub queue_length: Counter,
+    /// When the collector thread last went round its loop (unix ms).
+    pub collector_progress_unix_ms: Counter,
+    /// How long without progress counts as stalled (ms); 0 disables.
+    pub collector_stall_after_ms: Counter,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl AgentMetrics {
@@ -94,6 +105,20 @@ impl AgentMetrics {
     pub fn set_drop_total(&self, reason: &'static str, total: u64) {
         let mut map = self.drops.lock().unwrap_or_else(|p| p.into_inner());
         map.insert(reason, total);
+    }
+
+    /// `Err(age_ms)` when the collector thread has made no progress for
+    /// longer than its stall threshold at `now_ms`: it is stuck (a blocking
+    /// read, a deadlock), and the liveness probe should restart the agent.
+    pub fn collector_health(&self, now_ms: u64) -> Result<(), u64> {
+        let last = self.collector_progress_unix_ms.get();
+        let limit = self.collector_stall_after_ms.get();
+        let age = now_ms.saturating_sub(last);
+        if limit == 0 || last == 0 || age <= limit {
+            Ok(())
+        } else {
+            Err(age)
+        }
     }
 
     /// Losses so far for `reason`.
@@ -244,6 +269,12 @@ impl AgentMetrics {
             self.unwind_cache_bytes.get(),
         );
         gauge(
+            "kiln_agent_collector_stalled",
+            "1 when the collector thread has made no progress for longer than its \
+             stall threshold (/healthz then fails).",
+            u64::from(self.collector_health(unix_ms()).is_err()),
+        );
+        gauge(
             "kiln_agent_python_code_cache_bytes",
             "Bytes of CPython code objects (names, files, line tables) cached.",
             self.python_code_cache_bytes.get(),
@@ -351,8 +382,9 @@ pub fn parse_rss(status: &str) -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
-/// Serves `/metrics` until `shutdown` fires. Tiny HTTP/1.1: one request per
-/// connection, any path other than `/metrics` gets 404.
+/// Serves `/metrics` and `/healthz` (the collector's liveness) until
+/// `shutdown` fires. Tiny HTTP/1.1: one request per connection, other paths
+/// get 404.
 pub async fn serve_metrics(
     listener: tokio::net::TcpListener,
     metrics: std::sync::Arc<AgentMetrics>,
@@ -378,7 +410,22 @@ pub async fn serve_metrics(
             };
             let request = String::from_utf8_lossy(&buffer[..n]);
             let path = request.split_ascii_whitespace().nth(1).unwrap_or("");
-            let response = if path == "/metrics" {
+            let response = if path == "/healthz" {
+                match metrics.collector_health(unix_ms()) {
+                    Ok(()) => {
+                        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n"
+                            .to_owned()
+                    }
+                    Err(age_ms) => {
+                        let body =
+                            format!("collector stalled: no progress for {} s\n", age_ms / 1000);
+                        format!(
+                            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                    }
+                }
+            } else if path == "/metrics" {
                 let rss = std::fs::read_to_string("/proc/self/status")
                     .ok()
                     .and_then(|s| parse_rss(&s));
@@ -413,6 +460,27 @@ mod tests {
         assert!(text.contains("kiln_agent_dropped_total{reason=\"stack_collision_user\"} 5\n"));
         assert!(text.contains("kiln_agent_resident_memory_bytes 1024\n"));
         assert_eq!(metrics.drops("queue_full"), 2);
+    }
+
+    #[test]
+    fn a_collector_without_progress_past_its_threshold_is_unhealthy() {
+        let metrics = AgentMetrics::default();
+        assert_eq!(metrics.collector_health(1_000_000), Ok(()), "not started");
+        metrics.collector_stall_after_ms.set(60_000);
+        metrics.collector_progress_unix_ms.set(1_000_000);
+        assert_eq!(metrics.collector_health(1_059_000), Ok(()));
+        assert_eq!(metrics.collector_health(1_061_000), Err(61_000));
+        assert!(
+            metrics
+                .render(None)
+                .contains("kiln_agent_collector_stalled 1\n")
+        );
+        metrics.collector_progress_unix_ms.set(unix_ms());
+        assert!(
+            metrics
+                .render(None)
+                .contains("kiln_agent_collector_stalled 0\n")
+        );
     }
 
     #[test]

@@ -3,21 +3,28 @@
 //! Why the DaemonSet needs what it asks for:
 //! - `hostPID`: the agent maps sampled PIDs to containers through the host's `/proc`.
 //! - `/sys/fs/cgroup`: cgroup ids of containers feed the BPF allow-list.
-//! - `/sys/kernel/debug`, `/sys/fs/bpf`, `/lib/modules`: tracing, pinned maps, kernel symbols.
+//! - `/lib/modules`: the running kernel's module metadata, read-only.
 //! - the CRI socket: pod labels and annotations without API-server access.
+//!
+//! Nothing else: the agent pins no BPF maps (no `/sys/fs/bpf`), uses no
+//! tracefs or debugfs (no `/sys/kernel/debug`), and never calls the API
+//! server, so no ServiceAccount token is mounted. Its `/metrics` port also
+//! serves `/healthz`, which fails when the collector thread stops making
+//! progress; the liveness probe restarts such an agent.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    HostPathVolumeSource, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec,
-    ResourceRequirements, SeccompProfile, SecurityContext, ServiceAccount, Toleration, Volume,
-    VolumeMount,
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, HTTPGetAction, HostPathVolumeSource, ObjectFieldSelector, PodSecurityContext,
+    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
+    ServiceAccount, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{
     BuildDefaults, BuildError, StoreNames, common_labels, owned_meta, selector_labels,
@@ -39,7 +46,7 @@ pub const AGENT_CAPABILITIES: [&str; 6] = [
 ];
 
 /// Host paths the agent mounts: (volume name, host path, mount path, read-only, hostPath type).
-const HOST_MOUNTS: [(&str, &str, &str, bool, &str); 4] = [
+const HOST_MOUNTS: [(&str, &str, &str, bool, &str); 2] = [
     (
         "cgroup",
         "/sys/fs/cgroup",
@@ -47,22 +54,11 @@ const HOST_MOUNTS: [(&str, &str, &str, bool, &str); 4] = [
         true,
         "Directory",
     ),
-    (
-        "debugfs",
-        "/sys/kernel/debug",
-        "/sys/kernel/debug",
-        false,
-        "Directory",
-    ),
-    (
-        "bpffs",
-        "/sys/fs/bpf",
-        "/sys/fs/bpf",
-        false,
-        "DirectoryOrCreate",
-    ),
     ("modules", "/lib/modules", "/lib/modules", true, "Directory"),
 ];
+
+/// The agent's `/metrics` and `/healthz` port.
+pub const AGENT_METRICS_PORT: i32 = 7471;
 
 /// The agents' ServiceAccount, owned by the store.
 pub fn service_account(
@@ -113,6 +109,7 @@ pub fn agent_args(store: &ProfileStore, names: &StoreNames) -> Vec<String> {
             "--targets-file={TARGETS_DIR}/{}",
             kiln_targets::CONFIGMAP_KEY
         ),
+        format!("--metrics-addr=0.0.0.0:{AGENT_METRICS_PORT}"),
     ]
 }
 
@@ -207,11 +204,28 @@ pub fn daemon_set(
         ),
         security_context: Some(agent_security_context(agent.security_mode)),
         volume_mounts: Some(mounts),
+        ports: Some(vec![ContainerPort {
+            name: Some("metrics".to_owned()),
+            container_port: AGENT_METRICS_PORT,
+            ..ContainerPort::default()
+        }]),
+        liveness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/healthz".to_owned()),
+                port: IntOrString::String("metrics".to_owned()),
+                ..HTTPGetAction::default()
+            }),
+            initial_delay_seconds: Some(30),
+            period_seconds: Some(30),
+            failure_threshold: Some(3),
+            ..Probe::default()
+        }),
         ..Container::default()
     };
     let pod_spec = PodSpec {
         host_pid: Some(true),
         service_account_name: Some(names.agent.clone()),
+        automount_service_account_token: Some(false),
         containers: vec![container],
         tolerations: Some(
             agent
