@@ -10,7 +10,7 @@
 //! a regular file, and read up to a byte cap. Parsing is pure and bounded.
 
 use std::collections::BTreeMap;
-use std::io::Read;
+use std::io::{BufRead, Read};
 use std::sync::Arc;
 
 /// Caps on one perf map.
@@ -47,21 +47,57 @@ impl PerfMap {
     /// hex with or without `0x` (HotSpot writes it, Node does not).
     /// Malformed lines are skipped.
     pub fn parse(text: &str, limits: &PerfMapLimits) -> PerfMap {
-        let mut by_start = BTreeMap::new();
+        let mut map = PerfMap::default();
         for line in text.lines() {
-            if by_start.len() >= limits.max_entries {
+            if !map.add_line(line, limits) {
                 break;
             }
-            let Some((start, size, name)) = parse_line(line) else {
-                continue;
-            };
-            let Some(end) = start.checked_add(size) else {
-                continue;
-            };
-            let name = truncate(name.trim(), limits.max_name_bytes);
-            by_start.insert(start, (end, Arc::from(name)));
         }
-        PerfMap { by_start }
+        map
+    }
+
+    /// Parses perf map lines as they are read, holding one line at a time
+    /// (a line longer than the longest name plus its addresses is skipped).
+    pub fn parse_reader(reader: impl BufRead, limits: &PerfMapLimits) -> std::io::Result<PerfMap> {
+        let mut map = PerfMap::default();
+        let max_line = limits.max_name_bytes + 64;
+        let mut reader = reader;
+        let mut line = Vec::with_capacity(256);
+        loop {
+            line.clear();
+            // Read at most one line, and never more than max_line + 1 bytes of it.
+            let read = (&mut reader)
+                .take(max_line as u64 + 1)
+                .read_until(b'\n', &mut line)?;
+            if read == 0 {
+                break;
+            }
+            if line.last() != Some(&b'\n') && line.len() > max_line {
+                // Over-long line: skip the rest of it.
+                skip_line(&mut reader)?;
+                continue;
+            }
+            if !map.add_line(&String::from_utf8_lossy(&line), limits) {
+                break;
+            }
+        }
+        Ok(map)
+    }
+
+    /// Adds one line; false once the map is full.
+    fn add_line(&mut self, line: &str, limits: &PerfMapLimits) -> bool {
+        if self.by_start.len() >= limits.max_entries {
+            return false;
+        }
+        let Some((start, size, name)) = parse_line(line.trim_end_matches('\n')) else {
+            return true;
+        };
+        let Some(end) = start.checked_add(size) else {
+            return true;
+        };
+        let name = truncate(name.trim(), limits.max_name_bytes);
+        self.by_start.insert(start, (end, Arc::from(name)));
+        true
     }
 
     /// The name of the code containing `address`.
@@ -78,6 +114,26 @@ impl PerfMap {
     /// Whether the map has no entries.
     pub fn is_empty(&self) -> bool {
         self.by_start.is_empty()
+    }
+}
+
+/// Consumes the rest of an over-long line.
+fn skip_line(reader: &mut impl BufRead) -> std::io::Result<()> {
+    loop {
+        let buffer = reader.fill_buf()?;
+        if buffer.is_empty() {
+            return Ok(());
+        }
+        match buffer.iter().position(|&b| b == b'\n') {
+            Some(at) => {
+                reader.consume(at + 1);
+                return Ok(());
+            }
+            None => {
+                let len = buffer.len();
+                reader.consume(len);
+            }
+        }
     }
 }
 
@@ -177,16 +233,12 @@ pub fn read_process_perf_map(
     if !metadata.is_file() {
         return Err(PerfMapError::NotAFile { path });
     }
-    // Not trusted to be UTF-8 (or to end on a character): read bytes.
-    let mut bytes = Vec::new();
-    file.take(limits.max_bytes)
-        .read_to_end(&mut bytes)
-        .map_err(|source| PerfMapError::Read {
-            path: path.clone(),
-            source,
-        })?;
-    let text = String::from_utf8_lossy(&bytes);
-    Ok(Some(PerfMap::parse(&text, limits)))
+    // Streamed line by line (never the whole file in memory), and not
+    // trusted to be UTF-8.
+    let reader = std::io::BufReader::new(file.take(limits.max_bytes));
+    PerfMap::parse_reader(reader, limits)
+        .map(Some)
+        .map_err(|source| PerfMapError::Read { path, source })
 }
 
 #[cfg(test)]
@@ -234,6 +286,27 @@ mod tests {
         let map = PerfMap::parse(&text, &limits);
         assert_eq!(map.len(), 3);
         assert_eq!(map.lookup(0x1000).as_deref(), Some("éééé"));
+    }
+
+    #[test]
+    fn the_streaming_reader_matches_the_text_parser_and_skips_overlong_lines() {
+        let limits = PerfMapLimits {
+            max_name_bytes: 16,
+            ..PerfMapLimits::default()
+        };
+        let long = format!("3000 10 {}\n", "x".repeat(5000));
+        let text = format!("1000 10 first\n{long}2000 10 second\nnot a line\n4000 10 last");
+        let streamed = PerfMap::parse_reader(std::io::Cursor::new(text.as_bytes()), &limits)
+            .expect("in-memory read");
+        assert_eq!(streamed.lookup(0x1004).as_deref(), Some("first"));
+        assert_eq!(streamed.lookup(0x2004).as_deref(), Some("second"));
+        assert_eq!(
+            streamed.lookup(0x3004),
+            None,
+            "the over-long line is skipped"
+        );
+        assert_eq!(streamed.lookup(0x4004).as_deref(), Some("last"));
+        assert_eq!(streamed.len(), 3);
     }
 
     #[test]

@@ -1,0 +1,217 @@
+//! Privileged test of the agent against hostile processes (audit G1, G2):
+//! JIT-like processes in their own roots (chroot) whose perf map is a FIFO,
+//! a symlink to a file outside their root, or a 2 GB file, are profiled next
+//! to a well-behaved process. The agent must finish on time, keep profiling
+//! the well-behaved process, never read the file outside the root, and stay
+//! within a bounded peak RSS.
+//!
+//! Needs root and gcc with a static libc; in CI a missing prerequisite fails.
+
+#[path = "privileged_harness/agent_run.rs"]
+mod agent_run;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agent_run::{KillOnDrop, SERIAL, flatten, privileged_prerequisites};
+use kiln_pprof::DecodeLimits;
+
+fn compile(source: &str, output: &Path, extra: &[&str]) {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/workloads")
+        .join(source);
+    let status = Command::new("gcc")
+        .args(["-O1", "-fno-omit-frame-pointer"])
+        .args(extra)
+        .arg("-o")
+        .arg(output)
+        .arg(&source)
+        .status()
+        .expect("gcc runs");
+    assert!(status.success(), "gcc failed on {}", source.display());
+}
+
+/// A root holding the static JIT workload, running under chroot.
+fn jail(dir: &Path, name: &str, jit: &Path) -> (PathBuf, KillOnDrop) {
+    let root = dir.join(name);
+    std::fs::create_dir_all(root.join("tmp")).expect("root/tmp");
+    std::fs::copy(jit, root.join("jit")).expect("copy workload");
+    let child = Command::new("chroot")
+        .arg(&root)
+        .arg("/jit")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("chroot starts");
+    (root, KillOnDrop(child))
+}
+
+/// Waits for `child` with `wait4`, so its own peak RSS comes back; kills it
+/// after `limit`. Returns (exited successfully, peak RSS KiB, elapsed).
+fn wait_with_rusage(child: &mut std::process::Child, limit: Duration) -> (bool, i64, Duration) {
+    let start = Instant::now();
+    let pid = i32::try_from(child.id()).expect("pid");
+    loop {
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is a valid value to overwrite.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 on our own child with valid out-pointers.
+        let waited = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if waited == pid {
+            let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+            return (ok, usage.ru_maxrss, start.elapsed());
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            return (false, 0, start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn hostile_perf_maps_neither_hang_nor_bloat_nor_leak_host_files() {
+    if !privileged_prerequisites() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let jit = dir.path().join("jit_spin");
+    compile("jit_spin.c", &jit, &["-static"]);
+    let control_bin = dir.path().join("control_spin");
+    compile("control_spin.c", &control_bin, &[]);
+
+    // A FIFO where the perf map should be: opening must not block.
+    let (fifo_root, fifo_proc) = jail(dir.path(), "fifo", &jit);
+    let fifo_path = fifo_root.join(format!("tmp/perf-{}.map", fifo_proc.0.id()));
+    let fifo_c = std::ffi::CString::new(fifo_path.to_str().expect("utf-8")).expect("path");
+    // SAFETY: mkfifo with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo_c.as_ptr(), 0o600) }, 0);
+
+    // A symlink to a host file that names every address.
+    let host_file = dir.path().join("host-secret.map");
+    std::fs::write(&host_file, "0 7fffffffffff kiln_escaped_host_file\n").expect("host file");
+    let (link_root, link_proc) = jail(dir.path(), "symlink", &jit);
+    std::os::unix::fs::symlink(
+        &host_file,
+        link_root.join(format!("tmp/perf-{}.map", link_proc.0.id())),
+    )
+    .expect("symlink");
+
+    // A 2 GB perf map: 1M valid lines (above any user address, so the first
+    // line still names the JIT code), then a sparse tail.
+    let (big_root, big_proc) = jail(dir.path(), "big", &jit);
+    let big_path = big_root.join(format!("tmp/perf-{}.map", big_proc.0.id()));
+    {
+        let mut big = std::io::BufWriter::new(std::fs::File::create(&big_path).expect("big map"));
+        writeln!(big, "0 7fffffffffff kiln_big_jit").expect("write");
+        for i in 0..1_000_000u64 {
+            writeln!(
+                big,
+                "{:x} 10 kiln_filler_{i}",
+                0xffff_8000_0000_0000u64 + i * 16
+            )
+            .expect("write");
+        }
+        big.into_inner()
+            .expect("flush")
+            .set_len(2 << 30)
+            .expect("sparse 2 GB");
+    }
+
+    let control = KillOnDrop(
+        Command::new(&control_bin)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("control starts"),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let out = dir.path().join("profiles");
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_kiln-agent"));
+    for pid in [
+        fifo_proc.0.id(),
+        link_proc.0.id(),
+        big_proc.0.id(),
+        control.0.id(),
+    ] {
+        agent.arg("--pid").arg(pid.to_string());
+    }
+    let mut agent = agent
+        .args([
+            "--frequency",
+            "99",
+            "--drain-interval",
+            "3s",
+            "--duration",
+            "12s",
+        ])
+        .args(["--metrics-addr", "off", "--output-dir"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("agent starts");
+    let (ok, peak_kib, elapsed) = wait_with_rusage(&mut agent, Duration::from_secs(90));
+    let mut stderr = String::new();
+    if let Some(mut pipe) = agent.stderr.take() {
+        use std::io::Read;
+        let _ = pipe.read_to_string(&mut stderr);
+    }
+    eprintln!(
+        "agent finished={ok} in {elapsed:?}, peak RSS {} MiB",
+        peak_kib / 1024
+    );
+    assert!(ok, "the agent hung or failed within 90 s: {stderr}");
+
+    let mut profiles = Vec::new();
+    for entry in std::fs::read_dir(&out).expect("profiles") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "gz") {
+            let bytes = std::fs::read(&path).expect("readable");
+            profiles
+                .push(kiln_pprof::decode(&bytes, &DecodeLimits::default()).expect("valid pprof"));
+        }
+    }
+    let samples = flatten(&profiles);
+    let count_for = |pid: u32| -> i64 {
+        samples
+            .iter()
+            .filter(|s| s.labels.get("pid") == Some(&pid.to_string()))
+            .map(|s| s.count)
+            .sum()
+    };
+    let control_hot: i64 = samples
+        .iter()
+        .filter(|s| s.frames.iter().any(|(_, f)| f == "kiln_hostile_control"))
+        .map(|s| s.count)
+        .sum();
+    eprintln!(
+        "samples: fifo {} symlink {} big {} control {} (in kiln_hostile_control: {control_hot})",
+        count_for(fifo_proc.0.id()),
+        count_for(link_proc.0.id()),
+        count_for(big_proc.0.id()),
+        count_for(control.0.id())
+    );
+    assert!(
+        control_hot >= 100,
+        "the well-behaved process was still profiled"
+    );
+    for pid in [fifo_proc.0.id(), link_proc.0.id(), big_proc.0.id()] {
+        assert!(count_for(pid) >= 50, "pid {pid} was profiled");
+    }
+    assert!(
+        !samples
+            .iter()
+            .any(|s| s.frames.iter().any(|(_, f)| f == "kiln_escaped_host_file")),
+        "a perf map outside the process's root was read"
+    );
+    // The 2 GB map is read up to the 64 MiB cap: its first line names the code.
+    assert!(
+        samples
+            .iter()
+            .any(|s| s.frames.iter().any(|(_, f)| f == "kiln_big_jit")),
+        "the capped prefix of the big map is used"
+    );
+    assert!(peak_kib < 128 * 1024, "peak RSS {} MiB", peak_kib / 1024);
+}
