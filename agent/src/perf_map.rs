@@ -211,19 +211,45 @@ pub fn namespace_pid(status: &str) -> Option<u32> {
         .ok()
 }
 
-/// Reads `/tmp/perf-NSPID.map` of process `pid` beneath its root; `Ok(None)`
-/// when there is none.
+/// Which version of a perf map file was read: a map whose file has the
+/// same identity, size and modification time is not parsed again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerfMapVersion {
+    device: u64,
+    inode: u64,
+    len: u64,
+    modified_ns: i128,
+}
+
+/// What reading a process's perf map found.
+#[derive(Debug)]
+pub enum PerfMapRead {
+    /// The process has no perf map.
+    Missing,
+    /// The file is the version already read.
+    Unchanged,
+    /// A new or changed map.
+    Read(PerfMap, PerfMapVersion),
+}
+
+/// Reads `/tmp/perf-NSPID.map` of process `pid` beneath its root, unless it
+/// is the `previous` version (JIT runtimes append to it, so a change shows
+/// in its size and modification time).
 pub fn read_process_perf_map(
     pid: u32,
     limits: &PerfMapLimits,
-) -> Result<Option<PerfMap>, PerfMapError> {
+    previous: Option<PerfMapVersion>,
+) -> Result<PerfMapRead, PerfMapError> {
+    use std::os::unix::fs::MetadataExt;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let own_pid = namespace_pid(&status).unwrap_or(pid);
     let path = format!("tmp/perf-{own_pid}.map");
     let root = format!("/proc/{pid}/root");
     let file = match crate::safe_open::open_beneath(&root, &path) {
         Ok(file) => file,
-        Err(source) if source.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(PerfMapRead::Missing);
+        }
         Err(source) => return Err(PerfMapError::Open { path, source }),
     };
     let metadata = file.metadata().map_err(|source| PerfMapError::Read {
@@ -233,11 +259,21 @@ pub fn read_process_perf_map(
     if !metadata.is_file() {
         return Err(PerfMapError::NotAFile { path });
     }
+    let version = PerfMapVersion {
+        device: metadata.dev(),
+        inode: metadata.ino(),
+        len: metadata.len(),
+        modified_ns: i128::from(metadata.mtime()) * 1_000_000_000
+            + i128::from(metadata.mtime_nsec()),
+    };
+    if previous == Some(version) {
+        return Ok(PerfMapRead::Unchanged);
+    }
     // Streamed line by line (never the whole file in memory), and not
     // trusted to be UTF-8.
     let reader = std::io::BufReader::new(file.take(limits.max_bytes));
     PerfMap::parse_reader(reader, limits)
-        .map(Some)
+        .map(|map| PerfMapRead::Read(map, version))
         .map_err(|source| PerfMapError::Read { path, source })
 }
 
@@ -307,6 +343,36 @@ mod tests {
         );
         assert_eq!(streamed.lookup(0x4004).as_deref(), Some("last"));
         assert_eq!(streamed.len(), 3);
+    }
+
+    #[test]
+    fn an_unchanged_map_is_not_parsed_again_and_a_grown_one_is() {
+        let pid = std::process::id();
+        let path = std::path::PathBuf::from(format!("/tmp/perf-{pid}.map"));
+        std::fs::write(&path, "1000 10 first\n").expect("write own perf map");
+        let limits = PerfMapLimits::default();
+        let version = match read_process_perf_map(pid, &limits, None) {
+            Ok(PerfMapRead::Read(map, version)) => {
+                assert_eq!(map.lookup(0x1001).as_deref(), Some("first"));
+                version
+            }
+            other => panic!("expected a read, got {other:?}"),
+        };
+        assert!(matches!(
+            read_process_perf_map(pid, &limits, Some(version)),
+            Ok(PerfMapRead::Unchanged)
+        ));
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("append");
+        std::io::Write::write_all(&mut file, b"2000 10 second\n").expect("grow");
+        let grown = read_process_perf_map(pid, &limits, Some(version));
+        let _ = std::fs::remove_file(&path);
+        match grown {
+            Ok(PerfMapRead::Read(map, _)) => assert_eq!(map.len(), 2),
+            other => panic!("expected a re-read, got {other:?}"),
+        }
     }
 
     #[test]

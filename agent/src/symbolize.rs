@@ -11,7 +11,7 @@ use blazesym::symbolize::{self as blaze, Input};
 
 use crate::bounded_cache::BoundedCache;
 use crate::kallsyms::KernelSymbols;
-use crate::perf_map::{PerfMap, PerfMapLimits, read_process_perf_map};
+use crate::perf_map::{PerfMap, PerfMapLimits, PerfMapRead, PerfMapVersion, read_process_perf_map};
 use crate::proc_maps::{self, MappingKind};
 use crate::process_info::{MappedFile, ProcessSnapshot};
 
@@ -78,8 +78,13 @@ pub struct StackSymbolizer {
     mapped_bytes: u64,
     /// Offsets to look up, per file identity.
     pending: HashMap<Arc<str>, (Arc<MappedFile>, HashSet<u64>)>,
-    /// Perf maps read this window, per pid (`None`: the process has none).
+    /// Perf maps checked this window, per pid (`None`: the process has none).
     perf_maps: HashMap<u32, Option<Arc<PerfMap>>>,
+    /// Perf maps of the previous window with their file versions: an
+    /// unchanged file is not parsed again (a large map costs once).
+    previous_perf_maps: HashMap<u32, (PerfMapVersion, Arc<PerfMap>)>,
+    /// Versions of the maps in `perf_maps`.
+    perf_map_versions: HashMap<u32, PerfMapVersion>,
     /// Objects with more symbol-table bytes than this are not parsed.
     max_symbol_table_bytes: u64,
     /// Objects refused for their symbol tables' size, since the last take.
@@ -114,6 +119,8 @@ impl StackSymbolizer {
             mapped_bytes: 0,
             pending: HashMap::new(),
             perf_maps: HashMap::new(),
+            previous_perf_maps: HashMap::new(),
+            perf_map_versions: HashMap::new(),
             max_symbol_table_bytes: DEFAULT_MAX_SYMBOL_TABLE_BYTES,
             refused_objects: 0,
         }
@@ -136,8 +143,15 @@ impl StackSymbolizer {
     pub fn reset_file_state(&mut self) {
         self.blaze = new_blaze_symbolizer();
         self.mapped_bytes = 0;
-        // Perf maps grow as code is compiled: read afresh next window.
-        self.perf_maps.clear();
+        // Perf maps grow as code is compiled: checked again next window, and
+        // parsed again only if their file changed. Only the processes seen
+        // this window are kept.
+        let versions = std::mem::take(&mut self.perf_map_versions);
+        self.previous_perf_maps = self
+            .perf_maps
+            .drain()
+            .filter_map(|(pid, map)| Some((pid, (*versions.get(&pid)?, map?))))
+            .collect();
     }
 
     /// Number of kernel symbols loaded.
@@ -378,18 +392,31 @@ impl StackSymbolizer {
 
     /// The perf map of a process, read once per window.
     fn perf_map(&mut self, pid: u32) -> Option<Arc<PerfMap>> {
-        self.perf_maps
-            .entry(pid)
-            .or_insert_with(
-                || match read_process_perf_map(pid, &PerfMapLimits::default()) {
-                    Ok(map) => map.map(Arc::new),
-                    Err(error) => {
-                        tracing::debug!(pid, %error, "perf map not read");
-                        None
-                    }
-                },
-            )
-            .clone()
+        if let Some(map) = self.perf_maps.get(&pid) {
+            return map.clone();
+        }
+        let previous = self.previous_perf_maps.get(&pid).cloned();
+        let map = match read_process_perf_map(
+            pid,
+            &PerfMapLimits::default(),
+            previous.as_ref().map(|p| p.0),
+        ) {
+            Ok(PerfMapRead::Missing) => None,
+            Ok(PerfMapRead::Unchanged) => previous.map(|(version, map)| {
+                self.perf_map_versions.insert(pid, version);
+                map
+            }),
+            Ok(PerfMapRead::Read(map, version)) => {
+                self.perf_map_versions.insert(pid, version);
+                Some(Arc::new(map))
+            }
+            Err(error) => {
+                tracing::debug!(pid, %error, "perf map not read");
+                None
+            }
+        };
+        self.perf_maps.insert(pid, map.clone());
+        map
     }
 }
 
