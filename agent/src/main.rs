@@ -243,6 +243,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         UnwindMode::FramePointer => (cli.stack_map_entries, cli.count_map_entries),
         UnwindMode::StackSnapshot => (64, 64),
     };
+    // Read before sampling starts: samples taken before the collector runs
+    // miss what it sets up per process (Python frames), so it starts soon.
+    let kernel_symbols = std::fs::File::open("/proc/kallsyms")
+        .map(std::io::BufReader::new)
+        .and_then(KernelSymbols::read)
+        .unwrap_or_else(|error| {
+            tracing::warn!(%error, "cannot read /proc/kallsyms; kernel frames stay unsymbolized");
+            KernelSymbols::default()
+        });
+    if kernel_symbols.is_empty() {
+        tracing::warn!(
+            "kallsyms addresses are hidden (kptr_restrict); kernel frames stay unsymbolized"
+        );
+    }
     let sampler = Sampler::start(
         SamplerConfig {
             frequency_hz: cli.frequency,
@@ -280,18 +294,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             ..PythonUnwinderConfig::default()
         })
     });
-    let kernel_symbols = std::fs::File::open("/proc/kallsyms")
-        .map(std::io::BufReader::new)
-        .and_then(KernelSymbols::read)
-        .unwrap_or_else(|error| {
-            tracing::warn!(%error, "cannot read /proc/kallsyms; kernel frames stay unsymbolized");
-            KernelSymbols::default()
-        });
-    if kernel_symbols.is_empty() {
-        tracing::warn!(
-            "kallsyms addresses are hidden (kptr_restrict); kernel frames stay unsymbolized"
-        );
-    }
     release_startup_memory();
 
     let metrics = Arc::new(AgentMetrics::default());
