@@ -349,29 +349,28 @@ impl Sampler {
         pid: u32,
         process: &crate::abi::PythonProcess,
     ) -> Result<(), SamplerError> {
-        let mut map: BpfHashMap<_, u32, crate::abi::PythonProcess> =
-            BpfHashMap::try_from(self.ebpf.map_mut("python_processes").ok_or(
-                SamplerError::Missing {
-                    name: "python_processes",
-                },
-            )?)
-            .map_err(map_error("python_processes"))?;
-        map.insert(pid, process, 0)
+        self.python_processes()?
+            .insert(pid, process, 0)
             .map_err(map_error("python_processes"))
     }
 
     /// Forgets `pid`'s CPython entry (it exited, or the pid was reused).
     pub fn remove_python_process(&mut self, pid: u32) -> Result<(), SamplerError> {
-        let mut map: BpfHashMap<_, u32, crate::abi::PythonProcess> =
-            BpfHashMap::try_from(self.ebpf.map_mut("python_processes").ok_or(
-                SamplerError::Missing {
-                    name: "python_processes",
-                },
-            )?)
-            .map_err(map_error("python_processes"))?;
         // Already absent is fine: the goal is that it is not there.
-        let _ = map.remove(&pid);
+        let _ = self.python_processes()?.remove(&pid);
         Ok(())
+    }
+
+    fn python_processes(
+        &mut self,
+    ) -> Result<BpfHashMap<&mut aya::maps::MapData, u32, crate::abi::PythonProcess>, SamplerError>
+    {
+        BpfHashMap::try_from(self.ebpf.map_mut("python_processes").ok_or(
+            SamplerError::Missing {
+                name: "python_processes",
+            },
+        )?)
+        .map_err(map_error("python_processes"))
     }
 
     fn write_kernel_config(&mut self) -> Result<(), SamplerError> {

@@ -41,20 +41,19 @@ impl CodeInfo {
     /// the first line when the table does not say.
     pub fn line_at(&self, offsets: &VersionOffsets, code: u64, position: u64) -> u32 {
         let format = LineTableFormat::for_minor(offsets.minor);
-        let unit = match offsets.position_kind {
-            crate::abi::PyPositionKind::Index => {
-                let index = position as u32 as i32;
-                if index < 0 {
-                    None
-                } else if offsets.minor <= 9 {
-                    Some(index as u32 / 2) // f_lasti counts bytes before 3.10
-                } else {
-                    Some(index as u32)
-                }
+        let unit = if offsets.position_is_index() {
+            let index = position as u32 as i32;
+            if index < 0 {
+                None
+            } else if offsets.minor <= 9 {
+                Some(index as u32 / 2) // f_lasti counts bytes before 3.10
+            } else {
+                Some(index as u32)
             }
-            crate::abi::PyPositionKind::Pointer => position
+        } else {
+            position
                 .checked_sub(code.wrapping_add(u64::from(offsets.code_adaptive)))
-                .and_then(|bytes| u32::try_from(bytes / 2).ok()),
+                .and_then(|bytes| u32::try_from(bytes / 2).ok())
         };
         unit.and_then(|u| line_table::line_of(format, self.first_line, &self.line_table, u))
             .unwrap_or_else(|| u32::try_from(self.first_line).unwrap_or(0))

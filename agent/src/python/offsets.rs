@@ -13,32 +13,9 @@ use crate::abi::{self, PyEntryKind, PyPositionKind};
 pub struct VersionOffsets {
     /// The `x` of `3.x`.
     pub minor: u8,
-    /// `_PyRuntimeState.interpreters.main`.
-    pub runtime_interpreters_main: u16,
-    /// `PyInterpreterState.tstate_head` (3.9-3.10) / `threads.head`.
-    pub interp_threads_head: u16,
-    /// `PyThreadState.next`.
-    pub tstate_next: u16,
-    /// `PyThreadState.thread_id`.
-    pub tstate_thread_id: u16,
-    /// `PyThreadState.frame` / `cframe` (3.11-3.12) / `current_frame` (3.13).
-    pub tstate_frame: u16,
-    /// `_PyCFrame.current_frame` (3.11-3.12), else [`abi::PY_NO_CFRAME`].
-    pub cframe_current_frame: u16,
-    /// `f_back` / `previous`.
-    pub frame_previous: u16,
-    /// `f_code` / `f_executable` (3.13).
-    pub frame_code: u16,
-    /// `f_lasti` (3.9-3.10) / `prev_instr` (3.11-3.12) / `instr_ptr` (3.13).
-    pub frame_position: u16,
-    /// `is_entry` (3.11) / `owner` (3.12+); 0 when unused.
-    pub frame_entry: u16,
-    /// How `frame_position` is read.
-    pub position_kind: PyPositionKind,
-    /// How eval-loop calls are told apart.
-    pub entry_kind: PyEntryKind,
-    /// `FRAME_OWNED_BY_CSTACK` (3.12+), else 0.
-    pub owned_by_cstack: u8,
+    /// What the BPF program reads to walk a thread's frames (`runtime` is
+    /// 0 here; [`VersionOffsets::kernel_entry`] fills it in per process).
+    pub frames: abi::PythonProcess,
     /// `co_qualname` (3.11+) / `co_name`.
     pub code_name: u16,
     /// `co_filename`.
@@ -66,19 +43,23 @@ pub struct VersionOffsets {
 /// Offsets shared by the versions whose frames are `PyFrameObject`s.
 const V3_9: VersionOffsets = VersionOffsets {
     minor: 9,
-    runtime_interpreters_main: 40,
-    interp_threads_head: 8,
-    tstate_next: 8,
-    tstate_thread_id: 176,
-    tstate_frame: 24,
-    cframe_current_frame: abi::PY_NO_CFRAME,
-    frame_previous: 24,
-    frame_code: 32,
-    frame_position: 104,
-    frame_entry: 0,
-    position_kind: PyPositionKind::Index,
-    entry_kind: PyEntryKind::EveryFrame,
-    owned_by_cstack: 0,
+    frames: abi::PythonProcess {
+        runtime: 0,
+        runtime_interpreters_main: 40,
+        interp_threads_head: 8,
+        tstate_next: 8,
+        tstate_thread_id: 176,
+        tstate_frame: 24,
+        cframe_current_frame: abi::PY_NO_CFRAME,
+        frame_previous: 24,
+        frame_code: 32,
+        frame_position: 104,
+        frame_entry: 0,
+        position_kind: PyPositionKind::Index as u8,
+        entry_kind: PyEntryKind::EveryFrame as u8,
+        owned_by_cstack: 0,
+        reserved: 0,
+    },
     code_name: 112,
     code_filename: 104,
     code_firstlineno: 40,
@@ -94,25 +75,32 @@ const V3_9: VersionOffsets = VersionOffsets {
 
 const V3_10: VersionOffsets = VersionOffsets {
     minor: 10,
-    frame_position: 96,
+    frames: abi::PythonProcess {
+        frame_position: 96,
+        ..V3_9.frames
+    },
     ..V3_9
 };
 
 const V3_11: VersionOffsets = VersionOffsets {
     minor: 11,
-    runtime_interpreters_main: 48,
-    interp_threads_head: 16,
-    tstate_next: 8,
-    tstate_thread_id: 152,
-    tstate_frame: 56,
-    cframe_current_frame: 8,
-    frame_previous: 48,
-    frame_code: 32,
-    frame_position: 56,
-    frame_entry: 68,
-    position_kind: PyPositionKind::Pointer,
-    entry_kind: PyEntryKind::Flag,
-    owned_by_cstack: 0,
+    frames: abi::PythonProcess {
+        runtime: 0,
+        runtime_interpreters_main: 48,
+        interp_threads_head: 16,
+        tstate_next: 8,
+        tstate_thread_id: 152,
+        tstate_frame: 56,
+        cframe_current_frame: 8,
+        frame_previous: 48,
+        frame_code: 32,
+        frame_position: 56,
+        frame_entry: 68,
+        position_kind: PyPositionKind::Pointer as u8,
+        entry_kind: PyEntryKind::Flag as u8,
+        owned_by_cstack: 0,
+        reserved: 0,
+    },
     code_name: 128,
     code_filename: 112,
     code_firstlineno: 72,
@@ -123,19 +111,23 @@ const V3_11: VersionOffsets = VersionOffsets {
 
 const V3_12: VersionOffsets = VersionOffsets {
     minor: 12,
-    runtime_interpreters_main: 48,
-    interp_threads_head: 72,
-    tstate_next: 8,
-    tstate_thread_id: 136,
-    tstate_frame: 56,
-    cframe_current_frame: 0,
-    frame_previous: 8,
-    frame_code: 0,
-    frame_position: 56,
-    frame_entry: 70,
-    position_kind: PyPositionKind::Pointer,
-    entry_kind: PyEntryKind::Shim,
-    owned_by_cstack: 3,
+    frames: abi::PythonProcess {
+        runtime: 0,
+        runtime_interpreters_main: 48,
+        interp_threads_head: 72,
+        tstate_next: 8,
+        tstate_thread_id: 136,
+        tstate_frame: 56,
+        cframe_current_frame: 0,
+        frame_previous: 8,
+        frame_code: 0,
+        frame_position: 56,
+        frame_entry: 70,
+        position_kind: PyPositionKind::Pointer as u8,
+        entry_kind: PyEntryKind::Shim as u8,
+        owned_by_cstack: 3,
+        reserved: 0,
+    },
     code_name: 128,
     code_filename: 112,
     code_firstlineno: 68,
@@ -151,11 +143,14 @@ const V3_12: VersionOffsets = VersionOffsets {
 
 const V3_13: VersionOffsets = VersionOffsets {
     minor: 13,
-    runtime_interpreters_main: 640,
-    interp_threads_head: 7344,
-    tstate_thread_id: 152,
-    tstate_frame: 72,
-    cframe_current_frame: abi::PY_NO_CFRAME,
+    frames: abi::PythonProcess {
+        runtime_interpreters_main: 640,
+        interp_threads_head: 7344,
+        tstate_thread_id: 152,
+        tstate_frame: 72,
+        cframe_current_frame: abi::PY_NO_CFRAME,
+        ..V3_12.frames
+    },
     code_adaptive: 200,
     ..V3_12
 };
@@ -174,44 +169,38 @@ impl VersionOffsets {
     pub fn kernel_entry(&self, runtime: u64) -> abi::PythonProcess {
         abi::PythonProcess {
             runtime,
-            runtime_interpreters_main: self.runtime_interpreters_main,
-            interp_threads_head: self.interp_threads_head,
-            tstate_next: self.tstate_next,
-            tstate_thread_id: self.tstate_thread_id,
-            tstate_frame: self.tstate_frame,
-            cframe_current_frame: self.cframe_current_frame,
-            frame_previous: self.frame_previous,
-            frame_code: self.frame_code,
-            frame_position: self.frame_position,
-            frame_entry: self.frame_entry,
-            position_kind: self.position_kind as u8,
-            entry_kind: self.entry_kind as u8,
-            owned_by_cstack: self.owned_by_cstack,
-            reserved: 0,
+            ..self.frames
         }
+    }
+
+    /// Whether frames record an instruction index (3.9-3.10) rather than a
+    /// pointer into the bytecode.
+    pub fn position_is_index(&self) -> bool {
+        self.frames.position_kind == PyPositionKind::Index as u8
     }
 
     /// The table as `name value` lines, in the order and names the offsets
     /// probe prints them (`agent/tests/python/offsets_probe.c`).
     pub fn probe_lines(&self) -> Vec<(&'static str, u64)> {
+        let f = &self.frames;
         let mut lines = vec![
             ("version_minor", u64::from(self.minor)),
             (
                 "runtime_interpreters_main",
-                self.runtime_interpreters_main.into(),
+                f.runtime_interpreters_main.into(),
             ),
-            ("interp_threads_head", self.interp_threads_head.into()),
-            ("tstate_next", self.tstate_next.into()),
-            ("tstate_thread_id", self.tstate_thread_id.into()),
-            ("tstate_frame", self.tstate_frame.into()),
-            ("cframe_current_frame", self.cframe_current_frame.into()),
-            ("frame_previous", self.frame_previous.into()),
-            ("frame_code", self.frame_code.into()),
-            ("frame_lasti", self.frame_position.into()),
-            ("frame_entry", self.frame_entry.into()),
+            ("interp_threads_head", f.interp_threads_head.into()),
+            ("tstate_next", f.tstate_next.into()),
+            ("tstate_thread_id", f.tstate_thread_id.into()),
+            ("tstate_frame", f.tstate_frame.into()),
+            ("cframe_current_frame", f.cframe_current_frame.into()),
+            ("frame_previous", f.frame_previous.into()),
+            ("frame_code", f.frame_code.into()),
+            ("frame_lasti", f.frame_position.into()),
+            ("frame_entry", f.frame_entry.into()),
         ];
-        if self.entry_kind == PyEntryKind::Shim {
-            lines.push(("owned_by_cstack", self.owned_by_cstack.into()));
+        if f.entry_kind == PyEntryKind::Shim as u8 {
+            lines.push(("owned_by_cstack", f.owned_by_cstack.into()));
         }
         lines.extend([
             ("code_name", self.code_name.into()),
@@ -247,10 +236,14 @@ mod tests {
     fn position_and_entry_kinds_follow_the_frame_layouts() {
         for version in &SUPPORTED {
             let pointer = version.minor >= 11;
-            assert_eq!(version.position_kind == PyPositionKind::Pointer, pointer);
+            assert_eq!(!version.position_is_index(), pointer);
             assert_eq!(version.code_adaptive != 0, pointer);
             let cframe = (11..=12).contains(&version.minor);
-            assert_eq!(version.cframe_current_frame != abi::PY_NO_CFRAME, cframe);
+            assert_eq!(
+                version.frames.cframe_current_frame != abi::PY_NO_CFRAME,
+                cframe
+            );
+            assert_eq!(version.kernel_entry(7).runtime, 7);
         }
     }
 }
