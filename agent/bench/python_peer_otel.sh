@@ -31,6 +31,7 @@
 #   env: OTEL_PROFILER_VERSION (default v0.0.202633), KILN_STORE, WARMUP
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$here/lib.sh"
 repo="$(cd "$here/../.." && pwd)"
 count="${1:-20}"
 seconds="${2:-60}"
@@ -98,39 +99,13 @@ done
 collector="127.0.0.1:$sport"
 
 # --- the workload: the same program as python_processes.sh ---
-for i in $(seq "$count"); do
-  mkdir -p "$work/app$i"
-  cat >"$work/app$i/work$i.py" <<PY
-def hot_$i(n):
-    total = 0
-    for k in range(n):
-        total += k * k % 7
-    return total
-
-def middle_$i():
-    return hot_$i(20000) + hot_$i(10000)
-
-def outer_$i():
-    while True:
-        middle_$i()
-PY
-  nice -n 19 "$python" -c "import sys; sys.path.insert(0, '$work/app$i'); import work$i; work$i.outer_$i()" &
-  pids+=($!)
-done
+start_python_workload "$count" "$python" "$work"
 sleep 2
 
 GOMAXPROCS="${PEER_GOMAXPROCS:-}" "$bin" -samples-per-second "$hz" -collection-agent "$collector" \
   -disable-tls >"$work/peer.log" 2>&1 &
 apid=$!
 
-bpf_ns() { # sum of run_time_ns over the BPF programs the process holds
-  local sum=0 v fd
-  for fd in /proc/"$1"/fdinfo/*; do
-    v="$(awk '$1 == "run_time_ns:" { print $2 }' "$fd" 2>/dev/null || true)"
-    [ -n "$v" ] && sum=$((sum + v))
-  done
-  echo "$sum"
-}
 nprogs() { cat /proc/"$1"/fdinfo/* 2>/dev/null | grep -c '^prog_id:' || true; }
 
 sleep "$warmup"
@@ -138,10 +113,10 @@ kill -0 "$apid" || { echo "peer exited during warm-up:"; tail -20 "$work/peer.lo
 ticks="$(getconf CLK_TCK)"
 w0="$(date +%s)"
 t0="$(awk '{ print $14 + $15 }' "/proc/$apid/stat")"
-b0="$(bpf_ns "$apid")"
+b0="$(bpf_run_time_ns "$apid")"
 sleep "$seconds"
 t1="$(awk '{ print $14 + $15 }' "/proc/$apid/stat")"
-b1="$(bpf_ns "$apid")"
+b1="$(bpf_run_time_ns "$apid")"
 w1="$(date +%s)"
 rss="$(awk '/^VmRSS:/ { print $2 }' "/proc/$apid/status")"
 peak="$(awk '/^VmHWM:/ { print $2 }' "/proc/$apid/status")"

@@ -12,6 +12,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
+# shellcheck source=agent/bench/lib.sh
+. "$here/lib.sh"
 count="${1:-20}"
 seconds="${2:-60}"
 hz="${3:-19}"
@@ -28,25 +30,7 @@ cleanup() {
 trap cleanup EXIT
 sysctl -q kernel.bpf_stats_enabled=1
 
-for i in $(seq "$count"); do
-  mkdir -p "$work/app$i"
-  cat >"$work/app$i/work$i.py" <<PY
-def hot_$i(n):
-    total = 0
-    for k in range(n):
-        total += k * k % 7
-    return total
-
-def middle_$i():
-    return hot_$i(20000) + hot_$i(10000)
-
-def outer_$i():
-    while True:
-        middle_$i()
-PY
-  nice -n 19 "$python" -c "import sys; sys.path.insert(0, '$work/app$i'); import work$i; work$i.outer_$i()" &
-  pids+=($!)
-done
+start_python_workload "$count" "$python" "$work"
 sleep 2
 pid_args=()
 for p in "${pids[@]}"; do pid_args+=(--pid "$p"); done
@@ -56,23 +40,9 @@ port=17998
   --metrics-addr "127.0.0.1:$port" 2>"$work/agent.log" &
 apid=$!
 sleep 5
-ticks="$(getconf CLK_TCK)"
-t0="$(awk '{ print $14 + $15 }' "/proc/$apid/stat")"
-sleep "$seconds"
-t1="$(awk '{ print $14 + $15 }' "/proc/$apid/stat")"
+measure_cpu_and_memory "$apid" "$seconds"
 curl -s "http://127.0.0.1:$port/metrics" >"$work/metrics"
-rss="$(awk '/^VmRSS:/ { print $2 }' "/proc/$apid/status")"
-peak="$(awk '/^VmHWM:/ { print $2 }' "/proc/$apid/status")"
-bpf=0
-for fd in /proc/"$apid"/fdinfo/*; do
-  v="$(awk '$1 == "run_time_ns:" { print $2 }' "$fd" 2>/dev/null || true)"
-  [ -n "$v" ] && bpf=$((bpf + v))
-done
 kill -TERM "$apid"; wait "$apid" || true
-awk -v dt="$((t1 - t0))" -v tk="$ticks" -v s="$seconds" -v b="$bpf" -v r="$rss" -v p="$peak" -v n="$count" -v hz="$hz" 'BEGIN {
-  proc = 100 * dt / tk / s; bpf = 100 * b / 1e9 / (s + 5)
-  printf "python_processes=%d hz=%d agent_cpu=%.2f%%core (process %.2f%% + bpf %.3f%%) rss=%.1fMiB peak_rss=%.1fMiB\n",
-    n, hz, proc + bpf, proc, bpf, r / 1024, p / 1024
-}'
+echo "python_processes=$count hz=$hz agent_cpu=${cpu_pct}%core (process ${process_pct}% + bpf ${bpf_pct}%) rss=${rss_mib}MiB peak_rss=${peak_rss_mib}MiB"
 "$python" --version
 grep -E '^kiln_agent_(python|samples_total|unwind_total)' "$work/metrics" || true
