@@ -34,9 +34,6 @@ struct Args {
         default_value = "ghcr.io/kiln-dev/kiln-agent:0.1.0"
     )]
     agent_image: String,
-    /// The static ClusterRole that agent ServiceAccounts are bound to.
-    #[arg(long, env = "KILN_AGENT_CLUSTER_ROLE", default_value = "kiln-agent")]
-    agent_cluster_role: String,
     /// Log filter, e.g. `info` or `kiln_operator=debug,kube=info`.
     #[arg(long, env = "KILN_LOG", default_value = "info")]
     log: String,
@@ -66,7 +63,6 @@ async fn main() -> anyhow::Result<()> {
     let defaults = BuildDefaults {
         store_image: args.store_image,
         agent_image: args.agent_image,
-        agent_cluster_role: args.agent_cluster_role,
     };
     let ctx = Arc::new(Context::new(client, defaults, metrics.clone()));
 

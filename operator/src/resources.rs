@@ -34,8 +34,6 @@ pub struct BuildDefaults {
     pub store_image: String,
     /// Agent image when `spec.agent.image` is unset.
     pub agent_image: String,
-    /// The static ClusterRole agents are bound to.
-    pub agent_cluster_role: String,
 }
 
 impl Default for BuildDefaults {
@@ -43,7 +41,6 @@ impl Default for BuildDefaults {
         Self {
             store_image: "ghcr.io/kiln-dev/kiln-store:0.1.0".to_owned(),
             agent_image: "ghcr.io/kiln-dev/kiln-agent:0.1.0".to_owned(),
-            agent_cluster_role: "kiln-agent".to_owned(),
         }
     }
 }
@@ -101,7 +98,8 @@ pub struct StoreNames {
     pub agent: String,
     /// Agents' targets ConfigMap.
     pub targets: String,
-    /// Cluster-scoped binding of the agent ServiceAccount to the agent ClusterRole.
+    /// The cluster-scoped agent binding earlier operators created (agents
+    /// need no API access, so it is only ever deleted now).
     pub agent_binding: String,
 }
 

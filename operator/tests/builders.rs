@@ -355,22 +355,6 @@ fn config_change_changes_the_pod_template_hash_and_applied_hash() {
 }
 
 #[test]
-fn agent_binding_is_cluster_scoped_and_labelled_with_its_store() {
-    let object = profile_store(serde_json::json!({}));
-    let names = StoreNames::of(&object).unwrap();
-    let binding = agent::cluster_role_binding(&names, &BuildDefaults::default()).unwrap();
-    assert_eq!(
-        binding.metadata.name.as_deref(),
-        Some("kiln-agent-kiln-main")
-    );
-    assert!(binding.metadata.owner_references.is_none());
-    assert_eq!(binding.role_ref.name, "kiln-agent");
-    let subject = &binding.subjects.unwrap()[0];
-    assert_eq!(subject.name, "main-agent");
-    assert_eq!(subject.namespace.as_deref(), Some("kiln"));
-}
-
-#[test]
 fn targets_are_aggregated_sorted_and_only_for_their_store() {
     let object = profile_store(serde_json::json!({}));
     let names = StoreNames::of(&object).unwrap();

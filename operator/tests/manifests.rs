@@ -174,7 +174,6 @@ fn default_kustomization_installs_namespace_crds_rbac_and_operator() {
         "CustomResourceDefinition/profilingtargets.kiln.dev",
         "ServiceAccount/kiln-operator",
         "ClusterRole/kiln-operator",
-        "ClusterRole/kiln-agent",
         "ClusterRoleBinding/kiln-operator",
         "Deployment/kiln-operator",
     ] {
@@ -210,7 +209,7 @@ fn default_kustomization_installs_namespace_crds_rbac_and_operator() {
 }
 
 /// Every (apiGroup, resource, verb) the operator's code uses.
-const REQUIRED_PERMISSIONS: [(&str, &str, &str); 29] = [
+const REQUIRED_PERMISSIONS: [(&str, &str, &str); 27] = [
     ("kiln.dev", "profilestores", "get"),
     ("kiln.dev", "profilestores", "list"),
     ("kiln.dev", "profilestores", "watch"),
@@ -235,9 +234,7 @@ const REQUIRED_PERMISSIONS: [(&str, &str, &str); 29] = [
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "persistentvolumeclaims", "patch"),
-    ("rbac.authorization.k8s.io", "clusterrolebindings", "patch"),
     ("rbac.authorization.k8s.io", "clusterrolebindings", "delete"),
-    ("rbac.authorization.k8s.io", "clusterroles", "bind"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
 ];
@@ -273,6 +270,20 @@ fn operator_role_covers_every_call_and_grants_no_wildcards() {
         !grants(role, "", "secrets", "get"),
         "the operator never reads secrets"
     );
+    // Agents need no API access, so the operator neither creates bindings nor may bind roles.
+    for verb in ["create", "patch", "update", "bind", "escalate"] {
+        for resource in [
+            "clusterrolebindings",
+            "clusterroles",
+            "rolebindings",
+            "roles",
+        ] {
+            assert!(
+                !grants(role, "rbac.authorization.k8s.io", resource, verb),
+                "the operator may {verb} {resource}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -492,7 +503,6 @@ fn children_of(store: &ProfileStore) -> Vec<Value> {
         typed(&store_objects::stateful_set(store, &names, &config, &defaults).expect("builds")),
         typed(&targets::config_map(store, &names, &file).expect("builds")),
         typed(&agent::service_account(store, &names).expect("builds")),
-        typed(&agent::cluster_role_binding(&names, &defaults).expect("builds")),
         typed(&agent::daemon_set(store, &names, &defaults).expect("builds")),
     ]
 }
@@ -512,7 +522,7 @@ fn objects_built_from_every_sample_store_pass_kubernetes_validate_strict() {
             }
         }
     }
-    assert!(objects.len() >= 16, "two sample stores, eight objects each");
+    assert!(objects.len() >= 14, "two sample stores, seven objects each");
     let dir = std::env::temp_dir().join(format!("kiln-operator-children-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let rendered = dir.join("children.yaml");

@@ -74,9 +74,10 @@ pub async fn reconcile(
     let (namespace, _) = namespace_and_name(store.as_ref())?;
     let api: Api<ProfileStore> = Api::namespaced(ctx.client.clone(), &namespace);
     let has_finalizer = store.finalizers().iter().any(|f| f == STORE_FINALIZER);
-    // The finalizer only guards the cluster-scoped agent binding, so stores without agents
-    // never get one and can always be deleted, even after the operator is gone.
-    let result = if store.spec.agent.enabled || has_finalizer {
+    // The finalizer guarded the cluster-scoped agent binding that earlier operators created.
+    // Agents need no API access, so no store gets it any more; a store that still carries it
+    // has its old binding deleted on the way out.
+    let result = if has_finalizer {
         finalizer(&api, STORE_FINALIZER, store.clone(), |event| async {
             match event {
                 FinalizerEvent::Apply(store) => apply(store, &ctx).await,
@@ -163,7 +164,7 @@ pub async fn apply(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, Re
     }
 }
 
-/// Removes what owner references cannot: the cluster-scoped agent binding.
+/// Removes what owner references cannot: the cluster-scoped agent binding of earlier operators.
 pub async fn cleanup(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, ReconcileError> {
     let names = StoreNames::of(&store).map_err(|source| ReconcileError::Build { source })?;
     let bindings: Api<ClusterRoleBinding> = Api::all(ctx.client.clone());
@@ -268,8 +269,14 @@ async fn apply_children(
         apply_if_changed(&config_maps, &targets_map, ctx).await?;
         let account = agent::service_account(store, names).map_err(build)?;
         apply_if_changed(&accounts, &account, ctx).await?;
-        let binding = agent::cluster_role_binding(names, &ctx.defaults).map_err(build)?;
-        apply_if_changed(&bindings, &binding, ctx).await?;
+        // Agents never call the API server; a binding left by an earlier operator goes.
+        delete_if_present(
+            &bindings,
+            &names.agent_binding,
+            &DeleteParams::default(),
+            ctx,
+        )
+        .await?;
         let daemon = agent::daemon_set(store, names, &ctx.defaults).map_err(build)?;
         observed.daemon_set = Some(
             apply_if_changed(&daemon_sets, &daemon, ctx)

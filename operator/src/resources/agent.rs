@@ -1,4 +1,4 @@
-//! The agent side: ServiceAccount, ClusterRoleBinding and the DaemonSet of eBPF agents.
+//! The agent side: ServiceAccount and the DaemonSet of eBPF agents.
 //!
 //! Why the DaemonSet needs what it asks for:
 //! - `hostPID`: the agent maps sampled PIDs to containers through the host's `/proc`.
@@ -21,7 +21,6 @@ use k8s_openapi::api::core::v1::{
     PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
     ServiceAccount, Toleration, Volume, VolumeMount,
 };
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -70,33 +69,6 @@ pub fn service_account(
         ..ServiceAccount::default()
     };
     stamp_applied_hash(account, "ServiceAccount")
-}
-
-/// Binds the agents' ServiceAccount to the static agent ClusterRole. Cluster-scoped, so it cannot
-/// have the namespaced store as owner: the store's finalizer deletes it.
-pub fn cluster_role_binding(
-    names: &StoreNames,
-    defaults: &BuildDefaults,
-) -> Result<ClusterRoleBinding, BuildError> {
-    let binding = ClusterRoleBinding {
-        metadata: ObjectMeta {
-            name: Some(names.agent_binding.clone()),
-            labels: Some(common_labels(names, "agent")),
-            ..ObjectMeta::default()
-        },
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".to_owned()),
-            kind: "ClusterRole".to_owned(),
-            name: defaults.agent_cluster_role.clone(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".to_owned(),
-            name: names.agent.clone(),
-            namespace: Some(names.namespace.clone()),
-            ..Subject::default()
-        }]),
-    };
-    stamp_applied_hash(binding, "ClusterRoleBinding")
 }
 
 /// Command-line flags of `kiln-agent`.
