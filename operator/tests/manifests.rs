@@ -110,6 +110,13 @@ fn schema_check_rejects_typos_bad_types_patterns_and_ranges() {
             json!({"retention": {"duration": "a week"}}),
             "does not match",
         ),
+        // Zero retention would delete everything (audit O4).
+        (json!({"retention": {"duration": "0s"}}), "does not match"),
+        // Only the known runtimes' sockets can be mounted into agents.
+        (
+            json!({"agent": {"containerRuntimeSocket": "/etc/shadow"}}),
+            "does not match",
+        ),
         (json!({"storage": {"size": "lots"}}), "does not match"),
         (json!({"agent": {"securityMode": "root"}}), "is not one of"),
         (json!({"servicePort": 70000}), "above the maximum"),

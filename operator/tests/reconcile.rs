@@ -66,7 +66,7 @@ fn condition<'a>(store: &'a Value, type_: &str) -> &'a Value {
 
 #[tokio::test]
 async fn new_store_creates_every_child_with_one_field_manager_and_reports_status() {
-    let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
+    let (fake, ctx) = setup(&store_json(json!({}), &[]));
     let action = store::reconcile(current_store(&fake), ctx.clone())
         .await
         .unwrap();
@@ -95,13 +95,18 @@ async fn new_store_creates_every_child_with_one_field_manager_and_reports_status
             STS_PATH,
             TARGETS_CM_PATH,
             "/api/v1/namespaces/kiln/serviceaccounts/main-agent",
-            CRB_PATH,
             DS_PATH,
         ]
     );
     let sts = fake.get(STS_PATH).unwrap();
     assert_eq!(sts["metadata"]["ownerReferences"][0]["uid"], "uid-main");
-    assert!(fake.get(CRB_PATH).unwrap()["metadata"]["ownerReferences"].is_null());
+    // Agents never call the API server: no binding, no finalizer to remove one.
+    assert!(fake.get(CRB_PATH).is_none());
+    assert!(
+        !fake.get(STORE_PATH).unwrap()["metadata"]["finalizers"]
+            .to_string()
+            .contains("agent-rbac")
+    );
 
     let status_store = fake.get(STORE_PATH).unwrap();
     assert_eq!(status_store["status"]["observedGeneration"], 1);
@@ -200,19 +205,23 @@ async fn ready_replicas_flip_available_with_a_status_patch_and_an_event() {
 }
 
 #[tokio::test]
-async fn store_with_agents_first_gets_only_its_finalizer() {
-    let (fake, ctx) = setup(&store_json(json!({}), &[]));
-    let action = store::reconcile(current_store(&fake), ctx.clone())
+async fn a_binding_left_by_the_first_release_is_deleted() {
+    let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
+    fake.put(
+        CRB_PATH,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "kiln-agent-kiln-main"}}),
+    );
+    store::reconcile(current_store(&fake), ctx.clone())
         .await
         .unwrap();
-    assert_eq!(action, Action::await_change());
-    let writes = fake.writes();
-    assert_eq!(writes.len(), 1);
-    assert_eq!(writes[0].method, Method::PATCH);
-    assert_eq!(writes[0].path, STORE_PATH);
-    assert_eq!(
-        fake.get(STORE_PATH).unwrap()["metadata"]["finalizers"],
-        json!(["kiln.dev/agent-rbac"])
+    let writes = write_paths(&fake);
+    assert!(writes.contains(&format!("DELETE {CRB_PATH}")), "{writes:?}");
+    assert!(
+        !writes
+            .iter()
+            .any(|w| w.starts_with("PATCH") && w.contains("clusterrolebindings")),
+        "{writes:?}"
     );
 }
 

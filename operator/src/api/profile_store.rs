@@ -18,8 +18,11 @@ pub const QUANTITY_PATTERN: &str = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|
 pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$";
 /// An S3-compatible bucket name.
 pub const BUCKET_PATTERN: &str = r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$";
-/// An absolute filesystem path.
-pub const ABSOLUTE_PATH_PATTERN: &str = r"^/[^\x00]*$";
+/// A retention: a positive duration (`0s` would delete everything).
+pub const RETENTION_PATTERN: &str = r"^[1-9][0-9]*(ms|s|m|h|d|w)$";
+/// The CRI sockets of the container runtimes Kiln supports: the agent mounts
+/// the one a store names, so it cannot be pointed at any other host path.
+pub const CRI_SOCKET_PATTERN: &str = r"^(/run/containerd/containerd\.sock|/var/run/containerd/containerd\.sock|/run/k3s/containerd/containerd\.sock|/var/run/crio/crio\.sock|/run/crio/crio\.sock|/run/cri-dockerd\.sock|/var/run/cri-dockerd\.sock)$";
 
 /// Default port of the store's combined gRPC + HTTP listener.
 pub const DEFAULT_STORE_PORT: i32 = 7470;
@@ -108,7 +111,7 @@ pub struct ProfileStoreSpec {
 pub struct RetentionSpec {
     /// Delete profiles older than this (`72h`, `30d`, `2w`).
     #[serde(default = "default_retention")]
-    #[schemars(pattern(DURATION_PATTERN))]
+    #[schemars(pattern(RETENTION_PATTERN))]
     pub duration: String,
     /// Optionally also delete the oldest blocks once storage exceeds this size (`50Gi`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -196,12 +199,13 @@ pub struct AgentSpec {
     /// Priority class of agent pods; none by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
-    /// Host path of the container runtime's CRI socket.
+    /// Host path of the container runtime's CRI socket: containerd's, k3s's, CRI-O's or
+    /// cri-dockerd's well-known path. Mounted read-only.
     #[serde(default = "default_cri_socket")]
-    #[schemars(pattern(ABSOLUTE_PATH_PATTERN))]
+    #[schemars(pattern(CRI_SOCKET_PATTERN))]
     pub container_runtime_socket: String,
     /// `privileged` works everywhere; `capabilities` grants only BPF, PERFMON, SYS_PTRACE,
-    /// SYS_RESOURCE, CHECKPOINT_RESTORE and DAC_READ_SEARCH and needs kernel 5.8+ and a recent runtime.
+    /// SYS_RESOURCE, CHECKPOINT_RESTORE and DAC_READ_SEARCH and needs kernel 5.9+ and a recent runtime.
     #[serde(default)]
     pub security_mode: SecurityMode,
 }

@@ -130,7 +130,8 @@ pub fn daemon_set(
     }
     let socket = agent.container_runtime_socket.clone();
     volumes.push(host_path_volume("cri-socket", &socket, "Socket"));
-    mounts.push(mount("cri-socket", &socket, false));
+    // Connecting to a socket works through a read-only mount; nothing else is written there.
+    mounts.push(mount("cri-socket", &socket, true));
     volumes.push(Volume {
         name: "targets".to_owned(),
         config_map: Some(ConfigMapVolumeSource {
