@@ -128,6 +128,14 @@ pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
 /// file far below the 1 MiB ConfigMap limit even with many `ProfilingTarget`s.
 pub const MAX_RELAYED_PODS: usize = 2000;
 
+/// Most pods relayed from one namespace, so one tenant's 3,000 annotated pods cannot take every
+/// slot from another's ten (audit O1).
+pub const MAX_RELAYED_PODS_PER_NAMESPACE: usize = 500;
+
+/// Most bytes of `profiles.kiln.dev/` annotation keys and values relayed for one pod; a pod with
+/// more is left out rather than growing everyone's targets file (audit O2).
+pub const MAX_RELAYED_ANNOTATION_BYTES: usize = 1024;
+
 /// Relay entries go in this rate; agents ignore it (see `kiln_targets::Target::pod_annotations`).
 const RELAY_SAMPLING_HZ: u32 = 19;
 
@@ -145,8 +153,11 @@ pub fn wants_relay(pod: &ObjectMeta) -> bool {
 /// One relay entry per opted-in pod (the caller lists running pods only): it selects exactly that
 /// pod by the UID label kubelet puts on its sandbox and carries the pod's current Kiln
 /// annotations, because CRI keeps the annotations the pod had when it started. Entries are
-/// sorted by namespace and pod name and capped at [`MAX_RELAYED_PODS`]; pods whose annotations
-/// would make an invalid entry are left out (the agent would reject the whole file).
+/// sorted by namespace and pod name and capped at [`MAX_RELAYED_PODS`], shared fairly between
+/// namespaces (each gets at most [`MAX_RELAYED_PODS_PER_NAMESPACE`], and slots are dealt out one
+/// namespace at a time); pods whose annotations would make an invalid entry, or take more than
+/// [`MAX_RELAYED_ANNOTATION_BYTES`], are left out (the agent would reject the whole file, or it
+/// would outgrow its ConfigMap).
 pub fn relay_targets(pods: &[ObjectMeta]) -> Vec<Target> {
     let mut relays: Vec<Target> = pods
         .iter()
@@ -155,13 +166,18 @@ pub fn relay_targets(pods: &[ObjectMeta]) -> Vec<Target> {
             let namespace = pod.namespace.clone()?;
             let name = pod.name.as_deref()?;
             let uid = pod.uid.clone().filter(|uid| !uid.is_empty())?;
-            let pod_annotations = pod
+            let pod_annotations: BTreeMap<String, String> = pod
                 .annotations
                 .iter()
                 .flatten()
                 .filter(|(key, _)| key.starts_with(kiln_targets::ANNOTATION_PREFIX))
                 .map(|(key, value)| (key.clone(), value.clone()))
                 .collect();
+            let annotation_bytes: usize =
+                pod_annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
+            if annotation_bytes > MAX_RELAYED_ANNOTATION_BYTES {
+                return None;
+            }
             let relay = Target {
                 source: format!("{namespace}/pods/{name}"),
                 namespace,
@@ -185,8 +201,37 @@ pub fn relay_targets(pods: &[ObjectMeta]) -> Vec<Target> {
         (a.namespace.as_str(), a.source.as_str()).cmp(&(b.namespace.as_str(), b.source.as_str()))
     });
     relays.dedup_by(|a, b| a.source == b.source);
-    relays.truncate(MAX_RELAYED_PODS);
-    relays
+    fair_share(relays)
+}
+
+/// At most [`MAX_RELAYED_PODS_PER_NAMESPACE`] per namespace and [`MAX_RELAYED_PODS`] in all,
+/// dealt one per namespace per round, so small namespaces are served first; sorted again after.
+fn fair_share(relays: Vec<Target>) -> Vec<Target> {
+    let mut by_namespace: BTreeMap<String, std::vec::IntoIter<Target>> = BTreeMap::new();
+    let mut grouped: BTreeMap<String, Vec<Target>> = BTreeMap::new();
+    for relay in relays {
+        let group = grouped.entry(relay.namespace.clone()).or_default();
+        if group.len() < MAX_RELAYED_PODS_PER_NAMESPACE {
+            group.push(relay);
+        }
+    }
+    for (namespace, group) in grouped {
+        by_namespace.insert(namespace, group.into_iter());
+    }
+    let mut chosen = Vec::new();
+    while chosen.len() < MAX_RELAYED_PODS && !by_namespace.is_empty() {
+        by_namespace.retain(|_, entries| match entries.next() {
+            Some(entry) if chosen.len() < MAX_RELAYED_PODS => {
+                chosen.push(entry);
+                true
+            }
+            _ => false,
+        });
+    }
+    chosen.sort_by(|a, b| {
+        (a.namespace.as_str(), a.source.as_str()).cmp(&(b.namespace.as_str(), b.source.as_str()))
+    });
+    chosen
 }
 
 /// The published targets plus the relay entries, in canonical order.
@@ -307,20 +352,63 @@ mod tests {
         assert_eq!(sources, vec!["a/pods/x", "a/pods/y", "b/pods/x"]);
     }
 
-    #[test]
-    fn relays_are_capped() {
-        let pods: Vec<ObjectMeta> = (0..MAX_RELAYED_PODS + 5)
+    fn annotated(namespace: &str, count: usize) -> Vec<ObjectMeta> {
+        (0..count)
             .map(|i| {
                 pod(
-                    "a",
+                    namespace,
                     &format!("p{i:05}"),
-                    &format!("uid-{i}"),
+                    &format!("uid-{namespace}-{i}"),
                     &[("profiles.kiln.dev/enabled", "true")],
                 )
             })
+            .collect()
+    }
+
+    #[test]
+    fn relays_are_capped_in_all_and_per_namespace() {
+        let pods: Vec<ObjectMeta> = (0..6)
+            .flat_map(|n| annotated(&format!("ns{n}"), MAX_RELAYED_PODS_PER_NAMESPACE + 5))
             .collect();
         let relays = relay_targets(&pods);
         assert_eq!(relays.len(), MAX_RELAYED_PODS);
-        assert_eq!(relays[0].source, "a/pods/p00000");
+        assert_eq!(relays[0].source, "ns0/pods/p00000");
+        for n in 0..4 {
+            let from = relays
+                .iter()
+                .filter(|r| r.namespace == format!("ns{n}"))
+                .count();
+            assert!(from <= MAX_RELAYED_PODS_PER_NAMESPACE, "ns{n}: {from}");
+        }
+    }
+
+    #[test]
+    fn three_thousand_pods_in_one_namespace_leave_room_for_ten_in_another() {
+        let mut pods = annotated("aaa-busy", 3000);
+        pods.extend(annotated("zzz-small", 10));
+        let relays = relay_targets(&pods);
+        let small = relays.iter().filter(|r| r.namespace == "zzz-small").count();
+        let busy = relays.iter().filter(|r| r.namespace == "aaa-busy").count();
+        assert_eq!((small, busy), (10, MAX_RELAYED_PODS_PER_NAMESPACE));
+        let file = with_relays(&TargetsFile::new([]), &relays);
+        assert!(file.to_json().expect("serializes").len() < kiln_targets::MAX_FILE_BYTES);
+    }
+
+    #[test]
+    fn a_pod_with_a_huge_annotation_is_left_out_and_the_others_stay() {
+        let huge = "x".repeat(250 * 1024);
+        let mut pods = annotated("shop", 3);
+        pods.push(pod(
+            "shop",
+            "greedy",
+            "uid-greedy",
+            &[
+                ("profiles.kiln.dev/enabled", "true"),
+                ("profiles.kiln.dev/service-name", &huge),
+            ],
+        ));
+        let relays = relay_targets(&pods);
+        assert_eq!(relays.len(), 3);
+        assert!(relays.iter().all(|r| r.source != "shop/pods/greedy"));
     }
 }
