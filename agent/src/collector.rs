@@ -352,6 +352,10 @@ impl<S: TargetSource> Collector<S> {
         // CPU and keeps RSS from growing with every binary ever seen.
         // Evicted open files also invalidate its path-keyed state.
         self.processes.take_file_evictions();
+        self.metrics.add_drop(
+            "open_file_budget_spent",
+            self.processes.take_refused_files(),
+        );
         self.symbolizer.reset_file_state();
         self.metrics.add_drop(
             "symbol_tables_over_cap",

@@ -106,8 +106,10 @@ struct Cli {
     /// Process snapshots kept for symbolizing exited processes.
     #[arg(long, env = "KILN_MAX_CACHED_PROCESSES", default_value_t = 4096)]
     max_cached_processes: usize,
-    /// Open ELF files kept for symbolization (keyed by file identity).
-    #[arg(long, env = "KILN_MAX_OPEN_FILES", default_value_t = 512)]
+    /// Mapped ELF files the agent holds open at once, for unwinding and
+    /// symbolization (shared by file identity); files past it stay closed
+    /// and their frames unsymbolized. Needs as many descriptors.
+    #[arg(long, env = "KILN_MAX_OPEN_FILES", default_value_t = 4096)]
     max_open_files: usize,
     /// ELF objects whose symbol tables (with their strings) hold more bytes
     /// than this keep their frames unsymbolized (address, mapping and build
@@ -325,7 +327,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
     let max_cached_symbols = cli.max_cached_symbols;
     let max_symbol_table_bytes = cli.max_symbol_table_bytes;
-    let processes = ProcessTable::new(cli.max_cached_processes, cli.max_open_files);
+    let processes = ProcessTable::new(
+        cli.max_cached_processes,
+        open_file_budget(cli.max_open_files),
+    );
     let collector_queue = queue.clone();
     let collector_metrics = Arc::clone(&metrics);
     let stop = Arc::new(AtomicBool::new(false));
@@ -438,6 +443,31 @@ fn raise_resource_limits() {
             }
         }
     }
+}
+
+/// `--max-open-files`, lowered to leave 256 descriptors of the (raised)
+/// RLIMIT_NOFILE for everything else (BPF objects, sockets, /proc reads).
+fn open_file_budget(wanted: usize) -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the rlimit we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return wanted;
+    }
+    let available = usize::try_from(limit.rlim_cur)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(256)
+        .max(16);
+    if available < wanted {
+        tracing::warn!(
+            wanted,
+            available,
+            "RLIMIT_NOFILE is low: holding fewer mapped files open"
+        );
+    }
+    wanted.min(available)
 }
 
 /// Parsing the kernel's BTF for CO-RE and reading kallsyms allocate tens of

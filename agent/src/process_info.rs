@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::bounded_cache::BoundedCache;
 use crate::proc_maps::{self, MapEntry, MappingKind};
@@ -24,6 +25,27 @@ pub struct MappedFile {
     pub inode: u64,
     /// The open file; symbolization reads it via `/proc/self/fd/N`.
     pub file: File,
+    /// Counts this file against the table's open-file budget while it lives.
+    _open: OpenFileToken,
+}
+
+/// One open file counted in a [`ProcessTable`]'s budget: snapshots of
+/// exited processes hold their files too, so the cache's own bound alone
+/// would not bound descriptors.
+#[derive(Debug)]
+struct OpenFileToken(Arc<AtomicUsize>);
+
+impl OpenFileToken {
+    fn new(count: &Arc<AtomicUsize>) -> OpenFileToken {
+        count.fetch_add(1, Ordering::Relaxed);
+        OpenFileToken(Arc::clone(count))
+    }
+}
+
+impl Drop for OpenFileToken {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl MappedFile {
@@ -124,6 +146,12 @@ pub struct ProcessTable {
     /// Open files dropped from `files` since the last check; symbolizer
     /// caches keyed by their paths must be reset.
     files_evicted: u64,
+    /// Mapped files open now, wherever they are held.
+    open_files: Arc<AtomicUsize>,
+    /// Most mapped files open at once.
+    max_open_files: usize,
+    /// Files not opened because the budget was spent, since the last take.
+    refused_files: u64,
 }
 
 impl ProcessTable {
@@ -138,6 +166,9 @@ impl ProcessTable {
             snapshots: BoundedCache::new(max_processes),
             files: BoundedCache::new(max_files),
             files_evicted: 0,
+            open_files: Arc::new(AtomicUsize::new(0)),
+            max_open_files: max_files,
+            refused_files: 0,
         }
     }
 
@@ -169,6 +200,16 @@ impl ProcessTable {
         let expected = boottime_ns_to_ticks(start_boottime_ns, self.ticks_per_second);
         std::fs::read_to_string(self.proc_path(pid, "stat"))
             .is_ok_and(|stat| parse_stat_start_ticks(&stat) == Some(expected))
+    }
+
+    /// Mapped files open now (cached, or held by snapshots).
+    pub fn open_files(&self) -> usize {
+        self.open_files.load(Ordering::Relaxed)
+    }
+
+    /// Files left closed since the last call because `max_files` were open.
+    pub fn take_refused_files(&mut self) -> u64 {
+        std::mem::take(&mut self.refused_files)
     }
 
     /// Returns and resets the number of open files evicted since the last call.
@@ -253,6 +294,18 @@ impl ProcessTable {
         // map_files is the mapped file itself. O_NONBLOCK: a FIFO planted at
         // a path must not block the open.
         let map_file = self.proc_path(pid, &format!("map_files/{:x}-{:x}", entry.start, entry.end));
+        // A file already open is found by its identity without opening it again.
+        if let Ok(metadata) = std::fs::metadata(&map_file)
+            && let Some(known) = self.files.get(&(metadata.dev(), metadata.ino()))
+        {
+            return Some(Arc::clone(known));
+        }
+        // Open files are bounded whatever holds them (audit G4): a process
+        // mapping 60,000 files gets its first files opened, the rest none.
+        if self.open_files.load(Ordering::Relaxed) >= self.max_open_files {
+            self.refused_files += 1;
+            return None;
+        }
         let file = match std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
@@ -294,6 +347,7 @@ impl ProcessTable {
             device: identity.0,
             inode: identity.1,
             file,
+            _open: OpenFileToken::new(&self.open_files),
         };
         if let Ok(Some(build_id)) = blazesym::helper::read_elf_build_id(&mapped.readable_path()) {
             mapped.build_id = build_id.iter().map(|b| format!("{b:02x}")).collect();
@@ -307,6 +361,30 @@ impl ProcessTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn open_files_stay_within_the_budget_whatever_holds_them() {
+        let stat = std::fs::read_to_string("/proc/self/stat").expect("own stat");
+        let ticks = parse_stat_start_ticks(&stat).expect("start time");
+        let mut table = ProcessTable::new(16, 2);
+        let ns = ticks * (1_000_000_000 / table.ticks_per_second);
+        let first = table.refresh(std::process::id(), ns).expect("own process");
+        let opened = first.files.iter().flatten().count();
+        assert!(opened <= 2, "{opened} files open");
+        assert!(table.open_files() <= 2);
+        let mapped_files = first
+            .maps
+            .iter()
+            .filter(|m| matches!(m.kind, MappingKind::File { .. }))
+            .count();
+        if mapped_files > 2 {
+            assert!(table.take_refused_files() > 0);
+        }
+        // A second snapshot reuses the open files rather than opening more.
+        let second = table.refresh(std::process::id(), ns).expect("own process");
+        assert!(table.open_files() <= 2);
+        drop((first, second));
+    }
 
     #[test]
     fn stat_start_time_survives_hostile_comm() {

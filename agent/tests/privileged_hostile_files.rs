@@ -1,9 +1,10 @@
-//! Privileged test of the agent against hostile processes (audit G1, G2):
-//! JIT-like processes in their own roots (chroot) whose perf map is a FIFO,
-//! a symlink to a file outside their root, or a 2 GB file, are profiled next
-//! to a well-behaved process. The agent must finish on time, keep profiling
-//! the well-behaved process, never read the file outside the root, and stay
-//! within a bounded peak RSS.
+//! Privileged tests of the agent against hostile processes (audit G1, G2,
+//! G4): JIT-like processes in their own roots (chroot) whose perf map is a
+//! FIFO, a symlink to a file outside their root, or a 2 GB file; and a
+//! process with 60,000 mapped files. Each is profiled next to a well-behaved
+//! process. The agent must finish on time, keep profiling the well-behaved
+//! process, never read the file outside the root, and stay within a bounded
+//! peak RSS and number of open files.
 //!
 //! Needs root and gcc with a static libc; in CI a missing prerequisite fails.
 
@@ -214,4 +215,123 @@ fn hostile_perf_maps_neither_hang_nor_bloat_nor_leak_host_files() {
         "the capped prefix of the big map is used"
     );
     assert!(peak_kib < 128 * 1024, "peak RSS {} MiB", peak_kib / 1024);
+}
+
+#[test]
+fn a_process_with_sixty_thousand_mapped_files_cannot_exhaust_descriptors() {
+    if !privileged_prerequisites() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let many_bin = dir.path().join("many_mappings");
+    compile("many_mappings.c", &many_bin, &[]);
+    let control_bin = dir.path().join("control_spin");
+    compile("control_spin.c", &control_bin, &[]);
+    let objects = dir.path().join("objects");
+    std::fs::create_dir(&objects).expect("objects dir");
+    let many = KillOnDrop(
+        Command::new(&many_bin)
+            .arg(&objects)
+            .arg("60000")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("workload starts"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !objects.join("ready").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the workload never mapped its files"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let control = KillOnDrop(
+        Command::new(&control_bin)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("control starts"),
+    );
+    let out = dir.path().join("profiles");
+    let budget = 512;
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
+        .args([
+            "--pid",
+            &many.0.id().to_string(),
+            "--pid",
+            &control.0.id().to_string(),
+        ])
+        .args([
+            "--frequency",
+            "99",
+            "--drain-interval",
+            "3s",
+            "--duration",
+            "12s",
+        ])
+        .args(["--max-open-files", &budget.to_string()])
+        .args(["--metrics-addr", "off", "--output-dir"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("agent starts");
+    // Watch the agent's descriptors while it runs.
+    let agent_fds = format!("/proc/{}/fd", agent.id());
+    let mut most_fds = 0;
+    let watch_until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < watch_until {
+        if let Ok(entries) = std::fs::read_dir(&agent_fds) {
+            most_fds = most_fds.max(entries.count());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let (ok, peak_kib, elapsed) = wait_with_rusage(&mut agent, Duration::from_secs(120));
+    let mut stderr = String::new();
+    if let Some(mut pipe) = agent.stderr.take() {
+        use std::io::Read;
+        let _ = pipe.read_to_string(&mut stderr);
+    }
+    eprintln!(
+        "agent finished={ok} in {elapsed:?}, peak RSS {} MiB, most open descriptors {most_fds}",
+        peak_kib / 1024
+    );
+    assert!(ok, "the agent hung or failed: {stderr}");
+    assert!(
+        most_fds <= budget + 256,
+        "{most_fds} descriptors open, budget {budget}"
+    );
+    let mut profiles = Vec::new();
+    for entry in std::fs::read_dir(&out).expect("profiles") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "gz") {
+            let bytes = std::fs::read(&path).expect("readable");
+            profiles
+                .push(kiln_pprof::decode(&bytes, &DecodeLimits::default()).expect("valid pprof"));
+        }
+    }
+    let samples = flatten(&profiles);
+    let named = |function: &str| -> i64 {
+        samples
+            .iter()
+            .filter(|s| s.frames.iter().any(|(_, f)| f == function))
+            .map(|s| s.count)
+            .sum()
+    };
+    let (control_hot, many_hot) = (
+        named("kiln_hostile_control"),
+        named("kiln_many_mappings_spin"),
+    );
+    eprintln!(
+        "samples in kiln_hostile_control {control_hot}, in kiln_many_mappings_spin {many_hot}"
+    );
+    assert!(
+        control_hot >= 100,
+        "the well-behaved process was still profiled"
+    );
+    assert!(
+        many_hot >= 100,
+        "the process with 60,000 mappings was profiled and symbolized"
+    );
+    assert!(peak_kib < 256 * 1024, "peak RSS {} MiB", peak_kib / 1024);
 }
