@@ -1,7 +1,7 @@
 //! Privileged tests of the agent against hostile processes (audit G1, G2,
 //! G4): JIT-like processes in their own roots (chroot) whose perf map is a
-//! FIFO, a symlink to a file outside their root, or a 2 GB file; and a
-//! process with 60,000 mapped files. Each is profiled next to a well-behaved
+//! FIFO, a symlink to a file outside their root, or a 2 GB file; a
+//! process with 60,000 mapped files; and a fork storm. Each is profiled next to a well-behaved
 //! process. The agent must finish on time, keep profiling the well-behaved
 //! process, never read the file outside the root, and stay within a bounded
 //! peak RSS and number of open files.
@@ -332,6 +332,99 @@ fn a_process_with_sixty_thousand_mapped_files_cannot_exhaust_descriptors() {
     assert!(
         many_hot >= 100,
         "the process with 60,000 mappings was profiled and symbolized"
+    );
+    assert!(peak_kib < 256 * 1024, "peak RSS {} MiB", peak_kib / 1024);
+}
+
+#[test]
+fn a_fork_storm_does_not_stop_the_agent_profiling_the_host() {
+    if !privileged_prerequisites() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let storm_bin = dir.path().join("fork_storm");
+    compile("fork_storm.c", &storm_bin, &["-static"]);
+    let control_bin = dir.path().join("control_spin");
+    compile("control_spin.c", &control_bin, &[]);
+    let control = KillOnDrop(
+        Command::new(&control_bin)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("control starts"),
+    );
+    let out = dir.path().join("profiles");
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
+        .args([
+            "--all",
+            "--frequency",
+            "99",
+            "--drain-interval",
+            "3s",
+            "--duration",
+            "14s",
+        ])
+        .args(["--metrics-addr", "off", "--output-dir"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("agent starts");
+    std::thread::sleep(Duration::from_secs(2));
+    // One forker per core: as many processes a second as this machine makes.
+    let storms: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            Command::new(&storm_bin)
+                .arg("10")
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("the storm runs")
+        })
+        .collect();
+    let forked: u64 = storms
+        .into_iter()
+        .map(|storm| {
+            let output = storm.wait_with_output().expect("the storm ends");
+            String::from_utf8_lossy(&output.stdout)
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(0)
+        })
+        .sum();
+    let (ok, peak_kib, elapsed) = wait_with_rusage(&mut agent, Duration::from_secs(120));
+    let mut stderr = String::new();
+    if let Some(mut pipe) = agent.stderr.take() {
+        use std::io::Read;
+        let _ = pipe.read_to_string(&mut stderr);
+    }
+    eprintln!(
+        "{forked} processes forked in 10 s ({} a second); agent finished={ok} in {elapsed:?}, peak RSS {} MiB",
+        forked / 10,
+        peak_kib / 1024
+    );
+    assert!(ok, "the agent hung or failed: {stderr}");
+    assert!(forked > 20_000, "the storm forked only {forked} processes");
+    let mut profiles = Vec::new();
+    for entry in std::fs::read_dir(&out).expect("profiles") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "gz") {
+            let bytes = std::fs::read(&path).expect("readable");
+            profiles
+                .push(kiln_pprof::decode(&bytes, &DecodeLimits::default()).expect("valid pprof"));
+        }
+    }
+    let samples = flatten(&profiles);
+    let control_pid = control.0.id().to_string();
+    let control_hot: i64 = samples
+        .iter()
+        .filter(|s| s.labels.get("pid") == Some(&control_pid))
+        .filter(|s| s.frames.iter().any(|(_, f)| f == "kiln_hostile_control"))
+        .map(|s| s.count)
+        .sum();
+    eprintln!("control samples in kiln_hostile_control: {control_hot}");
+    assert!(
+        control_hot >= 100,
+        "the well-behaved process was still profiled during the storm"
     );
     assert!(peak_kib < 256 * 1024, "peak RSS {} MiB", peak_kib / 1024);
 }
