@@ -1,7 +1,8 @@
 //! Privileged tests of the agent against hostile processes (audit G1, G2,
 //! G4): JIT-like processes in their own roots (chroot) whose perf map is a
 //! FIFO, a symlink to a file outside their root, or a 2 GB file; a
-//! process with 60,000 mapped files; and a fork storm. Each is profiled next to a well-behaved
+//! process with 60,000 mapped files; a 1 GB executable claiming millions of
+//! symbols; and a fork storm. Each is profiled next to a well-behaved
 //! process. The agent must finish on time, keep profiling the well-behaved
 //! process, never read the file outside the root, and stay within a bounded
 //! peak RSS and number of open files.
@@ -427,4 +428,144 @@ fn a_fork_storm_does_not_stop_the_agent_profiling_the_host() {
         "the well-behaved process was still profiled during the storm"
     );
     assert!(peak_kib < 256 * 1024, "peak RSS {} MiB", peak_kib / 1024);
+}
+
+/// Rewrites the ELF executable at `path` so its section headers claim a
+/// `.symtab` of `symbols` entries in a sparse tail that makes the file 1 GB
+/// (program headers, and so the running program, unchanged).
+fn inflate_symbol_table(path: &Path, symbols: u64) {
+    let mut bytes = std::fs::read(path).expect("read ELF");
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+    let (shoff, shentsize, shnum) = (
+        u64_at(&bytes, 0x28) as usize,
+        u16_at(&bytes, 0x3a),
+        u16_at(&bytes, 0x3c),
+    );
+    let headers = bytes[shoff..shoff + shentsize * shnum].to_vec();
+    // A string table to link to: the section-name table will do.
+    let strtab = u16_at(&bytes, 0x3e) as u32;
+    let symtab_offset = 64u64 << 20;
+    let mut symtab = vec![0u8; shentsize];
+    symtab[4..8].copy_from_slice(&2u32.to_le_bytes()); // SHT_SYMTAB
+    symtab[0x18..0x20].copy_from_slice(&symtab_offset.to_le_bytes());
+    symtab[0x20..0x28].copy_from_slice(&(symbols * 24).to_le_bytes());
+    symtab[0x28..0x2c].copy_from_slice(&strtab.to_le_bytes());
+    symtab[0x38..0x40].copy_from_slice(&24u64.to_le_bytes());
+    // New section header table at the end of the original file.
+    let new_shoff = bytes.len();
+    bytes.extend_from_slice(&headers);
+    bytes.extend_from_slice(&symtab);
+    bytes[0x28..0x30].copy_from_slice(&(new_shoff as u64).to_le_bytes());
+    bytes[0x3c..0x3e].copy_from_slice(&((shnum + 1) as u16).to_le_bytes());
+    std::fs::write(path, &bytes).expect("write ELF");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("reopen");
+    file.set_len(1 << 30).expect("sparse 1 GB");
+}
+
+#[test]
+fn a_one_gigabyte_elf_claiming_millions_of_symbols_is_not_parsed() {
+    if !privileged_prerequisites() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let huge = dir.path().join("huge_symbols");
+    compile("control_spin.c", &huge, &[]);
+    inflate_symbol_table(&huge, 5_000_000);
+    // Built differently, so its build id (the symbol cache's key) differs.
+    let control_bin = dir.path().join("control_spin");
+    compile("control_spin.c", &control_bin, &["-O2"]);
+    let huge_proc = KillOnDrop(
+        Command::new(&huge)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the inflated program still runs"),
+    );
+    let control = KillOnDrop(
+        Command::new(&control_bin)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("control starts"),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let out = dir.path().join("profiles");
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
+        .args([
+            "--pid",
+            &huge_proc.0.id().to_string(),
+            "--pid",
+            &control.0.id().to_string(),
+        ])
+        .args([
+            "--frequency",
+            "99",
+            "--drain-interval",
+            "3s",
+            "--duration",
+            "9s",
+        ])
+        .args(["--metrics-addr", "off", "--output-dir"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .env("RUST_LOG", "kiln_agent=info")
+        .spawn()
+        .expect("agent starts");
+    let (ok, peak_kib, elapsed) = wait_with_rusage(&mut agent, Duration::from_secs(90));
+    let mut stderr = String::new();
+    if let Some(mut pipe) = agent.stderr.take() {
+        use std::io::Read;
+        let _ = pipe.read_to_string(&mut stderr);
+    }
+    eprintln!(
+        "agent finished={ok} in {elapsed:?}, peak RSS {} MiB",
+        peak_kib / 1024
+    );
+    assert!(ok, "the agent hung or failed: {stderr}");
+    assert!(
+        stderr.contains("symbol tables over the cap"),
+        "the refusal is logged: {stderr}"
+    );
+    let mut profiles = Vec::new();
+    for entry in std::fs::read_dir(&out).expect("profiles") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "gz") {
+            let bytes = std::fs::read(&path).expect("readable");
+            profiles
+                .push(kiln_pprof::decode(&bytes, &DecodeLimits::default()).expect("valid pprof"));
+        }
+    }
+    let samples = flatten(&profiles);
+    let of = |pid: u32| -> Vec<&agent_run::FlatSample> {
+        samples
+            .iter()
+            .filter(|s| s.labels.get("pid") == Some(&pid.to_string()))
+            .collect()
+    };
+    let huge_samples = of(huge_proc.0.id());
+    let huge_total: i64 = huge_samples.iter().map(|s| s.count).sum();
+    let huge_named: i64 = huge_samples
+        .iter()
+        .filter(|s| s.frames.iter().any(|(_, f)| f == "kiln_hostile_control"))
+        .map(|s| s.count)
+        .sum();
+    let control_hot: i64 = of(control.0.id())
+        .iter()
+        .filter(|s| s.frames.iter().any(|(_, f)| f == "kiln_hostile_control"))
+        .map(|s| s.count)
+        .sum();
+    eprintln!(
+        "inflated program: {huge_total} samples, {huge_named} named; control named: {control_hot}"
+    );
+    assert!(huge_total >= 100, "the inflated program was profiled");
+    assert_eq!(huge_named, 0, "its symbol tables were not parsed");
+    assert!(
+        control_hot >= 100,
+        "the well-behaved process was symbolized"
+    );
+    assert!(peak_kib < 128 * 1024, "peak RSS {} MiB", peak_kib / 1024);
 }
