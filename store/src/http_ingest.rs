@@ -105,7 +105,7 @@ async fn pyroscope_ingest_inner(
     query: &str,
     request: Request,
 ) -> Result<(), ApiError> {
-    let _permit = state.admit()?;
+    let _permit = state.admit_write(request.headers())?;
     let limit = state.limits().max_request_bytes;
     let content_type = content_type(request.headers());
     let params = parse_ingest_params(query, Some(&content_type), now_ms())?;
@@ -184,7 +184,7 @@ async fn push_connect(
     content_type: &str,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let _permit = state.admit()?;
+    let _permit = state.admit_write(request.headers())?;
     let limit = state.limits().max_request_bytes;
     let headers = request.headers().clone();
     let raw = read_body(request.into_body(), limit).await?;

@@ -310,7 +310,7 @@ pub fn build_upload(
         _ => None,
     };
     Ok(ProfileUpload {
-        labels: LabelSet::new(labels),
+        labels: std::sync::Arc::new(LabelSet::new(labels)),
         time_ms: params.from_ms,
         duration_nanos,
         pprof: pprof.into(),
