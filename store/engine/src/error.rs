@@ -171,11 +171,11 @@ pub enum QueryError {
     InvalidRegex {
         /// The label name.
         name: String,
-        /// The pattern.
+        /// The pattern (its first 256 characters).
         pattern: String,
-        /// The regex compiler's error.
+        /// Why it was refused: too long, invalid, or too large compiled.
         #[source]
-        source: regex::Error,
+        source: crate::index::RegexRejection,
     },
     /// The timeline step is zero or negative.
     #[error("timeline step must be positive, got {step_ms} ms")]
