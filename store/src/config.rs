@@ -91,6 +91,9 @@ pub struct Cli {
     /// later (and older-than-retention) profiles are refused [default: 10m].
     #[arg(long, env = "KILN_MAX_FUTURE_SKEW")]
     pub max_future_skew: Option<String>,
+    /// How long one query may run before it is stopped with an error, e.g. `30s` [default: 30s].
+    #[arg(long, env = "KILN_QUERY_TIMEOUT")]
+    pub query_timeout: Option<String>,
     /// Optional cap on the bucket's total block bytes; the oldest blocks go first.
     #[arg(long, env = "KILN_RETENTION_BYTES")]
     pub retention_bytes: Option<u64>,
@@ -207,6 +210,8 @@ pub struct FileStorage {
     pub retention: Option<String>,
     /// See `--max-future-skew`.
     pub max_future_skew: Option<String>,
+    /// See `--query-timeout`.
+    pub query_timeout: Option<String>,
     /// See `--retention-bytes`.
     pub retention_bytes: Option<u64>,
     /// See `--memory-budget`.
@@ -349,6 +354,8 @@ pub struct Config {
     pub retention: Duration,
     /// How far ahead of now a profile's time may be.
     pub max_future_skew: Duration,
+    /// Deadline of one query.
+    pub query_timeout: Duration,
     /// Optional total size cap.
     pub retention_bytes: Option<u64>,
     /// Memory the store's configurable parts are sized from.
@@ -472,6 +479,18 @@ impl Config {
             &file.storage.max_future_skew,
             "10m",
         )?;
+        let query_timeout = duration(
+            "storage.query_timeout",
+            &cli.query_timeout,
+            &file.storage.query_timeout,
+            "30s",
+        )?;
+        if query_timeout.is_zero() {
+            return Err(ConfigError::Invalid {
+                setting: "storage.query_timeout",
+                message: "must be greater than 0".to_owned(),
+            });
+        }
         let compaction_interval = duration(
             "storage.compaction_interval",
             &cli.compaction_interval,
@@ -584,6 +603,7 @@ impl Config {
             relist_interval,
             retention,
             max_future_skew,
+            query_timeout,
             retention_bytes: cli.retention_bytes.or(file.storage.retention_bytes),
             memory_budget,
             compaction_interval,
@@ -731,6 +751,7 @@ mod tests {
         assert_eq!(config.listen, SocketAddr::from(([127, 0, 0, 1], 7470)));
         assert_eq!(config.flush_interval, Duration::from_secs(60));
         assert_eq!(config.max_future_skew, Duration::from_secs(600));
+        assert_eq!(config.query_timeout, Duration::from_secs(30));
         assert_eq!(config.bucket.kind, ObjectStoreKind::Local);
         assert_eq!(config.bucket.name, "kiln-data/bucket");
         assert_eq!(config.replica, "kiln");

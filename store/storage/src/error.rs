@@ -69,6 +69,18 @@ pub enum StorageError {
         /// The budget.
         budget: u64,
     },
+    /// A query ran past its deadline; nothing partial is answered.
+    #[error(
+        "query stopped after {timeout:?} with {visited} of {total} heads and blocks read; narrow the time range or the selector"
+    )]
+    QueryTimeout {
+        /// The deadline.
+        timeout: std::time::Duration,
+        /// Heads and blocks read before it.
+        visited: usize,
+        /// Heads and blocks the query needed.
+        total: usize,
+    },
     /// The request's series labels are unusable before the engine sees them.
     #[error("invalid labels: {message}")]
     InvalidLabels {
@@ -178,6 +190,7 @@ impl StorageError {
             Self::Rejected { source } => source.reason(),
             Self::InvalidLabels { .. } => "invalid_labels",
             Self::TimeOutOfRange { .. } => "time_out_of_range",
+            Self::QueryTimeout { .. } => "query_timeout",
             Self::OverMemoryBudget { .. } => "over_memory_budget",
             Self::MemoryBusy { .. } => "memory_busy",
             Self::Query { .. } => "query",
@@ -203,6 +216,7 @@ impl StorageError {
             | Self::InvalidLabels { .. }
             | Self::TimeOutOfRange { .. }
             | Self::OverMemoryBudget { .. }
+            | Self::QueryTimeout { .. }
             | Self::Query { .. } => ErrorClass::Client,
             Self::Overloaded { .. }
             | Self::MemoryBusy { .. }

@@ -51,6 +51,9 @@ pub struct StoreConfig {
     pub retention: Duration,
     /// Which profile times ingest accepts.
     pub accepted_times: AcceptedTimes,
+    /// How long one query may read heads and blocks before it is stopped
+    /// with an error (never answered partially).
+    pub query_timeout: Duration,
     /// Optional cap on the bucket's total block bytes; oldest blocks go first.
     pub max_total_bytes: Option<u64>,
     /// How often retention is enforced.
@@ -96,6 +99,7 @@ impl StoreConfig {
             compaction_interval: Duration::from_secs(300),
             compaction_settle: Duration::from_secs(300),
             retention: Duration::from_secs(14 * 24 * 3600),
+            query_timeout: Duration::from_secs(30),
             accepted_times: AcceptedTimes::Recent {
                 max_future_skew: Duration::from_secs(600),
             },
