@@ -18,7 +18,17 @@ use crate::metrics::{Metrics, StorageGauges};
 #[derive(Debug)]
 pub struct WritePermit {
     _slot: OwnedSemaphorePermit,
-    _memory: IngestReservation,
+    memory: IngestReservation,
+    store: Store,
+}
+
+impl WritePermit {
+    /// Adds `bytes` to what this request holds of the ingest memory budget,
+    /// for the server's own decoding of the body (pprof, multipart).
+    pub fn reserve_more(&mut self, bytes: usize) -> Result<(), kiln_storage::StorageError> {
+        self.store
+            .reserve_more_ingest_memory(&mut self.memory, bytes)
+    }
 }
 
 /// Handler state; cheap to clone.
@@ -118,12 +128,12 @@ impl AppState {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok())
             .map_or(limit, |len| len.min(limit));
-        let memory = self
-            .store()?
-            .reserve_ingest_memory(declared.saturating_mul(2))?;
+        let store = self.store()?;
+        let memory = store.reserve_ingest_memory(declared.saturating_mul(2))?;
         Ok(WritePermit {
             _slot: slot,
-            _memory: memory,
+            memory,
+            store: store.clone(),
         })
     }
 

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use kiln_pprof::{DecodeLimits, Profile, proto};
 use prost::Message;
 
-use super::{IngestError, MultipartParts};
+use super::{IngestError, MultipartParts, Reserve};
 
 /// One entry of `sample_type_config`.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -36,17 +36,25 @@ struct SampleTypeConfig {
 pub fn merge_parts(
     parts: &MultipartParts,
     limits: &DecodeLimits,
+    reserve: Reserve<'_>,
 ) -> Result<(Profile, Vec<u8>), IngestError> {
     if parts.profile.is_empty() {
         return Err(IngestError::BadMultipart {
             message: "the `profile` field is missing or empty".to_owned(),
         });
     }
-    let profile =
-        kiln_pprof::decode(&parts.profile, limits).map_err(|source| IngestError::BadPprof {
-            part: "profile",
-            source,
-        })?;
+    // What decoding `profile` reserved, to reserve it once more for the
+    // editable copy decoded below.
+    let mut profile_bytes = 0usize;
+    let profile = kiln_pprof::decode_reserving(&parts.profile, limits, |bytes| {
+        profile_bytes = profile_bytes.saturating_add(bytes);
+        reserve(bytes)
+    })
+    .map_err(|source| IngestError::Memory { source })?
+    .map_err(|source| IngestError::BadPprof {
+        part: "profile",
+        source,
+    })?;
     let config: Option<HashMap<String, SampleTypeConfig>> = parts
         .sample_type_config
         .as_deref()
@@ -62,10 +70,12 @@ pub fn merge_parts(
         .as_deref()
         .filter(|p| !p.is_empty())
         .map(|p| {
-            kiln_pprof::decode(p, limits).map_err(|source| IngestError::BadPprof {
-                part: "prev_profile",
-                source,
-            })
+            kiln_pprof::decode_reserving(p, limits, &mut *reserve)
+                .map_err(|source| IngestError::Memory { source })?
+                .map_err(|source| IngestError::BadPprof {
+                    part: "prev_profile",
+                    source,
+                })
         })
         .transpose()?;
     if config.is_none() && prev.is_none() {
@@ -87,6 +97,7 @@ pub fn merge_parts(
         .collect();
     // The validated profile keeps its strings apart from its proto, so
     // decode a plain copy to edit and validate again afterwards.
+    reserve(profile_bytes).map_err(|source| IngestError::Memory { source })?;
     let mut raw = raw_proto(&parts.profile, limits)?;
     if let Some(prev) = &prev {
         subtract_previous(&profile, prev, &cumulative, &mut raw);
@@ -304,7 +315,8 @@ mod tests {
             prev_profile: Some(heap(600, 200)),
             sample_type_config: None,
         };
-        let (profile, encoded) = merge_parts(&parts, &DecodeLimits::default()).unwrap();
+        let (profile, encoded) =
+            merge_parts(&parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap();
         assert_eq!(values(&profile), [400, 300]);
         let again = kiln_pprof::decode(&encoded, &DecodeLimits::default()).unwrap();
         assert_eq!(values(&again), [400, 300]);
@@ -354,7 +366,7 @@ mod tests {
             prev_profile: Some(prev),
             sample_type_config: None,
         };
-        let (merged, _) = merge_parts(&parts, &limits).unwrap();
+        let (merged, _) = merge_parts(&parts, &limits, &mut |_| Ok(())).unwrap();
         let growth: Vec<i64> = merged.samples().iter().map(|s| s.value[0]).collect();
         assert_eq!(growth, vec![400; 10]);
     }
@@ -369,7 +381,7 @@ mod tests {
                     .to_vec(),
             ),
         };
-        let (profile, _) = merge_parts(&parts, &DecodeLimits::default()).unwrap();
+        let (profile, _) = merge_parts(&parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap();
         assert_eq!(values(&profile), [300]);
         assert_eq!(
             profile.string(profile.sample_types()[0].r#type),
@@ -379,7 +391,12 @@ mod tests {
 
     #[test]
     fn broken_parts_are_refused_by_name() {
-        let err = merge_parts(&MultipartParts::default(), &DecodeLimits::default()).unwrap_err();
+        let err = merge_parts(
+            &MultipartParts::default(),
+            &DecodeLimits::default(),
+            &mut |_| Ok(()),
+        )
+        .unwrap_err();
         assert!(
             err.to_string().contains("`profile` field is missing"),
             "{err}"
@@ -389,21 +406,21 @@ mod tests {
             prev_profile: Some(b"junk".to_vec()),
             sample_type_config: None,
         };
-        let err = merge_parts(&parts, &DecodeLimits::default()).unwrap_err();
+        let err = merge_parts(&parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap_err();
         assert!(err.to_string().starts_with("prev_profile is not"), "{err}");
         let parts = MultipartParts {
             profile: heap(1, 1),
             prev_profile: None,
             sample_type_config: Some(b"{not json".to_vec()),
         };
-        let err = merge_parts(&parts, &DecodeLimits::default()).unwrap_err();
+        let err = merge_parts(&parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap_err();
         assert_eq!(err.reason(), "bad_sample_type_config");
         let parts = MultipartParts {
             profile: heap(1, 1),
             prev_profile: None,
             sample_type_config: Some(br#"{"cpu":{}}"#.to_vec()),
         };
-        let err = merge_parts(&parts, &DecodeLimits::default()).unwrap_err();
+        let err = merge_parts(&parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap_err();
         assert!(err.to_string().contains("names none"), "{err}");
     }
 }

@@ -250,6 +250,15 @@ impl Store {
         Ok(reservation)
     }
 
+    /// Adds `bytes` to `reservation`, under the same rules.
+    pub fn reserve_more_ingest_memory(
+        &self,
+        reservation: &mut IngestReservation,
+        bytes: usize,
+    ) -> Result<(), StorageError> {
+        self.shared.ingest_memory.reserve(reservation, bytes)
+    }
+
     /// What WAL replay found at open.
     pub fn replay_report(&self) -> &ReplayReport {
         &self.shared.replay
