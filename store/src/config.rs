@@ -87,6 +87,13 @@ pub struct Cli {
     /// How long blocks are kept, e.g. `14d` [default: 14d].
     #[arg(long, env = "KILN_RETENTION")]
     pub retention: Option<String>,
+    /// How far past the store's clock a profile's time may be, e.g. `10m`;
+    /// later (and older-than-retention) profiles are refused [default: 10m].
+    #[arg(long, env = "KILN_MAX_FUTURE_SKEW")]
+    pub max_future_skew: Option<String>,
+    /// How long one query may run before it is stopped with an error, e.g. `30s` [default: 30s].
+    #[arg(long, env = "KILN_QUERY_TIMEOUT")]
+    pub query_timeout: Option<String>,
     /// Optional cap on the bucket's total block bytes; the oldest blocks go first.
     #[arg(long, env = "KILN_RETENTION_BYTES")]
     pub retention_bytes: Option<u64>,
@@ -135,6 +142,9 @@ pub struct Cli {
     /// Most samples in one profile [default: 1000000].
     #[arg(long, env = "KILN_MAX_SAMPLES_PER_PROFILE")]
     pub max_samples_per_profile: Option<usize>,
+    /// Most profiles (raw samples) in one Push or WriteRaw request [default: 1024].
+    #[arg(long, env = "KILN_MAX_PROFILES_PER_REQUEST")]
+    pub max_profiles_per_request: Option<usize>,
     /// Requests processed at once; more get 429 / RESOURCE_EXHAUSTED [default: 256].
     #[arg(long, env = "KILN_MAX_INFLIGHT")]
     pub max_inflight: Option<usize>,
@@ -198,6 +208,10 @@ pub struct FileStorage {
     pub relist_interval: Option<String>,
     /// See `--retention`.
     pub retention: Option<String>,
+    /// See `--max-future-skew`.
+    pub max_future_skew: Option<String>,
+    /// See `--query-timeout`.
+    pub query_timeout: Option<String>,
     /// See `--retention-bytes`.
     pub retention_bytes: Option<u64>,
     /// See `--memory-budget`.
@@ -240,6 +254,8 @@ pub struct FileLimits {
     pub max_series_per_profile_name: Option<usize>,
     /// See `--max-samples-per-profile`.
     pub max_samples_per_profile: Option<usize>,
+    /// See `--max-profiles-per-request`.
+    pub max_profiles_per_request: Option<usize>,
     /// See `--max-inflight`.
     pub max_inflight: Option<usize>,
 }
@@ -299,6 +315,8 @@ pub struct Limits {
     pub max_series_per_profile_name: usize,
     /// Most samples per profile.
     pub max_samples_per_profile: usize,
+    /// Most profiles in one Push or WriteRaw request.
+    pub max_profiles_per_request: usize,
     /// Requests in flight.
     pub max_inflight: usize,
 }
@@ -311,6 +329,7 @@ impl Default for Limits {
             max_label_bytes: 2048,
             max_series_per_profile_name: 100_000,
             max_samples_per_profile: 1_000_000,
+            max_profiles_per_request: 1024,
             max_inflight: 256,
         }
     }
@@ -333,6 +352,10 @@ pub struct Config {
     pub relist_interval: Duration,
     /// Block retention.
     pub retention: Duration,
+    /// How far ahead of now a profile's time may be.
+    pub max_future_skew: Duration,
+    /// Deadline of one query.
+    pub query_timeout: Duration,
     /// Optional total size cap.
     pub retention_bytes: Option<u64>,
     /// Memory the store's configurable parts are sized from.
@@ -450,6 +473,24 @@ impl Config {
             &file.storage.retention,
             "14d",
         )?;
+        let max_future_skew = duration(
+            "storage.max_future_skew",
+            &cli.max_future_skew,
+            &file.storage.max_future_skew,
+            "10m",
+        )?;
+        let query_timeout = duration(
+            "storage.query_timeout",
+            &cli.query_timeout,
+            &file.storage.query_timeout,
+            "30s",
+        )?;
+        if query_timeout.is_zero() {
+            return Err(ConfigError::Invalid {
+                setting: "storage.query_timeout",
+                message: "must be greater than 0".to_owned(),
+            });
+        }
         let compaction_interval = duration(
             "storage.compaction_interval",
             &cli.compaction_interval,
@@ -521,6 +562,12 @@ impl Config {
                 defaults.max_samples_per_profile,
                 "limits.max_samples_per_profile",
             )?,
+            max_profiles_per_request: pick(
+                cli.max_profiles_per_request,
+                file.limits.max_profiles_per_request,
+                defaults.max_profiles_per_request,
+                "limits.max_profiles_per_request",
+            )?,
             max_inflight: pick(
                 cli.max_inflight,
                 file.limits.max_inflight,
@@ -555,6 +602,8 @@ impl Config {
             flush_interval,
             relist_interval,
             retention,
+            max_future_skew,
+            query_timeout,
             retention_bytes: cli.retention_bytes.or(file.storage.retention_bytes),
             memory_budget,
             compaction_interval,
@@ -701,6 +750,8 @@ mod tests {
         let config = Config::layer(&Cli::default(), &FileConfig::default(), None).unwrap();
         assert_eq!(config.listen, SocketAddr::from(([127, 0, 0, 1], 7470)));
         assert_eq!(config.flush_interval, Duration::from_secs(60));
+        assert_eq!(config.max_future_skew, Duration::from_secs(600));
+        assert_eq!(config.query_timeout, Duration::from_secs(30));
         assert_eq!(config.bucket.kind, ObjectStoreKind::Local);
         assert_eq!(config.bucket.name, "kiln-data/bucket");
         assert_eq!(config.replica, "kiln");

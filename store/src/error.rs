@@ -174,6 +174,9 @@ impl ApiError {
                 IngestError::BadPprof { .. } | IngestError::BadFolded { .. } => {
                     StatusCode::UNPROCESSABLE_ENTITY
                 }
+                IngestError::Memory { source } if source.class() == ErrorClass::Overloaded => {
+                    StatusCode::TOO_MANY_REQUESTS
+                }
                 IngestError::UnsupportedFormat { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 _ => StatusCode::BAD_REQUEST,
             },

@@ -105,7 +105,7 @@ async fn pyroscope_ingest_inner(
     query: &str,
     request: Request,
 ) -> Result<(), ApiError> {
-    let _permit = state.admit()?;
+    let mut permit = state.admit_write(request.headers())?;
     let limit = state.limits().max_request_bytes;
     let content_type = content_type(request.headers());
     let params = parse_ingest_params(query, Some(&content_type), now_ms())?;
@@ -117,13 +117,22 @@ async fn pyroscope_ingest_inner(
         IngestBody::Raw(decode_content_encoding(&headers, raw, limit)?)
     };
     let decode_limits = state.decode_limits().clone();
-    let upload = tokio::task::spawn_blocking(move || build_upload(&params, body, &decode_limits))
-        .await
-        .map_err(|e| ApiError::Worker {
-            work: "converting the upload",
-            message: e.to_string(),
-        })??;
-    state.ingest("ingest", vec![upload]).await
+    // The permit travels with the conversion, which reserves what it
+    // decodes, and comes back to be held until the store has the upload.
+    let (upload, permit) = tokio::task::spawn_blocking(move || {
+        let upload = build_upload(&params, body, &decode_limits, &mut |bytes| {
+            permit.reserve_more(bytes)
+        });
+        (upload, permit)
+    })
+    .await
+    .map_err(|e| ApiError::Worker {
+        work: "converting the upload",
+        message: e.to_string(),
+    })?;
+    let result = state.ingest("ingest", vec![upload?]).await;
+    drop(permit);
+    result
 }
 
 async fn read_multipart(state: &AppState, request: Request) -> Result<MultipartParts, ApiError> {
@@ -184,7 +193,7 @@ async fn push_connect(
     content_type: &str,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let _permit = state.admit()?;
+    let _permit = state.admit_write(request.headers())?;
     let limit = state.limits().max_request_bytes;
     let headers = request.headers().clone();
     let raw = read_body(request.into_body(), limit).await?;

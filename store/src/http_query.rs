@@ -197,14 +197,30 @@ pub async fn profile_types(State(state): State<AppState>, RawQuery(query): RawQu
     .await
 }
 
+/// Most entries a listing answers by default, and at most (`limit`).
+const DEFAULT_LISTING_LIMIT: usize = 10_000;
+const MAX_LISTING_LIMIT: usize = 1_000_000;
+
+/// Keeps the first `limit` entries (the listing is sorted) and says whether
+/// any were left out, so a listing is complete or marked partial (audit R8).
+fn truncate_listing<T>(entries: &mut Vec<T>, params: &Params) -> Result<bool, ApiError> {
+    let limit = params.number("limit", DEFAULT_LISTING_LIMIT, MAX_LISTING_LIMIT)?;
+    let truncated = entries.len() > limit;
+    entries.truncate(limit);
+    Ok(truncated)
+}
+
 /// `GET /api/v1/labels`.
 pub async fn label_names(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
     let params = Params::parse(query.as_deref());
     timed(&state, "labels", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
         let matchers = optional_matchers(store, &params, range).await?;
-        let names = store.label_names(&matchers, range).await?;
-        Ok(Json(serde_json::json!({ "names": names })))
+        let mut names = store.label_names(&matchers, range).await?;
+        let truncated = truncate_listing(&mut names, &params)?;
+        Ok(Json(
+            serde_json::json!({ "names": names, "truncated": truncated }),
+        ))
     })
     .await
 }
@@ -219,8 +235,11 @@ pub async fn label_values(
     timed(&state, "label_values", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
         let matchers = optional_matchers(store, &params, range).await?;
-        let values = store.label_values(&name, &matchers, range).await?;
-        Ok(Json(serde_json::json!({ "name": name, "values": values })))
+        let mut values = store.label_values(&name, &matchers, range).await?;
+        let truncated = truncate_listing(&mut values, &params)?;
+        Ok(Json(
+            serde_json::json!({ "name": name, "values": values, "truncated": truncated }),
+        ))
     })
     .await
 }
@@ -231,7 +250,8 @@ pub async fn series(State(state): State<AppState>, RawQuery(query): RawQuery) ->
     timed(&state, "series", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
         let matchers = optional_matchers(store, &params, range).await?;
-        let series = store.series(&matchers, range).await?;
+        let mut series = store.series(&matchers, range).await?;
+        let truncated = truncate_listing(&mut series, &params)?;
         let series: Vec<HashMap<String, String>> = series
             .iter()
             .map(|set| {
@@ -240,7 +260,9 @@ pub async fn series(State(state): State<AppState>, RawQuery(query): RawQuery) ->
                     .collect()
             })
             .collect();
-        Ok(Json(serde_json::json!({ "series": series })))
+        Ok(Json(
+            serde_json::json!({ "series": series, "truncated": truncated }),
+        ))
     })
     .await
 }

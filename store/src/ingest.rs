@@ -1,6 +1,9 @@
 //! What every ingest path (WriteRaw, Push, `/ingest`) produces: profiles with
 //! series labels, checked the same way before they reach the store.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
 use kiln_api::parca::profilestore::v1alpha1::WriteRawRequest;
 use kiln_api::push::v1::PushRequest;
 use kiln_engine::model::{Label, LabelSet, NAME_LABEL};
@@ -14,8 +17,10 @@ pub const SERVICE_NAME_LABEL: &str = "service_name";
 /// One profile to store.
 #[derive(Debug, Clone)]
 pub struct ProfileUpload {
-    /// Series labels, including `__name__`.
-    pub labels: LabelSet,
+    /// Series labels, including `__name__`; shared by every profile of one
+    /// series (a deep copy per profile let 700 KB of one-byte samples
+    /// allocate 19 GiB, audit R1).
+    pub labels: Arc<LabelSet>,
     /// Profile time, unix ms (`None`: the pprof's own, else now).
     pub time_ms: Option<i64>,
     /// Covered duration in ns (`None`: the pprof's own).
@@ -76,6 +81,12 @@ pub enum UploadError {
         /// The limit.
         limit: usize,
     },
+    /// The request carries more profiles than allowed.
+    #[error("the request contains more than {limit} profiles")]
+    TooManyProfiles {
+        /// The limit.
+        limit: usize,
+    },
     /// A sample carries no profile bytes.
     #[error("series {series}, sample {sample}: raw_profile is empty")]
     EmptyProfile {
@@ -97,6 +108,7 @@ impl UploadError {
             Self::TooManyLabels { .. } => "too_many_labels",
             Self::LabelTooLong { .. } => "label_too_long",
             Self::EmptyProfile { .. } => "empty_profile",
+            Self::TooManyProfiles { .. } => "too_many_profiles",
         }
     }
 }
@@ -108,7 +120,17 @@ pub fn checked_labels(
     limits: &Limits,
 ) -> Result<LabelSet, UploadError> {
     let mut labels: Vec<Label> = Vec::new();
+    let mut names: HashSet<String> = HashSet::new();
     for (name, value) in pairs {
+        // Counted first, so a million labels cost one pass up to the limit,
+        // not a million checks (audit R1).
+        if labels.len() == limits.max_labels_per_series {
+            return Err(UploadError::TooManyLabels {
+                series,
+                count: labels.len() + 1,
+                limit: limits.max_labels_per_series,
+            });
+        }
         if !is_label_name(&name) {
             return Err(UploadError::BadLabelName {
                 series,
@@ -125,17 +147,10 @@ pub fn checked_labels(
                 });
             }
         }
-        if labels.iter().any(|l| l.name == name) {
+        if !names.insert(name.clone()) {
             return Err(UploadError::DuplicateLabel { series, name });
         }
         labels.push(Label::new(name, value));
-    }
-    if labels.len() > limits.max_labels_per_series {
-        return Err(UploadError::TooManyLabels {
-            series,
-            count: labels.len(),
-            limit: limits.max_labels_per_series,
-        });
     }
     let set = LabelSet::new(labels);
     if set.get(NAME_LABEL).is_none_or(str::is_empty) {
@@ -198,8 +213,13 @@ where
 {
     let mut uploads = Vec::new();
     for (series_index, (labels, profiles)) in series.enumerate() {
-        let labels = checked_labels(series_index, labels, limits)?;
+        let labels = Arc::new(checked_labels(series_index, labels, limits)?);
         for (sample_index, raw_profile) in profiles.enumerate() {
+            if uploads.len() == limits.max_profiles_per_request {
+                return Err(UploadError::TooManyProfiles {
+                    limit: limits.max_profiles_per_request,
+                });
+            }
             if raw_profile.is_empty() {
                 return Err(UploadError::EmptyProfile {
                     series: series_index,
@@ -207,7 +227,7 @@ where
                 });
             }
             uploads.push(ProfileUpload {
-                labels: labels.clone(),
+                labels: Arc::clone(&labels),
                 time_ms: None,
                 duration_nanos: None,
                 pprof: raw_profile.into(),
@@ -308,6 +328,56 @@ mod tests {
         assert_eq!(err.to_string(), "series 0, sample 0: raw_profile is empty");
         let err = uploads_from_push(PushRequest::default(), &Limits::default()).unwrap_err();
         assert_eq!(err, UploadError::Empty);
+    }
+
+    /// Audit R1: a million distinct label names (about 8 MB) used to cost
+    /// 5e11 comparisons on an async worker; the count is now checked first.
+    #[test]
+    fn a_million_labels_are_refused_at_the_limit_without_a_quadratic_check() {
+        let labels: Vec<LabelPair> = (0..1_000_000)
+            .map(|i| pair(&format!("l{i}"), "v"))
+            .collect();
+        let started = std::time::Instant::now();
+        let err = uploads_from_push(push_request(labels, b"x"), &Limits::default()).unwrap_err();
+        assert_eq!(
+            err,
+            UploadError::TooManyLabels {
+                series: 0,
+                count: 49,
+                limit: 48
+            }
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    }
+
+    /// Audit R1: 100k one-byte samples under 48 labels of 2 KiB used to
+    /// deep-copy the labels per sample (19 GiB); now the count is capped and
+    /// every profile of a series shares one label set.
+    #[test]
+    fn profiles_of_a_series_share_one_label_set_and_their_count_is_capped() {
+        let big = "x".repeat(2048);
+        let mut labels = vec![pair("__name__", "process_cpu")];
+        labels.extend((0..47).map(|i| pair(&format!("l{i}"), &big)));
+        let request = |samples: usize| PushRequest {
+            series: vec![push::RawProfileSeries {
+                labels: labels.clone(),
+                samples: (0..samples)
+                    .map(|_| push::RawSample {
+                        raw_profile: vec![1],
+                        id: String::new(),
+                    })
+                    .collect(),
+            }],
+        };
+        let err = uploads_from_push(request(100_000), &Limits::default()).unwrap_err();
+        assert_eq!(err, UploadError::TooManyProfiles { limit: 1024 });
+        let uploads = uploads_from_push(request(1024), &Limits::default()).unwrap();
+        assert_eq!(uploads.len(), 1024);
+        assert!(
+            uploads
+                .iter()
+                .all(|u| Arc::ptr_eq(&u.labels, &uploads[0].labels))
+        );
     }
 
     #[test]

@@ -121,6 +121,10 @@ fn store_config(config: &Config) -> StoreConfig {
     store.flush_interval = config.flush_interval;
     store.relist_interval = config.relist_interval;
     store.retention = config.retention;
+    store.query_timeout = config.query_timeout;
+    store.accepted_times = kiln_storage::AcceptedTimes::Recent {
+        max_future_skew: config.max_future_skew,
+    };
     store.max_total_bytes = config.retention_bytes;
     store.apply_memory_budget(config.memory_budget);
     store.compaction_interval = config.compaction_interval;

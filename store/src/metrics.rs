@@ -51,6 +51,10 @@ pub struct StorageGauges {
     pub block_bytes: u64,
     /// Blocks skipped as corrupt.
     pub corrupt_blocks: u64,
+    /// Bytes reserved by ingests being decoded.
+    pub ingest_memory_reserved_bytes: u64,
+    /// WAL records set aside at recovery because they could not be replayed.
+    pub quarantined_wal_records: u64,
     /// Heads cut but not uploaded yet.
     pub pending_uploads: u64,
     /// Requests in flight.
@@ -168,7 +172,7 @@ impl Metrics {
                 histogram.count
             );
         }
-        let gauge_rows: [(&str, &str, u64); 8] = [
+        let gauge_rows: [(&str, &str, u64); 10] = [
             (
                 "kiln_ready",
                 "1 once recovery has finished.",
@@ -198,6 +202,16 @@ impl Metrics {
                 "kiln_corrupt_blocks",
                 "Blocks skipped because they are corrupt.",
                 gauges.corrupt_blocks,
+            ),
+            (
+                "kiln_ingest_memory_reserved_bytes",
+                "Bytes reserved by ingests being decoded and applied (bounded by a quarter of --memory-budget).",
+                gauges.ingest_memory_reserved_bytes,
+            ),
+            (
+                "kiln_wal_quarantined_records",
+                "WAL records set aside at recovery (under <data dir>/wal-quarantine) because they could not be replayed.",
+                gauges.quarantined_wal_records,
             ),
             (
                 "kiln_pending_uploads",

@@ -17,9 +17,20 @@ use app_name::{AppName, LegacyKind, parse_app_name};
 /// The label Grafana Pyroscope stores `spyName` under.
 pub const SPY_LABEL: &str = "pyroscope_spy";
 
+/// Asks the store's ingest memory budget for bytes before a decode step
+/// allocates them (audit R5); see `kiln_pprof::decode_reserving`.
+pub type Reserve<'a> = &'a mut dyn FnMut(usize) -> Result<(), kiln_storage::StorageError>;
+
 /// Why a legacy ingest request was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
+    /// Decoding the upload needs memory the ingest budget cannot give.
+    #[error("{source}")]
+    Memory {
+        /// The budget's refusal (busy now, or larger than the budget).
+        #[source]
+        source: kiln_storage::StorageError,
+    },
     /// A required query parameter is missing.
     #[error("query parameter `{name}` is required")]
     MissingParameter {
@@ -110,6 +121,7 @@ impl IngestError {
             Self::BadPprof { source, .. } => source.reason(),
             Self::BadFolded { source } => source.reason(),
             Self::BadMultipart { .. } => "bad_multipart",
+            Self::Memory { source } => source.reason(),
             Self::BadSampleTypeConfig { .. } => "bad_sample_type_config",
         }
     }
@@ -268,21 +280,23 @@ pub fn build_upload(
     params: &IngestParams,
     body: IngestBody,
     limits: &DecodeLimits,
+    reserve: Reserve<'_>,
 ) -> Result<ProfileUpload, IngestError> {
     let (profile_name, pprof) = match (params.format, body) {
         (BodyFormat::Folded | BodyFormat::Lines, IngestBody::Raw(text)) => {
             folded_upload(params, &text, limits)?
         }
         (BodyFormat::Pprof, IngestBody::Raw(bytes)) => {
-            let profile =
-                kiln_pprof::decode(&bytes, limits).map_err(|source| IngestError::BadPprof {
+            let profile = kiln_pprof::decode_reserving(&bytes, limits, &mut *reserve)
+                .map_err(|source| IngestError::Memory { source })?
+                .map_err(|source| IngestError::BadPprof {
                     part: "body",
                     source,
                 })?;
             (pprof_profile_name(params, &profile), bytes)
         }
         (_, IngestBody::Multipart(parts)) => {
-            let (profile, encoded) = multipart::merge_parts(&parts, limits)?;
+            let (profile, encoded) = multipart::merge_parts(&parts, limits, reserve)?;
             (pprof_profile_name(params, &profile), encoded)
         }
         (BodyFormat::Multipart, IngestBody::Raw(_)) => {
@@ -310,7 +324,7 @@ pub fn build_upload(
         _ => None,
     };
     Ok(ProfileUpload {
-        labels: LabelSet::new(labels),
+        labels: std::sync::Arc::new(LabelSet::new(labels)),
         time_ms: params.from_ms,
         duration_nanos,
         pprof: pprof.into(),
@@ -477,6 +491,7 @@ mod tests {
             &p,
             IngestBody::Raw(b"main;work 3\nmain 1".to_vec()),
             &DecodeLimits::default(),
+            &mut |_| Ok(()),
         )
         .unwrap();
         assert_eq!(upload.labels.get(NAME_LABEL), Some("process_cpu"));
@@ -505,6 +520,7 @@ mod tests {
             &params("name=svc%7Bregion%3Deu%7D&format=pprof"),
             IngestBody::Raw(bytes),
             &DecodeLimits::default(),
+            &mut |_| Ok(()),
         )
         .unwrap();
         assert_eq!(upload.labels.get(NAME_LABEL), Some("memory"));
@@ -518,6 +534,7 @@ mod tests {
             &params("name=a&format=pprof"),
             IngestBody::Raw(b"hello world".to_vec()),
             &DecodeLimits::default(),
+            &mut |_| Ok(()),
         )
         .unwrap_err();
         assert!(
@@ -529,6 +546,7 @@ mod tests {
             &params("name=a"),
             IngestBody::Raw(b"a;b 1\nc notanumber".to_vec()),
             &DecodeLimits::default(),
+            &mut |_| Ok(()),
         )
         .unwrap_err();
         assert_eq!(

@@ -7,6 +7,7 @@
 //! with `"`, `'` or backticks; `"` and `'` strings take `\"`, `\\`, `\n`, `\t`
 //! escapes. Errors carry the 1-based character position of the mistake.
 
+use kiln_engine::index::RegexRejection;
 use kiln_engine::model::{MatchOp, Matcher, ProfileType, Selector};
 
 /// A selector that cannot be parsed or resolved.
@@ -250,9 +251,21 @@ fn parse_matchers(cursor: &mut Cursor<'_>) -> Result<Vec<Matcher>, SelectorError
         let value_position = cursor.position();
         let value = cursor.quoted_string()?;
         if matches!(op, MatchOp::Regex | MatchOp::NotRegex) {
-            regex::Regex::new(&format!("^(?:{value})$")).map_err(|e| SelectorError::BadRegex {
-                position: value_position,
-                message: e.to_string().lines().last().unwrap_or("").trim().to_owned(),
+            kiln_engine::index::compile_anchored_regex(&value).map_err(|rejection| {
+                let message = match rejection {
+                    RegexRejection::Invalid { source } => source
+                        .to_string()
+                        .lines()
+                        .last()
+                        .unwrap_or("")
+                        .trim()
+                        .to_owned(),
+                    too_long @ RegexRejection::TooLong { .. } => too_long.to_string(),
+                };
+                SelectorError::BadRegex {
+                    position: value_position,
+                    message,
+                }
             })?;
         }
         matchers.push(Matcher { name, op, value });
@@ -549,6 +562,17 @@ mod tests {
             matches!(err, SelectorError::BadRegex { position: 10, .. }),
             "{err}"
         );
+    }
+
+    /// Audit R8: the audit's heavy pattern and an over-long one are refused
+    /// when the selector is parsed, before any query work.
+    #[test]
+    fn heavy_and_long_regexes_are_refused_at_parse_time() {
+        let err = parse_selector(r#"cpu{pod=~"(\\w{1,80}){1,80}"}"#).unwrap_err();
+        assert!(err.to_string().contains("size limit"), "{err}");
+        let long = format!(r#"cpu{{pod=~"{}"}}"#, "a".repeat(2000));
+        let err = parse_selector(&long).unwrap_err();
+        assert!(err.to_string().contains("over the limit of 1024"), "{err}");
     }
 
     #[test]

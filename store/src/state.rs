@@ -4,14 +4,32 @@
 use std::sync::{Arc, OnceLock};
 
 use kiln_pprof::DecodeLimits;
-use kiln_storage::Store;
 use kiln_storage::store::IngestRequest;
+use kiln_storage::{IngestReservation, Store};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{Config, Limits};
 use crate::error::ApiError;
 use crate::ingest::{ProfileUpload, check_label_limits};
 use crate::metrics::{Metrics, StorageGauges};
+
+/// What a write request holds while it runs: an in-flight slot and its
+/// body's share of the ingest memory budget.
+#[derive(Debug)]
+pub struct WritePermit {
+    _slot: OwnedSemaphorePermit,
+    memory: IngestReservation,
+    store: Store,
+}
+
+impl WritePermit {
+    /// Adds `bytes` to what this request holds of the ingest memory budget,
+    /// for the server's own decoding of the body (pprof, multipart).
+    pub fn reserve_more(&mut self, bytes: usize) -> Result<(), kiln_storage::StorageError> {
+        self.store
+            .reserve_more_ingest_memory(&mut self.memory, bytes)
+    }
+}
 
 /// Handler state; cheap to clone.
 #[derive(Debug, Clone)]
@@ -97,6 +115,28 @@ impl AppState {
             })
     }
 
+    /// Takes an in-flight slot and reserves the body's memory in the store's
+    /// ingest budget before the body is read (audit R5): its declared
+    /// length, else the largest allowed, twice (the body and one decoded
+    /// copy: content-encoding, multipart or text conversion). Refused with
+    /// 429 when the budget is in use.
+    pub fn admit_write(&self, headers: &axum::http::HeaderMap) -> Result<WritePermit, ApiError> {
+        let slot = self.admit()?;
+        let limit = self.shared.limits.max_request_bytes;
+        let declared = headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok())
+            .map_or(limit, |len| len.min(limit));
+        let store = self.store()?;
+        let memory = store.reserve_ingest_memory(declared.saturating_mul(2))?;
+        Ok(WritePermit {
+            _slot: slot,
+            memory,
+            store: store.clone(),
+        })
+    }
+
     /// Stores every upload, in order; stops at the first refusal (earlier
     /// uploads of the same request stay stored).
     pub async fn ingest(
@@ -110,7 +150,8 @@ impl AppState {
             let bytes = upload.pprof.len() as u64;
             let stats = store
                 .ingest(IngestRequest {
-                    labels: upload.labels,
+                    // One copy at a time, for the profile being stored.
+                    labels: Arc::unwrap_or_clone(upload.labels),
                     time_ms: upload.time_ms,
                     duration_nanos: upload.duration_nanos,
                     pprof: upload.pprof,
@@ -141,6 +182,8 @@ impl AppState {
                     blocks: stats.blocks,
                     block_bytes: stats.block_bytes,
                     corrupt_blocks: stats.corrupt_blocks,
+                    ingest_memory_reserved_bytes: stats.ingest_memory_reserved_bytes,
+                    quarantined_wal_records: store.replay_report().quarantined_records,
                     pending_uploads: stats.pending_uploads,
                     inflight_requests: inflight,
                 }
@@ -150,13 +193,16 @@ impl AppState {
 }
 
 /// pprof decode limits: the defaults, tightened by the request limits.
+///
+/// NB: the inflate cap is the decoder's default (64 MiB) and no longer grows
+/// with `--max-request-bytes` (it was 4x, 128 MiB by default): one request
+/// may cost its body, the inflated protobuf and the decoded profile (itself
+/// bounded by `max_decoded_bytes`, estimated before decoding), and 128 MiB of
+/// empty labels decode to gigabytes (audit R2).
 pub fn decode_limits(limits: &Limits) -> DecodeLimits {
     let defaults = DecodeLimits::default();
     DecodeLimits {
         max_input_bytes: limits.max_request_bytes,
-        max_decompressed_bytes: defaults
-            .max_decompressed_bytes
-            .max(limits.max_request_bytes.saturating_mul(4)),
         max_samples: limits.max_samples_per_profile,
         ..defaults
     }

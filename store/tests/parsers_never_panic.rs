@@ -51,7 +51,12 @@ proptest! {
         body in proptest::collection::vec(any::<u8>(), 0..300),
     ) {
         if let Ok(params) = parse_ingest_params(&query, None, NOW) {
-            let _ = build_upload(&params, IngestBody::Raw(body), &kiln_pprof::DecodeLimits::default());
+            let _ = build_upload(
+                &params,
+                IngestBody::Raw(body),
+                &kiln_pprof::DecodeLimits::default(),
+                &mut |_| Ok(()),
+            );
         }
     }
 }

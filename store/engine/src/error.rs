@@ -48,6 +48,17 @@ pub enum IngestError {
         /// The limit.
         limit: usize,
     },
+    /// The series label sets the profile would create are too large
+    /// (many distinct promoted sample labels on long request labels).
+    #[error(
+        "profile would create about {bytes} bytes of series labels, over the limit of {limit}; send fewer distinct string sample labels or shorter series labels"
+    )]
+    SeriesLabelsTooLarge {
+        /// Estimated bytes of the label sets, counted up to the first excess.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The profile holds more samples than allowed.
     #[error("profile has {count} samples, over the limit of {limit}")]
     TooManySamples {
@@ -69,6 +80,7 @@ impl IngestError {
             Self::TooManyLabels { .. } => "too_many_labels",
             Self::TooManySeries { .. } => "too_many_series",
             Self::TooManySamples { .. } => "too_many_samples",
+            Self::SeriesLabelsTooLarge { .. } => "series_labels_too_large",
         }
     }
 }
@@ -159,11 +171,11 @@ pub enum QueryError {
     InvalidRegex {
         /// The label name.
         name: String,
-        /// The pattern.
+        /// The pattern (its first 256 characters).
         pattern: String,
-        /// The regex compiler's error.
+        /// Why it was refused: too long, invalid, or too large compiled.
         #[source]
-        source: regex::Error,
+        source: crate::index::RegexRejection,
     },
     /// The timeline step is zero or negative.
     #[error("timeline step must be positive, got {step_ms} ms")]

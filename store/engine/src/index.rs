@@ -18,6 +18,50 @@ pub struct LabelIndex {
     series_count: u32,
 }
 
+/// Longest `=~`/`!~` pattern accepted, in bytes. The regex crate matches in
+/// linear time, but compile time and memory grow with the pattern (audit R8).
+pub const MAX_REGEX_BYTES: usize = 1024;
+/// Most memory one compiled regex may take (its program and lazy DFA
+/// cache each); `(\w{1,80}){1,80}` needs far more and is refused.
+pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Compiles `pattern` anchored at both ends, within [`MAX_REGEX_BYTES`] and
+/// [`REGEX_SIZE_LIMIT`]. Shared with the selector parser so a pattern it
+/// accepts is one a query can compile.
+pub fn compile_anchored_regex(pattern: &str) -> Result<regex::Regex, RegexRejection> {
+    if pattern.len() > MAX_REGEX_BYTES {
+        return Err(RegexRejection::TooLong {
+            len: pattern.len(),
+            limit: MAX_REGEX_BYTES,
+        });
+    }
+    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|source| RegexRejection::Invalid { source })
+}
+
+/// Why a pattern was not compiled.
+#[derive(Debug, thiserror::Error)]
+pub enum RegexRejection {
+    /// The pattern is longer than allowed.
+    #[error("pattern of {len} bytes is over the limit of {limit}")]
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The regex crate refused it (syntax, or compiled size over the limit).
+    #[error("the regex compiler refused it")]
+    Invalid {
+        /// The regex crate's error.
+        #[source]
+        source: regex::Error,
+    },
+}
+
 /// A matcher ready to evaluate: regexes compiled once, fully anchored.
 #[derive(Debug, Clone)]
 pub struct CompiledMatcher {
@@ -31,15 +75,15 @@ impl CompiledMatcher {
     /// Compiles one matcher; `=~`/`!~` patterns are anchored at both ends.
     pub fn new(matcher: &Matcher) -> Result<Self, QueryError> {
         let regex = match matcher.op {
-            MatchOp::Regex | MatchOp::NotRegex => Some(
-                regex::Regex::new(&format!("^(?:{})$", matcher.value)).map_err(|source| {
+            MatchOp::Regex | MatchOp::NotRegex => {
+                Some(compile_anchored_regex(&matcher.value).map_err(|source| {
                     QueryError::InvalidRegex {
                         name: matcher.name.clone(),
-                        pattern: matcher.value.clone(),
+                        pattern: matcher.value.chars().take(256).collect(),
                         source,
                     }
-                })?,
-            ),
+                })?)
+            }
             MatchOp::Equal | MatchOp::NotEqual => None,
         };
         Ok(Self {
@@ -220,6 +264,26 @@ mod tests {
     fn invalid_regex_is_a_clear_error() {
         let error = compile_matchers(&[matcher("a", MatchOp::Regex, "(")]).unwrap_err();
         assert_eq!(error.reason(), "invalid_regex");
+    }
+
+    /// Audit R8: patterns are capped in length and in compiled size.
+    #[test]
+    fn long_or_huge_patterns_are_refused_and_ordinary_ones_compile() {
+        let long = "a".repeat(MAX_REGEX_BYTES + 1);
+        assert!(matches!(
+            compile_anchored_regex(&long),
+            Err(RegexRejection::TooLong {
+                len: 1025,
+                limit: 1024
+            })
+        ));
+        let huge = r"(\w{1,80}){1,80}";
+        assert!(matches!(
+            compile_anchored_regex(huge),
+            Err(RegexRejection::Invalid { .. })
+        ));
+        let regex = compile_anchored_regex("check.*|pay(ment)?").expect("ordinary pattern");
+        assert!(regex.is_match("payment") && !regex.is_match("xpayment"));
     }
 
     fn arb_labels() -> impl Strategy<Value = LabelSet> {

@@ -31,6 +31,9 @@ pub struct DecodeLimits {
     pub max_string_bytes: usize,
     /// Most entries in each of the location, function, mapping and string tables.
     pub max_table_entries: usize,
+    /// Most bytes the decoded profile may take, estimated from the wire
+    /// before decoding (see `prescan`).
+    pub max_decoded_bytes: usize,
 }
 
 impl Default for DecodeLimits {
@@ -44,6 +47,7 @@ impl Default for DecodeLimits {
             max_labels_per_sample: 64,
             max_string_bytes: 64 << 10,
             max_table_entries: 4_000_000,
+            max_decoded_bytes: 256 << 20,
         }
     }
 }
@@ -63,7 +67,9 @@ pub fn maybe_gunzip(
         return Ok(Cow::Borrowed(input));
     }
     let mut decoder = flate2::read::MultiGzDecoder::new(input);
-    let mut out = Vec::with_capacity(inflated_size_hint(input).min(max_decompressed_bytes));
+    // One byte over the cap, so a bomb stops at the cap without regrowing.
+    let mut out =
+        Vec::with_capacity(inflated_size_hint(input).min(max_decompressed_bytes.saturating_add(1)));
     // Read one byte past the limit so that "exactly at the limit" and "over it" differ.
     let cap = u64::try_from(max_decompressed_bytes)
         .unwrap_or(u64::MAX)
@@ -81,89 +87,69 @@ pub fn maybe_gunzip(
 }
 
 /// How much to reserve for inflating `gzip`: the size its trailer records
-/// (ISIZE, exact for the usual single-member file), but never more than 64
-/// times the input, since the trailer is untrusted.
+/// (ISIZE, exact for the usual single-member file). Callers cap it at the
+/// inflate limit; the trailer is untrusted, but a lie only costs address
+/// space (untouched capacity is not resident) up to that cap.
 ///
-/// NB: pprof protobuf typically inflates 5 to 10 times, so guessing a fixed
-/// ratio made most profiles regrow (and copy) the buffer once or twice.
+/// NB: pprof protobuf typically inflates 5 to 10 times, and hostile input
+/// a thousand times, so guessing from the input size made the buffer regrow
+/// (and copy) until the peak was three times the inflated size: 96 MiB for
+/// the audit's 32 MiB R2 reproduction.
 fn inflated_size_hint(gzip: &[u8]) -> usize {
-    let recorded = gzip
-        .len()
+    gzip.len()
         .checked_sub(4)
         .and_then(|at| gzip.get(at..))
         .and_then(|tail| <[u8; 4]>::try_from(tail).ok())
-        .map_or(0, |trailer| u32::from_le_bytes(trailer) as usize);
-    recorded.min(gzip.len().saturating_mul(64))
+        .map_or(0, |trailer| u32::from_le_bytes(trailer) as usize)
 }
 
 /// Decodes a pprof profile (gzipped or plain protobuf) and validates it.
 pub fn decode(input: &[u8], limits: &DecodeLimits) -> Result<Profile, PprofError> {
+    match decode_reserving(input, limits, |_| Ok::<(), std::convert::Infallible>(())) {
+        Ok(result) => result,
+        Err(never) => match never {},
+    }
+}
+
+/// [`decode`], asking `reserve` for memory before each step that allocates
+/// in proportion to the input: the inflated size the gzip trailer announces
+/// (capped) before inflating, any excess once inflated, and the decoded
+/// size estimated from the wire before prost decodes. When `reserve`
+/// refuses, decoding stops there with its error (the outer `Err`); the
+/// inner result is the decoder's own verdict. The caller keeps what it
+/// reserved until the returned profile is dropped.
+pub fn decode_reserving<E>(
+    input: &[u8],
+    limits: &DecodeLimits,
+    mut reserve: impl FnMut(usize) -> Result<(), E>,
+) -> Result<Result<Profile, PprofError>, E> {
     if input.len() > limits.max_input_bytes {
-        return Err(PprofError::InputTooLarge {
+        return Ok(Err(PprofError::InputTooLarge {
             size: input.len(),
             limit: limits.max_input_bytes,
-        });
+        }));
     }
-    let protobuf = maybe_gunzip(input, limits.max_decompressed_bytes)?;
-    check_table_sizes(protobuf.as_ref(), limits)?;
-    let raw = proto::Profile::decode(protobuf.as_ref())
-        .map_err(|source| PprofError::Protobuf { source })?;
-    Profile::validate(raw, limits)
-}
-
-/// Counts the entries of the profile's repeated top-level fields straight
-/// from the wire, before prost allocates anything for them.
-///
-/// NB: an empty `Sample` costs two bytes on the wire but about 72 bytes once
-/// decoded, so without this pre-scan a small input could still allocate
-/// gigabytes. Malformed framing is left for prost to report.
-fn check_table_sizes(protobuf: &[u8], limits: &DecodeLimits) -> Result<(), PprofError> {
-    let mut counts = [0usize; 7];
-    let mut rest = protobuf;
-    while !rest.is_empty() {
-        let Some((key, after_key)) = read_varint(rest) else {
-            return Ok(());
-        };
-        let field = key >> 3;
-        let skipped = match key & 7 {
-            0 => read_varint(after_key).map(|(_, r)| r),
-            1 => after_key.get(8..),
-            2 => read_varint(after_key).and_then(|(len, r)| r.get(usize::try_from(len).ok()?..)),
-            5 => after_key.get(4..),
-            _ => None,
-        };
-        let Some(after_field) = skipped else {
-            return Ok(());
-        };
-        if let Some(count) = usize::try_from(field).ok().and_then(|f| counts.get_mut(f)) {
-            *count += 1;
-        }
-        rest = after_field;
+    let announced = if is_gzip(input) {
+        inflated_size_hint(input).min(limits.max_decompressed_bytes)
+    } else {
+        0
+    };
+    reserve(announced)?;
+    let protobuf = match maybe_gunzip(input, limits.max_decompressed_bytes) {
+        Ok(protobuf) => protobuf,
+        Err(err) => return Ok(Err(err)),
+    };
+    if let Cow::Owned(inflated) = &protobuf {
+        reserve(inflated.len().saturating_sub(announced))?;
     }
-    let checks = [
-        ("samples", counts[2], limits.max_samples),
-        ("mappings", counts[3], limits.max_table_entries),
-        ("locations", counts[4], limits.max_table_entries),
-        ("functions", counts[5], limits.max_table_entries),
-        ("strings", counts[6], limits.max_table_entries),
-    ];
-    for (what, count, limit) in checks {
-        if count > limit {
-            return Err(PprofError::LimitExceeded { what, count, limit });
-        }
-    }
-    Ok(())
-}
-
-fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
-    let mut value = 0u64;
-    for (i, byte) in bytes.iter().enumerate().take(10) {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((value, &bytes[i + 1..]));
-        }
-    }
-    None
+    let decoded_bytes = match crate::prescan::check_profile_wire(protobuf.as_ref(), limits) {
+        Ok(bytes) => bytes,
+        Err(err) => return Ok(Err(err)),
+    };
+    reserve(decoded_bytes)?;
+    Ok(proto::Profile::decode(protobuf.as_ref())
+        .map_err(|source| PprofError::Protobuf { source })
+        .and_then(|raw| Profile::validate(raw, limits)))
 }
 
 #[cfg(test)]
@@ -181,14 +167,14 @@ mod tests {
     }
 
     #[test]
-    fn size_hint_is_the_trailer_size_but_never_above_64_times_the_input() {
+    fn size_hint_is_the_trailer_size() {
         let plain: Vec<u8> = (0..5000u32).map(|i| (i * i % 251) as u8).collect();
         let packed = gzip(&plain);
         assert_eq!(inflated_size_hint(&packed), 5000);
         let mut lying = packed.clone();
         let at = lying.len() - 4;
         lying[at..].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert_eq!(inflated_size_hint(&lying), lying.len() * 64);
+        assert_eq!(inflated_size_hint(&lying), u32::MAX as usize);
         assert_eq!(inflated_size_hint(&[0x1f, 0x8b]), 0);
         // A lying trailer is reported as a gzip error, never trusted.
         assert!(matches!(

@@ -4,10 +4,11 @@ pub mod builder;
 pub mod decode;
 pub mod error;
 pub mod folded;
+mod prescan;
 pub mod profile;
 pub mod proto;
 
 pub use builder::{FunctionSpec, LabelValue, MappingSpec, ProfileBuilder, encode_gzip};
-pub use decode::{DecodeLimits, decode, is_gzip, maybe_gunzip};
+pub use decode::{DecodeLimits, decode, decode_reserving, is_gzip, maybe_gunzip};
 pub use error::PprofError;
 pub use profile::Profile;

@@ -309,7 +309,7 @@ pub fn uploads_from_batch(
                 )?;
                 let pprof = profile_to_pprof(dictionary, profile);
                 uploads.push(ProfileUpload {
-                    labels,
+                    labels: std::sync::Arc::new(labels),
                     time_ms: None,
                     duration_nanos: None,
                     pprof: pprof.encode_to_vec().into(),

@@ -90,7 +90,7 @@ async fn export_http_inner(
     state: &AppState,
     request: Request,
 ) -> Result<ExportProfilesServiceResponse, ApiError> {
-    let _permit = state.admit()?;
+    let _permit = state.admit_write(request.headers())?;
     let content_type = request
         .headers()
         .get(header::CONTENT_TYPE)

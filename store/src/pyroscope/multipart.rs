@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use kiln_pprof::{DecodeLimits, Profile, proto};
 use prost::Message;
 
-use super::{IngestError, MultipartParts};
+use super::{IngestError, MultipartParts, Reserve};
 
 /// One entry of `sample_type_config`.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -36,17 +36,25 @@ struct SampleTypeConfig {
 pub fn merge_parts(
     parts: &MultipartParts,
     limits: &DecodeLimits,
+    reserve: Reserve<'_>,
 ) -> Result<(Profile, Vec<u8>), IngestError> {
     if parts.profile.is_empty() {
         return Err(IngestError::BadMultipart {
             message: "the `profile` field is missing or empty".to_owned(),
         });
     }
-    let profile =
-        kiln_pprof::decode(&parts.profile, limits).map_err(|source| IngestError::BadPprof {
-            part: "profile",
-            source,
-        })?;
+    // What decoding `profile` reserved, to reserve it once more for the
+    // editable copy decoded below.
+    let mut profile_bytes = 0usize;
+    let profile = kiln_pprof::decode_reserving(&parts.profile, limits, |bytes| {
+        profile_bytes = profile_bytes.saturating_add(bytes);
+        reserve(bytes)
+    })
+    .map_err(|source| IngestError::Memory { source })?
+    .map_err(|source| IngestError::BadPprof {
+        part: "profile",
+        source,
+    })?;
     let config: Option<HashMap<String, SampleTypeConfig>> = parts
         .sample_type_config
         .as_deref()
@@ -62,10 +70,12 @@ pub fn merge_parts(
         .as_deref()
         .filter(|p| !p.is_empty())
         .map(|p| {
-            kiln_pprof::decode(p, limits).map_err(|source| IngestError::BadPprof {
-                part: "prev_profile",
-                source,
-            })
+            kiln_pprof::decode_reserving(p, limits, &mut *reserve)
+                .map_err(|source| IngestError::Memory { source })?
+                .map_err(|source| IngestError::BadPprof {
+                    part: "prev_profile",
+                    source,
+                })
         })
         .transpose()?;
     if config.is_none() && prev.is_none() {
@@ -87,6 +97,7 @@ pub fn merge_parts(
         .collect();
     // The validated profile keeps its strings apart from its proto, so
     // decode a plain copy to edit and validate again afterwards.
+    reserve(profile_bytes).map_err(|source| IngestError::Memory { source })?;
     let mut raw = raw_proto(&parts.profile, limits)?;
     if let Some(prev) = &prev {
         subtract_previous(&profile, prev, &cumulative, &mut raw);
@@ -113,36 +124,81 @@ fn raw_proto(bytes: &[u8], limits: &DecodeLimits) -> Result<proto::Profile, Inge
         .map_err(|source| bad(kiln_pprof::PprofError::Protobuf { source }))
 }
 
-/// A sample's identity independent of table ids: its frames and labels.
-fn sample_key(profile: &Profile, sample: &proto::Sample) -> Vec<u8> {
-    let mut key = Vec::new();
-    for &location_id in &sample.location_id {
-        if let Some(location) = profile.location(location_id) {
-            key.extend_from_slice(&location.address.to_le_bytes());
-            for line in &location.line {
-                if let Some(function) = profile.function(line.function_id) {
-                    key.extend_from_slice(profile.string(function.name).as_bytes());
-                }
-                key.extend_from_slice(&line.line.to_le_bytes());
-                key.push(0);
-            }
+/// Content identities shared by the current and the previous profile:
+/// equal content gets an equal small id, whatever the table ids.
+///
+/// NB: sample keys used to hold every frame's function name bytes, so 10
+/// samples of 4096 frames with 64 KiB names came to 2.7 GB from a 20 KB
+/// upload (audit R3). Now each location and label is interned once per
+/// table (borrowing the profiles' strings), and a sample key is one `u32`
+/// per frame and label.
+#[derive(Default)]
+struct Identities<'p> {
+    locations: HashMap<LocationContent<'p>, u32>,
+    labels: HashMap<(&'p str, &'p str, i64), u32>,
+}
+
+/// A location by content: its address and its (function name, line) lines.
+type LocationContent<'p> = (u64, Vec<(&'p str, i64)>);
+
+/// Separates frames from labels in a sample key; never an interned id.
+const KEY_SEPARATOR: u32 = u32::MAX;
+
+impl<'p> Identities<'p> {
+    /// The identity of every location of `profile`, by pprof location id.
+    fn locations_of(&mut self, profile: &'p Profile) -> HashMap<u64, u32> {
+        let mut by_id = HashMap::with_capacity(profile.locations().len());
+        for location in profile.locations() {
+            let lines: Vec<(&'p str, i64)> = location
+                .line
+                .iter()
+                .map(|line| {
+                    let name = profile
+                        .function(line.function_id)
+                        .map_or("", |f| profile.string(f.name));
+                    (name, line.line)
+                })
+                .collect();
+            let next = u32::try_from(self.locations.len()).unwrap_or(KEY_SEPARATOR - 1);
+            let id = *self
+                .locations
+                .entry((location.address, lines))
+                .or_insert(next);
+            by_id.insert(location.id, id);
         }
-        key.push(0xff);
+        by_id
     }
-    let mut labels: Vec<(&str, &str, i64)> = sample
-        .label
-        .iter()
-        .map(|l| (profile.string(l.key), profile.string(l.str), l.num))
-        .collect();
-    labels.sort_unstable();
-    for (name, value, num) in labels {
-        key.extend_from_slice(name.as_bytes());
-        key.push(0);
-        key.extend_from_slice(value.as_bytes());
-        key.push(0);
-        key.extend_from_slice(&num.to_le_bytes());
+
+    /// A sample's identity independent of table ids: its frames and labels.
+    fn sample_key(
+        &mut self,
+        profile: &'p Profile,
+        locations: &HashMap<u64, u32>,
+        sample: &proto::Sample,
+    ) -> Vec<u32> {
+        let mut key: Vec<u32> =
+            Vec::with_capacity(sample.location_id.len() + 1 + sample.label.len());
+        // Validation guarantees every location id resolves.
+        key.extend(
+            sample
+                .location_id
+                .iter()
+                .map(|id| locations.get(id).copied().unwrap_or(KEY_SEPARATOR - 1)),
+        );
+        key.push(KEY_SEPARATOR);
+        let label_start = key.len();
+        for label in &sample.label {
+            let next = u32::try_from(self.labels.len()).unwrap_or(KEY_SEPARATOR - 1);
+            let content = (
+                profile.string(label.key),
+                profile.string(label.str),
+                label.num,
+            );
+            key.push(*self.labels.entry(content).or_insert(next));
+        }
+        key[label_start..].sort_unstable();
+        key
     }
-    key
 }
 
 /// Replaces cumulative values by their growth since `prev` (never negative).
@@ -166,17 +222,21 @@ fn subtract_previous(
             prev_types.iter().position(|p| *p == name)
         })
         .collect();
-    let mut previous: HashMap<Vec<u8>, Vec<i64>> = HashMap::new();
+    let mut identities = Identities::default();
+    let prev_locations = identities.locations_of(prev);
+    let current_locations = identities.locations_of(profile);
+    let mut previous: HashMap<Vec<u32>, Vec<i64>> = HashMap::new();
     for sample in prev.samples() {
         let entry = previous
-            .entry(sample_key(prev, sample))
+            .entry(identities.sample_key(prev, &prev_locations, sample))
             .or_insert_with(|| vec![0; prev_types.len()]);
         for (total, value) in entry.iter_mut().zip(&sample.value) {
             *total = total.saturating_add(*value);
         }
     }
     for (sample, raw_sample) in profile.samples().iter().zip(raw.sample.iter_mut()) {
-        let Some(before) = previous.get(&sample_key(profile, sample)) else {
+        let key = identities.sample_key(profile, &current_locations, sample);
+        let Some(before) = previous.get(&key) else {
             continue;
         };
         for (index, value) in raw_sample.value.iter_mut().enumerate() {
@@ -255,10 +315,60 @@ mod tests {
             prev_profile: Some(heap(600, 200)),
             sample_type_config: None,
         };
-        let (profile, encoded) = merge_parts(&parts, &DecodeLimits::default()).unwrap();
+        let (profile, encoded) =
+            merge_parts(&parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap();
         assert_eq!(values(&profile), [400, 300]);
         let again = kiln_pprof::decode(&encoded, &DecodeLimits::default()).unwrap();
         assert_eq!(values(&again), [400, 300]);
+    }
+
+    /// The audit's R3 input: 4096 frames of one function with a 60 KB name,
+    /// ten samples apart only by a numeric label. Keys holding name bytes
+    /// came to 245 MB per sample; interned keys are 4 bytes per frame.
+    fn deep_heap(alloc: i64) -> Vec<u8> {
+        let mut builder =
+            ProfileBuilder::new(&[("alloc_space", "bytes"), ("inuse_space", "bytes")]);
+        let f = builder.function(&FunctionSpec {
+            name: "n".repeat(60_000),
+            ..Default::default()
+        });
+        let loc = builder.location(0, 0x10, &[(f, 3)]);
+        let stack = vec![loc; 4096];
+        for num in 0..10 {
+            builder.sample(
+                &stack,
+                &[alloc + num, 1],
+                &[(
+                    "num",
+                    kiln_pprof::LabelValue::Num {
+                        value: num,
+                        unit: String::new(),
+                    },
+                )],
+            );
+        }
+        encode_gzip(&builder.finish())
+    }
+
+    #[test]
+    fn prev_profile_keys_hold_interned_ids_not_frame_names() {
+        let (current, prev) = (deep_heap(1000), deep_heap(600));
+        let limits = DecodeLimits::default();
+        let profile = kiln_pprof::decode(&current, &limits).unwrap();
+        let mut identities = Identities::default();
+        let locations = identities.locations_of(&profile);
+        let key = identities.sample_key(&profile, &locations, &profile.samples()[0]);
+        assert_eq!(key.len(), 4096 + 1 + 1);
+        assert_eq!(identities.locations.len(), 1);
+
+        let parts = MultipartParts {
+            profile: current,
+            prev_profile: Some(prev),
+            sample_type_config: None,
+        };
+        let (merged, _) = merge_parts(&parts, &limits, &mut |_| Ok(())).unwrap();
+        let growth: Vec<i64> = merged.samples().iter().map(|s| s.value[0]).collect();
+        assert_eq!(growth, vec![400; 10]);
     }
 
     #[test]
@@ -271,7 +381,7 @@ mod tests {
                     .to_vec(),
             ),
         };
-        let (profile, _) = merge_parts(&parts, &DecodeLimits::default()).unwrap();
+        let (profile, _) = merge_parts(&parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap();
         assert_eq!(values(&profile), [300]);
         assert_eq!(
             profile.string(profile.sample_types()[0].r#type),
@@ -281,7 +391,12 @@ mod tests {
 
     #[test]
     fn broken_parts_are_refused_by_name() {
-        let err = merge_parts(&MultipartParts::default(), &DecodeLimits::default()).unwrap_err();
+        let err = merge_parts(
+            &MultipartParts::default(),
+            &DecodeLimits::default(),
+            &mut |_| Ok(()),
+        )
+        .unwrap_err();
         assert!(
             err.to_string().contains("`profile` field is missing"),
             "{err}"
@@ -291,21 +406,21 @@ mod tests {
             prev_profile: Some(b"junk".to_vec()),
             sample_type_config: None,
         };
-        let err = merge_parts(&parts, &DecodeLimits::default()).unwrap_err();
+        let err = merge_parts(&parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap_err();
         assert!(err.to_string().starts_with("prev_profile is not"), "{err}");
         let parts = MultipartParts {
             profile: heap(1, 1),
             prev_profile: None,
             sample_type_config: Some(b"{not json".to_vec()),
         };
-        let err = merge_parts(&parts, &DecodeLimits::default()).unwrap_err();
+        let err = merge_parts(&parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap_err();
         assert_eq!(err.reason(), "bad_sample_type_config");
         let parts = MultipartParts {
             profile: heap(1, 1),
             prev_profile: None,
             sample_type_config: Some(br#"{"cpu":{}}"#.to_vec()),
         };
-        let err = merge_parts(&parts, &DecodeLimits::default()).unwrap_err();
+        let err = merge_parts(&parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap_err();
         assert!(err.to_string().contains("names none"), "{err}");
     }
 }

@@ -442,6 +442,8 @@ fn main() {
     let bucket_dir = root.path().join("bucket");
     let mut config = StoreConfig::new(root.path().join("data"), "bench");
     config.background = false;
+    // The workload's profiles carry fixed 2023 timestamps.
+    config.accepted_times = kiln_storage::AcceptedTimes::Any;
     config.max_inflight_ingests = concurrency * 2;
     // Room for every block of the workload, so warm queries measure merging.
     config.block_cache_bytes = 1 << 30;

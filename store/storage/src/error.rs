@@ -35,6 +35,52 @@ pub enum StorageError {
         #[source]
         source: kiln_engine::IngestError,
     },
+    /// The profile's time is outside what the store accepts: older than
+    /// retention, or further in the future than the allowed clock skew.
+    #[error(
+        "profile time {time_ms} (unix ms) is {}; accepted: {earliest_ms} to {latest_ms} (now - retention to now + max future skew)",
+        if time_ms > latest_ms { "in the future" } else { "older than retention" }
+    )]
+    TimeOutOfRange {
+        /// The profile's time, unix ms.
+        time_ms: i64,
+        /// The earliest accepted time (now - retention).
+        earliest_ms: i64,
+        /// The latest accepted time (now + the configured skew).
+        latest_ms: i64,
+    },
+    /// Decoding this request needs more memory than the whole ingest budget.
+    #[error(
+        "decoding this profile needs about {bytes} bytes, more than the store's ingest memory budget of {budget}; send smaller profiles"
+    )]
+    OverMemoryBudget {
+        /// Bytes the request would hold.
+        bytes: u64,
+        /// The budget.
+        budget: u64,
+    },
+    /// The ingest memory budget is taken by requests in flight right now.
+    #[error(
+        "the store's ingest memory budget ({budget} bytes) is in use; {bytes} more bytes are not available now, retry later"
+    )]
+    MemoryBusy {
+        /// Bytes the request asked for.
+        bytes: u64,
+        /// The budget.
+        budget: u64,
+    },
+    /// A query ran past its deadline; nothing partial is answered.
+    #[error(
+        "query stopped after {timeout:?} with {visited} of {total} heads and blocks read; narrow the time range or the selector"
+    )]
+    QueryTimeout {
+        /// The deadline.
+        timeout: std::time::Duration,
+        /// Heads and blocks read before it.
+        visited: usize,
+        /// Heads and blocks the query needed.
+        total: usize,
+    },
     /// The request's series labels are unusable before the engine sees them.
     #[error("invalid labels: {message}")]
     InvalidLabels {
@@ -143,6 +189,10 @@ impl StorageError {
             Self::InvalidProfile { source } => source.reason(),
             Self::Rejected { source } => source.reason(),
             Self::InvalidLabels { .. } => "invalid_labels",
+            Self::TimeOutOfRange { .. } => "time_out_of_range",
+            Self::QueryTimeout { .. } => "query_timeout",
+            Self::OverMemoryBudget { .. } => "over_memory_budget",
+            Self::MemoryBusy { .. } => "memory_busy",
             Self::Query { .. } => "query",
             Self::Overloaded { .. } => "overloaded",
             Self::UploadBacklog { .. } => "upload_backlog",
@@ -164,10 +214,14 @@ impl StorageError {
             Self::InvalidProfile { .. }
             | Self::Rejected { .. }
             | Self::InvalidLabels { .. }
+            | Self::TimeOutOfRange { .. }
+            | Self::OverMemoryBudget { .. }
+            | Self::QueryTimeout { .. }
             | Self::Query { .. } => ErrorClass::Client,
-            Self::Overloaded { .. } | Self::UploadBacklog { .. } | Self::ShuttingDown => {
-                ErrorClass::Overloaded
-            }
+            Self::Overloaded { .. }
+            | Self::MemoryBusy { .. }
+            | Self::UploadBacklog { .. }
+            | Self::ShuttingDown => ErrorClass::Overloaded,
             Self::Wal { .. }
             | Self::WalPoisoned { .. }
             | Self::Bucket { .. }
@@ -189,6 +243,7 @@ impl StorageError {
         matches!(
             self,
             Self::Overloaded { .. }
+                | Self::MemoryBusy { .. }
                 | Self::UploadBacklog { .. }
                 | Self::ShuttingDown
                 | Self::Wal { .. }

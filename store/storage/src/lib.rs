@@ -8,4 +8,7 @@ pub mod wal;
 
 pub use bucket::{Bucket, BucketConfig, CorruptBlock};
 pub use error::{ErrorClass, StorageError};
-pub use store::{CompactionReport, IngestRequest, Store, StoreConfig, StoreStats};
+pub use store::{
+    AcceptedTimes, CompactionReport, IngestRequest, IngestReservation, Store, StoreConfig,
+    StoreStats,
+};

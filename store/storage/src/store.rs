@@ -11,8 +11,12 @@ mod allocator;
 mod cache;
 mod config;
 mod maintenance;
+mod memory_gate;
+mod quarantine;
 mod read;
 mod recovery;
+mod replay;
+mod time_window;
 mod write;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,8 +32,9 @@ use crate::bucket::{Bucket, CorruptBlock};
 use crate::error::StorageError;
 use crate::wal::{ReplayReport, Wal};
 use cache::BlockCache;
-pub use config::StoreConfig;
+pub use config::{AcceptedTimes, StoreConfig};
 pub use maintenance::CompactionReport;
+pub use memory_gate::Reservation as IngestReservation;
 
 /// One profile to ingest, as a client sent it.
 #[derive(Debug, Clone)]
@@ -59,6 +64,8 @@ pub struct StoreStats {
     pub block_bytes: u64,
     /// Blocks skipped because they are corrupt.
     pub corrupt_blocks: u64,
+    /// Bytes reserved right now by ingests being decoded and applied.
+    pub ingest_memory_reserved_bytes: u64,
     /// Memory held by decoded blocks in the cache (their approximate
     /// decoded size, the same measure the cache budget counts).
     pub cache_bytes: u64,
@@ -148,6 +155,8 @@ struct Shared {
     /// listing never overwrites a block added while it ran.
     maintenance: tokio::sync::Mutex<()>,
     inflight: Semaphore,
+    /// Bytes reserved by ingests being decoded and applied.
+    ingest_memory: memory_gate::MemoryGate,
     closed: AtomicBool,
     shutdown_tx: watch::Sender<bool>,
     flush_now: Notify,
@@ -199,6 +208,7 @@ impl Store {
             .collect();
         let shared = Arc::new(Shared {
             inflight: Semaphore::new(config.max_inflight_ingests),
+            ingest_memory: memory_gate::MemoryGate::new(config.ingest_memory_bytes),
             cache: Mutex::new(BlockCache::new(config.block_cache_bytes)),
             config,
             bucket,
@@ -228,6 +238,25 @@ impl Store {
     /// The configuration the store was opened with.
     pub fn config(&self) -> &StoreConfig {
         &self.shared.config
+    }
+
+    /// Reserves `bytes` of the ingest memory budget for a request body
+    /// about to be read, so bodies count before they are in memory; refused
+    /// as overload when the budget is in use, as a client error when it
+    /// could never hold them.
+    pub fn reserve_ingest_memory(&self, bytes: usize) -> Result<IngestReservation, StorageError> {
+        let mut reservation = IngestReservation::default();
+        self.shared.ingest_memory.reserve(&mut reservation, bytes)?;
+        Ok(reservation)
+    }
+
+    /// Adds `bytes` to `reservation`, under the same rules.
+    pub fn reserve_more_ingest_memory(
+        &self,
+        reservation: &mut IngestReservation,
+        bytes: usize,
+    ) -> Result<(), StorageError> {
+        self.shared.ingest_memory.reserve(reservation, bytes)
     }
 
     /// What WAL replay found at open.
@@ -271,6 +300,7 @@ impl Store {
             blocks: view.visible().count() as u64,
             block_bytes: view.visible().map(|b| b.size_bytes).sum(),
             corrupt_blocks: lock(&shared.corrupt).len() as u64,
+            ingest_memory_reserved_bytes: shared.ingest_memory.reserved_bytes(),
             cache_bytes,
             cache_blocks,
             profiles_ingested: c.profiles.load(Ordering::Relaxed),

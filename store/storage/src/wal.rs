@@ -31,6 +31,22 @@ pub struct ReplayReport {
     pub truncated_bytes: u64,
     /// Segments that had a torn or corrupt tail.
     pub damaged_segments: usize,
+    /// Records the store set aside because they could not be parsed or
+    /// applied (filled in by the store's recovery, not by the log itself).
+    pub quarantined_records: u64,
+}
+
+/// One record found by replay, as the caller receives it.
+#[derive(Debug)]
+pub struct Replayed<'a> {
+    /// The segment holding it.
+    pub segment: u64,
+    /// Its position in the segment, from 0.
+    pub ordinal: u64,
+    /// The frame payload exactly as logged, so it can be set aside intact.
+    pub payload: &'a [u8],
+    /// The parsed record, or why its CRC-valid payload does not parse.
+    pub record: Result<WalRecord, RecordError>,
 }
 
 struct WalState {
@@ -115,16 +131,46 @@ fn create_segment(dir: &Path, id: u64) -> Result<File, StorageError> {
     Ok(file)
 }
 
+/// Reads the records of segments already opened (and so repaired) by
+/// [`Wal::open`] again, without changing any file: recovery replays once
+/// more after a record panicked mid-apply, into a fresh head.
+///
+/// Blocking: call from a blocking context.
+pub fn reread(
+    dir: &Path,
+    segments: &[u64],
+    mut on_record: impl FnMut(Replayed<'_>),
+) -> Result<(), StorageError> {
+    for &id in segments {
+        let path = segment_path(dir, id);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            // Removed by `Wal::open` (bad magic): it held nothing.
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(wal_io("read segment", &path)(err)),
+        };
+        for (ordinal, payload) in parse_segment(&bytes).payloads.iter().enumerate() {
+            on_record(Replayed {
+                segment: id,
+                ordinal: ordinal as u64,
+                payload,
+                record: decode_payload(payload),
+            });
+        }
+    }
+    Ok(())
+}
+
 impl Wal {
-    /// Opens (creating if needed) the log in `dir`, hands every recoverable
-    /// record to `on_record` together with its segment id, truncates torn or
-    /// corrupt tails, and starts a fresh segment for new appends.
+    /// Opens (creating if needed) the log in `dir`, hands every frame whose
+    /// CRC holds to `on_record` (parsed or not, with its payload), truncates
+    /// torn or corrupt tails, and starts a fresh segment for new appends.
     ///
     /// Blocking: call from a blocking context.
     pub fn open(
         dir: &Path,
         max_segment_bytes: u64,
-        mut on_record: impl FnMut(u64, WalRecord),
+        mut on_record: impl FnMut(Replayed<'_>),
     ) -> Result<(Wal, ReplayReport), StorageError> {
         fs::create_dir_all(dir).map_err(wal_io("create directory", dir))?;
         let segments = list_segments(dir)?;
@@ -134,17 +180,21 @@ impl Wal {
             let bytes = fs::read(&path).map_err(wal_io("read segment", &path))?;
             let parsed = parse_segment(&bytes);
             report.segments += 1;
-            for payload in &parsed.payloads {
-                match decode_payload(payload) {
-                    Ok(record) => {
-                        report.records += 1;
-                        on_record(id, record);
-                    }
+            for (ordinal, payload) in parsed.payloads.iter().enumerate() {
+                let record = decode_payload(payload);
+                match &record {
+                    Ok(_) => report.records += 1,
                     Err(err) => {
                         report.unreadable_records += 1;
-                        tracing::warn!(segment = id, error = %err, "skipping unreadable WAL record");
+                        tracing::warn!(segment = id, error = %err, "unreadable WAL record");
                     }
                 }
+                on_record(Replayed {
+                    segment: id,
+                    ordinal: ordinal as u64,
+                    payload,
+                    record,
+                });
             }
             if let Some(problem) = parsed.problem {
                 let cut = bytes.len() - parsed.valid_len;
@@ -379,8 +429,12 @@ mod tests {
 
     fn replay(dir: &Path) -> (Wal, ReplayReport, Vec<(u64, WalRecord)>) {
         let mut seen = Vec::new();
-        let (wal, report) =
-            Wal::open(dir, 1 << 20, |segment, r| seen.push((segment, r))).expect("open wal");
+        let (wal, report) = Wal::open(dir, 1 << 20, |r| {
+            if let Ok(record) = r.record {
+                seen.push((r.segment, record));
+            }
+        })
+        .expect("open wal");
         (wal, report, seen)
     }
 
@@ -451,7 +505,7 @@ mod tests {
     #[tokio::test]
     async fn segments_rotate_by_size() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (wal, _) = Wal::open(dir.path(), 200, |_, _| {}).expect("open");
+        let (wal, _) = Wal::open(dir.path(), 200, |_| {}).expect("open");
         let first = wal.current_segment();
         for n in 0..10 {
             wal.append(&record(n)).await.expect("append");

@@ -13,14 +13,19 @@
 use hashbrown::HashMap;
 use kiln_pprof::Profile;
 
+mod interner;
+
 use super::{Head, HeadPoint, Run};
 use crate::error::IngestError;
 use crate::model::{Label, LabelSet, NAME_LABEL, PROFILE_TYPE_LABEL, ProfileType};
-use crate::symbols::{Function, Line, Mapping, NO_MAPPING, SampleLabel};
+use interner::ProfileInterner;
 
 /// Sample labels that stay per sample: unbounded ids would explode series.
 const SPAN_LABELS: [&str; 3] = ["span_id", "profile_id", "trace_id"];
 const UNSEEN: u32 = u32::MAX;
+/// Bookkeeping bytes counted per label on top of its name and value (two
+/// `String` headers), so many tiny labels still count.
+const LABEL_OVERHEAD_BYTES: usize = 48;
 
 /// Bounds on what one profile may add to the head.
 #[derive(Debug, Clone)]
@@ -35,6 +40,26 @@ pub struct IngestLimits {
     pub max_series_per_profile_name: usize,
     /// Most samples in one profile.
     pub max_samples_per_profile: usize,
+    /// Most bytes of series label sets one profile may create (an upper
+    /// estimate, checked before any set is built). Without it, every
+    /// distinct promoted sample label copies the request's labels once:
+    /// 20k signatures over 46 labels of 4 KiB come to 3.7 GiB (audit D1).
+    pub max_series_label_bytes_per_profile: usize,
+}
+
+impl IngestLimits {
+    /// The limits to apply a record that is already in the write-ahead log:
+    /// the same, minus the one that depends on what the head holds (series
+    /// per name). The record passed that check under the head's read lock
+    /// before it was logged; concurrent ingests may have added series since,
+    /// and a logged, acknowledged record must never be refused on apply or
+    /// on replay. The overshoot is bounded by the ingests in flight.
+    pub fn for_logged_records(&self) -> Self {
+        Self {
+            max_series_per_profile_name: usize::MAX,
+            ..self.clone()
+        }
+    }
 }
 
 impl Default for IngestLimits {
@@ -45,6 +70,7 @@ impl Default for IngestLimits {
             max_label_value_bytes: 2048,
             max_series_per_profile_name: 100_000,
             max_samples_per_profile: 1_000_000,
+            max_series_label_bytes_per_profile: 64 << 20,
         }
     }
 }
@@ -63,13 +89,13 @@ pub struct IngestStats {
 }
 
 /// Maps pprof ids to table positions; producers almost always use `index + 1`.
-enum PositionById {
+pub(super) enum PositionById {
     Sequential(usize),
     Sparse(HashMap<u64, usize>),
 }
 
 impl PositionById {
-    fn build(ids: impl ExactSizeIterator<Item = u64> + Clone) -> Self {
+    pub(super) fn build(ids: impl ExactSizeIterator<Item = u64> + Clone) -> Self {
         let len = ids.len();
         if ids.clone().enumerate().all(|(i, id)| id == i as u64 + 1) {
             return Self::Sequential(len);
@@ -77,7 +103,7 @@ impl PositionById {
         Self::Sparse(ids.enumerate().map(|(i, id)| (id, i)).collect())
     }
 
-    fn get(&self, id: u64) -> Option<usize> {
+    pub(super) fn get(&self, id: u64) -> Option<usize> {
         match self {
             Self::Sequential(len) => {
                 let i = usize::try_from(id.checked_sub(1)?).ok()?;
@@ -138,7 +164,52 @@ pub(crate) fn profile_types_of(
         .collect()
 }
 
+/// What the checks resolved: enough to apply the profile without checking
+/// (or allocating series label sets) again.
+struct Plan {
+    types: Vec<ProfileType>,
+    /// Per string-table entry: whether a label with that key stays per sample.
+    span_keys: Vec<bool>,
+    /// The signature (promoted label set) of each sample.
+    sample_signature: Vec<u32>,
+    /// Per (signature, profile type) slot that receives a value: its labels.
+    slot_labels: Vec<Option<LabelSet>>,
+}
+
+impl Plan {
+    fn is_promoted(&self, key: i64, str_index: i64) -> bool {
+        is_promoted(&self.span_keys, key, str_index)
+    }
+}
+
+fn is_promoted(span_keys: &[bool], key: i64, str_index: i64) -> bool {
+    str_index != 0
+        && !usize::try_from(key)
+            .ok()
+            .and_then(|k| span_keys.get(k))
+            .copied()
+            .unwrap_or(false)
+}
+
+fn label_bytes(name: &str, value: &str) -> usize {
+    name.len() + value.len() + LABEL_OVERHEAD_BYTES
+}
+
 impl Head {
+    /// Runs every check [`Head::ingest`] runs, without changing the head.
+    /// The store calls it before logging a request, so nothing the engine
+    /// would refuse reaches the write-ahead log.
+    pub fn check_ingest(
+        &self,
+        profile: &Profile,
+        labels: &LabelSet,
+        duration_nanos: i64,
+        limits: &IngestLimits,
+    ) -> Result<(), IngestError> {
+        self.plan(profile, labels, duration_nanos, limits)
+            .map(|_| ())
+    }
+
     /// Ingests one validated profile under `labels` (which must hold
     /// `__name__`) at `time_ms`. `duration_nanos != 0` marks delta profiles.
     pub fn ingest(
@@ -149,6 +220,17 @@ impl Head {
         duration_nanos: i64,
         limits: &IngestLimits,
     ) -> Result<IngestStats, IngestError> {
+        let plan = self.plan(profile, labels, duration_nanos, limits)?;
+        Ok(self.apply(profile, plan, time_ms))
+    }
+
+    fn plan(
+        &self,
+        profile: &Profile,
+        labels: &LabelSet,
+        duration_nanos: i64,
+        limits: &IngestLimits,
+    ) -> Result<Plan, IngestError> {
         let name = labels
             .get(NAME_LABEL)
             .filter(|n| !n.is_empty())
@@ -180,13 +262,10 @@ impl Head {
             .iter()
             .map(|s| SPAN_LABELS.contains(&s.as_str()))
             .collect();
-        let is_promoted = |key: i64, str_index: i64| {
-            str_index != 0 && !span_keys.get(key as usize).copied().unwrap_or(false)
-        };
         for sample in samples {
             scratch.clear();
             for label in &sample.label {
-                if is_promoted(label.key, label.str) {
+                if is_promoted(&span_keys, label.key, label.str) {
                     scratch.push((label.key, label.str));
                 }
             }
@@ -213,14 +292,47 @@ impl Head {
                 }
             }
         }
+        drop(signatures);
 
-        // Resolve every used slot's series labels and check limits.
+        // Resolve every used slot's series labels and check limits. Sizes
+        // and series counts are checked before each set is built, so a
+        // hostile profile fails before it allocates (audit D1).
+        let base_bytes: usize = labels.iter().map(|l| label_bytes(&l.name, &l.value)).sum();
+        let type_label_bytes = types
+            .iter()
+            .map(|t| label_bytes(PROFILE_TYPE_LABEL, &t.to_string()))
+            .max()
+            .unwrap_or(0);
+        let mut planned_bytes = 0usize;
         let mut slot_labels: Vec<Option<LabelSet>> = vec![None; slot_used.len()];
+        let existing_for_name = self.series_for_name(&name);
         let mut new_series = 0usize;
         for (signature, key) in signature_keys.iter().enumerate() {
             let base = signature * type_count;
-            if !slot_used[base..base + type_count].iter().any(|&u| u) {
+            let used = slot_used[base..base + type_count]
+                .iter()
+                .filter(|&&u| u)
+                .count();
+            if used == 0 {
                 continue;
+            }
+            let set_bytes = base_bytes
+                + key
+                    .iter()
+                    .map(|&(k, v)| {
+                        "exported_".len() + label_bytes(profile.string(k), profile.string(v))
+                    })
+                    .sum::<usize>();
+            planned_bytes = planned_bytes.saturating_add(
+                set_bytes
+                    .saturating_add(type_label_bytes)
+                    .saturating_mul(used + 1),
+            );
+            if planned_bytes > limits.max_series_label_bytes_per_profile {
+                return Err(IngestError::SeriesLabelsTooLarge {
+                    bytes: planned_bytes,
+                    limit: limits.max_series_label_bytes_per_profile,
+                });
             }
             let mut set = labels.clone();
             for &(k, v) in key {
@@ -247,25 +359,35 @@ impl Head {
                 full.insert(Label::new(PROFILE_TYPE_LABEL, profile_type.to_string()));
                 if self.existing_series(&full).is_none() {
                     new_series += 1;
+                    let would_have = existing_for_name.saturating_add(new_series);
+                    if would_have > limits.max_series_per_profile_name {
+                        return Err(IngestError::TooManySeries {
+                            name,
+                            count: would_have,
+                            limit: limits.max_series_per_profile_name,
+                        });
+                    }
                 }
                 slot_labels[base + t] = Some(full);
             }
         }
-        let would_have = self.series_for_name(&name) + new_series;
-        if new_series > 0 && would_have > limits.max_series_per_profile_name {
-            return Err(IngestError::TooManySeries {
-                name,
-                count: would_have,
-                limit: limits.max_series_per_profile_name,
-            });
-        }
+        Ok(Plan {
+            types,
+            span_keys,
+            sample_signature,
+            slot_labels,
+        })
+    }
 
-        // Pass 2: apply. Nothing below can fail.
+    /// Pass 2: applies a checked plan. Nothing here can fail.
+    fn apply(&mut self, profile: &Profile, plan: Plan, time_ms: i64) -> IngestStats {
+        let type_count = plan.types.len();
+        let samples = profile.samples();
         let series_before = self.series.len();
-        let mut slot_series: Vec<u32> = vec![UNSEEN; slot_used.len()];
-        for (slot, labels) in slot_labels.iter().enumerate() {
+        let mut slot_series: Vec<u32> = vec![UNSEEN; plan.slot_labels.len()];
+        for (slot, labels) in plan.slot_labels.iter().enumerate() {
             if let Some(labels) = labels {
-                slot_series[slot] = self.series_id(labels, &types[slot % type_count]);
+                slot_series[slot] = self.series_id(labels, &plan.types[slot % type_count]);
             }
         }
         let slot_start: Vec<usize> = slot_series
@@ -288,14 +410,15 @@ impl Head {
             profile_types: type_count as u64,
             ..IngestStats::default()
         };
-        let mut totals: Vec<i64> = vec![0; slot_used.len()];
-        for (sample, &signature) in samples.iter().zip(&sample_signature) {
+        let mut totals: Vec<i64> = vec![0; slot_series.len()];
+        let promoted = |key: i64, str_index: i64| plan.is_promoted(key, str_index);
+        for (sample, &signature) in samples.iter().zip(&plan.sample_signature) {
             if sample.value.iter().all(|&v| v == 0) {
                 stats.zero_values_dropped += sample.value.len() as u64;
                 continue;
             }
             let stack = interner.stack(self, &sample.location_id);
-            let sample_labels = interner.sample_labels(self, sample, &is_promoted);
+            let sample_labels = interner.sample_labels(self, sample, &promoted);
             let base = signature as usize * type_count;
             for (t, &value) in sample.value.iter().enumerate() {
                 if value == 0 {
@@ -347,169 +470,100 @@ impl Head {
         if stats.samples > 0 {
             self.note_time(time_ms);
         }
-        Ok(stats)
+        stats
     }
 }
 
-/// Per-profile memo from pprof table positions to head symbol ids.
-struct ProfileInterner<'p> {
-    profile: &'p Profile,
-    strings: Vec<u32>,
-    location_positions: PositionById,
-    locations: Vec<u32>,
-    function_positions: PositionById,
-    functions: Vec<u32>,
-    mappings: HashMap<u64, u32>,
-    /// Head location ids of the stack being interned, root first.
-    frames: Vec<u32>,
-    lines: Vec<Line>,
-    label_sets: HashMap<Vec<[i64; 4]>, u32>,
-    label_scratch: Vec<[i64; 4]>,
-    labels: Vec<SampleLabel>,
-}
+#[cfg(test)]
+mod tests {
+    use kiln_pprof::{DecodeLimits, FunctionSpec, LabelValue, ProfileBuilder};
 
-impl<'p> ProfileInterner<'p> {
-    fn new(profile: &'p Profile) -> Self {
-        Self {
-            profile,
-            strings: vec![UNSEEN; profile.strings().len()],
-            location_positions: PositionById::build(profile.locations().iter().map(|l| l.id)),
-            locations: vec![UNSEEN; profile.locations().len()],
-            function_positions: PositionById::build(profile.functions().iter().map(|f| f.id)),
-            functions: vec![UNSEEN; profile.functions().len()],
-            mappings: HashMap::new(),
-            frames: Vec::new(),
-            lines: Vec::new(),
-            label_sets: HashMap::new(),
-            label_scratch: Vec::new(),
-            labels: Vec::new(),
+    use super::*;
+
+    /// `samples` samples, each with its own string label `k=<i>`.
+    fn distinct_label_profile(samples: usize) -> Profile {
+        let mut b = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
+        let f = b.function(&FunctionSpec {
+            name: "main".into(),
+            ..Default::default()
+        });
+        let loc = b.location(0, 0x1000, &[(f, 1)]);
+        for i in 0..samples {
+            b.sample(&[loc], &[1], &[("k", LabelValue::Str(i.to_string()))]);
         }
-    }
-
-    fn string(&mut self, head: &mut Head, index: i64) -> u32 {
-        let Some(slot) = usize::try_from(index)
-            .ok()
-            .and_then(|i| self.strings.get_mut(i))
-        else {
-            return 0;
+        let limits = DecodeLimits {
+            max_decoded_bytes: usize::MAX,
+            ..DecodeLimits::default()
         };
-        if *slot == UNSEEN {
-            *slot = head.symbols.intern_string(self.profile.string(index));
-        }
-        *slot
+        kiln_pprof::decode(&kiln_pprof::encode_gzip(&b.finish()), &limits).expect("decodes")
     }
 
-    fn mapping(&mut self, head: &mut Head, id: u64) -> u32 {
-        if let Some(&m) = self.mappings.get(&id) {
-            return m;
-        }
-        let translated = match self.profile.mapping(id) {
-            None => NO_MAPPING,
-            Some(m) => {
-                let mapping = Mapping {
-                    memory_start: m.memory_start,
-                    memory_limit: m.memory_limit,
-                    file_offset: m.file_offset,
-                    filename: self.string(head, m.filename),
-                    build_id: self.string(head, m.build_id),
-                    has_functions: m.has_functions,
-                };
-                head.symbols.intern_mapping(mapping)
-            }
+    fn long_labels(count: usize, bytes: usize) -> LabelSet {
+        let mut labels = vec![Label::new(NAME_LABEL, "process_cpu")];
+        labels.extend((1..count).map(|i| Label::new(format!("{i:0>bytes$}"), "v".repeat(bytes))));
+        LabelSet::new(labels)
+    }
+
+    /// Audit D1: 46 labels of 2 KiB names and values times 20k distinct
+    /// promoted labels is 3.7 GiB of label sets; it is refused before the
+    /// first set beyond the budget is built, by the same check the store runs
+    /// before logging.
+    #[test]
+    fn many_signatures_on_long_labels_are_refused_before_their_sets_are_built() {
+        let limits = IngestLimits {
+            max_label_name_bytes: 2048,
+            max_label_value_bytes: 2048,
+            ..IngestLimits::default()
         };
-        self.mappings.insert(id, translated);
-        translated
+        let profile = distinct_label_profile(20_000);
+        let labels = long_labels(46, 2048);
+        let mut head = Head::new();
+        let check = head.check_ingest(&profile, &labels, 10, &limits);
+        assert!(
+            matches!(check, Err(IngestError::SeriesLabelsTooLarge { limit, .. }) if limit == 64 << 20),
+            "{check:?}"
+        );
+        let err = head.ingest(&profile, &labels, 1, 10, &limits).unwrap_err();
+        assert_eq!(err.reason(), "series_labels_too_large");
+        assert!(head.is_empty());
+        // The same profile under short labels fits.
+        let short = long_labels(3, 8);
+        head.check_ingest(&profile, &short, 10, &limits)
+            .expect("fits the budget");
+        let stats = head
+            .ingest(&profile, &short, 1, 10, &limits)
+            .expect("ingest");
+        assert_eq!(stats.series_created, 20_000);
     }
 
-    fn function(&mut self, head: &mut Head, id: u64) -> u32 {
-        let Some(position) = self.function_positions.get(id) else {
-            return 0;
+    /// The series limit is the one check that depends on the head, so a
+    /// logged record is applied without it (see `for_logged_records`).
+    #[test]
+    fn logged_records_are_applied_past_the_series_limit_but_checked_ones_are_not() {
+        let limits = IngestLimits {
+            max_series_per_profile_name: 5,
+            ..IngestLimits::default()
         };
-        if self.functions[position] == UNSEEN {
-            let f = &self.profile.functions()[position];
-            let function = Function {
-                name: self.string(head, f.name),
-                system_name: self.string(head, f.system_name),
-                filename: self.string(head, f.filename),
-                start_line: f.start_line,
-            };
-            self.functions[position] = head.symbols.intern_function(function);
-        }
-        self.functions[position]
-    }
-
-    fn location(&mut self, head: &mut Head, position: usize) -> u32 {
-        if self.locations[position] == UNSEEN {
-            let location = &self.profile.locations()[position];
-            let mapping = self.mapping(head, location.mapping_id);
-            let mut lines = std::mem::take(&mut self.lines);
-            lines.clear();
-            for line in &location.line {
-                lines.push(Line {
-                    function: self.function(head, line.function_id),
-                    line: line.line,
-                });
-            }
-            self.locations[position] =
-                head.symbols
-                    .intern_location(mapping, location.address, &lines);
-            self.lines = lines;
-        }
-        self.locations[position]
-    }
-
-    /// Interns a stack given leaf-first pprof location ids.
-    fn stack(&mut self, head: &mut Head, location_ids: &[u64]) -> u32 {
-        let mut frames = std::mem::take(&mut self.frames);
-        frames.clear();
-        for &id in location_ids.iter().rev() {
-            // Validation guarantees every id resolves.
-            if let Some(position) = self.location_positions.get(id) {
-                frames.push(self.location(head, position));
-            }
-        }
-        let node = head.symbols.intern_stack(&frames);
-        self.frames = frames;
-        node
-    }
-
-    /// Interns the labels of `sample` that stay per sample.
-    fn sample_labels(
-        &mut self,
-        head: &mut Head,
-        sample: &kiln_pprof::proto::Sample,
-        is_promoted: &impl Fn(i64, i64) -> bool,
-    ) -> u32 {
-        self.label_scratch.clear();
-        for label in &sample.label {
-            if !is_promoted(label.key, label.str) {
-                self.label_scratch
-                    .push([label.key, label.str, label.num, label.num_unit]);
-            }
-        }
-        if self.label_scratch.is_empty() {
-            return crate::symbols::EMPTY_LABEL_SET;
-        }
-        self.label_scratch.sort_unstable();
-        if let Some(&id) = self.label_sets.get(self.label_scratch.as_slice()) {
-            return id;
-        }
-        let mut labels = std::mem::take(&mut self.labels);
-        labels.clear();
-        let scratch = std::mem::take(&mut self.label_scratch);
-        for &[key, str_index, num, unit] in &scratch {
-            labels.push(SampleLabel {
-                key: self.string(head, key),
-                str: self.string(head, str_index),
-                num,
-                unit: self.string(head, unit),
-            });
-        }
-        labels.sort_unstable();
-        let id = head.symbols.intern_label_set(&labels);
-        self.label_sets.insert(scratch.clone(), id);
-        self.label_scratch = scratch;
-        self.labels = labels;
-        id
+        let profile = distinct_label_profile(8);
+        let labels = long_labels(1, 1);
+        let mut head = Head::new();
+        let err = head
+            .check_ingest(&profile, &labels, 10, &limits)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                IngestError::TooManySeries {
+                    count: 6,
+                    limit: 5,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let stats = head
+            .ingest(&profile, &labels, 1, 10, &limits.for_logged_records())
+            .expect("a logged record is applied");
+        assert_eq!(stats.series_created, 8);
     }
 }

@@ -8,6 +8,22 @@ use kiln_pprof::DecodeLimits;
 
 use crate::error::StorageError;
 
+/// Which profile times ingest accepts (audit R9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcceptedTimes {
+    /// `[now - retention, now + max_future_skew]` on the store's clock: a
+    /// later time would give its block (and every block compacted from it)
+    /// a `max_time` retention never reaches; an older one would be deleted
+    /// by the next retention pass.
+    Recent {
+        /// How far past the store's clock a profile's time may be.
+        max_future_skew: Duration,
+    },
+    /// Any time: for loading history on purpose (tests and benchmarks with
+    /// fixed timestamps). Retention still applies to the blocks.
+    Any,
+}
+
 /// Store configuration. Build with [`StoreConfig::new`] and adjust fields.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -30,8 +46,14 @@ pub struct StoreConfig {
     /// How long after an hour (or day) ends before it is compacted, so
     /// every replica has flushed its level-0 blocks for it.
     pub compaction_settle: Duration,
-    /// Blocks whose newest sample is older than this are deleted.
+    /// Blocks whose newest sample is older than this are deleted; ingest
+    /// refuses profiles older than this.
     pub retention: Duration,
+    /// Which profile times ingest accepts.
+    pub accepted_times: AcceptedTimes,
+    /// How long one query may read heads and blocks before it is stopped
+    /// with an error (never answered partially).
+    pub query_timeout: Duration,
     /// Optional cap on the bucket's total block bytes; oldest blocks go first.
     pub max_total_bytes: Option<u64>,
     /// How often retention is enforced.
@@ -53,6 +75,10 @@ pub struct StoreConfig {
     pub max_pending_uploads: usize,
     /// Ingests allowed in flight at once; more are refused as overload.
     pub max_inflight_ingests: usize,
+    /// Memory all ingests in flight may reserve together for their bodies
+    /// and decoded profiles; an ingest that does not fit now is refused as
+    /// overload, one that can never fit as a client error.
+    pub ingest_memory_bytes: u64,
     /// Run the background loops (flush, compaction, retention, re-listing).
     /// Benchmarks and some tests drive these by hand instead.
     pub background: bool,
@@ -60,7 +86,7 @@ pub struct StoreConfig {
 
 impl StoreConfig {
     /// Defaults: flush every 60 s (or at 256 MiB), re-list every 15 s,
-    /// compact every 5 min, keep 14 days, 256 MiB block cache (counted in
+    /// compact every 5 min, keep 14 days, accept times up to 10 min ahead, 256 MiB block cache (counted in
     /// decoded bytes).
     pub fn new(data_dir: impl Into<PathBuf>, replica: impl Into<String>) -> Self {
         Self {
@@ -73,6 +99,10 @@ impl StoreConfig {
             compaction_interval: Duration::from_secs(300),
             compaction_settle: Duration::from_secs(300),
             retention: Duration::from_secs(14 * 24 * 3600),
+            query_timeout: Duration::from_secs(30),
+            accepted_times: AcceptedTimes::Recent {
+                max_future_skew: Duration::from_secs(600),
+            },
             max_total_bytes: None,
             retention_interval: Duration::from_secs(600),
             block_cache_bytes: 256 << 20,
@@ -80,6 +110,7 @@ impl StoreConfig {
             decode_limits: DecodeLimits::default(),
             ingest_limits: IngestLimits::default(),
             max_inflight_ingests: 256,
+            ingest_memory_bytes: 512 << 20,
             max_pending_uploads: 16,
             background: true,
         }
@@ -89,13 +120,14 @@ impl StoreConfig {
     /// container's limit less headroom) over the parts that scale with
     /// configuration: an eighth for the head (a cut head awaiting upload and
     /// the next one can both be full), a quarter for the block cache, a
-    /// quarter for one compaction. The remaining three eighths cover
-    /// requests being decoded, query scratch, the runtime and the
-    /// allocator's slack.
+    /// quarter for one compaction, a quarter for ingests being decoded
+    /// (`ingest_memory_bytes`). The remaining eighth covers query scratch,
+    /// the runtime and the allocator's slack.
     pub fn apply_memory_budget(&mut self, budget_bytes: u64) {
         self.max_head_bytes = usize::try_from(budget_bytes / 8).unwrap_or(usize::MAX);
         self.block_cache_bytes = budget_bytes / 4;
         self.compaction_memory_bytes = budget_bytes / 4;
+        self.ingest_memory_bytes = budget_bytes / 4;
     }
 
     pub(crate) fn validate(&self) -> Result<(), StorageError> {
@@ -116,8 +148,11 @@ impl StoreConfig {
         if self.retention.is_zero() {
             return bad("retention must be positive");
         }
-        if self.compaction_memory_bytes == 0 || self.max_head_bytes == 0 {
-            return bad("compaction memory and head size must be positive");
+        if self.compaction_memory_bytes == 0
+            || self.max_head_bytes == 0
+            || self.ingest_memory_bytes == 0
+        {
+            return bad("compaction memory, ingest memory and head size must be positive");
         }
         if self.max_inflight_ingests == 0 || self.max_pending_uploads == 0 {
             return bad("max_inflight_ingests and max_pending_uploads must be at least 1");

@@ -3,6 +3,7 @@
 //! come from a bounded cache, else from the bucket).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use kiln_engine::model::{BlockMeta, LabelSet, Matcher, ProfileType, Selector, TimeRange};
 use kiln_engine::{Block, MergedProfile, QueryError, Queryable, Timeline};
@@ -98,6 +99,20 @@ impl Store {
     {
         let shared = Arc::clone(&self.shared);
         let runtime = tokio::runtime::Handle::current();
+        let started = Instant::now();
+        let timeout = shared.config.query_timeout;
+        // Checked between parts, so a query over many blocks stops within
+        // one block's work of its deadline instead of running on (audit R8).
+        let check_deadline = move |visited: usize, total: usize| {
+            if started.elapsed() > timeout {
+                return Err(StorageError::QueryTimeout {
+                    timeout,
+                    visited,
+                    total,
+                });
+            }
+            Ok(())
+        };
         tokio::task::spawn_blocking(move || {
             let mut acc = acc;
             let (frozen, metas) = {
@@ -116,10 +131,13 @@ impl Store {
                 visit(&slot.head, &mut acc).map_err(|source| StorageError::Query { source })?;
                 (frozen, metas)
             };
-            for pending in &frozen {
+            let total = 1 + frozen.len() + metas.len();
+            for (i, pending) in frozen.iter().enumerate() {
+                check_deadline(1 + i, total)?;
                 visit(&pending.head, &mut acc).map_err(|source| StorageError::Query { source })?;
             }
-            for meta in &metas {
+            for (i, meta) in metas.iter().enumerate() {
+                check_deadline(1 + frozen.len() + i, total)?;
                 let Some(block) = shared.load_block(&runtime, meta) else {
                     continue;
                 };

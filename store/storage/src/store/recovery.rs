@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use kiln_engine::Head;
 
 use super::StoreConfig;
-use super::write::decode_profile;
+use super::quarantine::quarantine_dir;
+use super::replay::{ReplayPass, Replayer};
 use crate::bucket::{Bucket, Listing};
 use crate::error::StorageError;
 use crate::wal::{ReplayReport, Wal};
@@ -130,46 +131,39 @@ pub(super) async fn recover(
         .map(|m| (m.first, m.end))
         .collect();
     let segment_bytes = config.wal_segment_bytes;
-    let decode_limits = config.decode_limits.clone();
-    let ingest_limits = config.ingest_limits.clone();
+    let replayer = Replayer {
+        decode_limits: config.decode_limits.clone(),
+        // Every logged record passed the head-dependent checks before it
+        // was logged; replay must not refuse what was acknowledged.
+        ingest_limits: config.ingest_limits.for_logged_records(),
+        quarantine_dir: quarantine_dir(config),
+    };
     let replay_dir = dir.clone();
     let (wal, head, first_segment, report) = tokio::task::spawn_blocking(move || {
         let is_covered = |id: u64| covered.iter().any(|&(first, end)| first <= id && id < end);
-        let mut head = Head::new();
         // Every uncovered segment, even one without records (a crash right
         // after creating it), belongs to the new head, so its flush deletes it.
-        let first_segment: Option<u64> = crate::wal::list_segments(&replay_dir)?
+        let uncovered: Vec<u64> = crate::wal::list_segments(&replay_dir)?
             .into_iter()
-            .find(|&id| !is_covered(id));
-        let mut rejected = 0u64;
-        let (wal, report) = Wal::open(&replay_dir, segment_bytes, |segment, record| {
-            if is_covered(segment) {
-                return;
-            }
-            let result = decode_profile(&record.pprof, &decode_limits).and_then(|profile| {
-                head.ingest(
-                    &profile,
-                    &record.labels,
-                    record.time_ms,
-                    record.duration_nanos,
-                    &ingest_limits,
-                )
-                .map_err(|source| StorageError::Rejected { source })
-            });
-            if let Err(err) = result {
-                // It was refused when first sent too (the same checks run),
-                // so the client got this error then; nothing is lost.
-                rejected += 1;
-                tracing::debug!(error = %err, "replayed WAL record rejected again");
+            .filter(|&id| !is_covered(id))
+            .collect();
+        let first_segment = uncovered.first().copied();
+        let mut pass = ReplayPass::new(&replayer);
+        let (wal, mut report) = Wal::open(&replay_dir, segment_bytes, |replayed| {
+            if !is_covered(replayed.segment) {
+                pass.replay(replayed);
             }
         })?;
-        wal.remove_segments(is_covered)?;
-        if rejected > 0 {
-            tracing::info!(
-                rejected,
-                "WAL replay skipped records that were rejected at ingest"
-            );
+        // A panic may have left the head half-applied: replay again into a
+        // fresh head, skipping every record set aside so far. Each round sets
+        // aside at least one more record, so this ends.
+        while pass.head_damaged() {
+            pass.restart();
+            crate::wal::reread(&replay_dir, &uncovered, |replayed| pass.replay(replayed))?;
         }
+        let (head, quarantined) = pass.finish()?;
+        report.quarantined_records = quarantined;
+        wal.remove_segments(is_covered)?;
         let first = first_segment.unwrap_or_else(|| wal.current_segment());
         Ok::<_, StorageError>((wal, head, first, report))
     })
@@ -183,6 +177,7 @@ pub(super) async fn recover(
         corrupt_blocks = listing.corrupt.len(),
         wal_records = report.records,
         wal_truncated_bytes = report.truncated_bytes,
+        wal_quarantined = report.quarantined_records,
         "store recovered"
     );
     Ok(Recovered {

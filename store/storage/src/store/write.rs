@@ -9,7 +9,10 @@ use kiln_engine::model::NAME_LABEL;
 use kiln_engine::{Head, IngestStats};
 use kiln_pprof::{DecodeLimits, Profile};
 
+use super::AcceptedTimes;
+use super::memory_gate::Reservation;
 use super::recovery::{wal_dir, write_marker};
+use super::time_window::check_profile_time;
 use super::{Frozen, HeadSlot, IngestRequest, Store, read, write};
 use crate::error::StorageError;
 use crate::wal::WalRecord;
@@ -60,14 +63,46 @@ impl Store {
                 message: format!("the {NAME_LABEL} label is required"),
             });
         }
-        let limits = shared.config.decode_limits.clone();
+        // The body is in memory already; counting it lets the next request
+        // see it. The decode reserves the rest step by step (audit R5).
+        let mut reservation = Reservation::default();
+        shared
+            .ingest_memory
+            .reserve(&mut reservation, request.pprof.len())?;
+        let checker = Arc::clone(shared);
         let pprof = request.pprof.clone();
-        let profile = tokio::task::spawn_blocking(move || decode_profile(&pprof, &limits))
-            .await
-            .map_err(|e| StorageError::task("pprof decode", e))??;
+        let request_time_ms = request.time_ms;
+        let labels = request.labels;
+        // Decode and run every engine check before the record is logged, so
+        // nothing in the WAL can be refused on replay (audit D1).
+        let (profile, labels, time_ms, reservation) = tokio::task::spawn_blocking(move || {
+            let config = &checker.config;
+            let profile = kiln_pprof::decode_reserving(&pprof, &config.decode_limits, |bytes| {
+                checker.ingest_memory.reserve(&mut reservation, bytes)
+            })?
+            .map_err(|source| StorageError::InvalidProfile { source })?;
+            let time_ms = resolve_time_ms(request_time_ms, &profile);
+            if let AcceptedTimes::Recent { max_future_skew } = config.accepted_times {
+                check_profile_time(time_ms, now_ms(), config.retention, max_future_skew)?;
+            }
+            read(&checker.head)
+                .head
+                .check_ingest(
+                    &profile,
+                    &labels,
+                    request
+                        .duration_nanos
+                        .unwrap_or_else(|| profile.duration_nanos()),
+                    &config.ingest_limits,
+                )
+                .map_err(|source| StorageError::Rejected { source })?;
+            Ok::<_, StorageError>((profile, labels, time_ms, reservation))
+        })
+        .await
+        .map_err(|e| StorageError::task("pprof decode", e))??;
         let record = WalRecord {
-            labels: request.labels,
-            time_ms: resolve_time_ms(request.time_ms, &profile),
+            labels,
+            time_ms,
             duration_nanos: request
                 .duration_nanos
                 .unwrap_or_else(|| profile.duration_nanos()),
@@ -86,13 +121,15 @@ impl Store {
                 &record.labels,
                 record.time_ms,
                 record.duration_nanos,
-                &applier.config.ingest_limits,
+                &applier.config.ingest_limits.for_logged_records(),
             );
             (stats, slot.head.approx_bytes())
         })
         .await
         .map_err(|e| StorageError::task("head ingest", e))?;
         drop(gate);
+        // The decoded profile is gone; so is what it reserved.
+        drop(reservation);
         let (stats, head_bytes) = stats;
         let stats = stats.map_err(|source| StorageError::Rejected { source })?;
         shared.counters.profiles.fetch_add(1, Ordering::Relaxed);

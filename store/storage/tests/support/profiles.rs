@@ -113,6 +113,8 @@ pub fn everything() -> TimeRange {
 pub fn config(data_dir: &Path, replica: &str) -> StoreConfig {
     let mut config = StoreConfig::new(data_dir, replica);
     config.background = false;
+    // The fixtures use fixed 2023 timestamps (BASE_MS).
+    config.accepted_times = kiln_storage::AcceptedTimes::Any;
     config.compaction_settle = Duration::from_secs(60);
     config
 }

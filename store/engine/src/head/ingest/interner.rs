@@ -1,0 +1,172 @@
+//! The per-profile memo that turns pprof table positions into head symbol
+//! ids, so each string, function, location and label set is interned once.
+
+use hashbrown::HashMap;
+use kiln_pprof::Profile;
+
+use super::{PositionById, UNSEEN};
+use crate::head::Head;
+use crate::symbols::{Function, Line, Mapping, NO_MAPPING, SampleLabel};
+
+/// Per-profile memo from pprof table positions to head symbol ids.
+pub(super) struct ProfileInterner<'p> {
+    profile: &'p Profile,
+    strings: Vec<u32>,
+    location_positions: PositionById,
+    locations: Vec<u32>,
+    function_positions: PositionById,
+    functions: Vec<u32>,
+    mappings: HashMap<u64, u32>,
+    /// Head location ids of the stack being interned, root first.
+    frames: Vec<u32>,
+    lines: Vec<Line>,
+    label_sets: HashMap<Vec<[i64; 4]>, u32>,
+    label_scratch: Vec<[i64; 4]>,
+    labels: Vec<SampleLabel>,
+}
+
+impl<'p> ProfileInterner<'p> {
+    pub(super) fn new(profile: &'p Profile) -> Self {
+        Self {
+            profile,
+            strings: vec![UNSEEN; profile.strings().len()],
+            location_positions: PositionById::build(profile.locations().iter().map(|l| l.id)),
+            locations: vec![UNSEEN; profile.locations().len()],
+            function_positions: PositionById::build(profile.functions().iter().map(|f| f.id)),
+            functions: vec![UNSEEN; profile.functions().len()],
+            mappings: HashMap::new(),
+            frames: Vec::new(),
+            lines: Vec::new(),
+            label_sets: HashMap::new(),
+            label_scratch: Vec::new(),
+            labels: Vec::new(),
+        }
+    }
+
+    fn string(&mut self, head: &mut Head, index: i64) -> u32 {
+        let Some(slot) = usize::try_from(index)
+            .ok()
+            .and_then(|i| self.strings.get_mut(i))
+        else {
+            return 0;
+        };
+        if *slot == UNSEEN {
+            *slot = head.symbols.intern_string(self.profile.string(index));
+        }
+        *slot
+    }
+
+    fn mapping(&mut self, head: &mut Head, id: u64) -> u32 {
+        if let Some(&m) = self.mappings.get(&id) {
+            return m;
+        }
+        let translated = match self.profile.mapping(id) {
+            None => NO_MAPPING,
+            Some(m) => {
+                let mapping = Mapping {
+                    memory_start: m.memory_start,
+                    memory_limit: m.memory_limit,
+                    file_offset: m.file_offset,
+                    filename: self.string(head, m.filename),
+                    build_id: self.string(head, m.build_id),
+                    has_functions: m.has_functions,
+                };
+                head.symbols.intern_mapping(mapping)
+            }
+        };
+        self.mappings.insert(id, translated);
+        translated
+    }
+
+    fn function(&mut self, head: &mut Head, id: u64) -> u32 {
+        let Some(position) = self.function_positions.get(id) else {
+            return 0;
+        };
+        if self.functions[position] == UNSEEN {
+            let f = &self.profile.functions()[position];
+            let function = Function {
+                name: self.string(head, f.name),
+                system_name: self.string(head, f.system_name),
+                filename: self.string(head, f.filename),
+                start_line: f.start_line,
+            };
+            self.functions[position] = head.symbols.intern_function(function);
+        }
+        self.functions[position]
+    }
+
+    fn location(&mut self, head: &mut Head, position: usize) -> u32 {
+        if self.locations[position] == UNSEEN {
+            let location = &self.profile.locations()[position];
+            let mapping = self.mapping(head, location.mapping_id);
+            let mut lines = std::mem::take(&mut self.lines);
+            lines.clear();
+            for line in &location.line {
+                lines.push(Line {
+                    function: self.function(head, line.function_id),
+                    line: line.line,
+                });
+            }
+            self.locations[position] =
+                head.symbols
+                    .intern_location(mapping, location.address, &lines);
+            self.lines = lines;
+        }
+        self.locations[position]
+    }
+
+    /// Interns a stack given leaf-first pprof location ids.
+    pub(super) fn stack(&mut self, head: &mut Head, location_ids: &[u64]) -> u32 {
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        for &id in location_ids.iter().rev() {
+            // Validation guarantees every id resolves.
+            if let Some(position) = self.location_positions.get(id) {
+                frames.push(self.location(head, position));
+            }
+        }
+        let node = head.symbols.intern_stack(&frames);
+        self.frames = frames;
+        node
+    }
+
+    /// Interns the labels of `sample` that stay per sample.
+    pub(super) fn sample_labels(
+        &mut self,
+        head: &mut Head,
+        sample: &kiln_pprof::proto::Sample,
+        is_promoted: &impl Fn(i64, i64) -> bool,
+    ) -> u32 {
+        self.label_scratch.clear();
+        for label in &sample.label {
+            if !is_promoted(label.key, label.str) {
+                self.label_scratch
+                    .push([label.key, label.str, label.num, label.num_unit]);
+            }
+        }
+        if self.label_scratch.is_empty() {
+            return crate::symbols::EMPTY_LABEL_SET;
+        }
+        self.label_scratch.sort_unstable();
+        if let Some(&id) = self.label_sets.get(self.label_scratch.as_slice()) {
+            return id;
+        }
+        let mut labels = std::mem::take(&mut self.labels);
+        labels.clear();
+        let scratch = std::mem::take(&mut self.label_scratch);
+        for &[key, str_index, num, unit] in &scratch {
+            labels.push(SampleLabel {
+                key: self.string(head, key),
+                str: self.string(head, str_index),
+                num,
+                unit: self.string(head, unit),
+            });
+        }
+        labels.sort_unstable();
+        let id = head.symbols.intern_label_set(&labels);
+        self.label_sets.insert(scratch.clone(), id);
+        self.label_scratch = scratch;
+        self.labels = labels;
+        id
+    }
+}

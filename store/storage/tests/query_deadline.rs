@@ -1,0 +1,56 @@
+//! Audit R8: a query that runs past its deadline stops between blocks with
+//! an error saying how far it got; it never answers a partial result.
+
+#[path = "support/profiles.rs"]
+mod profiles;
+
+use std::time::Duration;
+
+use kiln_storage::{ErrorClass, StorageError, Store};
+use profiles::*;
+
+async fn store_with_a_block_and_a_head(root: &std::path::Path, timeout: Duration) -> Store {
+    let mut config = config(&root.join("data"), "r1");
+    config.query_timeout = timeout;
+    let store = Store::open(config, local_bucket(&root.join("bucket")))
+        .await
+        .expect("open");
+    let (a, _) = cpu_profile(1, 50);
+    store.ingest(request("pod-a", BASE_MS, a)).await.expect("a");
+    store.flush().await.expect("flush");
+    let (b, _) = cpu_profile(2, 50);
+    store.ingest(request("pod-b", BASE_MS, b)).await.expect("b");
+    store
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_past_its_deadline_is_an_error_not_a_partial_answer() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let store = store_with_a_block_and_a_head(root.path(), Duration::from_nanos(1)).await;
+    let err = store
+        .merge(&all_selector(), everything())
+        .await
+        .expect_err("past the deadline");
+    assert!(
+        matches!(
+            err,
+            StorageError::QueryTimeout {
+                visited: 1,
+                total: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(err.class(), ErrorClass::Client);
+    assert!(err.to_string().contains("narrow the time range"), "{err}");
+
+    let root = tempfile::tempdir().expect("tempdir");
+    let store = store_with_a_block_and_a_head(root.path(), Duration::from_secs(30)).await;
+    let (_, total_a) = cpu_profile(1, 50);
+    let (_, total_b) = cpu_profile(2, 50);
+    assert_eq!(
+        total(&store, &all_selector(), everything()).await,
+        total_a + total_b
+    );
+}

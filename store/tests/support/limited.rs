@@ -1,0 +1,114 @@
+//! A memory cgroup a test creates inside its own (v2 `memory.max`, or v1
+//! `memory.limit_in_bytes` on hybrid hosts), and the store process run in
+//! it. Shared by the tests that hold `kiln-store` to its `--memory-budget`.
+
+#![allow(dead_code)] // Each test binary uses its own subset.
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+
+/// A memory cgroup created for this test, removed on drop.
+pub struct LimitedCgroup {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl LimitedCgroup {
+    /// Creates a child of this process's memory cgroup limited to `limit`
+    /// bytes (swap off), or explains why it cannot.
+    pub fn create(limit: u64) -> Result<Self, String> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
+        let v1_path = own.lines().find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == "memory")
+                .then(|| path.to_owned())
+        });
+        let name = format!("kiln-memory-limit-{}", std::process::id());
+        let (parent, v2) = match v1_path {
+            Some(path) => (
+                Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')),
+                false,
+            ),
+            None => {
+                let path = own
+                    .lines()
+                    .find_map(|l| l.strip_prefix("0::"))
+                    .ok_or("no memory cgroup in /proc/self/cgroup")?;
+                let root = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+                    .into_iter()
+                    .find(|r| {
+                        std::fs::read_to_string(Path::new(r).join("cgroup.controllers"))
+                            .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"))
+                    })
+                    .ok_or("no cgroup v2 mount with the memory controller")?;
+                (Path::new(root).join(path.trim_start_matches('/')), true)
+            }
+        };
+        let dir = parent.join(name);
+        std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let group = Self { dir, v2 };
+        let write = |file: &str, value: &str| {
+            std::fs::write(group.dir.join(file), value)
+                .map_err(|e| format!("cannot write {file}: {e}"))
+        };
+        if v2 {
+            write("memory.max", &limit.to_string())?;
+            // Absent without swap accounting; then there is no swap to use.
+            let _ = write("memory.swap.max", "0");
+        } else {
+            write("memory.limit_in_bytes", &limit.to_string())?;
+            // memsw is memory + swap; equal to the limit means no swap.
+            let _ = write("memory.memsw.limit_in_bytes", &limit.to_string());
+        }
+        Ok(group)
+    }
+
+    pub fn procs_file(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+
+    /// OOM kills inside the group so far.
+    pub fn oom_kills(&self) -> u64 {
+        let file = if self.v2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        let text = std::fs::read_to_string(self.dir.join(file)).unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for LimitedCgroup {
+    fn drop(&mut self) {
+        // Empty once the store has been reaped; removal is best effort.
+        if let Err(err) = std::fs::remove_dir(&self.dir) {
+            eprintln!("could not remove {}: {err}", self.dir.display());
+        }
+    }
+}
+
+/// The store process; killed and reaped on drop.
+pub struct Limited {
+    pub child: Child,
+}
+
+impl Drop for Limited {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
