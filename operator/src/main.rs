@@ -34,6 +34,11 @@ struct Args {
         default_value = "ghcr.io/kiln-dev/kiln-agent:0.1.0"
     )]
     agent_image: String,
+    /// Other agent images a ProfileStore's `spec.agent.image` may name
+    /// (comma-separated; exact references, or prefixes ending in `*`).
+    /// Anything else is refused: agents run privileged on every node.
+    #[arg(long, env = "KILN_ALLOWED_AGENT_IMAGES", value_delimiter = ',')]
+    allowed_agent_images: Vec<String>,
     /// Log filter, e.g. `info` or `kiln_operator=debug,kube=info`.
     #[arg(long, env = "KILN_LOG", default_value = "info")]
     log: String,
@@ -63,6 +68,7 @@ async fn main() -> anyhow::Result<()> {
     let defaults = BuildDefaults {
         store_image: args.store_image,
         agent_image: args.agent_image,
+        allowed_agent_images: args.allowed_agent_images,
     };
     let ctx = Arc::new(Context::new(client, defaults, metrics.clone()));
 

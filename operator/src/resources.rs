@@ -34,6 +34,25 @@ pub struct BuildDefaults {
     pub store_image: String,
     /// Agent image when `spec.agent.image` is unset.
     pub agent_image: String,
+    /// Other agent images a ProfileStore may ask for: exact references, or
+    /// prefixes ending in `*`. Agents run privileged on every node, so the
+    /// cluster admin who installs the operator chooses them, not whoever
+    /// may create a ProfileStore (audit O4).
+    pub allowed_agent_images: Vec<String>,
+}
+
+impl BuildDefaults {
+    /// Whether a store may run agents from `image`.
+    pub fn agent_image_allowed(&self, image: &str) -> bool {
+        image == self.agent_image
+            || self
+                .allowed_agent_images
+                .iter()
+                .any(|allowed| match allowed.strip_suffix('*') {
+                    Some(prefix) => image.starts_with(prefix),
+                    None => image == allowed,
+                })
+    }
 }
 
 impl Default for BuildDefaults {
@@ -41,6 +60,7 @@ impl Default for BuildDefaults {
         Self {
             store_image: "ghcr.io/kiln-dev/kiln-store:0.1.0".to_owned(),
             agent_image: "ghcr.io/kiln-dev/kiln-agent:0.1.0".to_owned(),
+            allowed_agent_images: Vec::new(),
         }
     }
 }

@@ -496,3 +496,20 @@ fn store_without_metadata_is_a_build_error_not_a_panic() {
     let error = StoreNames::of(&object).expect_err("no namespace");
     assert_eq!(error.reason(), "missing_metadata");
 }
+
+#[test]
+fn only_the_operators_agent_images_are_allowed() {
+    let defaults = BuildDefaults {
+        allowed_agent_images: vec![
+            "registry.example/kiln-agent:0.2.0".to_owned(),
+            "mirror.example/kiln/*".to_owned(),
+        ],
+        ..BuildDefaults::default()
+    };
+    assert!(defaults.agent_image_allowed(&BuildDefaults::default().agent_image));
+    assert!(defaults.agent_image_allowed("registry.example/kiln-agent:0.2.0"));
+    assert!(defaults.agent_image_allowed("mirror.example/kiln/kiln-agent:0.1.0"));
+    assert!(!defaults.agent_image_allowed("registry.example/kiln-agent:0.2.0-evil"));
+    assert!(!defaults.agent_image_allowed("docker.io/attacker/rootkit:latest"));
+    assert!(!BuildDefaults::default().agent_image_allowed("mirror.example/kiln/kiln-agent:0.1.0"));
+}

@@ -226,6 +226,32 @@ async fn a_binding_left_by_the_first_release_is_deleted() {
 }
 
 #[tokio::test]
+async fn a_store_asking_for_an_image_the_operator_does_not_allow_gets_no_agents() {
+    let (fake, ctx) = setup(&store_json(
+        json!({"agent": {"image": "docker.io/attacker/rootkit:latest"}}),
+        &[],
+    ));
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    let writes = write_paths(&fake);
+    assert!(
+        !writes.iter().any(|w| w.contains("daemonsets")),
+        "no DaemonSet runs the image: {writes:?}"
+    );
+    assert!(
+        writes.iter().any(|w| w.contains("statefulsets")),
+        "{writes:?}"
+    );
+    let status_store = fake.get(STORE_PATH).unwrap();
+    assert_eq!(condition(&status_store, "AgentsReady")["status"], "False");
+    assert_eq!(
+        condition(&status_store, "AgentsReady")["reason"],
+        "AgentImageNotAllowed"
+    );
+}
+
+#[tokio::test]
 async fn store_without_agents_needs_no_finalizer_and_removes_agent_objects() {
     let (fake, ctx) = setup(&store_json(json!({"agent": {"enabled": false}}), &[]));
     fake.put(DS_PATH, json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "main-agent", "namespace": "kiln"}}));

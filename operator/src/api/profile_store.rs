@@ -183,7 +183,8 @@ pub struct AgentSpec {
     /// Run agents for this store. At most one store per cluster should enable them.
     #[serde(default = "default_true")]
     pub enabled: bool,
-    /// Agent image; defaults to the operator's `--agent-image`.
+    /// Agent image; defaults to the operator's `--agent-image`. Any other image must be in the
+    /// operator's `--allowed-agent-images`, or agents are not started (`AgentImageNotAllowed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// Agent container resources; defaults to requests 100m/256Mi and a 1Gi memory limit.

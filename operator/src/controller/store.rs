@@ -33,6 +33,8 @@ const RECREATE_DELAY: Duration = Duration::from_secs(5);
 const AGENT_OWNER_RECHECK: Duration = Duration::from_secs(60);
 /// `AgentsReady` reason when another store's agents already cover the nodes.
 pub const AGENTS_OWNED_ELSEWHERE: &str = "AgentsOwnedByOtherStore";
+/// Reason of `AgentsReady=False` when `spec.agent.image` is not allowed.
+pub const AGENT_IMAGE_NOT_ALLOWED: &str = "AgentImageNotAllowed";
 
 /// The store whose agents run, as `namespace/name`: among stores with agents enabled that are not
 /// being deleted, the oldest (then by namespace and name), so the choice is stable.
@@ -63,6 +65,8 @@ struct Observed {
     recreating: bool,
     /// `namespace/name` of another store whose agents already run on every node.
     agents_owned_by: Option<String>,
+    /// The `spec.agent.image` refused because the operator does not allow it.
+    refused_agent_image: Option<String>,
 }
 
 /// Entry point for the controller: finalizer handling around [`apply`] and [`cleanup`].
@@ -263,6 +267,17 @@ async fn apply_children(
         Err(other) => return Err(other),
     }
 
+    observed.refused_agent_image = store
+        .spec
+        .agent
+        .image
+        .clone()
+        .filter(|image| store.spec.agent.enabled && !ctx.defaults.agent_image_allowed(image));
+    if observed.refused_agent_image.is_some() {
+        // Leave whatever agents run as they are: neither start the image nor
+        // take the node's profiling away over a spec edit.
+        return Ok(observed);
+    }
     if store.spec.agent.enabled && observed.agents_owned_by.is_none() {
         let file = targets::with_relays(&aggregation.file, relays);
         let targets_map = targets::config_map(store, names, &file).map_err(build)?;
@@ -438,6 +453,14 @@ fn desired_conditions(
             AGENTS_READY,
             "AgentsDisabled",
             "spec.agent.enabled is false",
+        ),
+        (true, _) if observed.refused_agent_image.is_some() => DesiredCondition::fails(
+            AGENTS_READY,
+            AGENT_IMAGE_NOT_ALLOWED,
+            format!(
+                "spec.agent.image {:?} is not the operator's --agent-image or in its --allowed-agent-images",
+                observed.refused_agent_image.as_deref().unwrap_or("")
+            ),
         ),
         (true, _) if observed.agents_owned_by.is_some() => DesiredCondition::fails(
             AGENTS_READY,
