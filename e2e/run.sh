@@ -67,7 +67,11 @@ metadata:
   name: $ns
   labels:
     pod-security.kubernetes.io/enforce: privileged
----
+YAML
+# The operator writes store children only where it is granted a Role.
+kubectl -n "$ns" apply --server-side -f "$repo/config/rbac/store_role.yaml" \
+  -f "$repo/config/rbac/store_role_binding.yaml"
+kubectl apply --server-side -f - <<YAML
 apiVersion: kiln.dev/v1alpha1
 kind: ProfileStore
 metadata:

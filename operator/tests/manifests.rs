@@ -182,6 +182,8 @@ fn default_kustomization_installs_namespace_crds_rbac_and_operator() {
         "ServiceAccount/kiln-operator",
         "ClusterRole/kiln-operator",
         "ClusterRoleBinding/kiln-operator",
+        "Role/kiln-operator-stores",
+        "RoleBinding/kiln-operator-stores",
         "Deployment/kiln-operator",
     ] {
         assert!(
@@ -263,9 +265,12 @@ fn grants(role: &Value, group: &str, resource: &str, verb: &str) -> bool {
 fn operator_role_covers_every_call_and_grants_no_wildcards() {
     let role =
         &kustomize::load_documents(&repo_root().join("config/rbac/role.yaml")).expect("role")[0];
+    let store_role = &kustomize::load_documents(&repo_root().join("config/rbac/store_role.yaml"))
+        .expect("store role")[0];
+    assert_eq!(store_role["kind"], "Role", "store writes are namespaced");
     for (group, resource, verb) in REQUIRED_PERMISSIONS {
         assert!(
-            grants(role, group, resource, verb),
+            grants(role, group, resource, verb) || grants(store_role, group, resource, verb),
             "missing {verb} on {group}/{resource}"
         );
     }
@@ -293,6 +298,81 @@ fn operator_role_covers_every_call_and_grants_no_wildcards() {
     }
 }
 
+/// Every rule of every RBAC object in `config/` and the chart's template, as
+/// (kind, rule) pairs.
+fn rbac_rules() -> Vec<(String, String, Value)> {
+    let mut rules = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo_root().join("config/rbac"))
+        .expect("config/rbac")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    for path in files {
+        for object in kustomize::load_documents(&path).expect("YAML") {
+            let kind = object["kind"].as_str().unwrap_or("").to_owned();
+            for rule in object["rules"].as_array().into_iter().flatten() {
+                rules.push((path.display().to_string(), kind.clone(), rule.clone()));
+            }
+        }
+    }
+    // The chart template: split into documents and drop template lines, which never
+    // hold rules.
+    let chart = std::fs::read_to_string(repo_root().join("charts/kiln/templates/rbac.yaml"))
+        .expect("chart rbac template");
+    for document in chart.split("\n---\n") {
+        let plain: String = document
+            .lines()
+            .filter(|l| !l.contains("{{"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let Ok(object) = serde_yaml::from_str::<Value>(&plain) else {
+            continue;
+        };
+        let kind = object["kind"].as_str().unwrap_or("").to_owned();
+        for rule in object["rules"].as_array().into_iter().flatten() {
+            rules.push(("chart".to_owned(), kind.clone(), rule.clone()));
+        }
+    }
+    rules
+}
+
+#[test]
+fn no_cluster_wide_write_on_core_or_apps_resources() {
+    let rules = rbac_rules();
+    assert!(rules.len() > 10, "rules were read: {}", rules.len());
+    let writes = [
+        "create",
+        "patch",
+        "update",
+        "delete",
+        "deletecollection",
+        "*",
+    ];
+    for (file, kind, rule) in &rules {
+        if kind != "ClusterRole" {
+            continue;
+        }
+        let groups = rule["apiGroups"].to_string();
+        let core_or_apps = groups.contains("\"\"") || groups.contains("\"apps\"");
+        let verbs: Vec<&str> = rule["verbs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(
+            !core_or_apps || !verbs.iter().any(|v| writes.contains(v)),
+            "{file}: a ClusterRole writes core/apps resources: {rule}"
+        );
+    }
+    assert!(
+        rules.iter().any(|(_, kind, _)| kind == "Role"),
+        "writes come from namespaced Roles"
+    );
+}
+
 #[test]
 fn chart_rbac_matches_config_rbac() {
     let chart_rbac = std::fs::read_to_string(repo_root().join("charts/kiln/templates/rbac.yaml"))
@@ -306,6 +386,16 @@ fn chart_rbac_matches_config_rbac() {
     assert!(
         chart_rbac.contains(rules),
         "charts/kiln/templates/rbac.yaml must repeat config/rbac/role.yaml's rules verbatim"
+    );
+    let store_role =
+        std::fs::read_to_string(repo_root().join("config/rbac/store_role.yaml")).expect("role");
+    let store_rules = store_role
+        .split_once("rules:\n")
+        .expect("store role has rules")
+        .1;
+    assert!(
+        chart_rbac.contains(store_rules),
+        "charts/kiln/templates/rbac.yaml must repeat config/rbac/store_role.yaml's rules verbatim"
     );
 }
 
