@@ -33,6 +33,8 @@ const RECREATE_DELAY: Duration = Duration::from_secs(5);
 const AGENT_OWNER_RECHECK: Duration = Duration::from_secs(60);
 /// `AgentsReady` reason when another store's agents already cover the nodes.
 pub const AGENTS_OWNED_ELSEWHERE: &str = "AgentsOwnedByOtherStore";
+/// Reason of `Reconciled` when the targets file had to be cut to its cap.
+pub const TARGETS_FILE_CAPPED: &str = "TargetsFileCapped";
 /// Reason of `AgentsReady=False` when `spec.agent.image` is not allowed.
 pub const AGENT_IMAGE_NOT_ALLOWED: &str = "AgentImageNotAllowed";
 
@@ -67,6 +69,8 @@ struct Observed {
     agents_owned_by: Option<String>,
     /// The `spec.agent.image` refused because the operator does not allow it.
     refused_agent_image: Option<String>,
+    /// (relayed pods, targets) left out of the targets file to keep it under its cap.
+    targets_left_out: (usize, usize),
 }
 
 /// Entry point for the controller: finalizer handling around [`apply`] and [`cleanup`].
@@ -279,8 +283,9 @@ async fn apply_children(
         return Ok(observed);
     }
     if store.spec.agent.enabled && observed.agents_owned_by.is_none() {
-        let file = targets::with_relays(&aggregation.file, relays);
-        let targets_map = targets::config_map(store, names, &file).map_err(build)?;
+        let fitted = targets::fit_targets(&aggregation.file, relays);
+        observed.targets_left_out = (fitted.relays_left_out, fitted.targets_left_out);
+        let targets_map = targets::config_map(store, names, &fitted.file).map_err(build)?;
         apply_if_changed(&config_maps, &targets_map, ctx).await?;
         let account = agent::service_account(store, names).map_err(build)?;
         apply_if_changed(&accounts, &account, ctx).await?;
@@ -494,7 +499,19 @@ fn desired_conditions(
             "agent DaemonSet has no status yet",
         ),
     });
-    conditions.push(if aggregation.rejected.is_empty() {
+    let (relays_left_out, targets_left_out) = observed.targets_left_out;
+    conditions.push(if relays_left_out + targets_left_out > 0 {
+        DesiredCondition::holds(
+            RECONCILED,
+            TARGETS_FILE_CAPPED,
+            format!(
+                "children are up to date; the agents' targets file is capped at {} KiB: \
+                 {relays_left_out} annotated pods and {targets_left_out} ProfilingTargets left out, \
+                 from the namespaces with the most entries",
+                targets::MAX_TARGETS_FILE_BYTES / 1024
+            ),
+        )
+    } else if aggregation.rejected.is_empty() {
         DesiredCondition::holds(RECONCILED, "Applied", "all children are up to date")
     } else {
         let sources: Vec<&str> = aggregation

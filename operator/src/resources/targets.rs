@@ -239,6 +239,72 @@ pub fn with_relays(file: &TargetsFile, relays: &[Target]) -> TargetsFile {
     TargetsFile::new(file.targets.iter().chain(relays).cloned())
 }
 
+/// Most bytes of the targets file the operator writes: below the 1 MiB a ConfigMap (and the
+/// agent's reader) allows, with room for the ConfigMap's own metadata.
+pub const MAX_TARGETS_FILE_BYTES: usize = 900 * 1024;
+
+/// The targets file as written, and what had to be left out of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FittedTargets {
+    /// The file, at most [`MAX_TARGETS_FILE_BYTES`] long.
+    pub file: TargetsFile,
+    /// Relayed pods left out.
+    pub relays_left_out: usize,
+    /// `ProfilingTarget`s left out.
+    pub targets_left_out: usize,
+}
+
+/// [`with_relays`], cut to [`MAX_TARGETS_FILE_BYTES`]: relay entries go first, then targets,
+/// each time from the namespace with the most entries, so one tenant's volume cannot push
+/// the others out or make the whole file unwritable (audit O2).
+pub fn fit_targets(file: &TargetsFile, relays: &[Target]) -> FittedTargets {
+    let mut targets = file.targets.clone();
+    let mut relays = relays.to_vec();
+    let (mut relays_left_out, mut targets_left_out) = (0, 0);
+    loop {
+        let candidate = with_relays(&TargetsFile::new(targets.iter().cloned()), &relays);
+        let size = candidate.to_json().map_or(usize::MAX, |json| json.len());
+        if size <= MAX_TARGETS_FILE_BYTES || (targets.is_empty() && relays.is_empty()) {
+            return FittedTargets {
+                file: candidate,
+                relays_left_out,
+                targets_left_out,
+            };
+        }
+        let excess = size.saturating_sub(MAX_TARGETS_FILE_BYTES);
+        if relays.is_empty() {
+            targets_left_out += drop_from_busiest_namespace(&mut targets, excess);
+        } else {
+            relays_left_out += drop_from_busiest_namespace(&mut relays, excess);
+        }
+    }
+}
+
+/// Removes entries, the last of the namespace with the most entries each time, until about
+/// `excess` bytes are freed (at least one entry); returns how many went.
+fn drop_from_busiest_namespace(entries: &mut Vec<Target>, excess: usize) -> usize {
+    let mut freed = 0;
+    let mut dropped = 0;
+    while (freed < excess || dropped == 0) && !entries.is_empty() {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for entry in entries.iter() {
+            *counts.entry(entry.namespace.as_str()).or_default() += 1;
+        }
+        let busiest = counts
+            .iter()
+            .max_by_key(|(namespace, count)| (**count, std::cmp::Reverse(**namespace)))
+            .map(|(namespace, _)| (*namespace).to_owned())
+            .unwrap_or_default();
+        let Some(index) = entries.iter().rposition(|e| e.namespace == busiest) else {
+            break;
+        };
+        let entry = entries.remove(index);
+        freed += serde_json::to_vec(&entry).map_or(0, |bytes| bytes.len() + 1);
+        dropped += 1;
+    }
+    dropped
+}
+
 /// The targets ConfigMap mounted into every agent.
 pub fn config_map(
     store: &ProfileStore,
@@ -392,6 +458,51 @@ mod tests {
         assert_eq!((small, busy), (10, MAX_RELAYED_PODS_PER_NAMESPACE));
         let file = with_relays(&TargetsFile::new([]), &relays);
         assert!(file.to_json().expect("serializes").len() < kiln_targets::MAX_FILE_BYTES);
+    }
+
+    #[test]
+    fn the_file_is_cut_to_its_cap_from_the_busiest_namespace_and_says_how_much() {
+        let note = "n".repeat(900);
+        let mut pods: Vec<ObjectMeta> = (0..1500)
+            .map(|i| {
+                pod(
+                    &format!("busy{}", i % 4),
+                    &format!("p{i:05}"),
+                    &format!("uid-busy-{i}"),
+                    &[
+                        ("profiles.kiln.dev/enabled", "true"),
+                        ("profiles.kiln.dev/service-name", &note),
+                    ],
+                )
+            })
+            .collect();
+        pods.extend(annotated("small", 5));
+        let relays = relay_targets(&pods);
+        let uncut = with_relays(&TargetsFile::new([]), &relays);
+        assert!(
+            uncut.to_json().expect("json").len() > MAX_TARGETS_FILE_BYTES,
+            "the test is over the cap"
+        );
+        let fitted = fit_targets(&TargetsFile::new([]), &relays);
+        let size = fitted.file.to_json().expect("json").len();
+        assert!(size <= MAX_TARGETS_FILE_BYTES, "{size} bytes");
+        assert!(fitted.relays_left_out > 0);
+        assert_eq!(fitted.targets_left_out, 0);
+        assert_eq!(
+            fitted.file.targets.len() + fitted.relays_left_out,
+            relays.len()
+        );
+        let small = fitted
+            .file
+            .targets
+            .iter()
+            .filter(|t| t.namespace == "small")
+            .count();
+        assert_eq!(small, 5, "the small namespace keeps every pod");
+        // Under the cap nothing is cut.
+        let few = relay_targets(&annotated("shop", 10));
+        let fitted = fit_targets(&TargetsFile::new([]), &few);
+        assert_eq!((fitted.file.targets.len(), fitted.relays_left_out), (10, 0));
     }
 
     #[test]
