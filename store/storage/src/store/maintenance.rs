@@ -41,9 +41,24 @@ impl Store {
             .filter(|id| !known.contains_key(*id))
             .cloned()
             .collect();
-        let listing = shared.bucket.list_blocks(&known, &skip).await?;
+        let listing_started_ms = now_ms();
+        let mut listing = shared.bucket.list_blocks(&known, &skip).await?;
         let leftovers: Vec<String> = {
             let mut view = write(&shared.view);
+            // A flush does not wait for the listing: a block of this replica
+            // that reached the view after the listing began is kept, or it
+            // would vanish from queries until the next listing.
+            for (id, meta) in &view.blocks {
+                let fresh = ulid::Ulid::from_string(id).is_ok_and(|u| {
+                    i64::try_from(u.timestamp_ms()).unwrap_or(0) + 60_000 >= listing_started_ms
+                });
+                if fresh
+                    && meta.replica == shared.config.replica
+                    && !listing.blocks.contains_key(id)
+                {
+                    listing.blocks.insert(id.clone(), meta.clone());
+                }
+            }
             view.set_blocks(listing.blocks);
             view.hidden
                 .iter()
@@ -142,6 +157,13 @@ impl Store {
                     .filter_map(|id| view.blocks.get(id).cloned())
                     .collect()
             };
+            // Every planned source must still be known: the sources are
+            // deleted after the merge, so one missing from the view now (a
+            // re-listing raced a flush) would be deleted unmerged. Leave the
+            // group for the next round instead.
+            if metas.len() != ids.len() {
+                return Ok(None);
+            }
             let mut blocks: Vec<Arc<Block>> = Vec::with_capacity(metas.len());
             for meta in &metas {
                 match shared.load_block_uncached(&runtime, meta) {
