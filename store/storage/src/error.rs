@@ -81,6 +81,12 @@ pub enum StorageError {
         /// Heads and blocks the query needed.
         total: usize,
     },
+    /// Compactions kept replacing blocks while the query read them.
+    #[error("blocks were replaced by compaction during the query, {attempts} times; retry")]
+    QueryRaced {
+        /// Passes made.
+        attempts: usize,
+    },
     /// The request's series labels are unusable before the engine sees them.
     #[error("invalid labels: {message}")]
     InvalidLabels {
@@ -191,6 +197,7 @@ impl StorageError {
             Self::InvalidLabels { .. } => "invalid_labels",
             Self::TimeOutOfRange { .. } => "time_out_of_range",
             Self::QueryTimeout { .. } => "query_timeout",
+            Self::QueryRaced { .. } => "query_raced",
             Self::OverMemoryBudget { .. } => "over_memory_budget",
             Self::MemoryBusy { .. } => "memory_busy",
             Self::Query { .. } => "query",
@@ -221,6 +228,7 @@ impl StorageError {
             Self::Overloaded { .. }
             | Self::MemoryBusy { .. }
             | Self::UploadBacklog { .. }
+            | Self::QueryRaced { .. }
             | Self::ShuttingDown => ErrorClass::Overloaded,
             Self::Wal { .. }
             | Self::WalPoisoned { .. }
@@ -245,6 +253,7 @@ impl StorageError {
             Self::Overloaded { .. }
                 | Self::MemoryBusy { .. }
                 | Self::UploadBacklog { .. }
+                | Self::QueryRaced { .. }
                 | Self::ShuttingDown
                 | Self::Wal { .. }
                 | Self::Bucket { .. }

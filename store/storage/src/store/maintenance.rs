@@ -41,21 +41,15 @@ impl Store {
             .filter(|id| !known.contains_key(*id))
             .cloned()
             .collect();
-        let listing_started_ms = now_ms();
         let mut listing = shared.bucket.list_blocks(&known, &skip).await?;
         let leftovers: Vec<String> = {
             let mut view = write(&shared.view);
-            // A flush does not wait for the listing: a block of this replica
-            // that reached the view after the listing began is kept, or it
-            // would vanish from queries until the next listing.
+            // A flush does not wait for the listing: a block that reached the
+            // view while the bucket was being listed is kept, or it would
+            // vanish from queries until the next listing. Blocks known before
+            // the listing and missing from it are gone.
             for (id, meta) in &view.blocks {
-                let fresh = ulid::Ulid::from_string(id).is_ok_and(|u| {
-                    i64::try_from(u.timestamp_ms()).unwrap_or(0) + 60_000 >= listing_started_ms
-                });
-                if fresh
-                    && meta.replica == shared.config.replica
-                    && !listing.blocks.contains_key(id)
-                {
+                if !known.contains_key(id) && !listing.blocks.contains_key(id) {
                     listing.blocks.insert(id.clone(), meta.clone());
                 }
             }

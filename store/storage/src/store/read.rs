@@ -15,22 +15,31 @@ fn overlaps(meta: &BlockMeta, range: &TimeRange) -> bool {
     meta.min_time_ms < range.end_ms && meta.max_time_ms >= range.start_ms
 }
 
+/// Why a listed block was not read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Unavailable {
+    /// Deleted after the view was taken: a compaction replaced it (its data
+    /// is in the block that names it as a source) or retention removed it.
+    Gone,
+    /// Corrupt or unreadable (reported); skipped.
+    Skipped,
+}
+
 impl Shared {
-    /// The decoded block, or `None` when it is gone, corrupt or unreadable
-    /// (each reported; never fatal to the query). Called on a blocking
-    /// thread; `runtime` drives the bucket fetch.
+    /// The decoded block, from the bounded cache or the bucket. Called on a
+    /// blocking thread; `runtime` drives the bucket fetch.
     pub(super) fn load_block(
         &self,
         runtime: &tokio::runtime::Handle,
         meta: &BlockMeta,
-    ) -> Option<Arc<Block>> {
+    ) -> Result<Arc<Block>, Unavailable> {
         if let Some(block) = lock(&self.cache).get(&meta.id) {
-            return Some(block);
+            return Ok(block);
         }
         let block = self.fetch_block(runtime, meta)?;
         let bytes = block.approx_decoded_bytes() as u64;
         lock(&self.cache).insert(meta.id.clone(), Arc::clone(&block), bytes);
-        Some(block)
+        Ok(block)
     }
 
     /// Like [`Shared::load_block`], but a block not already cached is
@@ -45,39 +54,35 @@ impl Shared {
         if let Some(block) = lock(&self.cache).get(&meta.id) {
             return Some(block);
         }
-        self.fetch_block(runtime, meta)
+        self.fetch_block(runtime, meta).ok()
     }
 
-    /// Fetches and decodes a block from the bucket; `None` (reported) when
-    /// it is gone, corrupt or unreadable.
+    /// Fetches and decodes a block from the bucket.
     fn fetch_block(
         &self,
         runtime: &tokio::runtime::Handle,
         meta: &BlockMeta,
-    ) -> Option<Arc<Block>> {
+    ) -> Result<Arc<Block>, Unavailable> {
         if lock(&self.corrupt).contains_key(&meta.id) {
-            return None;
+            return Err(Unavailable::Skipped);
         }
         let bytes = match runtime.block_on(self.bucket.get_block_data(&meta.id)) {
             Ok(bytes) => bytes,
             Err(StorageError::Bucket {
                 source: object_store::Error::NotFound { .. },
                 ..
-            }) => {
-                // Deleted by compaction or retention after we listed it.
-                return None;
-            }
+            }) => return Err(Unavailable::Gone),
             Err(err) => {
                 // Possibly transient (network): skip now, retry next query.
                 tracing::warn!(block = %meta.id, error = %err, "skipping unreadable block");
-                return None;
+                return Err(Unavailable::Skipped);
             }
         };
         match Block::decode(&bytes) {
-            Ok(block) => Some(Arc::new(block)),
+            Ok(block) => Ok(Arc::new(block)),
             Err(err) => {
                 self.mark_corrupt(&meta.id, err.to_string());
-                None
+                Err(Unavailable::Skipped)
             }
         }
     }
@@ -91,8 +96,19 @@ impl Shared {
 
 impl Store {
     /// Runs `visit` over the head, pending heads and every overlapping
-    /// block, accumulating into `acc`, on a blocking thread.
-    async fn visit_all<T, F>(&self, range: TimeRange, acc: T, visit: F) -> Result<T, StorageError>
+    /// block, accumulating into a fresh `new_acc()`, on a blocking thread.
+    ///
+    /// A block deleted between the view's snapshot and its read was replaced
+    /// by a compaction (whose output holds its data and some already
+    /// visited) or removed by retention: the answer would silently miss or
+    /// double data, so the whole query runs again on a new snapshot, and
+    /// fails with `QueryRaced` rather than answer partially (audit D5).
+    async fn visit_all<T, F>(
+        &self,
+        range: TimeRange,
+        new_acc: impl Fn() -> T + Send + 'static,
+        visit: F,
+    ) -> Result<T, StorageError>
     where
         T: Send + 'static,
         F: Fn(&dyn Queryable, &mut T) -> Result<(), QueryError> + Send + 'static,
@@ -114,42 +130,16 @@ impl Store {
             Ok(())
         };
         tokio::task::spawn_blocking(move || {
-            let mut acc = acc;
-            let (frozen, metas) = {
-                // The view is snapshotted under the head's read lock: a cut
-                // (which holds the write lock) moves data head -> frozen
-                // atomically with respect to this.
-                let slot = read(&shared.head);
-                let view = read(&shared.view);
-                let frozen = view.frozen.clone();
-                let metas: Vec<BlockMeta> = view
-                    .visible()
-                    .filter(|m| overlaps(m, &range))
-                    .cloned()
-                    .collect();
-                drop(view);
-                visit(&slot.head, &mut acc).map_err(|source| StorageError::Query { source })?;
-                (frozen, metas)
-            };
-            let total = 1 + frozen.len() + metas.len();
-            for (i, pending) in frozen.iter().enumerate() {
-                check_deadline(1 + i, total)?;
-                visit(&pending.head, &mut acc).map_err(|source| StorageError::Query { source })?;
-            }
-            for (i, meta) in metas.iter().enumerate() {
-                check_deadline(1 + frozen.len() + i, total)?;
-                let Some(block) = shared.load_block(&runtime, meta) else {
-                    continue;
-                };
-                match visit(block.as_ref(), &mut acc) {
-                    Ok(()) => {}
-                    Err(QueryError::CorruptBlock { .. }) => {
-                        shared.mark_corrupt(&meta.id, "corrupt data found while querying".into());
-                    }
-                    Err(source) => return Err(StorageError::Query { source }),
+            for _ in 0..QUERY_ATTEMPTS {
+                if let Some(acc) =
+                    visit_snapshot(&shared, &runtime, range, new_acc(), &visit, &check_deadline)?
+                {
+                    return Ok(acc);
                 }
             }
-            Ok(acc)
+            Err(StorageError::QueryRaced {
+                attempts: QUERY_ATTEMPTS,
+            })
         })
         .await
         .map_err(|e| StorageError::task("query", e))?
@@ -163,7 +153,7 @@ impl Store {
         F: Fn(&dyn Queryable) -> Result<Vec<T>, QueryError> + Send + 'static,
     {
         let mut all = self
-            .visit_all(range, Vec::new(), move |q, acc: &mut Vec<T>| {
+            .visit_all(range, Vec::new, move |q, acc: &mut Vec<T>| {
                 acc.extend(list(q)?);
                 Ok(())
             })
@@ -221,7 +211,7 @@ impl Store {
         range: TimeRange,
     ) -> Result<MergedProfile, StorageError> {
         let selector = selector.clone();
-        self.visit_all(range, MergedProfile::new(), move |q, acc| {
+        self.visit_all(range, MergedProfile::new, move |q, acc| {
             q.merge_into(&selector, range, acc)
         })
         .await
@@ -237,9 +227,66 @@ impl Store {
         let selector = selector.clone();
         let timeline =
             Timeline::new(range, step_ms).map_err(|source| StorageError::Query { source })?;
-        self.visit_all(range, timeline, move |q, acc| {
-            q.timeline_into(&selector, range, acc)
-        })
+        self.visit_all(
+            range,
+            move || timeline.clone(),
+            move |q, acc| q.timeline_into(&selector, range, acc),
+        )
         .await
     }
+}
+
+/// Queries made again when a block they listed was deleted under them.
+const QUERY_ATTEMPTS: usize = 3;
+
+/// One pass of [`Store::visit_all`] over one snapshot of the view; `None`
+/// when a listed block was gone by the time it was read.
+fn visit_snapshot<T, F>(
+    shared: &Shared,
+    runtime: &tokio::runtime::Handle,
+    range: TimeRange,
+    mut acc: T,
+    visit: &F,
+    check_deadline: &impl Fn(usize, usize) -> Result<(), StorageError>,
+) -> Result<Option<T>, StorageError>
+where
+    F: Fn(&dyn Queryable, &mut T) -> Result<(), QueryError>,
+{
+    let (frozen, metas) = {
+        // The view is snapshotted under the head's read lock: a cut (which
+        // holds the write lock) moves data head -> frozen atomically with
+        // respect to this.
+        let slot = read(&shared.head);
+        let view = read(&shared.view);
+        let frozen = view.frozen.clone();
+        let metas: Vec<BlockMeta> = view
+            .visible()
+            .filter(|m| overlaps(m, &range))
+            .cloned()
+            .collect();
+        drop(view);
+        visit(&slot.head, &mut acc).map_err(|source| StorageError::Query { source })?;
+        (frozen, metas)
+    };
+    let total = 1 + frozen.len() + metas.len();
+    for (i, pending) in frozen.iter().enumerate() {
+        check_deadline(1 + i, total)?;
+        visit(&pending.head, &mut acc).map_err(|source| StorageError::Query { source })?;
+    }
+    for (i, meta) in metas.iter().enumerate() {
+        check_deadline(1 + frozen.len() + i, total)?;
+        let block = match shared.load_block(runtime, meta) {
+            Ok(block) => block,
+            Err(Unavailable::Gone) => return Ok(None),
+            Err(Unavailable::Skipped) => continue,
+        };
+        match visit(block.as_ref(), &mut acc) {
+            Ok(()) => {}
+            Err(QueryError::CorruptBlock { .. }) => {
+                shared.mark_corrupt(&meta.id, "corrupt data found while querying".into());
+            }
+            Err(source) => return Err(StorageError::Query { source }),
+        }
+    }
+    Ok(Some(acc))
 }
