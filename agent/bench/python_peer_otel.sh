@@ -46,7 +46,7 @@ go="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 # --- build the peer (once), gently: one Go thread, one package at a time ---
 if [ ! -x "$bin" ]; then
   mkdir -p "$tools"
-  export GOMAXPROCS=1 GOFLAGS=-mod=mod GOPROXY="${GOPROXY:-https://proxy.golang.org}" CGO_ENABLED=0
+  export GOMAXPROCS=1 GOFLAGS=-mod=mod CGO_ENABLED=0
   "$go" mod download -json "go.opentelemetry.io/ebpf-profiler@$version" >"$tools/download-$version.json"
   src="$("$go" env GOMODCACHE)/go.opentelemetry.io/ebpf-profiler@$version"
   if [ ! -f "$src/support/ebpf/tracer.ebpf.amd64" ]; then

@@ -4,14 +4,16 @@
 //! and the pprof must name the Python functions with their file and line,
 //! in place among the interpreter's native frames.
 //!
-//! The interpreters: Debian's `python3` (3.11), the CPython that
-//! `./kiln-dev test` builds from source under `$KILN_TOOLS_DIR/cpython`
-//! (3.13), and Debian's `libpython3.11.so` embedded in a program of another
-//! name (as uWSGI embeds it). In CI (`CI=true`) a missing one fails the
-//! test; elsewhere the test says which it skipped.
+//! The interpreters: Debian's `python3` (3.11), bullseye's 3.9 that
+//! `./kiln-dev test` unpacks from Debian's archive (see
+//! `tests/python/interpreters.rs`), and Debian's `libpython3.11.so` embedded
+//! in a program of another name (as uWSGI embeds it). In CI (`CI=true`) a
+//! missing one fails the test; elsewhere the test says which it skipped.
 
 #[path = "privileged_harness/agent_run.rs"]
 mod agent_run;
+#[path = "python/interpreters.rs"]
+mod interpreters;
 #[path = "privileged_harness/python_program.rs"]
 mod python_program;
 
@@ -21,43 +23,22 @@ use std::process::{Command, Stdio};
 use agent_run::{KillOnDrop, SERIAL, in_ci, privileged_prerequisites, run_agent, visible_skip};
 use python_program::{MAIN, MODULE, Sample, samples_of};
 
-/// The interpreters to test: Debian's, the one kiln-dev builds, and any
-/// other CPython installed under `$KILN_TOOLS_DIR/cpython/<version>/bin`.
+/// The interpreters to test: Debian's and bullseye's 3.9.
 fn interpreters() -> Vec<PathBuf> {
-    let tools = PathBuf::from(
-        std::env::var_os("KILN_TOOLS_DIR").unwrap_or_else(|| "/var/tmp/kiln-tools".into()),
-    );
     let mut found = Vec::new();
-    for required in [
-        PathBuf::from("/usr/bin/python3"),
-        tools.join("cpython/3.13.15/bin/python3.13"),
-    ] {
+    for required in interpreters::required_interpreters() {
         if required.is_file() {
             found.push(required);
         } else {
             assert!(
                 !in_ci(),
-                "{} is needed in CI (./kiln-dev test builds it)",
+                "{} is needed in CI (./kiln-dev test unpacks it)",
                 required.display()
             );
             visible_skip(&format!(
-                "skipping {}: not installed (./kiln-dev test builds it)",
+                "skipping {}: not installed (./kiln-dev test unpacks it)",
                 required.display()
             ));
-        }
-    }
-    let builds = std::fs::read_dir(tools.join("cpython"))
-        .into_iter()
-        .flatten()
-        .flatten();
-    for build in builds {
-        let Ok(version) = build.file_name().into_string() else {
-            continue;
-        };
-        let minor = version.split('.').take(2).collect::<Vec<_>>().join(".");
-        let python = build.path().join("bin").join(format!("python{minor}"));
-        if python.is_file() && !found.contains(&python) {
-            found.push(python);
         }
     }
     found

@@ -2,56 +2,40 @@
 //! version's own headers, and the line-table decoder against real
 //! interpreters.
 //!
-//! `./kiln-dev test` fetches and configures the CPython 3.9-3.13 sources
-//! under `$KILN_TOOLS_DIR/cpython/src-<version>`; this test compiles
-//! `tests/python/offsets_probe.c` against each and compares what the
-//! compiler says with the table. In CI a missing tree fails the test;
-//! elsewhere the test says which version it skipped.
+//! This test compiles `tests/python/offsets_probe.c` against the internal
+//! headers of each CPython version it can find (Debian's 3.11, and the 3.9
+//! and 3.13 headers `./kiln-dev test` unpacks from Debian's archive; see
+//! `tests/python/interpreters.rs`) and compares what the compiler says with
+//! the table. In CI a version Debian ships must be there; 3.10 and 3.12,
+//! which Debian never shipped, are skipped with a message.
 
-use std::path::{Path, PathBuf};
+#[path = "python/interpreters.rs"]
+mod interpreters;
+
+use std::path::Path;
 use std::process::Command;
 
+use interpreters::{HEADERS_FROM_DEBIAN, header_flags, required_interpreters};
 use kiln_agent::python::line_table::{LineTableFormat, line_of};
 use kiln_agent::python::offsets::{SUPPORTED, for_minor};
-
-fn tools_dir() -> PathBuf {
-    std::env::var_os("KILN_TOOLS_DIR")
-        .unwrap_or_else(|| "/var/tmp/kiln-tools".into())
-        .into()
-}
 
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
-fn skip(message: &str) {
+/// Says what was skipped where libtest's capture cannot hide it; in CI a
+/// skip of something `./kiln-dev test` provides fails the test.
+fn skip(message: &str, required: bool) {
     use std::io::Write;
-    assert!(!in_ci(), "{message} (needed in CI)");
+    assert!(!(required && in_ci()), "{message} (needed in CI)");
     let _ = writeln!(std::io::stderr(), "skipping: {message}");
 }
 
-/// The configured source tree of CPython 3.`minor`, newest patch first.
-fn source_tree(minor: u8) -> Option<PathBuf> {
-    let root = tools_dir().join("cpython");
-    let prefix = format!("src-3.{minor}.");
-    let mut trees: Vec<PathBuf> = std::fs::read_dir(&root)
-        .ok()?
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .map(|e| e.path())
-        .filter(|p| p.join("pyconfig.h").is_file())
-        .collect();
-    trees.sort();
-    trees.pop()
-}
-
-fn probe(tree: &Path, out_dir: &Path) -> Vec<(String, u64)> {
+fn probe(flags: &[String], out_dir: &Path) -> Vec<(String, u64)> {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/offsets_probe.c");
     let binary = out_dir.join("probe");
     let compiled = Command::new("cc")
-        .arg(format!("-I{}", tree.join("Include").display()))
-        .arg(format!("-I{}", tree.join("Include/internal").display()))
-        .arg(format!("-I{}", tree.display()))
+        .args(flags)
         .arg("-o")
         .arg(&binary)
         .arg(&source)
@@ -59,8 +43,7 @@ fn probe(tree: &Path, out_dir: &Path) -> Vec<(String, u64)> {
         .expect("cc runs");
     assert!(
         compiled.status.success(),
-        "the probe compiles against {}: {}",
-        tree.display(),
+        "the probe compiles with {flags:?}: {}",
         String::from_utf8_lossy(&compiled.stderr)
     );
     let output = Command::new(&binary).output().expect("the probe runs");
@@ -78,34 +61,42 @@ fn the_offsets_table_matches_every_versions_headers() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut checked = Vec::new();
     for version in &SUPPORTED {
-        let Some(tree) = source_tree(version.minor) else {
-            skip(&format!(
-                "no configured CPython 3.{} source tree under {}",
-                version.minor,
-                tools_dir().display()
-            ));
+        let Some(flags) = header_flags(version.minor) else {
+            let in_debian = HEADERS_FROM_DEBIAN.contains(&version.minor);
+            skip(
+                &format!(
+                    "no CPython 3.{} headers{}",
+                    version.minor,
+                    if in_debian {
+                        " (./kiln-dev test unpacks them from Debian)"
+                    } else {
+                        "; Debian never shipped this version, so its offsets are not checked here"
+                    }
+                ),
+                in_debian,
+            );
             continue;
         };
-        let from_headers = probe(&tree, dir.path());
+        let from_headers = probe(&flags, dir.path());
         let from_table: Vec<(String, u64)> = version
             .probe_lines()
             .into_iter()
             .map(|(name, value)| (name.to_owned(), value))
             .collect();
         assert_eq!(
-            from_table,
-            from_headers,
-            "offsets of 3.{} ({})",
+            from_table, from_headers,
+            "offsets of 3.{} ({flags:?})",
             version.minor,
-            tree.display()
         );
-        checked.push(tree.display().to_string());
+        checked.push(format!("3.{}", version.minor));
     }
-    eprintln!("offsets checked against {checked:?}");
+    eprintln!("offsets checked against the headers of {checked:?}");
+    assert!(!checked.is_empty(), "no CPython headers at all");
 }
 
 /// Dumps, for a few real functions, the line table and the line of every
-/// code unit as the interpreter itself reports it (`co_lines`, 3.10+).
+/// code unit as the interpreter itself reports it (`co_lines` from 3.10,
+/// `dis.findlinestarts` over `co_lnotab` in 3.9).
 const DUMP: &str = r#"
 def sample(n):
     total = 0
@@ -122,26 +113,36 @@ class K:
             return 1 / 0
         except ZeroDivisionError:
             return 2
+import dis
 for code in (sample.__code__, K.method.__code__):
     units = len(code.co_code) // 2
     lines = ["-"] * units
-    for start, end, line in code.co_lines():
-        for unit in range(start // 2, end // 2):
-            if unit < units:
-                lines[unit] = "-" if line is None else str(line)
-    print(code.co_firstlineno, code.co_linetable.hex(), ",".join(lines))
+    if hasattr(code, "co_lines"):
+        for start, end, line in code.co_lines():
+            for unit in range(start // 2, end // 2):
+                if unit < units:
+                    lines[unit] = "-" if line is None else str(line)
+        table = code.co_linetable
+    else:
+        # 3.9: a code unit is on the line of the last line start before it.
+        starts = list(dis.findlinestarts(code))
+        for unit in range(units):
+            line = None
+            for offset, start_line in starts:
+                if offset <= unit * 2:
+                    line = start_line
+            lines[unit] = "-" if line is None else str(line)
+        table = code.co_lnotab
+    print(code.co_firstlineno, table.hex(), ",".join(lines))
 "#;
 
-fn interpreters() -> Vec<PathBuf> {
+fn interpreters() -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
-    for path in [
-        PathBuf::from("/usr/bin/python3"),
-        tools_dir().join("cpython/3.13.15/bin/python3.13"),
-    ] {
+    for path in required_interpreters() {
         if path.is_file() {
             found.push(path);
         } else {
-            skip(&format!("{} is not installed", path.display()));
+            skip(&format!("{} is not installed", path.display()), true);
         }
     }
     found
@@ -197,6 +198,6 @@ fn line_tables_decode_as_the_interpreters_report_them() {
             "3.{minor} ({}): {units_checked} code units decoded as the interpreter says",
             python.display()
         );
-        assert!(units_checked > 50);
+        assert!(units_checked > 40, "too few code units checked");
     }
 }
