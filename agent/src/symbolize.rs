@@ -353,25 +353,27 @@ impl StackSymbolizer {
         let perf_map = self.perf_map(process.pid);
         let mut rest = Vec::new();
         for address in addresses {
-            let anonymous = proc_maps::find_mapping(&process.maps, address)
-                .is_none_or(|i| process.maps[i].kind == MappingKind::Anonymous);
-            match perf_map
-                .as_ref()
-                .filter(|_| anonymous)
-                .and_then(|m| m.lookup(address))
-            {
-                Some(name) => {
-                    named.insert(address, name);
+            let kind =
+                proc_maps::find_mapping(&process.maps, address).map(|i| &process.maps[i].kind);
+            match kind {
+                None | Some(MappingKind::Anonymous) => {
+                    if let Some(name) = perf_map.as_ref().and_then(|m| m.lookup(address)) {
+                        named.insert(address, name);
+                    }
                 }
-                None if anonymous => {}
-                None => rest.push(address),
+                Some(MappingKind::Special(name)) if name == "[vdso]" => rest.push(address),
+                // A file the agent refused or could not open (over a cap, not
+                // a regular file, the open-file budget spent) stays unnamed:
+                // handing it to blazesym would open and parse it past every
+                // check of `process_info` (audit G1-G4).
+                Some(_) => {}
             }
         }
         if rest.is_empty() {
             return named;
         }
-        // The vDSO and files that could not be opened, through the live
-        // process; blazesym's own perf-map reading stays off.
+        // The vDSO, through the live process; blazesym's own perf-map
+        // reading stays off.
         let mut source = blaze_source::Process::new(blazesym::Pid::Pid(pid));
         source.debug_syms = false;
         source.map_files = true;
