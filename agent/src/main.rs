@@ -204,9 +204,9 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let capabilities = preflight::run(&cli.btf_path)?;
-    if !preflight::can_read_other_processes(capabilities) {
-        tracing::warn!("without CAP_SYS_PTRACE, other users' processes cannot be symbolized");
+    let checked = preflight::run(&cli.btf_path, cli.unwinder == UnwinderChoice::EhFrame)?;
+    for degradation in preflight::degradations(checked.capabilities, checked.kernel) {
+        tracing::warn!(kernel = %checked.kernel, "{degradation}");
     }
     raise_resource_limits();
 
