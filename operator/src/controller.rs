@@ -126,6 +126,13 @@ pub enum ReconcileError {
         #[source]
         source: Box<finalizer::Error<ReconcileError>>,
     },
+    /// The agents' targets ConfigMap could not be written; every other child was applied.
+    #[error("the agents' targets file was not applied")]
+    TargetsNotApplied {
+        /// Why the build or the apply failed (boxed: it is this type).
+        #[source]
+        source: Box<ReconcileError>,
+    },
     /// The object came without namespace or name.
     #[error("object has no {field}")]
     MissingMetadata {
@@ -146,6 +153,7 @@ impl ReconcileError {
                 }
                 _ => "FinalizerFailed",
             },
+            Self::TargetsNotApplied { .. } => "TargetsNotApplied",
             Self::MissingMetadata { .. } => "MissingMetadata",
         }
     }

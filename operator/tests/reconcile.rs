@@ -342,6 +342,71 @@ async fn api_failure_is_reported_in_status_and_backs_off_exponentially() {
     assert_eq!(after, Action::requeue(Duration::from_secs(5)));
 }
 
+/// Audit O1: a targets file the API server refuses (here as over 1 MiB would be, 422) no longer
+/// stops the ServiceAccount and DaemonSet from being applied; it is reported and retried.
+#[tokio::test]
+async fn a_refused_targets_file_still_applies_the_agents_and_is_retried() {
+    let (fake, ctx) = setup(&store_json(json!({}), &[]));
+    fake.fail(Method::PATCH, TARGETS_CM_PATH, 422);
+    let error = store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(error.reason(), "TargetsNotApplied");
+    let writes = write_paths(&fake);
+    for path in [
+        TARGETS_CM_PATH,
+        "/api/v1/namespaces/kiln/serviceaccounts/main-agent",
+        DS_PATH,
+    ] {
+        assert!(writes.contains(&format!("PATCH {path}")), "{writes:?}");
+    }
+    assert!(fake.get(DS_PATH).is_some(), "the DaemonSet was applied");
+    assert!(fake.get(STS_PATH).is_some(), "the StatefulSet was applied");
+    assert!(fake.get(TARGETS_CM_PATH).is_none());
+
+    let status_store = fake.get(STORE_PATH).unwrap();
+    let reconciled = condition(&status_store, "Reconciled");
+    assert_eq!(reconciled["status"], "False");
+    assert_eq!(reconciled["reason"], "TargetsNotApplied");
+    assert!(
+        reconciled["message"]
+            .as_str()
+            .unwrap()
+            .contains("apply ConfigMap main-targets"),
+        "{reconciled}"
+    );
+    // The rest of the status is still read from the children that were applied.
+    assert_eq!(
+        condition(&status_store, "AgentsReady")["reason"],
+        "AgentsNotReady"
+    );
+    assert_eq!(
+        controller::error_policy(current_store(&fake), &error, ctx.clone()),
+        Action::requeue(Duration::from_secs(5)),
+        "retried with backoff"
+    );
+    assert_eq!(ctx.metrics.failures("ProfileStore", "TargetsNotApplied"), 1);
+
+    // Once the API server takes the file again, the retry writes only it and clears the failure.
+    fake.state.lock().unwrap().failures.clear();
+    fake.clear_calls();
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        write_paths(&fake)
+            .iter()
+            .filter(|w| !w.contains("/events") && !w.ends_with("/status"))
+            .collect::<Vec<_>>(),
+        vec![&format!("PATCH {TARGETS_CM_PATH}")]
+    );
+    assert!(fake.get(TARGETS_CM_PATH).is_some());
+    assert_eq!(
+        condition(&fake.get(STORE_PATH).unwrap(), "Reconciled")["status"],
+        "True"
+    );
+}
+
 #[tokio::test]
 async fn immutable_stateful_set_change_deletes_with_orphans_and_requeues() {
     let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));

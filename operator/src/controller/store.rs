@@ -71,6 +71,9 @@ struct Observed {
     refused_agent_image: Option<String>,
     /// (relayed pods, targets) left out of the targets file to keep it under its cap.
     targets_left_out: (usize, usize),
+    /// Why the targets ConfigMap was not written ([`ReconcileError::TargetsNotApplied`]); the
+    /// other children were applied anyway.
+    targets_error: Option<ReconcileError>,
 }
 
 /// Entry point for the controller: finalizer handling around [`apply`] and [`cleanup`].
@@ -143,12 +146,17 @@ pub async fn apply(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, Re
         Vec::new()
     };
     match apply_children(&store, &names, &aggregation, &relays, agents_owned_by, ctx).await {
-        Ok(observed) => {
+        Ok(mut observed) => {
             let recreating = observed.recreating;
             let waiting_for_owner = observed.agents_owned_by.is_some();
             let status = observed_status(&store, &names, &observed, &aggregation);
             let conditions = desired_conditions(&store, &observed, &aggregation, None);
             patch_status_if_changed(&store, ctx, status, conditions, &names).await?;
+            if let Some(error) = observed.targets_error.take() {
+                // Everything else is applied and the status says what failed; the error makes
+                // the controller retry the targets file with backoff.
+                return Err(error);
+            }
             Ok(Action::requeue(if recreating {
                 RECREATE_DELAY
             } else if waiting_for_owner {
@@ -285,8 +293,21 @@ async fn apply_children(
     if store.spec.agent.enabled && observed.agents_owned_by.is_none() {
         let fitted = targets::fit_targets(&aggregation.file, relays);
         observed.targets_left_out = (fitted.relays_left_out, fitted.targets_left_out);
-        let targets_map = targets::config_map(store, names, &fitted.file).map_err(build)?;
-        apply_if_changed(&config_maps, &targets_map, ctx).await?;
+        // One tenant's oversized or rejected entries must not hold back the agents' own
+        // objects (audit O1): a failed targets apply is reported and retried, and the agents
+        // keep reading the last file that was written.
+        let targets_applied = match targets::config_map(store, names, &fitted.file) {
+            Ok(targets_map) => apply_if_changed(&config_maps, &targets_map, ctx)
+                .await
+                .map(|_| ()),
+            Err(source) => Err(build(source)),
+        };
+        observed.targets_error =
+            targets_applied
+                .err()
+                .map(|source| ReconcileError::TargetsNotApplied {
+                    source: Box::new(source),
+                });
         let account = agent::service_account(store, names).map_err(build)?;
         apply_if_changed(&accounts, &account, ctx).await?;
         // Agents never call the API server; a binding left by an earlier operator goes.
@@ -500,7 +521,9 @@ fn desired_conditions(
         ),
     });
     let (relays_left_out, targets_left_out) = observed.targets_left_out;
-    conditions.push(if relays_left_out + targets_left_out > 0 {
+    conditions.push(if let Some(error) = &observed.targets_error {
+        DesiredCondition::fails(RECONCILED, error.reason(), format_chain(error))
+    } else if relays_left_out + targets_left_out > 0 {
         DesiredCondition::holds(
             RECONCILED,
             TARGETS_FILE_CAPPED,
