@@ -39,6 +39,17 @@ struct Args {
     /// Anything else is refused: agents run privileged on every node.
     #[arg(long, env = "KILN_ALLOWED_AGENT_IMAGES", value_delimiter = ',')]
     allowed_agent_images: Vec<String>,
+    /// Taint keys agent pods may tolerate (comma-separated), or `*` for any
+    /// taint. A ProfileStore's `spec.agent.tolerations` may name only these
+    /// keys; a store that sets none tolerates all of them. Empty: none.
+    #[arg(
+        long,
+        env = "KILN_ALLOWED_AGENT_TOLERATIONS",
+        value_delimiter = ',',
+        default_value = "*",
+        value_parser = taint_key
+    )]
+    allowed_agent_tolerations: Vec<String>,
     /// Log filter, e.g. `info` or `kiln_operator=debug,kube=info`.
     #[arg(long, env = "KILN_LOG", default_value = "info")]
     log: String,
@@ -68,7 +79,9 @@ async fn main() -> anyhow::Result<()> {
     let defaults = BuildDefaults {
         store_image: args.store_image,
         agent_image: args.agent_image,
-        allowed_agent_images: args.allowed_agent_images,
+        // `--flag=` (as the chart renders an empty list) gives one empty entry: it means none.
+        allowed_agent_images: without_empty(args.allowed_agent_images),
+        allowed_agent_tolerations: without_empty(args.allowed_agent_tolerations),
     };
     let ctx = Arc::new(Context::new(client, defaults, metrics.clone()));
 
@@ -88,15 +101,61 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One entry of `--allowed-agent-tolerations`: a taint key, `*`, or empty (ignored).
+fn taint_key(entry: &str) -> Result<String, String> {
+    let entry = entry.trim();
+    if entry != "*" && entry.contains('*') {
+        return Err(format!(
+            "{entry:?}: taint keys are matched exactly; only `*` alone allows every taint"
+        ));
+    }
+    if entry.contains(char::is_whitespace) {
+        return Err(format!("{entry:?} is not a taint key"));
+    }
+    Ok(entry.to_owned())
+}
+
+fn without_empty(entries: Vec<String>) -> Vec<String> {
+    entries
+        .into_iter()
+        .filter(|entry| !entry.is_empty())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
-    use super::Args;
+    use super::{Args, without_empty};
 
     #[test]
     fn clap_definition_is_consistent() {
         Args::command().debug_assert();
+    }
+
+    #[test]
+    fn agents_tolerate_any_taint_unless_the_operator_narrows_it() {
+        let parse = |extra: &[&str]| {
+            let argv = ["kiln-operator"].iter().chain(extra).copied();
+            Args::try_parse_from(argv).map(|args| without_empty(args.allowed_agent_tolerations))
+        };
+        assert_eq!(parse(&[]).ok(), Some(vec!["*".to_owned()]));
+        assert_eq!(
+            parse(&["--allowed-agent-tolerations=gpu,node-role.kubernetes.io/control-plane"]).ok(),
+            Some(vec![
+                "gpu".to_owned(),
+                "node-role.kubernetes.io/control-plane".to_owned()
+            ])
+        );
+        assert_eq!(
+            parse(&["--allowed-agent-tolerations="]).ok(),
+            Some(Vec::new())
+        );
+        assert!(parse(&["--allowed-agent-tolerations=gpu*"]).is_err());
+        // config/manager passes an empty list of extra images.
+        let args = Args::try_parse_from(["kiln-operator", "--allowed-agent-images="])
+            .map(|args| without_empty(args.allowed_agent_images));
+        assert_eq!(args.ok(), Some(Vec::new()));
     }
 
     #[test]

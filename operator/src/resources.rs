@@ -10,6 +10,7 @@ pub mod targets;
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 use serde::Serialize;
@@ -39,6 +40,10 @@ pub struct BuildDefaults {
     /// cluster admin who installs the operator chooses them, not whoever
     /// may create a ProfileStore (audit O4).
     pub allowed_agent_images: Vec<String>,
+    /// Taint keys agents may tolerate, or `*` for any taint. For the same
+    /// reason as the images: where a privileged agent runs (control-plane
+    /// nodes, dedicated pools) is the installer's choice (audit O4).
+    pub allowed_agent_tolerations: Vec<String>,
 }
 
 impl BuildDefaults {
@@ -53,6 +58,34 @@ impl BuildDefaults {
                     None => image == allowed,
                 })
     }
+
+    /// The first of a store's tolerations the operator does not allow, if any. An empty key
+    /// (with `Exists`) tolerates every taint, so only `*` allows it.
+    pub fn refused_toleration<'a>(&self, tolerations: &'a [Toleration]) -> Option<&'a Toleration> {
+        tolerations.iter().find(|toleration| {
+            let key = toleration.key.as_deref().unwrap_or("");
+            !self
+                .allowed_agent_tolerations
+                .iter()
+                .any(|allowed| allowed == "*" || (!key.is_empty() && allowed == key))
+        })
+    }
+
+    /// Tolerations of agents whose store sets none: every allowed taint, so every node the
+    /// operator allows is profiled.
+    pub fn default_agent_tolerations(&self) -> Vec<Toleration> {
+        if self.allowed_agent_tolerations.iter().any(|key| key == "*") {
+            return agent::tolerate_everything();
+        }
+        self.allowed_agent_tolerations
+            .iter()
+            .map(|key| Toleration {
+                key: Some(key.clone()),
+                operator: Some("Exists".to_owned()),
+                ..Toleration::default()
+            })
+            .collect()
+    }
 }
 
 impl Default for BuildDefaults {
@@ -61,6 +94,8 @@ impl Default for BuildDefaults {
             store_image: "ghcr.io/kiln-dev/kiln-store:0.1.0".to_owned(),
             agent_image: "ghcr.io/kiln-dev/kiln-agent:0.1.0".to_owned(),
             allowed_agent_images: Vec::new(),
+            // Every node, as before the allow-list existed; installers narrow it.
+            allowed_agent_tolerations: vec!["*".to_owned()],
         }
     }
 }

@@ -513,3 +513,57 @@ fn only_the_operators_agent_images_are_allowed() {
     assert!(!defaults.agent_image_allowed("docker.io/attacker/rootkit:latest"));
     assert!(!BuildDefaults::default().agent_image_allowed("mirror.example/kiln/kiln-agent:0.1.0"));
 }
+
+#[test]
+fn agents_tolerate_only_the_taints_the_operator_allows() {
+    let toleration = |key: Option<&str>| Toleration {
+        key: key.map(str::to_owned),
+        operator: Some("Exists".to_owned()),
+        ..Toleration::default()
+    };
+    let narrowed = BuildDefaults {
+        allowed_agent_tolerations: vec!["gpu".to_owned(), "dedicated".to_owned()],
+        ..BuildDefaults::default()
+    };
+    // A store that sets none tolerates exactly the allowed keys: no control-plane nodes here.
+    assert_eq!(
+        narrowed.default_agent_tolerations(),
+        vec![toleration(Some("gpu")), toleration(Some("dedicated"))]
+    );
+    let object = profile_store(serde_json::json!({}));
+    let names = StoreNames::of(&object).expect("store has metadata");
+    let set = agent::daemon_set(&object, &names, &narrowed).expect("builds");
+    assert_eq!(
+        set.spec.template.spec.expect("pod spec").tolerations,
+        Some(narrowed.default_agent_tolerations())
+    );
+
+    let gpu = [toleration(Some("gpu"))];
+    assert_eq!(narrowed.refused_toleration(&gpu), None);
+    let control_plane = [
+        toleration(Some("gpu")),
+        toleration(Some("node-role.kubernetes.io/control-plane")),
+    ];
+    assert_eq!(
+        narrowed.refused_toleration(&control_plane),
+        Some(&control_plane[1])
+    );
+    let everything = [toleration(None)];
+    assert_eq!(
+        narrowed.refused_toleration(&everything),
+        Some(&everything[0]),
+        "an empty key tolerates every taint"
+    );
+
+    // The default allows any taint, as before the allow-list existed.
+    let defaults = BuildDefaults::default();
+    assert_eq!(defaults.default_agent_tolerations(), vec![toleration(None)]);
+    assert_eq!(defaults.refused_toleration(&everything), None);
+    assert_eq!(defaults.refused_toleration(&control_plane), None);
+    let none_allowed = BuildDefaults {
+        allowed_agent_tolerations: Vec::new(),
+        ..BuildDefaults::default()
+    };
+    assert_eq!(none_allowed.default_agent_tolerations(), Vec::new());
+    assert_eq!(none_allowed.refused_toleration(&gpu), Some(&gpu[0]));
+}

@@ -399,6 +399,34 @@ fn chart_rbac_matches_config_rbac() {
     );
 }
 
+/// The `--flag` names in a manifest's text, in order.
+fn operator_flags(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("- --"))
+        .map(|flag| format!("--{}", flag.split('=').next().unwrap_or(flag)))
+        .collect()
+}
+
+#[test]
+fn chart_passes_the_operator_every_flag_config_does() {
+    let read = |path: &str| std::fs::read_to_string(repo_root().join(path)).expect(path);
+    let config = operator_flags(&read("config/manager/manager.yaml"));
+    let chart = operator_flags(&read("charts/kiln/templates/deployment.yaml"));
+    // The agent policy is the installer's to set in either packaging.
+    for flag in ["--allowed-agent-images", "--allowed-agent-tolerations"] {
+        assert!(
+            config.iter().any(|f| f == flag),
+            "{flag} missing in config/manager"
+        );
+    }
+    for flag in &config {
+        assert!(
+            chart.contains(flag),
+            "{flag} is set in config/manager/manager.yaml but not in the chart's deployment"
+        );
+    }
+}
+
 fn tools_venv() -> PathBuf {
     let dir = std::env::var_os("KILN_TOOLS_DIR")
         .map_or_else(|| PathBuf::from("/var/tmp/kiln-tools"), PathBuf::from);

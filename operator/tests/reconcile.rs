@@ -34,13 +34,13 @@ fn store_json(spec: Value, finalizers: &[&str]) -> Value {
 }
 
 fn setup(store: &Value) -> (FakeApi, Arc<Context>) {
+    setup_with(store, BuildDefaults::default())
+}
+
+fn setup_with(store: &Value, defaults: BuildDefaults) -> (FakeApi, Arc<Context>) {
     let (fake, client) = FakeApi::start();
     fake.put(STORE_PATH, store.clone());
-    let ctx = Context::new(
-        client,
-        BuildDefaults::default(),
-        Arc::new(Metrics::default()),
-    );
+    let ctx = Context::new(client, defaults, Arc::new(Metrics::default()));
     (fake, Arc::new(ctx))
 }
 
@@ -249,6 +249,50 @@ async fn a_store_asking_for_an_image_the_operator_does_not_allow_gets_no_agents(
         condition(&status_store, "AgentsReady")["reason"],
         "AgentImageNotAllowed"
     );
+}
+
+#[tokio::test]
+async fn a_store_asking_to_tolerate_a_taint_the_operator_does_not_allow_gets_no_agents() {
+    let defaults = BuildDefaults {
+        allowed_agent_tolerations: vec!["gpu".to_owned()],
+        ..BuildDefaults::default()
+    };
+    let spec = json!({"agent": {"tolerations": [
+        {"key": "gpu", "operator": "Exists"},
+        {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+    ]}});
+    let (fake, ctx) = setup_with(&store_json(spec, &[]), defaults);
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    let writes = write_paths(&fake);
+    assert!(
+        !writes.iter().any(|w| w.contains("daemonsets")),
+        "no DaemonSet tolerates the taint: {writes:?}"
+    );
+    assert!(fake.get(STS_PATH).is_some(), "the store itself still runs");
+    let status_store = fake.get(STORE_PATH).unwrap();
+    let agents_ready = condition(&status_store, "AgentsReady");
+    assert_eq!(agents_ready["status"], "False");
+    assert_eq!(agents_ready["reason"], "AgentTolerationNotAllowed");
+    assert!(
+        agents_ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("node-role.kubernetes.io/control-plane"),
+        "{agents_ready}"
+    );
+
+    // Dropping the refused toleration starts the agents with what is left.
+    let mut edited = fake.get(STORE_PATH).unwrap();
+    edited["spec"]["agent"]["tolerations"] = json!([{"key": "gpu", "operator": "Exists"}]);
+    fake.put(STORE_PATH, edited);
+    store::reconcile(current_store(&fake), ctx.clone())
+        .await
+        .unwrap();
+    let tolerations =
+        &fake.get(DS_PATH).expect("DaemonSet applied")["spec"]["template"]["spec"]["tolerations"];
+    assert_eq!(tolerations, &json!([{"key": "gpu", "operator": "Exists"}]));
 }
 
 #[tokio::test]

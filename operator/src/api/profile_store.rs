@@ -191,7 +191,9 @@ pub struct AgentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "resources_schema")]
     pub resources: Option<ResourceRequirements>,
-    /// Tolerations; by default the agent tolerates every taint so every node is profiled.
+    /// Tolerations; by default every taint the operator's `--allowed-agent-tolerations` allows
+    /// (every taint unless the operator narrows it). A key outside that list is refused and
+    /// agents are not started (`AgentTolerationNotAllowed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerations: Option<Vec<Toleration>>,
     /// Node selector; defaults to `kubernetes.io/os: linux`.

@@ -37,6 +37,8 @@ pub const AGENTS_OWNED_ELSEWHERE: &str = "AgentsOwnedByOtherStore";
 pub const TARGETS_FILE_CAPPED: &str = "TargetsFileCapped";
 /// Reason of `AgentsReady=False` when `spec.agent.image` is not allowed.
 pub const AGENT_IMAGE_NOT_ALLOWED: &str = "AgentImageNotAllowed";
+/// Reason of `AgentsReady=False` when `spec.agent.tolerations` asks for a taint not allowed.
+pub const AGENT_TOLERATION_NOT_ALLOWED: &str = "AgentTolerationNotAllowed";
 
 /// The store whose agents run, as `namespace/name`: among stores with agents enabled that are not
 /// being deleted, the oldest (then by namespace and name), so the choice is stable.
@@ -69,6 +71,9 @@ struct Observed {
     agents_owned_by: Option<String>,
     /// The `spec.agent.image` refused because the operator does not allow it.
     refused_agent_image: Option<String>,
+    /// The taint key of the first `spec.agent.tolerations` entry the operator does not allow
+    /// (empty: the entry tolerates every taint).
+    refused_toleration_key: Option<String>,
     /// (relayed pods, targets) left out of the targets file to keep it under its cap.
     targets_left_out: (usize, usize),
     /// Why the targets ConfigMap was not written ([`ReconcileError::TargetsNotApplied`]); the
@@ -285,9 +290,17 @@ async fn apply_children(
         .image
         .clone()
         .filter(|image| store.spec.agent.enabled && !ctx.defaults.agent_image_allowed(image));
-    if observed.refused_agent_image.is_some() {
-        // Leave whatever agents run as they are: neither start the image nor
-        // take the node's profiling away over a spec edit.
+    observed.refused_toleration_key = store
+        .spec
+        .agent
+        .tolerations
+        .as_deref()
+        .filter(|_| store.spec.agent.enabled)
+        .and_then(|tolerations| ctx.defaults.refused_toleration(tolerations))
+        .map(|toleration| toleration.key.clone().unwrap_or_default());
+    if observed.refused_agent_image.is_some() || observed.refused_toleration_key.is_some() {
+        // Leave whatever agents run as they are: neither start the refused image
+        // or tolerations nor take the nodes' profiling away over a spec edit.
         return Ok(observed);
     }
     if store.spec.agent.enabled && observed.agents_owned_by.is_none() {
@@ -487,6 +500,19 @@ fn desired_conditions(
                 "spec.agent.image {:?} is not the operator's --agent-image or in its --allowed-agent-images",
                 observed.refused_agent_image.as_deref().unwrap_or("")
             ),
+        ),
+        (true, _) if observed.refused_toleration_key.is_some() => DesiredCondition::fails(
+            AGENTS_READY,
+            AGENT_TOLERATION_NOT_ALLOWED,
+            match observed.refused_toleration_key.as_deref().unwrap_or("") {
+                "" => "spec.agent.tolerations tolerates every taint (an empty key), which needs \
+                       `*` in the operator's --allowed-agent-tolerations"
+                    .to_owned(),
+                key => format!(
+                    "spec.agent.tolerations tolerates taint key {key:?}, which is not in the \
+                     operator's --allowed-agent-tolerations"
+                ),
+            },
         ),
         (true, _) if observed.agents_owned_by.is_some() => DesiredCondition::fails(
             AGENTS_READY,

@@ -204,7 +204,7 @@ pub fn daemon_set(
             agent
                 .tolerations
                 .clone()
-                .unwrap_or_else(tolerate_everything),
+                .unwrap_or_else(|| defaults.default_agent_tolerations()),
         ),
         node_selector: Some(agent.node_selector.clone().unwrap_or_else(linux_nodes)),
         priority_class_name: agent.priority_class_name.clone(),
