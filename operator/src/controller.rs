@@ -1,6 +1,7 @@
 //! The two reconcilers, their shared context, error policy and the controller wiring.
 
 pub mod apply;
+pub mod first_release;
 pub mod store;
 pub mod target;
 
@@ -21,7 +22,8 @@ use crate::api::{ProfileStore, ProfilingTarget};
 use crate::metrics::Metrics;
 use crate::resources::{BuildDefaults, BuildError, targets};
 
-/// The finalizer on stores whose agents have a cluster-scoped binding to remove.
+/// The finalizer the first release put on stores whose agents had a cluster-scoped binding;
+/// removed once that binding is gone (see [`first_release`]).
 pub const STORE_FINALIZER: &str = "kiln.dev/agent-rbac";
 
 /// First retry delay after a failed reconcile; doubles per consecutive failure.

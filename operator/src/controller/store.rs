@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kiln_targets::Target;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -18,7 +17,8 @@ use serde_json::json;
 
 use super::apply::{apply_if_changed, delete_if_present};
 use super::{
-    Context, RESYNC, ReconcileError, STORE_FINALIZER, backoff_key, format_chain, namespace_and_name,
+    Context, RESYNC, ReconcileError, STORE_FINALIZER, backoff_key, first_release, format_chain,
+    namespace_and_name,
 };
 use crate::api::condition::{
     AGENTS_READY, AVAILABLE, DesiredCondition, RECONCILED, flipped, merge_conditions,
@@ -90,10 +90,12 @@ pub async fn reconcile(
     let (namespace, _) = namespace_and_name(store.as_ref())?;
     let api: Api<ProfileStore> = Api::namespaced(ctx.client.clone(), &namespace);
     let has_finalizer = store.finalizers().iter().any(|f| f == STORE_FINALIZER);
-    // The finalizer guarded the cluster-scoped agent binding that earlier operators created.
-    // Agents need no API access, so no store gets it any more; a store that still carries it
-    // has its old binding deleted on the way out.
-    let result = if has_finalizer {
+    let deleting = store.meta().deletion_timestamp.is_some();
+    // The finalizer guarded the cluster-scoped agent binding that the first release created.
+    // Agents need no API access, so no store gets it any more, and a store that still carries
+    // it loses it as soon as its binding is gone: while it stays, deleting the store (or its
+    // namespace) hangs whenever the operator is not running (audit O3).
+    let result = if deleting && has_finalizer {
         finalizer(&api, STORE_FINALIZER, store.clone(), |event| async {
             match event {
                 FinalizerEvent::Apply(store) => apply(store, &ctx).await,
@@ -104,10 +106,17 @@ pub async fn reconcile(
         .map_err(|source| ReconcileError::Finalizer {
             source: Box::new(source),
         })
-    } else if store.meta().deletion_timestamp.is_some() {
+    } else if deleting {
         Ok(Action::await_change())
     } else {
-        apply(store.clone(), &ctx).await
+        let applied = apply(store.clone(), &ctx).await;
+        // Independent of the children: neither waits on the other's failure.
+        let retired = if has_finalizer {
+            retire_first_release(&store, &ctx).await
+        } else {
+            Ok(())
+        };
+        applied.and_then(|action| retired.map(|()| action))
     };
     ctx.metrics.reconciled("ProfileStore", started.elapsed());
     if result.is_ok() {
@@ -185,18 +194,18 @@ pub async fn apply(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, Re
     }
 }
 
-/// Removes what owner references cannot: the cluster-scoped agent binding of earlier operators.
+/// Removes what owner references cannot: the cluster-scoped agent binding of the first release.
 pub async fn cleanup(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, ReconcileError> {
     let names = StoreNames::of(&store).map_err(|source| ReconcileError::Build { source })?;
-    let bindings: Api<ClusterRoleBinding> = Api::all(ctx.client.clone());
-    delete_if_present(
-        &bindings,
-        &names.agent_binding,
-        &DeleteParams::default(),
-        ctx,
-    )
-    .await?;
+    first_release::delete_agent_binding(&names, ctx).await?;
     Ok(Action::await_change())
+}
+
+/// Deletes a live first-release store's binding, then the finalizer that guarded it.
+async fn retire_first_release(store: &ProfileStore, ctx: &Context) -> Result<(), ReconcileError> {
+    let names = StoreNames::of(store).map_err(|source| ReconcileError::Build { source })?;
+    first_release::delete_agent_binding(&names, ctx).await?;
+    first_release::remove_finalizer(store, ctx).await
 }
 
 /// Relay entries for every running pod opted in through the API server; remembers which pods
@@ -242,7 +251,6 @@ async fn apply_children(
     let stateful_sets: Api<StatefulSet> = Api::namespaced(client.clone(), &names.namespace);
     let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), &names.namespace);
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &names.namespace);
-    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
 
     let config = store_objects::config_map(store, names).map_err(build)?;
     apply_if_changed(&config_maps, &config, ctx).await?;
@@ -323,14 +331,6 @@ async fn apply_children(
                 });
         let account = agent::service_account(store, names).map_err(build)?;
         apply_if_changed(&accounts, &account, ctx).await?;
-        // Agents never call the API server; a binding left by an earlier operator goes.
-        delete_if_present(
-            &bindings,
-            &names.agent_binding,
-            &DeleteParams::default(),
-            ctx,
-        )
-        .await?;
         let daemon = agent::daemon_set(store, names, &ctx.defaults).map_err(build)?;
         observed.daemon_set = Some(
             apply_if_changed(&daemon_sets, &daemon, ctx)
@@ -340,7 +340,6 @@ async fn apply_children(
     } else {
         let params = DeleteParams::default();
         delete_if_present(&daemon_sets, &names.agent, &params, ctx).await?;
-        delete_if_present(&bindings, &names.agent_binding, &params, ctx).await?;
         delete_if_present(&accounts, &names.agent, &params, ctx).await?;
         delete_if_present(&config_maps, &names.targets, &params, ctx).await?;
     }
