@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, PodSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use kiln_operator::api::profiling_target::{MAX_LABEL_NAME_LENGTH, MAX_LABEL_VALUE_LENGTH};
 use kiln_operator::api::{
     ProfileStore, ProfileStoreSpec, ProfilingTarget, ProfilingTargetSpec, SecurityMode,
 };
@@ -437,6 +438,53 @@ fn unknown_selector_operator_is_rejected_not_dropped() {
     let aggregation = aggregate(&names, &[bad]);
     assert!(aggregation.file.targets.is_empty());
     assert!(aggregation.rejected[0].problem.contains("Near"));
+}
+
+/// Targets stored before the CRD bounded label lengths are held to the same bounds (audit O1).
+#[test]
+fn labels_past_the_crd_length_bounds_are_rejected_not_published() {
+    let object = profile_store(serde_json::json!({}));
+    let names = StoreNames::of(&object).unwrap();
+    let with_label = |name: &str, label: String, value: String| {
+        let mut t = target(
+            "kiln",
+            name,
+            serde_json::json!({"storeRef": {"name": "main"}}),
+        );
+        t.spec.labels = BTreeMap::from([(label, value)]);
+        t
+    };
+    let longest = with_label(
+        "longest",
+        "n".repeat(MAX_LABEL_NAME_LENGTH),
+        "v".repeat(MAX_LABEL_VALUE_LENGTH),
+    );
+    let long_name = with_label(
+        "long-name",
+        "n".repeat(MAX_LABEL_NAME_LENGTH + 1),
+        "v".to_owned(),
+    );
+    let long_value = with_label(
+        "long-value",
+        "team".to_owned(),
+        "v".repeat(MAX_LABEL_VALUE_LENGTH + 1),
+    );
+    let aggregation = aggregate(&names, &[longest, long_name, long_value]);
+    let published: Vec<&str> = aggregation
+        .file
+        .targets
+        .iter()
+        .map(|t| t.source.as_str())
+        .collect();
+    assert_eq!(published, vec!["kiln/longest"]);
+    let problems: Vec<(&str, &str)> = aggregation
+        .rejected
+        .iter()
+        .map(|r| (r.source.as_str(), r.problem.as_str()))
+        .collect();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems[0].0 == "kiln/long-name" && problems[0].1.contains("longer than 63"));
+    assert!(problems[1].0 == "kiln/long-value" && problems[1].1.contains("longer than 256"));
 }
 
 #[test]

@@ -1,7 +1,10 @@
 //! The CEL rules in the CRD, evaluated locally by kube's CEL interpreter exactly as the API
 //! server would on create and update.
 
-use kiln_operator::api::{ProfileStore, ProfileStoreSpec};
+use std::collections::BTreeMap;
+
+use kiln_operator::api::profiling_target::MAX_LABEL_NAME_LENGTH;
+use kiln_operator::api::{ProfileStore, ProfileStoreSpec, ProfilingTarget, ProfilingTargetSpec};
 
 fn store(spec: serde_json::Value) -> ProfileStore {
     let spec: ProfileStoreSpec = serde_json::from_value(spec).expect("valid spec");
@@ -53,4 +56,26 @@ fn storage_class_and_ephemeral_are_immutable() {
     let ephemeral = store(serde_json::json!({"storage": {"ephemeral": true}}));
     assert!(kube::core::cel::validate_cel_update(&ephemeral, &persistent).is_err());
     kube::core::cel::validate_cel_update(&persistent, &persistent).expect("unchanged is fine");
+}
+
+fn target_with_label(name: String) -> ProfilingTarget {
+    let mut spec: ProfilingTargetSpec =
+        serde_json::from_value(serde_json::json!({"storeRef": {"name": "main"}}))
+            .expect("valid spec");
+    spec.labels = BTreeMap::from([(name, "v".to_owned())]);
+    ProfilingTarget::new("web", spec)
+}
+
+/// Audit O1: label names are bounded by a CEL rule (a structural schema cannot bound map keys).
+#[test]
+fn label_names_longer_than_63_characters_are_rejected() {
+    kube::core::cel::validate_cel(&target_with_label("n".repeat(MAX_LABEL_NAME_LENGTH)))
+        .expect("the longest allowed name passes");
+    let errors =
+        kube::core::cel::validate_cel(&target_with_label("n".repeat(MAX_LABEL_NAME_LENGTH + 1)))
+            .expect_err("a longer name must fail");
+    assert!(
+        format!("{errors:?}").contains("label names are at most 63 characters"),
+        "{errors:?}"
+    );
 }

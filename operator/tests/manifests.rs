@@ -143,6 +143,23 @@ fn schema_check_rejects_typos_bad_types_patterns_and_ranges() {
         errors.iter().any(|e| e.contains("containers[0]")),
         "{errors:?}"
     );
+    // Label values are bounded so one target cannot bloat the shared targets file (audit O1).
+    let labelled = |value: String| {
+        json!({"apiVersion": "kiln.dev/v1alpha1", "kind": "ProfilingTarget",
+               "metadata": {"name": "x"}, "spec": {"storeRef": {"name": "s"},
+               "labels": {"team": value}}})
+    };
+    assert_eq!(
+        schema_errors(&labelled("v".repeat(256))),
+        Vec::<String>::new()
+    );
+    let errors = schema_errors(&labelled("v".repeat(257)));
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("labels") && e.contains("maxLength")),
+        "{errors:?}"
+    );
 }
 
 #[test]

@@ -13,6 +13,10 @@ use super::profile_store::DNS_SUBDOMAIN_PATTERN;
 
 /// An RFC 1123 label: the shape of container names.
 pub const CONTAINER_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/// Longest value of a `labels` entry.
+pub const MAX_LABEL_VALUE_LENGTH: usize = 256;
+/// Longest name of a `labels` entry (the CEL rule on `labels` repeats it).
+pub const MAX_LABEL_NAME_LENGTH: usize = 63;
 
 /// Selects pods in this target's namespace for profiling by a `ProfileStore`'s agents.
 ///
@@ -69,9 +73,17 @@ pub struct ProfilingTargetSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     /// Names must match `[a-zA-Z_][a-zA-Z0-9_]*` and may not be one the agent sets itself
     /// (`node`, `namespace`, `pod`, `pod_uid`, `container`, `container_id`, `comm`, `pid`,
-    /// `service_name`); the operator reports violations in the `Reconciled` condition. They are
-    /// not CEL rules because map keys have no length bound, which breaks the CEL cost budget.
-    #[schemars(extend("maxProperties" = 32))]
+    /// `service_name`); the operator reports violations in the `Reconciled` condition. That is
+    /// not a CEL rule because map keys have no maxLength, so a pattern over them breaks the CEL
+    /// cost budget. Names are at most 63 and values at most 256 characters, so one target adds
+    /// at most about 10 KiB to the agents' shared targets file.
+    // A structural schema cannot bound map keys, hence the CEL rule; `size` costs the same for
+    // any string, so it fits the budget where a pattern does not.
+    #[schemars(extend(
+        "maxProperties" = 32,
+        "additionalProperties" = {"type": "string", "maxLength": MAX_LABEL_VALUE_LENGTH}
+    ))]
+    #[x_kube(validation = Rule::new("self.all(name, size(name) <= 63)").message("label names are at most 63 characters").reason(Reason::FieldValueInvalid))]
     pub labels: BTreeMap<String, String>,
     /// Stop profiling these pods without deleting the target.
     #[serde(default)]

@@ -9,6 +9,7 @@ use kiln_targets::{
 };
 
 use super::{BuildError, StoreNames, owned_meta, stamp_applied_hash};
+use crate::api::profiling_target::{MAX_LABEL_NAME_LENGTH, MAX_LABEL_VALUE_LENGTH};
 use crate::api::{ProfileStore, ProfilingTarget};
 
 /// A target that points at the store but cannot be published, and why.
@@ -47,6 +48,19 @@ pub fn to_file_target(target: &ProfilingTarget) -> Result<Target, String> {
         .name
         .clone()
         .ok_or_else(|| "target has no name".to_owned())?;
+    // The CRD bounds these too, but targets stored before it did are only checked here.
+    for (label, value) in &target.spec.labels {
+        if label.chars().count() > MAX_LABEL_NAME_LENGTH {
+            return Err(format!(
+                "label name {label:?} is longer than {MAX_LABEL_NAME_LENGTH} characters"
+            ));
+        }
+        if value.chars().count() > MAX_LABEL_VALUE_LENGTH {
+            return Err(format!(
+                "label {label:?} has a value longer than {MAX_LABEL_VALUE_LENGTH} characters"
+            ));
+        }
+    }
     let selector = match &target.spec.selector {
         None => TargetSelector::default(),
         Some(selector) => {
