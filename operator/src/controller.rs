@@ -3,6 +3,7 @@
 pub mod apply;
 pub mod first_release;
 pub mod store;
+mod store_status;
 pub mod target;
 
 use std::collections::{BTreeSet, HashMap};

@@ -1,44 +1,42 @@
-//! Reconciling a `ProfileStore` into its children and its status.
+//! Reconciling a `ProfileStore` into its children; its status is written by
+//! [`super::store_status`].
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service, ServiceAccount};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kiln_targets::Target;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::apply::{apply_if_changed, delete_if_present};
+use super::store_status::{
+    Observed, desired_conditions, keep_counts, observed_status, patch_status_if_changed, publish,
+};
+// The condition reasons are part of this module's interface; they live with the conditions.
+pub use super::store_status::{
+    AGENT_IMAGE_NOT_ALLOWED, AGENT_TOLERATION_NOT_ALLOWED, AGENTS_OWNED_ELSEWHERE,
+    TARGETS_FILE_CAPPED,
+};
 use super::{
     Context, RESYNC, ReconcileError, STORE_FINALIZER, backoff_key, first_release, format_chain,
     namespace_and_name,
 };
-use crate::api::condition::{
-    AGENTS_READY, AVAILABLE, DesiredCondition, RECONCILED, flipped, merge_conditions,
-};
-use crate::api::{ProfileStore, ProfileStoreStatus, ProfilingTarget};
+use crate::api::condition::{DesiredCondition, RECONCILED};
+use crate::api::{ProfileStore, ProfilingTarget};
 use crate::resources::targets::{Aggregation, aggregate};
-use crate::resources::{FIELD_MANAGER, StoreNames, agent, store as store_objects, targets};
+use crate::resources::{StoreNames, agent, store as store_objects, targets};
 
 /// Retry soon after deleting a StatefulSet whose immutable fields changed.
 const RECREATE_DELAY: Duration = Duration::from_secs(5);
 /// How often a store whose agents are blocked by another store checks whether it may take over.
 const AGENT_OWNER_RECHECK: Duration = Duration::from_secs(60);
-/// `AgentsReady` reason when another store's agents already cover the nodes.
-pub const AGENTS_OWNED_ELSEWHERE: &str = "AgentsOwnedByOtherStore";
-/// Reason of `Reconciled` when the targets file had to be cut to its cap.
-pub const TARGETS_FILE_CAPPED: &str = "TargetsFileCapped";
-/// Reason of `AgentsReady=False` when `spec.agent.image` is not allowed.
-pub const AGENT_IMAGE_NOT_ALLOWED: &str = "AgentImageNotAllowed";
-/// Reason of `AgentsReady=False` when `spec.agent.tolerations` asks for a taint not allowed.
-pub const AGENT_TOLERATION_NOT_ALLOWED: &str = "AgentTolerationNotAllowed";
 
 /// The store whose agents run, as `namespace/name`: among stores with agents enabled that are not
 /// being deleted, the oldest (then by namespace and name), so the choice is stable.
@@ -59,26 +57,6 @@ pub fn agent_owner(stores: &[ProfileStore]) -> Option<String> {
         })
         .min()
         .map(|(_, namespace, name)| format!("{namespace}/{name}"))
-}
-
-/// Live state read back while applying, for the status.
-#[derive(Debug, Default)]
-struct Observed {
-    stateful_set: Option<StatefulSet>,
-    daemon_set: Option<DaemonSet>,
-    recreating: bool,
-    /// `namespace/name` of another store whose agents already run on every node.
-    agents_owned_by: Option<String>,
-    /// The `spec.agent.image` refused because the operator does not allow it.
-    refused_agent_image: Option<String>,
-    /// The taint key of the first `spec.agent.tolerations` entry the operator does not allow
-    /// (empty: the entry tolerates every taint).
-    refused_toleration_key: Option<String>,
-    /// (relayed pods, targets) left out of the targets file to keep it under its cap.
-    targets_left_out: (usize, usize),
-    /// Why the targets ConfigMap was not written ([`ReconcileError::TargetsNotApplied`]); the
-    /// other children were applied anyway.
-    targets_error: Option<ReconcileError>,
 }
 
 /// Entry point for the controller: finalizer handling around [`apply`] and [`cleanup`].
@@ -415,244 +393,4 @@ async fn expand_claims(
         }
     }
     Ok(())
-}
-
-fn observed_status(
-    store: &ProfileStore,
-    names: &StoreNames,
-    observed: &Observed,
-    aggregation: &Aggregation,
-) -> ProfileStoreStatus {
-    let set_status = observed
-        .stateful_set
-        .as_ref()
-        .and_then(|s| s.status.as_ref());
-    let daemon_status = observed.daemon_set.as_ref().and_then(|d| d.status.as_ref());
-    ProfileStoreStatus {
-        observed_generation: store.meta().generation,
-        replicas: set_status.map(|s| s.replicas).unwrap_or_default(),
-        ready_replicas: set_status
-            .and_then(|s| s.ready_replicas)
-            .unwrap_or_default(),
-        agents_desired: daemon_status
-            .map(|d| d.desired_number_scheduled)
-            .unwrap_or_default(),
-        agents_ready: daemon_status.map(|d| d.number_ready).unwrap_or_default(),
-        matched_targets: i32::try_from(aggregation.file.targets.len()).unwrap_or(i32::MAX),
-        endpoint: Some(names.endpoint(store.spec.service_port)),
-        conditions: Vec::new(),
-    }
-}
-
-/// Status counts unchanged from what the object already says (used when children were not read).
-fn keep_counts(store: &ProfileStore) -> ProfileStoreStatus {
-    let mut status = store.status.clone().unwrap_or_default();
-    status.observed_generation = store.meta().generation;
-    status
-}
-
-fn desired_conditions(
-    store: &ProfileStore,
-    observed: &Observed,
-    aggregation: &Aggregation,
-    error: Option<&ReconcileError>,
-) -> Vec<DesiredCondition> {
-    let mut conditions = Vec::new();
-    if let Some(error) = error {
-        conditions.push(DesiredCondition::fails(
-            RECONCILED,
-            error.reason(),
-            format_chain(error),
-        ));
-        return conditions;
-    }
-    let ready = observed
-        .stateful_set
-        .as_ref()
-        .and_then(|s| s.status.as_ref())
-        .and_then(|s| s.ready_replicas)
-        .unwrap_or_default();
-    conditions.push(if ready > 0 {
-        DesiredCondition::holds(
-            AVAILABLE,
-            "ReplicasReady",
-            format!("{ready} of {} replicas ready", store.spec.replicas),
-        )
-    } else {
-        DesiredCondition::fails(
-            AVAILABLE,
-            "NoReplicasReady",
-            "no store replica is ready yet",
-        )
-    });
-    let agents = observed.daemon_set.as_ref().and_then(|d| d.status.as_ref());
-    conditions.push(match (store.spec.agent.enabled, agents) {
-        (false, _) => DesiredCondition::holds(
-            AGENTS_READY,
-            "AgentsDisabled",
-            "spec.agent.enabled is false",
-        ),
-        (true, _) if observed.refused_agent_image.is_some() => DesiredCondition::fails(
-            AGENTS_READY,
-            AGENT_IMAGE_NOT_ALLOWED,
-            format!(
-                "spec.agent.image {:?} is not the operator's --agent-image or in its --allowed-agent-images",
-                observed.refused_agent_image.as_deref().unwrap_or("")
-            ),
-        ),
-        (true, _) if observed.refused_toleration_key.is_some() => DesiredCondition::fails(
-            AGENTS_READY,
-            AGENT_TOLERATION_NOT_ALLOWED,
-            match observed.refused_toleration_key.as_deref().unwrap_or("") {
-                "" => "spec.agent.tolerations tolerates every taint (an empty key), which needs \
-                       `*` in the operator's --allowed-agent-tolerations"
-                    .to_owned(),
-                key => format!(
-                    "spec.agent.tolerations tolerates taint key {key:?}, which is not in the \
-                     operator's --allowed-agent-tolerations"
-                ),
-            },
-        ),
-        (true, _) if observed.agents_owned_by.is_some() => DesiredCondition::fails(
-            AGENTS_READY,
-            AGENTS_OWNED_ELSEWHERE,
-            format!(
-                "the agents of ProfileStore {} already run on every node; one agent per node ships to one store",
-                observed.agents_owned_by.as_deref().unwrap_or("")
-            ),
-        ),
-        (true, Some(status))
-            if status.desired_number_scheduled > 0
-                && status.number_ready == status.desired_number_scheduled =>
-        {
-            DesiredCondition::holds(
-                AGENTS_READY,
-                "AllAgentsReady",
-                format!("{} agents ready", status.number_ready),
-            )
-        }
-        (true, Some(status)) => DesiredCondition::fails(
-            AGENTS_READY,
-            "AgentsNotReady",
-            format!(
-                "{} of {} agents ready",
-                status.number_ready, status.desired_number_scheduled
-            ),
-        ),
-        (true, None) => DesiredCondition::fails(
-            AGENTS_READY,
-            "AgentsNotReady",
-            "agent DaemonSet has no status yet",
-        ),
-    });
-    let (relays_left_out, targets_left_out) = observed.targets_left_out;
-    conditions.push(if let Some(error) = &observed.targets_error {
-        DesiredCondition::fails(RECONCILED, error.reason(), format_chain(error))
-    } else if relays_left_out + targets_left_out > 0 {
-        DesiredCondition::holds(
-            RECONCILED,
-            TARGETS_FILE_CAPPED,
-            format!(
-                "children are up to date; the agents' targets file is capped at {} KiB: \
-                 {relays_left_out} annotated pods and {targets_left_out} ProfilingTargets left out, \
-                 from the namespaces with the most entries",
-                targets::MAX_TARGETS_FILE_BYTES / 1024
-            ),
-        )
-    } else if aggregation.rejected.is_empty() {
-        DesiredCondition::holds(RECONCILED, "Applied", "all children are up to date")
-    } else {
-        let sources: Vec<&str> = aggregation
-            .rejected
-            .iter()
-            .map(|r| r.source.as_str())
-            .collect();
-        DesiredCondition::holds(
-            RECONCILED,
-            "AppliedWithRejectedTargets",
-            format!(
-                "children are up to date; invalid targets left out: {}",
-                sources.join(", ")
-            ),
-        )
-    });
-    conditions
-}
-
-/// Writes the status with server-side apply only if it differs from the current one, and
-/// publishes an Event for every condition that flipped.
-async fn patch_status_if_changed(
-    store: &ProfileStore,
-    ctx: &Context,
-    mut status: ProfileStoreStatus,
-    desired: Vec<DesiredCondition>,
-    names: &StoreNames,
-) -> Result<(), ReconcileError> {
-    let previous = store.status.clone().unwrap_or_default();
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    // Conditions not computed this pass (e.g. Available while paused) keep their last value.
-    let mut merged: BTreeMap<String, _> = previous
-        .conditions
-        .iter()
-        .map(|c| (c.type_.clone(), c.clone()))
-        .collect();
-    for condition in merge_conditions(
-        &previous.conditions,
-        &desired,
-        store.meta().generation,
-        &now,
-    ) {
-        merged.insert(condition.type_.clone(), condition);
-    }
-    status.conditions = merged.into_values().collect();
-    if status == previous {
-        return Ok(());
-    }
-    let api: Api<ProfileStore> = Api::namespaced(ctx.client.clone(), &names.namespace);
-    let body = json!({
-        "apiVersion": ProfileStore::api_version(&()),
-        "kind": ProfileStore::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        &names.store,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .map_err(|source| ReconcileError::kube("patch ProfileStore status", source))?;
-    ctx.metrics.wrote("ProfileStore", "status");
-    for condition in flipped(&previous.conditions, &status.conditions) {
-        let type_ = if condition.status == "True" {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        };
-        let note = format!(
-            "{} is {}: {}",
-            condition.type_, condition.status, condition.message
-        );
-        publish(ctx, store, type_, &condition.reason, note).await;
-    }
-    Ok(())
-}
-
-/// Publishes an Event about the store; failures are logged, never fatal.
-pub(crate) async fn publish(
-    ctx: &Context,
-    object: &ProfileStore,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: "Reconcile".to_owned(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
-        tracing::warn!(error = %error, "could not publish event");
-    }
 }
