@@ -1,6 +1,8 @@
 //! Reconcile scenarios against an in-memory API server (tower-test), in the spirit of kube-rs'
 //! controller-rs: create, update, no-op, status patch, finalizer add and cleanup, error backoff.
 
+#[path = "reconcile/budgets.rs"]
+mod budgets;
 #[path = "reconcile/fake_api.rs"]
 mod fake_api;
 

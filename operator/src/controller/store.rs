@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kiln_targets::Target;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -22,7 +21,7 @@ use super::store_status::{
 // The condition reasons are part of this module's interface; they live with the conditions.
 pub use super::store_status::{
     AGENT_IMAGE_NOT_ALLOWED, AGENT_TOLERATION_NOT_ALLOWED, AGENTS_OWNED_ELSEWHERE,
-    TARGETS_FILE_CAPPED,
+    ANNOTATED_PODS_LEFT_OUT, TARGETS_FILE_CAPPED,
 };
 use super::{
     Context, RESYNC, ReconcileError, STORE_FINALIZER, backoff_key, first_release, format_chain,
@@ -30,7 +29,7 @@ use super::{
 };
 use crate::api::condition::{DesiredCondition, RECONCILED};
 use crate::api::{ProfileStore, ProfilingTarget};
-use crate::resources::targets::{Aggregation, aggregate};
+use crate::resources::targets::{Aggregation, Relays, aggregate};
 use crate::resources::{StoreNames, agent, store as store_objects, targets};
 
 /// Retry soon after deleting a StatefulSet whose immutable fields changed.
@@ -135,7 +134,7 @@ pub async fn apply(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, Re
     let relays = if store.spec.agent.enabled && agents_owned_by.is_none() {
         relayed_pods(ctx).await?
     } else {
-        Vec::new()
+        Relays::default()
     };
     match apply_children(&store, &names, &aggregation, &relays, agents_owned_by, ctx).await {
         Ok(mut observed) => {
@@ -188,7 +187,7 @@ async fn retire_first_release(store: &ProfileStore, ctx: &Context) -> Result<(),
 
 /// Relay entries for every running pod opted in through the API server; remembers which pods
 /// they were so the pod watch notices when one of them opts out.
-async fn relayed_pods(ctx: &Context) -> Result<Vec<Target>, ReconcileError> {
+async fn relayed_pods(ctx: &Context) -> Result<Relays, ReconcileError> {
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     // Metadata only: annotations and UID are all a relay needs, and full pod objects of a whole
     // cluster would cost the operator far more memory.
@@ -197,7 +196,7 @@ async fn relayed_pods(ctx: &Context) -> Result<Vec<Target>, ReconcileError> {
         .await
         .map_err(|source| ReconcileError::kube("list Pods", source))?;
     let metas: Vec<ObjectMeta> = listed.items.into_iter().map(|pod| pod.metadata).collect();
-    let relays = targets::relay_targets(&metas);
+    let relays = targets::relays(&metas);
     if let Ok(mut relayed) = ctx.relayed_pods.lock() {
         *relayed = metas
             .iter()
@@ -218,7 +217,7 @@ async fn apply_children(
     store: &ProfileStore,
     names: &StoreNames,
     aggregation: &Aggregation,
-    relays: &[Target],
+    relays: &Relays,
     agents_owned_by: Option<String>,
     ctx: &Context,
 ) -> Result<Observed, ReconcileError> {
@@ -290,8 +289,9 @@ async fn apply_children(
         return Ok(observed);
     }
     if store.spec.agent.enabled && observed.agents_owned_by.is_none() {
-        let fitted = targets::fit_targets(&aggregation.file, relays);
+        let fitted = targets::fit_targets(&aggregation.file, &relays.targets);
         observed.targets_left_out = (fitted.relays_left_out, fitted.targets_left_out);
+        observed.pods_left_out = relays.left_out.clone();
         // One tenant's oversized or rejected entries must not hold back the agents' own
         // objects (audit O1): a failed targets apply is reported and retried, and the agents
         // keep reading the last file that was written.

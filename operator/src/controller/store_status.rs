@@ -22,6 +22,11 @@ use crate::resources::{FIELD_MANAGER, StoreNames};
 pub const AGENTS_OWNED_ELSEWHERE: &str = "AgentsOwnedByOtherStore";
 /// Reason of `Reconciled` when the targets file had to be cut to its cap.
 pub const TARGETS_FILE_CAPPED: &str = "TargetsFileCapped";
+/// Reason of `Reconciled` when opted-in pods were over the relay budgets (audit O1).
+pub const ANNOTATED_PODS_LEFT_OUT: &str = "AnnotatedPodsLeftOut";
+/// Most namespaces a status message names; the rest are only counted, so a cluster of many
+/// tenants cannot grow the store object without bound.
+const NAMESPACES_NAMED: usize = 5;
 /// Reason of `AgentsReady=False` when `spec.agent.image` is not allowed.
 pub const AGENT_IMAGE_NOT_ALLOWED: &str = "AgentImageNotAllowed";
 /// Reason of `AgentsReady=False` when `spec.agent.tolerations` asks for a taint not allowed.
@@ -42,6 +47,8 @@ pub(super) struct Observed {
     pub(super) refused_toleration_key: Option<String>,
     /// (relayed pods, targets) left out of the targets file to keep it under its cap.
     pub(super) targets_left_out: (usize, usize),
+    /// Opted-in pods per namespace that got no relay entry at all (see [`targets::Relays`]).
+    pub(super) pods_left_out: BTreeMap<String, usize>,
     /// Why the targets ConfigMap was not written ([`ReconcileError::TargetsNotApplied`]); the
     /// other children were applied anyway.
     pub(super) targets_error: Option<ReconcileError>,
@@ -178,6 +185,7 @@ pub(super) fn desired_conditions(
         ),
     });
     let (relays_left_out, targets_left_out) = observed.targets_left_out;
+    let pods_left_out = pods_left_out_note(&observed.pods_left_out);
     conditions.push(if let Some(error) = &observed.targets_error {
         DesiredCondition::fails(RECONCILED, error.reason(), format_chain(error))
     } else if relays_left_out + targets_left_out > 0 {
@@ -187,9 +195,18 @@ pub(super) fn desired_conditions(
             format!(
                 "children are up to date; the agents' targets file is capped at {} KiB: \
                  {relays_left_out} annotated pods and {targets_left_out} ProfilingTargets left out, \
-                 from the namespaces with the most entries",
-                targets::MAX_TARGETS_FILE_BYTES / 1024
+                 from the namespaces with the most entries{}",
+                targets::MAX_TARGETS_FILE_BYTES / 1024,
+                pods_left_out
+                    .map(|note| format!("; besides, {note}"))
+                    .unwrap_or_default()
             ),
+        )
+    } else if let Some(note) = pods_left_out {
+        DesiredCondition::holds(
+            RECONCILED,
+            ANNOTATED_PODS_LEFT_OUT,
+            format!("children are up to date; {note}"),
         )
     } else if aggregation.rejected.is_empty() {
         DesiredCondition::holds(RECONCILED, "Applied", "all children are up to date")
@@ -209,6 +226,36 @@ pub(super) fn desired_conditions(
         )
     });
     conditions
+}
+
+/// What the relay budgets left out, e.g. `annotated pods left out ...: 2500 (...): aaa 2500`,
+/// busiest namespaces first; `None` when every opted-in pod got one.
+fn pods_left_out_note(left_out: &BTreeMap<String, usize>) -> Option<String> {
+    let total: usize = left_out.values().sum();
+    if total == 0 {
+        return None;
+    }
+    let mut busiest: Vec<(&String, &usize)> = left_out.iter().collect();
+    busiest.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    let mut named: Vec<String> = busiest
+        .iter()
+        .take(NAMESPACES_NAMED)
+        .map(|(namespace, count)| format!("{namespace} {count}"))
+        .collect();
+    if busiest.len() > NAMESPACES_NAMED {
+        named.push(format!(
+            "{} more namespaces",
+            busiest.len() - NAMESPACES_NAMED
+        ));
+    }
+    Some(format!(
+        "annotated pods left out of the agents' targets file: {total} (at most {} relayed per \
+         namespace and {} in all, each with at most {} bytes of profiles.kiln.dev annotations): {}",
+        targets::MAX_RELAYED_PODS_PER_NAMESPACE,
+        targets::MAX_RELAYED_PODS,
+        targets::MAX_RELAYED_ANNOTATION_BYTES,
+        named.join(", ")
+    ))
 }
 
 /// Writes the status with server-side apply only if it differs from the current one, and

@@ -218,6 +218,36 @@ pub fn relay_targets(pods: &[ObjectMeta]) -> Vec<Target> {
     fair_share(relays)
 }
 
+/// Relay entries, and the opted-in pods that did not get one.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Relays {
+    /// What [`relay_targets`] returns.
+    pub targets: Vec<Target>,
+    /// Opted-in pods without an entry, per namespace (only namespaces with some): over their
+    /// namespace's or the file's budget, with Kiln annotations over
+    /// [`MAX_RELAYED_ANNOTATION_BYTES`], or with annotations the agent would reject.
+    pub left_out: BTreeMap<String, usize>,
+}
+
+/// [`relay_targets`], plus how many opted-in pods each namespace lost to the budgets, so the
+/// store's status can say whose pods are not profiled instead of dropping them silently.
+pub fn relays(pods: &[ObjectMeta]) -> Relays {
+    let targets = relay_targets(pods);
+    let mut left_out: BTreeMap<String, usize> = BTreeMap::new();
+    for pod in pods.iter().filter(|pod| wants_relay(pod)) {
+        *left_out
+            .entry(pod.namespace.clone().unwrap_or_default())
+            .or_default() += 1;
+    }
+    for relay in &targets {
+        if let Some(count) = left_out.get_mut(&relay.namespace) {
+            *count = count.saturating_sub(1);
+        }
+    }
+    left_out.retain(|_, count| *count > 0);
+    Relays { targets, left_out }
+}
+
 /// At most [`MAX_RELAYED_PODS_PER_NAMESPACE`] per namespace and [`MAX_RELAYED_PODS`] in all,
 /// dealt one per namespace per round, so small namespaces are served first; sorted again after.
 fn fair_share(relays: Vec<Target>) -> Vec<Target> {
@@ -517,6 +547,29 @@ mod tests {
         let few = relay_targets(&annotated("shop", 10));
         let fitted = fit_targets(&TargetsFile::new([]), &few);
         assert_eq!((fitted.file.targets.len(), fitted.relays_left_out), (10, 0));
+    }
+
+    #[test]
+    fn pods_left_out_are_counted_per_namespace() {
+        let huge = "x".repeat(MAX_RELAYED_ANNOTATION_BYTES);
+        let mut pods = annotated("busy", MAX_RELAYED_PODS_PER_NAMESPACE + 7);
+        pods.extend(annotated("small", 2));
+        pods.push(pod(
+            "small",
+            "greedy",
+            "uid-greedy",
+            &[
+                ("profiles.kiln.dev/enabled", "true"),
+                ("profiles.kiln.dev/service-name", &huge),
+            ],
+        ));
+        pods.push(pod("quiet", "plain", "uid-plain", &[]));
+        let relays = relays(&pods);
+        assert_eq!(relays.targets, relay_targets(&pods));
+        assert_eq!(
+            relays.left_out,
+            BTreeMap::from([("busy".to_owned(), 7), ("small".to_owned(), 1)])
+        );
     }
 
     #[test]
