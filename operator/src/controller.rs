@@ -161,6 +161,18 @@ impl ReconcileError {
         }
     }
 
+    /// True when the API server refused the call for lack of permission (403), which retrying
+    /// does not change.
+    pub fn is_forbidden(&self) -> bool {
+        matches!(
+            self,
+            Self::Kube {
+                source: kube::Error::Api(status),
+                ..
+            } if status.code == 403
+        )
+    }
+
     /// Wraps a client error with what was being done.
     pub fn kube(action: impl Into<String>, source: kube::Error) -> Self {
         Self::Kube {

@@ -5,6 +5,8 @@
 mod budgets;
 #[path = "reconcile/fake_api.rs"]
 mod fake_api;
+#[path = "reconcile/namespace_deletion.rs"]
+mod namespace_deletion;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -174,7 +174,19 @@ pub async fn apply(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, Re
 /// Removes what owner references cannot: the cluster-scoped agent binding of the first release.
 pub async fn cleanup(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, ReconcileError> {
     let names = StoreNames::of(&store).map_err(|source| ReconcileError::Build { source })?;
-    first_release::delete_agent_binding(&names, ctx).await?;
+    match first_release::delete_agent_binding(&names, ctx).await {
+        Ok(()) => {}
+        // The operator's own RBAC can go before its stores (`kubectl delete -k` removes its
+        // ClusterRole too), and no retry brings it back: keeping the finalizer would hold the
+        // store, and its namespace, in Terminating forever (audit O3). The binding's labels
+        // still name the store for whoever cleans up by hand.
+        Err(error) if error.is_forbidden() => tracing::warn!(
+            binding = %names.agent_binding,
+            error = %format_chain(&error),
+            "not allowed to remove the first release's agent binding; letting the store go anyway"
+        ),
+        Err(error) => return Err(error),
+    }
     Ok(Action::await_change())
 }
 

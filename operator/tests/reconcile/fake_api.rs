@@ -1,11 +1,13 @@
 //! A small in-memory API server behind `tower_test::mock`: enough of GET, LIST, server-side apply
 //! (as replace), merge and JSON patches, status subresources, DELETE and event POSTs for the
 //! operator's calls. Every request is logged so scenarios can assert exactly what was written.
+//! [`FakeApi::delete_namespace`] models namespace deletion: Terminating, refused creates,
+//! deletionTimestamp and finalizers.
 
 // Test support: a poisoned lock or a malformed request from the operator should fail the test.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use http::{Method, Request, Response, StatusCode};
@@ -35,6 +37,11 @@ pub struct State {
     pub calls: Vec<Call>,
     /// (method, path) pairs that answer with this status code instead.
     pub failures: Vec<(Method, String, u16)>,
+    /// Namespaces being deleted: creating objects in them is refused.
+    pub terminating: BTreeSet<String>,
+    /// Remove an object with a deletionTimestamp once its last finalizer is gone, as the API
+    /// server does. Off by default so scenarios can read a store right after its finalizer goes.
+    pub honour_finalizers: bool,
     next_version: u64,
 }
 
@@ -114,6 +121,52 @@ impl FakeApi {
     pub fn clear_calls(&self) {
         self.state.lock().unwrap().calls.clear();
     }
+
+    /// What the API server does on `kubectl delete namespace`: the namespace turns Terminating
+    /// and creates in it are refused; objects without finalizers go at once, the others get a
+    /// deletionTimestamp and go with their last finalizer; the namespace goes once it is empty.
+    pub fn delete_namespace(&self, namespace: &str) {
+        let mut state = self.state.lock().unwrap();
+        state.honour_finalizers = true;
+        state.terminating.insert(namespace.to_owned());
+        let now = json!("2026-06-01T00:00:00Z");
+        if let Some(object) = state.objects.get_mut(&namespace_path(namespace)) {
+            object["metadata"]["deletionTimestamp"] = now.clone();
+            object["status"]["phase"] = json!("Terminating");
+        }
+        let inside = format!("/namespaces/{namespace}/");
+        for (path, object) in &mut state.objects {
+            if path.contains(&inside) && object["metadata"]["deletionTimestamp"].is_null() {
+                object["metadata"]["deletionTimestamp"] = now.clone();
+            }
+        }
+        state.collect();
+    }
+
+    /// Paths of the objects stored in `namespace`.
+    pub fn objects_in(&self, namespace: &str) -> Vec<String> {
+        let inside = format!("/namespaces/{namespace}/");
+        let state = self.state.lock().unwrap();
+        state
+            .objects
+            .keys()
+            .filter(|path| path.contains(&inside))
+            .cloned()
+            .collect()
+    }
+}
+
+/// Where the Namespace object itself is stored.
+pub fn namespace_path(namespace: &str) -> String {
+    format!("/api/v1/namespaces/{namespace}")
+}
+
+/// The namespace a request path writes into, if any (`.../namespaces/<ns>/<plural>...`).
+fn namespace_of(path: &str) -> Option<&str> {
+    let mut segments = path.trim_matches('/').split('/');
+    segments.find(|segment| *segment == "namespaces")?;
+    let namespace = segments.next()?;
+    segments.next().map(|_| namespace)
 }
 
 fn status(code: u16, reason: &str, message: &str) -> (StatusCode, Value) {
@@ -144,17 +197,92 @@ impl State {
                 None if self.is_collection(&path) => (StatusCode::OK, self.list(&path)),
                 None => status(404, "NotFound", "not found"),
             },
-            Method::PATCH => self.patch(&path, subresource, &call.body, content_type),
-            Method::DELETE => match self.objects.remove(&path) {
-                Some(object) => (StatusCode::OK, object),
-                None => status(404, "NotFound", "not found"),
-            },
+            Method::PATCH if !self.objects.contains_key(&path) && self.refuses_create(&path) => {
+                self.refused_create(&path)
+            }
+            Method::POST if self.refuses_create(&path) => self.refused_create(&path),
+            Method::PATCH => {
+                let answer = self.patch(&path, subresource, &call.body, content_type);
+                self.collect();
+                answer
+            }
+            Method::DELETE => self.delete(&path),
             Method::POST => {
                 let mut body = call.body.clone();
                 body["metadata"]["name"] = json!(format!("event-{}", self.calls.len()));
                 (StatusCode::CREATED, body)
             }
             _ => status(405, "MethodNotAllowed", "unsupported"),
+        }
+    }
+
+    fn refuses_create(&self, path: &str) -> bool {
+        namespace_of(path).is_some_and(|namespace| self.terminating.contains(namespace))
+    }
+
+    /// The API server's answers to a create in a namespace being deleted, or already gone.
+    fn refused_create(&self, path: &str) -> (StatusCode, Value) {
+        let namespace = namespace_of(path).unwrap_or("");
+        if self.objects.contains_key(&namespace_path(namespace)) {
+            let message = format!(
+                "unable to create new content in namespace {namespace} because it is being terminated"
+            );
+            status(403, "Forbidden", &message)
+        } else {
+            status(
+                404,
+                "NotFound",
+                &format!("namespaces \"{namespace}\" not found"),
+            )
+        }
+    }
+
+    /// An object with finalizers is only marked for deletion; the rest go at once.
+    fn delete(&mut self, path: &str) -> (StatusCode, Value) {
+        let Some(object) = self.objects.get_mut(path) else {
+            return status(404, "NotFound", "not found");
+        };
+        let has_finalizers = object["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|list| !list.is_empty());
+        if has_finalizers {
+            if object["metadata"]["deletionTimestamp"].is_null() {
+                object["metadata"]["deletionTimestamp"] = json!("2026-06-01T00:00:00Z");
+            }
+            return (StatusCode::OK, object.clone());
+        }
+        let object = self.objects.remove(path).unwrap();
+        self.collect();
+        (StatusCode::OK, object)
+    }
+
+    /// Removes what the API server would: objects marked for deletion with no finalizer left,
+    /// then terminating namespaces with nothing left in them.
+    fn collect(&mut self) {
+        if !self.honour_finalizers {
+            return;
+        }
+        let namespaces: BTreeSet<String> = self
+            .terminating
+            .iter()
+            .map(|ns| namespace_path(ns))
+            .collect();
+        self.objects.retain(|path, object| {
+            // A namespace waits on its content (spec.finalizers), handled below.
+            if namespaces.contains(path) {
+                return true;
+            }
+            let marked = !object["metadata"]["deletionTimestamp"].is_null();
+            let finalized = object["metadata"]["finalizers"]
+                .as_array()
+                .is_none_or(Vec::is_empty);
+            !(marked && finalized)
+        });
+        for namespace in &self.terminating {
+            let inside = format!("/namespaces/{namespace}/");
+            if !self.objects.keys().any(|path| path.contains(&inside)) {
+                self.objects.remove(&namespace_path(namespace));
+            }
         }
     }
 
@@ -215,6 +343,10 @@ impl State {
                     object["status"] = old["status"].clone();
                     object["metadata"]["uid"] = old["metadata"]["uid"].clone();
                     object["metadata"]["generation"] = old["metadata"]["generation"].clone();
+                    if !old["metadata"]["deletionTimestamp"].is_null() {
+                        object["metadata"]["deletionTimestamp"] =
+                            old["metadata"]["deletionTimestamp"].clone();
+                    }
                 }
                 object
             }
@@ -231,6 +363,12 @@ impl State {
             for op in body.as_array().into_iter().flatten() {
                 let pointer = op["path"].as_str().unwrap_or("");
                 match op["op"].as_str() {
+                    // A failed test fails the whole patch, so a stale index removes nothing.
+                    Some("test")
+                        if object.pointer(pointer).unwrap_or(&Value::Null) != &op["value"] =>
+                    {
+                        return status(422, "Invalid", &format!("test of {pointer} failed"));
+                    }
                     Some("add") if pointer.ends_with("/-") => {
                         let list = pointer.trim_end_matches("/-");
                         if let Some(array) = object.pointer_mut(list).and_then(Value::as_array_mut)
