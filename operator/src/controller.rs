@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod first_release;
+pub mod pod_changes;
 pub mod store;
 mod store_status;
 pub mod target;
@@ -21,7 +22,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::api::{ProfileStore, ProfilingTarget};
 use crate::metrics::Metrics;
-use crate::resources::{BuildDefaults, BuildError, targets};
+use crate::resources::{BuildDefaults, BuildError};
 
 /// The finalizer the first release put on stores whose agents had a cluster-scoped binding;
 /// removed once that binding is gone (see [`first_release`]).
@@ -237,6 +238,7 @@ pub async fn run(ctx: Arc<Context>) {
     let store_controller = Controller::new(stores, watcher::Config::default().any_semantic());
     let known_stores = store_controller.store();
     let relayed = ctx.relayed_pods.clone();
+    let pod_changes = pod_changes::PodChanges::default();
     let store_controller = store_controller
         .owns(Api::<StatefulSet>::all(client.clone()), owned.clone())
         .owns(Api::<DaemonSet>::all(client.clone()), owned.clone())
@@ -252,7 +254,8 @@ pub async fn run(ctx: Arc<Context>) {
         })
         // Pods annotated after they started are invisible to agents (CRI sandboxes are
         // immutable): the agent-owning store relays them in its targets file, so a pod that
-        // opts in, opts out or goes away re-renders that file.
+        // opts in, opts out or goes away re-renders that file. Only events that change what
+        // the reconcile reads from a pod count: each reconcile LISTs targets, stores and pods.
         .watches(
             Api::<Pod>::all(client.clone()),
             watcher::Config::default(),
@@ -262,7 +265,7 @@ pub async fn run(ctx: Arc<Context>) {
                     .lock()
                     .map(|relayed| relayed.contains(&key))
                     .unwrap_or(true);
-                if !was_relayed && !targets::wants_relay(&pod.metadata) {
+                if !pod_changes.needs_reconcile(&pod, was_relayed) {
                     return None;
                 }
                 let stores: Vec<ProfileStore> = known_stores
