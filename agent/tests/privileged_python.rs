@@ -130,3 +130,133 @@ fn python_functions_are_named_with_file_and_line_under_every_cpython() {
         python_program::assert_python_frames(&version, &samples);
     }
 }
+
+/// The agent's `/metrics` text, fetched over plain HTTP/1.0.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text
+}
+
+#[test]
+fn a_cpython_of_a_version_without_offsets_keeps_its_native_frames_and_is_counted() {
+    if !privileged_prerequisites() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // Bullseye's 3.9 under the name `python3.8`: 3.9 has no `Py_Version`, so
+    // the agent takes the version from the name, and it has no offsets for
+    // 3.8. This is the path any CPython newer than the table takes.
+    let debian = interpreters::debian_root();
+    let real = debian.join("usr/bin/python3.9");
+    if !real.is_file() {
+        assert!(!in_ci(), "{} is needed in CI", real.display());
+        visible_skip("skipping the unsupported-version test: bullseye's python3.9 is not unpacked");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let renamed = dir.path().join("python3.8");
+    std::fs::copy(&real, &renamed).expect("copy the interpreter");
+    let module_dir = dir.path().join("app");
+    std::fs::create_dir_all(&module_dir).expect("module dir");
+    std::fs::write(module_dir.join("kiln_work.py"), MODULE).expect("write module");
+    let main = dir.path().join("main.py");
+    std::fs::write(&main, MAIN).expect("write main");
+    let child = KillOnDrop(
+        Command::new(&renamed)
+            .arg(&main)
+            .arg(&module_dir)
+            .env("PYTHONHOME", debian.join("usr"))
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the renamed interpreter starts"),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let pid = child.0.id().to_string();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let metrics_addr = format!("127.0.0.1:{port}");
+    let output_dir = dir.path().join("profiles");
+    let mut agent = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
+            .args(["--pid", pid.as_str(), "--frequency", "99"])
+            .args(["--drain-interval", "3s", "--duration", "7s"])
+            .arg("--output-dir")
+            .arg(&output_dir)
+            .args(["--metrics-addr", metrics_addr.as_str()])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("agent starts"),
+    );
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    let metrics = scrape(&metrics_addr);
+    let status = agent.0.wait().expect("agent exits");
+    assert!(status.success(), "agent failed: {status}");
+    let counted = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("kiln_agent_python_processes_total")
+                && l.contains("result=\"unsupported_version\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(
+        counted >= 1.0,
+        "the unsupported interpreter is counted; metrics: {}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("python"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    let mut profiles = Vec::new();
+    for entry in std::fs::read_dir(&output_dir).expect("profiles written") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "gz") {
+            let bytes = std::fs::read(&path).expect("readable");
+            profiles.push(
+                kiln_pprof::decode(&bytes, &kiln_pprof::DecodeLimits::default())
+                    .expect("valid pprof"),
+            );
+        }
+    }
+    let samples = samples_of(&profiles);
+    let total: i64 = samples.iter().map(|s| s.count).sum();
+    let eval_loop: i64 = samples
+        .iter()
+        .filter(|s| {
+            s.frames
+                .iter()
+                .any(|f| f.function == "_PyEval_EvalFrameDefault")
+        })
+        .map(|s| s.count)
+        .sum();
+    let python_frames = samples
+        .iter()
+        .flat_map(|s| &s.frames)
+        .filter(|f| f.file.ends_with(".py"))
+        .count();
+    eprintln!(
+        "python3.8 (3.9 renamed): {total} samples, {eval_loop} through the eval loop, \
+         {python_frames} Python frames, unsupported_version counted {counted}"
+    );
+    assert!(total >= 200, "too few samples ({total})");
+    assert!(
+        eval_loop as f64 >= 0.9 * total as f64,
+        "native frames stay: {eval_loop} of {total} samples show the eval loop"
+    );
+    assert_eq!(python_frames, 0, "no Python frames without offsets");
+    assert!(
+        samples.iter().all(|s| s.language == "python"),
+        "the process is still labelled python"
+    );
+}
