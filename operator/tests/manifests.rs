@@ -6,6 +6,7 @@ mod kustomize;
 #[path = "manifests/schema_check.rs"]
 mod schema_check;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -462,7 +463,11 @@ fn python_tool(name: &str) -> Option<PathBuf> {
         "{} is missing in CI; {hint}",
         path.display()
     );
-    eprintln!("SKIP: {} not found; {hint}", path.display());
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIP: {} not found; {hint}",
+        path.display()
+    );
     None
 }
 
@@ -591,7 +596,10 @@ fn built_in_renderer_agrees_with_kubectl_kustomize_when_available() {
         .arg(repo_root().join("config/default"))
         .output()
     else {
-        eprintln!("SKIP: kubectl not installed; the built-in renderer alone checks config/default");
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIP: kubectl not installed; the built-in renderer alone checks config/default"
+        );
         return;
     };
     assert!(

@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -51,7 +52,10 @@ fn tracefs_ready() -> bool {
 fn profile_bee_exports_a_hot_function_that_kiln_shows() {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: profile-bee needs root for eBPF; run as root (./kiln-dev test does)");
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: profile-bee needs root for eBPF; run as root (./kiln-dev test does)"
+        );
         return;
     }
     let Some(probee) = probee() else {

@@ -271,6 +271,8 @@ fn read_py_version(file: &File, loads: &[(u64, u64, u64)], address: u64) -> Opti
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
+
     use super::*;
 
     #[test]
@@ -292,7 +294,7 @@ mod tests {
     fn debian_python_exports_what_the_agent_needs() {
         let path = "/usr/bin/python3.11";
         let Ok(file) = File::open(path) else {
-            eprintln!("SKIPPED: {path} is not installed");
+            let _ = writeln!(std::io::stderr(), "SKIPPED: {path} is not installed");
             return;
         };
         let symbols = read_symbols(&file, path).expect("a real CPython ELF");

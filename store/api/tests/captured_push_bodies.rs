@@ -1,7 +1,7 @@
 //! The generated Push types decode what the real `pyroscope-io` 1.4.0 client
 //! sent (captured in `../shared/testdata/clients`), so the field numbers match.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use kiln_api::push::v1::PushRequest;
@@ -13,7 +13,7 @@ fn capture_dir() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!("skipping: {} is absent", dir.display());
+        let _ = writeln!(std::io::stderr(), "skipping: {} is absent", dir.display());
         None
     }
 }

@@ -242,6 +242,8 @@ fn split_count(line: &[u8], line_number: usize) -> Result<Option<(&[u8], i64)>, 
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
+
     use super::*;
 
     fn function_names(profile: &proto::Profile, sample: &proto::Sample) -> Vec<String> {
@@ -361,7 +363,11 @@ mod tests {
         let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../../shared/testdata/profiles/inferno-folded");
         if !dir.is_dir() {
-            eprintln!("skipped: {} is not present in this checkout", dir.display());
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: {} is not present in this checkout",
+                dir.display()
+            );
             return;
         }
         for (file, total) in [

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use kiln_pprof::{DecodeLimits, PprofError, decode};
@@ -12,7 +13,10 @@ fn fixtures_dir() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!("skipped: ../shared/testdata/profiles is not present in this checkout");
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: ../shared/testdata/profiles is not present in this checkout"
+        );
         None
     }
 }

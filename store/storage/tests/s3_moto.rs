@@ -40,7 +40,8 @@ fn moto_binary() -> Option<PathBuf> {
             path.display()
         );
     }
-    eprintln!(
+    let _ = writeln!(
+        std::io::stderr(),
         "SKIP: moto_server not found at {} (install with ./kiln-dev test)",
         path.display()
     );

@@ -5,6 +5,7 @@
 // Shared by the UI and CLI test crates; each uses only a part.
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -19,7 +20,10 @@ pub fn missing<T>(what: &str) -> Option<T> {
     if in_ci() {
         panic!("{what} (CI=true: ./kiln-dev test installs it)");
     }
-    eprintln!("SKIPPED: {what}; run ./kiln-dev test to install it");
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: {what}; run ./kiln-dev test to install it"
+    );
     None
 }
 
@@ -74,7 +78,7 @@ pub fn profile_fixtures() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!("SKIPPED: {} is absent", dir.display());
+        let _ = writeln!(std::io::stderr(), "SKIPPED: {} is absent", dir.display());
         None
     }
 }
