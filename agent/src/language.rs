@@ -77,6 +77,7 @@ mod tests {
             kind: MappingKind::File {
                 path: path.to_owned(),
                 deleted: false,
+                device: 1,
                 inode: 1,
             },
         }

@@ -13,6 +13,9 @@ pub enum MappingKind {
         path: String,
         /// Whether the kernel marked the file ` (deleted)`.
         deleted: bool,
+        /// The device the maps line names, encoded as `st_dev` is
+        /// (`makedev(major, minor)`), so it compares with `fstat`.
+        device: u64,
         /// The file's inode, as the maps line says.
         inode: u64,
     },
@@ -101,7 +104,7 @@ fn parse_line(line: &str) -> Option<MapEntry> {
     let range = field()?;
     let perms = field()?;
     let offset = field()?;
-    let _dev = field()?;
+    let device = field()?;
     let inode = field()?;
     let path = rest.trim_start();
     let (start, end) = range.split_once('-')?;
@@ -109,6 +112,7 @@ fn parse_line(line: &str) -> Option<MapEntry> {
     let end = u64::from_str_radix(end, 16).ok()?;
     let file_offset = u64::from_str_radix(offset, 16).ok()?;
     let inode: u64 = inode.parse().ok()?;
+    let device = parse_device(device)?;
     if end < start || perms.len() < 4 {
         return None;
     }
@@ -121,12 +125,14 @@ fn parse_line(line: &str) -> Option<MapEntry> {
         MappingKind::File {
             path: stripped.to_owned(),
             deleted: true,
+            device,
             inode,
         }
     } else {
         MappingKind::File {
             path: path.to_owned(),
             deleted: false,
+            device,
             inode,
         }
     };
@@ -137,6 +143,15 @@ fn parse_line(line: &str) -> Option<MapEntry> {
         executable,
         kind,
     })
+}
+
+/// The `major:minor` device field of a maps line (hexadecimal, as the
+/// kernel prints it with `%02x:%02x`; majors above 0xff take more digits).
+fn parse_device(field: &str) -> Option<u64> {
+    let (major, minor) = field.split_once(':')?;
+    let major = u32::from_str_radix(major, 16).ok()?;
+    let minor = u32::from_str_radix(minor, 16).ok()?;
+    Some(libc::makedev(major, minor))
 }
 
 /// Index of the mapping containing `addr` in `entries` (sorted by start).
@@ -172,10 +187,56 @@ mod tests {
             MappingKind::File {
                 path: "/tmp/my lib.so".into(),
                 deleted: true,
+                device: libc::makedev(0xfd, 0x01),
                 inode: 77
             }
         );
         assert_eq!(entries[4].kind, MappingKind::Special("[vdso]".into()));
+    }
+
+    #[test]
+    fn the_device_is_kept_as_st_dev_encodes_it() {
+        use std::os::unix::fs::MetadataExt;
+        // 259:3 is an NVMe partition; 0:39 an overlay or other anonymous
+        // device; a major over 0xff prints with more than two digits.
+        let maps = "\
+1000-2000 r-xp 00000000 103:03 11 /a
+2000-3000 r-xp 00000000 00:27 12 /b
+3000-4000 r-xp 00000000 1ff:100 13 /c
+";
+        let entries = parse_executable_maps(maps).expect("valid maps");
+        let devices: Vec<u64> = entries
+            .iter()
+            .map(|e| match e.kind {
+                MappingKind::File { device, .. } => device,
+                _ => panic!("a file mapping"),
+            })
+            .collect();
+        assert_eq!(
+            devices,
+            vec![
+                libc::makedev(259, 3),
+                libc::makedev(0, 39),
+                libc::makedev(0x1ff, 0x100)
+            ]
+        );
+        assert!(parse_executable_maps("1000-2000 r-xp 0 fd01 1 /a\n").is_err());
+        assert!(parse_executable_maps("1000-2000 r-xp 0 fd:zz 1 /a\n").is_err());
+        // What the kernel prints for the test binary is its fstat identity.
+        let own = std::fs::read_to_string("/proc/self/maps").expect("own maps");
+        let exe = std::fs::read_link("/proc/self/exe").expect("exe link");
+        let metadata = std::fs::metadata(&exe).expect("stat exe");
+        let entries = parse_executable_maps(&own).expect("own maps parse");
+        let kind = &entries
+            .iter()
+            .find(|e| e.display_name() == exe.to_string_lossy())
+            .expect("own executable is mapped")
+            .kind;
+        assert!(matches!(
+            kind,
+            MappingKind::File { device, inode, .. }
+                if *device == metadata.dev() && *inode == metadata.ino()
+        ));
     }
 
     #[test]

@@ -315,19 +315,19 @@ impl ProcessTable {
             Err(_) => {
                 // Without map_files (no CAP_CHECKPOINT_RESTORE before 5.9):
                 // the path beneath the process's own root, which symlinks
-                // cannot leave, and only if it is the inode the maps line
-                // names (the process may have swapped the file since).
+                // cannot leave, and only if it is the (device, inode) the
+                // maps line names (the process may have swapped the file
+                // since); see `is_mapped_file` for overlayfs and btrfs.
                 let root = self.proc_path(pid, "root");
                 let file = crate::safe_open::open_beneath(
                     &root.to_string_lossy(),
                     path.trim_start_matches('/'),
                 )
                 .ok()?;
-                let expected = match &entry.kind {
-                    MappingKind::File { inode, .. } => *inode,
-                    _ => return None,
+                let MappingKind::File { device, inode, .. } = &entry.kind else {
+                    return None;
                 };
-                if file.metadata().ok()?.ino() != expected {
+                if !crate::safe_open::is_mapped_file(&file, *device, *inode).ok()? {
                     return None;
                 }
                 file
@@ -384,6 +384,57 @@ mod tests {
         let second = table.refresh(std::process::id(), ns).expect("own process");
         assert!(table.open_files() <= 2);
         drop((first, second));
+    }
+
+    /// A `/proc` of one process (pid 42) mapping `/lib.so` from its root,
+    /// with no `map_files`, so the table takes the fallback through the
+    /// root. Returns the directory, the table and the process's start.
+    fn fake_proc() -> (tempfile::TempDir, ProcessTable, u64) {
+        let proc_root = tempfile::tempdir().expect("temp dir");
+        let process = proc_root.path().join("42");
+        std::fs::create_dir_all(process.join("root")).expect("root");
+        std::fs::write(process.join("root/lib.so"), b"\x7fELF").expect("library");
+        std::fs::write(process.join("comm"), "fake\n").expect("comm");
+        // Field 22 (start time in ticks) is the 20th after comm.
+        let mut fields = vec!["0"; 20];
+        fields[19] = "1000";
+        let stat = format!("42 (fake) {}", fields.join(" "));
+        std::fs::write(process.join("stat"), stat).expect("stat");
+        let mut table = ProcessTable::new(4, 4);
+        table.proc_root = proc_root.path().to_owned();
+        let start_ns = 1000 * (1_000_000_000 / table.ticks_per_second);
+        (proc_root, table, start_ns)
+    }
+
+    #[test]
+    fn the_root_fallback_opens_only_the_device_and_inode_of_the_maps_line() {
+        use std::os::unix::fs::MetadataExt;
+        let (proc_root, mut table, start_ns) = fake_proc();
+        let library = std::fs::metadata(proc_root.path().join("42/root/lib.so")).expect("stat");
+        let mut opens = |device: u64, inode: u64| {
+            let (major, minor) = (libc::major(device), libc::minor(device));
+            let line = format!("1000-2000 r-xp 00000000 {major:x}:{minor:x} {inode} /lib.so\n");
+            std::fs::write(proc_root.path().join("42/maps"), line).expect("maps");
+            let snapshot = table.refresh(42, start_ns).expect("the fake process reads");
+            snapshot.files[0].is_some()
+        };
+        assert!(
+            opens(library.dev(), library.ino()),
+            "the file the maps line names opens"
+        );
+        assert!(
+            !opens(library.dev(), library.ino() + 1),
+            "another inode is refused"
+        );
+        let other_device = libc::makedev(0x1ff, 0x1ff);
+        let file = File::open(proc_root.path().join("42/root/lib.so")).expect("open");
+        let tolerated =
+            crate::safe_open::is_mapped_file(&file, other_device, library.ino()).expect("fstat");
+        assert_eq!(
+            opens(other_device, library.ino()),
+            tolerated,
+            "another device is refused (but on overlayfs and btrfs)"
+        );
     }
 
     #[test]

@@ -57,9 +57,90 @@ pub fn open_beneath(root: &str, relative: &str) -> std::io::Result<File> {
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
+/// Whether `file`, opened by path, is the file a `/proc/PID/maps` line
+/// names by `device` (as `st_dev` encodes it) and `inode`: the process may
+/// have replaced the file at that path since it mapped it.
+///
+/// The inode must always match. The device must match too, except on two
+/// filesystems whose `st_dev` is not the device the maps line prints:
+/// - overlayfs (every container root): on 6.18 the maps line prints the
+///   overlay's device and inode, as `fstat` does (checked by mapping a
+///   file of a test overlay), but older kernels print the device of the
+///   layer's own file (e.g. `fd:01`) while `fstat` through the overlay
+///   reports the overlay's anonymous device (the inode is the layer's when
+///   the layers share a filesystem, as containerd's snapshots do);
+/// - btrfs, whose `stat` reports a per-subvolume anonymous device, while
+///   the maps line prints the superblock's.
+///
+/// A file swapped in from any other filesystem (a tmpfs, a bind mount)
+/// must match on both, so only a file of the same overlay or btrfs with
+/// the same inode number could pass, which the process cannot create.
+pub fn is_mapped_file(file: &File, device: u64, inode: u64) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = file.metadata()?;
+    if metadata.ino() != inode {
+        return Ok(false);
+    }
+    if metadata.dev() == device {
+        return Ok(true);
+    }
+    Ok(matches!(
+        filesystem_magic(file)?,
+        OVERLAYFS_MAGIC | BTRFS_MAGIC
+    ))
+}
+
+/// `f_type` of overlayfs (`OVERLAYFS_SUPER_MAGIC`).
+const OVERLAYFS_MAGIC: u32 = 0x794c_7630;
+/// `f_type` of btrfs (`BTRFS_SUPER_MAGIC`).
+const BTRFS_MAGIC: u32 = 0x9123_683e;
+
+/// The filesystem type of an open file (`fstatfs`'s `f_type`), as the
+/// 32-bit magic number the kernel defines (libc's constants differ in
+/// sign extension between targets, so the comparison is on the low bits).
+fn filesystem_magic(file: &File) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero statfs is a valid value for fstatfs to overwrite.
+    let mut stats: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs on a descriptor we own, with a valid out-pointer.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut stats) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // Truncation intended: magic numbers are 32-bit.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Ok(stats.f_type as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_is_the_mapped_one_only_with_its_inode_and_device() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("lib.so");
+        std::fs::write(&path, b"\x7fELF").expect("write");
+        let file = File::open(&path).expect("open");
+        let metadata = file.metadata().expect("stat");
+        let (device, inode) = (metadata.dev(), metadata.ino());
+        assert!(is_mapped_file(&file, device, inode).expect("fstat"));
+        assert!(!is_mapped_file(&file, device, inode + 1).expect("fstat"));
+        let other_device = libc::makedev(0x1ff, 0x1ff);
+        let tolerant = matches!(
+            filesystem_magic(&file).expect("fstatfs"),
+            OVERLAYFS_MAGIC | BTRFS_MAGIC
+        );
+        assert_eq!(
+            is_mapped_file(&file, other_device, inode).expect("fstat"),
+            tolerant,
+            "another device is refused outside overlayfs and btrfs"
+        );
+        // /proc is neither: its files must match exactly.
+        let proc_file = File::open("/proc/self/stat").expect("proc file");
+        let proc_meta = proc_file.metadata().expect("stat");
+        assert!(!is_mapped_file(&proc_file, other_device, proc_meta.ino()).expect("fstat"));
+    }
 
     #[test]
     fn a_symlink_cannot_leave_the_root_and_a_fifo_is_refused() {
