@@ -23,7 +23,7 @@ pub struct MappedFile {
     pub device: u64,
     /// Inode of the open file.
     pub inode: u64,
-    /// The open file; symbolization reads it via `/proc/self/fd/N`.
+    /// The open file; read with `pread` only (see `elf_symbols`).
     pub file: File,
     /// Counts this file against the table's open-file budget while it lives.
     _open: OpenFileToken,
@@ -49,12 +49,6 @@ impl Drop for OpenFileToken {
 }
 
 impl MappedFile {
-    /// A path through which this process can read the open file.
-    pub fn readable_path(&self) -> PathBuf {
-        use std::os::fd::AsRawFd;
-        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
-    }
-
     /// The identity symbol caches use: the build id, else the path.
     pub fn cache_identity(&self) -> &str {
         if self.build_id.is_empty() {
@@ -349,7 +343,8 @@ impl ProcessTable {
             file,
             _open: OpenFileToken::new(&self.open_files),
         };
-        if let Ok(Some(build_id)) = blazesym::helper::read_elf_build_id(&mapped.readable_path()) {
+        // Read with pread, never mapped: the process can truncate the file.
+        if let Some(build_id) = crate::elf_symbols::build_id(&mapped.file) {
             mapped.build_id = build_id.iter().map(|b| format!("{b:02x}")).collect();
         }
         let mapped = Arc::new(mapped);

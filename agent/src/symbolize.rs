@@ -4,6 +4,7 @@
 //! named keep their mapping, address and build id for the store.
 
 use std::collections::{HashMap, HashSet};
+use std::fs::File;
 use std::sync::Arc;
 
 use blazesym::symbolize::source::{self as blaze_source, Source};
@@ -74,8 +75,12 @@ pub struct StackSymbolizer {
     kernel_mapping: Arc<FrameMapping>,
     /// (file identity, file offset) to name; `None` caches a miss.
     names: BoundedCache<(Arc<str>, u64), Option<Arc<str>>>,
-    /// Bytes of ELF files blazesym has mapped since its last reset.
+    /// Bytes of ELF copies blazesym has mapped since its last reset.
     mapped_bytes: u64,
+    /// The sealed copies blazesym reads (see `elf_symbols`), by file
+    /// identity; held until blazesym is reset, so a `/proc/self/fd/N` path
+    /// it cached never names another file.
+    copies: HashMap<Arc<str>, File>,
     /// Offsets to look up, per file identity.
     pending: HashMap<Arc<str>, (Arc<MappedFile>, HashSet<u64>)>,
     /// Perf maps checked this window, per pid (`None`: the process has none).
@@ -97,10 +102,15 @@ pub struct StackSymbolizer {
 /// cannot take the agent's memory.
 pub const DEFAULT_MAX_SYMBOL_TABLE_BYTES: u64 = 64 << 20;
 
-/// Most bytes of ELF files blazesym may keep mapped (and its parsed symbol
-/// tables with them) before it is reset: bounds the RSS symbolizing a few
-/// huge binaries (a compiler's 150 MB shared library) can take.
+/// Most bytes of ELF copies blazesym may keep mapped (and its parsed
+/// symbol tables with them) before it is reset: bounds the RSS symbolizing
+/// a few huge binaries (a compiler's 150 MB shared library) can take.
 const MAPPED_ELF_BUDGET: u64 = 32 << 20;
+
+/// What a copy for blazesym may hold besides the symbol tables and their
+/// strings (already capped): the ELF, program and section headers (65,535
+/// section headers are 4 MiB) and the section name table.
+const COPY_HEADER_ALLOWANCE: u64 = 8 << 20;
 
 impl StackSymbolizer {
     /// A symbolizer with kernel symbols and a bound on cached names.
@@ -117,6 +127,7 @@ impl StackSymbolizer {
             }),
             names: BoundedCache::new(max_cached_names),
             mapped_bytes: 0,
+            copies: HashMap::new(),
             pending: HashMap::new(),
             perf_maps: HashMap::new(),
             previous_perf_maps: HashMap::new(),
@@ -138,10 +149,11 @@ impl StackSymbolizer {
         std::mem::take(&mut self.refused_objects)
     }
 
-    /// Drops blazesym's per-file state (it is keyed by path, and the
-    /// `/proc/self/fd/N` paths it was given may now name other files).
+    /// Drops blazesym's per-file state and the copies it mapped (it is
+    /// keyed by their `/proc/self/fd/N` paths, which are closed with it).
     pub fn reset_file_state(&mut self) {
         self.blaze = new_blaze_symbolizer();
+        self.copies.clear();
         self.mapped_bytes = 0;
         // Perf maps grow as code is compiled: checked again next window, and
         // parsed again only if their file changed. Only the processes seen
@@ -295,12 +307,15 @@ impl StackSymbolizer {
                 }
                 continue;
             }
-            let size = file.file.metadata().map(|m| m.len()).unwrap_or(0);
-            if self.mapped_bytes > 0 && self.mapped_bytes.saturating_add(size) > MAPPED_ELF_BUDGET {
-                self.reset_file_state();
-            }
-            self.mapped_bytes = self.mapped_bytes.saturating_add(size);
-            let mut elf = blaze_source::Elf::new(file.readable_path());
+            // Blazesym maps what it reads: it gets a sealed copy, so a
+            // process truncating its own library cannot SIGBUS the agent.
+            let Some(path) = self.copy_for_blazesym(&identity, &file) else {
+                for offset in offsets {
+                    self.names.insert((Arc::clone(&identity), offset), None);
+                }
+                continue;
+            };
+            let mut elf = blaze_source::Elf::new(path);
             elf.debug_syms = false;
             let source = Source::Elf(elf);
             let names: Vec<Option<Arc<str>>> =
@@ -318,6 +333,43 @@ impl StackSymbolizer {
                 self.names.insert((Arc::clone(&identity), offset), name);
             }
         }
+    }
+
+    /// The `/proc/self/fd/N` path of the sealed copy of `file` blazesym
+    /// reads, made on first use; `None` when it cannot be made (logged).
+    fn copy_for_blazesym(
+        &mut self,
+        identity: &Arc<str>,
+        file: &MappedFile,
+    ) -> Option<std::path::PathBuf> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        if !self.copies.contains_key(identity) {
+            let cap = self
+                .max_symbol_table_bytes
+                .saturating_add(COPY_HEADER_ALLOWANCE);
+            let copy = match crate::elf_symbols::symbolization_copy(&file.file, cap) {
+                Ok(copy) => copy,
+                Err(error) => {
+                    tracing::debug!(path = %file.path, %error, "ELF object not copied for symbolization");
+                    return None;
+                }
+            };
+            // The copy is sparse: its allocated blocks are what it costs.
+            let held = copy
+                .metadata()
+                .map_or(0, |m| m.blocks().saturating_mul(512));
+            if self.mapped_bytes > 0 && self.mapped_bytes.saturating_add(held) > MAPPED_ELF_BUDGET {
+                self.reset_file_state();
+            }
+            self.mapped_bytes = self.mapped_bytes.saturating_add(held);
+            self.copies.insert(Arc::clone(identity), copy);
+        }
+        let copy = self.copies.get(identity)?;
+        Some(std::path::PathBuf::from(format!(
+            "/proc/self/fd/{}",
+            copy.as_raw_fd()
+        )))
     }
 
     /// Names of addresses in anonymous or special mappings (JIT code named
