@@ -382,6 +382,30 @@ pub fn parse_rss(status: &str) -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
+/// Connections served at once by [`serve_metrics`].
+const METRICS_CONNECTIONS: usize = 32;
+
+/// Reads into `buffer` until the request line has arrived (a client may
+/// send it in several writes) or the buffer is full; returns the bytes read.
+async fn read_request_line<R: tokio::io::AsyncRead + Unpin>(
+    stream: &mut R,
+    buffer: &mut [u8],
+) -> std::io::Result<usize> {
+    use tokio::io::AsyncReadExt;
+    let mut filled = 0;
+    while filled < buffer.len() {
+        let n = stream.read(&mut buffer[filled..]).await?;
+        if n == 0 {
+            break;
+        }
+        filled += n;
+        if buffer[..filled].contains(&b'\n') {
+            break;
+        }
+    }
+    Ok(filled)
+}
+
 /// Serves `/metrics` and `/healthz` (the collector's liveness) until
 /// `shutdown` fires. Tiny HTTP/1.1: one request per connection, other paths
 /// get 404.
@@ -390,7 +414,8 @@ pub async fn serve_metrics(
     metrics: std::sync::Arc<AgentMetrics>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
+    let connections = std::sync::Arc::new(tokio::sync::Semaphore::new(METRICS_CONNECTIONS));
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -399,12 +424,20 @@ pub async fn serve_metrics(
         let Ok((mut stream, _)) = accepted else {
             continue;
         };
+        // A scraper or probe holds one connection at a time; anything past
+        // the cap is closed at once, so no client can pile up tasks.
+        let Ok(permit) = std::sync::Arc::clone(&connections).try_acquire_owned() else {
+            continue;
+        };
         let metrics = std::sync::Arc::clone(&metrics);
         tokio::spawn(async move {
+            let _permit = permit;
             let mut buffer = [0u8; 2048];
-            let read =
-                tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut buffer))
-                    .await;
+            let read = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                read_request_line(&mut stream, &mut buffer),
+            )
+            .await;
             let Ok(Ok(n)) = read else {
                 return;
             };
@@ -447,6 +480,26 @@ pub async fn serve_metrics(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_request_line_sent_in_pieces_is_read_whole() {
+        let (mut client, mut server) = tokio::io::duplex(64);
+        let writer = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            for piece in [&b"GET /hea"[..], b"lthz HTTP/1.1\r", b"\nHost: x\r\n\r\n"] {
+                client.write_all(piece).await.expect("write");
+                tokio::task::yield_now().await;
+            }
+            client
+        });
+        let mut buffer = [0u8; 2048];
+        let n = read_request_line(&mut server, &mut buffer)
+            .await
+            .expect("read");
+        let line = String::from_utf8_lossy(&buffer[..n]);
+        assert!(line.starts_with("GET /healthz HTTP/1.1\r\n"), "{line}");
+        drop(writer.await);
+    }
 
     #[test]
     fn render_exposes_counters_drops_by_reason_and_rss() {
