@@ -51,7 +51,7 @@ for target in "${targets[@]}"; do
   hangs=$(find "$dir/hangs" -type f 2>/dev/null | wc -l)
   echo "$target: $(stat execs_done) execs in $(stat run_time) s ($(stat execs_per_sec)/s)," \
     "corpus $(stat corpus_count), edges $(stat edges_found)/$(stat total_edges)," \
-    "peak RSS $(stat peak_rss_mb) MiB, crashes $crashes, hangs $hangs"
+    "crashes $crashes, hangs $hangs"
   if [ "$crashes" -gt 0 ] || [ "$hangs" -gt 0 ]; then
     failed=1
   fi
