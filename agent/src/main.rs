@@ -20,7 +20,7 @@ use kiln_agent::preflight;
 use kiln_agent::process_info::ProcessTable;
 use kiln_agent::python::{PythonUnwinder, PythonUnwinderConfig};
 use kiln_agent::sampler::{Sampler, SamplerConfig};
-use kiln_agent::ship::{ShipQueue, Sink, run_shipper};
+use kiln_agent::ship::{ShipQueue, Sink, StoreToken, run_shipper};
 use kiln_agent::symbolize::StackSymbolizer;
 use kiln_agent::target_set::TargetSource;
 use kiln_agent::unwind::{StackUnwinder, StackUnwinderConfig};
@@ -71,6 +71,10 @@ struct Cli {
     /// Ship profiles to this store with Parca's WriteRaw (e.g. http://127.0.0.1:7470).
     #[arg(long, env = "KILN_STORE")]
     store: Option<String>,
+    /// A file holding the store's write token, sent as a bearer token with
+    /// every upload (a file, so the token never shows in /proc/*/cmdline).
+    #[arg(long, env = "KILN_STORE_TOKEN_FILE", requires = "store")]
+    store_token_file: Option<PathBuf>,
     /// Samples per second per CPU. 19 is prime, so it does not alias with
     /// periodic work.
     #[arg(long, env = "KILN_FREQUENCY", default_value_t = 19, value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -231,6 +235,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         (None, Some(endpoint)) => Sink::Store {
             endpoint: endpoint.clone(),
+            token: cli
+                .store_token_file
+                .as_deref()
+                .map(StoreToken::from_file)
+                .transpose()?,
         },
         (None, None) => anyhow::bail!("give --output-dir or --store"),
     };

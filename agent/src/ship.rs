@@ -188,7 +188,72 @@ pub enum Sink {
     Store {
         /// The gRPC endpoint, e.g. `http://kiln-store:7470`.
         endpoint: String,
+        /// The store's write token, sent as `authorization: Bearer ...`.
+        token: Option<StoreToken>,
     },
+}
+
+/// A bearer token for the store, checked once so every request can carry it.
+#[derive(Clone)]
+pub struct StoreToken(tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
+
+impl std::fmt::Debug for StoreToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never in logs.
+        f.write_str("StoreToken(..)")
+    }
+}
+
+/// Why a store token is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreTokenError {
+    /// The token file could not be read.
+    #[error("cannot read the store token from {path}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file holds no token, or one that cannot go in a header.
+    #[error("the store token in {path} is empty or has characters other than visible ASCII")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+impl StoreToken {
+    /// Reads the token from `path` (surrounding whitespace, such as the
+    /// newline of a file written by hand or a Kubernetes Secret, is ignored).
+    pub fn from_file(path: &std::path::Path) -> Result<StoreToken, StoreTokenError> {
+        let text = std::fs::read_to_string(path).map_err(|source| StoreTokenError::Unreadable {
+            path: path.to_owned(),
+            source,
+        })?;
+        StoreToken::parse(text.trim()).ok_or_else(|| StoreTokenError::Invalid {
+            path: path.to_owned(),
+        })
+    }
+
+    fn parse(token: &str) -> Option<StoreToken> {
+        if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return None;
+        }
+        format!("Bearer {token}").parse().ok().map(StoreToken)
+    }
+}
+
+/// `message` as a request that carries `token`, if any.
+fn authorized<T>(message: T, token: Option<&StoreToken>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(StoreToken(value)) = token {
+        request
+            .metadata_mut()
+            .insert("authorization", value.clone());
+    }
+    request
 }
 
 /// Why one send failed.
@@ -303,7 +368,9 @@ pub async fn run_shipper(
         }
         let result = match &sink {
             Sink::Directory(dir) => write_files(dir, &batch).await,
-            Sink::Store { endpoint } => send_write_raw(endpoint, &mut client, &batch).await,
+            Sink::Store { endpoint, token } => {
+                send_write_raw(endpoint, token.as_ref(), &mut client, &batch).await
+            }
         };
         match result {
             Ok(()) => {
@@ -362,6 +429,7 @@ type StoreClient =
 
 async fn send_write_raw(
     endpoint: &str,
+    token: Option<&StoreToken>,
     client: &mut Option<StoreClient>,
     batch: &[ShipItem],
 ) -> Result<(), ShipError> {
@@ -380,7 +448,7 @@ async fn send_write_raw(
         return Ok(());
     };
     client
-        .write_raw(write_raw_request(batch))
+        .write_raw(authorized(write_raw_request(batch), token))
         .await
         .map(|_| ())
         .map_err(|status| ShipError::Rpc {
@@ -451,6 +519,43 @@ mod tests {
         assert_eq!(labels[1].value, "2");
         assert_eq!(series.samples[0].raw_profile, vec![0x1f, 0x8b]);
         assert!(!request.normalized);
+    }
+
+    #[test]
+    fn a_store_token_goes_in_the_authorization_header_and_never_in_logs() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("write-token");
+        std::fs::write(&path, "s3cret-Token_1\n").expect("write token");
+        let token = StoreToken::from_file(&path).expect("a valid token");
+        assert_eq!(format!("{token:?}"), "StoreToken(..)");
+        let request = authorized((), Some(&token));
+        assert_eq!(
+            request
+                .metadata()
+                .get("authorization")
+                .map(|v| v.to_str().ok()),
+            Some(Some("Bearer s3cret-Token_1"))
+        );
+        assert!(
+            authorized((), None)
+                .metadata()
+                .get("authorization")
+                .is_none()
+        );
+        for bad in ["", "  \n", "two words", "caf\u{e9}"] {
+            std::fs::write(&path, bad).expect("write token");
+            assert!(
+                matches!(
+                    StoreToken::from_file(&path),
+                    Err(StoreTokenError::Invalid { .. })
+                ),
+                "{bad:?} is refused"
+            );
+        }
+        assert!(matches!(
+            StoreToken::from_file(&dir.path().join("missing")),
+            Err(StoreTokenError::Unreadable { .. })
+        ));
     }
 
     #[test]

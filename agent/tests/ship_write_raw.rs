@@ -1,7 +1,7 @@
 //! Shipping over gRPC WriteRaw to a real tonic server on loopback (the
 //! generated `ProfileStoreService` from kiln-api): profiles made while the
 //! store is down are queued and delivered once it is up, with the series
-//! labels and a valid pprof.
+//! labels, a valid pprof and the write token from `--store-token-file`.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -18,6 +18,8 @@ use kiln_pprof::DecodeLimits;
 #[derive(Default, Clone)]
 struct Recorder {
     requests: Arc<Mutex<Vec<(u128, WriteRawRequest)>>>,
+    /// Each request's `authorization` header.
+    authorizations: Arc<Mutex<Vec<Option<String>>>>,
 }
 
 #[tonic::async_trait]
@@ -30,6 +32,15 @@ impl ProfileStoreService for Recorder {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
+        let authorization = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        self.authorizations
+            .lock()
+            .expect("not poisoned")
+            .push(authorization);
         self.requests
             .lock()
             .expect("not poisoned")
@@ -92,6 +103,8 @@ async fn profiles_made_while_the_store_is_down_are_delivered_when_it_comes_up() 
         let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind probe");
         probe.local_addr().expect("probe address")
     };
+    let token_file = dir.path().join("write-token");
+    std::fs::write(&token_file, "kiln-write-3f9a\n").expect("write the token file");
     let agent_started = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock after epoch")
@@ -109,6 +122,8 @@ async fn profiles_made_while_the_store_is_down_are_delivered_when_it_comes_up() 
             ])
             .arg("--store")
             .arg(format!("http://{address}"))
+            .arg("--store-token-file")
+            .arg(&token_file)
             .stderr(Stdio::null())
             .spawn()
             .expect("agent starts"),
@@ -155,6 +170,18 @@ async fn profiles_made_while_the_store_is_down_are_delivered_when_it_comes_up() 
     server.abort();
 
     let requests = recorder.requests.lock().expect("not poisoned").clone();
+    let authorizations = recorder
+        .authorizations
+        .lock()
+        .expect("not poisoned")
+        .clone();
+    assert!(
+        !authorizations.is_empty()
+            && authorizations
+                .iter()
+                .all(|a| a.as_deref() == Some("Bearer kiln-write-3f9a")),
+        "every upload carries the write token: {authorizations:?}"
+    );
     assert!(
         early_profile_arrived(),
         "no queued profile was delivered after the store came up"
