@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use clap::Parser;
 
+mod connections;
 mod file;
 
+pub use connections::{ConnectionFlags, ConnectionLimits};
 pub use file::{
     FileAuth, FileBucket, FileConfig, FileLimits, FileServer, FileStorage, parse_file_config,
     read_file_config,
@@ -152,9 +154,17 @@ pub struct Cli {
     /// Most profiles (raw samples) in one Push or WriteRaw request [default: 1024].
     #[arg(long, env = "KILN_MAX_PROFILES_PER_REQUEST")]
     pub max_profiles_per_request: Option<usize>,
-    /// Requests processed at once; more get 429 / RESOURCE_EXHAUSTED [default: 256].
+    /// Ingest requests processed at once; more get 429 / RESOURCE_EXHAUSTED [default: 256].
     #[arg(long, env = "KILN_MAX_INFLIGHT")]
     pub max_inflight: Option<usize>,
+    /// Queries processed at once, apart from ingest so neither can starve
+    /// the other; more get 429 / RESOURCE_EXHAUSTED [default: --memory-budget
+    /// / 32 MiB, between 4 and 256].
+    #[arg(long, env = "KILN_MAX_INFLIGHT_QUERIES")]
+    pub max_inflight_queries: Option<usize>,
+    /// Connection limits of the main port.
+    #[command(flatten)]
+    pub connections: ConnectionFlags,
     /// Bearer tokens accepted for writes, comma separated (auth is off when none).
     #[arg(long, env = "KILN_WRITE_TOKENS", value_delimiter = ',')]
     pub write_tokens: Option<Vec<String>>,
@@ -213,8 +223,10 @@ pub struct Limits {
     pub max_samples_per_profile: usize,
     /// Most profiles in one Push or WriteRaw request.
     pub max_profiles_per_request: usize,
-    /// Requests in flight.
+    /// Ingest requests in flight.
     pub max_inflight: usize,
+    /// Queries in flight.
+    pub max_inflight_queries: usize,
 }
 
 impl Default for Limits {
@@ -227,6 +239,8 @@ impl Default for Limits {
             max_samples_per_profile: 1_000_000,
             max_profiles_per_request: 1024,
             max_inflight: 256,
+            // What the default 2 GiB memory budget derives.
+            max_inflight_queries: 64,
         }
     }
 }
@@ -262,6 +276,8 @@ pub struct Config {
     pub bucket: BucketSettings,
     /// Limits.
     pub limits: Limits,
+    /// Connection limits of the main port.
+    pub connections: ConnectionLimits,
     /// Tokens for writes (empty: no auth).
     pub write_tokens: Vec<String>,
     /// Tokens for reads (empty: no auth).
@@ -470,7 +486,14 @@ impl Config {
                 defaults.max_inflight,
                 "limits.max_inflight",
             )?,
+            max_inflight_queries: pick(
+                cli.max_inflight_queries,
+                file.limits.max_inflight_queries,
+                default_query_slots(memory_budget),
+                "limits.max_inflight_queries",
+            )?,
         };
+        let connections = ConnectionLimits::layer(&cli.connections, &file.server, memory_budget)?;
         let tokens = |cli: &Option<Vec<String>>, file: &Option<Vec<String>>| -> Vec<String> {
             cli.clone()
                 .or_else(|| file.clone())
@@ -526,6 +549,7 @@ impl Config {
                 azure_account,
             },
             limits,
+            connections,
             write_tokens: tokens(&cli.write_tokens, &file.auth.write_tokens),
             read_tokens: tokens(&cli.read_tokens, &file.auth.read_tokens),
             log: cli
@@ -539,6 +563,16 @@ impl Config {
 
 /// Below this the head would be cut every few profiles.
 const MIN_MEMORY_BUDGET: u64 = 64 << 20;
+
+/// Queries in flight by default: one per 32 MiB of the memory budget.
+/// Query scratch has no byte reservation of its own; it shares the budget's
+/// last eighth with the runtime, and one query with a heavy `=~` pattern
+/// can hold a few MiB of compiled regex and DFA cache (audit R8).
+fn default_query_slots(memory_budget: u64) -> usize {
+    usize::try_from(memory_budget >> 25)
+        .unwrap_or(usize::MAX)
+        .clamp(4, 256)
+}
 
 /// Plain bytes, or a number with `Ki`/`Mi`/`Gi` (Kubernetes quantities) or
 /// `KiB`/`MiB`/`GiB`.
@@ -626,6 +660,8 @@ mod tests {
         assert_eq!(config.max_future_skew, Duration::from_secs(600));
         assert_eq!(config.query_timeout, Duration::from_secs(30));
         assert_eq!(config.bucket.kind, ObjectStoreKind::Local);
+        assert_eq!(config.limits, Limits::default());
+        assert_eq!(config.connections, ConnectionLimits::default());
         assert_eq!(config.bucket.name, "kiln-data/bucket");
         assert_eq!(config.replica, "kiln");
         assert!(config.write_tokens.is_empty());
@@ -703,6 +739,8 @@ write_tokens = ["w1"]
         let cli = Cli::try_parse_from(["kiln-store", "--memory-budget", "1536Mi"]).unwrap();
         let config = Config::layer(&cli, &FileConfig::default(), None).unwrap();
         assert_eq!(config.memory_budget, 1536 << 20);
+        assert_eq!(config.limits.max_inflight_queries, 48, "one per 32 MiB");
+        assert_eq!(config.connections.max_connections, 3072, "one per 512 KiB");
         assert_eq!(parse_bytes("1000"), Ok(1000));
         assert_eq!(parse_bytes("2GiB"), Ok(2 << 30));
         assert!(parse_bytes("2G").is_err());

@@ -103,11 +103,28 @@ pub enum ApiError {
         /// The limit.
         limit: usize,
     },
-    /// Too many requests are in flight.
-    #[error("server overloaded: {limit} requests already in flight, retry later")]
+    /// A gRPC message (as sent, or inflated) exceeds the request size limit;
+    /// found before tonic decodes it.
+    #[error("gRPC message length too large {stage}: more than {limit} bytes")]
+    GrpcMessageTooLarge {
+        /// `as sent` or `after decompressing`.
+        stage: &'static str,
+        /// The limit.
+        limit: usize,
+    },
+    /// Too many requests of one kind are in flight.
+    #[error("server overloaded: {limit} {kind} requests already in flight, retry later")]
     Overloaded {
+        /// `ingest` or `query`: each has its own slots.
+        kind: &'static str,
         /// The in-flight limit.
         limit: usize,
+    },
+    /// The body did not arrive within the body read timeout.
+    #[error("request body not received within {timeout:?}")]
+    BodyTimeout {
+        /// The timeout.
+        timeout: std::time::Duration,
     },
     /// The store is still recovering (or failed to open).
     #[error("store is not ready yet (recovering the write-ahead log and block list)")]
@@ -151,8 +168,9 @@ impl ApiError {
             Self::UnsupportedMediaType { .. } => "unsupported_media_type",
             Self::UnsupportedEncoding { .. } => "unsupported_encoding",
             Self::BadGzip { .. } => "bad_gzip",
-            Self::TooLarge { .. } => "too_large",
+            Self::TooLarge { .. } | Self::GrpcMessageTooLarge { .. } => "too_large",
             Self::Overloaded { .. } => "overloaded",
+            Self::BodyTimeout { .. } => "body_timeout",
             Self::NotReady => "not_ready",
             Self::Unauthorized { .. } => "unauthorized",
             Self::Worker { .. } => "worker_failed",
@@ -183,9 +201,12 @@ impl ApiError {
             Self::UnsupportedMediaType { .. } | Self::UnsupportedEncoding { .. } => {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE
             }
-            Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::TooLarge { .. } | Self::GrpcMessageTooLarge { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             Self::Unimplemented { .. } => StatusCode::NOT_IMPLEMENTED,
             Self::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::NotReady => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::Worker { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -212,6 +233,7 @@ impl ApiError {
                 tonic::Code::ResourceExhausted
             }
             StatusCode::SERVICE_UNAVAILABLE => tonic::Code::Unavailable,
+            StatusCode::REQUEST_TIMEOUT => tonic::Code::DeadlineExceeded,
             StatusCode::UNAUTHORIZED => tonic::Code::Unauthenticated,
             StatusCode::NOT_IMPLEMENTED => tonic::Code::Unimplemented,
             _ => tonic::Code::Internal,
@@ -224,6 +246,7 @@ impl ApiError {
             tonic::Code::InvalidArgument => "invalid_argument",
             tonic::Code::ResourceExhausted => "resource_exhausted",
             tonic::Code::Unavailable => "unavailable",
+            tonic::Code::DeadlineExceeded => "deadline_exceeded",
             tonic::Code::Unauthenticated => "unauthenticated",
             tonic::Code::Unimplemented => "unimplemented",
             _ => "internal",

@@ -25,16 +25,15 @@ pub struct IngestService {
 }
 
 impl IngestService {
+    /// Runs one call. Its ingest slot and memory were taken before tonic
+    /// decoded the message ([`crate::grpc_admission`]), and are held until
+    /// this returns.
     async fn run(
         &self,
         endpoint: &'static str,
         work: impl AsyncFnOnce(&AppState) -> Result<(), ApiError>,
     ) -> Result<(), Status> {
-        let result = match self.state.admit() {
-            Ok(_permit) => work(&self.state).await,
-            Err(err) => Err(err),
-        };
-        result.map_err(|err| {
+        work(&self.state).await.map_err(|err| {
             self.state
                 .metrics()
                 .record_rejection(endpoint, err.reason());
@@ -74,6 +73,8 @@ impl PusherService for IngestService {
 }
 
 /// Builds both tonic servers with the request size limit and gzip accepted.
+/// Serve them through [`crate::grpc_admission::serve_admitted`], which
+/// admits each message before it is decoded.
 pub fn ingest_servers(state: &AppState) -> (WriteRawServer, PushServer) {
     let service = IngestService {
         state: state.clone(),

@@ -47,7 +47,7 @@ impl QueryGrpc {
         work: impl AsyncFnOnce(&Store) -> Result<T, ApiError>,
     ) -> Result<Response<T>, Status> {
         let started = Instant::now();
-        let result = match self.state.admit() {
+        let result = match self.state.admit_query() {
             Ok(_permit) => match self.state.store() {
                 Ok(store) => work(store).await,
                 Err(err) => Err(err),

@@ -3,6 +3,7 @@
 //! to the same Push path are handed to the tonic service.
 
 use std::io::Read;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Multipart, RawQuery, Request, State};
@@ -10,7 +11,6 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use kiln_api::push::v1::PushRequest;
 use prost::Message;
-use tower::ServiceExt;
 
 use crate::error::ApiError;
 use crate::grpc::PushServer;
@@ -19,11 +19,14 @@ use crate::push_json::push_request_from_json;
 use crate::pyroscope::{BodyFormat, IngestBody, MultipartParts, build_upload, parse_ingest_params};
 use crate::state::AppState;
 
-/// Reads the whole body, refusing more than `limit` bytes.
-pub async fn read_body(body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
-    match axum::body::to_bytes(body, limit).await {
-        Ok(bytes) => Ok(bytes.to_vec()),
-        Err(_) => Err(ApiError::TooLarge { limit }),
+/// Reads the whole body, refusing more than `limit` bytes or a body that
+/// takes longer than `timeout` to arrive: a slow sender holds its ingest
+/// slot and reservation only that long (audit R4).
+pub async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<Vec<u8>, ApiError> {
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes.to_vec()),
+        Ok(Err(_)) => Err(ApiError::TooLarge { limit }),
+        Err(_) => Err(ApiError::BodyTimeout { timeout }),
     }
 }
 
@@ -113,7 +116,7 @@ async fn pyroscope_ingest_inner(
         IngestBody::Multipart(read_multipart(state, request).await?)
     } else {
         let headers = request.headers().clone();
-        let raw = read_body(request.into_body(), limit).await?;
+        let raw = read_body(request.into_body(), limit, state.body_read_timeout()).await?;
         IngestBody::Raw(decode_content_encoding(&headers, raw, limit)?)
     };
     let decode_limits = state.decode_limits().clone();
@@ -141,7 +144,7 @@ async fn read_multipart(state: &AppState, request: Request) -> Result<MultipartP
         source: crate::pyroscope::IngestError::BadMultipart { message },
     };
     let (parts, body) = request.into_parts();
-    let body = read_body(body, limit).await?;
+    let body = read_body(body, limit, state.body_read_timeout()).await?;
     let request = Request::from_parts(parts, Body::from(body));
     let mut multipart = <Multipart as axum::extract::FromRequest<()>>::from_request(request, &())
         .await
@@ -173,10 +176,7 @@ async fn read_multipart(state: &AppState, request: Request) -> Result<MultipartP
 pub async fn push(state: AppState, grpc: PushServer, request: Request) -> Response {
     let content_type = content_type(request.headers());
     if content_type.starts_with("application/grpc") {
-        return match grpc.oneshot(request).await {
-            Ok(response) => response.map(Body::new),
-            Err(never) => match never {},
-        };
+        return crate::grpc_admission::serve_admitted(&state, "push_grpc", grpc, request).await;
     }
     match push_connect(&state, &content_type, request).await {
         Ok(response) => response,
@@ -196,7 +196,7 @@ async fn push_connect(
     let _permit = state.admit_write(request.headers())?;
     let limit = state.limits().max_request_bytes;
     let headers = request.headers().clone();
-    let raw = read_body(request.into_body(), limit).await?;
+    let raw = read_body(request.into_body(), limit, state.body_read_timeout()).await?;
     let body = decode_content_encoding(&headers, raw, limit)?;
     let (push_request, reply_json) = match content_type.split(';').next().unwrap_or("").trim() {
         "application/proto" | "application/protobuf" | "application/x-protobuf" => {

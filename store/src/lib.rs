@@ -9,13 +9,15 @@
 //! Pure request parsing lives in [`selector`], [`timespec`], [`pyroscope`],
 //! [`ingest`], [`otlp`] (but `otlp::service`), [`pyroscope_query::json`],
 //! [`pyroscope_query::flamebearer`] and [`config`]; the IO edges are
-//! [`server`], [`http_ingest`], [`http_query`], [`grpc`], [`grpc_query`],
-//! `otlp::service` and [`pyroscope_query`].
+//! [`server`], [`http_ingest`], [`http_query`], [`grpc`],
+//! [`grpc_admission`], [`grpc_query`], `otlp::service` and
+//! [`pyroscope_query`].
 
 pub mod auth;
 pub mod config;
 pub mod error;
 pub mod grpc;
+pub mod grpc_admission;
 pub mod grpc_query;
 pub mod http_ingest;
 pub mod http_query;

@@ -38,6 +38,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let main_server = tokio::spawn(server::serve(
         listener,
         server::router(state.clone()),
+        config.connections,
+        state.metrics().connections(),
         stopped(stop_rx.clone()),
     ));
     if let Some(addr) = config.metrics_listen {
@@ -45,6 +47,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
         tokio::spawn(server::serve(
             metrics_listener,
             server::metrics_router(state.clone()),
+            config.connections,
+            state.metrics().connections(),
             stopped(stop_rx.clone()),
         ));
     }

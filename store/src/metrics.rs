@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Upper bounds (seconds) of the query latency buckets.
@@ -34,6 +35,65 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct Metrics {
     inner: Mutex<Inner>,
+    connections: Arc<ConnectionStats>,
+}
+
+/// Connections of the store's ports, counted by the accept loop.
+#[derive(Debug, Default)]
+pub struct ConnectionStats {
+    open: AtomicU64,
+    closed_without_request: AtomicU64,
+    closed_idle: AtomicU64,
+}
+
+/// One open connection; counted until dropped.
+#[derive(Debug)]
+pub struct OpenConnection(Arc<ConnectionStats>);
+
+impl ConnectionStats {
+    /// Counts a connection open until the guard is dropped.
+    pub fn opened(self: &Arc<Self>) -> OpenConnection {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(Arc::clone(self))
+    }
+
+    /// Counts a connection closed because no request started in time.
+    pub fn closed_without_request(&self) {
+        self.closed_without_request.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection closed after its idle timeout.
+    pub fn closed_idle(&self) {
+        self.closed_idle.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String) {
+        let open = self.open.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP kiln_open_connections Connections open on the store's ports.\n# TYPE kiln_open_connections gauge\nkiln_open_connections {open}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP kiln_closed_connections_total Connections the store closed, by reason: no request started within --header-read-timeout, or none in flight for --idle-timeout.\n# TYPE kiln_closed_connections_total counter"
+        );
+        for (reason, counter) in [
+            ("no_request", &self.closed_without_request),
+            ("idle", &self.closed_idle),
+        ] {
+            let value = counter.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "kiln_closed_connections_total{{reason=\"{reason}\"}} {value}"
+            );
+        }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Storage gauges read at scrape time.
@@ -57,8 +117,10 @@ pub struct StorageGauges {
     pub quarantined_wal_records: u64,
     /// Heads cut but not uploaded yet.
     pub pending_uploads: u64,
-    /// Requests in flight.
+    /// Requests in flight (ingest and queries).
     pub inflight_requests: u64,
+    /// Queries in flight.
+    pub inflight_queries: u64,
 }
 
 impl Metrics {
@@ -66,6 +128,11 @@ impl Metrics {
         // A panic while holding this lock cannot leave counters inconsistent
         // in a way that matters, so keep serving them.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The connection counts the accept loop updates.
+    pub fn connections(&self) -> Arc<ConnectionStats> {
+        Arc::clone(&self.connections)
     }
 
     /// Counts one accepted profile.
@@ -172,7 +239,7 @@ impl Metrics {
                 histogram.count
             );
         }
-        let gauge_rows: [(&str, &str, u64); 10] = [
+        let gauge_rows: [(&str, &str, u64); 11] = [
             (
                 "kiln_ready",
                 "1 once recovery has finished.",
@@ -220,8 +287,13 @@ impl Metrics {
             ),
             (
                 "kiln_inflight_requests",
-                "Requests being processed.",
+                "Requests being processed (ingest and queries).",
                 gauges.inflight_requests,
+            ),
+            (
+                "kiln_inflight_queries",
+                "Queries being processed (at most --max-inflight-queries).",
+                gauges.inflight_queries,
             ),
         ];
         for (name, help, value) in gauge_rows {
@@ -230,6 +302,7 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
             );
         }
+        self.connections.render(&mut out);
         out
     }
 }
@@ -288,5 +361,13 @@ mod tests {
         ));
         assert!(text.contains("kiln_storage_bytes 1234\n"));
         assert!(text.contains("kiln_ready 1\n"));
+        let open = metrics.connections().opened();
+        metrics.connections().closed_idle();
+        let text = metrics.render(&StorageGauges::default());
+        assert!(text.contains("kiln_open_connections 1\n"), "{text}");
+        assert!(text.contains("kiln_closed_connections_total{reason=\"idle\"} 1\n"));
+        drop(open);
+        let text = metrics.render(&StorageGauges::default());
+        assert!(text.contains("kiln_open_connections 0\n"), "{text}");
     }
 }

@@ -1,13 +1,12 @@
 //! The router: gRPC and HTTP on one port, and serving it until shutdown.
 
-use std::future::Future;
 use std::net::SocketAddr;
 
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use kiln_api::{OTLP_PROFILES_EXPORT_PATH, PUSH_PATH, WRITE_RAW_PATH};
 
 use crate::auth::require_token;
@@ -15,11 +14,16 @@ use crate::grpc::ingest_servers;
 use crate::state::AppState;
 use crate::{http_ingest, http_query};
 
+mod accept;
+
+pub use accept::{MAX_HEADER_BUFFER_BYTES, serve};
+
 /// Every route of the main port.
 pub fn router(state: AppState) -> Router {
     let (write_raw, push_grpc) = ingest_servers(&state);
     let query_grpc = crate::grpc_query::query_server(&state);
     let push_state = state.clone();
+    let write_raw_state = state.clone();
     let otlp_state = state.clone();
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -33,7 +37,16 @@ pub fn router(state: AppState) -> Router {
                 http_ingest::push(push_state.clone(), push_grpc.clone(), request)
             }),
         )
-        .route_service(WRITE_RAW_PATH, write_raw)
+        .route(
+            WRITE_RAW_PATH,
+            any(move |request: Request| {
+                let (state, write_raw) = (write_raw_state.clone(), write_raw.clone());
+                async move {
+                    crate::grpc_admission::serve_admitted(&state, "write_raw", write_raw, request)
+                        .await
+                }
+            }),
+        )
         .route(
             OTLP_PROFILES_EXPORT_PATH,
             post(move |request: Request| {
@@ -141,27 +154,6 @@ async fn not_found(request: Request) -> Response {
         "reason": "not_found",
     });
     (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
-}
-
-/// Serves `router` on `listener` until `shutdown` resolves, then lets
-/// in-flight requests finish.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    // NB: without TCP_NODELAY, Nagle's algorithm holds back the small final
-    // frames of a gRPC response until the peer's delayed ACK (~40 ms on
-    // Linux), which capped each writer at ~25 requests/s whatever the load.
-    let listener = listener.tap_io(|stream| {
-        if let Err(error) = stream.set_nodelay(true) {
-            tracing::debug!(%error, "could not set TCP_NODELAY");
-        }
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
 }
 
 /// Binds `addr`, with a message that names it on failure.

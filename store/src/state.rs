@@ -1,7 +1,8 @@
 //! State shared by every handler: the store (once recovered), limits,
-//! tokens, metrics and the in-flight semaphore.
+//! tokens, metrics and the in-flight slots (ingest and queries apart).
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use kiln_pprof::DecodeLimits;
 use kiln_storage::store::IngestRequest;
@@ -45,7 +46,11 @@ struct Shared {
     write_tokens: Vec<String>,
     read_tokens: Vec<String>,
     metrics: Metrics,
-    inflight: Arc<Semaphore>,
+    body_read_timeout: Duration,
+    /// Ingest and queries have separate slots, so a flood of one cannot
+    /// starve the other (audit R4, R8).
+    write_slots: Arc<Semaphore>,
+    query_slots: Arc<Semaphore>,
 }
 
 impl AppState {
@@ -59,7 +64,9 @@ impl AppState {
                 write_tokens: config.write_tokens.clone(),
                 read_tokens: config.read_tokens.clone(),
                 metrics: Metrics::default(),
-                inflight: Arc::new(Semaphore::new(config.limits.max_inflight)),
+                body_read_timeout: config.connections.body_read_timeout,
+                write_slots: Arc::new(Semaphore::new(config.limits.max_inflight)),
+                query_slots: Arc::new(Semaphore::new(config.limits.max_inflight_queries)),
             }),
         }
     }
@@ -105,14 +112,42 @@ impl AppState {
         &self.shared.metrics
     }
 
-    /// Takes an in-flight slot, or refuses at once when all are taken, so
+    /// How long a client may take to send a request body.
+    pub fn body_read_timeout(&self) -> Duration {
+        self.shared.body_read_timeout
+    }
+
+    /// Takes a query slot, or refuses at once when all are taken, so
     /// overload turns into 429 / RESOURCE_EXHAUSTED instead of queueing.
-    pub fn admit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
-        Arc::clone(&self.shared.inflight)
+    pub fn admit_query(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        Arc::clone(&self.shared.query_slots)
             .try_acquire_owned()
             .map_err(|_| ApiError::Overloaded {
+                kind: "query",
+                limit: self.shared.limits.max_inflight_queries,
+            })
+    }
+
+    fn admit_write_slot(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        Arc::clone(&self.shared.write_slots)
+            .try_acquire_owned()
+            .map_err(|_| ApiError::Overloaded {
+                kind: "ingest",
                 limit: self.shared.limits.max_inflight,
             })
+    }
+
+    /// Takes an ingest slot with nothing reserved yet, for a body whose
+    /// size is unknown until it is read: the caller reserves as it reads
+    /// ([`WritePermit::reserve_more`]), before anything is decoded.
+    pub fn admit_write_unsized(&self) -> Result<WritePermit, ApiError> {
+        let slot = self.admit_write_slot()?;
+        let store = self.store()?;
+        Ok(WritePermit {
+            _slot: slot,
+            memory: IngestReservation::default(),
+            store: store.clone(),
+        })
     }
 
     /// Takes an in-flight slot and reserves the body's memory in the store's
@@ -121,7 +156,7 @@ impl AppState {
     /// copy: content-encoding, multipart or text conversion). Refused with
     /// 429 when the budget is in use.
     pub fn admit_write(&self, headers: &axum::http::HeaderMap) -> Result<WritePermit, ApiError> {
-        let slot = self.admit()?;
+        let slot = self.admit_write_slot()?;
         let limit = self.shared.limits.max_request_bytes;
         let declared = headers
             .get(axum::http::header::CONTENT_LENGTH)
@@ -166,11 +201,19 @@ impl AppState {
 
     /// Gauges for `/metrics`.
     pub fn storage_gauges(&self) -> StorageGauges {
-        let inflight = self.shared.limits.max_inflight as u64
-            - self.shared.inflight.available_permits() as u64;
+        let in_use = |slots: &Semaphore, limit: usize| {
+            limit.saturating_sub(slots.available_permits()) as u64
+        };
+        let inflight_queries = in_use(
+            &self.shared.query_slots,
+            self.shared.limits.max_inflight_queries,
+        );
+        let inflight =
+            in_use(&self.shared.write_slots, self.shared.limits.max_inflight) + inflight_queries;
         match self.shared.store.get() {
             None => StorageGauges {
                 inflight_requests: inflight,
+                inflight_queries,
                 ..StorageGauges::default()
             },
             Some(store) => {
@@ -186,6 +229,7 @@ impl AppState {
                     quarantined_wal_records: store.replay_report().quarantined_records,
                     pending_uploads: stats.pending_uploads,
                     inflight_requests: inflight,
+                    inflight_queries,
                 }
             }
         }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -512,4 +512,35 @@ fn overload_answers_429_instead_of_queueing() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Audit R4: a body that trickles holds its ingest slot only until the
+/// body read timeout, then is refused with 408.
+#[test]
+fn a_body_that_does_not_arrive_within_the_body_read_timeout_gets_408() {
+    let store = StoreProcess::start(&["--body-read-timeout", "1s"]);
+    let mut slow = TcpStream::connect(store.addr).expect("connect");
+    slow.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("read timeout");
+    slow.write_all(
+        b"POST /ingest?name=app HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nmain 1",
+    )
+    .expect("write");
+    // Read until the reply's head and JSON body are in, or the server closes.
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !String::from_utf8_lossy(&reply).contains('}') {
+        let read = slow
+            .read(&mut chunk)
+            .expect("a reply before the read timeout");
+        if read == 0 {
+            break;
+        }
+        reply.extend_from_slice(&chunk[..read]);
+    }
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(reply.contains("body_timeout"), "{reply}");
+    let response = http(store.addr, "POST", "/ingest?name=app", &[], b"main 1").expect("ingest");
+    assert_eq!(response.status, 200, "{}", response.text());
 }

@@ -40,6 +40,14 @@ pub struct FileServer {
     pub metrics_listen: Option<SocketAddr>,
     /// See `--log`.
     pub log: Option<String>,
+    /// See `--max-connections`.
+    pub max_connections: Option<usize>,
+    /// See `--header-read-timeout`.
+    pub header_read_timeout: Option<String>,
+    /// See `--body-read-timeout`.
+    pub body_read_timeout: Option<String>,
+    /// See `--idle-timeout`.
+    pub idle_timeout: Option<String>,
 }
 
 /// `[storage]` in the config file.
@@ -106,6 +114,8 @@ pub struct FileLimits {
     pub max_profiles_per_request: Option<usize>,
     /// See `--max-inflight`.
     pub max_inflight: Option<usize>,
+    /// See `--max-inflight-queries`.
+    pub max_inflight_queries: Option<usize>,
 }
 
 /// `[auth]` in the config file.

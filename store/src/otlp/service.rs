@@ -5,7 +5,6 @@
 //! the raw message bytes, because the request layout depends on the
 //! revision, which is only known after looking at the bytes.
 
-use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -109,7 +108,7 @@ async fn export_http_inner(
     }
     let limit = state.limits().max_request_bytes;
     let headers = request.headers().clone();
-    let raw = read_body(request.into_body(), limit).await?;
+    let raw = read_body(request.into_body(), limit, state.body_read_timeout()).await?;
     let body = decode_content_encoding(&headers, raw, limit)?;
     export(state, "otlp_http", body.into()).await
 }
@@ -117,13 +116,18 @@ async fn export_http_inner(
 /// `ProfilesService/Export` over gRPC.
 pub async fn export_grpc(state: AppState, request: Request) -> Response {
     let limit = state.limits().max_request_bytes;
-    let mut grpc = tonic::server::Grpc::new(RawRequestCodec)
-        .accept_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Gzip)
-        .max_decoding_message_size(limit);
-    grpc.unary(ExportGrpc { state }, request)
-        .await
-        .map(Body::new)
+    let admitting = state.clone();
+    let service = tower::service_fn(move |request: Request| {
+        let state = state.clone();
+        async move {
+            let mut grpc = tonic::server::Grpc::new(RawRequestCodec)
+                .accept_compressed(CompressionEncoding::Gzip)
+                .send_compressed(CompressionEncoding::Gzip)
+                .max_decoding_message_size(limit);
+            Ok::<_, std::convert::Infallible>(grpc.unary(ExportGrpc { state }, request).await)
+        }
+    });
+    crate::grpc_admission::serve_admitted(&admitting, "otlp_grpc", service, request).await
 }
 
 /// The unary handler tonic calls with the raw request bytes.
@@ -144,10 +148,8 @@ impl tonic::server::UnaryService<Bytes> for ExportGrpc {
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let state = self.state.clone();
         Box::pin(async move {
-            let result = match state.admit() {
-                Ok(_permit) => export(&state, "otlp_grpc", request.into_inner()).await,
-                Err(err) => Err(err),
-            };
+            // Admitted before tonic decoded it (`grpc_admission`).
+            let result = export(&state, "otlp_grpc", request.into_inner()).await;
             result.map(tonic::Response::new).map_err(|err| {
                 state.metrics().record_rejection("otlp_grpc", err.reason());
                 tracing::debug!(error = %err, "otlp grpc export refused");

@@ -48,7 +48,7 @@ pub async fn querier(
 ) -> Response {
     let started = Instant::now();
     let endpoint = endpoint(&method);
-    let result = match state.admit() {
+    let result = match state.admit_query() {
         Ok(_permit) => match state.store() {
             Ok(store) => call(store, &state, &method, request).await,
             Err(err) => Err(err),
@@ -134,7 +134,7 @@ async fn call(
     let encoding = encoding(&request)?;
     let limit = state.limits().max_request_bytes;
     let headers = request.headers().clone();
-    let raw = read_body(request.into_body(), limit).await?;
+    let raw = read_body(request.into_body(), limit, state.body_read_timeout()).await?;
     let body = decode_content_encoding(&headers, raw, limit)?;
     Ok(match method {
         "ProfileTypes" => {

@@ -62,7 +62,7 @@ async fn timed<T: IntoResponse>(
     work: impl AsyncFnOnce(&Store) -> Result<T, ApiError>,
 ) -> Response {
     let started = Instant::now();
-    let result = match state.admit() {
+    let result = match state.admit_query() {
         Ok(_permit) => match state.store() {
             Ok(store) => work(store).await,
             Err(err) => Err(err),
