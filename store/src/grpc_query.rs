@@ -14,8 +14,7 @@ use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status};
 
 use crate::error::ApiError;
-use crate::http_query::merged_pprof_gzip;
-use crate::selector::parse_selector;
+use crate::http_query::{merged_pprof_gzip, parse_selector_off_workers, resolve_parsed};
 use crate::state::AppState;
 
 /// Default look-back when the start is 0.
@@ -103,17 +102,8 @@ pub(crate) async fn resolve(
     text: &str,
     range: TimeRange,
 ) -> Result<Selector, ApiError> {
-    let bad = |source| ApiError::Selector {
-        parameter: "selector",
-        source,
-    };
-    let parsed = parse_selector(text).map_err(bad)?;
-    let known = if parsed.profile_type_parts.len() >= 5 {
-        Vec::new()
-    } else {
-        store.profile_types(range).await?
-    };
-    parsed.resolve(&known).map_err(bad)
+    let parsed = parse_selector_off_workers(store, text, "selector").await?;
+    resolve_parsed(store, &parsed, "selector", range).await
 }
 
 /// Matchers of an optional selector (matchers alone allowed).
@@ -125,14 +115,11 @@ pub(crate) async fn matchers(
     if text.trim().is_empty() {
         return Ok(Vec::new());
     }
-    let parsed = parse_selector(text).map_err(|source| ApiError::Selector {
-        parameter: "selector",
-        source,
-    })?;
+    let parsed = parse_selector_off_workers(store, text, "selector").await?;
     if parsed.profile_type_parts.is_empty() {
         return Ok(parsed.matchers);
     }
-    let selector = resolve(store, text, range).await?;
+    let selector = resolve_parsed(store, &parsed, "selector", range).await?;
     let mut matchers = selector.matchers;
     matchers.push(Matcher {
         name: PROFILE_TYPE_LABEL.to_owned(),

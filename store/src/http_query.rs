@@ -11,7 +11,7 @@ use kiln_engine::model::{MatchOp, Matcher, PROFILE_TYPE_LABEL, ProfileType, Sele
 use kiln_storage::Store;
 
 use crate::error::ApiError;
-use crate::selector::parse_selector;
+use crate::selector::{ParsedSelector, parse_selector};
 use crate::state::AppState;
 use crate::timespec::parse_time_ms;
 
@@ -120,6 +120,41 @@ async fn timed<T: IntoResponse>(
     }
 }
 
+/// Parses the selector `text` of parameter `parameter` as query work:
+/// checking its `=~` patterns compiles them, milliseconds for a heavy one,
+/// which on the async workers would stall ingest served by the same
+/// workers, and on unbounded blocking threads would take every core
+/// (audit R8).
+pub(crate) async fn parse_selector_off_workers(
+    store: &Store,
+    text: &str,
+    parameter: &'static str,
+) -> Result<ParsedSelector, ApiError> {
+    let text = text.to_owned();
+    store
+        .run_query_work(move || parse_selector(&text))
+        .await?
+        .map_err(|source| ApiError::Selector { parameter, source })
+}
+
+/// Resolves a parsed selector of parameter `parameter` against the stored
+/// types.
+pub(crate) async fn resolve_parsed(
+    store: &Store,
+    parsed: &ParsedSelector,
+    parameter: &'static str,
+    range: TimeRange,
+) -> Result<Selector, ApiError> {
+    let known = if parsed.profile_type_parts.len() >= 5 {
+        Vec::new()
+    } else {
+        store.profile_types(range).await?
+    };
+    parsed
+        .resolve(&known)
+        .map_err(|source| ApiError::Selector { parameter, source })
+}
+
 /// Resolves the selector in parameter `name` against the stored types.
 async fn selector(
     store: &Store,
@@ -131,19 +166,8 @@ async fn selector(
         parameter: name,
         message: "a selector such as process_cpu{service_name=\"app\"} is required".to_owned(),
     })?;
-    let parsed = parse_selector(text).map_err(|source| ApiError::Selector {
-        parameter: name,
-        source,
-    })?;
-    let known = if parsed.profile_type_parts.len() >= 5 {
-        Vec::new()
-    } else {
-        store.profile_types(range).await?
-    };
-    parsed.resolve(&known).map_err(|source| ApiError::Selector {
-        parameter: name,
-        source,
-    })
+    let parsed = parse_selector_off_workers(store, text, name).await?;
+    resolve_parsed(store, &parsed, name, range).await
 }
 
 /// Matchers of an optional `query` selector, including its profile type.
@@ -155,14 +179,11 @@ async fn optional_matchers(
     let Some(text) = params.get("query") else {
         return Ok(Vec::new());
     };
-    let parsed = parse_selector(text).map_err(|source| ApiError::Selector {
-        parameter: "query",
-        source,
-    })?;
+    let parsed = parse_selector_off_workers(store, text, "query").await?;
     if parsed.profile_type_parts.is_empty() {
         return Ok(parsed.matchers);
     }
-    let selector = selector(store, params, "query", range).await?;
+    let selector = resolve_parsed(store, &parsed, "query", range).await?;
     let mut matchers = selector.matchers;
     matchers.push(Matcher {
         name: PROFILE_TYPE_LABEL.to_owned(),

@@ -82,14 +82,15 @@ fn main() {
         .into_iter()
         .find(|t| t.sample_type == "cpu" || t.sample_type == "samples")
         .expect("a cpu type");
-    let selector = Selector {
+    let selector = kiln_engine::CompiledSelector::new(&Selector {
         profile_type,
         matchers: vec![Matcher {
             name: "pod".into(),
             op: MatchOp::Equal,
             value: "pod-0".into(),
         }],
-    };
+    })
+    .expect("an equality matcher compiles");
     for (label, span) in [("1 h", 3_600_000), ("24 h", DAY), ("7 d", 7 * DAY - 60_000)] {
         let range = TimeRange {
             start_ms: end - span,

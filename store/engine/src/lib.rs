@@ -24,7 +24,7 @@ pub use model::{
     Selector, TimeRange,
 };
 pub use query::{
-    DiffFlameGraph, DiffNode, FlameGraph, FlameNode, MAX_TIMELINE_STEPS, MergedProfile, Queryable,
-    Timeline, TopEntry, diff,
+    CompiledSelector, DiffFlameGraph, DiffNode, FlameGraph, FlameNode, MAX_TIMELINE_STEPS,
+    MergedProfile, Queryable, Timeline, TopEntry, diff,
 };
 pub use symbols::SymbolTable;

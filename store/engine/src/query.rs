@@ -29,49 +29,72 @@ use crate::model::{
 ///
 /// Results from several queryables combine: label lists are unioned by the
 /// caller, merges and timelines accumulate into the same target.
+///
+/// Matchers arrive compiled: a query visits the head, every head awaiting
+/// upload and every block in its range, and compiling each `=~`/`!~` per
+/// visit multiplied the cost of a heavy pattern by their number (audit R8).
 pub trait Queryable {
     /// Profile types with data in `range`, sorted.
     fn profile_types(&self, range: TimeRange) -> Vec<ProfileType>;
     /// Label names of series matching `matchers` with data in `range`, sorted.
     fn label_names(
         &self,
-        matchers: &[Matcher],
+        matchers: &[CompiledMatcher],
         range: TimeRange,
     ) -> Result<Vec<String>, QueryError>;
     /// Values of label `name` on matching series with data in `range`, sorted.
     fn label_values(
         &self,
         name: &str,
-        matchers: &[Matcher],
+        matchers: &[CompiledMatcher],
         range: TimeRange,
     ) -> Result<Vec<String>, QueryError>;
     /// Label sets of matching series with data in `range`, sorted.
-    fn series(&self, matchers: &[Matcher], range: TimeRange) -> Result<Vec<LabelSet>, QueryError>;
+    fn series(
+        &self,
+        matchers: &[CompiledMatcher],
+        range: TimeRange,
+    ) -> Result<Vec<LabelSet>, QueryError>;
     /// Merges the selection's stacks in `range` into `into`.
     fn merge_into(
         &self,
-        selector: &Selector,
+        selector: &CompiledSelector,
         range: TimeRange,
         into: &mut MergedProfile,
     ) -> Result<(), QueryError>;
     /// Adds the selection's per-profile totals in `range` into `into`'s steps.
     fn timeline_into(
         &self,
-        selector: &Selector,
+        selector: &CompiledSelector,
         range: TimeRange,
         into: &mut Timeline,
     ) -> Result<(), QueryError>;
 }
 
-/// Compiles a selector's matchers plus one on `__profile_type__`.
-pub(crate) fn selector_matchers(selector: &Selector) -> Result<Vec<CompiledMatcher>, QueryError> {
-    let mut matchers = compile_matchers(&selector.matchers)?;
-    matchers.push(CompiledMatcher::new(&Matcher {
-        name: PROFILE_TYPE_LABEL.to_owned(),
-        op: MatchOp::Equal,
-        value: selector.profile_type.to_string(),
-    })?);
-    Ok(matchers)
+/// A [`Selector`] ready to evaluate: its matchers compiled, plus one on
+/// `__profile_type__`. Built once per query and passed to every queryable
+/// the query visits.
+#[derive(Debug, Clone)]
+pub struct CompiledSelector {
+    matchers: Vec<CompiledMatcher>,
+}
+
+impl CompiledSelector {
+    /// Compiles the selector's matchers, failing on the first invalid regex.
+    pub fn new(selector: &Selector) -> Result<Self, QueryError> {
+        let mut matchers = compile_matchers(&selector.matchers)?;
+        matchers.push(CompiledMatcher::new(&Matcher {
+            name: PROFILE_TYPE_LABEL.to_owned(),
+            op: MatchOp::Equal,
+            value: selector.profile_type.to_string(),
+        })?);
+        Ok(Self { matchers })
+    }
+
+    /// Every matcher, the profile type's included.
+    pub fn matchers(&self) -> &[CompiledMatcher] {
+        &self.matchers
+    }
 }
 
 pub(crate) fn check_range(range: TimeRange) -> Result<(), QueryError> {
@@ -96,9 +119,8 @@ impl Head {
             .collect()
     }
 
-    fn select(&self, matchers: &[Matcher], range: TimeRange) -> Result<RoaringBitmap, QueryError> {
-        let compiled = compile_matchers(matchers)?;
-        Ok(self.series_in_range(self.index.select(&compiled), range))
+    fn select(&self, matchers: &[CompiledMatcher], range: TimeRange) -> RoaringBitmap {
+        self.series_in_range(self.index.select(matchers), range)
     }
 }
 
@@ -117,25 +139,29 @@ impl Queryable for Head {
 
     fn label_names(
         &self,
-        matchers: &[Matcher],
+        matchers: &[CompiledMatcher],
         range: TimeRange,
     ) -> Result<Vec<String>, QueryError> {
-        let selected = self.select(matchers, range)?;
+        let selected = self.select(matchers, range);
         Ok(self.index.label_names(&selected))
     }
 
     fn label_values(
         &self,
         name: &str,
-        matchers: &[Matcher],
+        matchers: &[CompiledMatcher],
         range: TimeRange,
     ) -> Result<Vec<String>, QueryError> {
-        let selected = self.select(matchers, range)?;
+        let selected = self.select(matchers, range);
         Ok(self.index.label_values(name, &selected))
     }
 
-    fn series(&self, matchers: &[Matcher], range: TimeRange) -> Result<Vec<LabelSet>, QueryError> {
-        let selected = self.select(matchers, range)?;
+    fn series(
+        &self,
+        matchers: &[CompiledMatcher],
+        range: TimeRange,
+    ) -> Result<Vec<LabelSet>, QueryError> {
+        let selected = self.select(matchers, range);
         let mut out: Vec<LabelSet> = selected
             .iter()
             .filter_map(|id| self.series.get(id as usize).map(|s| s.labels.clone()))
@@ -146,14 +172,13 @@ impl Queryable for Head {
 
     fn merge_into(
         &self,
-        selector: &Selector,
+        selector: &CompiledSelector,
         range: TimeRange,
         into: &mut MergedProfile,
     ) -> Result<(), QueryError> {
         check_range(range)?;
-        let matchers = selector_matchers(selector)?;
         let mut sums: HashMap<(u32, u32), i64> = HashMap::new();
-        for id in self.index.select(&matchers) {
+        for id in self.index.select(selector.matchers()) {
             let Some(series) = self.series.get(id as usize) else {
                 continue;
             };
@@ -173,13 +198,12 @@ impl Queryable for Head {
 
     fn timeline_into(
         &self,
-        selector: &Selector,
+        selector: &CompiledSelector,
         range: TimeRange,
         into: &mut Timeline,
     ) -> Result<(), QueryError> {
         check_range(range)?;
-        let matchers = selector_matchers(selector)?;
-        for id in self.index.select(&matchers) {
+        for id in self.index.select(selector.matchers()) {
             let Some(series) = self.series.get(id as usize) else {
                 continue;
             };

@@ -7,8 +7,9 @@
 use std::collections::BTreeMap;
 
 use kiln_engine::{
-    Block, BlockError, Head, IngestLimits, Label, LabelSet, MatchOp, Matcher, MergedProfile,
-    ProfileType, Queryable, Selector, TimeRange, Timeline, compact_blocks, encode_block,
+    Block, BlockError, CompiledSelector, Head, IngestLimits, Label, LabelSet, MatchOp, Matcher,
+    MergedProfile, ProfileType, Queryable, Selector, TimeRange, Timeline, compact_blocks,
+    compile_matchers, encode_block,
 };
 use kiln_pprof::{DecodeLimits, FunctionSpec, LabelValue, MappingSpec, Profile, ProfileBuilder};
 use proptest::prelude::*;
@@ -242,26 +243,28 @@ fn assert_same_answers(expected: &dyn Queryable, actual: &dyn Queryable, what: &
         );
         for matchers in matcher_sets() {
             let context = format!("{what} {range:?} {matchers:?}");
+            let compiled = compile_matchers(&matchers).unwrap();
             assert_eq!(
-                actual.label_names(&matchers, range).unwrap(),
-                expected.label_names(&matchers, range).unwrap(),
+                actual.label_names(&compiled, range).unwrap(),
+                expected.label_names(&compiled, range).unwrap(),
                 "{context}"
             );
             assert_eq!(
-                actual.label_values("handler", &matchers, range).unwrap(),
-                expected.label_values("handler", &matchers, range).unwrap(),
+                actual.label_values("handler", &compiled, range).unwrap(),
+                expected.label_values("handler", &compiled, range).unwrap(),
                 "{context}"
             );
             assert_eq!(
-                actual.series(&matchers, range).unwrap(),
-                expected.series(&matchers, range).unwrap(),
+                actual.series(&compiled, range).unwrap(),
+                expected.series(&compiled, range).unwrap(),
                 "{context}"
             );
             for profile_type in &types {
-                let selector = Selector {
+                let selector = CompiledSelector::new(&Selector {
                     profile_type: profile_type.clone(),
                     matchers: matchers.clone(),
-                };
+                })
+                .unwrap();
                 let (mut a, mut e) = (MergedProfile::new(), MergedProfile::new());
                 expected.merge_into(&selector, range, &mut e).unwrap();
                 actual.merge_into(&selector, range, &mut a).unwrap();
@@ -318,10 +321,11 @@ fn rollups_never_change_a_merge() {
         .remove(1);
     for range in ranges() {
         for matchers in matcher_sets() {
-            let selector = Selector {
+            let selector = CompiledSelector::new(&Selector {
                 profile_type: profile_type.clone(),
                 matchers,
-            };
+            })
+            .unwrap();
             let (mut with, mut without) = (MergedProfile::new(), MergedProfile::new());
             block.merge_into(&selector, range, &mut with).unwrap();
             block
@@ -433,7 +437,7 @@ proptest! {
         for profile_type in head.profile_types(everything) {
             for &(start, len) in &queries {
                 let range = TimeRange { start_ms: start, end_ms: start + len };
-                let selector = Selector { profile_type: profile_type.clone(), matchers: vec![] };
+                let selector = CompiledSelector::new(&Selector { profile_type: profile_type.clone(), matchers: vec![] }).unwrap();
                 let (mut h, mut b, mut raw) = (MergedProfile::new(), MergedProfile::new(), MergedProfile::new());
                 head.merge_into(&selector, range, &mut h).unwrap();
                 block.merge_into(&selector, range, &mut b).unwrap();

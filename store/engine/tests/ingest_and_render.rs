@@ -4,8 +4,9 @@
 #![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
 
 use kiln_engine::{
-    FlameNode, Head, IngestError, IngestLimits, Label, LabelSet, MatchOp, Matcher, MergedProfile,
-    ProfileType, QueryError, Queryable, Selector, TimeRange, Timeline, diff,
+    CompiledSelector, FlameNode, Head, IngestError, IngestLimits, Label, LabelSet, MatchOp,
+    Matcher, MergedProfile, ProfileType, QueryError, Queryable, Selector, TimeRange, Timeline,
+    diff,
 };
 use kiln_pprof::{DecodeLimits, FunctionSpec, LabelValue, Profile, ProfileBuilder};
 
@@ -61,10 +62,11 @@ fn cpu_type(head: &Head) -> ProfileType {
 
 fn merge(head: &Head, matchers: Vec<Matcher>) -> MergedProfile {
     let mut merged = MergedProfile::new();
-    let selector = Selector {
+    let selector = CompiledSelector::new(&Selector {
         profile_type: cpu_type(head),
         matchers,
-    };
+    })
+    .unwrap();
     head.merge_into(&selector, ALL, &mut merged).unwrap();
     merged
 }
@@ -344,17 +346,16 @@ fn bad_queries_are_clear_errors() {
         &IngestLimits::default(),
     )
     .unwrap();
-    let selector = Selector {
+    // Refused once, when the query compiles it, before any head or block.
+    let error = CompiledSelector::new(&Selector {
         profile_type: cpu_type(&head),
         matchers: vec![Matcher {
             name: "pod".into(),
             op: MatchOp::Regex,
             value: "(".into(),
         }],
-    };
-    let error = head
-        .merge_into(&selector, ALL, &mut MergedProfile::new())
-        .unwrap_err();
+    })
+    .unwrap_err();
     assert!(matches!(error, QueryError::InvalidRegex { .. }));
     let range = TimeRange {
         start_ms: 0,
@@ -385,10 +386,11 @@ fn bad_queries_are_clear_errors() {
     )
     .unwrap();
     head.timeline_into(
-        &Selector {
+        &CompiledSelector::new(&Selector {
             profile_type: cpu_type(&head),
             matchers: vec![],
-        },
+        })
+        .unwrap(),
         ALL,
         &mut timeline,
     )
@@ -466,10 +468,11 @@ fn duplicate_label_strings_in_one_profile_merge_into_one_series() {
         1,
     )
     .unwrap();
-    let selector = Selector {
+    let selector = CompiledSelector::new(&Selector {
         profile_type: cpu_type(&head),
         matchers: vec![],
-    };
+    })
+    .unwrap();
     head.timeline_into(&selector, ALL, &mut timeline).unwrap();
     assert_eq!(timeline.values, vec![9]);
 }

@@ -285,10 +285,11 @@ fn ingest(profile: &Profile) -> Head {
 
 fn merge(source: &dyn Queryable, profile_type: &ProfileType) -> MergedProfile {
     let mut merged = MergedProfile::new();
-    let selector = Selector {
+    let selector = kiln_engine::CompiledSelector::new(&Selector {
         profile_type: profile_type.clone(),
         matchers: vec![],
-    };
+    })
+    .unwrap();
     source
         .merge_into(&selector, everything(), &mut merged)
         .unwrap();

@@ -81,6 +81,14 @@ pub enum StorageError {
         /// Heads and blocks the query needed.
         total: usize,
     },
+    /// Every query runner stayed busy for the query's whole deadline.
+    #[error("store busy: {running} queries kept running for {waited:?}; retry")]
+    QueriesBusy {
+        /// Queries allowed to run at once.
+        running: usize,
+        /// How long this query waited for one of them.
+        waited: std::time::Duration,
+    },
     /// Compactions kept replacing blocks while the query read them.
     #[error("blocks were replaced by compaction during the query, {attempts} times; retry")]
     QueryRaced {
@@ -198,6 +206,7 @@ impl StorageError {
             Self::TimeOutOfRange { .. } => "time_out_of_range",
             Self::QueryTimeout { .. } => "query_timeout",
             Self::QueryRaced { .. } => "query_raced",
+            Self::QueriesBusy { .. } => "queries_busy",
             Self::OverMemoryBudget { .. } => "over_memory_budget",
             Self::MemoryBusy { .. } => "memory_busy",
             Self::Query { .. } => "query",
@@ -229,6 +238,7 @@ impl StorageError {
             | Self::MemoryBusy { .. }
             | Self::UploadBacklog { .. }
             | Self::QueryRaced { .. }
+            | Self::QueriesBusy { .. }
             | Self::ShuttingDown => ErrorClass::Overloaded,
             Self::Wal { .. }
             | Self::WalPoisoned { .. }
@@ -254,6 +264,7 @@ impl StorageError {
                 | Self::MemoryBusy { .. }
                 | Self::UploadBacklog { .. }
                 | Self::QueryRaced { .. }
+                | Self::QueriesBusy { .. }
                 | Self::ShuttingDown
                 | Self::Wal { .. }
                 | Self::Bucket { .. }

@@ -155,6 +155,8 @@ struct Shared {
     /// listing never overwrites a block added while it ran.
     maintenance: tokio::sync::Mutex<()>,
     inflight: Semaphore,
+    /// Queries reading heads and blocks now (`max_running_queries`).
+    query_runners: Arc<Semaphore>,
     /// Bytes reserved by ingests being decoded and applied.
     ingest_memory: memory_gate::MemoryGate,
     closed: AtomicBool,
@@ -208,6 +210,7 @@ impl Store {
             .collect();
         let shared = Arc::new(Shared {
             inflight: Semaphore::new(config.max_inflight_ingests),
+            query_runners: Arc::new(Semaphore::new(config.max_running_queries)),
             ingest_memory: memory_gate::MemoryGate::new(config.ingest_memory_bytes),
             cache: Mutex::new(BlockCache::new(config.block_cache_bytes)),
             config,

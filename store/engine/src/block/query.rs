@@ -9,9 +9,9 @@ use super::rollup::{ROLLUP_WINDOWS_MS, plan};
 use super::{Block, BlockSeries, COLUMN_CHUNK_MS};
 use crate::columns::decode_points;
 use crate::error::{BlockError, QueryError};
-use crate::index::compile_matchers;
-use crate::model::{LabelSet, Matcher, ProfileType, Selector, TimeRange};
-use crate::query::{MergedProfile, Queryable, Timeline, check_range, selector_matchers};
+use crate::index::CompiledMatcher;
+use crate::model::{LabelSet, ProfileType, TimeRange};
+use crate::query::{CompiledSelector, MergedProfile, Queryable, Timeline, check_range};
 use crate::wire::Reader;
 
 type Sums = HashMap<(u32, u32), i64>;
@@ -68,10 +68,13 @@ impl Block {
             .any(|&(ts, ..)| range.contains(ts)))
     }
 
-    fn select(&self, matchers: &[Matcher], range: TimeRange) -> Result<RoaringBitmap, QueryError> {
-        let compiled = compile_matchers(matchers)?;
+    fn select(
+        &self,
+        matchers: &[CompiledMatcher],
+        range: TimeRange,
+    ) -> Result<RoaringBitmap, QueryError> {
         let mut out = RoaringBitmap::new();
-        for id in self.index.select(&compiled) {
+        for id in self.index.select(matchers) {
             let Some(series) = self.series.get(id as usize) else {
                 continue;
             };
@@ -205,14 +208,13 @@ impl Block {
     /// ignoring rollups (used to check that rollups change nothing).
     pub fn merge_into_without_rollups(
         &self,
-        selector: &Selector,
+        selector: &CompiledSelector,
         range: TimeRange,
         into: &mut MergedProfile,
     ) -> Result<(), QueryError> {
         check_range(range)?;
-        let matchers = selector_matchers(selector)?;
         let mut sums = Sums::new();
-        for id in self.index.select(&matchers) {
+        for id in self.index.select(selector.matchers()) {
             if let Some(series) = self.series.get(id as usize) {
                 self.sum_raw(series, &[range], &mut sums)
                     .map_err(|e| self.corrupt_block(e))?;
@@ -239,7 +241,7 @@ impl Queryable for Block {
 
     fn label_names(
         &self,
-        matchers: &[Matcher],
+        matchers: &[CompiledMatcher],
         range: TimeRange,
     ) -> Result<Vec<String>, QueryError> {
         let selected = self.select(matchers, range)?;
@@ -249,14 +251,18 @@ impl Queryable for Block {
     fn label_values(
         &self,
         name: &str,
-        matchers: &[Matcher],
+        matchers: &[CompiledMatcher],
         range: TimeRange,
     ) -> Result<Vec<String>, QueryError> {
         let selected = self.select(matchers, range)?;
         Ok(self.index.label_values(name, &selected))
     }
 
-    fn series(&self, matchers: &[Matcher], range: TimeRange) -> Result<Vec<LabelSet>, QueryError> {
+    fn series(
+        &self,
+        matchers: &[CompiledMatcher],
+        range: TimeRange,
+    ) -> Result<Vec<LabelSet>, QueryError> {
         let selected = self.select(matchers, range)?;
         let mut out: Vec<LabelSet> = selected
             .iter()
@@ -268,14 +274,13 @@ impl Queryable for Block {
 
     fn merge_into(
         &self,
-        selector: &Selector,
+        selector: &CompiledSelector,
         range: TimeRange,
         into: &mut MergedProfile,
     ) -> Result<(), QueryError> {
         check_range(range)?;
-        let matchers = selector_matchers(selector)?;
         let mut sums = Sums::new();
-        for id in self.index.select(&matchers) {
+        for id in self.index.select(selector.matchers()) {
             if let Some(series) = self.series.get(id as usize) {
                 self.merge_series(series, range, &mut sums)
                     .map_err(|e| self.corrupt_block(e))?;
@@ -287,13 +292,12 @@ impl Queryable for Block {
 
     fn timeline_into(
         &self,
-        selector: &Selector,
+        selector: &CompiledSelector,
         range: TimeRange,
         into: &mut Timeline,
     ) -> Result<(), QueryError> {
         check_range(range)?;
-        let matchers = selector_matchers(selector)?;
-        for id in self.index.select(&matchers) {
+        for id in self.index.select(selector.matchers()) {
             let Some(series) = self.series.get(id as usize) else {
                 continue;
             };

@@ -75,6 +75,11 @@ pub struct StoreConfig {
     pub max_pending_uploads: usize,
     /// Ingests allowed in flight at once; more are refused as overload.
     pub max_inflight_ingests: usize,
+    /// Queries reading heads and blocks at once; more wait for a turn
+    /// within their deadline. Each holds a core while it runs; the default,
+    /// half the cores (at least one), leaves the rest to ingest and
+    /// compaction however many queries arrive.
+    pub max_running_queries: usize,
     /// Memory all ingests in flight may reserve together for their bodies
     /// and decoded profiles; an ingest that does not fit now is refused as
     /// overload, one that can never fit as a client error.
@@ -110,6 +115,8 @@ impl StoreConfig {
             decode_limits: DecodeLimits::default(),
             ingest_limits: IngestLimits::default(),
             max_inflight_ingests: 256,
+            max_running_queries: std::thread::available_parallelism()
+                .map_or(1, |cores| (cores.get() / 2).max(1)),
             ingest_memory_bytes: 512 << 20,
             max_pending_uploads: 16,
             background: true,
@@ -154,8 +161,13 @@ impl StoreConfig {
         {
             return bad("compaction memory, ingest memory and head size must be positive");
         }
-        if self.max_inflight_ingests == 0 || self.max_pending_uploads == 0 {
-            return bad("max_inflight_ingests and max_pending_uploads must be at least 1");
+        if self.max_inflight_ingests == 0
+            || self.max_pending_uploads == 0
+            || self.max_running_queries == 0
+        {
+            return bad(
+                "max_inflight_ingests, max_pending_uploads and max_running_queries must be at least 1",
+            );
         }
         Ok(())
     }

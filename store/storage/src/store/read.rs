@@ -5,8 +5,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use tokio::sync::OwnedSemaphorePermit;
+
 use kiln_engine::model::{BlockMeta, LabelSet, Matcher, ProfileType, Selector, TimeRange};
-use kiln_engine::{Block, MergedProfile, QueryError, Queryable, Timeline};
+use kiln_engine::{
+    Block, CompiledMatcher, CompiledSelector, MergedProfile, QueryError, Queryable, Timeline,
+    compile_matchers,
+};
 
 use super::{Shared, Store, lock, read};
 use crate::error::StorageError;
@@ -98,25 +103,36 @@ impl Store {
     /// Runs `visit` over the head, pending heads and every overlapping
     /// block, accumulating into a fresh `new_acc()`, on a blocking thread.
     ///
+    /// `compile` runs once, on that thread, before any head or block is
+    /// visited: a query's `=~` patterns are compiled once, not once per
+    /// head and block (audit R8), and never on an async worker.
+    ///
+    /// At most `max_running_queries` run at once; a query waits for its
+    /// turn within its deadline, so queries cannot take every core from
+    /// ingest (audit R8), and is refused as overload if it never gets one.
+    ///
     /// A block deleted between the view's snapshot and its read was replaced
     /// by a compaction (whose output holds its data and some already
     /// visited) or removed by retention: the answer would silently miss or
     /// double data, so the whole query runs again on a new snapshot, and
     /// fails with `QueryRaced` rather than answer partially (audit D5).
-    async fn visit_all<T, F>(
+    async fn visit_all<C, T, F>(
         &self,
         range: TimeRange,
+        compile: impl FnOnce() -> Result<C, QueryError> + Send + 'static,
         new_acc: impl Fn() -> T + Send + 'static,
         visit: F,
     ) -> Result<T, StorageError>
     where
+        C: Send + 'static,
         T: Send + 'static,
-        F: Fn(&dyn Queryable, &mut T) -> Result<(), QueryError> + Send + 'static,
+        F: Fn(&C, &dyn Queryable, &mut T) -> Result<(), QueryError> + Send + 'static,
     {
         let shared = Arc::clone(&self.shared);
         let runtime = tokio::runtime::Handle::current();
         let started = Instant::now();
         let timeout = shared.config.query_timeout;
+        let runner = self.query_runner().await?;
         // Checked between parts, so a query over many blocks stops within
         // one block's work of its deadline instead of running on (audit R8).
         let check_deadline = move |visited: usize, total: usize| {
@@ -130,6 +146,9 @@ impl Store {
             Ok(())
         };
         tokio::task::spawn_blocking(move || {
+            let _runner = runner;
+            let compiled = compile().map_err(|source| StorageError::Query { source })?;
+            let visit = |q: &dyn Queryable, acc: &mut T| visit(&compiled, q, acc);
             for _ in 0..QUERY_ATTEMPTS {
                 if let Some(acc) =
                     visit_snapshot(&shared, &runtime, range, new_acc(), &visit, &check_deadline)?
@@ -145,16 +164,58 @@ impl Store {
         .map_err(|e| StorageError::task("query", e))?
     }
 
+    /// One of the `max_running_queries` turns, waited for at most the query
+    /// timeout.
+    async fn query_runner(&self) -> Result<OwnedSemaphorePermit, StorageError> {
+        let timeout = self.shared.config.query_timeout;
+        match tokio::time::timeout(
+            timeout,
+            Arc::clone(&self.shared.query_runners).acquire_owned(),
+        )
+        .await
+        {
+            Ok(Ok(runner)) => Ok(runner),
+            Ok(Err(_closed)) => Err(StorageError::ShuttingDown),
+            Err(_elapsed) => Err(StorageError::QueriesBusy {
+                running: self.shared.config.max_running_queries,
+                waited: timeout,
+            }),
+        }
+    }
+
+    /// Runs CPU-bound query work the engine does not do, such as checking a
+    /// selector's `=~` patterns by compiling them, on a blocking thread and
+    /// in one of the query turns, so that a flood of queries takes no more
+    /// cores for it than for reading heads and blocks.
+    pub async fn run_query_work<R: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, StorageError> {
+        let runner = self.query_runner().await?;
+        tokio::task::spawn_blocking(move || {
+            let _runner = runner;
+            work()
+        })
+        .await
+        .map_err(|e| StorageError::task("query work", e))
+    }
+
     /// Runs `list` on the head and every block in `range` and returns the
     /// union of what they list, sorted and without repeats.
-    async fn sorted_union<T, F>(&self, range: TimeRange, list: F) -> Result<Vec<T>, StorageError>
+    async fn sorted_union<C, T, F>(
+        &self,
+        range: TimeRange,
+        compile: impl FnOnce() -> Result<C, QueryError> + Send + 'static,
+        list: F,
+    ) -> Result<Vec<T>, StorageError>
     where
+        C: Send + 'static,
         T: Ord + Send + 'static,
-        F: Fn(&dyn Queryable) -> Result<Vec<T>, QueryError> + Send + 'static,
+        F: Fn(&C, &dyn Queryable) -> Result<Vec<T>, QueryError> + Send + 'static,
     {
         let mut all = self
-            .visit_all(range, Vec::new, move |q, acc: &mut Vec<T>| {
-                acc.extend(list(q)?);
+            .visit_all(range, compile, Vec::new, move |c, q, acc: &mut Vec<T>| {
+                acc.extend(list(c, q)?);
                 Ok(())
             })
             .await?;
@@ -165,7 +226,7 @@ impl Store {
 
     /// Profile types with data in `range`, sorted.
     pub async fn profile_types(&self, range: TimeRange) -> Result<Vec<ProfileType>, StorageError> {
-        self.sorted_union(range, move |q| Ok(q.profile_types(range)))
+        self.sorted_union(range, || Ok(()), move |(), q| Ok(q.profile_types(range)))
             .await
     }
 
@@ -176,8 +237,12 @@ impl Store {
         range: TimeRange,
     ) -> Result<Vec<String>, StorageError> {
         let matchers = matchers.to_vec();
-        self.sorted_union(range, move |q| q.label_names(&matchers, range))
-            .await
+        self.sorted_union(
+            range,
+            move || compile_matchers(&matchers),
+            move |m: &Vec<CompiledMatcher>, q| q.label_names(m, range),
+        )
+        .await
     }
 
     /// Values of label `name` among series matching `matchers`, sorted.
@@ -189,8 +254,12 @@ impl Store {
     ) -> Result<Vec<String>, StorageError> {
         let matchers = matchers.to_vec();
         let name = name.to_string();
-        self.sorted_union(range, move |q| q.label_values(&name, &matchers, range))
-            .await
+        self.sorted_union(
+            range,
+            move || compile_matchers(&matchers),
+            move |m: &Vec<CompiledMatcher>, q| q.label_values(&name, m, range),
+        )
+        .await
     }
 
     /// Label sets of series matching `matchers` in `range`, sorted.
@@ -200,8 +269,12 @@ impl Store {
         range: TimeRange,
     ) -> Result<Vec<LabelSet>, StorageError> {
         let matchers = matchers.to_vec();
-        self.sorted_union(range, move |q| q.series(&matchers, range))
-            .await
+        self.sorted_union(
+            range,
+            move || compile_matchers(&matchers),
+            move |m: &Vec<CompiledMatcher>, q| q.series(m, range),
+        )
+        .await
     }
 
     /// Merges every sample selected by `selector` in `range`.
@@ -211,9 +284,12 @@ impl Store {
         range: TimeRange,
     ) -> Result<MergedProfile, StorageError> {
         let selector = selector.clone();
-        self.visit_all(range, MergedProfile::new, move |q, acc| {
-            q.merge_into(&selector, range, acc)
-        })
+        self.visit_all(
+            range,
+            move || CompiledSelector::new(&selector),
+            MergedProfile::new,
+            move |s, q, acc| q.merge_into(s, range, acc),
+        )
         .await
     }
 
@@ -229,8 +305,9 @@ impl Store {
             Timeline::new(range, step_ms).map_err(|source| StorageError::Query { source })?;
         self.visit_all(
             range,
+            move || CompiledSelector::new(&selector),
             move || timeline.clone(),
-            move |q, acc| q.timeline_into(&selector, range, acc),
+            move |s, q, acc| q.timeline_into(s, range, acc),
         )
         .await
     }
