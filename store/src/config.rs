@@ -148,6 +148,15 @@ pub struct Cli {
     /// Most series per profile name in the head [default: 100000].
     #[arg(long, env = "KILN_MAX_SERIES_PER_PROFILE_NAME")]
     pub max_series_per_profile_name: Option<usize>,
+    /// Most series per `namespace` label value in the head (series without
+    /// one share a namespace); profiles that would add more are refused,
+    /// existing series still ingest [default: 100000].
+    #[arg(long, env = "KILN_MAX_SERIES_PER_NAMESPACE")]
+    pub max_series_per_namespace: Option<usize>,
+    /// Most series in the head in all; profiles that would add more are
+    /// refused, existing series still ingest [default: 500000].
+    #[arg(long, env = "KILN_MAX_SERIES")]
+    pub max_series: Option<usize>,
     /// Most samples in one profile [default: 1000000].
     #[arg(long, env = "KILN_MAX_SAMPLES_PER_PROFILE")]
     pub max_samples_per_profile: Option<usize>,
@@ -219,6 +228,10 @@ pub struct Limits {
     pub max_label_bytes: usize,
     /// Most series per profile name.
     pub max_series_per_profile_name: usize,
+    /// Most series per namespace.
+    pub max_series_per_namespace: usize,
+    /// Most series in all.
+    pub max_series: usize,
     /// Most samples per profile.
     pub max_samples_per_profile: usize,
     /// Most profiles in one Push or WriteRaw request.
@@ -236,6 +249,8 @@ impl Default for Limits {
             max_labels_per_series: 48,
             max_label_bytes: 2048,
             max_series_per_profile_name: 100_000,
+            max_series_per_namespace: 100_000,
+            max_series: 500_000,
             max_samples_per_profile: 1_000_000,
             max_profiles_per_request: 1024,
             max_inflight: 256,
@@ -467,6 +482,18 @@ impl Config {
                 file.limits.max_series_per_profile_name,
                 defaults.max_series_per_profile_name,
                 "limits.max_series_per_profile_name",
+            )?,
+            max_series_per_namespace: pick(
+                cli.max_series_per_namespace,
+                file.limits.max_series_per_namespace,
+                defaults.max_series_per_namespace,
+                "limits.max_series_per_namespace",
+            )?,
+            max_series: pick(
+                cli.max_series,
+                file.limits.max_series,
+                defaults.max_series,
+                "limits.max_series",
             )?,
             max_samples_per_profile: pick(
                 cli.max_samples_per_profile,

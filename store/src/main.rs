@@ -137,6 +137,8 @@ fn store_config(config: &Config) -> StoreConfig {
     store.ingest_limits.max_label_name_bytes = config.limits.max_label_bytes;
     store.ingest_limits.max_label_value_bytes = config.limits.max_label_bytes;
     store.ingest_limits.max_series_per_profile_name = config.limits.max_series_per_profile_name;
+    store.ingest_limits.max_series_per_namespace = config.limits.max_series_per_namespace;
+    store.ingest_limits.max_series = config.limits.max_series;
     store.ingest_limits.max_samples_per_profile = config.limits.max_samples_per_profile;
     store.max_inflight_ingests = config.limits.max_inflight;
     store

@@ -48,6 +48,29 @@ pub enum IngestError {
         /// The limit.
         limit: usize,
     },
+    /// The profile would create more series in its namespace (the
+    /// `namespace` label; none counts as `""`) than allowed.
+    #[error(
+        "namespace {namespace:?} would have {count} series, over the limit of {limit}; existing series still ingest"
+    )]
+    TooManySeriesInNamespace {
+        /// The namespace label's value (at most 256 characters of it).
+        namespace: String,
+        /// Series the namespace would have after this profile.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The profile would create more series than the head may hold in all.
+    #[error(
+        "the store would hold {count} series, over the limit of {limit}; existing series still ingest"
+    )]
+    TooManySeriesInStore {
+        /// Series the head would hold after this profile.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The series label sets the profile would create are too large
     /// (many distinct promoted sample labels on long request labels).
     #[error(
@@ -79,6 +102,8 @@ impl IngestError {
             Self::LabelValueTooLong { .. } => "label_value_too_long",
             Self::TooManyLabels { .. } => "too_many_labels",
             Self::TooManySeries { .. } => "too_many_series",
+            Self::TooManySeriesInNamespace { .. } => "too_many_series_in_namespace",
+            Self::TooManySeriesInStore { .. } => "too_many_series_in_store",
             Self::TooManySamples { .. } => "too_many_samples",
             Self::SeriesLabelsTooLarge { .. } => "series_labels_too_large",
         }

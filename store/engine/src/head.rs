@@ -6,7 +6,7 @@ mod ingest;
 use hashbrown::HashMap;
 
 use crate::index::LabelIndex;
-use crate::model::{LabelSet, ProfileType};
+use crate::model::{LabelSet, NAMESPACE_LABEL, ProfileType};
 use crate::symbols::SymbolTable;
 
 pub use ingest::{IngestLimits, IngestStats};
@@ -19,6 +19,8 @@ pub struct Head {
     pub(crate) series: Vec<HeadSeries>,
     series_lookup: HashMap<LabelSet, u32>,
     series_per_name: HashMap<String, usize>,
+    /// Series per `namespace` label value (`""` for none).
+    series_per_namespace: HashMap<String, usize>,
     profiles: u64,
     points: u64,
     bounds: Option<(i64, i64)>,
@@ -172,6 +174,10 @@ impl Head {
             .series_per_name
             .entry(profile_type.name.clone())
             .or_default() += 1;
+        *self
+            .series_per_namespace
+            .entry(labels.get(NAMESPACE_LABEL).unwrap_or("").to_owned())
+            .or_default() += 1;
         id
     }
 
@@ -181,6 +187,13 @@ impl Head {
 
     pub(crate) fn series_for_name(&self, name: &str) -> usize {
         self.series_per_name.get(name).copied().unwrap_or(0)
+    }
+
+    pub(crate) fn series_for_namespace(&self, namespace: &str) -> usize {
+        self.series_per_namespace
+            .get(namespace)
+            .copied()
+            .unwrap_or(0)
     }
 }
 

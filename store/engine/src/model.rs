@@ -7,6 +7,9 @@ use std::fmt;
 pub const NAME_LABEL: &str = "__name__";
 /// The label the engine adds to every series, holding its full profile type id.
 pub const PROFILE_TYPE_LABEL: &str = "__profile_type__";
+/// The label whose value is a series' tenant for the per-namespace series
+/// limit (the agent sets it to the pod's Kubernetes namespace).
+pub const NAMESPACE_LABEL: &str = "namespace";
 
 /// One `name=value` pair.
 #[derive(

@@ -108,6 +108,10 @@ pub struct FileLimits {
     pub max_label_bytes: Option<usize>,
     /// See `--max-series-per-profile-name`.
     pub max_series_per_profile_name: Option<usize>,
+    /// See `--max-series-per-namespace`.
+    pub max_series_per_namespace: Option<usize>,
+    /// See `--max-series`.
+    pub max_series: Option<usize>,
     /// See `--max-samples-per-profile`.
     pub max_samples_per_profile: Option<usize>,
     /// See `--max-profiles-per-request`.

@@ -17,7 +17,7 @@ mod interner;
 
 use super::{Head, HeadPoint, Run};
 use crate::error::IngestError;
-use crate::model::{Label, LabelSet, NAME_LABEL, PROFILE_TYPE_LABEL, ProfileType};
+use crate::model::{Label, LabelSet, NAME_LABEL, NAMESPACE_LABEL, PROFILE_TYPE_LABEL, ProfileType};
 use interner::ProfileInterner;
 
 /// Sample labels that stay per sample: unbounded ids would explode series.
@@ -38,6 +38,12 @@ pub struct IngestLimits {
     pub max_label_value_bytes: usize,
     /// Most series per profile name (`__name__`) in the head.
     pub max_series_per_profile_name: usize,
+    /// Most series per `namespace` label value in the head (series without
+    /// the label share the namespace `""`), so one tenant's churn (a
+    /// fork-heavy pod, random labels) cannot use up everyone's series.
+    pub max_series_per_namespace: usize,
+    /// Most series in the head, all names and namespaces together.
+    pub max_series: usize,
     /// Most samples in one profile.
     pub max_samples_per_profile: usize,
     /// Most bytes of series label sets one profile may create (an upper
@@ -49,14 +55,16 @@ pub struct IngestLimits {
 
 impl IngestLimits {
     /// The limits to apply a record that is already in the write-ahead log:
-    /// the same, minus the one that depends on what the head holds (series
-    /// per name). The record passed that check under the head's read lock
-    /// before it was logged; concurrent ingests may have added series since,
-    /// and a logged, acknowledged record must never be refused on apply or
-    /// on replay. The overshoot is bounded by the ingests in flight.
+    /// the same, minus those that depend on what the head holds (the series
+    /// counts). The record passed them under the head's read lock before it
+    /// was logged; concurrent ingests may have added series since, and a
+    /// logged, acknowledged record must never be refused on apply or on
+    /// replay. The overshoot is bounded by the ingests in flight.
     pub fn for_logged_records(&self) -> Self {
         Self {
             max_series_per_profile_name: usize::MAX,
+            max_series_per_namespace: usize::MAX,
+            max_series: usize::MAX,
             ..self.clone()
         }
     }
@@ -69,6 +77,8 @@ impl Default for IngestLimits {
             max_label_name_bytes: 256,
             max_label_value_bytes: 2048,
             max_series_per_profile_name: 100_000,
+            max_series_per_namespace: 100_000,
+            max_series: 500_000,
             max_samples_per_profile: 1_000_000,
             max_series_label_bytes_per_profile: 64 << 20,
         }
@@ -195,6 +205,68 @@ fn label_bytes(name: &str, value: &str) -> usize {
     name.len() + value.len() + LABEL_OVERHEAD_BYTES
 }
 
+/// The series a profile would create, counted against the head's limits
+/// per profile name, per namespace and in all (audit R6).
+struct SeriesBudget<'a> {
+    name: &'a str,
+    limits: &'a IngestLimits,
+    for_name: usize,
+    total: usize,
+    /// New series per namespace in this profile: a map, as a hostile
+    /// profile may spread its samples over thousands of namespaces.
+    per_namespace: HashMap<String, usize>,
+}
+
+impl<'a> SeriesBudget<'a> {
+    fn new(head: &Head, name: &'a str, limits: &'a IngestLimits) -> Self {
+        Self {
+            name,
+            limits,
+            for_name: head.series_for_name(name),
+            total: head.series_count(),
+            per_namespace: HashMap::new(),
+        }
+    }
+
+    /// Counts one new series in `namespace`, or says which limit it breaks.
+    fn add(&mut self, head: &Head, namespace: &str) -> Result<(), IngestError> {
+        self.for_name = self.for_name.saturating_add(1);
+        if self.for_name > self.limits.max_series_per_profile_name {
+            return Err(IngestError::TooManySeries {
+                name: self.name.to_owned(),
+                count: self.for_name,
+                limit: self.limits.max_series_per_profile_name,
+            });
+        }
+        let added = match self.per_namespace.get_mut(namespace) {
+            Some(added) => {
+                *added += 1;
+                *added
+            }
+            None => {
+                self.per_namespace.insert(namespace.to_owned(), 1);
+                1
+            }
+        };
+        let in_namespace = head.series_for_namespace(namespace).saturating_add(added);
+        if in_namespace > self.limits.max_series_per_namespace {
+            return Err(IngestError::TooManySeriesInNamespace {
+                namespace: namespace.chars().take(256).collect(),
+                count: in_namespace,
+                limit: self.limits.max_series_per_namespace,
+            });
+        }
+        self.total = self.total.saturating_add(1);
+        if self.total > self.limits.max_series {
+            return Err(IngestError::TooManySeriesInStore {
+                count: self.total,
+                limit: self.limits.max_series,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl Head {
     /// Runs every check [`Head::ingest`] runs, without changing the head.
     /// The store calls it before logging a request, so nothing the engine
@@ -305,8 +377,7 @@ impl Head {
             .unwrap_or(0);
         let mut planned_bytes = 0usize;
         let mut slot_labels: Vec<Option<LabelSet>> = vec![None; slot_used.len()];
-        let existing_for_name = self.series_for_name(&name);
-        let mut new_series = 0usize;
+        let mut new_series = SeriesBudget::new(self, &name, limits);
         for (signature, key) in signature_keys.iter().enumerate() {
             let base = signature * type_count;
             let used = slot_used[base..base + type_count]
@@ -357,16 +428,10 @@ impl Head {
                 }
                 let mut full = set.clone();
                 full.insert(Label::new(PROFILE_TYPE_LABEL, profile_type.to_string()));
+                // Only a series the head does not hold yet counts: a tenant
+                // over its limit keeps ingesting into the series it has.
                 if self.existing_series(&full).is_none() {
-                    new_series += 1;
-                    let would_have = existing_for_name.saturating_add(new_series);
-                    if would_have > limits.max_series_per_profile_name {
-                        return Err(IngestError::TooManySeries {
-                            name,
-                            count: would_have,
-                            limit: limits.max_series_per_profile_name,
-                        });
-                    }
+                    new_series.add(self, full.get(NAMESPACE_LABEL).unwrap_or(""))?;
                 }
                 slot_labels[base + t] = Some(full);
             }
@@ -565,5 +630,121 @@ mod tests {
             .ingest(&profile, &labels, 1, 10, &limits.for_logged_records())
             .expect("a logged record is applied");
         assert_eq!(stats.series_created, 8);
+    }
+
+    fn labels_in(namespace: &str, pod: &str) -> LabelSet {
+        LabelSet::new(vec![
+            Label::new(NAME_LABEL, "process_cpu"),
+            Label::new(NAMESPACE_LABEL, namespace),
+            Label::new("pod", pod),
+        ])
+    }
+
+    /// Audit R6: a tenant at its limit cannot add series, keeps ingesting
+    /// into those it has, and leaves other tenants' room alone.
+    #[test]
+    fn a_namespace_at_its_series_limit_gets_no_new_series_but_keeps_its_own() {
+        let limits = IngestLimits {
+            max_series_per_namespace: 3,
+            ..IngestLimits::default()
+        };
+        let profile = distinct_label_profile(1);
+        let mut head = Head::new();
+        for pod in ["a", "b", "c"] {
+            head.ingest(&profile, &labels_in("churn", pod), 1, 10, &limits)
+                .expect("within the namespace's limit");
+        }
+        let err = head
+            .check_ingest(&profile, &labels_in("churn", "d"), 10, &limits)
+            .unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                IngestError::TooManySeriesInNamespace { namespace, count: 4, limit: 3 }
+                    if namespace == "churn"
+            ),
+            "{err}"
+        );
+        assert_eq!(err.reason(), "too_many_series_in_namespace");
+        let stats = head
+            .ingest(&profile, &labels_in("churn", "a"), 2, 10, &limits)
+            .expect("an existing series still ingests");
+        assert_eq!(stats.series_created, 0);
+        head.ingest(&profile, &labels_in("quiet", "a"), 2, 10, &limits)
+            .expect("another namespace still creates series");
+        // Series without the label share the namespace "".
+        let mut bare = LabelSet::new(vec![Label::new(NAME_LABEL, "process_cpu")]);
+        for pod in ["a", "b", "c"] {
+            bare.insert(Label::new("pod", pod));
+            head.ingest(&profile, &bare, 3, 10, &limits)
+                .expect("within the limit of the unnamed namespace");
+        }
+        bare.insert(Label::new("pod", "d"));
+        let err = head.check_ingest(&profile, &bare, 10, &limits).unwrap_err();
+        assert!(
+            matches!(&err, IngestError::TooManySeriesInNamespace { namespace, .. } if namespace.is_empty()),
+            "{err}"
+        );
+        head.ingest(
+            &profile,
+            &labels_in("churn", "d"),
+            3,
+            10,
+            &limits.for_logged_records(),
+        )
+        .expect("a logged record is applied past the namespace limit");
+    }
+
+    /// A profile whose samples promote a `namespace` label counts each new
+    /// series in its own namespace, and the store-wide limit caps them all.
+    #[test]
+    fn the_store_wide_series_limit_counts_every_namespace_and_only_new_series() {
+        let limits = IngestLimits {
+            max_series_per_namespace: 1,
+            max_series: 4,
+            ..IngestLimits::default()
+        };
+        let mut b = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
+        let f = b.function(&FunctionSpec {
+            name: "main".into(),
+            ..Default::default()
+        });
+        let loc = b.location(0, 0x1000, &[(f, 1)]);
+        for ns in ["n1", "n2", "n3"] {
+            b.sample(
+                &[loc],
+                &[1],
+                &[(NAMESPACE_LABEL, LabelValue::Str(ns.into()))],
+            );
+        }
+        let spread = kiln_pprof::decode(
+            &kiln_pprof::encode_gzip(&b.finish()),
+            &DecodeLimits::default(),
+        )
+        .expect("decodes");
+        let name_only = LabelSet::new(vec![Label::new(NAME_LABEL, "process_cpu")]);
+        let mut head = Head::new();
+        let stats = head
+            .ingest(&spread, &name_only, 1, 10, &limits)
+            .expect("one new series in each of three namespaces");
+        assert_eq!(stats.series_created, 3);
+        let one = distinct_label_profile(1);
+        head.ingest(&one, &labels_in("n4", "a"), 1, 10, &limits)
+            .expect("the fourth series fits");
+        let err = head
+            .check_ingest(&one, &labels_in("n5", "a"), 10, &limits)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                IngestError::TooManySeriesInStore { count: 5, limit: 4 }
+            ),
+            "{err}"
+        );
+        assert_eq!(err.reason(), "too_many_series_in_store");
+        let stats = head
+            .ingest(&spread, &name_only, 2, 10, &limits)
+            .expect("existing series still ingest at the store-wide limit");
+        assert_eq!(stats.series_created, 0);
     }
 }
