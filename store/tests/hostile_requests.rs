@@ -2,12 +2,17 @@
 //! limited to its `--memory-budget`, receives the audit's reproductions one
 //! after the other: a WAL record that fails replay (D1), Push label
 //! amplification (R1), nested pprof amplification up to the inflate cap
-//! (R2), the multipart `prev_profile` key blowup (R3) and future times (R9).
-//! After each: the store is alive, the cgroup saw no OOM kill, its peak RSS
-//! (VmHWM) is within the budget, and a well-behaved client's ingest and
-//! query each succeed within a second.
+//! (R2), the multipart `prev_profile` key blowup (R3), future times (R9),
+//! a burst of new series past the cardinality limits (R6), 256 concurrent
+//! heavy regex queries (R8), 300 slowloris connections and an ingest flood
+//! holding every ingest slot (R4). After each (and during R4's): the store
+//! is alive, the cgroup saw no OOM kill, its peak RSS (VmHWM) is within the
+//! budget, and a well-behaved client's ingest and query each succeed within
+//! a second.
 
 mod common;
+#[path = "support/hostile_floods.rs"]
+mod floods;
 #[path = "support/limited.rs"]
 mod limited;
 
@@ -27,7 +32,7 @@ use prost::Message;
 
 const BUDGET: u64 = 192 << 20;
 
-fn now_s() -> i64 {
+pub(crate) fn now_s() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
@@ -146,19 +151,19 @@ fn log_poison_record(data_dir: &std::path::Path) {
     });
 }
 
-struct Suite {
+pub(crate) struct Suite {
     store: Limited,
     cgroup: LimitedCgroup,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     pid: u32,
-    good_ingests: u32,
+    pub(crate) good_ingests: u32,
 }
 
 impl Suite {
     /// Alive, never OOM-killed, peak RSS within the budget, and a
     /// well-behaved client is served within a second. Returns VmHWM in MiB.
     #[track_caller]
-    fn check_after(&mut self, what: &str) -> u64 {
+    pub(crate) fn check_after(&mut self, what: &str) -> u64 {
         if let Ok(Some(status)) = self.store.child.try_wait() {
             panic!("kiln-store died after {what}: {status}");
         }
@@ -208,7 +213,12 @@ impl Suite {
     }
 
     #[track_caller]
-    fn post(&self, target: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
+    pub(crate) fn post(
+        &self,
+        target: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (u16, String) {
         let response = http(self.addr, "POST", target, headers, body).expect("post");
         (response.status, response.text())
     }
@@ -238,6 +248,12 @@ fn the_audits_reproductions_leave_the_store_alive_within_its_budget_and_serving(
         .arg(format!("--listen={addr}"))
         .arg(format!("--data-dir={}", data_dir.path().display()))
         .arg(format!("--memory-budget={BUDGET}"))
+        .arg("--flush-interval=1h")
+        .arg(format!(
+            "--max-series-per-namespace={}",
+            floods::SERIES_PER_NAMESPACE
+        ))
+        .arg(format!("--max-series={}", floods::SERIES_IN_ALL))
         .env("KILN_LOG", "error")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -338,4 +354,9 @@ fn the_audits_reproductions_leave_the_store_alive_within_its_budget_and_serving(
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("in the future"), "{text}");
     suite.check_after("R9: a profile 100 years ahead");
+
+    floods::cardinality_burst(&mut suite);
+    floods::heavy_regex_queries(&mut suite);
+    floods::slowloris(&mut suite);
+    floods::ingest_flood_leaves_queries_alone(&mut suite);
 }
