@@ -9,7 +9,7 @@ pub mod profile_store;
 pub mod profiling_target;
 
 pub use profile_store::{
-    AgentSpec, ObjectStorageSpec, ProfileStore, ProfileStoreSpec, ProfileStoreStatus,
+    AgentSpec, AuthSpec, ObjectStorageSpec, ProfileStore, ProfileStoreSpec, ProfileStoreStatus,
     RetentionSpec, SecretKeysRef, SecurityMode, StorageSpec,
 };
 pub use profiling_target::{ProfilingTarget, ProfilingTargetSpec, ProfilingTargetStatus, StoreRef};

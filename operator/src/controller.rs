@@ -6,6 +6,7 @@ pub mod pod_changes;
 pub mod store;
 mod store_status;
 pub mod target;
+pub mod tokens;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -137,6 +138,15 @@ pub enum ReconcileError {
         #[source]
         source: Box<ReconcileError>,
     },
+    /// New tokens could not be generated: the OS random device could not be read.
+    #[error("could not read random bytes from {device}")]
+    Random {
+        /// The device read.
+        device: &'static str,
+        /// The read's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The object came without namespace or name.
     #[error("object has no {field}")]
     MissingMetadata {
@@ -158,6 +168,7 @@ impl ReconcileError {
                 _ => "FinalizerFailed",
             },
             Self::TargetsNotApplied { .. } => "TargetsNotApplied",
+            Self::Random { .. } => "RandomUnavailable",
             Self::MissingMetadata { .. } => "MissingMetadata",
         }
     }

@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod store;
 pub mod targets;
+pub mod tokens;
 
 use std::collections::BTreeMap;
 
@@ -153,6 +154,8 @@ pub struct StoreNames {
     pub agent: String,
     /// Agents' targets ConfigMap.
     pub targets: String,
+    /// The store's bearer tokens Secret, created once and then left to its users.
+    pub tokens: String,
     /// The cluster-scoped agent binding earlier operators created (agents
     /// need no API access, so it is only ever deleted now).
     pub agent_binding: String,
@@ -176,6 +179,7 @@ impl StoreNames {
             config: format!("{name}-config"),
             agent: format!("{name}-agent"),
             targets: format!("{name}-targets"),
+            tokens: format!("{name}-tokens"),
             agent_binding: format!("kiln-agent-{namespace}-{name}"),
             namespace,
             store: name,

@@ -1,5 +1,8 @@
 //! The pure builders: a ProfileStore (and targets) in, Kubernetes objects out.
 
+#[path = "builders/tokens.rs"]
+mod tokens;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, PodSpec, Toleration};

@@ -236,7 +236,7 @@ fn default_kustomization_installs_namespace_crds_rbac_and_operator() {
 }
 
 /// Every (apiGroup, resource, verb) the operator's code uses.
-const REQUIRED_PERMISSIONS: [(&str, &str, &str); 27] = [
+const REQUIRED_PERMISSIONS: [(&str, &str, &str); 29] = [
     ("kiln.dev", "profilestores", "get"),
     ("kiln.dev", "profilestores", "list"),
     ("kiln.dev", "profilestores", "watch"),
@@ -261,6 +261,8 @@ const REQUIRED_PERMISSIONS: [(&str, &str, &str); 27] = [
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "persistentvolumeclaims", "patch"),
+    ("", "secrets", "get"),
+    ("", "secrets", "create"),
     ("rbac.authorization.k8s.io", "clusterrolebindings", "delete"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
@@ -296,10 +298,20 @@ fn operator_role_covers_every_call_and_grants_no_wildcards() {
         !role.to_string().contains("\"*\""),
         "wildcards in the operator role"
     );
-    assert!(
-        !grants(role, "", "secrets", "get"),
-        "the operator never reads secrets"
-    );
+    // Secrets only where stores live, and only to create each store's tokens once.
+    for verb in [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ] {
+        assert!(
+            !grants(role, "", "secrets", verb),
+            "the ClusterRole may {verb} secrets"
+        );
+        assert_eq!(
+            grants(store_role, "", "secrets", verb),
+            verb == "get" || verb == "create",
+            "the store Role and {verb} on secrets"
+        );
+    }
     // Agents need no API access, so the operator neither creates bindings nor may bind roles.
     for verb in ["create", "patch", "update", "bind", "escalate"] {
         for resource in [

@@ -7,6 +7,8 @@ mod budgets;
 mod fake_api;
 #[path = "reconcile/namespace_deletion.rs"]
 mod namespace_deletion;
+#[path = "reconcile/tokens.rs"]
+mod tokens;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -126,7 +128,10 @@ async fn new_store_creates_every_child_with_one_field_manager_and_reports_status
         .into_iter()
         .filter(|c| c.method == Method::POST && c.path.contains("/events"))
         .count();
-    assert_eq!(events, 3, "one event per new condition");
+    assert_eq!(
+        events, 4,
+        "one event per new condition and one for the generated tokens"
+    );
 }
 
 #[tokio::test]

@@ -100,6 +100,10 @@ pub struct ProfileStoreSpec {
     /// The node agents that profile selected pods and ship to this store.
     #[serde(default)]
     pub agent: AgentSpec,
+    /// Bearer tokens the store requires. The operator generates them once into the Secret
+    /// `<store>-tokens` (keys `write-token` and `read-token`) and never rewrites it.
+    #[serde(default)]
+    pub auth: AuthSpec,
     /// Stop reconciling: children are left as they are until this is false again.
     #[serde(default)]
     pub paused: bool,
@@ -213,6 +217,22 @@ pub struct AgentSpec {
     pub security_mode: SecurityMode,
 }
 
+/// Which of the store's APIs need a bearer token from the `<store>-tokens` Secret.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthSpec {
+    /// Writes (gRPC WriteRaw and Push, `/ingest`) need the `write-token`; the operator mounts it
+    /// into the agents. On by default: without it any pod in the cluster can write profiles
+    /// with spoofed namespace and pod labels. Set false only when clients that cannot send a
+    /// token, such as in-cluster Pyroscope SDKs, push to this store.
+    #[serde(default = "default_true")]
+    pub require_write_token: bool,
+    /// Queries need the `read-token`. Off by default because the store's web UI cannot send a
+    /// token yet, so turning this on breaks the UI; API clients send `authorization: Bearer`.
+    #[serde(default)]
+    pub require_read_token: bool,
+}
+
 /// How much privilege agent pods get.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -271,6 +291,22 @@ impl Default for StorageSpec {
             storage_class_name: None,
             ephemeral: false,
         }
+    }
+}
+
+impl Default for AuthSpec {
+    fn default() -> Self {
+        Self {
+            require_write_token: true,
+            require_read_token: false,
+        }
+    }
+}
+
+impl AuthSpec {
+    /// Whether the store needs the tokens Secret at all.
+    pub fn needs_tokens(&self) -> bool {
+        self.require_write_token || self.require_read_token
     }
 }
 

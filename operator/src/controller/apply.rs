@@ -153,6 +153,7 @@ pub fn static_kind(kind: &str) -> &'static str {
         "Service" => "Service",
         "ConfigMap" => "ConfigMap",
         "ServiceAccount" => "ServiceAccount",
+        "Secret" => "Secret",
         "ClusterRoleBinding" => "ClusterRoleBinding",
         "PersistentVolumeClaim" => "PersistentVolumeClaim",
         "ProfileStore" => "ProfileStore",

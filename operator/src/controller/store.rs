@@ -23,6 +23,7 @@ pub use super::store_status::{
     AGENT_IMAGE_NOT_ALLOWED, AGENT_TOLERATION_NOT_ALLOWED, AGENTS_OWNED_ELSEWHERE,
     ANNOTATED_PODS_LEFT_OUT, TARGETS_FILE_CAPPED,
 };
+use super::tokens::{self, TokensSecret};
 use super::{
     Context, RESYNC, ReconcileError, STORE_FINALIZER, backoff_key, first_release, format_chain,
     namespace_and_name,
@@ -241,6 +242,17 @@ async fn apply_children(
     let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), &names.namespace);
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &names.namespace);
 
+    // Before the workloads that read it, so their pods never wait on a missing Secret.
+    if tokens::ensure_secret(store, names, ctx).await? == TokensSecret::Created {
+        publish(
+            ctx,
+            store,
+            EventType::Normal,
+            "GeneratedTokens",
+            format!("created Secret {} with new store tokens", names.tokens),
+        )
+        .await;
+    }
     let config = store_objects::config_map(store, names).map_err(build)?;
     apply_if_changed(&config_maps, &config, ctx).await?;
     let headless = store_objects::headless_service(store, names).map_err(build)?;

@@ -5,6 +5,8 @@
 //! - `/sys/fs/cgroup`: cgroup ids of containers feed the BPF allow-list.
 //! - `/lib/modules`: the running kernel's module metadata, read-only.
 //! - the CRI socket: pod labels and annotations without API-server access.
+//! - the store's write token (only that key of `<store>-tokens`), unless the store
+//!   accepts unauthenticated writes.
 //!
 //! Nothing else: the agent pins no BPF maps (no `/sys/fs/bpf`), uses no
 //! tracefs or debugfs (no `/sys/kernel/debug`), and never calls the API
@@ -27,7 +29,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{
     BuildDefaults, BuildError, StoreNames, common_labels, owned_meta, selector_labels,
-    stamp_applied_hash,
+    stamp_applied_hash, tokens,
 };
 use crate::api::{ProfileStore, SecurityMode};
 
@@ -148,6 +150,22 @@ pub fn daemon_set(
         ..Volume::default()
     });
     mounts.push(mount("tmp", "/tmp", false));
+    let mut env = vec![EnvVar {
+        name: "NODE_NAME".to_owned(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "spec.nodeName".to_owned(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }];
+    if let Some((volume, token_mount, token_env)) = tokens::agent_token(store, names) {
+        volumes.push(volume);
+        mounts.push(token_mount);
+        env.push(token_env);
+    }
 
     let container = Container {
         name: "kiln-agent".to_owned(),
@@ -158,17 +176,7 @@ pub fn daemon_set(
                 .unwrap_or_else(|| defaults.agent_image.clone()),
         ),
         args: Some(agent_args(store, names)),
-        env: Some(vec![EnvVar {
-            name: "NODE_NAME".to_owned(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "spec.nodeName".to_owned(),
-                    ..ObjectFieldSelector::default()
-                }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        }]),
+        env: Some(env),
         resources: Some(
             agent
                 .resources

@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{
     BuildDefaults, BuildError, CONFIG_HASH_ANNOTATION, StoreNames, common_labels, owned_meta,
-    selector_labels, stable_hash, stamp_applied_hash,
+    selector_labels, stable_hash, stamp_applied_hash, tokens,
 };
 use crate::api::ProfileStore;
 use crate::api::profile_store::DEFAULT_STORE_PORT;
@@ -216,6 +216,7 @@ pub fn stateful_set(
             });
         }
     }
+    env.extend(tokens::store_env(store, names));
     let probe = |path: &str, period: i32| Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_owned()),

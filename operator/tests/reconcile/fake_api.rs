@@ -1,5 +1,5 @@
 //! A small in-memory API server behind `tower_test::mock`: enough of GET, LIST, server-side apply
-//! (as replace), merge and JSON patches, status subresources, DELETE and event POSTs for the
+//! (as replace), merge and JSON patches, status subresources, DELETE, creates (POST) and events for the
 //! operator's calls. Every request is logged so scenarios can assert exactly what was written.
 //! [`FakeApi::delete_namespace`] models namespace deletion: Terminating, refused creates,
 //! deletionTimestamp and finalizers.
@@ -185,7 +185,9 @@ impl State {
             .iter()
             .find(|(m, p, _)| *m == call.method && *p == call.path)
         {
-            return status(*code, "Injected", "injected failure");
+            // kube-rs recognises a missing object by its reason, not only its code.
+            let reason = if *code == 404 { "NotFound" } else { "Injected" };
+            return status(*code, reason, "injected failure");
         }
         let (path, subresource) = match call.path.strip_suffix("/status") {
             Some(base) => (base.to_owned(), true),
@@ -207,11 +209,12 @@ impl State {
                 answer
             }
             Method::DELETE => self.delete(&path),
-            Method::POST => {
+            Method::POST if path.ends_with("/events") => {
                 let mut body = call.body.clone();
                 body["metadata"]["name"] = json!(format!("event-{}", self.calls.len()));
                 (StatusCode::CREATED, body)
             }
+            Method::POST => self.create(&path, &call.body),
             _ => status(405, "MethodNotAllowed", "unsupported"),
         }
     }
@@ -235,6 +238,22 @@ impl State {
                 &format!("namespaces \"{namespace}\" not found"),
             )
         }
+    }
+
+    /// A POST to a collection: stored under its name, refused when the name is taken.
+    fn create(&mut self, collection: &str, body: &Value) -> (StatusCode, Value) {
+        let Some(name) = body["metadata"]["name"].as_str() else {
+            return status(422, "Invalid", "metadata.name is required");
+        };
+        let path = format!("{collection}/{name}");
+        if self.objects.contains_key(&path) {
+            return status(409, "AlreadyExists", &format!("{name} already exists"));
+        }
+        self.next_version += 1;
+        let mut object = body.clone();
+        object["metadata"]["resourceVersion"] = json!(self.next_version.to_string());
+        self.objects.insert(path, object.clone());
+        (StatusCode::CREATED, object)
     }
 
     /// An object with finalizers is only marked for deletion; the rest go at once.
