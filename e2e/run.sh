@@ -3,7 +3,8 @@
 #   1. installs the CRDs and the operator (config/default);
 #   2. creates a ProfileStore and a ProfilingTarget, and runs an annotated CPU-burning workload;
 #   3. waits for the Available / Ready conditions;
-#   4. port-forwards to the store and finds the workload's profile by its pod label.
+#   4. port-forwards to the store and finds the workload's profile by its pod label (the agents
+#      ship with the operator's generated write token), and checks a write without it gets 401.
 # Without a reachable cluster it prints SKIP and exits 0.
 #
 # Images must be pullable by the cluster (or loaded into it, e.g. `kind load docker-image`):
@@ -154,4 +155,11 @@ done
 echo "profiles of $pod are in the store:"
 curl -fsS "$base/series?query=%7Bnamespace%3D%22$ns%22%2Cpod%3D%22$pod%22%7D&from=now-15m"
 echo
-echo "PASS: the workload's profile was found"
+# The agents got there with the generated write token; without it the store refuses writes.
+kubectl -n "$ns" get secret e2e-tokens -o jsonpath='{.data.write-token}' | grep -q . \
+  || { diagnose; fail "the operator created no write token in secret e2e-tokens"; }
+unauthenticated="$(curl -sS -o /dev/null -w '%{http_code}' -X POST --data-binary 'main;work 1' \
+  "http://127.0.0.1:$local_port/ingest?name=e2e.cpu&format=folded" || true)"
+[ "$unauthenticated" = "401" ] \
+  || { diagnose; fail "a write without the token got HTTP $unauthenticated, not 401"; }
+echo "PASS: the workload's profile was found, and writes without the token are refused"
