@@ -9,8 +9,8 @@ pub mod profile_store;
 pub mod profiling_target;
 
 pub use profile_store::{
-    AgentSpec, AuthSpec, ObjectStorageSpec, ProfileStore, ProfileStoreSpec, ProfileStoreStatus,
-    RetentionSpec, SecretKeysRef, SecurityMode, StorageSpec,
+    AgentSpec, AllowedPeer, AuthSpec, NetworkPolicySpec, ObjectStorageSpec, ProfileStore,
+    ProfileStoreSpec, ProfileStoreStatus, RetentionSpec, SecretKeysRef, SecurityMode, StorageSpec,
 };
 pub use profiling_target::{ProfilingTarget, ProfilingTargetSpec, ProfilingTargetStatus, StoreRef};
 

@@ -5,6 +5,7 @@
 //! compares with the live object to skip writes when nothing changed.
 
 pub mod agent;
+pub mod network_policy;
 pub mod store;
 pub mod targets;
 pub mod tokens;

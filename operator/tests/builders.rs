@@ -1,5 +1,7 @@
 //! The pure builders: a ProfileStore (and targets) in, Kubernetes objects out.
 
+#[path = "builders/network_policy.rs"]
+mod network_policy;
 #[path = "builders/tokens.rs"]
 mod tokens;
 

@@ -79,3 +79,16 @@ fn label_names_longer_than_63_characters_are_rejected() {
         "{errors:?}"
     );
 }
+
+#[test]
+fn an_allow_from_entry_needs_a_selector() {
+    let errors = kube::core::cel::validate_cel(&store(serde_json::json!({
+        "networkPolicy": {"enabled": true, "allowFrom": [{}]}
+    })))
+    .expect_err("an empty peer would admit nothing the API server accepts");
+    assert!(format!("{errors:?}").contains("allowFrom"), "{errors:?}");
+    kube::core::cel::validate_cel(&store(serde_json::json!({
+        "networkPolicy": {"enabled": true, "allowFrom": [{"podSelector": {"app": "grafana"}}]}
+    })))
+    .expect("a pod selector is enough");
+}

@@ -236,7 +236,7 @@ fn default_kustomization_installs_namespace_crds_rbac_and_operator() {
 }
 
 /// Every (apiGroup, resource, verb) the operator's code uses.
-const REQUIRED_PERMISSIONS: [(&str, &str, &str); 29] = [
+const REQUIRED_PERMISSIONS: [(&str, &str, &str); 32] = [
     ("kiln.dev", "profilestores", "get"),
     ("kiln.dev", "profilestores", "list"),
     ("kiln.dev", "profilestores", "watch"),
@@ -263,6 +263,9 @@ const REQUIRED_PERMISSIONS: [(&str, &str, &str); 29] = [
     ("", "persistentvolumeclaims", "patch"),
     ("", "secrets", "get"),
     ("", "secrets", "create"),
+    ("networking.k8s.io", "networkpolicies", "get"),
+    ("networking.k8s.io", "networkpolicies", "patch"),
+    ("networking.k8s.io", "networkpolicies", "delete"),
     ("rbac.authorization.k8s.io", "clusterrolebindings", "delete"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),

@@ -7,6 +7,8 @@ mod budgets;
 mod fake_api;
 #[path = "reconcile/namespace_deletion.rs"]
 mod namespace_deletion;
+#[path = "reconcile/network_policy.rs"]
+mod network_policy;
 #[path = "reconcile/tokens.rs"]
 mod tokens;
 

@@ -104,6 +104,9 @@ pub struct ProfileStoreSpec {
     /// `<store>-tokens` (keys `write-token` and `read-token`) and never rewrites it.
     #[serde(default)]
     pub auth: AuthSpec,
+    /// A NetworkPolicy in front of the store; off unless enabled.
+    #[serde(default)]
+    pub network_policy: NetworkPolicySpec,
     /// Stop reconciling: children are left as they are until this is false again.
     #[serde(default)]
     pub paused: bool,
@@ -231,6 +234,37 @@ pub struct AuthSpec {
     /// token yet, so turning this on breaks the UI; API clients send `authorization: Bearer`.
     #[serde(default)]
     pub require_read_token: bool,
+}
+
+/// The store's NetworkPolicy: only this store's agents and the listed clients may connect to
+/// its port. `kubectl port-forward` and kubelet probes still reach it (they do not pass
+/// through pod networking on common CNIs), so the UI keeps working.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    /// Create the policy. Off by default because it cuts off every in-cluster client not in
+    /// `allowFrom` (Grafana, Pyroscope SDKs), and only takes effect where the CNI enforces
+    /// NetworkPolicies.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Other clients admitted besides the agents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub allow_from: Vec<AllowedPeer>,
+}
+
+/// Pods admitted to the store, as a NetworkPolicy peer with label-equality selectors.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = Rule::new("has(self.namespaceSelector) || has(self.podSelector)").message("an allowFrom entry needs namespaceSelector or podSelector").reason(Reason::FieldValueRequired))]
+#[serde(rename_all = "camelCase")]
+pub struct AllowedPeer {
+    /// Labels of the namespaces whose pods may connect (`{}`: every namespace); without it,
+    /// the store's own namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<BTreeMap<String, String>>,
+    /// Labels of the pods that may connect; without it, every pod of the selected namespaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<BTreeMap<String, String>>,
 }
 
 /// How much privilege agent pods get.

@@ -154,6 +154,7 @@ pub fn static_kind(kind: &str) -> &'static str {
         "ConfigMap" => "ConfigMap",
         "ServiceAccount" => "ServiceAccount",
         "Secret" => "Secret",
+        "NetworkPolicy" => "NetworkPolicy",
         "ClusterRoleBinding" => "ClusterRoleBinding",
         "PersistentVolumeClaim" => "PersistentVolumeClaim",
         "ProfileStore" => "ProfileStore",

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -31,7 +32,7 @@ use super::{
 use crate::api::condition::{DesiredCondition, RECONCILED};
 use crate::api::{ProfileStore, ProfilingTarget};
 use crate::resources::targets::{Aggregation, Relays, aggregate};
-use crate::resources::{StoreNames, agent, store as store_objects, targets};
+use crate::resources::{StoreNames, agent, network_policy, store as store_objects, targets};
 
 /// Retry soon after deleting a StatefulSet whose immutable fields changed.
 const RECREATE_DELAY: Duration = Duration::from_secs(5);
@@ -259,6 +260,13 @@ async fn apply_children(
     apply_if_changed(&services, &headless, ctx).await?;
     let service = store_objects::client_service(store, names).map_err(build)?;
     apply_if_changed(&services, &service, ctx).await?;
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), &names.namespace);
+    if store.spec.network_policy.enabled {
+        let policy = network_policy::network_policy(store, names).map_err(build)?;
+        apply_if_changed(&policies, &policy, ctx).await?;
+    } else {
+        delete_if_present(&policies, &names.store, &DeleteParams::default(), ctx).await?;
+    }
 
     let desired_set =
         store_objects::stateful_set(store, names, &config, &ctx.defaults).map_err(build)?;
