@@ -31,6 +31,8 @@ use limited::{Limited, LimitedCgroup, status_kib};
 use prost::Message;
 
 const BUDGET: u64 = 192 << 20;
+/// Past this, the well-behaved client counts as starved by an attack.
+const STARVED: Duration = Duration::from_secs(5);
 
 pub(crate) fn now_s() -> i64 {
     SystemTime::now()
@@ -161,7 +163,7 @@ pub(crate) struct Suite {
 
 impl Suite {
     /// Alive, never OOM-killed, peak RSS within the budget, and a
-    /// well-behaved client is served within a second. Returns VmHWM in MiB.
+    /// well-behaved client is served, not starved. Returns VmHWM in MiB.
     #[track_caller]
     pub(crate) fn check_after(&mut self, what: &str) -> u64 {
         if let Ok(Some(status)) = self.store.child.try_wait() {
@@ -200,8 +202,13 @@ impl Suite {
             "after {what}: every acknowledged write is there: {}",
             response.text()
         );
+        // A starvation bound, not a speed target (those live in
+        // docs/benchmarks.md, which records the 1-73 ms these take): well
+        // under the 10 s header and 60 s body timeouts a client stuck
+        // behind the attack would wait out, and far over a loaded CI VM's
+        // scheduling noise.
         assert!(
-            ingest_time < Duration::from_secs(1) && query_time < Duration::from_secs(1),
+            ingest_time < STARVED && query_time < STARVED,
             "after {what}: ingest {ingest_time:?}, query {query_time:?}"
         );
         eprintln!(
