@@ -31,3 +31,4 @@ pub mod selector;
 pub mod server;
 pub mod state;
 pub mod timespec;
+pub mod web_guard;

@@ -88,6 +88,12 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             require_token,
         ))
+        // Outermost: a browser's cross-site request is refused before
+        // anything else, and every response gets the security headers.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::web_guard::guard,
+        ))
         // Bodies are read with explicit limits in the handlers.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state)

@@ -51,6 +51,9 @@ struct Shared {
     /// starve the other (audit R4, R8).
     write_slots: Arc<Semaphore>,
     query_slots: Arc<Semaphore>,
+    /// The store listens on loopback only, so requests must name it by a
+    /// loopback name or an address (DNS rebinding, audit A2).
+    loopback_only: bool,
 }
 
 impl AppState {
@@ -67,6 +70,7 @@ impl AppState {
                 body_read_timeout: config.connections.body_read_timeout,
                 write_slots: Arc::new(Semaphore::new(config.limits.max_inflight)),
                 query_slots: Arc::new(Semaphore::new(config.limits.max_inflight_queries)),
+                loopback_only: config.listen.ip().is_loopback(),
             }),
         }
     }
@@ -95,6 +99,11 @@ impl AppState {
     /// pprof decode limits derived from the request limits.
     pub fn decode_limits(&self) -> &DecodeLimits {
         &self.shared.decode_limits
+    }
+
+    /// Whether the store listens on loopback only.
+    pub fn loopback_only(&self) -> bool {
+        self.shared.loopback_only
     }
 
     /// Tokens for writes; empty means writes are open.
