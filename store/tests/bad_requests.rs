@@ -473,7 +473,7 @@ fn overload_answers_429_instead_of_queueing() {
     // Hold the only slot: a request whose body never finishes arriving.
     let mut slow = TcpStream::connect(store.addr).expect("connect");
     slow.write_all(
-        b"POST /ingest?name=app HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nmain 1",
+        b"POST /ingest?name=app HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\nmain 1",
     )
     .expect("write");
     // Wait until the server reports the slot as taken (metrics are not
@@ -523,7 +523,7 @@ fn a_body_that_does_not_arrive_within_the_body_read_timeout_gets_408() {
     slow.set_read_timeout(Some(Duration::from_secs(60)))
         .expect("read timeout");
     slow.write_all(
-        b"POST /ingest?name=app HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nmain 1",
+        b"POST /ingest?name=app HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\nmain 1",
     )
     .expect("write");
     // Read until the reply's head and JSON body are in, or the server closes.

@@ -231,7 +231,7 @@ pub fn slowloris(suite: &mut Suite) {
         .map(|i| {
             let mut stream = TcpStream::connect(suite.addr).expect("connect");
             let partial: &[u8] = if i % 2 == 0 {
-                b"POST /ingest?name=slow.cpu HTTP/1.1\r\nHost: x\r\n"
+                b"POST /ingest?name=slow.cpu HTTP/1.1\r\nHost: localhost\r\n"
             } else {
                 b"POS"
             };
@@ -274,7 +274,7 @@ pub fn ingest_flood_leaves_queries_alone(suite: &mut Suite) {
             let mut stream = TcpStream::connect(addr).expect("connect");
             stream
                 .write_all(
-                    b"POST /ingest?name=slow.cpu&format=folded HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nmain 1",
+                    b"POST /ingest?name=slow.cpu&format=folded HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\nmain 1",
                 )
                 .expect("slow body");
             stream
