@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use clap::Parser as _;
+use clap::CommandFactory as _;
 use kiln_storage::bucket::BucketConfig;
 use kiln_storage::{Store, StoreConfig};
-use kiln_store::config::{BucketSettings, Cli, Config, ObjectStoreKind};
+use kiln_store::config::{BucketSettings, Config, ObjectStoreKind, StoreSettings};
 use kiln_store::server;
 use kiln_store::state::AppState;
 use tokio::sync::watch;
@@ -16,8 +16,7 @@ const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let config = Config::load(&cli)?;
+    let config = Config::load(&StoreSettings::command().get_matches())?;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_new(&config.log)

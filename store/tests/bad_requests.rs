@@ -415,7 +415,19 @@ async fn bad_grpc_push_gets_invalid_argument_and_oversized_messages_are_refused(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bearer_tokens_guard_writes_and_reads_when_configured() {
-    let store = StoreProcess::start(&["--write-tokens", "w-secret", "--read-tokens", "r-secret"]);
+    // The write token from a file (as the operator mounts a Secret), the
+    // read token from the environment: tokens are never flags (audit A1).
+    let token_dir = tempfile::tempdir().expect("temp dir");
+    let write_token_file = token_dir.path().join("write-token");
+    std::fs::write(&write_token_file, "w-secret\n").expect("write token file");
+    let store = StoreProcess::start_with_env(
+        tempfile::tempdir().expect("temp dir"),
+        &[
+            "--write-tokens-file",
+            write_token_file.to_str().expect("utf-8 path"),
+        ],
+        &[("KILN_READ_TOKENS", "r-secret")],
+    );
     let folded = b"main;work 3";
     let denied = http(store.addr, "POST", "/ingest?name=app", &[], folded).expect("ingest");
     assert_eq!(denied.status, 401, "{}", denied.text());

@@ -383,8 +383,11 @@ fn a_body_of_an_unsupported_revision_is_refused_with_a_reason() {
 
 #[test]
 fn malformed_otlp_bodies_get_clear_errors_under_limits_and_auth() {
-    let store =
-        StoreProcess::start(&["--write-tokens", "secret", "--max-request-bytes", "4000000"]);
+    let store = StoreProcess::start_with_env(
+        tempfile::tempdir().expect("temp dir"),
+        &["--max-request-bytes", "4000000"],
+        &[("KILN_WRITE_TOKENS", "secret")],
+    );
     let auth = ("Authorization", "Bearer secret");
     let good = body_v1_10("svc-bad", samples_v1_10());
 
@@ -490,8 +493,11 @@ async fn grpc_export_stores_and_refuses_like_http() {
 
 #[tokio::test]
 async fn grpc_export_is_bounded_after_gzip_and_needs_the_write_token() {
-    let store =
-        StoreProcess::start(&["--write-tokens", "secret", "--max-request-bytes", "4000000"]);
+    let store = StoreProcess::start_with_env(
+        tempfile::tempdir().expect("temp dir"),
+        &["--max-request-bytes", "4000000"],
+        &[("KILN_WRITE_TOKENS", "secret")],
+    );
     let channel = tonic::transport::Endpoint::from_shared(store.url())
         .unwrap()
         .connect()

@@ -28,7 +28,11 @@ fn profile_python_program(venv: &str, app: &str, seconds: &str, write_token: Opt
         return;
     };
     let store = match write_token {
-        Some(token) => StoreProcess::start(&["--write-tokens", token]),
+        Some(token) => StoreProcess::start_with_env(
+            tempfile::tempdir().expect("temp dir"),
+            &[],
+            &[("KILN_WRITE_TOKENS", token)],
+        ),
         None => StoreProcess::start(&[]),
     };
     let program =

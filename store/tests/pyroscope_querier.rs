@@ -14,8 +14,9 @@ use serde_json::{Value, json};
 
 /// Seeds two series of one service: env=prod (`main;work` 30 + `main;idle`
 /// 10 samples) and env=dev (`main;work` 5), folded at 100 Hz.
-fn seeded_store(extra: &[&str], token: Option<&str>) -> StoreProcess {
-    let store = StoreProcess::start(extra);
+fn seeded_store(envs: &[(&str, &str)], token: Option<&str>) -> StoreProcess {
+    let data_dir = tempfile::tempdir().expect("temp dir");
+    let store = StoreProcess::start_with_env(data_dir, &[], envs);
     let auth = token.map(|t| format!("Bearer {t}"));
     for (env, body) in [
         ("prod", "main;work 30\nmain;idle 10"),
@@ -286,7 +287,10 @@ fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
 #[test]
 fn querier_errors_use_connect_codes_and_read_tokens() {
     let store = seeded_store(
-        &["--read-tokens", "reader", "--write-tokens", "writer"],
+        &[
+            ("KILN_READ_TOKENS", "reader"),
+            ("KILN_WRITE_TOKENS", "writer"),
+        ],
         Some("writer"),
     );
     let (status, body) = connect_json(&store, "LabelNames", &json!({}));

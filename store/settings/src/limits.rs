@@ -1,0 +1,45 @@
+//! `[limits]`: what one request, profile, profile name or namespace may
+//! use, and how many requests run at once.
+
+use serde::{Deserialize, Serialize};
+
+/// `[limits]` in the file; flags and variables named on each field.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitOptions {
+    /// Largest request body or gRPC message, in bytes [default: 32 MiB].
+    #[arg(long, env = "KILN_MAX_REQUEST_BYTES")]
+    pub max_request_bytes: Option<usize>,
+    /// Most labels on one series [default: 48].
+    #[arg(long, env = "KILN_MAX_LABELS_PER_SERIES")]
+    pub max_labels_per_series: Option<usize>,
+    /// Longest label name or value, in bytes [default: 2048].
+    #[arg(long, env = "KILN_MAX_LABEL_BYTES")]
+    pub max_label_bytes: Option<usize>,
+    /// Most series per profile name in the head [default: 100000].
+    #[arg(long, env = "KILN_MAX_SERIES_PER_PROFILE_NAME")]
+    pub max_series_per_profile_name: Option<usize>,
+    /// Most series per `namespace` label value in the head (series without
+    /// one share a namespace); profiles that would add more are refused,
+    /// existing series still ingest [default: 100000].
+    #[arg(long, env = "KILN_MAX_SERIES_PER_NAMESPACE")]
+    pub max_series_per_namespace: Option<usize>,
+    /// Most series in the head in all; profiles that would add more are
+    /// refused, existing series still ingest [default: 500000].
+    #[arg(long, env = "KILN_MAX_SERIES")]
+    pub max_series: Option<usize>,
+    /// Most samples in one profile [default: 1000000].
+    #[arg(long, env = "KILN_MAX_SAMPLES_PER_PROFILE")]
+    pub max_samples_per_profile: Option<usize>,
+    /// Most profiles (raw samples) in one Push or WriteRaw request [default: 1024].
+    #[arg(long, env = "KILN_MAX_PROFILES_PER_REQUEST")]
+    pub max_profiles_per_request: Option<usize>,
+    /// Ingest requests processed at once; more get 429 / RESOURCE_EXHAUSTED [default: 256].
+    #[arg(long, env = "KILN_MAX_INFLIGHT")]
+    pub max_inflight: Option<usize>,
+    /// Queries processed at once, apart from ingest so neither can starve
+    /// the other; more get 429 / RESOURCE_EXHAUSTED [default: --memory-budget
+    /// / 32 MiB, between 4 and 256].
+    #[arg(long, env = "KILN_MAX_INFLIGHT_QUERIES")]
+    pub max_inflight_queries: Option<usize>,
+}

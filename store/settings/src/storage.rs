@@ -1,0 +1,46 @@
+//! `[storage]`: the local data directory, the head, retention and the
+//! memory budget everything else is sized from.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// `[storage]` in the file; flags and variables named on each field.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageOptions {
+    /// Local directory for the write-ahead log (and the bucket when it is local) [default: ./kiln-data].
+    #[arg(long, env = "KILN_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// This replica's name; replicas sharing a bucket need distinct names [default: $HOSTNAME or "kiln"].
+    #[arg(long, env = "KILN_REPLICA")]
+    pub replica: Option<String>,
+    /// How often the head is cut into a block, e.g. `60s`; bounds cross-replica staleness [default: 60s].
+    #[arg(long, env = "KILN_FLUSH_INTERVAL")]
+    pub flush_interval: Option<String>,
+    /// How often the bucket is listed again to see other replicas' blocks [default: 15s].
+    #[arg(long, env = "KILN_RELIST_INTERVAL")]
+    pub relist_interval: Option<String>,
+    /// How long blocks are kept, e.g. `14d` [default: 14d].
+    #[arg(long, env = "KILN_RETENTION")]
+    pub retention: Option<String>,
+    /// How far past the store's clock a profile's time may be, e.g. `10m`;
+    /// later (and older-than-retention) profiles are refused [default: 10m].
+    #[arg(long, env = "KILN_MAX_FUTURE_SKEW")]
+    pub max_future_skew: Option<String>,
+    /// How long one query may run before it is stopped with an error, e.g. `30s` [default: 30s].
+    #[arg(long, env = "KILN_QUERY_TIMEOUT")]
+    pub query_timeout: Option<String>,
+    /// Optional cap on the bucket's total block bytes; the oldest blocks go first.
+    #[arg(long, env = "KILN_RETENTION_BYTES")]
+    pub retention_bytes: Option<u64>,
+    /// Memory the store may use, e.g. `1536Mi` or `2Gi` (plain bytes also
+    /// work). Split over the head (1/8), the block cache (1/4), one
+    /// compaction (1/4) and ingests being decoded (1/4); set it below the
+    /// container's memory limit [default: 2Gi].
+    #[arg(long, env = "KILN_MEMORY_BUDGET")]
+    pub memory_budget: Option<String>,
+    /// How often compaction is planned, e.g. `5m` [default: 5m].
+    #[arg(long, env = "KILN_COMPACTION_INTERVAL")]
+    pub compaction_interval: Option<String>,
+}
