@@ -96,11 +96,9 @@ pub struct StackSymbolizer {
     refused_objects: u64,
 }
 
-/// Default of [`StackSymbolizer::set_max_symbol_table_bytes`]: about two
-/// million symbols, more than the largest shared libraries of common
-/// distributions (libLLVM, Chromium) and small enough that parsing them
-/// cannot take the agent's memory.
-pub const DEFAULT_MAX_SYMBOL_TABLE_BYTES: u64 = 64 << 20;
+/// Default of [`StackSymbolizer::set_max_symbol_table_bytes`], the default
+/// of the agent's `--max-symbol-table-bytes`.
+pub use kiln_agent_settings::DEFAULT_MAX_SYMBOL_TABLE_BYTES;
 
 /// Most bytes of ELF copies blazesym may keep mapped (and its parsed
 /// symbol tables with them) before it is reset: bounds the RSS symbolizing
