@@ -5,6 +5,7 @@
 //! compares with the live object to skip writes when nothing changed.
 
 pub mod agent;
+pub mod command_line;
 pub mod network_policy;
 pub mod store;
 pub mod targets;
@@ -120,6 +121,16 @@ pub enum BuildError {
         #[source]
         source: serde_json::Error,
     },
+    /// The settings of a binary cannot be rendered as its flags.
+    #[error("cannot render {binary}'s setting `{setting}` as a flag: it {problem}")]
+    CommandLine {
+        /// The binary.
+        binary: &'static str,
+        /// The setting, as its field is named.
+        setting: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// The targets file could not be written.
     #[error("could not write the targets file")]
     Targets {
@@ -136,6 +147,7 @@ impl BuildError {
             Self::MissingMetadata { .. } => "missing_metadata",
             Self::Hash { .. } => "hash",
             Self::Targets { .. } => "targets",
+            Self::CommandLine { .. } => "command_line",
         }
     }
 }

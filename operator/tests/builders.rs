@@ -1,5 +1,7 @@
 //! The pure builders: a ProfileStore (and targets) in, Kubernetes objects out.
 
+#[path = "builders/command_lines.rs"]
+mod command_lines;
 #[path = "builders/network_policy.rs"]
 mod network_policy;
 #[path = "builders/tokens.rs"]
@@ -151,9 +153,9 @@ fn agent_flags_point_at_the_store_socket_and_targets_file() {
         args,
         vec![
             "--cri-socket=/var/run/crio/crio.sock",
-            "--node-name=$(NODE_NAME)",
-            "--store=http://main.kiln.svc:9000",
             "--targets-file=/etc/kiln/targets/targets.json",
+            "--store=http://main.kiln.svc:9000",
+            "--node-name=$(NODE_NAME)",
             "--metrics-addr=0.0.0.0:7471",
         ]
     );
@@ -208,7 +210,7 @@ fn store_gets_retention_flags_and_data_dir() {
     let object =
         profile_store(serde_json::json!({"retention": {"duration": "30d", "size": "50Gi"}}));
     assert_eq!(
-        store::store_args(&object),
+        store::store_args(&object).expect("renders"),
         vec![
             "--listen=0.0.0.0:7470",
             "--data-dir=/var/lib/kiln",
@@ -219,9 +221,14 @@ fn store_gets_retention_flags_and_data_dir() {
         ]
     );
     let without_size = profile_store(serde_json::json!({}));
-    assert!(store::store_args(&without_size).contains(&"--retention=168h".to_owned()));
+    assert!(
+        store::store_args(&without_size)
+            .expect("renders")
+            .contains(&"--retention=168h".to_owned())
+    );
     assert!(
         !store::store_args(&without_size)
+            .expect("renders")
             .iter()
             .any(|a| a.starts_with("--retention-bytes"))
     );
@@ -231,6 +238,7 @@ fn store_gets_retention_flags_and_data_dir() {
 fn store_memory_budget_follows_the_container_memory_limit() {
     let budget_arg = |o: &ProfileStore| {
         store::store_args(o)
+            .expect("renders")
             .into_iter()
             .find(|a| a.starts_with("--memory-budget="))
     };
@@ -299,6 +307,33 @@ fn store_runs_non_root_with_default_resources_and_owner_reference() {
     );
     let resources = container.resources.clone().unwrap();
     assert_eq!(resources.limits.unwrap()["memory"].0, "2Gi");
+}
+
+/// Issue 17: readiness follows `/readyz`, which fails while the store recovers, when its WAL is
+/// poisoned or its bucket unreachable, so the Service stops sending it traffic; liveness stays
+/// on `/healthz`, so a store replaying a long WAL is not restarted.
+#[test]
+fn store_probes_use_readyz_for_readiness_and_healthz_for_liveness() {
+    let object = profile_store(serde_json::json!({}));
+    let names = StoreNames::of(&object).unwrap();
+    let config = store::config_map(&object, &names).unwrap();
+    let set = store::stateful_set(&object, &names, &config, &BuildDefaults::default()).unwrap();
+    let container = set.spec.template.spec.unwrap().containers.remove(0);
+    let path_and_port = |probe: Option<k8s_openapi::api::core::v1::Probe>| {
+        let get = probe.and_then(|p| p.http_get).expect("an HTTP probe");
+        (get.path, get.port)
+    };
+    let port = k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(
+        store::PORT_NAME.to_owned(),
+    );
+    assert_eq!(
+        path_and_port(container.readiness_probe),
+        (Some("/readyz".to_owned()), port.clone())
+    );
+    assert_eq!(
+        path_and_port(container.liveness_probe),
+        (Some("/healthz".to_owned()), port)
+    );
 }
 
 #[test]

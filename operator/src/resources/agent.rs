@@ -15,6 +15,7 @@
 //! progress; the liveness probe restarts such an agent.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
 use k8s_openapi::api::core::v1::{
@@ -26,10 +27,11 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kiln_agent_settings::AgentSettings;
 
 use super::{
-    BuildDefaults, BuildError, StoreNames, common_labels, owned_meta, selector_labels,
-    stamp_applied_hash, tokens,
+    BuildDefaults, BuildError, StoreNames, command_line, common_labels, owned_meta,
+    selector_labels, stamp_applied_hash, tokens,
 };
 use crate::api::{ProfileStore, SecurityMode};
 
@@ -73,18 +75,28 @@ pub fn service_account(
     stamp_applied_hash(account, "ServiceAccount")
 }
 
-/// Command-line flags of `kiln-agent`.
-pub fn agent_args(store: &ProfileStore, names: &StoreNames) -> Vec<String> {
-    vec![
-        format!("--cri-socket={}", store.spec.agent.container_runtime_socket),
-        "--node-name=$(NODE_NAME)".to_owned(),
-        format!("--store=http://{}", names.endpoint(store.spec.service_port)),
-        format!(
-            "--targets-file={TARGETS_DIR}/{}",
-            kiln_targets::CONFIGMAP_KEY
-        ),
-        format!("--metrics-addr=0.0.0.0:{AGENT_METRICS_PORT}"),
-    ]
+/// The settings of `kiln-agent` on every node, in the agent's own settings
+/// type: Kubernetes discovery through the spec's CRI socket, the targets
+/// file, shipping to the store's Service and `/metrics` on the pod's port.
+/// The node name comes from the `NODE_NAME` variable (the downward API),
+/// which Kubernetes expands in `$(NODE_NAME)`.
+pub fn agent_settings(store: &ProfileStore, names: &StoreNames) -> AgentSettings {
+    AgentSettings {
+        cri_socket: Some(PathBuf::from(&store.spec.agent.container_runtime_socket)),
+        node_name: Some("$(NODE_NAME)".to_owned()),
+        store: Some(format!(
+            "http://{}",
+            names.endpoint(store.spec.service_port)
+        )),
+        targets_file: Some(Path::new(TARGETS_DIR).join(kiln_targets::CONFIGMAP_KEY)),
+        metrics_addr: format!("0.0.0.0:{AGENT_METRICS_PORT}"),
+        ..AgentSettings::default()
+    }
+}
+
+/// Command-line flags of `kiln-agent`, rendered from [`agent_settings`].
+pub fn agent_args(store: &ProfileStore, names: &StoreNames) -> Result<Vec<String>, BuildError> {
+    command_line::render("kiln-agent", &agent_settings(store, names))
 }
 
 /// The security context of the agent container in each mode.
@@ -175,7 +187,7 @@ pub fn daemon_set(
                 .clone()
                 .unwrap_or_else(|| defaults.agent_image.clone()),
         ),
-        args: Some(agent_args(store, names)),
+        args: Some(agent_args(store, names)?),
         env: Some(env),
         resources: Some(
             agent

@@ -1,6 +1,8 @@
 //! The store side: config ConfigMap, headless and client Services, StatefulSet.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
@@ -13,10 +15,11 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kiln_store_settings::StoreSettings;
 
 use super::{
-    BuildDefaults, BuildError, CONFIG_HASH_ANNOTATION, StoreNames, common_labels, owned_meta,
-    selector_labels, stable_hash, stamp_applied_hash, tokens,
+    BuildDefaults, BuildError, CONFIG_HASH_ANNOTATION, StoreNames, command_line, common_labels,
+    owned_meta, selector_labels, stable_hash, stamp_applied_hash, tokens,
 };
 use crate::api::ProfileStore;
 use crate::api::profile_store::DEFAULT_STORE_PORT;
@@ -27,6 +30,11 @@ pub const DATA_DIR: &str = "/var/lib/kiln";
 pub const DATA_VOLUME: &str = "data";
 /// Name of the store's listener port.
 pub const PORT_NAME: &str = "api";
+/// The store's port inside its pod, as a `u16` for its listen address.
+const STORE_CONTAINER_PORT: u16 = {
+    assert!(DEFAULT_STORE_PORT > 0 && DEFAULT_STORE_PORT <= u16::MAX as i32);
+    DEFAULT_STORE_PORT as u16
+};
 /// Non-root user of the distroless store image.
 const STORE_UID: i64 = 65532;
 
@@ -100,26 +108,27 @@ fn service_port(port: i32) -> ServicePort {
     }
 }
 
-/// Command-line flags of `kiln-store`, from the spec.
-pub fn store_args(store: &ProfileStore) -> Vec<String> {
-    let mut args = vec![
-        format!("--listen=0.0.0.0:{DEFAULT_STORE_PORT}"),
-        format!("--data-dir={DATA_DIR}"),
-        format!("--retention={}", store.spec.retention.duration),
-    ];
-    if let Some(bytes) = store
+/// The settings of `kiln-store` the spec asks for, in the store's own
+/// settings type; everything else keeps the store's defaults. Bucket
+/// settings go through the config ConfigMap's environment instead.
+pub fn store_settings(store: &ProfileStore) -> StoreSettings {
+    let mut settings = StoreSettings::default();
+    settings.server.listen = Some(SocketAddr::from(([0, 0, 0, 0], STORE_CONTAINER_PORT)));
+    settings.storage.data_dir = Some(PathBuf::from(DATA_DIR));
+    settings.storage.retention = Some(store.spec.retention.duration.clone());
+    settings.storage.retention_bytes = store
         .spec
         .retention
         .size
         .as_deref()
-        .and_then(quantity_to_bytes)
-    {
-        args.push(format!("--retention-bytes={bytes}"));
-    }
-    if let Some(budget) = store_memory_budget(store) {
-        args.push(format!("--memory-budget={budget}"));
-    }
-    args
+        .and_then(quantity_to_bytes);
+    settings.storage.memory_budget = store_memory_budget(store).map(|bytes| bytes.to_string());
+    settings
+}
+
+/// Command-line flags of `kiln-store`, rendered from [`store_settings`].
+pub fn store_args(store: &ProfileStore) -> Result<Vec<String>, BuildError> {
+    command_line::render("kiln-store", &store_settings(store))
 }
 
 /// The smallest budget `kiln-store` accepts.
@@ -234,7 +243,7 @@ pub fn stateful_set(
                 .clone()
                 .unwrap_or_else(|| defaults.store_image.clone()),
         ),
-        args: Some(store_args(store)),
+        args: Some(store_args(store)?),
         env: (!env.is_empty()).then_some(env),
         env_from: Some(vec![EnvFromSource {
             config_map_ref: Some(ConfigMapEnvSource {
