@@ -1,4 +1,4 @@
-//! Command lines rendered from the binaries' own settings types
+//! Command lines (and environments) rendered from the binaries' own settings types
 //! (`kiln_store_settings::StoreSettings`, `kiln_agent_settings::AgentSettings`):
 //! the operator fills in typed settings and this module turns them into the
 //! flags the same clap definitions parse, so a renamed or removed flag fails
@@ -25,6 +25,85 @@ pub fn render<S: Serialize + CommandFactory>(
     binary: &'static str,
     settings: &S,
 ) -> Result<Vec<String>, BuildError> {
+    let mut args = Vec::new();
+    for value in set_values(binary, settings)? {
+        let long = value
+            .arg
+            .get_long()
+            .ok_or_else(|| value.problem("has no long flag"))?;
+        if !value.arg.get_action().takes_values() {
+            args.push(format!("--{long}"));
+            continue;
+        }
+        match value.arg.get_value_delimiter() {
+            Some(delimiter) => args.push(format!("--{long}={}", value.joined(delimiter)?)),
+            None => args.extend(value.texts.iter().map(|text| format!("--{long}={text}"))),
+        }
+    }
+    Ok(args)
+}
+
+/// The environment variables that give `settings` to `binary`, by the
+/// `env` names its clap command declares; a switch is `true`.
+pub fn render_env<S: Serialize + CommandFactory>(
+    binary: &'static str,
+    settings: &S,
+) -> Result<BTreeMap<String, String>, BuildError> {
+    let mut variables = BTreeMap::new();
+    for value in set_values(binary, settings)? {
+        let name = value
+            .arg
+            .get_env()
+            .map(|name| name.to_string_lossy().into_owned())
+            .ok_or_else(|| value.problem("has no environment variable"))?;
+        let text = if !value.arg.get_action().takes_values() {
+            "true".to_owned()
+        } else if let Some(delimiter) = value.arg.get_value_delimiter() {
+            value.joined(delimiter)?
+        } else if let [one] = value.texts.as_slice() {
+            one.clone()
+        } else {
+            return Err(value.problem("has several values and no delimiter"));
+        };
+        variables.insert(name, text);
+    }
+    Ok(variables)
+}
+
+/// One argument of a binary's clap command with the value the settings
+/// give it: a switch only when on, a value only when it differs from the
+/// argument's declared default.
+struct SetValue {
+    binary: &'static str,
+    arg: clap::Arg,
+    texts: Vec<String>,
+}
+
+impl SetValue {
+    fn problem(&self, problem: &str) -> BuildError {
+        BuildError::CommandLine {
+            binary: self.binary,
+            setting: self.arg.get_id().to_string(),
+            problem: problem.to_owned(),
+        }
+    }
+
+    /// The texts as one value split by `delimiter`, refusing a text that
+    /// contains it (it would come back as two values).
+    fn joined(&self, delimiter: char) -> Result<String, BuildError> {
+        if self.texts.iter().any(|text| text.contains(delimiter)) {
+            return Err(self.problem(&format!("has a value containing {delimiter:?}")));
+        }
+        Ok(self.texts.join(&delimiter.to_string()))
+    }
+}
+
+/// The arguments `settings` sets, in declaration order. A set value with
+/// no argument of its name is an error.
+fn set_values<S: Serialize + CommandFactory>(
+    binary: &'static str,
+    settings: &S,
+) -> Result<Vec<SetValue>, BuildError> {
     let problem = |setting: &str, problem: String| BuildError::CommandLine {
         binary,
         setting: setting.to_owned(),
@@ -35,7 +114,7 @@ pub fn render<S: Serialize + CommandFactory>(
     let mut leaves = BTreeMap::new();
     collect_leaves(tree, &mut leaves)
         .map_err(|setting| problem(&setting, "is named in two sections".to_owned()))?;
-    let mut args = Vec::new();
+    let mut set = Vec::new();
     for arg in S::command().get_arguments() {
         let id = arg.get_id().as_str();
         let Some(value) = leaves.remove(id) else {
@@ -46,34 +125,27 @@ pub fn render<S: Serialize + CommandFactory>(
         if texts.is_empty() {
             continue;
         }
-        let long = arg
-            .get_long()
-            .ok_or_else(|| problem(id, "has no long flag".to_owned()))?;
         if !arg.get_action().takes_values() {
             match texts.as_slice() {
-                [on] if on == "true" => args.push(format!("--{long}")),
-                [off] if off == "false" => {}
+                [on] if on == "true" => {}
+                [off] if off == "false" => continue,
                 _ => return Err(problem(id, "is a switch but not a boolean".to_owned())),
             }
-            continue;
-        }
-        let defaults: Vec<String> = arg
-            .get_default_values()
-            .iter()
-            .map(|value| value.to_string_lossy().into_owned())
-            .collect();
-        if texts == defaults {
-            continue;
-        }
-        match arg.get_value_delimiter() {
-            Some(delimiter) => {
-                if texts.iter().any(|text| text.contains(delimiter)) {
-                    return Err(problem(id, format!("has a value containing {delimiter:?}")));
-                }
-                args.push(format!("--{long}={}", texts.join(&delimiter.to_string())));
+        } else {
+            let defaults: Vec<String> = arg
+                .get_default_values()
+                .iter()
+                .map(|value| value.to_string_lossy().into_owned())
+                .collect();
+            if texts == defaults {
+                continue;
             }
-            None => args.extend(texts.iter().map(|text| format!("--{long}={text}"))),
         }
+        set.push(SetValue {
+            binary,
+            arg: arg.clone(),
+            texts,
+        });
     }
     if let Some((setting, _)) = leaves
         .iter()
@@ -81,7 +153,7 @@ pub fn render<S: Serialize + CommandFactory>(
     {
         return Err(problem(setting, "is set but is no flag".to_owned()));
     }
-    Ok(args)
+    Ok(set)
 }
 
 /// Every non-object value of `tree` by its key; sections (objects) are
@@ -164,5 +236,31 @@ mod tests {
         };
         let err = render("kiln-agent", &agent).unwrap_err();
         assert!(err.to_string().contains("pod_labels"), "{err}");
+    }
+
+    #[test]
+    fn environments_use_the_declared_variable_names() {
+        let mut settings = StoreSettings::default();
+        settings.bucket.name = Some("profiles".to_owned());
+        settings.bucket.allow_http = Some(true);
+        assert_eq!(
+            render_env("kiln-store", &settings).unwrap(),
+            BTreeMap::from([
+                ("KILN_BUCKET".to_owned(), "profiles".to_owned()),
+                ("KILN_BUCKET_ALLOW_HTTP".to_owned(), "true".to_owned()),
+            ])
+        );
+        let agent = AgentSettings {
+            kubernetes: true,
+            pod_labels: vec!["app".to_owned(), "team".to_owned()],
+            ..AgentSettings::default()
+        };
+        assert_eq!(
+            render_env("kiln-agent", &agent).unwrap(),
+            BTreeMap::from([
+                ("KILN_KUBERNETES".to_owned(), "true".to_owned()),
+                ("KILN_POD_LABELS".to_owned(), "app,team".to_owned()),
+            ])
+        );
     }
 }

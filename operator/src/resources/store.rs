@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kiln_store_settings::StoreSettings;
+use kiln_store_settings::{BucketOptions, StoreSettings};
 
 use super::{
     BuildDefaults, BuildError, CONFIG_HASH_ANNOTATION, StoreNames, command_line, common_labels,
@@ -38,29 +38,38 @@ const STORE_CONTAINER_PORT: u16 = {
 /// Non-root user of the distroless store image.
 const STORE_UID: i64 = 65532;
 
-/// Store config as environment variables (`envFrom`): object storage settings.
-pub fn config_map(store: &ProfileStore, names: &StoreNames) -> Result<ConfigMap, BuildError> {
-    let mut data = BTreeMap::new();
-    if let Some(bucket) = &store.spec.object_storage {
-        data.insert("KILN_OBJECT_STORE".to_owned(), "s3".to_owned());
-        data.insert("KILN_BUCKET".to_owned(), bucket.bucket.clone());
-        let prefix = bucket.prefix.as_deref().unwrap_or("").trim_matches('/');
-        if !prefix.is_empty() {
-            data.insert("KILN_BUCKET_PREFIX".to_owned(), prefix.to_owned());
-        }
-        if let Some(region) = &bucket.region {
-            data.insert("KILN_BUCKET_REGION".to_owned(), region.clone());
-        }
-        if let Some(endpoint) = &bucket.endpoint {
-            data.insert("KILN_BUCKET_ENDPOINT".to_owned(), endpoint.clone());
-            if endpoint.starts_with("http://") {
-                data.insert("KILN_BUCKET_ALLOW_HTTP".to_owned(), "true".to_owned());
-            }
-        }
+/// The store's object storage settings from the spec (none: the store's
+/// local default), in the store's own settings type.
+pub fn bucket_options(store: &ProfileStore) -> BucketOptions {
+    let Some(bucket) = &store.spec.object_storage else {
+        return BucketOptions::default();
+    };
+    let prefix = bucket.prefix.as_deref().unwrap_or("").trim_matches('/');
+    BucketOptions {
+        kind: Some("s3".to_owned()),
+        name: Some(bucket.bucket.clone()),
+        endpoint: bucket.endpoint.clone(),
+        region: bucket.region.clone(),
+        prefix: (!prefix.is_empty()).then(|| prefix.to_owned()),
+        allow_http: bucket
+            .endpoint
+            .as_deref()
+            .is_some_and(|endpoint| endpoint.starts_with("http://"))
+            .then_some(true),
+        azure_account: None,
     }
+}
+
+/// Store config as environment variables (`envFrom`): the object storage
+/// settings of [`bucket_options`], by the variable names the store reads.
+pub fn config_map(store: &ProfileStore, names: &StoreNames) -> Result<ConfigMap, BuildError> {
+    let settings = StoreSettings {
+        bucket: bucket_options(store),
+        ..StoreSettings::default()
+    };
     let config = ConfigMap {
         metadata: owned_meta(store, names, &names.config, "store"),
-        data: Some(data),
+        data: Some(command_line::render_env("kiln-store", &settings)?),
         ..ConfigMap::default()
     };
     stamp_applied_hash(config, "ConfigMap")

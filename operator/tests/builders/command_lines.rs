@@ -155,22 +155,9 @@ fn the_store_parses_every_statefulset_the_operator_renders() {
             .collect();
         let parsed: StoreSettings = parse("kiln-store", &args, &variables, &TOKEN_ENVIRONMENT)
             .unwrap_or_else(|error| panic!("{error}"));
-        // What the binary sees is what the operator meant.
+        // What the binary sees is what the operator meant: flags and ConfigMap together.
         let mut expected = store::store_settings(&object);
-        let bucket = &object.spec.object_storage;
-        expected.bucket.kind = bucket.as_ref().map(|_| "s3".to_owned());
-        expected.bucket.name = bucket.as_ref().map(|b| b.bucket.clone());
-        expected.bucket.endpoint = bucket.as_ref().and_then(|b| b.endpoint.clone());
-        expected.bucket.region = bucket.as_ref().and_then(|b| b.region.clone());
-        expected.bucket.prefix = bucket
-            .as_ref()
-            .and_then(|b| b.prefix.clone())
-            .map(|p| p.trim_matches('/').to_owned());
-        expected.bucket.allow_http = bucket
-            .as_ref()
-            .and_then(|b| b.endpoint.as_ref())
-            .filter(|e| e.starts_with("http://"))
-            .map(|_| true);
+        expected.bucket = store::bucket_options(&object);
         assert_eq!(parsed, expected, "{args:?} {variables:?}");
         // The token lists come from Secrets through the environment, never from the args.
         let auth = &object.spec.auth;
