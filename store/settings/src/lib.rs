@@ -33,7 +33,14 @@ pub const FILE_VERSION: u32 = 1;
 /// `kiln-store`: Kiln's profile store. Every flag can also be set through the
 /// environment variable named in its help, or in the `--config` file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Parser, Deserialize, Serialize)]
-#[command(name = "kiln-store", version, about)]
+#[command(
+    name = "kiln-store",
+    version,
+    about,
+    after_help = "Tokens are never flags (a command line shows in /proc/*/cmdline): set \
+                  KILN_WRITE_TOKENS / KILN_READ_TOKENS (comma separated), [auth] in the \
+                  config file, or --write-tokens-file / --read-tokens-file."
+)]
 #[serde(deny_unknown_fields)]
 pub struct StoreSettings {
     /// TOML config file (lowest precedence after the built-in defaults).
