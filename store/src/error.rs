@@ -213,9 +213,9 @@ impl ApiError {
             Self::Storage { source } => match source.class() {
                 ErrorClass::Client => StatusCode::BAD_REQUEST,
                 ErrorClass::Overloaded => match source {
-                    StorageError::ShuttingDown | StorageError::QueryRaced { .. } => {
-                        StatusCode::SERVICE_UNAVAILABLE
-                    }
+                    StorageError::ShuttingDown
+                    | StorageError::QueryRaced { .. }
+                    | StorageError::UploadBacklog { .. } => StatusCode::SERVICE_UNAVAILABLE,
                     _ => StatusCode::TOO_MANY_REQUESTS,
                 },
                 ErrorClass::Server => StatusCode::INTERNAL_SERVER_ERROR,

@@ -112,7 +112,8 @@ impl BucketConfig {
             } => {
                 let mut builder = object_store::aws::AmazonS3Builder::from_env()
                     .with_bucket_name(bucket)
-                    .with_allow_http(*allow_http);
+                    .with_allow_http(*allow_http)
+                    .with_retry(client_retries());
                 if let Some(region) = region {
                     builder = builder.with_region(region);
                 }
@@ -143,6 +144,19 @@ impl BucketConfig {
                     .map_err(config_err)?,
             )),
         }
+    }
+}
+
+/// Retries inside one bucket request. The store retries every failed
+/// upload and listing itself (each flush and re-list interval), so the
+/// client's own retries are kept short: object_store's default (10 retries
+/// within 3 minutes) hid an unreachable bucket from `/readyz` for minutes.
+#[cfg(feature = "aws")]
+fn client_retries() -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        backoff: object_store::BackoffConfig::default(),
+        max_retries: 3,
+        retry_timeout: std::time::Duration::from_secs(30),
     }
 }
 

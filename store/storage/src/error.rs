@@ -114,12 +114,19 @@ pub enum StorageError {
         /// The configured in-flight limit.
         limit: usize,
     },
-    /// Cut heads are waiting for the bucket (uploads keep failing); writes
-    /// are refused until the backlog drains, so memory stays bounded.
-    #[error("store overloaded: {pending} blocks waiting for upload to the bucket")]
+    /// Data waits for the bucket (uploads keep failing) up to the upload
+    /// budget; writes are refused until uploads drain, so memory stays
+    /// bounded (audit D3).
+    #[error(
+        "store overloaded: {unuploaded_bytes} bytes ({pending} cut heads and the live head) wait for upload to the bucket, the budget is {budget_bytes}; retry later"
+    )]
     UploadBacklog {
         /// Heads cut but not yet uploaded.
         pending: usize,
+        /// Bytes held by those heads and the live head.
+        unuploaded_bytes: u64,
+        /// `max_head_bytes + max_pending_upload_bytes`.
+        budget_bytes: u64,
     },
     /// The store is shutting down and accepts no more writes.
     #[error("store is shutting down")]

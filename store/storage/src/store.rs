@@ -10,6 +10,7 @@
 mod allocator;
 mod cache;
 mod config;
+mod health;
 mod maintenance;
 mod memory_gate;
 mod quarantine;
@@ -33,6 +34,7 @@ use crate::error::StorageError;
 use crate::wal::{ReplayReport, Wal};
 use cache::BlockCache;
 pub use config::{AcceptedTimes, StoreConfig};
+pub use health::{HealthProblem, StoreHealth};
 pub use maintenance::CompactionReport;
 pub use memory_gate::Reservation as IngestReservation;
 
@@ -58,6 +60,8 @@ pub struct StoreStats {
     pub head_profiles: u64,
     /// Heads cut but not yet uploaded (upload failures keep them here).
     pub pending_uploads: u64,
+    /// Bytes those heads held when they were cut.
+    pub pending_upload_bytes: u64,
     /// Blocks visible to queries (all replicas).
     pub blocks: u64,
     /// Total bytes of those blocks.
@@ -98,6 +102,8 @@ struct Counters {
     flush_failures: AtomicU64,
     compactions: AtomicU64,
     retention_deleted: AtomicU64,
+    /// Records set aside while replaying WAL ranges held at open.
+    late_quarantined: AtomicU64,
 }
 
 /// The mutable head and the first WAL segment whose records it holds.
@@ -115,6 +121,20 @@ struct Frozen {
     head: Head,
     first_segment: u64,
     end_segment: u64,
+    /// The head's size when it was cut, for the upload budget.
+    bytes: u64,
+}
+
+impl Frozen {
+    fn new(head: Head, first_segment: u64, end_segment: u64) -> Self {
+        Self {
+            id: ulid::Ulid::new().to_string(),
+            bytes: head.approx_bytes() as u64,
+            head,
+            first_segment,
+            end_segment,
+        }
+    }
 }
 
 /// What queries see besides the live head. Replaced as a whole under one
@@ -151,6 +171,12 @@ struct Shared {
     view: RwLock<View>,
     cache: Mutex<BlockCache>,
     corrupt: Mutex<BTreeMap<String, String>>,
+    /// What the store last learned of its bucket, for health.
+    bucket_state: Mutex<health::BucketState>,
+    /// Flush markers whose block's state was unknown at open (the bucket
+    /// did not answer): their WAL segments are neither replayed nor
+    /// deleted until a listing says (audit D4).
+    held: Mutex<Vec<recovery::Marker>>,
     /// Serializes bucket listing, uploads, compaction and retention, so a
     /// listing never overwrites a block added while it ran.
     maintenance: tokio::sync::Mutex<()>,
@@ -165,6 +191,21 @@ struct Shared {
     counters: Counters,
     replay: ReplayReport,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Shared {
+    /// Bytes the live head and the heads waiting for upload may hold
+    /// together before ingest is refused.
+    fn unuploaded_budget(&self) -> u64 {
+        (self.config.max_head_bytes as u64).saturating_add(self.config.max_pending_upload_bytes)
+    }
+
+    /// True for a WAL segment held back at open; never deleted.
+    fn is_held(&self, segment: u64) -> bool {
+        lock(&self.held)
+            .iter()
+            .any(|m| m.first <= segment && segment < m.end)
+    }
 }
 
 fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
@@ -189,8 +230,13 @@ pub struct Store {
 
 impl Store {
     /// Opens the store: lists the bucket's blocks, replays the WAL into the
-    /// head, and starts the background loops (if enabled). When this
-    /// returns, every acknowledged write is queryable: the store is ready.
+    /// head (cut into heads waiting for upload every `max_head_bytes`), and
+    /// starts the background loops (if enabled). When the bucket answers,
+    /// every acknowledged write is queryable when this returns. When it
+    /// cannot be listed within `open_listing_timeout`, the store opens
+    /// anyway: it takes writes and answers from the WAL, keeps the WAL
+    /// ranges whose upload it cannot confirm, and lists again in the
+    /// background; [`Store::health`] says what is missing meanwhile.
     pub async fn open(
         config: StoreConfig,
         object_store: Arc<dyn object_store::ObjectStore>,
@@ -201,9 +247,12 @@ impl Store {
         let recovered = recovery::recover(&config, &bucket).await?;
         let (shutdown_tx, _) = watch::channel(false);
         let mut view = View::default();
-        view.set_blocks(recovered.listing.blocks);
-        let corrupt = recovered
-            .listing
+        let listed = recovered.listing.is_some();
+        let listing = recovered.listing.unwrap_or_default();
+        view.set_blocks(listing.blocks);
+        view.frozen = recovered.frozen.into_iter().map(Arc::new).collect();
+        let upload_now = !view.frozen.is_empty();
+        let corrupt = listing
             .corrupt
             .into_iter()
             .map(|c| (c.id, c.error))
@@ -223,6 +272,8 @@ impl Store {
             }),
             view: RwLock::new(view),
             corrupt: Mutex::new(corrupt),
+            bucket_state: Mutex::new(health::BucketState::new(listed, recovered.listing_error)),
+            held: Mutex::new(recovered.held),
             maintenance: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
             shutdown_tx,
@@ -234,6 +285,11 @@ impl Store {
         let store = Store { shared };
         if store.shared.config.background {
             maintenance::spawn_loops(&store);
+            if upload_now {
+                // Heads cut during replay go to the bucket now, not a
+                // flush interval later.
+                store.shared.flush_now.notify_one();
+            }
         }
         Ok(store)
     }
@@ -300,6 +356,7 @@ impl Store {
             head_bytes,
             head_profiles,
             pending_uploads: view.frozen.len() as u64,
+            pending_upload_bytes: view.frozen.iter().map(|f| f.bytes).sum(),
             blocks: view.visible().count() as u64,
             block_bytes: view.visible().map(|b| b.size_bytes).sum(),
             corrupt_blocks: lock(&shared.corrupt).len() as u64,

@@ -248,6 +248,12 @@ impl Wal {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Why the log refuses writes, once a write or fsync failed: the
+    /// failure's message. `None` while it works.
+    pub fn poisoned(&self) -> Option<String> {
+        self.lock().poisoned.clone()
+    }
+
     /// The segment new appends go to.
     pub fn current_segment(&self) -> u64 {
         self.lock().segment

@@ -370,11 +370,15 @@ async fn a_crash_between_upload_and_wal_cleanup_neither_loses_nor_doubles_data()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failed_uploads_keep_data_queryable_then_refuse_writes_until_the_bucket_returns() {
+async fn failed_uploads_keep_data_queryable_then_refuse_writes_once_the_upload_budget_is_full() {
     let root = tempfile::tempdir().expect("tempdir");
     let bucket_dir = root.path().join("bucket");
     let mut config = config(&root.path().join("data"), "r1");
-    config.max_pending_uploads = 2;
+    // Every flush cuts (any head is "full"), and the heads waiting for
+    // upload may hold 256 KiB on top of that.
+    config.max_head_bytes = 1;
+    config.max_pending_upload_bytes = 256 << 10;
+    let budget = 1 + (256 << 10);
     let store = Store::open(config, local_bucket(&bucket_dir))
         .await
         .expect("open");
@@ -384,37 +388,67 @@ async fn failed_uploads_keep_data_queryable_then_refuse_writes_until_the_bucket_
     std::fs::write(&bucket_dir, b"not a directory").expect("block bucket path");
 
     let mut expected = 0;
-    for i in 0..2 {
-        let (p, t) = cpu_profile(30 + i, 20);
-        expected += t;
-        store
-            .ingest(request("pod-a", BASE_MS + i as i64 * 10_000, p))
+    let mut acknowledged = 0;
+    let refusal = loop {
+        let (p, t) = cpu_profile(30 + acknowledged, 20);
+        match store
+            .ingest(request("pod-a", BASE_MS + acknowledged as i64 * 10_000, p))
             .await
-            .expect("ingest");
-        let err = store.flush().await.expect_err("upload must fail");
-        assert!(err.is_retryable(), "{err}");
+        {
+            Ok(_) => {
+                expected += t;
+                acknowledged += 1;
+                let err = store.flush().await.expect_err("upload must fail");
+                assert!(err.is_retryable(), "{err}");
+            }
+            Err(err) => break err,
+        }
+        assert!(acknowledged < 10_000, "the upload budget never filled");
+    };
+    // ...refused (retryably) instead of growing memory, and only once the
+    // bytes waiting for upload reached the budget.
+    match &refusal {
+        StorageError::UploadBacklog {
+            pending,
+            unuploaded_bytes,
+            budget_bytes,
+        } => {
+            assert_eq!(*pending as u64, acknowledged);
+            assert_eq!(*budget_bytes, budget);
+            assert!(*unuploaded_bytes >= budget, "{refusal}");
+        }
+        other => panic!("expected UploadBacklog, got {other}"),
     }
-    assert_eq!(store.stats().pending_uploads, 2);
-    assert_eq!(store.stats().flush_failures, 2);
-    // Nothing acknowledged is lost from queries while the bucket is down...
-    assert_eq!(total(&store, &all_selector(), everything()).await, expected);
-    // ...and writes are refused (retryably) instead of growing memory.
-    let err = store
-        .ingest(request("pod-a", BASE_MS, cpu_profile(40, 5).0))
-        .await
-        .expect_err("backlog full");
+    assert_eq!(refusal.class(), ErrorClass::Overloaded);
+    assert!(refusal.is_retryable());
+    assert!(acknowledged >= 2, "{acknowledged} heads fit the budget");
+    let stats = store.stats();
+    assert_eq!(stats.pending_uploads, acknowledged);
+    assert_eq!(stats.flush_failures, acknowledged);
+    // One profile's head is all the budget is overshot by.
     assert!(
-        matches!(err, StorageError::UploadBacklog { pending: 2 }),
-        "{err}"
+        stats.pending_upload_bytes < budget + stats.pending_upload_bytes / acknowledged * 2,
+        "{} bytes pending",
+        stats.pending_upload_bytes
     );
-    assert_eq!(err.class(), ErrorClass::Overloaded);
+    // Nothing acknowledged is lost from queries while the bucket is down.
+    assert_eq!(total(&store, &all_selector(), everything()).await, expected);
+    let health = store.health();
+    assert!(
+        health
+            .problems
+            .iter()
+            .any(|p| p.reason == "bucket_unreachable"),
+        "{health:?}"
+    );
 
     // The bucket comes back: the backlog uploads in order and writes resume.
     std::fs::remove_file(&bucket_dir).expect("unblock");
     std::fs::rename(&parked, &bucket_dir).expect("restore bucket");
     store.flush().await.expect("flush after recovery");
+    assert!(store.health().is_ready(), "{:?}", store.health());
     assert_eq!(store.stats().pending_uploads, 0);
-    assert_eq!(store.blocks().len(), 2);
+    assert_eq!(store.blocks().len() as u64, acknowledged);
     assert_eq!(total(&store, &all_selector(), everything()).await, expected);
     store
         .ingest(request("pod-a", BASE_MS, cpu_profile(41, 5).0))

@@ -70,9 +70,17 @@ pub struct StoreConfig {
     pub decode_limits: DecodeLimits,
     /// Limits applied by the engine while ingesting.
     pub ingest_limits: IngestLimits,
-    /// Cut heads allowed to wait for upload (bucket unreachable) before
-    /// ingest is refused as overload.
-    pub max_pending_uploads: usize,
+    /// Bytes that cut heads waiting for upload may hold on top of the live
+    /// head's `max_head_bytes`. Once the live head and the waiting heads
+    /// together reach both, ingest is refused as overload (retryable) until
+    /// uploads drain, so a bucket outage cannot grow memory without bound
+    /// (audit D3). It also bounds what the WAL holds beyond the bucket, and
+    /// so what a replay rebuilds.
+    pub max_pending_upload_bytes: u64,
+    /// How long `Store::open` waits for the bucket's first listing. Past it
+    /// (or when the listing fails) the store opens with the WAL replayed and
+    /// no blocks, lists again in the background, and says so in its health.
+    pub open_listing_timeout: Duration,
     /// Ingests allowed in flight at once; more are refused as overload.
     pub max_inflight_ingests: usize,
     /// Queries reading heads and blocks at once; more wait for a turn
@@ -118,20 +126,22 @@ impl StoreConfig {
             max_running_queries: std::thread::available_parallelism()
                 .map_or(1, |cores| (cores.get() / 2).max(1)),
             ingest_memory_bytes: 512 << 20,
-            max_pending_uploads: 16,
+            max_pending_upload_bytes: 256 << 20,
+            open_listing_timeout: Duration::from_secs(10),
             background: true,
         }
     }
 
     /// Splits one memory budget (the store's whole allowance, e.g. its
     /// container's limit less headroom) over the parts that scale with
-    /// configuration: an eighth for the head (a cut head awaiting upload and
-    /// the next one can both be full), a quarter for the block cache, a
-    /// quarter for one compaction, a quarter for ingests being decoded
-    /// (`ingest_memory_bytes`). The remaining eighth covers query scratch,
-    /// the runtime and the allocator's slack.
+    /// configuration: an eighth for the live head, a sixteenth more for cut
+    /// heads waiting for upload (`max_pending_upload_bytes`), a quarter for
+    /// the block cache, a quarter for one compaction, a quarter for ingests
+    /// being decoded (`ingest_memory_bytes`). The remaining sixteenth covers
+    /// query scratch, the runtime and the allocator's slack.
     pub fn apply_memory_budget(&mut self, budget_bytes: u64) {
         self.max_head_bytes = usize::try_from(budget_bytes / 8).unwrap_or(usize::MAX);
+        self.max_pending_upload_bytes = budget_bytes / 16;
         self.block_cache_bytes = budget_bytes / 4;
         self.compaction_memory_bytes = budget_bytes / 4;
         self.ingest_memory_bytes = budget_bytes / 4;
@@ -157,17 +167,15 @@ impl StoreConfig {
         }
         if self.compaction_memory_bytes == 0
             || self.max_head_bytes == 0
+            || self.max_pending_upload_bytes == 0
             || self.ingest_memory_bytes == 0
         {
-            return bad("compaction memory, ingest memory and head size must be positive");
-        }
-        if self.max_inflight_ingests == 0
-            || self.max_pending_uploads == 0
-            || self.max_running_queries == 0
-        {
             return bad(
-                "max_inflight_ingests, max_pending_uploads and max_running_queries must be at least 1",
+                "compaction memory, ingest memory, head size and pending upload bytes must be positive",
             );
+        }
+        if self.max_inflight_ingests == 0 || self.max_running_queries == 0 {
+            return bad("max_inflight_ingests and max_running_queries must be at least 1");
         }
         Ok(())
     }

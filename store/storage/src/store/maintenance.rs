@@ -41,7 +41,7 @@ impl Store {
             .filter(|id| !known.contains_key(*id))
             .cloned()
             .collect();
-        let mut listing = shared.bucket.list_blocks(&known, &skip).await?;
+        let mut listing = shared.note_listing(shared.bucket.list_blocks(&known, &skip).await)?;
         let leftovers: Vec<String> = {
             let mut view = write(&shared.view);
             // A flush does not wait for the listing: a block that reached the
@@ -85,6 +85,8 @@ impl Store {
             shared.bucket.delete_block(&id).await?;
             write(&shared.view).blocks.remove(&id);
         }
+        // The bucket answers again: settle what open could not (audit D4).
+        self.settle_held_markers().await;
         Ok(())
     }
 

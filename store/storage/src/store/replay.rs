@@ -21,10 +21,30 @@ pub(super) struct Replayer {
     pub(super) quarantine_dir: PathBuf,
 }
 
-/// One replay into one head, with the records set aside so far.
+/// A head filled by replay and cut at a segment boundary: it holds exactly
+/// the records of segments `[first_segment, end_segment)`.
+pub(super) struct ReplayedHead {
+    pub(super) head: Head,
+    pub(super) first_segment: u64,
+    pub(super) end_segment: u64,
+}
+
+/// One replay into heads, with the records set aside so far. The head is
+/// cut whenever it has reached `cut_bytes` and a new segment begins, so a
+/// long WAL becomes heads of a block's size waiting for upload instead of
+/// one head of any size (audit D3).
 pub(super) struct ReplayPass<'r> {
     replayer: &'r Replayer,
     head: Head,
+    /// The first segment of `head`'s range.
+    head_first: u64,
+    /// The segment of the last record handed over.
+    last_segment: Option<u64>,
+    /// Where the pass started, for a restart.
+    start_segment: u64,
+    cut_bytes: usize,
+    /// Heads cut so far, oldest first.
+    cut: Vec<ReplayedHead>,
     /// (segment, ordinal) of every record set aside.
     quarantined: BTreeSet<(u64, u64)>,
     /// A record panicked mid-apply; the head may hold part of it.
@@ -42,10 +62,16 @@ enum Refusal {
 }
 
 impl<'r> ReplayPass<'r> {
-    pub(super) fn new(replayer: &'r Replayer) -> Self {
+    /// A pass whose first head starts at segment `start_segment`.
+    pub(super) fn new(replayer: &'r Replayer, start_segment: u64, cut_bytes: usize) -> Self {
         Self {
             replayer,
             head: Head::new(),
+            head_first: start_segment,
+            last_segment: None,
+            start_segment,
+            cut_bytes,
+            cut: Vec::new(),
             quarantined: BTreeSet::new(),
             damaged: false,
             error: None,
@@ -57,6 +83,18 @@ impl<'r> ReplayPass<'r> {
         let key = (replayed.segment, replayed.ordinal);
         if self.damaged || self.error.is_some() || self.quarantined.contains(&key) {
             return;
+        }
+        if self.last_segment != Some(replayed.segment) {
+            self.last_segment = Some(replayed.segment);
+            if self.head.approx_bytes() >= self.cut_bytes {
+                let head = std::mem::replace(&mut self.head, Head::new());
+                self.cut.push(ReplayedHead {
+                    head,
+                    first_segment: self.head_first,
+                    end_segment: replayed.segment,
+                });
+                self.head_first = replayed.segment;
+            }
         }
         let refusal = match replayed.record {
             Err(err) => Refusal::Refused(format!("unreadable record: {err}")),
@@ -116,14 +154,23 @@ impl<'r> ReplayPass<'r> {
     /// Starts over with an empty head, keeping the records set aside.
     pub(super) fn restart(&mut self) {
         self.head = Head::new();
+        self.head_first = self.start_segment;
+        self.last_segment = None;
+        self.cut.clear();
         self.damaged = false;
     }
 
-    /// The replayed head and how many records were set aside.
-    pub(super) fn finish(self) -> Result<(Head, u64), StorageError> {
+    /// The heads cut on the way (oldest first), the last head with the
+    /// first segment of its range, and how many records were set aside.
+    pub(super) fn finish(self) -> Result<(Vec<ReplayedHead>, Head, u64, u64), StorageError> {
         match self.error {
             Some(err) => Err(err),
-            None => Ok((self.head, self.quarantined.len() as u64)),
+            None => Ok((
+                self.cut,
+                self.head,
+                self.head_first,
+                self.quarantined.len() as u64,
+            )),
         }
     }
 }

@@ -52,9 +52,22 @@ impl Store {
             .map_err(|_| StorageError::Overloaded {
                 limit: shared.config.max_inflight_ingests,
             })?;
-        let pending = read(&shared.view).frozen.len();
-        if pending >= shared.config.max_pending_uploads {
-            return Err(StorageError::UploadBacklog { pending });
+        // A byte budget for data not yet in the bucket (audit D3): while
+        // uploads fail, the live head and the heads waiting for upload grow
+        // only up to it, then writes are refused (retryably) until they drain.
+        let (pending, frozen_bytes) = {
+            let view = read(&shared.view);
+            let bytes: u64 = view.frozen.iter().map(|f| f.bytes).sum();
+            (view.frozen.len(), bytes)
+        };
+        let unuploaded_bytes = frozen_bytes + read(&shared.head).head.approx_bytes() as u64;
+        let budget_bytes = shared.unuploaded_budget();
+        if unuploaded_bytes >= budget_bytes {
+            return Err(StorageError::UploadBacklog {
+                pending,
+                unuploaded_bytes,
+                budget_bytes,
+            });
         }
         if request.labels.get(NAME_LABEL).is_none_or(str::is_empty) {
             // Checked before logging so a request the engine must refuse
@@ -152,9 +165,22 @@ impl Store {
     /// memory (still queried) and in the WAL, and is retried next flush.
     pub async fn flush(&self) -> Result<(), StorageError> {
         let shared = &self.shared;
-        self.cut_head().await?;
+        // While earlier heads wait for upload (the bucket is failing), the
+        // live head is cut only once full: one block per failed attempt
+        // would leave hundreds of tiny blocks after a long outage.
+        let backlog = !read(&shared.view).frozen.is_empty();
+        let cut_first =
+            !backlog || read(&shared.head).head.approx_bytes() >= shared.config.max_head_bytes;
+        if cut_first {
+            self.cut_head().await?;
+        }
         let _maintenance = shared.maintenance.lock().await;
-        let result = self.upload_pending().await;
+        let mut result = self.upload_pending().await;
+        if result.is_ok() && !cut_first {
+            // The backlog drained: the live head goes up too.
+            self.cut_head().await?;
+            result = self.upload_pending().await;
+        }
         // The cut head and its encoded block are freed by now.
         super::allocator::release_free_memory().await;
         if result.is_err() {
@@ -187,12 +213,7 @@ impl Store {
                 first_segment: new_segment,
             },
         );
-        let frozen = Frozen {
-            id: ulid::Ulid::new().to_string(),
-            head: old.head,
-            first_segment: old.first_segment,
-            end_segment: new_segment,
-        };
+        let frozen = Frozen::new(old.head, old.first_segment, new_segment);
         // Pushed while the head lock is held, so a query that snapshots the
         // view under the head's read lock sees the data exactly once.
         write(&shared.view).frozen.push(Arc::new(frozen));
@@ -215,7 +236,9 @@ impl Store {
                 let cleaner = Arc::clone(shared);
                 let (first, end) = (frozen.first_segment, frozen.end_segment);
                 tokio::task::spawn_blocking(move || {
-                    cleaner.wal.remove_segments(|id| first <= id && id < end)
+                    cleaner
+                        .wal
+                        .remove_segments(|id| first <= id && id < end && !cleaner.is_held(id))
                 })
                 .await
                 .map_err(|e| StorageError::task("WAL cleanup", e))??;
@@ -240,7 +263,9 @@ impl Store {
             })
             .await
             .map_err(|e| StorageError::task("block encode", e))??;
-            if let Err(err) = shared.bucket.put_block(&meta, data.into()).await {
+            let put = shared.bucket.put_block(&meta, data.into()).await;
+            shared.note_bucket(&put);
+            if let Err(err) = put {
                 tracing::warn!(block = %meta.id, error = %err, "block upload failed; will retry");
                 return Err(err);
             }
@@ -259,7 +284,9 @@ impl Store {
             let cleaner = Arc::clone(shared);
             let (first, end) = (frozen.first_segment, frozen.end_segment);
             tokio::task::spawn_blocking(move || {
-                cleaner.wal.remove_segments(|id| first <= id && id < end)?;
+                cleaner
+                    .wal
+                    .remove_segments(|id| first <= id && id < end && !cleaner.is_held(id))?;
                 std::fs::remove_file(&marker).map_err(|source| StorageError::Wal {
                     op: "remove marker",
                     path: marker.clone(),

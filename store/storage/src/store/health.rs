@@ -1,0 +1,152 @@
+//! What the store can say about its own health: whether its write-ahead log
+//! still accepts writes and whether its bucket answers. The server turns
+//! this into `/readyz`; the state kept here is only ever set from the
+//! outcomes of real WAL and bucket operations.
+
+use std::sync::atomic::Ordering;
+
+use super::{Shared, Store, lock, read};
+use crate::error::StorageError;
+
+/// What the store last learned of its bucket.
+#[derive(Debug, Default)]
+pub(super) struct BucketState {
+    /// A listing has succeeded since the store opened, so queries see every
+    /// block (before that they see none).
+    listed: bool,
+    /// The latest bucket operation's failure; the next success clears it.
+    last_error: Option<String>,
+}
+
+impl BucketState {
+    pub(super) fn new(listed: bool, last_error: Option<String>) -> Self {
+        Self { listed, last_error }
+    }
+}
+
+impl Shared {
+    /// Records a listing's outcome and hands the result on.
+    pub(super) fn note_listing<T>(
+        &self,
+        result: Result<T, StorageError>,
+    ) -> Result<T, StorageError> {
+        let mut state = lock(&self.bucket_state);
+        match &result {
+            Ok(_) => {
+                state.listed = true;
+                state.last_error = None;
+            }
+            Err(err) => state.last_error = Some(err.to_string()),
+        }
+        result
+    }
+
+    /// Records the outcome of any other bucket operation (an upload, a
+    /// block's metadata): a success shows the bucket answers again.
+    pub(super) fn note_bucket<T>(&self, result: &Result<T, StorageError>) {
+        let mut state = lock(&self.bucket_state);
+        match result {
+            Ok(_) => state.last_error = None,
+            Err(err @ StorageError::Bucket { .. }) => state.last_error = Some(err.to_string()),
+            // Encoding, the local disk: not the bucket's doing.
+            Err(_) => {}
+        }
+    }
+}
+
+/// One reason the store cannot do its job now.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HealthProblem {
+    /// A fixed name: `wal_poisoned`, `bucket_unreachable`,
+    /// `bucket_not_listed` or `wal_held`.
+    pub reason: &'static str,
+    /// What happened, for people.
+    pub message: String,
+}
+
+/// A snapshot of the store's health.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StoreHealth {
+    /// Why the store is not fully working; empty when it is.
+    pub problems: Vec<HealthProblem>,
+    /// Records set aside by WAL replay at open.
+    pub wal_quarantined_records: u64,
+    /// Heads cut and waiting for upload.
+    pub pending_uploads: u64,
+    /// Bytes held by the live head and the heads waiting for upload.
+    pub unuploaded_bytes: u64,
+    /// Where ingest is refused: `max_head_bytes + max_pending_upload_bytes`.
+    pub unuploaded_budget_bytes: u64,
+}
+
+impl StoreHealth {
+    /// True when nothing is wrong: writes are durable and the bucket answers.
+    pub fn is_ready(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+impl Store {
+    /// Whether the store can take writes and see its bucket now, and why
+    /// not. A poisoned WAL refuses every write until the store restarts and
+    /// replays it; a bucket problem clears by itself once an upload or a
+    /// listing (retried by the background loops) succeeds.
+    pub fn health(&self) -> StoreHealth {
+        let shared = &self.shared;
+        let mut problems = Vec::new();
+        if let Some(message) = shared.wal.poisoned() {
+            problems.push(HealthProblem {
+                reason: "wal_poisoned",
+                message: format!(
+                    "the write-ahead log refuses writes after a failed write or fsync ({message}); \
+                     restart the store to replay it"
+                ),
+            });
+        }
+        {
+            let state = lock(&shared.bucket_state);
+            if let Some(error) = &state.last_error {
+                problems.push(HealthProblem {
+                    reason: "bucket_unreachable",
+                    message: error.clone(),
+                });
+            }
+            if !state.listed {
+                problems.push(HealthProblem {
+                    reason: "bucket_not_listed",
+                    message: "the bucket has not been listed since the store opened; \
+                              queries see no blocks until it is"
+                        .to_owned(),
+                });
+            }
+        }
+        let held = lock(&shared.held).len();
+        if held > 0 {
+            problems.push(HealthProblem {
+                reason: "wal_held",
+                message: format!(
+                    "{held} WAL segment ranges wait for the bucket to say whether their block \
+                     was uploaded before they are replayed or deleted"
+                ),
+            });
+        }
+        let (pending_uploads, frozen_bytes) = {
+            let view = read(&shared.view);
+            (
+                view.frozen.len() as u64,
+                view.frozen.iter().map(|f| f.bytes).sum::<u64>(),
+            )
+        };
+        let head_bytes = read(&shared.head).head.approx_bytes() as u64;
+        StoreHealth {
+            problems,
+            wal_quarantined_records: shared
+                .replay
+                .quarantined_records
+                .saturating_add(shared.counters.late_quarantined.load(Ordering::Relaxed)),
+            pending_uploads,
+            unuploaded_bytes: frozen_bytes + head_bytes,
+            unuploaded_budget_bytes: shared.unuploaded_budget(),
+        }
+    }
+}
