@@ -242,7 +242,7 @@ impl Metrics {
         let gauge_rows: [(&str, &str, u64); 11] = [
             (
                 "kiln_ready",
-                "1 once recovery has finished.",
+                "1 while /readyz is 200: recovered, the WAL takes writes, the bucket answers.",
                 u64::from(gauges.ready),
             ),
             (

@@ -106,19 +106,35 @@ pub fn metrics_router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// 200 only when the store is open, its write-ahead log takes writes and
+/// its bucket answers; else 503 with one `<reason>: <message>` line per
+/// problem. Liveness (`/healthz`) stays 200 either way: a store waiting for
+/// its bucket keeps serving what it has, and restarting it would not help.
 async fn readyz(State(state): State<AppState>) -> Response {
-    if let Ok(store) = state.store() {
-        // Ready either way: the records set aside do not block serving, but
-        // an operator probing readiness should see that some exist.
-        let quarantined = store.replay_report().quarantined_records;
-        (
-            StatusCode::OK,
-            format!("ready\nwal_quarantined_records {quarantined}\n"),
-        )
-            .into_response()
+    let Ok(store) = state.store() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "recovering\n").into_response();
+    };
+    let health = store.health();
+    let mut text = String::from(if health.is_ready() {
+        "ready\n"
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "recovering\n").into_response()
+        "not ready\n"
+    });
+    // The records set aside do not block serving, but an operator probing
+    // readiness should see that some exist.
+    text.push_str(&format!(
+        "wal_quarantined_records {}\nunuploaded_bytes {} of {}\n",
+        health.wal_quarantined_records, health.unuploaded_bytes, health.unuploaded_budget_bytes
+    ));
+    for problem in &health.problems {
+        text.push_str(&format!("{}: {}\n", problem.reason, problem.message));
     }
+    let status = if health.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, text).into_response()
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

@@ -75,7 +75,8 @@ impl AppState {
         }
     }
 
-    /// Makes the recovered store available; from now on `/readyz` is 200.
+    /// Makes the recovered store available; from now on `/readyz` reports
+    /// its health.
     pub fn set_store(&self, store: Store) {
         // A second call would be a bug in main; keep the first store.
         let _ = self.shared.store.set(store);
@@ -228,7 +229,7 @@ impl AppState {
             Some(store) => {
                 let stats = store.stats();
                 StorageGauges {
-                    ready: true,
+                    ready: store.health().is_ready(),
                     head_bytes: stats.head_bytes,
                     head_profiles: stats.head_profiles,
                     blocks: stats.blocks,

@@ -1,16 +1,68 @@
-//! `/readyz` stays 503 (and ingest and queries say "not ready") while the
-//! store is still recovering; `/healthz` answers from the start.
+//! `/readyz` tells the truth: 503 while the store recovers, while its
+//! write-ahead log refuses writes after a failed write or fsync, and while
+//! its bucket does not answer, with the reason; 200 again once a bucket
+//! that came back answers. `/healthz` (liveness) stays 200 throughout, so
+//! Kubernetes does not restart a store that waits for its bucket.
 
 mod common;
+#[path = "support/moto.rs"]
+mod moto;
 
+use std::io::Write;
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
 
-use common::{StoreProcess, get, http};
+use common::{StoreProcess, enc, get, http};
+
+fn post_folded(store: &StoreProcess, app: &str) -> common::HttpResponse {
+    http(
+        store.addr,
+        "POST",
+        &format!("/ingest?name={app}.cpu&from=now-10s&until=now&sampleRate=100"),
+        &[],
+        b"main;work 7",
+    )
+    .expect("ingest")
+}
+
+fn total_for(store: &StoreProcess, app: &str) -> i64 {
+    let query = enc(&format!(r#"process_cpu{{service_name="{app}"}}"#));
+    let response = get(
+        store.addr,
+        &format!("/api/v1/flamegraph?query={query}&from=now-1h"),
+    );
+    assert_eq!(response.status, 200, "{}", response.text());
+    response.json()["total"].as_i64().unwrap_or(0)
+}
+
+/// Polls `/readyz` until `done` holds for its (status, text), for at most
+/// `limit`; returns the last answer.
+#[track_caller]
+fn wait_readyz(
+    store: &StoreProcess,
+    limit: Duration,
+    done: impl Fn(u16, &str) -> bool,
+) -> (u16, String) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let response = get(store.addr, "/readyz");
+        let (status, text) = (response.status, response.text());
+        if done(status, &text) {
+            return (status, text);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "readyz never changed as expected: {status} {text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
 
 #[test]
-fn store_that_cannot_finish_recovery_is_live_but_not_ready() {
-    // A bucket endpoint that accepts connections and never answers, so
-    // listing the bucket (part of recovery) cannot finish.
+fn a_store_that_cannot_list_its_bucket_is_live_and_not_ready_and_serves_from_its_wal() {
+    // A bucket endpoint that accepts connections and never answers.
     let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
     let endpoint = format!("http://{}", silent.local_addr().expect("addr"));
     let store = StoreProcess::start_live(
@@ -30,17 +82,166 @@ fn store_that_cannot_finish_recovery_is_live_but_not_ready() {
             ("AWS_REGION", "us-east-1"),
         ],
     );
+    // While the first listing is awaited (at most 10 s), the store is
+    // recovering: nothing is served yet.
     let ready = get(store.addr, "/readyz");
     assert_eq!(ready.status, 503, "{}", ready.text());
-    assert!(ready.text().contains("recovering"));
-    let ingest = http(store.addr, "POST", "/ingest?name=app", &[], b"main 1").expect("ingest");
-    assert_eq!(ingest.status, 503, "{}", ingest.text());
-    assert!(ingest.text().contains("not ready"), "{}", ingest.text());
-    let query = get(store.addr, "/api/v1/profile-types");
-    assert_eq!(query.status, 503);
+    if ready.text().contains("recovering") {
+        let ingest = http(store.addr, "POST", "/ingest?name=app", &[], b"main 1").expect("ingest");
+        assert_eq!(ingest.status, 503, "{}", ingest.text());
+        assert!(ingest.text().contains("not ready"), "{}", ingest.text());
+    }
+    // Then it opens without the bucket's blocks: still not ready, saying
+    // why, but live and serving what it has.
+    let (status, text) = wait_readyz(&store, Duration::from_secs(60), |_, text| {
+        !text.contains("recovering")
+    });
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("bucket_not_listed: "), "{text}");
+    assert!(text.contains("bucket_unreachable: "), "{text}");
+    assert_eq!(get(store.addr, "/healthz").status, 200);
+    let ingest = post_folded(&store, "waiting");
+    assert_eq!(ingest.status, 200, "{}", ingest.text());
+    assert_eq!(total_for(&store, "waiting"), 70_000_000);
     assert!(
         get(store.addr, "/metrics")
             .text()
             .contains("kiln_ready 0\n")
     );
+}
+
+#[test]
+fn an_unreachable_bucket_makes_readyz_fail_with_the_reason_until_it_answers_again() {
+    let Some(moto) = moto::start_moto() else {
+        return;
+    };
+    moto.create_bucket("kiln-readiness");
+    let mut flags = moto.store_flags("kiln-readiness");
+    flags.extend(["--flush-interval", "1s", "--relist-interval", "1s"].map(str::to_owned));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let store = StoreProcess::start_with_env(
+        tempfile::tempdir().expect("temp dir"),
+        &flags,
+        &moto::AWS_ENV,
+    );
+    assert_eq!(post_folded(&store, "before").status, 200);
+
+    moto.pause();
+    let (_, text) = wait_readyz(&store, Duration::from_secs(120), |status, _| status == 503);
+    assert!(text.starts_with("not ready\n"), "{text}");
+    assert!(text.contains("bucket_unreachable: "), "{text}");
+    // Live, taking writes into the WAL, answering from what it holds.
+    assert_eq!(get(store.addr, "/healthz").status, 200);
+    let during = post_folded(&store, "during");
+    assert_eq!(during.status, 200, "{}", during.text());
+    assert_eq!(total_for(&store, "before"), 70_000_000);
+    assert_eq!(total_for(&store, "during"), 70_000_000);
+
+    moto.resume();
+    let (_, text) = wait_readyz(&store, Duration::from_secs(120), |status, _| status == 200);
+    assert!(text.starts_with("ready\n"), "{text}");
+    assert_eq!(total_for(&store, "during"), 70_000_000);
+}
+
+/// A tmpfs of a few pages mounted for this test, lazily unmounted on drop.
+struct SmallTmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallTmpfs {
+    fn mount(bytes: u64) -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let output = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !output.status.success() {
+            return Err(format!(
+                "mount -t tmpfs failed (needs root): {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+        Ok(Self { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a file until the filesystem is full.
+    fn fill(&self) -> PathBuf {
+        let path = self.dir.path().join("filler");
+        let mut file = std::fs::File::create(&path).expect("create filler");
+        let chunk = vec![0u8; 4096];
+        loop {
+            match file.write(&chunk) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(err) => {
+                    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+                    break;
+                }
+            }
+        }
+        path
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[test]
+fn a_wal_that_failed_a_write_makes_readyz_fail_with_the_reason_while_healthz_stays_live() {
+    // The WAL directory lives on a tmpfs that the test then fills: the next
+    // append fails with ENOSPC for real, and the log refuses writes after.
+    let wal_disk = match SmallTmpfs::mount(1 << 20) {
+        Ok(disk) => disk,
+        Err(why) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: cannot fill a disk under the WAL: {why}"
+            );
+            return;
+        }
+    };
+    let data_dir = tempfile::tempdir().expect("temp dir");
+    std::os::unix::fs::symlink(wal_disk.path(), data_dir.path().join("wal")).expect("symlink");
+    let store = StoreProcess::start_in(data_dir, &[]);
+    let ready = get(store.addr, "/readyz");
+    assert_eq!(ready.status, 200, "{}", ready.text());
+    assert_eq!(post_folded(&store, "before").status, 200);
+
+    wal_disk.fill();
+    // The segment's last page may still have room for a few small frames.
+    let mut refused = None;
+    for _ in 0..200 {
+        let response = post_folded(&store, "after");
+        if response.status != 200 {
+            refused = Some(response);
+            break;
+        }
+    }
+    let refused = refused.expect("a full disk never failed a WAL append");
+    assert_eq!(refused.status, 500, "{}", refused.text());
+    let ready = get(store.addr, "/readyz");
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    assert!(ready.text().contains("wal_poisoned: "), "{}", ready.text());
+    assert!(
+        ready.text().contains("No space left on device"),
+        "{}",
+        ready.text()
+    );
+    // Every later write is refused as unusable, the reads and liveness stay.
+    let again = post_folded(&store, "after");
+    assert_eq!(again.status, 500, "{}", again.text());
+    assert!(again.text().contains("wal_poisoned"), "{}", again.text());
+    assert_eq!(get(store.addr, "/healthz").status, 200);
+    assert_eq!(total_for(&store, "before"), 70_000_000);
 }
