@@ -84,6 +84,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/diff", get(http_query::diff))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn(mark_partial))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_token,
@@ -135,6 +136,38 @@ async fn readyz(State(state): State<AppState>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, text).into_response()
+}
+
+/// The header (and gRPC response metadata) naming what a query answer
+/// lacks; absent when it is complete.
+pub const PARTIAL_HEADER: &str = "kiln-partial";
+
+/// Marks an answer that lacks data the store holds (audit D5): every query
+/// the request runs notes the blocks it could not read, and the response
+/// says so in `Kiln-Partial` instead of passing a short answer off as
+/// whole. gRPC clients see the header as response metadata.
+async fn mark_partial(request: Request, next: axum::middleware::Next) -> Response {
+    let (mut response, incomplete) =
+        kiln_storage::store::record_incomplete(next.run(request)).await;
+    if !incomplete.is_complete() && response.status().is_success() {
+        let mut reasons = Vec::new();
+        if !incomplete.skipped_blocks.is_empty() {
+            reasons.push(format!(
+                "skipped_blocks={}",
+                incomplete.skipped_blocks.len()
+            ));
+        }
+        if incomplete.bucket_not_listed {
+            reasons.push("bucket_not_listed".to_owned());
+        }
+        if incomplete.held_wal_ranges > 0 {
+            reasons.push(format!("wal_held={}", incomplete.held_wal_ranges));
+        }
+        if let Ok(value) = axum::http::HeaderValue::from_str(&reasons.join(", ")) {
+            response.headers_mut().insert(PARTIAL_HEADER, value);
+        }
+    }
+    response
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

@@ -11,6 +11,7 @@ mod allocator;
 mod cache;
 mod config;
 mod health;
+mod incomplete;
 mod maintenance;
 mod memory_gate;
 mod quarantine;
@@ -35,6 +36,7 @@ use crate::wal::{ReplayReport, Wal};
 use cache::BlockCache;
 pub use config::{AcceptedTimes, StoreConfig};
 pub use health::{HealthProblem, StoreHealth};
+pub use incomplete::{Incomplete, record_incomplete};
 pub use maintenance::CompactionReport;
 pub use memory_gate::Reservation as IngestReservation;
 

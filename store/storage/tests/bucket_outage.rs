@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use faulty_bucket::FaultyBucket;
+use kiln_storage::store::record_incomplete;
 use kiln_storage::{Store, StoreConfig};
 use profiles::*;
 
@@ -129,9 +130,12 @@ async fn the_store_opens_and_serves_while_the_bucket_cannot_be_listed_then_lists
     let problems = reasons(&store);
     assert!(problems.contains(&"bucket_unreachable"), "{problems:?}");
     assert!(problems.contains(&"bucket_not_listed"), "{problems:?}");
-    // It answers from what it has (the WAL) and takes writes.
+    // It answers from what it has (the WAL), marked partial, and takes writes.
     assert_eq!(store.replay_report().records, 1);
-    assert_eq!(total(&store, &all_selector(), everything()).await, total_b);
+    let (answer, incomplete) =
+        record_incomplete(total(&store, &all_selector(), everything())).await;
+    assert_eq!(answer, total_b);
+    assert!(incomplete.bucket_not_listed, "{incomplete:?}");
     let (c, total_c) = cpu_profile(10, 30);
     store
         .ingest(request("pod-c", BASE_MS + 2000, c))
@@ -144,11 +148,73 @@ async fn the_store_opens_and_serves_while_the_bucket_cannot_be_listed_then_lists
     bucket.set_down(false);
     store.refresh_blocks().await.expect("lists again");
     assert!(store.health().is_ready(), "{:?}", store.health());
-    assert_eq!(
-        total(&store, &all_selector(), everything()).await,
-        total_a + total_b + total_c
-    );
+    let (answer, incomplete) =
+        record_incomplete(total(&store, &all_selector(), everything())).await;
+    assert_eq!(answer, total_a + total_b + total_c);
+    assert!(incomplete.is_complete(), "{incomplete:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_skipped_an_unreadable_or_corrupt_block_says_so() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let bucket = FaultyBucket::new(local_bucket(&root.path().join("bucket")));
+    let store = open_with(config(&root.path().join("data"), "r1"), &bucket).await;
+    let mut ids = Vec::new();
+    let mut totals = Vec::new();
+    for (i, pod) in ["pod-a", "pod-b", "pod-c"].into_iter().enumerate() {
+        let (p, t) = cpu_profile(20 + i as u64, 30);
+        store
+            .ingest(request(pod, BASE_MS + i as i64 * HOUR, p))
+            .await
+            .expect("ingest");
+        store.flush().await.expect("flush");
+        let known: Vec<String> = ids.clone();
+        let id = store
+            .blocks()
+            .into_iter()
+            .map(|b| b.id)
+            .find(|id| !known.contains(id))
+            .expect("a new block");
+        ids.push(id);
+        totals.push(t);
+    }
+    // Reopened, so no block is in the cache: block 0's data answers 503
+    // (transient), block 1's data is damaged (corrupt).
+    drop(store);
+    let store = open_with(config(&root.path().join("data"), "r1"), &bucket).await;
+    bucket.fail_gets_of(&format!("{}/data", ids[0]));
+    std::fs::write(
+        root.path().join("bucket/blocks").join(&ids[1]).join("data"),
+        b"not a block",
+    )
+    .expect("damage block");
+    let (answer, incomplete) =
+        record_incomplete(total(&store, &all_selector(), everything())).await;
+    assert_eq!(answer, totals[2], "only the readable block is counted");
+    let mut skipped: Vec<&str> = incomplete
+        .skipped_blocks
+        .iter()
+        .map(|b| b.id.as_str())
+        .collect();
+    skipped.sort_unstable();
+    let mut expected = vec![ids[0].as_str(), ids[1].as_str()];
+    expected.sort_unstable();
+    assert_eq!(skipped, expected, "{incomplete:?}");
+    assert!(!incomplete.is_complete());
+    // Label listings read blocks too, and say the same.
+    let (_, incomplete) = record_incomplete(store.profile_types(everything())).await;
+    assert!(!incomplete.skipped_blocks.is_empty(), "{incomplete:?}");
+
+    // Once the bucket answers, only the corrupt block is still missing.
+    bucket.heal_gets();
+    let (answer, incomplete) =
+        record_incomplete(total(&store, &all_selector(), everything())).await;
+    assert_eq!(answer, totals[0] + totals[2]);
+    assert_eq!(incomplete.skipped_blocks.len(), 1, "{incomplete:?}");
+    assert_eq!(incomplete.skipped_blocks[0].id, ids[1]);
+}
+
+const HOUR: i64 = 3_600_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transient_meta_error_holds_the_wal_it_covers_instead_of_replaying_it_twice() {

@@ -25,6 +25,11 @@ impl BucketState {
 }
 
 impl Shared {
+    /// True once a listing has succeeded since open.
+    pub(super) fn bucket_listed(&self) -> bool {
+        lock(&self.bucket_state).listed
+    }
+
     /// Records a listing's outcome and hands the result on.
     pub(super) fn note_listing<T>(
         &self,

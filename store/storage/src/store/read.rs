@@ -13,7 +13,9 @@ use kiln_engine::{
     compile_matchers,
 };
 
+use super::incomplete::{self, Incomplete};
 use super::{Shared, Store, lock, read};
+use crate::bucket::CorruptBlock;
 use crate::error::StorageError;
 
 fn overlaps(meta: &BlockMeta, range: &TimeRange) -> bool {
@@ -21,13 +23,13 @@ fn overlaps(meta: &BlockMeta, range: &TimeRange) -> bool {
 }
 
 /// Why a listed block was not read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Unavailable {
     /// Deleted after the view was taken: a compaction replaced it (its data
     /// is in the block that names it as a source) or retention removed it.
     Gone,
-    /// Corrupt or unreadable (reported); skipped.
-    Skipped,
+    /// Corrupt or unreadable (reported), and why; skipped.
+    Skipped(String),
 }
 
 impl Shared {
@@ -68,8 +70,8 @@ impl Shared {
         runtime: &tokio::runtime::Handle,
         meta: &BlockMeta,
     ) -> Result<Arc<Block>, Unavailable> {
-        if lock(&self.corrupt).contains_key(&meta.id) {
-            return Err(Unavailable::Skipped);
+        if let Some(error) = lock(&self.corrupt).get(&meta.id) {
+            return Err(Unavailable::Skipped(error.clone()));
         }
         let bytes = match runtime.block_on(self.bucket.get_block_data(&meta.id)) {
             Ok(bytes) => bytes,
@@ -80,14 +82,14 @@ impl Shared {
             Err(err) => {
                 // Possibly transient (network): skip now, retry next query.
                 tracing::warn!(block = %meta.id, error = %err, "skipping unreadable block");
-                return Err(Unavailable::Skipped);
+                return Err(Unavailable::Skipped(err.to_string()));
             }
         };
         match Block::decode(&bytes) {
             Ok(block) => Ok(Arc::new(block)),
             Err(err) => {
                 self.mark_corrupt(&meta.id, err.to_string());
-                Err(Unavailable::Skipped)
+                Err(Unavailable::Skipped(err.to_string()))
             }
         }
     }
@@ -145,15 +147,26 @@ impl Store {
             }
             Ok(())
         };
-        tokio::task::spawn_blocking(move || {
+        let (acc, mut missed) = tokio::task::spawn_blocking(move || {
             let _runner = runner;
             let compiled = compile().map_err(|source| StorageError::Query { source })?;
             let visit = |q: &dyn Queryable, acc: &mut T| visit(&compiled, q, acc);
             for _ in 0..QUERY_ATTEMPTS {
-                if let Some(acc) =
-                    visit_snapshot(&shared, &runtime, range, new_acc(), &visit, &check_deadline)?
-                {
-                    return Ok(acc);
+                let mut skipped = Vec::new();
+                if let Some(acc) = visit_snapshot(
+                    &shared,
+                    &runtime,
+                    range,
+                    new_acc(),
+                    &visit,
+                    &check_deadline,
+                    &mut skipped,
+                )? {
+                    let missed = Incomplete {
+                        skipped_blocks: skipped,
+                        ..Incomplete::default()
+                    };
+                    return Ok((acc, missed));
                 }
             }
             Err(StorageError::QueryRaced {
@@ -161,7 +174,11 @@ impl Store {
             })
         })
         .await
-        .map_err(|e| StorageError::task("query", e))?
+        .map_err(|e| StorageError::task("query", e))??;
+        missed.bucket_not_listed = !self.shared.bucket_listed();
+        missed.held_wal_ranges = lock(&self.shared.held).len();
+        incomplete::note(missed);
+        Ok(acc)
     }
 
     /// One of the `max_running_queries` turns, waited for at most the query
@@ -325,6 +342,7 @@ fn visit_snapshot<T, F>(
     mut acc: T,
     visit: &F,
     check_deadline: &impl Fn(usize, usize) -> Result<(), StorageError>,
+    skipped: &mut Vec<CorruptBlock>,
 ) -> Result<Option<T>, StorageError>
 where
     F: Fn(&dyn Queryable, &mut T) -> Result<(), QueryError>,
@@ -355,12 +373,23 @@ where
         let block = match shared.load_block(runtime, meta) {
             Ok(block) => block,
             Err(Unavailable::Gone) => return Ok(None),
-            Err(Unavailable::Skipped) => continue,
+            Err(Unavailable::Skipped(error)) => {
+                skipped.push(CorruptBlock {
+                    id: meta.id.clone(),
+                    error,
+                });
+                continue;
+            }
         };
         match visit(block.as_ref(), &mut acc) {
             Ok(()) => {}
             Err(QueryError::CorruptBlock { .. }) => {
-                shared.mark_corrupt(&meta.id, "corrupt data found while querying".into());
+                let error = "corrupt data found while querying".to_owned();
+                shared.mark_corrupt(&meta.id, error.clone());
+                skipped.push(CorruptBlock {
+                    id: meta.id.clone(),
+                    error,
+                });
             }
             Err(source) => return Err(StorageError::Query { source }),
         }
