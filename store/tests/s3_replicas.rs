@@ -4,75 +4,13 @@
 //! after the flush interval.
 
 mod common;
+#[path = "support/moto.rs"]
+mod moto;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{StoreProcess, enc, get, http, missing_prerequisite};
-
-/// A `moto_server` child, killed on drop.
-struct Moto {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_moto() -> Option<Moto> {
-    let tools = std::env::var("KILN_TOOLS_DIR").unwrap_or_else(|_| "/var/tmp/kiln-tools".into());
-    let binary = PathBuf::from(tools).join("venv/bin/moto_server");
-    if !binary.is_file() {
-        missing_prerequisite(&format!("{} (moto[server])", binary.display()));
-        return None;
-    }
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let child = Command::new(binary)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start moto_server");
-    let moto = Moto { child, port };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "moto_server did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Some(moto)
-}
-
-fn create_bucket(moto: &Moto, bucket: &str) {
-    let mut stream = TcpStream::connect(("127.0.0.1", moto.port)).expect("connect moto");
-    write!(
-        stream,
-        "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-        moto.port
-    )
-    .expect("create bucket");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read");
-    assert!(
-        response.contains(" 200 "),
-        "create bucket failed: {response}"
-    );
-}
-
-const AWS_ENV: [(&str, &str); 3] = [
-    ("AWS_ACCESS_KEY_ID", "testing"),
-    ("AWS_SECRET_ACCESS_KEY", "testing"),
-    ("AWS_REGION", "us-east-1"),
-];
+use common::{StoreProcess, enc, get, http};
+use moto::{AWS_ENV, Moto, start_moto};
 
 fn s3_store(moto: &Moto, bucket: &str, replica: &str) -> StoreProcess {
     let endpoint = format!("http://127.0.0.1:{}", moto.port);
@@ -127,7 +65,7 @@ fn total_for(store: &StoreProcess, app: &str) -> i64 {
 #[test]
 fn data_on_s3_survives_a_restart_with_an_empty_local_disk() {
     let Some(moto) = start_moto() else { return };
-    create_bucket(&moto, "kiln-server-restart");
+    moto.create_bucket("kiln-server-restart");
     let first = s3_store(&moto, "kiln-server-restart", "r0");
     ingest_folded(&first, "persisted");
     assert_eq!(total_for(&first, "persisted"), 70_000_000);
@@ -140,7 +78,7 @@ fn data_on_s3_survives_a_restart_with_an_empty_local_disk() {
 #[test]
 fn a_replica_answers_for_data_written_to_another_after_the_flush_interval() {
     let Some(moto) = start_moto() else { return };
-    create_bucket(&moto, "kiln-server-replicas");
+    moto.create_bucket("kiln-server-replicas");
     let writer = s3_store(&moto, "kiln-server-replicas", "writer");
     let reader = s3_store(&moto, "kiln-server-replicas", "reader");
     ingest_folded(&writer, "shared");
