@@ -154,6 +154,11 @@ fn a_bucket_outage_under_load_stays_within_budget_refuses_with_503_and_loses_not
     let filled_after = outage.elapsed();
     let readyz = get(addr, "/readyz");
     assert_eq!(readyz.status, 503, "{}", readyz.text());
+    assert!(
+        readyz.text().contains("upload_backlog: "),
+        "{}",
+        readyz.text()
+    );
     let waiting = metric(addr, "kiln_pending_uploads").expect("pending uploads gauge");
     assert!(waiting >= 1, "{waiting} heads wait for upload");
     let hwm_outage_kib = status_kib(pid, "VmHWM:").expect("VmHWM");

@@ -441,6 +441,10 @@ async fn failed_uploads_keep_data_queryable_then_refuse_writes_once_the_upload_b
             .any(|p| p.reason == "bucket_unreachable"),
         "{health:?}"
     );
+    assert!(
+        health.problems.iter().any(|p| p.reason == "upload_backlog"),
+        "{health:?}"
+    );
 
     // The bucket comes back: the backlog uploads in order and writes resume.
     std::fs::remove_file(&bucket_dir).expect("unblock");

@@ -63,7 +63,7 @@ impl Shared {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct HealthProblem {
     /// A fixed name: `wal_poisoned`, `bucket_unreachable`,
-    /// `bucket_not_listed` or `wal_held`.
+    /// `bucket_not_listed`, `wal_held` or `upload_backlog`.
     pub reason: &'static str,
     /// What happened, for people.
     pub message: String,
@@ -143,6 +143,17 @@ impl Store {
             )
         };
         let head_bytes = read(&shared.head).head.approx_bytes() as u64;
+        let unuploaded_bytes = frozen_bytes + head_bytes;
+        if unuploaded_bytes >= shared.unuploaded_budget() {
+            problems.push(HealthProblem {
+                reason: "upload_backlog",
+                message: format!(
+                    "{unuploaded_bytes} bytes wait for upload to the bucket, the budget is {}; \
+                     ingest is refused until uploads drain",
+                    shared.unuploaded_budget()
+                ),
+            });
+        }
         StoreHealth {
             problems,
             wal_quarantined_records: shared
@@ -150,7 +161,7 @@ impl Store {
                 .quarantined_records
                 .saturating_add(shared.counters.late_quarantined.load(Ordering::Relaxed)),
             pending_uploads,
-            unuploaded_bytes: frozen_bytes + head_bytes,
+            unuploaded_bytes,
             unuploaded_budget_bytes: shared.unuploaded_budget(),
         }
     }
