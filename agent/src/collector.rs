@@ -2,6 +2,10 @@
 //! drains a window every interval, symbolizes it and queues one pprof per
 //! target. It owns everything that is not `Send` (blazesym) or blocks
 //! (BPF map syscalls, `/proc` reads), so async code never waits on it.
+//!
+//! It takes its samples through [`SampleSource`]: the aya [`Sampler`] in the
+//! agent, samples recorded from a real process in `tests/collector_recorded.rs`,
+//! which runs this whole path without root.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -16,6 +20,7 @@ use crate::process_info::{ProcessSnapshot, ProcessTable};
 use crate::profile_build::{self, PROFILE_NAME, ResolvedSample, WindowMeta};
 use crate::python::PythonUnwinder;
 use crate::python::frames::{is_python_frame, native_entries};
+use crate::sample_source::SampleSource;
 use crate::sampler::{Sampler, SamplerError};
 use crate::ship::{ShipItem, ShipQueue};
 use crate::symbolize::{Frame, StackSymbolizer, SymbolizationStats};
@@ -49,9 +54,9 @@ const NEW_PROCESS_READS_PER_POLL: usize = 256;
 
 /// Everything the collector owns besides its settings.
 #[derive(Debug)]
-pub struct CollectorParts<S: TargetSource> {
-    /// The started sampler.
-    pub sampler: Sampler,
+pub struct CollectorParts<S: TargetSource, K: SampleSource = Sampler> {
+    /// The started sampler (or recorded samples, in tests).
+    pub sampler: K,
     /// Where targets come from.
     pub source: S,
     /// The targets the sampler's allow-lists hold now.
@@ -72,9 +77,9 @@ pub struct CollectorParts<S: TargetSource> {
 
 /// The collector; see the module docs.
 #[derive(Debug)]
-pub struct Collector<S: TargetSource> {
+pub struct Collector<S: TargetSource, K: SampleSource = Sampler> {
     config: CollectorConfig,
-    sampler: Sampler,
+    sampler: K,
     source: S,
     targets: TargetSet,
     processes: ProcessTable,
@@ -90,9 +95,9 @@ pub struct Collector<S: TargetSource> {
     window_start: SystemTime,
 }
 
-impl<S: TargetSource> Collector<S> {
+impl<S: TargetSource, K: SampleSource> Collector<S, K> {
     /// A collector over a started sampler whose allow-lists hold `targets`.
-    pub fn new(config: CollectorConfig, parts: CollectorParts<S>) -> Self {
+    pub fn new(config: CollectorConfig, parts: CollectorParts<S, K>) -> Self {
         let CollectorParts {
             sampler,
             source,
@@ -223,7 +228,7 @@ impl<S: TargetSource> Collector<S> {
         let unwound = &mut self.unwound;
         let reloaded = &mut self.reloaded;
         let python = &mut self.python;
-        let batch = self.sampler.take_snapshots(|snapshot| {
+        let batch = self.sampler.take_snapshots(&mut |snapshot| {
             let key = (snapshot.pid, snapshot.start_boottime_ns);
             let stale = !unwinder.knows_process(key.0, key.1)
                 || (snapshot.ip != 0 && !unwinder.covers_mapping(key.0, key.1, snapshot.ip));
@@ -509,7 +514,7 @@ impl<S: TargetSource> Collector<S> {
     }
 }
 
-impl<S: TargetSource> Collector<S> {
+impl<S: TargetSource, K: SampleSource> Collector<S, K> {
     /// `native` frames (of the untagged entries of `stack`, in order) with
     /// the Python frames of `stack` put back where they were.
     fn weave_python_frames(&self, stack: &[u64], native: Vec<Frame>) -> Vec<Frame> {

@@ -5,7 +5,8 @@
 //! Pure logic (testable without privileges): [`abi`], [`aggregate`],
 //! [`proc_maps`], [`kallsyms`], [`profile_build`], [`target_set`],
 //! [`bounded_cache`], the queue and backoff in [`ship`], [`metrics`]
-//! rendering and [`preflight`] checks. IO: [`sampler`] (aya), [`process_info`]
+//! rendering and [`preflight`] checks. IO: [`sampler`] (aya; the collector sees it through
+//! [`sample_source::SampleSource`], so tests can feed recorded samples), [`process_info`]
 //! (`/proc`), [`symbolize`] (blazesym), [`ship`] sinks (files, tonic),
 //! [`collector`] (the thread tying them together).
 
@@ -26,6 +27,7 @@ pub mod process_info;
 pub mod profile_build;
 pub mod python;
 pub mod safe_open;
+pub mod sample_source;
 pub mod sampler;
 pub mod ship;
 pub mod symbolize;

@@ -16,6 +16,7 @@ use crate::abi::{
     Config, CountKey, CountValue, KernelCounter, NewProcess, StackSnapshot, TargetValue, UnwindMode,
 };
 use crate::aggregate::DrainedWindow;
+use crate::sample_source::SampleSource;
 use crate::target_set::TargetSet;
 
 /// The compiled BPF object (built from `bpf/profile.bpf.c` by build.rs).
@@ -476,6 +477,56 @@ impl Sampler {
             }
         }
         events
+    }
+}
+
+impl SampleSource for Sampler {
+    fn attached_cpu_count(&self) -> usize {
+        Sampler::attached_cpu_count(self)
+    }
+
+    fn attach_new_cpus(&mut self) -> Result<Vec<(u32, String)>, SamplerError> {
+        Sampler::attach_new_cpus(self)
+    }
+
+    fn sync_targets(
+        &mut self,
+        targets: &TargetSet,
+        previous: &TargetSet,
+    ) -> Result<(), SamplerError> {
+        Sampler::sync_targets(self, targets, previous)
+    }
+
+    fn set_python_process(
+        &mut self,
+        pid: u32,
+        process: &crate::abi::PythonProcess,
+    ) -> Result<(), SamplerError> {
+        Sampler::set_python_process(self, pid, process)
+    }
+
+    fn remove_python_process(&mut self, pid: u32) -> Result<(), SamplerError> {
+        Sampler::remove_python_process(self, pid)
+    }
+
+    fn take_new_processes(&mut self) -> Vec<NewProcess> {
+        Sampler::take_new_processes(self)
+    }
+
+    fn take_snapshots(&mut self, each: &mut dyn FnMut(StackSnapshot<'_>)) -> SnapshotBatch {
+        Sampler::take_snapshots(self, each)
+    }
+
+    fn drain(&mut self) -> Result<DrainedWindow, SamplerError> {
+        Sampler::drain(self)
+    }
+
+    fn kernel_counters(&self) -> Result<Vec<(KernelCounter, u64)>, SamplerError> {
+        Sampler::kernel_counters(self)
+    }
+
+    fn program_stats(&self) -> Option<(Duration, u64)> {
+        Sampler::program_stats(self)
     }
 }
 

@@ -145,7 +145,8 @@ impl ShipQueue {
         self.notify.notify_one();
     }
 
-    fn pop_batch(&self, max: usize) -> Vec<ShipItem> {
+    /// Takes up to `max` queued profiles, oldest first.
+    pub fn pop_batch(&self, max: usize) -> Vec<ShipItem> {
         self.with_queue(|q| std::iter::from_fn(|| q.pop()).take(max).collect())
     }
 
