@@ -1,9 +1,17 @@
-//! The agent's own metrics and their Prometheus text exposition.
+//! The agent's own metrics, their Prometheus text exposition
+//! (`exposition`, through `prometheus-client`) and the endpoint serving them
+//! ([`http`]).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+mod exposition;
+pub mod http;
+
+pub use exposition::CONTENT_TYPE;
+use exposition::Family;
+pub use http::serve_metrics;
 
 /// A monotonically increasing counter (or a gauge set from elsewhere).
 #[derive(Debug, Default)]
@@ -178,193 +186,169 @@ impl AgentMetrics {
         add_to(&self.ship_errors, reason, 1);
     }
 
-    /// Renders the Prometheus text format; `rss` is `(current, peak)` bytes.
+    /// Renders the Prometheus text format (0.0.4, see
+    /// [`CONTENT_TYPE`]); `rss` is `(current, peak)` bytes.
     pub fn render(&self, rss: Option<(u64, u64)>) -> String {
-        let mut out = String::with_capacity(2048);
-        let mut counter = |name: &str, help: &str, value: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-            );
-        };
-        counter(
-            "kiln_agent_samples_total",
-            "Samples of targeted processes counted in the kernel.",
-            self.samples.get(),
-        );
-        counter(
-            "kiln_agent_subsampled_total",
-            "Samples skipped by per-target subsampling.",
-            self.subsampled.get(),
-        );
-        counter(
-            "kiln_agent_profiles_built_total",
-            "Profiles built (one per target and window).",
-            self.profiles_built.get(),
-        );
-        counter(
-            "kiln_agent_profiles_shipped_total",
-            "Profiles written or acknowledged by the store.",
-            self.profiles_shipped.get(),
-        );
-        counter(
-            "kiln_agent_windows_total",
-            "Sampling windows drained.",
-            self.windows.get(),
-        );
-        counter(
-            "kiln_agent_bpf_run_time_ns_total",
-            "Cumulative run time of the BPF sampler in ns (kernel bpf_stats).",
-            self.bpf_run_time_ns.get(),
-        );
-        counter(
-            "kiln_agent_bpf_runs_total",
-            "Runs of the BPF sampler (kernel bpf_stats).",
-            self.bpf_run_count.get(),
-        );
-        counter(
-            "kiln_agent_frames_symbolized_total",
-            "User and kernel frames given a function name.",
-            self.frames_symbolized.get(),
-        );
-        counter(
-            "kiln_agent_frames_unsymbolized_total",
-            "Frames kept as mapping and address only.",
-            self.frames_unsymbolized.get(),
-        );
-        let mut gauge = |name: &str, help: &str, value: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-            );
-        };
-        gauge(
-            "kiln_agent_cpus_attached",
-            "CPUs with an attached perf event.",
-            self.cpus_attached.get(),
-        );
-        gauge(
-            "kiln_agent_cpus_failed",
-            "Online CPUs where attaching failed.",
-            self.cpus_failed.get(),
-        );
-        gauge(
-            "kiln_agent_targets",
-            "Targets in the kernel allow-list.",
-            self.targets.get(),
-        );
-        gauge(
-            "kiln_agent_cached_processes",
-            "Process snapshots held for symbolization.",
-            self.cached_processes.get(),
-        );
-        gauge(
-            "kiln_agent_queue_length",
-            "Profiles waiting to be shipped.",
-            self.queue_length.get(),
-        );
-        gauge(
-            "kiln_agent_unwind_cache_bytes",
-            "Bytes of .eh_frame/.debug_frame sections cached for unwinding.",
-            self.unwind_cache_bytes.get(),
-        );
-        gauge(
-            "kiln_agent_collector_stalled",
-            "1 when the collector thread has made no progress for longer than its \
-             stall threshold (/healthz then fails).",
-            u64::from(self.collector_health(unix_ms()).is_err()),
-        );
-        gauge(
-            "kiln_agent_python_code_cache_bytes",
-            "Bytes of CPython code objects (names, files, line tables) cached.",
-            self.python_code_cache_bytes.get(),
-        );
+        let mut families = vec![
+            Family::counter(
+                "kiln_agent_samples_total",
+                "Samples of targeted processes counted in the kernel.",
+                self.samples.get(),
+            ),
+            Family::counter(
+                "kiln_agent_subsampled_total",
+                "Samples skipped by per-target subsampling.",
+                self.subsampled.get(),
+            ),
+            Family::counter(
+                "kiln_agent_profiles_built_total",
+                "Profiles built (one per target and window).",
+                self.profiles_built.get(),
+            ),
+            Family::counter(
+                "kiln_agent_profiles_shipped_total",
+                "Profiles written or acknowledged by the store.",
+                self.profiles_shipped.get(),
+            ),
+            Family::counter(
+                "kiln_agent_windows_total",
+                "Sampling windows drained.",
+                self.windows.get(),
+            ),
+            Family::counter(
+                "kiln_agent_bpf_run_time_ns_total",
+                "Cumulative run time of the BPF sampler in ns (kernel bpf_stats).",
+                self.bpf_run_time_ns.get(),
+            ),
+            Family::counter(
+                "kiln_agent_bpf_runs_total",
+                "Runs of the BPF sampler (kernel bpf_stats).",
+                self.bpf_run_count.get(),
+            ),
+            Family::counter(
+                "kiln_agent_frames_symbolized_total",
+                "User and kernel frames given a function name.",
+                self.frames_symbolized.get(),
+            ),
+            Family::counter(
+                "kiln_agent_frames_unsymbolized_total",
+                "Frames kept as mapping and address only.",
+                self.frames_unsymbolized.get(),
+            ),
+            Family::gauge(
+                "kiln_agent_cpus_attached",
+                "CPUs with an attached perf event.",
+                self.cpus_attached.get(),
+            ),
+            Family::gauge(
+                "kiln_agent_cpus_failed",
+                "Online CPUs where attaching failed.",
+                self.cpus_failed.get(),
+            ),
+            Family::gauge(
+                "kiln_agent_targets",
+                "Targets in the kernel allow-list.",
+                self.targets.get(),
+            ),
+            Family::gauge(
+                "kiln_agent_cached_processes",
+                "Process snapshots held for symbolization.",
+                self.cached_processes.get(),
+            ),
+            Family::gauge(
+                "kiln_agent_queue_length",
+                "Profiles waiting to be shipped.",
+                self.queue_length.get(),
+            ),
+            Family::gauge(
+                "kiln_agent_unwind_cache_bytes",
+                "Bytes of .eh_frame/.debug_frame sections cached for unwinding.",
+                self.unwind_cache_bytes.get(),
+            ),
+            Family::gauge(
+                "kiln_agent_collector_stalled",
+                "1 when the collector thread has made no progress for longer than its \
+                 stall threshold (/healthz then fails).",
+                u64::from(self.collector_health(unix_ms()).is_err()),
+            ),
+            Family::gauge(
+                "kiln_agent_python_code_cache_bytes",
+                "Bytes of CPython code objects (names, files, line tables) cached.",
+                self.python_code_cache_bytes.get(),
+            ),
+        ];
         if let Some((rss, peak)) = rss {
-            gauge(
+            families.push(Family::gauge(
                 "kiln_agent_resident_memory_bytes",
                 "Resident set size.",
                 rss,
-            );
-            gauge(
+            ));
+            families.push(Family::gauge(
                 "kiln_agent_resident_memory_peak_bytes",
                 "Peak resident set size.",
                 peak,
-            );
+            ));
         }
-        render_labelled(
-            &mut out,
-            "kiln_agent_dropped_total",
-            "Samples or profiles lost, by reason.",
-            "reason",
-            &self.drops,
-        );
-        render_labelled(
-            &mut out,
-            "kiln_agent_unwind_total",
-            "User stacks unwound from snapshots, by outcome (complete, truncated, \
-             fallback_frame_pointer, no_unwind_info, no_user_stack, unwinder_fault).",
-            "outcome",
-            &self.unwind_outcomes,
-        );
-        render_labelled(
-            &mut out,
-            "kiln_agent_unwind_objects_total",
-            "ELF objects whose unwind info was read, by result (loaded, or why it \
-             falls back to frame pointers: too_large, malformed, no_unwind_info, ...).",
-            "result",
-            &self.unwind_objects,
-        );
-        render_labelled(
-            &mut out,
-            "kiln_agent_python_processes_total",
-            "Processes mapping CPython, by result (supported, unsupported_version, \
-             missing_symbol, bad_object): unsupported ones get native frames only.",
-            "result",
-            &self.python_processes,
-        );
-        render_labelled(
-            &mut out,
-            "kiln_agent_python_stacks_total",
-            "Samples of CPython processes, by what was read of their Python frames \
-             (complete, truncated, no_thread_state, not_registered_in_bpf).",
-            "result",
-            &self.python_stacks,
-        );
-        render_labelled(
-            &mut out,
-            "kiln_agent_python_code_reads_total",
-            "CPython code objects read from process memory, by result (ok, unreadable, not_code).",
-            "result",
-            &self.python_code_reads,
-        );
-        render_labelled(
-            &mut out,
-            "kiln_agent_ship_errors_total",
-            "Failed sends, by reason.",
-            "reason",
-            &self.ship_errors,
-        );
-        out
+        let labelled: [(&'static str, &'static str, &'static str, &Mutex<_>); 7] = [
+            (
+                "kiln_agent_dropped_total",
+                "Samples or profiles lost, by reason.",
+                "reason",
+                &self.drops,
+            ),
+            (
+                "kiln_agent_unwind_total",
+                "User stacks unwound from snapshots, by outcome (complete, truncated, \
+                 fallback_frame_pointer, no_unwind_info, no_user_stack, unwinder_fault).",
+                "outcome",
+                &self.unwind_outcomes,
+            ),
+            (
+                "kiln_agent_unwind_objects_total",
+                "ELF objects whose unwind info was read, by result (loaded, or why it \
+                 falls back to frame pointers: too_large, malformed, no_unwind_info, ...).",
+                "result",
+                &self.unwind_objects,
+            ),
+            (
+                "kiln_agent_python_processes_total",
+                "Processes mapping CPython, by result (supported, unsupported_version, \
+                 missing_symbol, bad_object): unsupported ones get native frames only.",
+                "result",
+                &self.python_processes,
+            ),
+            (
+                "kiln_agent_python_stacks_total",
+                "Samples of CPython processes, by what was read of their Python frames \
+                 (complete, truncated, no_thread_state, not_registered_in_bpf).",
+                "result",
+                &self.python_stacks,
+            ),
+            (
+                "kiln_agent_python_code_reads_total",
+                "CPython code objects read from process memory, by result (ok, unreadable, not_code).",
+                "result",
+                &self.python_code_reads,
+            ),
+            (
+                "kiln_agent_ship_errors_total",
+                "Failed sends, by reason.",
+                "reason",
+                &self.ship_errors,
+            ),
+        ];
+        for (name, help, label, values) in labelled {
+            let values = values.lock().unwrap_or_else(|p| p.into_inner());
+            let values = values.iter().map(|(k, v)| (*k, *v)).collect();
+            families.push(Family::counters_by(name, help, label, values));
+        }
+        exposition::render(families)
     }
 }
 
 fn add_to(map: &Mutex<BTreeMap<&'static str, u64>>, key: &'static str, n: u64) {
     let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
     *map.entry(key).or_insert(0) += n;
-}
-
-fn render_labelled(
-    out: &mut String,
-    name: &str,
-    help: &str,
-    label: &str,
-    values: &Mutex<BTreeMap<&'static str, u64>>,
-) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-    let values = values.lock().unwrap_or_else(|p| p.into_inner());
-    for (key, value) in values.iter() {
-        let _ = writeln!(out, "{name}{{{label}=\"{key}\"}} {value}");
-    }
 }
 
 /// `(VmRSS, VmHWM)` in bytes from `/proc/self/status` text.
@@ -382,124 +366,9 @@ pub fn parse_rss(status: &str) -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
-/// Connections served at once by [`serve_metrics`].
-const METRICS_CONNECTIONS: usize = 32;
-
-/// Reads into `buffer` until the request line has arrived (a client may
-/// send it in several writes) or the buffer is full; returns the bytes read.
-async fn read_request_line<R: tokio::io::AsyncRead + Unpin>(
-    stream: &mut R,
-    buffer: &mut [u8],
-) -> std::io::Result<usize> {
-    use tokio::io::AsyncReadExt;
-    let mut filled = 0;
-    while filled < buffer.len() {
-        let n = stream.read(&mut buffer[filled..]).await?;
-        if n == 0 {
-            break;
-        }
-        filled += n;
-        if buffer[..filled].contains(&b'\n') {
-            break;
-        }
-    }
-    Ok(filled)
-}
-
-/// Serves `/metrics` and `/healthz` (the collector's liveness) until
-/// `shutdown` fires. Tiny HTTP/1.1: one request per connection, other paths
-/// get 404.
-pub async fn serve_metrics(
-    listener: tokio::net::TcpListener,
-    metrics: std::sync::Arc<AgentMetrics>,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) {
-    use tokio::io::AsyncWriteExt;
-    let connections = std::sync::Arc::new(tokio::sync::Semaphore::new(METRICS_CONNECTIONS));
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.changed() => return,
-        };
-        let Ok((mut stream, _)) = accepted else {
-            continue;
-        };
-        // A scraper or probe holds one connection at a time; anything past
-        // the cap is closed at once, so no client can pile up tasks.
-        let Ok(permit) = std::sync::Arc::clone(&connections).try_acquire_owned() else {
-            continue;
-        };
-        let metrics = std::sync::Arc::clone(&metrics);
-        tokio::spawn(async move {
-            let _permit = permit;
-            let mut buffer = [0u8; 2048];
-            let read = tokio::time::timeout(
-                std::time::Duration::from_secs(5),
-                read_request_line(&mut stream, &mut buffer),
-            )
-            .await;
-            let Ok(Ok(n)) = read else {
-                return;
-            };
-            let request = String::from_utf8_lossy(&buffer[..n]);
-            let path = request.split_ascii_whitespace().nth(1).unwrap_or("");
-            let response = if path == "/healthz" {
-                match metrics.collector_health(unix_ms()) {
-                    Ok(()) => {
-                        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n"
-                            .to_owned()
-                    }
-                    Err(age_ms) => {
-                        let body =
-                            format!("collector stalled: no progress for {} s\n", age_ms / 1000);
-                        format!(
-                            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                            body.len()
-                        )
-                    }
-                }
-            } else if path == "/metrics" {
-                let rss = std::fs::read_to_string("/proc/self/status")
-                    .ok()
-                    .and_then(|s| parse_rss(&s));
-                let body = metrics.render(rss);
-                format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-            } else {
-                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                    .to_owned()
-            };
-            let _ = stream.write_all(response.as_bytes()).await;
-            let _ = stream.shutdown().await;
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn a_request_line_sent_in_pieces_is_read_whole() {
-        let (mut client, mut server) = tokio::io::duplex(64);
-        let writer = tokio::spawn(async move {
-            use tokio::io::AsyncWriteExt;
-            for piece in [&b"GET /hea"[..], b"lthz HTTP/1.1\r", b"\nHost: x\r\n\r\n"] {
-                client.write_all(piece).await.expect("write");
-                tokio::task::yield_now().await;
-            }
-            client
-        });
-        let mut buffer = [0u8; 2048];
-        let n = read_request_line(&mut server, &mut buffer)
-            .await
-            .expect("read");
-        let line = String::from_utf8_lossy(&buffer[..n]);
-        assert!(line.starts_with("GET /healthz HTTP/1.1\r\n"), "{line}");
-        drop(writer.await);
-    }
 
     #[test]
     fn render_exposes_counters_drops_by_reason_and_rss() {
@@ -512,6 +381,19 @@ mod tests {
         assert!(text.contains("kiln_agent_dropped_total{reason=\"queue_full\"} 2\n"));
         assert!(text.contains("kiln_agent_dropped_total{reason=\"stack_collision_user\"} 5\n"));
         assert!(text.contains("kiln_agent_resident_memory_bytes 1024\n"));
+        assert!(text.contains(
+            "# HELP kiln_agent_samples_total Samples of targeted processes counted in the kernel.\n\
+             # TYPE kiln_agent_samples_total counter\n"
+        ));
+        assert!(text.contains("# TYPE kiln_agent_dropped_total counter\n"));
+        assert!(text.contains("# TYPE kiln_agent_queue_length gauge\nkiln_agent_queue_length 0\n"));
+        // Every sample line is `name{labels} value`, with a HELP and TYPE.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (series, value) = line.rsplit_once(' ').expect("name and value");
+            let name = series.split('{').next().unwrap_or(series);
+            assert!(value.parse::<u64>().is_ok(), "{line}");
+            assert!(text.contains(&format!("# TYPE {name} ")), "{line}");
+        }
         assert_eq!(metrics.drops("queue_full"), 2);
     }
 
