@@ -13,16 +13,12 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::metrics::Metrics;
+use crate::metrics::{CONTENT_TYPE, Metrics};
 
 /// Answers one request; pure, so it is tested without sockets.
 pub fn respond(method: &Method, path: &str, metrics: &Metrics) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (method, path) {
-        (&Method::GET, "/metrics") => (
-            StatusCode::OK,
-            "text/plain; version=0.0.4",
-            metrics.render(),
-        ),
+        (&Method::GET, "/metrics") => (StatusCode::OK, CONTENT_TYPE, metrics.render()),
         (&Method::GET, "/healthz" | "/readyz") => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
         (&Method::GET, _) => (
             StatusCode::NOT_FOUND,
