@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kiln_agent::kubernetes::{KubernetesConfig, KubernetesTargets, run_discovery};
+use kiln_agent::cri_discovery::{KubernetesConfig, KubernetesTargets, run_discovery};
 use kiln_agent::target_set::{TargetSet, TargetSource as _};
 use node::{Containerd, connect, create_pod, remove_pod};
 

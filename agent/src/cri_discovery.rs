@@ -1,5 +1,6 @@
-//! Kubernetes discovery: the [`TargetSource`] fed by the node's container
-//! runtime over CRI (`kiln-cri`) and the operator's targets file (`kiln-targets`).
+//! CRI discovery: the pods of this node, found through the container
+//! runtime's CRI socket (`kiln-cri`, never the API server) and selected by
+//! the operator's targets file (`kiln-targets`), as a [`TargetSource`].
 //!
 //! An async task ([`run_discovery`]) keeps a connection to the runtime socket
 //! (reconnecting with backoff when the runtime restarts), takes a snapshot of
