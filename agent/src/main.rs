@@ -35,13 +35,33 @@ fn default_snapshot_ring_bytes(frequency_hz: u32) -> u32 {
     u32::try_from((per_second / 2).clamp(1 << 20, 64 << 20)).unwrap_or(64 << 20)
 }
 
+/// The log filter when neither `--log`/`KILN_LOG` nor `RUST_LOG` is set.
+const DEFAULT_LOG: &str = "kiln_agent=info";
+
+/// `--log`/`KILN_LOG`, else `RUST_LOG` (what the agent read before it had
+/// `--log`), else [`DEFAULT_LOG`].
+fn log_filter(flag: Option<&str>) -> Result<tracing_subscriber::EnvFilter, String> {
+    use tracing_subscriber::EnvFilter;
+    match flag {
+        Some(filter) => EnvFilter::try_new(filter)
+            .map_err(|error| format!("invalid --log filter {filter:?}: {error}")),
+        None => {
+            Ok(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG)))
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = AgentSettings::parse();
+    let filter = match log_filter(cli.log.as_deref()) {
+        Ok(filter) => filter,
+        Err(message) => {
+            eprintln!("kiln-agent: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("kiln_agent=info")),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
     match run(cli) {
@@ -342,4 +362,26 @@ fn host_name() -> String {
         .ok()
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| "unknown".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_filter_comes_from_the_flag_and_a_bad_one_is_refused() {
+        let cli = AgentSettings::try_parse_from([
+            "kiln-agent",
+            "--all",
+            "--output-dir",
+            "/tmp",
+            "--log",
+            "kiln_agent=debug",
+        ])
+        .expect("valid");
+        let filter = log_filter(cli.log.as_deref()).expect("a valid filter");
+        assert_eq!(filter.to_string(), "kiln_agent=debug");
+        let error = log_filter(Some("kiln_agent=loud")).expect_err("not a level");
+        assert!(error.contains("invalid --log filter"), "{error}");
+    }
 }

@@ -72,7 +72,7 @@ pub enum SamplerError {
     /// The kernel refused the program.
     #[error(
         "the kernel refused the BPF sampler ({io_error}); it needs Linux 5.8+ with BTF, and CAP_BPF + \
-         CAP_PERFMON (or CAP_SYS_ADMIN); the verifier log is printed with RUST_LOG=kiln_agent=debug"
+         CAP_PERFMON (or CAP_SYS_ADMIN); the verifier log is printed with --log kiln_agent=debug"
     )]
     ProgramRejected {
         /// The syscall error.

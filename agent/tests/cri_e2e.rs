@@ -174,7 +174,7 @@ fn start_agent(socket: &Path, store: SocketAddr, log: &Path, targets_file: &Path
         .arg(format!("http://{store}"))
         .arg("--targets-file")
         .arg(targets_file)
-        .env("RUST_LOG", "kiln_agent=info")
+        .env("KILN_LOG", "kiln_agent=info")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()

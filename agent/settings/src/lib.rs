@@ -145,6 +145,10 @@ pub struct AgentSettings {
     /// Bytes of CPython code objects (names, file names, line tables) cached.
     #[arg(long, env = "KILN_PYTHON_CODE_CACHE_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub python_code_cache_bytes: usize,
+    /// Log filter, e.g. `info` or `kiln_agent=debug` (as for every Kiln
+    /// binary). Without it, `RUST_LOG` is read, else `kiln_agent=info`.
+    #[arg(long, env = "KILN_LOG")]
+    pub log: Option<String>,
 }
 
 /// `--unwinder` values.
@@ -241,6 +245,7 @@ impl Default for AgentSettings {
             snapshot_ring_bytes: None,
             python_frames: true,
             python_code_cache_bytes: 8 * 1024 * 1024,
+            log: None,
         }
     }
 }

@@ -193,7 +193,7 @@ pub fn start_agent(node: &PodNode, duration: Duration, extra: &[&str]) -> AgentR
         .arg("--output-dir")
         .arg(&out)
         .args(extra)
-        .env("RUST_LOG", "kiln_agent=info")
+        .env("KILN_LOG", "kiln_agent=info")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("agent log"))
         .spawn()

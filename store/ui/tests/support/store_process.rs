@@ -32,7 +32,7 @@ impl StoreProcess {
             .arg(format!("127.0.0.1:{port}"))
             .arg("--data-dir")
             .arg(data.path().join("data"))
-            .env("RUST_LOG", "warn")
+            .env("KILN_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
