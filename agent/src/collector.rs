@@ -421,7 +421,6 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
                 .push(sample);
         }
         let mut resolved = Vec::with_capacity(samples.len());
-        let mut process_comm: HashMap<u32, String> = HashMap::new();
         // Samples per runtime; the group is labelled with the busiest one.
         let mut languages: HashMap<Language, u64> = HashMap::new();
         for ((pid, start), process_samples) in by_process {
@@ -451,7 +450,6 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
                 .map(|s| s.comm.clone())
                 .filter(|c| !c.is_empty())
                 .unwrap_or_else(|| process_samples[0].comm.clone());
-            process_comm.insert(pid, comm.clone());
             for (sample, user) in process_samples.into_iter().zip(user_frames) {
                 let mut frames = self.symbolizer.kernel_frames(&sample.kernel, stats);
                 frames.extend(user);
@@ -488,15 +486,13 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             labels.insert("language".to_owned(), language.label().to_owned());
         }
         labels.insert("node".to_owned(), self.config.node.clone());
+        // A process's `pid` and `comm` are on its samples only: as series
+        // labels they would make a series per process (audit R6).
         let stem = match group {
             GroupKey::Process {
                 pid,
                 start_boottime_ns,
             } => {
-                labels.insert("pid".to_owned(), pid.to_string());
-                if let Some(comm) = process_comm.get(&pid) {
-                    labels.insert("comm".to_owned(), comm.clone());
-                }
                 format!(
                     "cpu-{}-pid{pid}-{start_boottime_ns}",
                     start_unix_ns / 1_000_000

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use kiln_contract::sample_labels::{COMM, PID, TID};
 use kiln_pprof::proto;
 use kiln_pprof::{FunctionSpec, LabelValue, MappingSpec, ProfileBuilder};
 
@@ -58,7 +59,7 @@ pub fn period_ns(frequency_hz: u32, keep_one_in: u32) -> i64 {
 
 /// Builds the pprof of one target for one window: sample types
 /// `samples/count` and `cpu/nanoseconds`, period `cpu/nanoseconds`, labels
-/// `comm`, `pid`, `node` (and `tid` when recorded) on every sample.
+/// `comm`, `pid`, `node`, `language` (and `tid` when recorded) on every sample.
 pub fn build_profile(meta: &WindowMeta, samples: &[ResolvedSample]) -> proto::Profile {
     let mut builder = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
     builder
@@ -115,14 +116,17 @@ pub fn build_profile(meta: &WindowMeta, samples: &[ResolvedSample]) -> proto::Pr
             location_ids.push(builder.location(0, 0, &[(id, 0)]));
         }
         let count = i64::try_from(sample.count).unwrap_or(i64::MAX);
+        // `comm`, `pid` and `tid` stay per sample in the store (they are
+        // named in `kiln_contract::sample_labels`); `node` and `language`
+        // take few values and become series labels.
         let mut labels = vec![
-            ("comm", LabelValue::Str(sample.comm.clone())),
-            ("pid", LabelValue::Str(sample.pid.to_string())),
+            (COMM, LabelValue::Str(sample.comm.clone())),
+            (PID, LabelValue::Str(sample.pid.to_string())),
             ("node", LabelValue::Str(meta.node.clone())),
             ("language", LabelValue::Str(sample.language.to_owned())),
         ];
         if meta.record_tid {
-            labels.push(("tid", LabelValue::Str(sample.tid.to_string())));
+            labels.push((TID, LabelValue::Str(sample.tid.to_string())));
         }
         builder.sample(
             &location_ids,

@@ -4,7 +4,9 @@
 //! frame-pointer mode), are fed to the real collector through
 //! `SampleSource`. The collector reads `/proc`, unwinds, symbolizes the test
 //! binary with blazesym and queues pprof; the test decodes what it queued and
-//! checks frames, labels and values.
+//! checks frames, labels and values, and that the process labels the store
+//! keeps per sample (`kiln_contract::sample_labels`) are on the samples and
+//! not among the series labels.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -26,6 +28,7 @@ use kiln_agent::ship::{ShipItem, ShipQueue};
 use kiln_agent::symbolize::StackSymbolizer;
 use kiln_agent::target_set::{TargetEntry, TargetSet, TargetSource, TargetSourceError};
 use kiln_agent::unwind::{StackUnwinder, StackUnwinderConfig};
+use kiln_contract::sample_labels::{COMM, PER_SAMPLE_LABELS, PID, TID};
 use kiln_pprof::{DecodeLimits, Profile};
 
 const FREQUENCY_HZ: u32 = 19;
@@ -348,6 +351,12 @@ fn recorded_snapshots_become_one_pprof_with_named_callers_labels_and_values() {
         Some(&"recorded-service"),
         "the target's labels are series labels"
     );
+    for name in PER_SAMPLE_LABELS {
+        assert!(
+            !labels.contains_key(name),
+            "{name} stays on the samples, never on the series (audit R6): {labels:?}"
+        );
+    }
 
     let profile = decode(item);
     assert_eq!(profile.period(), PERIOD_NS);
@@ -387,10 +396,10 @@ fn recorded_snapshots_become_one_pprof_with_named_callers_labels_and_values() {
 
     let comm = own_comm();
     for sample in [deep_sample, other_sample] {
-        assert_eq!(sample.labels.get("pid"), Some(&pid.to_string()));
-        assert_eq!(sample.labels.get("tid"), Some(&deep.tid.to_string()));
+        assert_eq!(sample.labels.get(PID), Some(&pid.to_string()));
+        assert_eq!(sample.labels.get(TID), Some(&deep.tid.to_string()));
         assert_eq!(
-            sample.labels.get("comm"),
+            sample.labels.get(COMM),
             Some(&comm),
             "the process's comm from /proc, not the sampled thread's"
         );

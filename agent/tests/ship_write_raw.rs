@@ -196,12 +196,7 @@ async fn profiles_made_while_the_store_is_down_are_delivered_when_it_comes_up() 
         .iter()
         .map(|l| (l.name.clone(), l.value.clone()))
         .collect();
-    for expected in [
-        ("__name__", "process_cpu"),
-        ("comm", "hot_ratio"),
-        ("node", "test-node"),
-        ("pid", pid.as_str()),
-    ] {
+    for expected in [("__name__", "process_cpu"), ("node", "test-node")] {
         assert!(
             labels
                 .iter()
@@ -209,8 +204,24 @@ async fn profiles_made_while_the_store_is_down_are_delivered_when_it_comes_up() 
             "label {expected:?} missing from {labels:?}"
         );
     }
+    assert!(
+        !labels.iter().any(|(n, _)| n == "pid" || n == "comm"),
+        "pid and comm stay per sample, off the series (audit R6): {labels:?}"
+    );
     let profile = kiln_pprof::decode(&series.samples[0].raw_profile, &DecodeLimits::default())
         .expect("a valid pprof");
+    let sample_labels: Vec<(&str, &str)> = profile
+        .samples()
+        .iter()
+        .flat_map(|s| &s.label)
+        .map(|l| (profile.string(l.key), profile.string(l.str)))
+        .collect();
+    for expected in [("comm", "hot_ratio"), ("pid", pid.as_str())] {
+        assert!(
+            sample_labels.contains(&expected),
+            "sample label {expected:?} missing from {sample_labels:?}"
+        );
+    }
     assert!((profile.time_nanos() as u128) >= agent_started - 1_000_000_000);
     let names: Vec<&str> = profile
         .functions()

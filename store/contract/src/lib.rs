@@ -5,3 +5,5 @@
 //! means a rename fails the build instead of a user. Only `serde` and
 //! `thiserror`: the CLI depends on this crate and must stay free of the
 //! engine and of tokio.
+
+pub mod sample_labels;

@@ -153,6 +153,76 @@ fn string_labels_are_promoted_and_span_and_numeric_labels_stay_per_sample() {
     assert_eq!(kept, vec!["bytes=512bytes", "span_id=abc0"]);
 }
 
+/// The agent's profiles carry `pid`, `tid` and `comm` on every sample: they
+/// stay per sample, so a host's processes share one series (audit R6).
+#[test]
+fn the_agents_process_labels_stay_per_sample_and_make_no_series() {
+    use kiln_contract::sample_labels::{COMM, PER_SAMPLE_LABELS, PID, TID};
+    let process = |pid: &str, tid: &str, comm: &str| {
+        vec![
+            (PID, LabelValue::Str(pid.into())),
+            (TID, LabelValue::Str(tid.into())),
+            (COMM, LabelValue::Str(comm.into())),
+            ("node", LabelValue::Str("n1".into())),
+        ]
+    };
+    let profile = build(&[
+        (&["work", "main"], [1, 10], process("100", "101", "make")),
+        (&["work", "main"], [2, 20], process("200", "200", "cc1")),
+        (&["spin", "main"], [3, 30], process("300", "301", "cc1")),
+    ]);
+    let mut head = Head::new();
+    head.ingest(
+        &profile,
+        &labels(&[("__name__", "process_cpu")]),
+        T,
+        10_000_000_000,
+        &IngestLimits::default(),
+    )
+    .unwrap();
+    let names = head.label_names(&[], ALL).unwrap();
+    for name in PER_SAMPLE_LABELS {
+        assert!(!names.contains(&name.to_owned()), "{name} in {names:?}");
+    }
+    assert!(
+        names.contains(&"node".to_owned()),
+        "other strings are promoted"
+    );
+    assert_eq!(
+        head.series_count(),
+        2,
+        "one series per sample type, whatever the processes"
+    );
+
+    // Each process's samples stay apart, and come back in pprof export.
+    let merged = merge(&head, vec![]);
+    assert_eq!(merged.total(), 60);
+    let exported =
+        Profile::validate(merged.to_pprof(&cpu_type(&head)), &DecodeLimits::default()).unwrap();
+    let mut kept: Vec<(String, i64)> = exported
+        .samples()
+        .iter()
+        .map(|sample| {
+            let mut labels: Vec<String> = sample
+                .label
+                .iter()
+                .map(|l| format!("{}={}", exported.string(l.key), exported.string(l.str)))
+                .collect();
+            labels.sort();
+            (labels.join(","), sample.value[0])
+        })
+        .collect();
+    kept.sort();
+    assert_eq!(
+        kept,
+        vec![
+            ("comm=cc1,pid=200,tid=200".to_owned(), 20),
+            ("comm=cc1,pid=300,tid=301".to_owned(), 30),
+            ("comm=make,pid=100,tid=101".to_owned(), 10),
+        ]
+    );
+}
+
 #[test]
 fn each_sample_type_is_a_profile_type_and_zero_values_are_dropped() {
     let profile = build(&[(&["a"], [0, 5], vec![]), (&["b"], [0, 0], vec![])]);

@@ -2,8 +2,10 @@
 //!
 //! - each sample type becomes its own profile type (and so its own series);
 //! - string sample labels are promoted to series labels (a name colliding
-//!   with a series label becomes `exported_<name>`), except span labels;
-//! - span and numeric labels stay per sample, as a deduplicated label set
+//!   with a series label becomes `exported_<name>`), except those named in
+//!   `kiln_contract::sample_labels` (span, trace and profile ids; the
+//!   agent's `pid`, `tid` and `comm`);
+//! - those and numeric labels stay per sample, as a deduplicated label set
 //!   that is part of the stack key;
 //! - zero values are dropped.
 //!
@@ -20,8 +22,6 @@ use crate::error::IngestError;
 use crate::model::{Label, LabelSet, NAME_LABEL, NAMESPACE_LABEL, PROFILE_TYPE_LABEL, ProfileType};
 use interner::ProfileInterner;
 
-/// Sample labels that stay per sample: unbounded ids would explode series.
-const SPAN_LABELS: [&str; 3] = ["span_id", "profile_id", "trace_id"];
 const UNSEEN: u32 = u32::MAX;
 /// Bookkeeping bytes counted per label on top of its name and value (two
 /// `String` headers), so many tiny labels still count.
@@ -179,7 +179,7 @@ pub(crate) fn profile_types_of(
 struct Plan {
     types: Vec<ProfileType>,
     /// Per string-table entry: whether a label with that key stays per sample.
-    span_keys: Vec<bool>,
+    per_sample_keys: Vec<bool>,
     /// The signature (promoted label set) of each sample.
     sample_signature: Vec<u32>,
     /// Per (signature, profile type) slot that receives a value: its labels.
@@ -188,15 +188,15 @@ struct Plan {
 
 impl Plan {
     fn is_promoted(&self, key: i64, str_index: i64) -> bool {
-        is_promoted(&self.span_keys, key, str_index)
+        is_promoted(&self.per_sample_keys, key, str_index)
     }
 }
 
-fn is_promoted(span_keys: &[bool], key: i64, str_index: i64) -> bool {
+fn is_promoted(per_sample_keys: &[bool], key: i64, str_index: i64) -> bool {
     str_index != 0
         && !usize::try_from(key)
             .ok()
-            .and_then(|k| span_keys.get(k))
+            .and_then(|k| per_sample_keys.get(k))
             .copied()
             .unwrap_or(false)
 }
@@ -329,15 +329,17 @@ impl Head {
         let mut sample_signature: Vec<u32> = Vec::with_capacity(samples.len());
         let mut slot_used: Vec<bool> = vec![false; type_count];
         let mut scratch: Vec<(i64, i64)> = Vec::new();
-        let span_keys: Vec<bool> = profile
+        let per_sample_keys: Vec<bool> = profile
             .strings()
             .iter()
-            .map(|s| SPAN_LABELS.contains(&s.as_str()))
+            // Ids with a value per request, process or thread would make a
+            // series each (audit R6).
+            .map(|s| kiln_contract::sample_labels::stays_per_sample(s))
             .collect();
         for sample in samples {
             scratch.clear();
             for label in &sample.label {
-                if is_promoted(&span_keys, label.key, label.str) {
+                if is_promoted(&per_sample_keys, label.key, label.str) {
                     scratch.push((label.key, label.str));
                 }
             }
@@ -438,7 +440,7 @@ impl Head {
         }
         Ok(Plan {
             types,
-            span_keys,
+            per_sample_keys,
             sample_signature,
             slot_labels,
         })
