@@ -1,49 +1,60 @@
-//! Prometheus metrics in the text exposition format, hand-written: a few
-//! counters keyed by small label tuples and one latency histogram family.
+//! Prometheus metrics, kept in `prometheus-client` counters, gauges and a
+//! latency histogram family and written in the Prometheus text format
+//! (0.0.4) by that library.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
+
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 /// Upper bounds (seconds) of the query latency buckets.
 const LATENCY_BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
 ];
 
-#[derive(Debug, Default, Clone)]
-struct Histogram {
-    buckets: [u64; LATENCY_BUCKETS.len()],
-    count: u64,
-    sum_seconds: f64,
-}
+/// The `Content-Type` of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
-#[derive(Debug, Default)]
-struct Inner {
-    ingested_profiles: BTreeMap<&'static str, u64>,
-    ingested_samples: BTreeMap<&'static str, u64>,
-    ingested_bytes: BTreeMap<&'static str, u64>,
-    rejections: BTreeMap<(&'static str, &'static str), u64>,
-    query_latency: BTreeMap<&'static str, Histogram>,
-    /// OTLP export requests by detected revision label (a handful of values:
-    /// combinations of the known layouts).
-    otlp_revisions: BTreeMap<String, u64>,
+/// One fixed label (`protocol`, `endpoint`, `reason`).
+type OneLabel = [(&'static str, &'static str); 1];
+/// `endpoint` and `reason` of a refused request.
+type RejectionLabels = [(&'static str, &'static str); 2];
+/// The OTLP revisions that read an export the same way (a handful of
+/// combinations of the known layouts).
+type RevisionLabel = [(&'static str, String); 1];
+/// A gauge read as an unsigned total.
+type U64Gauge = Gauge<u64, AtomicU64>;
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
 }
 
 /// The server's metrics; cheap to update from any task.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
-    inner: Mutex<Inner>,
+    registry: Registry,
+    ingested_profiles: Family<OneLabel, Counter>,
+    ingested_samples: Family<OneLabel, Counter>,
+    ingested_bytes: Family<OneLabel, Counter>,
+    rejections: Family<RejectionLabels, Counter>,
+    otlp_revisions: Family<RevisionLabel, Counter>,
+    query_latency: Family<OneLabel, Histogram, fn() -> Histogram>,
+    /// Storage state, set from [`StorageGauges`] at each scrape.
+    storage: [U64Gauge; STORAGE_GAUGES.len()],
     connections: Arc<ConnectionStats>,
 }
 
 /// Connections of the store's ports, counted by the accept loop.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ConnectionStats {
-    open: AtomicU64,
-    closed_without_request: AtomicU64,
-    closed_idle: AtomicU64,
+    open: U64Gauge,
+    closed: Family<OneLabel, Counter>,
 }
 
 /// One open connection; counted until dropped.
@@ -51,48 +62,38 @@ pub struct ConnectionStats {
 pub struct OpenConnection(Arc<ConnectionStats>);
 
 impl ConnectionStats {
+    fn new() -> Self {
+        let closed = Family::default();
+        // Both reasons are exposed from the start, at 0.
+        for reason in ["no_request", "idle"] {
+            drop(closed.get_or_create(&[("reason", reason)]));
+        }
+        ConnectionStats {
+            open: U64Gauge::default(),
+            closed,
+        }
+    }
+
     /// Counts a connection open until the guard is dropped.
     pub fn opened(self: &Arc<Self>) -> OpenConnection {
-        self.open.fetch_add(1, Ordering::Relaxed);
+        self.open.inc();
         OpenConnection(Arc::clone(self))
     }
 
     /// Counts a connection closed because no request started in time.
     pub fn closed_without_request(&self) {
-        self.closed_without_request.fetch_add(1, Ordering::Relaxed);
+        self.closed.get_or_create(&[("reason", "no_request")]).inc();
     }
 
     /// Counts a connection closed after its idle timeout.
     pub fn closed_idle(&self) {
-        self.closed_idle.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn render(&self, out: &mut String) {
-        let open = self.open.load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "# HELP kiln_open_connections Connections open on the store's ports.\n# TYPE kiln_open_connections gauge\nkiln_open_connections {open}"
-        );
-        let _ = writeln!(
-            out,
-            "# HELP kiln_closed_connections_total Connections the store closed, by reason: no request started within --header-read-timeout, or none in flight for --idle-timeout.\n# TYPE kiln_closed_connections_total counter"
-        );
-        for (reason, counter) in [
-            ("no_request", &self.closed_without_request),
-            ("idle", &self.closed_idle),
-        ] {
-            let value = counter.load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "kiln_closed_connections_total{{reason=\"{reason}\"}} {value}"
-            );
-        }
+        self.closed.get_or_create(&[("reason", "idle")]).inc();
     }
 }
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        self.0.open.dec();
     }
 }
 
@@ -123,11 +124,126 @@ pub struct StorageGauges {
     pub inflight_queries: u64,
 }
 
+/// Name and help of each storage gauge, in [`StorageGauges::values`] order.
+const STORAGE_GAUGES: [(&str, &str); 11] = [
+    (
+        "kiln_ready",
+        "1 while /readyz is 200: recovered, the WAL takes writes, the bucket answers",
+    ),
+    ("kiln_head_bytes", "Approximate bytes in the in-memory head"),
+    ("kiln_head_profiles", "Profiles in the in-memory head"),
+    ("kiln_blocks", "Blocks visible to queries (all replicas)"),
+    (
+        "kiln_storage_bytes",
+        "Bytes of stored blocks (all replicas)",
+    ),
+    (
+        "kiln_corrupt_blocks",
+        "Blocks skipped because they are corrupt",
+    ),
+    (
+        "kiln_ingest_memory_reserved_bytes",
+        "Bytes reserved by ingests being decoded and applied (bounded by a quarter of --memory-budget)",
+    ),
+    (
+        "kiln_wal_quarantined_records",
+        "WAL records set aside at recovery (under <data dir>/wal-quarantine) because they could not be replayed",
+    ),
+    ("kiln_pending_uploads", "Heads cut but not yet uploaded"),
+    (
+        "kiln_inflight_requests",
+        "Requests being processed (ingest and queries)",
+    ),
+    (
+        "kiln_inflight_queries",
+        "Queries being processed (at most --max-inflight-queries)",
+    ),
+];
+
+impl StorageGauges {
+    fn values(&self) -> [u64; STORAGE_GAUGES.len()] {
+        [
+            u64::from(self.ready),
+            self.head_bytes,
+            self.head_profiles,
+            self.blocks,
+            self.block_bytes,
+            self.corrupt_blocks,
+            self.ingest_memory_reserved_bytes,
+            self.quarantined_wal_records,
+            self.pending_uploads,
+            self.inflight_requests,
+            self.inflight_queries,
+        ]
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let metrics = Metrics {
+            registry: Registry::default(),
+            ingested_profiles: Family::default(),
+            ingested_samples: Family::default(),
+            ingested_bytes: Family::default(),
+            rejections: Family::default(),
+            otlp_revisions: Family::default(),
+            query_latency: Family::new_with_constructor(latency_histogram),
+            storage: Default::default(),
+            connections: Arc::new(ConnectionStats::new()),
+        };
+        metrics.registered()
+    }
+}
+
 impl Metrics {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // A panic while holding this lock cannot leave counters inconsistent
-        // in a way that matters, so keep serving them.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    /// Registers every metric. The library appends `_total` to counter
+    /// names and a `.` to help texts.
+    fn registered(mut self) -> Self {
+        let registry = &mut self.registry;
+        registry.register(
+            "kiln_ingested_profiles",
+            "Profiles accepted, by protocol",
+            self.ingested_profiles.clone(),
+        );
+        registry.register(
+            "kiln_ingested_samples",
+            "Sample values stored, by protocol",
+            self.ingested_samples.clone(),
+        );
+        registry.register(
+            "kiln_ingested_bytes",
+            "Profile bytes accepted (as received), by protocol",
+            self.ingested_bytes.clone(),
+        );
+        registry.register(
+            "kiln_rejected_requests",
+            "Requests refused, by endpoint and reason",
+            self.rejections.clone(),
+        );
+        registry.register(
+            "kiln_otlp_export_requests",
+            "OTLP profiles exports decoded, by the v1development revisions that read them the same way",
+            self.otlp_revisions.clone(),
+        );
+        registry.register(
+            "kiln_query_duration_seconds",
+            "Query latency, by endpoint",
+            self.query_latency.clone(),
+        );
+        for ((name, help), gauge) in STORAGE_GAUGES.iter().zip(&self.storage) {
+            registry.register(*name, *help, gauge.clone());
+        }
+        registry.register(
+            "kiln_open_connections",
+            "Connections open on the store's ports",
+            self.connections.open.clone(),
+        );
+        registry.register(
+            "kiln_closed_connections",
+            "Connections the store closed, by reason: no request started within --header-read-timeout, or none in flight for --idle-timeout",
+            self.connections.closed.clone(),
+        );
+        self
     }
 
     /// The connection counts the accept loop updates.
@@ -137,193 +253,45 @@ impl Metrics {
 
     /// Counts one accepted profile.
     pub fn record_ingest(&self, protocol: &'static str, samples: u64, bytes: u64) {
-        let mut inner = self.lock();
-        *inner.ingested_profiles.entry(protocol).or_default() += 1;
-        *inner.ingested_samples.entry(protocol).or_default() += samples;
-        *inner.ingested_bytes.entry(protocol).or_default() += bytes;
+        let label = [("protocol", protocol)];
+        self.ingested_profiles.get_or_create(&label).inc();
+        self.ingested_samples.get_or_create(&label).inc_by(samples);
+        self.ingested_bytes.get_or_create(&label).inc_by(bytes);
     }
 
     /// Counts one refused request.
     pub fn record_rejection(&self, endpoint: &'static str, reason: &'static str) {
-        *self
-            .lock()
-            .rejections
-            .entry((endpoint, reason))
-            .or_default() += 1;
+        self.rejections
+            .get_or_create(&[("endpoint", endpoint), ("reason", reason)])
+            .inc();
     }
 
     /// Counts one OTLP export request decoded as `revision` (a
     /// `DecodedExport::revision_label`).
     pub fn record_otlp_revision(&self, revision: String) {
-        *self.lock().otlp_revisions.entry(revision).or_default() += 1;
+        self.otlp_revisions
+            .get_or_create(&[("revision", revision)])
+            .inc();
     }
 
     /// Records how long one query took.
     pub fn record_query(&self, endpoint: &'static str, elapsed: Duration) {
-        let seconds = elapsed.as_secs_f64();
-        let mut inner = self.lock();
-        let histogram = inner.query_latency.entry(endpoint).or_default();
-        histogram.count += 1;
-        histogram.sum_seconds += seconds;
-        for (bucket, bound) in histogram.buckets.iter_mut().zip(LATENCY_BUCKETS) {
-            if seconds <= bound {
-                *bucket += 1;
-            }
-        }
+        self.query_latency
+            .get_or_create(&[("endpoint", endpoint)])
+            .observe(elapsed.as_secs_f64());
     }
 
-    /// The exposition text, with `gauges` appended.
+    /// The exposition text, with `gauges` as the storage gauges.
     pub fn render(&self, gauges: &StorageGauges) -> String {
-        let inner = self.lock().clone_for_render();
+        for (gauge, value) in self.storage.iter().zip(gauges.values()) {
+            gauge.set(value);
+        }
         let mut out = String::with_capacity(4096);
-        counter_family(
-            &mut out,
-            "kiln_ingested_profiles_total",
-            "Profiles accepted, by protocol.",
-            &inner.ingested_profiles,
-        );
-        counter_family(
-            &mut out,
-            "kiln_ingested_samples_total",
-            "Sample values stored, by protocol.",
-            &inner.ingested_samples,
-        );
-        counter_family(
-            &mut out,
-            "kiln_ingested_bytes_total",
-            "Profile bytes accepted (as received), by protocol.",
-            &inner.ingested_bytes,
-        );
-        out.push_str(
-            "# HELP kiln_rejected_requests_total Requests refused, by endpoint and reason.\n",
-        );
-        out.push_str("# TYPE kiln_rejected_requests_total counter\n");
-        for ((endpoint, reason), value) in &inner.rejections {
-            let _ = writeln!(
-                out,
-                "kiln_rejected_requests_total{{endpoint=\"{endpoint}\",reason=\"{reason}\"}} {value}"
-            );
+        // Writing into a String never fails.
+        if let Err(error) = prometheus_text::encode(&mut out, &self.registry) {
+            tracing::error!(%error, "encoding the metrics failed");
         }
-        out.push_str(
-            "# HELP kiln_otlp_export_requests_total OTLP profiles exports decoded, by the v1development revisions that read them the same way.\n",
-        );
-        out.push_str("# TYPE kiln_otlp_export_requests_total counter\n");
-        for (revision, value) in &inner.otlp_revisions {
-            let _ = writeln!(
-                out,
-                "kiln_otlp_export_requests_total{{revision=\"{revision}\"}} {value}"
-            );
-        }
-        out.push_str("# HELP kiln_query_duration_seconds Query latency, by endpoint.\n");
-        out.push_str("# TYPE kiln_query_duration_seconds histogram\n");
-        for (endpoint, histogram) in &inner.query_latency {
-            for (bound, count) in LATENCY_BUCKETS.iter().zip(histogram.buckets) {
-                let _ = writeln!(
-                    out,
-                    "kiln_query_duration_seconds_bucket{{endpoint=\"{endpoint}\",le=\"{bound}\"}} {count}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "kiln_query_duration_seconds_bucket{{endpoint=\"{endpoint}\",le=\"+Inf\"}} {}",
-                histogram.count
-            );
-            let _ = writeln!(
-                out,
-                "kiln_query_duration_seconds_sum{{endpoint=\"{endpoint}\"}} {}",
-                histogram.sum_seconds
-            );
-            let _ = writeln!(
-                out,
-                "kiln_query_duration_seconds_count{{endpoint=\"{endpoint}\"}} {}",
-                histogram.count
-            );
-        }
-        let gauge_rows: [(&str, &str, u64); 11] = [
-            (
-                "kiln_ready",
-                "1 while /readyz is 200: recovered, the WAL takes writes, the bucket answers.",
-                u64::from(gauges.ready),
-            ),
-            (
-                "kiln_head_bytes",
-                "Approximate bytes in the in-memory head.",
-                gauges.head_bytes,
-            ),
-            (
-                "kiln_head_profiles",
-                "Profiles in the in-memory head.",
-                gauges.head_profiles,
-            ),
-            (
-                "kiln_blocks",
-                "Blocks visible to queries (all replicas).",
-                gauges.blocks,
-            ),
-            (
-                "kiln_storage_bytes",
-                "Bytes of stored blocks (all replicas).",
-                gauges.block_bytes,
-            ),
-            (
-                "kiln_corrupt_blocks",
-                "Blocks skipped because they are corrupt.",
-                gauges.corrupt_blocks,
-            ),
-            (
-                "kiln_ingest_memory_reserved_bytes",
-                "Bytes reserved by ingests being decoded and applied (bounded by a quarter of --memory-budget).",
-                gauges.ingest_memory_reserved_bytes,
-            ),
-            (
-                "kiln_wal_quarantined_records",
-                "WAL records set aside at recovery (under <data dir>/wal-quarantine) because they could not be replayed.",
-                gauges.quarantined_wal_records,
-            ),
-            (
-                "kiln_pending_uploads",
-                "Heads cut but not yet uploaded.",
-                gauges.pending_uploads,
-            ),
-            (
-                "kiln_inflight_requests",
-                "Requests being processed (ingest and queries).",
-                gauges.inflight_requests,
-            ),
-            (
-                "kiln_inflight_queries",
-                "Queries being processed (at most --max-inflight-queries).",
-                gauges.inflight_queries,
-            ),
-        ];
-        for (name, help, value) in gauge_rows {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-            );
-        }
-        self.connections.render(&mut out);
         out
-    }
-}
-
-impl Inner {
-    fn clone_for_render(&self) -> Inner {
-        Inner {
-            ingested_profiles: self.ingested_profiles.clone(),
-            ingested_samples: self.ingested_samples.clone(),
-            ingested_bytes: self.ingested_bytes.clone(),
-            rejections: self.rejections.clone(),
-            query_latency: self.query_latency.clone(),
-            otlp_revisions: self.otlp_revisions.clone(),
-        }
-    }
-}
-
-fn counter_family(out: &mut String, name: &str, help: &str, values: &BTreeMap<&'static str, u64>) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-    for (protocol, value) in values {
-        let _ = writeln!(out, "{name}{{protocol=\"{protocol}\"}} {value}");
     }
 }
 
@@ -361,6 +329,20 @@ mod tests {
         ));
         assert!(text.contains("kiln_storage_bytes 1234\n"));
         assert!(text.contains("kiln_ready 1\n"));
+        assert!(text.contains(
+            "# HELP kiln_ingested_profiles_total Profiles accepted, by protocol.\n\
+             # TYPE kiln_ingested_profiles_total counter\n"
+        ));
+        assert!(text.contains("# TYPE kiln_query_duration_seconds histogram\n"));
+        assert!(text.contains(
+            "kiln_query_duration_seconds_bucket{endpoint=\"flamegraph\",le=\"+Inf\"} 1\n"
+        ));
+        assert!(text.contains("kiln_query_duration_seconds_count{endpoint=\"flamegraph\"} 1\n"));
+        assert!(text.contains("# TYPE kiln_head_bytes gauge\nkiln_head_bytes 0\n"));
+        assert!(
+            text.contains("kiln_closed_connections_total{reason=\"no_request\"} 0\n"),
+            "both reasons are there from the start: {text}"
+        );
         let open = metrics.connections().opened();
         metrics.connections().closed_idle();
         let text = metrics.render(&StorageGauges::default());
