@@ -14,8 +14,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use kiln_agent::abi::{
-    CountKey, CountValue, KernelCounter, NewProcess, PyStatus, PythonProcess, STACK_SNAPSHOT_BYTES,
-    StackSnapshot,
+    CountKey, CountValue, KernelCounter, NewProcess, PyStatus, PythonProcess, StackSnapshot,
 };
 use kiln_agent::aggregate::DrainedWindow;
 use kiln_agent::collector::{Collector, CollectorConfig, CollectorParts};
@@ -31,68 +30,19 @@ use kiln_agent::unwind::{StackUnwinder, StackUnwinderConfig};
 use kiln_contract::sample_labels::{COMM, PER_SAMPLE_LABELS, PID, TID};
 use kiln_pprof::{DecodeLimits, Profile};
 
+#[path = "recorded/own_stack.rs"]
+mod own_stack;
+
+use own_stack::{CapturedStack, capture_own_stack};
+
 const FREQUENCY_HZ: u32 = 19;
 const PERIOD_NS: i64 = 1_000_000_000 / FREQUENCY_HZ as i64;
 const NODE: &str = "node-recorded";
 
-/// One sample as the kernel copies it: the thread's user registers and the
-/// stack bytes from `sp` up.
-#[derive(Clone)]
-struct RecordedStack {
-    tid: u32,
-    ip: u64,
-    sp: u64,
-    bp: u64,
-    stack: Vec<u8>,
-}
-
 #[inline(never)]
-fn record_stack() -> RecordedStack {
-    let (ip, sp, bp): (u64, u64, u64);
-    // SAFETY: copies three registers into locals; no memory is touched.
-    unsafe {
-        std::arch::asm!(
-            "lea {ip}, [rip]",
-            "mov {sp}, rsp",
-            "mov {bp}, rbp",
-            ip = out(reg) ip,
-            sp = out(reg) sp,
-            bp = out(reg) bp,
-        );
-    }
-    // The stack mapping's end bounds the copy, as the kernel's copy stops
-    // where the user stack ends.
-    let maps = std::fs::read_to_string("/proc/self/maps").expect("own maps");
-    let stack_end = maps
-        .lines()
-        .filter_map(|line| {
-            let (start, rest) = line.split_once('-')?;
-            let end = rest.split_once(' ')?.0;
-            let start = u64::from_str_radix(start, 16).ok()?;
-            let end = u64::from_str_radix(end, 16).ok()?;
-            (start <= sp && sp < end).then_some(end)
-        })
-        .next()
-        .expect("the stack pointer lies in a mapping");
-    let len = usize::try_from((stack_end - sp).min(STACK_SNAPSHOT_BYTES as u64)).expect("small");
-    // SAFETY: [sp, sp + len) is inside this thread's mapped stack and is
-    // copied at once, while the frames above stay live.
-    let stack = unsafe { std::slice::from_raw_parts(sp as *const u8, len) }.to_vec();
-    // SAFETY: gettid takes no arguments and cannot fail.
-    let tid = u32::try_from(unsafe { libc::syscall(libc::SYS_gettid) }).expect("a tid");
-    RecordedStack {
-        tid,
-        ip,
-        sp,
-        bp,
-        stack,
-    }
-}
-
-#[inline(never)]
-fn kiln_recorded_inner(depth: u32) -> RecordedStack {
+fn kiln_recorded_inner(depth: u32) -> CapturedStack {
     let recorded = if depth == 0 {
-        record_stack()
+        capture_own_stack()
     } else {
         kiln_recorded_inner(depth - 1)
     };
@@ -100,13 +50,13 @@ fn kiln_recorded_inner(depth: u32) -> RecordedStack {
 }
 
 #[inline(never)]
-fn kiln_recorded_outer() -> RecordedStack {
+fn kiln_recorded_outer() -> CapturedStack {
     std::hint::black_box(kiln_recorded_inner(std::hint::black_box(2)))
 }
 
 #[inline(never)]
-fn kiln_recorded_other() -> RecordedStack {
-    std::hint::black_box(record_stack())
+fn kiln_recorded_other() -> CapturedStack {
+    std::hint::black_box(capture_own_stack())
 }
 
 /// This process's start in ns since boot, as the kernel reports it
@@ -141,7 +91,7 @@ struct RecordedSamples {
     start_boottime_ns: u64,
     cgroup_id: u64,
     new_processes: Vec<NewProcess>,
-    snapshots: Vec<RecordedStack>,
+    snapshots: Vec<CapturedStack>,
     window: DrainedWindow,
     drains: u32,
 }
@@ -369,7 +319,7 @@ fn recorded_snapshots_become_one_pprof_with_named_callers_labels_and_values() {
         .unwrap_or_else(|| panic!("the deep stack unwound to its outer caller: {flat:#?}"));
     assert_eq!(deep_sample.values, vec![3, 3 * PERIOD_NS]);
     let functions = &deep_sample.functions;
-    let leaf = position(functions, "record_stack").expect("the leaf is named");
+    let leaf = position(functions, "capture_own_stack").expect("the leaf is named");
     let inner = position(functions, "kiln_recorded_inner").expect("the recursion is named");
     let outer = position(functions, "kiln_recorded_outer").expect("the caller is named");
     assert_eq!(leaf, 0, "leaf first: {functions:?}");
@@ -486,7 +436,7 @@ fn recorded_frame_pointer_counts_are_symbolized_with_their_counts() {
         .find(|s| position(&s.functions, "kiln_recorded_outer").is_some())
         .unwrap_or_else(|| panic!("the chain is symbolized: {flat:#?}"));
     assert_eq!(named.values, vec![5, 5 * PERIOD_NS]);
-    assert_eq!(position(&named.functions, "record_stack"), Some(0));
+    assert_eq!(position(&named.functions, "capture_own_stack"), Some(0));
     let lost = flat
         .iter()
         .find(|s| s.functions == ["[lost stack]"])

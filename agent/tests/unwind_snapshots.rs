@@ -5,7 +5,7 @@
 
 use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
-use kiln_agent::abi::{PyStatus, STACK_SNAPSHOT_BYTES, StackSnapshot};
+use kiln_agent::abi::{PyStatus, StackSnapshot};
 use kiln_agent::process_info::{ProcessTable, parse_stat_start_ticks};
 use kiln_agent::unwind::{StackUnwinder, StackUnwinderConfig, UnwindOutcome, walk_stack};
 use kiln_agent::unwind_info::{
@@ -13,49 +13,10 @@ use kiln_agent::unwind_info::{
 };
 use proptest::prelude::*;
 
-/// Registers and stack bytes of the calling thread, as the kernel copies them.
-struct Captured {
-    ip: u64,
-    sp: u64,
-    bp: u64,
-    stack: Vec<u8>,
-}
+#[path = "recorded/own_stack.rs"]
+mod own_stack;
 
-#[inline(never)]
-fn capture() -> Captured {
-    let (ip, sp, bp): (u64, u64, u64);
-    // SAFETY: reads three registers; touches no memory.
-    unsafe {
-        std::arch::asm!(
-            "lea {ip}, [rip]",
-            "mov {sp}, rsp",
-            "mov {bp}, rbp",
-            ip = out(reg) ip,
-            sp = out(reg) sp,
-            bp = out(reg) bp,
-        );
-    }
-    // Copy at most the snapshot size, and never past this stack's mapping.
-    let maps = std::fs::read_to_string("/proc/self/maps").expect("own maps");
-    let end = maps
-        .lines()
-        .filter_map(|line| {
-            let (range, _) = line.split_once(' ')?;
-            let (start, end) = range.split_once('-')?;
-            Some((
-                u64::from_str_radix(start, 16).ok()?,
-                u64::from_str_radix(end, 16).ok()?,
-            ))
-        })
-        .find(|&(start, end)| start <= sp && sp < end)
-        .map(|(_, end)| end)
-        .expect("the stack pointer is in a mapping");
-    let len = (end - sp).min(STACK_SNAPSHOT_BYTES as u64) as usize;
-    // SAFETY: [sp, sp + len) lies in this thread's stack mapping, which is
-    // readable; the bytes are copied out at once.
-    let stack = unsafe { std::slice::from_raw_parts(sp as *const u8, len) }.to_vec();
-    Captured { ip, sp, bp, stack }
-}
+use own_stack::{CapturedStack as Captured, capture_own_stack as capture};
 
 #[inline(never)]
 fn middle_frame(depth: u32) -> (Captured, u64) {
