@@ -228,7 +228,7 @@ mod tests {
         request.extend(std::iter::repeat_n(b'a', 2 * MAX_REQUEST_HEAD_BYTES));
         request.extend_from_slice(b"\r\n\r\n");
         let (status, response) = exchange(address, &request).await;
-        assert_ne!(status, 200, "{response}");
+        assert_eq!(status, 431, "Request Header Fields Too Large: {response}");
         assert!(!response.contains("kiln_agent_samples_total"), "{response}");
     }
 
