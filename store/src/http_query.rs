@@ -5,12 +5,17 @@ use std::time::Instant;
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::header;
+use axum::http::{HeaderName, header};
 use axum::response::{IntoResponse, Response};
-use kiln_engine::model::{MatchOp, Matcher, PROFILE_TYPE_LABEL, ProfileType, Selector, TimeRange};
+use kiln_contract::query_json::{
+    DiffResponse, FlameGraphResponse, LabelNames, LabelValues, PROFILE_TYPE_HEADER,
+    ProfileTypeEntry, ProfileTypes, SeriesList, Timeline, TimelineResponse, TopResponse,
+};
+use kiln_engine::model::{MatchOp, Matcher, PROFILE_TYPE_LABEL, Selector, TimeRange};
 use kiln_storage::Store;
 
 use crate::error::ApiError;
+use crate::group_by::{merge_grouped, parse_group_by};
 use crate::selector::{ParsedSelector, parse_selector};
 use crate::state::AppState;
 use crate::timespec::parse_time_ms;
@@ -193,27 +198,25 @@ async fn optional_matchers(
     Ok(matchers)
 }
 
-#[derive(Debug, serde::Serialize)]
-struct ProfileTypeEntry {
-    id: String,
-    #[serde(flatten)]
-    profile_type: ProfileType,
-}
-
 /// `GET /api/v1/profile-types`.
 pub async fn profile_types(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
     let params = Params::parse(query.as_deref());
     timed(&state, "profile_types", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
         let types = store.profile_types(range).await?;
-        let entries: Vec<ProfileTypeEntry> = types
+        let profile_types = types
             .into_iter()
             .map(|t| ProfileTypeEntry {
                 id: t.to_string(),
-                profile_type: t,
+                name: t.name,
+                sample_type: t.sample_type,
+                sample_unit: t.sample_unit,
+                period_type: t.period_type,
+                period_unit: t.period_unit,
+                delta: t.delta,
             })
             .collect();
-        Ok(Json(serde_json::json!({ "profile_types": entries })))
+        Ok(Json(ProfileTypes { profile_types }))
     })
     .await
 }
@@ -239,9 +242,7 @@ pub async fn label_names(State(state): State<AppState>, RawQuery(query): RawQuer
         let matchers = optional_matchers(store, &params, range).await?;
         let mut names = store.label_names(&matchers, range).await?;
         let truncated = truncate_listing(&mut names, &params)?;
-        Ok(Json(
-            serde_json::json!({ "names": names, "truncated": truncated }),
-        ))
+        Ok(Json(LabelNames { names, truncated }))
     })
     .await
 }
@@ -258,9 +259,11 @@ pub async fn label_values(
         let matchers = optional_matchers(store, &params, range).await?;
         let mut values = store.label_values(&name, &matchers, range).await?;
         let truncated = truncate_listing(&mut values, &params)?;
-        Ok(Json(
-            serde_json::json!({ "name": name, "values": values, "truncated": truncated }),
-        ))
+        Ok(Json(LabelValues {
+            name,
+            values,
+            truncated,
+        }))
     })
     .await
 }
@@ -273,7 +276,7 @@ pub async fn series(State(state): State<AppState>, RawQuery(query): RawQuery) ->
         let matchers = optional_matchers(store, &params, range).await?;
         let mut series = store.series(&matchers, range).await?;
         let truncated = truncate_listing(&mut series, &params)?;
-        let series: Vec<HashMap<String, String>> = series
+        let series = series
             .iter()
             .map(|set| {
                 set.iter()
@@ -281,9 +284,7 @@ pub async fn series(State(state): State<AppState>, RawQuery(query): RawQuery) ->
                     .collect()
             })
             .collect();
-        Ok(Json(
-            serde_json::json!({ "series": series, "truncated": truncated }),
-        ))
+        Ok(Json(SeriesList { series, truncated }))
     })
     .await
 }
@@ -294,17 +295,19 @@ pub async fn flamegraph(State(state): State<AppState>, RawQuery(query): RawQuery
     timed(&state, "flamegraph", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
         let max_nodes = params.number("max_nodes", DEFAULT_MAX_NODES, MAX_MAX_NODES)?;
+        let group_by = parse_group_by(params.get("group_by"))?;
         let selector = selector(store, &params, "query", range).await?;
-        let merged = store.merge(&selector, range).await?;
-        let graph = merged.flamegraph(max_nodes);
-        Ok(Json(serde_json::json!({
-            "profile_type": selector.profile_type.to_string(),
-            "unit": selector.profile_type.sample_unit,
-            "from_ms": range.start_ms,
-            "to_ms": range.end_ms - 1,
-            "total": merged.total(),
-            "flamegraph": graph,
-        })))
+        let merged = merge_grouped(store, &selector, range, &group_by).await?;
+        let flamegraph = merged.flamegraph(max_nodes);
+        Ok(Json(FlameGraphResponse {
+            profile_type: selector.profile_type.to_string(),
+            unit: selector.profile_type.sample_unit,
+            from_ms: range.start_ms,
+            to_ms: range.end_ms - 1,
+            total: merged.total(),
+            group_by,
+            flamegraph,
+        }))
     })
     .await
 }
@@ -328,8 +331,9 @@ pub async fn pprof(State(state): State<AppState>, RawQuery(query): RawQuery) -> 
     let params = Params::parse(query.as_deref());
     timed(&state, "pprof", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
+        let group_by = parse_group_by(params.get("group_by"))?;
         let selector = selector(store, &params, "query", range).await?;
-        let merged = store.merge(&selector, range).await?;
+        let merged = merge_grouped(store, &selector, range, &group_by).await?;
         let bytes = merged_pprof_gzip(merged, selector.profile_type.clone()).await?;
         Ok((
             [
@@ -345,20 +349,46 @@ pub async fn pprof(State(state): State<AppState>, RawQuery(query): RawQuery) -> 
     .await
 }
 
+/// `GET /api/v1/folded`: the untrimmed merge as folded stacks
+/// (`root;...;leaf value` per line), for lossless SVG and folded exports.
+pub async fn folded(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
+    let params = Params::parse(query.as_deref());
+    timed(&state, "folded", async move |store: &Store| {
+        let range = params.range("from", ["to", "until"])?;
+        let group_by = parse_group_by(params.get("group_by"))?;
+        let selector = selector(store, &params, "query", range).await?;
+        let merged = merge_grouped(store, &selector, range, &group_by).await?;
+        let text = store.run_query_work(move || merged.folded()).await?;
+        Ok((
+            [
+                (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_owned()),
+                (
+                    HeaderName::from_static(PROFILE_TYPE_HEADER),
+                    selector.profile_type.to_string(),
+                ),
+            ],
+            text,
+        ))
+    })
+    .await
+}
+
 /// `GET /api/v1/top`.
 pub async fn top(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
     let params = Params::parse(query.as_deref());
     timed(&state, "top", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
         let limit = params.number("limit", 100, 100_000)?;
+        let group_by = parse_group_by(params.get("group_by"))?;
         let selector = selector(store, &params, "query", range).await?;
-        let merged = store.merge(&selector, range).await?;
-        Ok(Json(serde_json::json!({
-            "profile_type": selector.profile_type.to_string(),
-            "unit": selector.profile_type.sample_unit,
-            "total": merged.total(),
-            "top": merged.top(limit),
-        })))
+        let merged = merge_grouped(store, &selector, range, &group_by).await?;
+        Ok(Json(TopResponse {
+            profile_type: selector.profile_type.to_string(),
+            unit: selector.profile_type.sample_unit,
+            total: merged.total(),
+            group_by,
+            top: merged.top(limit),
+        }))
     })
     .await
 }
@@ -381,11 +411,15 @@ pub async fn timeline(State(state): State<AppState>, RawQuery(query): RawQuery) 
         };
         let selector = selector(store, &params, "query", range).await?;
         let timeline = store.timeline(&selector, range, step_ms).await?;
-        Ok(Json(serde_json::json!({
-            "profile_type": selector.profile_type.to_string(),
-            "unit": selector.profile_type.sample_unit,
-            "timeline": timeline,
-        })))
+        Ok(Json(TimelineResponse {
+            profile_type: selector.profile_type.to_string(),
+            unit: selector.profile_type.sample_unit,
+            timeline: Timeline {
+                start_ms: timeline.start_ms,
+                step_ms: timeline.step_ms,
+                values: timeline.values,
+            },
+        }))
     })
     .await
 }
@@ -420,14 +454,14 @@ pub async fn diff(State(state): State<AppState>, RawQuery(query): RawQuery) -> R
         }
         let base = store.merge(&left, left_range).await?;
         let compare = store.merge(&right, right_range).await?;
-        let graph = kiln_engine::diff(&base, &compare, max_nodes);
-        Ok(Json(serde_json::json!({
-            "profile_type": left.profile_type.to_string(),
-            "unit": left.profile_type.sample_unit,
-            "left_total": base.total(),
-            "right_total": compare.total(),
-            "diff": graph,
-        })))
+        let diff = kiln_engine::diff(&base, &compare, max_nodes);
+        Ok(Json(DiffResponse {
+            profile_type: left.profile_type.to_string(),
+            unit: left.profile_type.sample_unit,
+            left_total: base.total(),
+            right_total: compare.total(),
+            diff,
+        }))
     })
     .await
 }

@@ -16,6 +16,7 @@
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod group_by;
 pub mod grpc;
 pub mod grpc_admission;
 pub mod grpc_query;

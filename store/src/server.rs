@@ -79,6 +79,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/series", get(http_query::series))
         .route("/api/v1/flamegraph", get(http_query::flamegraph))
         .route("/api/v1/pprof", get(http_query::pprof))
+        .route("/api/v1/folded", get(http_query::folded))
         .route("/api/v1/top", get(http_query::top))
         .route("/api/v1/timeline", get(http_query::timeline))
         .route("/api/v1/diff", get(http_query::diff))

@@ -81,6 +81,18 @@ impl StoreClient {
 
     /// GETs `path` with `params` and returns the body bytes.
     pub fn get_bytes(&self, path: &str, params: &[(&str, &str)]) -> Result<Vec<u8>, ClientError> {
+        self.get_with_header(path, params, None)
+            .map(|(body, _)| body)
+    }
+
+    /// GETs `path` with `params` and returns the body bytes and the value of
+    /// response header `header`, if asked for and present.
+    pub fn get_with_header(
+        &self,
+        path: &str,
+        params: &[(&str, &str)],
+        header: Option<&str>,
+    ) -> Result<(Vec<u8>, Option<String>), ClientError> {
         let url = format!("{}/{}", self.base, path.trim_start_matches('/'));
         let mut request = self.agent.get(&url);
         for (key, value) in params {
@@ -103,6 +115,13 @@ impl StoreClient {
             },
         })?;
         let status = response.status().as_u16();
+        let header_value = header.and_then(|name| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        });
         let body = response
             .body_mut()
             .with_config()
@@ -118,7 +137,7 @@ impl StoreClient {
                 message: error_message(&body),
             });
         }
-        Ok(body)
+        Ok((body, header_value))
     }
 
     /// GETs `path` and decodes its JSON answer.
@@ -200,7 +219,7 @@ mod tests {
         for _ in 0..depth {
             text.push_str("]}");
         }
-        let node: crate::response::FlameNode =
+        let node: kiln_contract::query_json::FlameNode =
             decode_deep_json(text.into_bytes()).expect("decodes");
         let mut levels = 0;
         let mut current = &node;
@@ -209,7 +228,10 @@ mod tests {
             current = child;
         }
         assert_eq!(levels, depth);
-        assert!(decode_deep_json::<crate::response::FlameNode>(b"{\"name\":".to_vec()).is_err());
+        assert!(
+            decode_deep_json::<kiln_contract::query_json::FlameNode>(b"{\"name\":".to_vec())
+                .is_err()
+        );
     }
 
     #[test]

@@ -6,7 +6,6 @@
 mod client;
 mod progress;
 mod render;
-mod response;
 mod up;
 
 use std::io::{IsTerminal, Write};
@@ -20,8 +19,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::client::ClientError;
 use crate::client::StoreClient;
 use crate::progress::Progress;
-use crate::response::{
-    DiffResponse, FlameGraphResponse, LabelNames, LabelValues, ProfileTypes, Series, Top,
+use kiln_contract::query_json::{
+    DiffResponse, FlameGraphResponse, LabelNames, LabelValues, PROFILE_TYPE_HEADER, ProfileTypes,
+    SeriesList, TopResponse,
 };
 
 /// Query a Kiln profile store, render flame graphs, or start Kiln locally.
@@ -103,9 +103,14 @@ struct QueryArgs {
     /// Rows of the top table.
     #[arg(long, env = "KILN_LIMIT", default_value_t = 25)]
     limit: usize,
-    /// Largest number of flame graph nodes to fetch for SVG, JSON and folded output.
+    /// Largest number of flame graph nodes in JSON output (SVG, folded and
+    /// pprof are never trimmed).
     #[arg(long, env = "KILN_MAX_NODES", default_value_t = 65536)]
     max_nodes: usize,
+    /// Group by these labels, outermost first: each group becomes a root
+    /// frame `label=value` (e.g. --group-by namespace,pod).
+    #[arg(long, env = "KILN_GROUP_BY", value_delimiter = ',')]
+    group_by: Vec<String>,
     /// The selector, e.g. 'process_cpu{pod="checkout-1"}'.
     selector: String,
 }
@@ -305,12 +310,16 @@ fn query(client: &StoreClient, args: &QueryArgs) -> anyhow::Result<()> {
     };
     let mut params = vec![("query", args.selector.as_str())];
     range_params(&args.range, &mut params);
+    let group_by = args.group_by.join(",");
+    if !group_by.is_empty() {
+        params.push(("group_by", &group_by));
+    }
     let output = args.output.as_deref();
     match format {
         Format::Table => {
             let limit = args.limit.to_string();
             params.push(("limit", &limit));
-            let top: Top = {
+            let top: TopResponse = {
                 let _progress = Progress::start("merging profiles");
                 client.get_json("api/v1/top", &params)?
             };
@@ -326,35 +335,43 @@ fn query(client: &StoreClient, args: &QueryArgs) -> anyhow::Result<()> {
             };
             emit(output, &bytes)
         }
-        Format::Json | Format::Svg | Format::Folded => {
+        Format::Json => {
             let max_nodes = args.max_nodes.to_string();
             params.push(("max_nodes", &max_nodes));
             let graph: FlameGraphResponse = {
                 let _progress = Progress::start("merging profiles into a flame graph");
                 client.get_json("api/v1/flamegraph", &params)?
             };
-            let bytes = match format {
-                Format::Json => serde_json::to_vec_pretty(&graph).context("cannot encode JSON")?,
-                Format::Folded => {
-                    let mut text = render::folded_lines(&graph.flamegraph).join("\n");
-                    text.push('\n');
-                    text.into_bytes()
-                }
-                _ => {
-                    let _progress = Progress::start("rendering the flame graph");
-                    let title = format!(
-                        "{}  {} .. {}",
-                        args.selector, args.range.from, args.range.to
-                    );
-                    render::flamegraph_svg(
-                        &render::folded_lines(&graph.flamegraph),
-                        &title,
-                        &graph.unit,
-                    )
-                    .map_err(|e| anyhow::anyhow!("cannot render the flame graph: {e}"))?
-                }
-            };
+            let bytes = serde_json::to_vec_pretty(&graph).context("cannot encode JSON")?;
             emit(output, &bytes)
+        }
+        Format::Svg | Format::Folded => {
+            // The store's untrimmed folded stacks, never the flame graph
+            // tree, whose trimmed siblings are merged into `(other)`.
+            let (folded, profile_type) = {
+                let _progress = Progress::start("merging profiles into folded stacks");
+                client.get_with_header("api/v1/folded", &params, Some(PROFILE_TYPE_HEADER))?
+            };
+            if format == Format::Folded {
+                return emit(output, &folded);
+            }
+            let folded =
+                String::from_utf8(folded).context("the store's folded stacks are not UTF-8")?;
+            let lines: Vec<&str> = folded.lines().collect();
+            // `name:sample_type:sample_unit:...`; the selector may abbreviate it.
+            let unit = profile_type
+                .as_deref()
+                .and_then(|id| id.split(':').nth(2))
+                .unwrap_or("")
+                .to_owned();
+            let _progress = Progress::start("rendering the flame graph");
+            let title = format!(
+                "{}  {} .. {}",
+                args.selector, args.range.from, args.range.to
+            );
+            let svg = render::flamegraph_svg(&lines, &title, &unit)
+                .map_err(|e| anyhow::anyhow!("cannot render the flame graph: {e}"))?;
+            emit(output, &svg)
         }
     }
 }
@@ -408,7 +425,7 @@ fn series(client: &StoreClient, args: &SeriesArgs) -> anyhow::Result<()> {
         params.push(("query", selector.as_str()));
     }
     range_params(&args.range, &mut params);
-    let series: Series = client.get_json("api/v1/series", &params)?;
+    let series: SeriesList = client.get_json("api/v1/series", &params)?;
     if args.json {
         println!(
             "{}",
@@ -464,12 +481,10 @@ fn diff(client: &StoreClient, args: &DiffArgs) -> anyhow::Result<()> {
         }
         Format::Svg => {
             let title = format!("{} → {}", args.base, compare);
-            render::flamegraph_svg(
-                &render::diff_folded_lines(&answer.diff),
-                &title,
-                &answer.unit,
-            )
-            .map_err(|e| anyhow::anyhow!("cannot render the flame graph: {e}"))?
+            let lines = render::diff_folded_lines(&answer.diff);
+            let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+            render::flamegraph_svg(&lines, &title, &answer.unit)
+                .map_err(|e| anyhow::anyhow!("cannot render the flame graph: {e}"))?
         }
         _ => {
             let mut text = format!(

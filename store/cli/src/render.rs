@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::response::{DiffFlameGraph, DiffNode, FlameGraph, FlameNode, Top};
+use kiln_contract::query_json::{DiffFlameGraph, DiffNode, TopResponse, folded_frame_name};
 
 /// Formats `value` in a pprof sample unit (`nanoseconds`, `bytes`, ...).
 pub fn format_value(value: i64, unit: &str) -> String {
@@ -74,7 +74,7 @@ fn percent(part: i64, whole: i64) -> String {
 }
 
 /// The top table as aligned text, `limit` rows.
-pub fn top_table(top: &Top, limit: usize) -> String {
+pub fn top_table(top: &TopResponse, limit: usize) -> String {
     let rows: Vec<[String; 5]> = top
         .top
         .iter()
@@ -126,40 +126,6 @@ pub fn top_table(top: &Top, limit: usize) -> String {
     out
 }
 
-/// A frame name safe for the folded format (`;` separates frames, the
-/// last space separates the count).
-fn folded_frame(name: &str) -> String {
-    name.chars()
-        .map(|c| match c {
-            ';' => ':',
-            '\n' | '\r' | '\t' => ' ',
-            c => c,
-        })
-        .collect()
-}
-
-/// Folded stacks (`root;child;leaf value`), one line per node with a self
-/// value, without the synthetic root.
-pub fn folded_lines(graph: &FlameGraph) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut stack: Vec<(&FlameNode, usize)> =
-        graph.root.children.iter().rev().map(|c| (c, 0)).collect();
-    let mut path: Vec<String> = Vec::new();
-    while let Some((node, depth)) = stack.pop() {
-        path.truncate(depth);
-        let name = graph
-            .names
-            .get(node.name as usize)
-            .map_or("?", String::as_str);
-        path.push(folded_frame(name));
-        if node.self_value != 0 {
-            lines.push(format!("{} {}", path.join(";"), node.self_value));
-        }
-        stack.extend(node.children.iter().rev().map(|c| (c, depth + 1)));
-    }
-    lines
-}
-
 /// Differential folded stacks (`stack base compare`) in inferno's (and
 /// Brendan Gregg's) differential format: the graph takes its shape from the
 /// compared selection and its colour from the change. Base values are
@@ -183,7 +149,7 @@ pub fn diff_folded_lines(graph: &DiffFlameGraph) -> Vec<String> {
             .names
             .get(node.name as usize)
             .map_or("?", String::as_str);
-        path.push(folded_frame(name));
+        path.push(folded_frame_name(name).into_owned());
         if node.base_self != 0 || node.compare_self != 0 {
             let base = (node.base_self as f64 * scale).round() as i64;
             lines.push(format!("{} {} {}", path.join(";"), base, node.compare_self));
@@ -193,8 +159,9 @@ pub fn diff_folded_lines(graph: &DiffFlameGraph) -> Vec<String> {
     lines
 }
 
-/// Renders folded lines as an SVG flame graph with inferno.
-pub fn flamegraph_svg(lines: &[String], title: &str, unit: &str) -> Result<Vec<u8>, String> {
+/// Renders folded lines (`a;b;c value`, as `/api/v1/folded` answers) as an
+/// SVG flame graph with inferno.
+pub fn flamegraph_svg(lines: &[&str], title: &str, unit: &str) -> Result<Vec<u8>, String> {
     let mut options = inferno::flamegraph::Options::default();
     options.title = title.to_owned();
     options.count_name = if unit.is_empty() {
@@ -212,7 +179,7 @@ pub fn flamegraph_svg(lines: &[String], title: &str, unit: &str) -> Result<Vec<u
         );
         return Ok(text.into_bytes());
     }
-    inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg)
+    inferno::flamegraph::from_lines(&mut options, lines.iter().copied(), &mut svg)
         .map_err(|e| e.to_string())?;
     Ok(svg)
 }
@@ -293,55 +260,16 @@ pub fn diff_table(rows: &[DiffRow], limit: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::response::TopEntry;
-
-    fn node(name: u32, total: i64, self_value: i64, children: Vec<FlameNode>) -> FlameNode {
-        FlameNode {
-            name,
-            total,
-            self_value,
-            children,
-        }
-    }
-
-    fn sample_graph() -> FlameGraph {
-        FlameGraph {
-            names: vec![
-                "total".into(),
-                "main".into(),
-                "work;x".into(),
-                "idle".into(),
-            ],
-            root: node(
-                0,
-                10,
-                0,
-                vec![node(
-                    1,
-                    10,
-                    1,
-                    vec![node(2, 6, 6, vec![]), node(3, 3, 3, vec![])],
-                )],
-            ),
-            node_count: 4,
-        }
-    }
+    use kiln_contract::query_json::TopEntry;
 
     #[test]
-    fn folded_lines_carry_self_values_and_escape_separators() {
-        assert_eq!(
-            folded_lines(&sample_graph()),
-            vec!["main 1", "main;work:x 6", "main;idle 3"]
-        );
-    }
-
-    #[test]
-    fn svg_names_every_frame() {
+    fn svg_names_every_frame_and_counts_every_sample() {
         let svg =
-            flamegraph_svg(&folded_lines(&sample_graph()), "t", "nanoseconds").expect("renders");
+            flamegraph_svg(&["main 1", "main;work:x 6", "main;idle 3"], "t", "").expect("renders");
         let text = String::from_utf8(svg).expect("utf-8");
         assert!(text.contains("work:x"));
         assert!(text.contains("idle"));
+        assert!(text.contains("all (10 samples, 100%)"), "{text}");
     }
 
     #[test]
@@ -363,7 +291,8 @@ mod tests {
 
     #[test]
     fn top_table_aligns_columns_and_shows_percentages() {
-        let top = Top {
+        let top = TopResponse {
+            group_by: Vec::new(),
             profile_type: "process_cpu:cpu:nanoseconds:cpu:nanoseconds".into(),
             unit: "nanoseconds".into(),
             total: 2_000_000_000,

@@ -6,4 +6,5 @@
 //! `thiserror`: the CLI depends on this crate and must stay free of the
 //! engine and of tokio.
 
+pub mod query_json;
 pub mod sample_labels;

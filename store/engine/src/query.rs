@@ -5,6 +5,7 @@
 mod diff;
 mod export;
 mod flamegraph;
+mod group;
 mod merged;
 mod timeline;
 mod top;

@@ -1,35 +1,9 @@
 //! Diff of two selections: one frame tree carrying both sides' values.
 
+pub use kiln_contract::query_json::{DiffFlameGraph, DiffNode};
+
 use super::flamegraph::{FrameTree, OTHER_NODE_NAME};
 use super::merged::MergedProfile;
-
-/// A diff flame graph, serialized as JSON by the server.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct DiffFlameGraph {
-    /// Frame names; nodes refer to them by index.
-    pub names: Vec<String>,
-    /// The root (`total`).
-    pub root: DiffNode,
-    /// Nodes in the tree, including the root and `(other)` nodes.
-    pub node_count: usize,
-}
-
-/// One node of a diff flame graph.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct DiffNode {
-    /// Index into [`DiffFlameGraph::names`].
-    pub name: u32,
-    /// Total in the base selection.
-    pub base_total: i64,
-    /// Self value in the base selection.
-    pub base_self: i64,
-    /// Total in the compared selection.
-    pub compare_total: i64,
-    /// Self value in the compared selection.
-    pub compare_self: i64,
-    /// Callees, largest combined total first.
-    pub children: Vec<DiffNode>,
-}
 
 /// Diffs `compare` against `base` as one tree of at most `max_nodes` nodes.
 pub fn diff(base: &MergedProfile, compare: &MergedProfile, max_nodes: usize) -> DiffFlameGraph {

@@ -94,3 +94,29 @@ impl MergedProfile {
         builder.finish()
     }
 }
+
+impl MergedProfile {
+    /// Every stack as one folded line, `root;...;leaf value`, with sample
+    /// labels merged away, sorted; stacks summing to zero are left out.
+    /// Untrimmed, so the values add up to [`MergedProfile::total`]. Frame
+    /// names are made safe with
+    /// [`folded_frame_name`](kiln_contract::query_json::folded_frame_name).
+    pub fn folded(&self) -> String {
+        let mut text = String::new();
+        for (frames, value) in self.stacks() {
+            if value == 0 {
+                continue;
+            }
+            for (depth, frame) in frames.iter().rev().enumerate() {
+                if depth > 0 {
+                    text.push(';');
+                }
+                text.push_str(&kiln_contract::query_json::folded_frame_name(frame));
+            }
+            text.push(' ');
+            text.push_str(&value.to_string());
+            text.push('\n');
+        }
+        text
+    }
+}

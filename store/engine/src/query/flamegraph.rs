@@ -10,35 +10,7 @@ use hashbrown::HashMap;
 
 use super::merged::{MergedProfile, frame_names};
 
-/// Name of the node that stands for trimmed siblings.
-pub const OTHER_NODE_NAME: &str = "(other)";
-/// Name of the root node.
-pub const ROOT_NODE_NAME: &str = "total";
-
-/// A flame graph, serialized as JSON by the server.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct FlameGraph {
-    /// Frame names; nodes refer to them by index.
-    pub names: Vec<String>,
-    /// The root (`total`), whose total is the merge's total.
-    pub root: FlameNode,
-    /// Nodes in the tree, including the root and `(other)` nodes.
-    pub node_count: usize,
-}
-
-/// One flame graph node.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct FlameNode {
-    /// Index into [`FlameGraph::names`].
-    pub name: u32,
-    /// Value of this frame and everything it called.
-    pub total: i64,
-    /// Value of this frame alone.
-    #[serde(rename = "self")]
-    pub self_value: i64,
-    /// Callees, largest total first.
-    pub children: Vec<FlameNode>,
-}
+pub use kiln_contract::query_json::{FlameGraph, FlameNode, OTHER_NODE_NAME, ROOT_NODE_NAME};
 
 /// A full (untrimmed) frame tree with up to two value slots, shared by
 /// flame graphs (slot 0) and diffs (slots 0 and 1).

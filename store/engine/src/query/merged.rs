@@ -12,7 +12,7 @@ use crate::symbols::{Location, SymbolTable, SymbolTranslator};
 pub struct MergedProfile {
     pub(crate) symbols: SymbolTable,
     pub(crate) values: HashMap<(u32, u32), i64>,
-    total: i64,
+    pub(crate) total: i64,
 }
 
 impl MergedProfile {

@@ -2,18 +2,9 @@
 
 use hashbrown::HashMap;
 
-use super::merged::{MergedProfile, frame_names};
+pub use kiln_contract::query_json::TopEntry;
 
-/// One row of the top table.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct TopEntry {
-    /// Function (frame) name.
-    pub name: String,
-    /// Value where this function is the leaf frame.
-    pub flat: i64,
-    /// Value of every stack this function appears in (counted once per stack).
-    pub cumulative: i64,
-}
+use super::merged::{MergedProfile, frame_names};
 
 impl MergedProfile {
     /// The `limit` functions with the largest flat value (then cumulative).

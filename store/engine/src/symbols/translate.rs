@@ -82,7 +82,7 @@ impl SymbolTranslator {
         self.functions[id as usize]
     }
 
-    fn location(&mut self, src: &SymbolTable, dst: &mut SymbolTable, id: u32) -> u32 {
+    pub(crate) fn location(&mut self, src: &SymbolTable, dst: &mut SymbolTable, id: u32) -> u32 {
         let Some(&location) = src.location(id) else {
             return dst.intern_location(NO_MAPPING, 0, &[]);
         };

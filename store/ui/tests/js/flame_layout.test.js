@@ -1,5 +1,6 @@
 // Unit tests of the pure UI modules, run by `node --test` from
-// store/ui/tests/assets.rs against hand-written samples of the store's JSON.
+// store/ui/tests/assets.rs against JSON the real store answered
+// (tests/fixtures/, kept by tests/api_fixtures.rs).
 
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -15,26 +16,28 @@ import {
   pathOf,
 } from '../../assets/js/flame_layout.js';
 
+// The fixtures' folded samples are 10 ms each, in nanoseconds.
+const MS10 = 10_000_000;
 const fixture = (name) => JSON.parse(readFileSync(new URL(`../fixtures/${name}`, import.meta.url), 'utf8'));
 
 test('layout places children side by side from their parent start', () => {
   const layout = layoutFlameGraph(fixture('flamegraph.json').flamegraph);
   assert.equal(layout.count, 6);
-  assert.equal(layout.rootValue, 1000);
+  assert.equal(layout.rootValue, 1000 * MS10);
   assert.equal(layout.maxDepth, 3);
   const names = (row) => [...layout.rows[row]].map((n) => layout.names[layout.name[n]]);
   assert.deepEqual(names(1), ['main.main', '(other)']);
   assert.deepEqual(names(2), ['main.work', 'main.idle']);
   const idle = layout.rows[2][1];
-  assert.equal(layout.start[idle], 600);
-  assert.equal(layout.width[idle], 200);
-  assert.equal(layout.self[idle], 200);
+  assert.equal(layout.start[idle], 600 * MS10);
+  assert.equal(layout.width[idle], 200 * MS10);
+  assert.equal(layout.self[idle], 200 * MS10);
 });
 
 test('hit testing finds the frame under a value position and nothing in gaps', () => {
   const layout = layoutFlameGraph(fixture('flamegraph.json').flamegraph);
   const at = (depth, x) => {
-    const n = nodeAt(layout, depth, x);
+    const n = nodeAt(layout, depth, x * MS10);
     return n < 0 ? null : layout.names[layout.name[n]];
   };
   assert.equal(at(1, 0), 'main.main');
@@ -58,10 +61,10 @@ test('search counts nested matches once in the matched share', () => {
   const layout = layoutFlameGraph(fixture('flamegraph.json').flamegraph);
   const bySubstring = matchNodes(layout, 'MAIN.');
   assert.equal(bySubstring.matchedNodes, 3);
-  assert.equal(bySubstring.matchedValue, 900);
+  assert.equal(bySubstring.matchedValue, 900 * MS10);
   const byRegex = matchNodes(layout, '/^runtime\\./');
   assert.equal(byRegex.matchedNodes, 1);
-  assert.equal(byRegex.matchedValue, 200);
+  assert.equal(byRegex.matchedValue, 200 * MS10);
   assert.equal(matchNodes(layout, '/[unclosed/').matchedNodes, 0);
   assert.equal(matchNodes(layout, '').matchedNodes, 0);
 });

@@ -109,6 +109,31 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, Vec<u8>)> {
     Some((status, response.split_off(body_start)))
 }
 
+/// Status and body of a plain HTTP/1.1 POST of `body` (ingest), or `None`
+/// when nothing answers.
+pub fn http_post(port: u16, path: &str, body: &[u8]) -> Option<(u16, Vec<u8>)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .ok()?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .ok()?;
+    stream.write_all(body).ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let status = std::str::from_utf8(response.get(9..12)?)
+        .ok()?
+        .parse()
+        .ok()?;
+    let body_start = response.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    Some((status, response.split_off(body_start)))
+}
+
 impl Drop for StoreProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -1,0 +1,217 @@
+//! The UI's unit tests read `tests/fixtures/*.json`; this test makes sure
+//! those are exactly what the real `kiln-store` answers today. It starts the
+//! store, ingests small folded profiles whose shapes the unit tests rely on
+//! (a trimmed `(other)` node, a diff with a gain and a loss, two groups),
+//! asks `/api/v1/` for each fixture, checks the answer decodes as the
+//! `kiln-contract` type the CLI reads, and fails on any difference.
+//!
+//! Times depend on when the test runs, so `from_ms`/`to_ms`/`start_ms` are
+//! shifted to a fixed base before comparing; nothing else is touched.
+//! Regenerate with `KILN_BLESS=1 cargo test -p kiln-ui --test api_fixtures`.
+
+#[path = "support/prerequisites.rs"]
+mod prerequisites;
+#[path = "support/store_process.rs"]
+mod store_process;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use kiln_contract::query_json::{
+    DiffResponse, ErrorResponse, FlameGraphResponse, LabelValues, TopResponse,
+};
+use serde_json::Value;
+use store_process::StoreProcess;
+
+/// Where the shifted range of every fixture starts (2025-11-22T02:00:00Z).
+const FIXED_FROM_MS: i64 = 1_763_776_800_000;
+
+/// `(app_name labels, folded stacks)` ingested before the fixtures are
+/// taken; Pyroscope's `name` takes label values without quotes.
+const PROFILES: &[(&str, &str)] = &[
+    (
+        "fixture=flame",
+        "main.main 100\nmain.main;main.work 400\nmain.main;main.work;runtime.mallocgc 200\n\
+         main.main;main.idle 200\nmain.helper 60\nmain.report 40\n",
+    ),
+    (
+        "fixture=diff-base",
+        "main.main;main.work 50\nmain.main;main.idle 50\n",
+    ),
+    (
+        "fixture=diff-compare",
+        "main.main;main.work 100\nmain.main;main.newpath 100\n",
+    ),
+    (
+        "fixture=grouped,pod=checkout-1",
+        "main.main;main.checkout;crypto.hash 300\nmain.main;main.audit;crypto.hash 100\n",
+    ),
+    (
+        "fixture=grouped,pod=search-1",
+        "main.main;main.search;crypto.hash 200\nmain.main;main.search;sort.Ints 200\n",
+    ),
+];
+
+fn now_s() -> i64 {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    i64::try_from(secs).expect("seconds fit i64")
+}
+
+/// Percent-encodes a query parameter value.
+fn encode(text: &str) -> String {
+    let mut out = String::new();
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// Shifts every time field by the same amount so the fixture does not change
+/// with the clock.
+fn shift_times(value: &mut Value, shift_ms: i64) {
+    match value {
+        Value::Object(map) => {
+            for (key, field) in map.iter_mut() {
+                if matches!(key.as_str(), "from_ms" | "to_ms" | "start_ms") {
+                    if let Some(ms) = field.as_i64() {
+                        *field = Value::from(ms - shift_ms);
+                    }
+                } else {
+                    shift_times(field, shift_ms);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| shift_times(v, shift_ms)),
+        _ => {}
+    }
+}
+
+#[test]
+fn ui_fixtures_are_what_the_real_store_answers() {
+    let Some(binary) = prerequisites::built_binary("kiln-store", "KILN_STORE_BIN") else {
+        return;
+    };
+    let store = StoreProcess::start(&binary);
+    let now = now_s();
+    for (labels, folded) in PROFILES {
+        let name = encode(&format!("process_cpu{{{labels}}}"));
+        let path = format!(
+            "/ingest?format=folded&name={name}&from={}&until={}",
+            now - 120,
+            now - 110
+        );
+        let answer = store_process::http_post(store.port(), &path, folded.as_bytes());
+        assert!(
+            matches!(answer, Some((200, _))),
+            "ingest of {labels} failed: {answer:?}\n{}",
+            store.log()
+        );
+    }
+    let from_ms = (now - 600) * 1000;
+    let to_ms = now * 1000;
+    let range = format!("from={from_ms}&to={to_ms}");
+    let q = |labels: &str| encode(&format!("process_cpu{{{labels}}}"));
+    let fixtures: Vec<(&str, String)> = vec![
+        (
+            "flamegraph.json",
+            format!(
+                "/api/v1/flamegraph?query={}&{range}&max_nodes=6",
+                q("fixture=\"flame\"")
+            ),
+        ),
+        (
+            "diff.json",
+            format!(
+                "/api/v1/diff?left_query={}&right_query={}&left_from={from_ms}&left_to={to_ms}",
+                q("fixture=\"diff-base\""),
+                q("fixture=\"diff-compare\"")
+            ),
+        ),
+        (
+            "grouped.json",
+            format!(
+                "/api/v1/flamegraph?query={}&{range}&group_by=pod",
+                q("fixture=\"grouped\"")
+            ),
+        ),
+        (
+            "top.json",
+            format!(
+                "/api/v1/top?query={}&{range}&limit=10",
+                q("fixture=\"grouped\"")
+            ),
+        ),
+        (
+            "label_values.json",
+            format!(
+                "/api/v1/labels/pod/values?query={}&{range}",
+                encode("{fixture=\"grouped\"}")
+            ),
+        ),
+        (
+            "error.json",
+            format!(
+                "/api/v1/flamegraph?query={}&{range}",
+                encode("process_cpu{pod=}")
+            ),
+        ),
+    ];
+    let bless = std::env::var_os("KILN_BLESS").is_some();
+    let dir = prerequisites::crate_dir().join("tests/fixtures");
+    let mut stale = Vec::new();
+    for (file, path) in &fixtures {
+        let (status, body) = store_process::http_get(store.port(), path)
+            .unwrap_or_else(|| panic!("{path} got no answer\n{}", store.log()));
+        let expected_status = if *file == "error.json" { 400 } else { 200 };
+        assert_eq!(
+            status,
+            expected_status,
+            "{path} answered {status}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        check_contract(file, &body);
+        let mut value: Value = serde_json::from_slice(&body).expect("the store answers JSON");
+        shift_times(&mut value, from_ms - FIXED_FROM_MS);
+        let mut text = serde_json::to_string_pretty(&value).expect("JSON encodes");
+        text.push('\n');
+        let target = dir.join(file);
+        if bless {
+            std::fs::write(&target, &text).expect("fixture is writable");
+        } else if std::fs::read_to_string(&target).ok().as_deref() != Some(text.as_str()) {
+            stale.push(format!("{file}:\n{text}"));
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "the store's answers differ from the UI's fixtures; if the change is meant, run \
+         KILN_BLESS=1 cargo test -p kiln-ui --test api_fixtures, rerun the UI unit tests and \
+         commit the fixtures. Answers now:\n{}",
+        stale.join("\n")
+    );
+}
+
+/// The answer decodes as the shared contract type, as the CLI reads it.
+fn check_contract(file: &str, body: &[u8]) {
+    let decoded = match file {
+        "flamegraph.json" | "grouped.json" => {
+            serde_json::from_slice::<FlameGraphResponse>(body).map(drop)
+        }
+        "diff.json" => serde_json::from_slice::<DiffResponse>(body).map(drop),
+        "top.json" => serde_json::from_slice::<TopResponse>(body).map(drop),
+        "label_values.json" => serde_json::from_slice::<LabelValues>(body).map(drop),
+        "error.json" => serde_json::from_slice::<ErrorResponse>(body).map(drop),
+        other => panic!("no contract type for {other}"),
+    };
+    if let Err(err) = decoded {
+        panic!(
+            "{file}: the store's answer does not fit kiln-contract: {err}\n{}",
+            String::from_utf8_lossy(body)
+        );
+    }
+}
