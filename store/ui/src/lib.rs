@@ -38,6 +38,16 @@ const ASSETS: &[(&str, &[u8], &str)] = &[
     ),
     ("js/format.js", include_bytes!("../assets/js/format.js"), JS),
     (
+        "js/sandwich.js",
+        include_bytes!("../assets/js/sandwich.js"),
+        JS,
+    ),
+    (
+        "js/svg_export.js",
+        include_bytes!("../assets/js/svg_export.js"),
+        JS,
+    ),
+    (
         "js/flamegraph.js",
         include_bytes!("../assets/js/flamegraph.js"),
         JS,

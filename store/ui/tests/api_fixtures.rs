@@ -5,8 +5,12 @@
 //! asks `/api/v1/` for each fixture, checks the answer decodes as the
 //! `kiln-contract` type the CLI reads, and fails on any difference.
 //!
-//! Times depend on when the test runs, so `from_ms`/`to_ms`/`start_ms` are
-//! shifted to a fixed base before comparing; nothing else is touched.
+//! Two things vary between runs of the same store and are normalized before
+//! comparing, nothing else: times depend on when the test runs, so
+//! `from_ms`/`to_ms`/`start_ms` are shifted to a fixed base; and the store
+//! numbers frame names (and so orders siblings of equal value) in hash
+//! order, so names are renumbered in tree order and equal siblings sorted
+//! by name.
 //! Regenerate with `KILN_BLESS=1 cargo test -p kiln-ui --test api_fixtures`.
 
 #[path = "support/prerequisites.rs"]
@@ -90,6 +94,69 @@ fn shift_times(value: &mut Value, shift_ms: i64) {
         Value::Array(items) => items.iter_mut().for_each(|v| shift_times(v, shift_ms)),
         _ => {}
     }
+}
+
+/// The total a sibling is ordered by: a flame graph node's `total`, a diff
+/// node's two totals.
+fn node_weight(node: &Value) -> i64 {
+    match node.get("total") {
+        Some(total) => total.as_i64().unwrap_or(0),
+        None => ["base_total", "compare_total"]
+            .iter()
+            .filter_map(|k| node.get(*k).and_then(Value::as_i64))
+            .sum(),
+    }
+}
+
+/// Renumbers the `names` of a tree (`{"names", "root"}`) in depth-first
+/// order of first use, unused names after them sorted, and orders siblings
+/// by weight, then name.
+fn canonical_names(graph: &mut Value) {
+    let Some(old_names) = graph.get("names").and_then(Value::as_array).cloned() else {
+        return;
+    };
+    let name_of = |node: &Value| -> String {
+        let index = node.get("name").and_then(Value::as_u64).unwrap_or(0) as usize;
+        old_names
+            .get(index)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let mut order: Vec<String> = Vec::new();
+    let Some(root) = graph.get_mut("root") else {
+        return;
+    };
+    let mut pending: Vec<&mut Value> = vec![root];
+    while let Some(node) = pending.pop() {
+        let name = name_of(node);
+        let index = match order.iter().position(|n| *n == name) {
+            Some(i) => i,
+            None => {
+                order.push(name);
+                order.len() - 1
+            }
+        };
+        node["name"] = Value::from(index);
+        if let Some(children) = node.get_mut("children").and_then(Value::as_array_mut) {
+            children.sort_by(|a, b| {
+                node_weight(b)
+                    .cmp(&node_weight(a))
+                    .then_with(|| name_of(a).cmp(&name_of(b)))
+            });
+            // Numbered left to right: push right to left.
+            pending.extend(children.iter_mut().rev());
+        }
+    }
+    let mut unused: Vec<String> = old_names
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|n| !order.iter().any(|o| o == n))
+        .map(str::to_owned)
+        .collect();
+    unused.sort();
+    order.extend(unused);
+    graph["names"] = Value::from(order);
 }
 
 #[test]
@@ -178,6 +245,11 @@ fn ui_fixtures_are_what_the_real_store_answers() {
         check_contract(file, &body);
         let mut value: Value = serde_json::from_slice(&body).expect("the store answers JSON");
         shift_times(&mut value, from_ms - FIXED_FROM_MS);
+        for tree in ["flamegraph", "diff"] {
+            if let Some(graph) = value.get_mut(tree) {
+                canonical_names(graph);
+            }
+        }
         let mut text = serde_json::to_string_pretty(&value).expect("JSON encodes");
         text.push('\n');
         let target = dir.join(file);

@@ -1,10 +1,14 @@
 //! The UI in a real browser: starts `kiln-store` on 127.0.0.1 with an
-//! empty data directory, seeds it with real pprof fixtures for two pods,
-//! and drives Debian's Chromium headless through `tests/browser/ui_flow.mjs`
-//! (playwright-core): select a pod, see the flame graph, zoom, search,
-//! brush the timeline, download pprof, compare. Screenshots land in
-//! `<target>/ui-artifacts/`.
+//! empty data directory and drives Debian's Chromium headless with
+//! playwright-core. `tests/browser/ui_flow.mjs`, on real pprof fixtures of
+//! two pods from ../shared: select a pod, see the flame graph, zoom, search,
+//! brush the timeline, download pprof, compare. `tests/browser/host_view.mjs`,
+//! on real CPU profiles of three processes made at test time: the host view
+//! grouped by `comm`, the sandwich view, downloads, and every view restored
+//! from its link. Screenshots land in `<target>/ui-artifacts/`.
 
+#[path = "support/go_workloads.rs"]
+mod go_workloads;
 #[path = "support/prerequisites.rs"]
 mod prerequisites;
 #[path = "support/store_process.rs"]
@@ -42,6 +46,30 @@ fn ui_shows_selects_zooms_searches_and_compares_profiles_in_chromium() {
     let Some(fixtures) = prerequisites::profile_fixtures() else {
         return;
     };
+    run_flow(
+        "ui_flow.mjs",
+        &[("KILN_FIXTURES", fixtures.into_os_string())],
+    );
+}
+
+#[test]
+fn ui_groups_a_host_by_process_opens_a_sandwich_and_restores_each_view_from_its_link() {
+    let work = tempfile::tempdir().expect("temporary directory");
+    let Some(profiles) = go_workloads::cpu_profiles(work.path()) else {
+        return;
+    };
+    let list: Vec<String> = profiles
+        .iter()
+        .map(|(service, path)| format!("{service}={}", path.display()))
+        .collect();
+    run_flow(
+        "host_view.mjs",
+        &[("KILN_PROFILES", list.join("\n").into())],
+    );
+}
+
+/// Starts a store and runs `tests/browser/<script>` against it with `env`.
+fn run_flow(script: &str, env: &[(&str, std::ffi::OsString)]) {
     let Some(node) = prerequisites::node() else {
         return;
     };
@@ -71,11 +99,13 @@ fn ui_shows_selects_zooms_searches_and_compares_profiles_in_chromium() {
     std::fs::create_dir_all(&artifacts).expect("artifact directory can be created");
     eprintln!("UI screenshots: {}", artifacts.display());
 
-    let script = prerequisites::crate_dir().join("tests/browser/ui_flow.mjs");
+    let script = prerequisites::crate_dir()
+        .join("tests/browser")
+        .join(script);
     let output = Command::new(node)
         .arg(&script)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("KILN_URL", store.url())
-        .env("KILN_FIXTURES", &fixtures)
         .env("KILN_ARTIFACTS", &artifacts)
         .env("KILN_CHROMIUM", &chromium)
         .env("KILN_PLAYWRIGHT", &playwright)

@@ -1,5 +1,19 @@
 // The store's query API (`/api/v1/`, see docs/api.md). Every request is a
 // GET with the selector in `query` and times as unix milliseconds.
+//
+// A store that requires read tokens answers 401; the UI then asks for one
+// once (`askToken`), keeps it in sessionStorage only (gone with the tab,
+// never in the URL or a link) and sends it as a bearer token.
+
+const TOKEN_KEY = 'kiln.readToken';
+
+export function storedToken() {
+  try {
+    return window.sessionStorage.getItem(TOKEN_KEY) || '';
+  } catch {
+    return '';
+  }
+}
 
 export class ApiError extends Error {
   constructor(message, status) {
@@ -21,9 +35,83 @@ export function apiUrl(path, params) {
   return `api/v1/${path}${text ? `?${text}` : ''}`;
 }
 
+function groupParam(groupBy) {
+  return groupBy && groupBy.length ? groupBy.join(',') : undefined;
+}
+
 export class Api {
-  constructor() {
+  // `askToken(message)` resolves to a token, or '' when the user declines.
+  constructor({ askToken } = {}) {
     this.controllers = new Map();
+    this.askToken = askToken || null;
+    this.tokenPrompt = null;
+  }
+
+  headers(accept) {
+    const headers = { Accept: accept };
+    const token = storedToken();
+    if (token) headers.Authorization = `Bearer ${token}`;
+    return headers;
+  }
+
+  // One prompt for every request that got a 401 at the same time.
+  async newToken(message) {
+    if (!this.askToken) return '';
+    if (!this.tokenPrompt) {
+      this.tokenPrompt = this.askToken(message).finally(() => {
+        this.tokenPrompt = null;
+      });
+    }
+    const token = (await this.tokenPrompt) || '';
+    if (token) window.sessionStorage.setItem(TOKEN_KEY, token);
+    return token;
+  }
+
+  // Fetches `path`, asking for a read token and retrying once on a 401.
+  async fetchWithToken(path, params, signal, accept) {
+    let response;
+    for (let attempt = 0; attempt < 2; attempt += 1) {
+      try {
+        response = await fetch(apiUrl(path, params), { signal, headers: this.headers(accept) });
+      } catch (err) {
+        if (err.name === 'AbortError') throw err;
+        throw new ApiError(`The store is unreachable: ${err.message}`, 0);
+      }
+      if (response.status !== 401 || attempt > 0) break;
+      const hadToken = storedToken() !== '';
+      const token = await this.newToken(
+        hadToken ? 'The store refused the read token. Enter another one:' : 'This store requires a read token:',
+      );
+      if (!token) break;
+    }
+    return response;
+  }
+
+  // Downloads `path` as a file named `filename` (through fetch, so the read
+  // token goes in a header rather than the link).
+  async download(path, params, filename) {
+    const response = await this.fetchWithToken(path, params, undefined, '*/*');
+    if (!response.ok) throw new ApiError(await errorMessage(response), response.status);
+    const url = URL.createObjectURL(await response.blob());
+    const link = document.createElement('a');
+    link.href = url;
+    link.download = filename;
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  }
+
+  // The untrimmed merge as folded stacks (`a;b;c value` lines).
+  async folded(query, range, groupBy) {
+    const response = await this.fetchWithToken(
+      'folded',
+      { query, ...rangeParams(range), group_by: groupParam(groupBy) },
+      undefined,
+      'text/plain',
+    );
+    if (!response.ok) throw new ApiError(await errorMessage(response), response.status);
+    return response.text();
   }
 
   // Fetches JSON. A newer request on the same `channel` aborts the older
@@ -36,13 +124,7 @@ export class Api {
       this.controllers.set(channel, controller);
       signal = controller.signal;
     }
-    let response;
-    try {
-      response = await fetch(apiUrl(path, params), { signal, headers: { Accept: 'application/json' } });
-    } catch (err) {
-      if (err.name === 'AbortError') throw err;
-      throw new ApiError(`The store is unreachable: ${err.message}`, 0);
-    }
+    const response = await this.fetchWithToken(path, params, signal, 'application/json');
     const text = await response.text();
     let body = null;
     try {
@@ -51,7 +133,8 @@ export class Api {
       body = null;
     }
     if (!response.ok) {
-      const message = (body && (body.error || body.message)) || text || response.statusText;
+      let message = (body && (body.error || body.message)) || text || response.statusText;
+      if (response.status === 401) message = `${message}. This store requires a read token; reload the page to enter one.`;
       throw new ApiError(message, response.status);
     }
     if (body === null) throw new ApiError(`The store sent a response that is not JSON (${path})`, response.status);
@@ -73,14 +156,18 @@ export class Api {
     return body.values || [];
   }
 
-  // {profile_type, unit, total, flamegraph: {names, root, node_count}}
-  flamegraph(query, range, maxNodes, channel) {
-    return this.get('flamegraph', { query, ...rangeParams(range), max_nodes: String(maxNodes) }, channel);
+  // {profile_type, unit, total, group_by, flamegraph: {names, root, node_count}}
+  flamegraph(query, range, maxNodes, groupBy, channel) {
+    return this.get(
+      'flamegraph',
+      { query, ...rangeParams(range), max_nodes: String(maxNodes), group_by: groupParam(groupBy) },
+      channel,
+    );
   }
 
-  // {profile_type, unit, total, top: [{name, flat, cumulative}]}
-  top(query, range, limit, channel) {
-    return this.get('top', { query, ...rangeParams(range), limit: String(limit) }, channel);
+  // {profile_type, unit, total, group_by, top: [{name, flat, cumulative}]}
+  top(query, range, limit, groupBy, channel) {
+    return this.get('top', { query, ...rangeParams(range), limit: String(limit), group_by: groupParam(groupBy) }, channel);
   }
 
   // {profile_type, unit, timeline: {start_ms, step_ms, values}}
@@ -103,7 +190,21 @@ export class Api {
     );
   }
 
-  pprofUrl(query, range) {
-    return apiUrl('pprof', { query, ...rangeParams(range) });
+  pprofParams(query, range, groupBy) {
+    return { query, ...rangeParams(range), group_by: groupParam(groupBy) };
+  }
+
+  pprofUrl(query, range, groupBy) {
+    return apiUrl('pprof', this.pprofParams(query, range, groupBy));
+  }
+}
+
+async function errorMessage(response) {
+  const text = await response.text();
+  try {
+    const body = JSON.parse(text);
+    return body.error || body.message || text;
+  } catch {
+    return text || response.statusText;
   }
 }

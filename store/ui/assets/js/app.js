@@ -1,12 +1,14 @@
 // Kiln's UI: wires the selections, flame graph, timeline and table to the
 // store's query API, and keeps the whole query in the page URL.
 
-import { Api } from './api.js';
+import { Api, storedToken } from './api.js';
 import { compileSearch, diffTableRows, layoutDiffFlameGraph, layoutFlameGraph, nodeByPath } from './flame_layout.js';
 import { FlameGraphView } from './flamegraph.js';
 import { formatPercent, formatValue, profileTypeLabel } from './format.js';
-import { chooseStep, decodeState, encodeState } from './query_state.js';
+import { chooseStep, decodeState, defaultGroupBy, encodeState, parseGroupBy } from './query_state.js';
+import { sandwichGraphs } from './sandwich.js';
 import { SelectionPanel } from './selection_panel.js';
+import { foldedToSvg } from './svg_export.js';
 import { TopTable } from './top_table.js';
 
 // The server trims flame graphs to this many nodes; the canvas handles it.
@@ -15,9 +17,26 @@ const TOP_LIMIT = 1000;
 
 const $ = (selector) => document.querySelector(selector);
 
-const api = new Api();
+// Asks for a read token in a dialog; resolves to '' when cancelled.
+function askToken(message) {
+  const dialog = $('#token-dialog');
+  $('#token-message').textContent = message;
+  $('#token-input').value = '';
+  return new Promise((resolve) => {
+    dialog.addEventListener(
+      'close',
+      () => resolve(dialog.returnValue === 'ok' ? $('#token-input').value.trim() : ''),
+      { once: true },
+    );
+    dialog.showModal();
+  });
+}
+
+const api = new Api({ askToken });
 let state = decodeState(window.location.search);
 let layout = null;
+// The last single-mode flame graph answer, for the sandwich view.
+let lastGraph = null;
 
 const panelA = new SelectionPanel({
   root: $('#selection-a'),
@@ -52,7 +71,55 @@ const table = new TopTable({
     $('#search').value = name;
     applySearch();
   },
+  onSandwich: (name) => openSandwich(name),
 });
+
+const callersView = new FlameGraphView({
+  container: $('#callers-container'),
+  canvas: $('#callers'),
+  tooltip: $('#callers-tooltip'),
+  inverted: true,
+  onPick: (name) => openSandwich(name),
+});
+const calleesView = new FlameGraphView({
+  container: $('#callees-container'),
+  canvas: $('#callees'),
+  tooltip: $('#callees-tooltip'),
+  onPick: (name) => openSandwich(name),
+});
+flame.onPick = (name) => openSandwich(name);
+
+function openSandwich(name) {
+  if (!name || state.mode === 'compare') return;
+  state.sandwich = name;
+  updateUrl(true);
+  renderSandwich();
+}
+
+// Shows the sandwich of `state.sandwich` from the last flame graph, or the
+// flame graph itself when none is picked.
+function renderSandwich() {
+  const on = Boolean(state.sandwich) && state.mode !== 'compare' && lastGraph !== null;
+  $('#sandwich').hidden = !on;
+  $('#flame-container').hidden = on;
+  if (!on) return;
+  const { callers, callees, total } = sandwichGraphs(lastGraph.flamegraph, state.sandwich);
+  $('#sandwich-name').textContent = state.sandwich;
+  $('#sandwich-summary').textContent = total
+    ? `${formatValue(total, lastGraph.unit)} · ${formatPercent(total, lastGraph.total)} of total`
+    : 'not in this selection';
+  // The direct callers in words too, largest first.
+  const direct = callers.root.children.map(
+    (c) => `${callers.names[c.name]} (${formatPercent(c.total, total)})`,
+  );
+  $('#sandwich-callers').textContent = direct.length ? `Called from ${direct.join(', ')}` : 'No callers: it starts its stacks.';
+  callersView.setData(layoutFlameGraph(callers), { unit: lastGraph.unit });
+  calleesView.setData(layoutFlameGraph(callees), { unit: lastGraph.unit });
+}
+
+function groupByLabels() {
+  return state.mode === 'compare' ? [] : state.groupBy || [];
+}
 
 function showError(err) {
   if (err && err.name === 'AbortError') return;
@@ -60,6 +127,8 @@ function showError(err) {
   const message = err instanceof Error ? err.message : String(err);
   box.textContent = message;
   box.hidden = false;
+  // A bad group_by names the label: mark the group-by box.
+  $('#group-by-box').classList.toggle('invalid', /invalid `group_by`/.test(message));
   // The store names the position of a selector mistake; point at it in
   // the matcher box the user typed into.
   const at = /invalid `(query|left_query|right_query)`: selector position (\d+)/.exec(message);
@@ -71,6 +140,7 @@ function showError(err) {
 
 function hideError() {
   $('#error').hidden = true;
+  $('#group-by-box').classList.remove('invalid');
   panelA.markSelectorError(null);
   panelB.markSelectorError(null);
 }
@@ -97,6 +167,7 @@ function setMode(mode) {
   $('#download-b').hidden = !compare;
   $('#download-a').textContent = compare ? 'Download A (pprof)' : 'Download pprof';
   $('#top-title').textContent = compare ? 'Functions: A → B' : 'Top functions';
+  $('#group-by-box').hidden = compare;
   $('#mode-single').setAttribute('aria-selected', String(!compare));
   $('#mode-compare').setAttribute('aria-selected', String(compare));
 }
@@ -105,6 +176,7 @@ function applyStateToControls() {
   panelA.setSelection(state.a);
   panelB.setSelection(state.b);
   $('#search').value = state.search;
+  $('#group-by').value = (state.groupBy || []).join(',');
   setMode(state.mode);
 }
 
@@ -174,23 +246,42 @@ async function run({ push }) {
     collectState();
     updateUrl(push);
     const rangeA = panelA.range(now);
-    $('#download-a').href = api.pprofUrl(state.a.query, rangeA);
+    $('#empty-state').hidden = true;
     if (!panelA.profileType()) {
       layout = null;
+      lastGraph = null;
       flame.setData(null);
       table.clear();
       panelA.timeline.setData(null, rangeA, '');
       $('#flame-summary').textContent = 'No profiles in this time range.';
+      showEmptyState();
       return;
     }
+    if (!compare) {
+      // Names of the selection's labels: the group-by suggestions, and the
+      // default grouping of a view opened without one in its link.
+      const names = await api.labelNames(state.a.query, rangeA);
+      if (mine !== generation) return;
+      $('#group-by-labels').replaceChildren(
+        ...names.filter((n) => !n.startsWith('__')).map((n) => Object.assign(document.createElement('option'), { value: n })),
+      );
+      if (state.groupBy === null) {
+        state.groupBy = defaultGroupBy(names);
+        $('#group-by').value = state.groupBy.join(',');
+        updateUrl(false);
+      }
+    }
+    $('#download-a').href = api.pprofUrl(state.a.query, rangeA, groupByLabels());
     const timelineA = api.timeline(state.a.query, rangeA, chooseStep(rangeA.endMs - rangeA.startMs), 'timeline-a');
     if (compare) {
       const rangeB = panelB.range(now);
-      $('#download-b').href = api.pprofUrl(state.b.query, rangeB);
+      $('#download-b').href = api.pprofUrl(state.b.query, rangeB, []);
       const timelineB = api.timeline(state.b.query, rangeB, chooseStep(rangeB.endMs - rangeB.startMs), 'timeline-b');
       const diff = api.diff({ query: state.a.query, range: rangeA }, { query: state.b.query, range: rangeB }, MAX_NODES, 'flame');
       const [tlA, tlB, result] = await Promise.all([timelineA, timelineB, diff]);
       if (mine !== generation) return;
+      lastGraph = null;
+      renderSandwich();
       layout = layoutDiffFlameGraph(result.diff);
       flame.setData(layout, { unit: result.unit, zoomPath: state.zoom });
       table.setDiff(diffTableRows(layout));
@@ -201,13 +292,21 @@ async function run({ push }) {
         result.unit,
       )} → B ${formatValue(result.right_total, result.unit)} · ${result.diff.node_count} nodes`;
     } else {
-      const graph = api.flamegraph(state.a.query, rangeA, MAX_NODES, 'flame');
-      const top = api.top(state.a.query, rangeA, TOP_LIMIT, 'top');
+      const groupBy = groupByLabels();
+      const graph = api.flamegraph(state.a.query, rangeA, MAX_NODES, groupBy, 'flame');
+      const top = api.top(state.a.query, rangeA, TOP_LIMIT, groupBy, 'top');
       const [tlA, fg, tp] = await Promise.all([timelineA, graph, top]);
       if (mine !== generation) return;
+      lastGraph = fg;
       layout = layoutFlameGraph(fg.flamegraph);
       flame.setData(layout, { unit: fg.unit, zoomPath: state.zoom });
-      table.setTop(tp.top, tp.total, tp.unit);
+      // Group frames (`comm=nginx`) are rows of a grouped top table; the
+      // table lists functions, so they stay out.
+      const groupPrefixes = groupBy.map((label) => `${label}=`);
+      const functions = tp.top.filter((e) => !groupPrefixes.some((p) => e.name.startsWith(p)));
+      table.setTop(functions, tp.total, tp.unit);
+      renderSandwich();
+      if (!fg.total) showEmptyState();
       panelA.timeline.setData(tlA.timeline, rangeA, tlA.unit);
       $('#flame-summary').textContent = `${profileTypeLabel(fg.profile_type)} · total ${formatValue(
         fg.total,
@@ -229,12 +328,75 @@ async function run({ push }) {
   }
 }
 
+// What to do when a selection has no samples.
+function showEmptyState() {
+  const box = $('#empty-state');
+  box.replaceChildren();
+  const line = (html) => {
+    const p = document.createElement('p');
+    p.innerHTML = html;
+    box.append(p);
+  };
+  line('<strong>No samples in this selection.</strong>');
+  line('Widen the time range (try <em>24h</em> or <em>7d</em> above), or remove a matcher.');
+  line(
+    'Nothing profiled yet? On one machine run <code>kiln up</code>. On Kubernetes, select pods with a ' +
+      '<code>ProfilingTarget</code> or annotate a pod with <code>profiles.kiln.dev/enabled=true</code>; agents ship every few seconds.',
+  );
+  box.hidden = false;
+}
+
+// Downloads what is on screen as SVG: the untrimmed merge of the selection
+// (grouped as shown), restricted to the zoomed frame.
+async function downloadSvg() {
+  try {
+    const now = Date.now();
+    const range = panelA.range(now);
+    const folded = await api.folded(state.a.query, range, groupByLabels());
+    const svg = foldedToSvg(folded, {
+      title: `${state.a.query}  ${state.a.from} .. ${state.a.to}`,
+      unit: lastGraph ? lastGraph.unit : '',
+      zoomPath: state.zoom,
+    });
+    const url = URL.createObjectURL(new Blob([svg], { type: 'image/svg+xml' }));
+    const link = document.createElement('a');
+    link.href = url;
+    link.download = 'flamegraph.svg';
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  } catch (err) {
+    showError(err);
+  }
+}
+
 let searchTimer = 0;
 $('#search').addEventListener('input', () => {
   clearTimeout(searchTimer);
   searchTimer = setTimeout(applySearch, 120);
 });
 $('#reset-zoom').addEventListener('click', () => flame.zoomTo(0));
+$('#group-by').addEventListener('change', () => {
+  state.groupBy = parseGroupBy($('#group-by').value);
+  state.zoom = [];
+  run({ push: true });
+});
+$('#sandwich-close').addEventListener('click', () => {
+  state.sandwich = '';
+  updateUrl(true);
+  renderSandwich();
+});
+$('#download-svg').addEventListener('click', downloadSvg);
+// With a read token the pprof goes through fetch, which can send it.
+for (const id of ['#download-a', '#download-b']) {
+  $(id).addEventListener('click', (event) => {
+    if (!storedToken()) return;
+    event.preventDefault();
+    const url = new URL($(id).href, window.location.href);
+    api.download('pprof', Object.fromEntries(url.searchParams), id === '#download-a' ? 'profile.pb.gz' : 'profile-b.pb.gz').catch(showError);
+  });
+}
 $('#mode-single').addEventListener('click', () => {
   if (state.mode === 'single') return;
   setMode('single');

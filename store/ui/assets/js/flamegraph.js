@@ -55,11 +55,16 @@ export function diffColor(change) {
 }
 
 export class FlameGraphView {
-  constructor({ container, canvas, tooltip, onZoom }) {
+  // `inverted` draws the root at the bottom (the callers half of a
+  // sandwich); `onPick(name)` is called on a right click on a frame.
+  constructor({ container, canvas, tooltip, onZoom, onPick, inverted = false }) {
     this.container = container;
     this.canvas = canvas;
     this.tooltip = tooltip;
     this.onZoom = onZoom || (() => {});
+    this.onPick = onPick || null;
+    this.inverted = inverted;
+    this.rowsShown = 0;
     this.ctx = canvas.getContext('2d');
     this.layout = null;
     this.unit = '';
@@ -73,6 +78,12 @@ export class FlameGraphView {
     canvas.addEventListener('mousemove', (e) => this.onMove(e));
     canvas.addEventListener('mouseleave', () => this.setHover(-1, null));
     canvas.addEventListener('click', (e) => this.onClick(e));
+    canvas.addEventListener('contextmenu', (e) => {
+      const node = this.hit(e);
+      if (!this.onPick || node <= 0) return;
+      e.preventDefault();
+      this.onPick(this.layout.names[this.layout.name[node]] ?? '');
+    });
     new ResizeObserver(() => this.scheduleDraw()).observe(container);
   }
 
@@ -135,6 +146,8 @@ export class FlameGraphView {
     const width = Math.max(100, this.container.clientWidth);
     const rows = l && l.count ? this.visibleDepth(width) + 1 : 0;
     const height = Math.max(ROW_HEIGHT * 3, rows * ROW_HEIGHT);
+    // Inverted graphs sit on the canvas's bottom edge.
+    this.rowsShown = height / ROW_HEIGHT;
     if (this.canvas.width !== Math.round(width * dpr) || this.canvas.height !== Math.round(height * dpr)) {
       this.canvas.width = Math.round(width * dpr);
       this.canvas.height = Math.round(height * dpr);
@@ -159,11 +172,12 @@ export class FlameGraphView {
     const zoomDepth = l.depth[this.zoomNode];
     // Ancestors of the zoomed frame span the full width, drawn faded.
     for (let n = l.parent[this.zoomNode]; n >= 0; n = l.parent[n]) {
-      this.drawFrame(n, 0, width, l.depth[n] * ROW_HEIGHT, true);
+      this.drawFrame(n, 0, width, this.rowY(l.depth[n]), true);
     }
     for (let depth = zoomDepth; depth <= l.maxDepth; depth += 1) {
       const row = l.rows[depth];
-      const y = depth * ROW_HEIGHT;
+      if (depth >= this.rowsShown) break;
+      const y = this.rowY(depth);
       for (let i = firstInRowAfter(l, depth, viewStart); i < row.length; i += 1) {
         const node = row[i];
         const start = l.start[node];
@@ -176,6 +190,11 @@ export class FlameGraphView {
         this.drawFrame(node, x, w, y, false);
       }
     }
+  }
+
+  // Top of the row of frames at `depth`.
+  rowY(depth) {
+    return (this.inverted ? this.rowsShown - 1 - depth : depth) * ROW_HEIGHT;
   }
 
   // The deepest row with a frame wide enough to draw in the current view,
@@ -240,7 +259,8 @@ export class FlameGraphView {
     if (!l || !l.count) return -1;
     const rect = this.canvas.getBoundingClientRect();
     const px = event.clientX - rect.left;
-    const depth = Math.floor((event.clientY - rect.top) / ROW_HEIGHT);
+    const row = Math.floor((event.clientY - rect.top) / ROW_HEIGHT);
+    const depth = this.inverted ? this.rowsShown - 1 - row : row;
     if (depth < 0 || depth > l.maxDepth) return -1;
     const zoomDepth = l.depth[this.zoomNode];
     if (depth < zoomDepth) {
@@ -313,6 +333,7 @@ export class FlameGraphView {
     const hint = document.createElement('div');
     hint.className = 'tooltip-hint';
     hint.textContent = node === 0 ? 'Click a frame to zoom in' : node === this.zoomNode ? 'Click to zoom out' : 'Click to zoom in';
+    if (this.onPick && node > 0) hint.textContent += ' · right-click for its callers and callees';
     return [title, table, hint];
   }
 }

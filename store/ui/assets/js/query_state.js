@@ -78,13 +78,51 @@ function emptySelection() {
   return { query: '', from: DEFAULT_FROM, to: DEFAULT_TO };
 }
 
+// `groupBy`: label names each flame graph root is grouped by, outermost
+// first; `null` until chosen (the URL lacks `group_by`), then
+// `defaultGroupBy` picks one. `sandwich`: the function whose callers and
+// callees are shown, or ''.
 export function defaultState() {
-  return { mode: 'single', a: emptySelection(), b: emptySelection(), zoom: [], search: '' };
+  return { mode: 'single', a: emptySelection(), b: emptySelection(), zoom: [], search: '', groupBy: null, sandwich: '' };
+}
+
+// The grouping a view starts with, from the label names of its selection:
+// a Kubernetes selection (one with a `pod` or `namespace` label) groups by
+// namespace then pod; a host selection (`kiln up`: processes labelled
+// `comm`) groups by process name; anything else is not grouped.
+export function defaultGroupBy(labelNames) {
+  const names = new Set(labelNames || []);
+  if (names.has('pod') || names.has('namespace')) return ['namespace', 'pod'].filter((n) => names.has(n));
+  if (names.has('comm')) return ['comm'];
+  return [];
+}
+
+// `group_by` text (`namespace, pod`) as a list of label names.
+export function parseGroupBy(text) {
+  return String(text ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s, i, all) => s !== '' && all.indexOf(s) === i);
+}
+
+const COMPLETE_MATCHER = /([A-Za-z_][\w.\-/]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"/g;
+
+// The complete matchers of `text` (what the user typed between the braces),
+// leaving out those on `exceptLabel`, joined as a selector body. Value
+// autocomplete asks the store for values under these, so it only offers
+// values that still match what is already typed.
+export function completeMatchers(text, exceptLabel) {
+  const kept = [];
+  for (const m of String(text ?? '').matchAll(COMPLETE_MATCHER)) {
+    if (m[1] !== exceptLabel) kept.push(`${m[1]}${m[2]}"${m[3]}"`);
+  }
+  return kept.join(', ');
 }
 
 // URL parameters: query/from/to for selection A, query_b/from_b/to_b for
 // B (compare mode only), mode, zoom (frame names from the root, one per
-// line) and search.
+// line), search, group_by (comma separated; present but empty means "not
+// grouped") and sandwich (a function name).
 export function encodeState(state) {
   const p = new URLSearchParams();
   if (state.mode === 'compare') p.set('mode', 'compare');
@@ -96,8 +134,10 @@ export function encodeState(state) {
     p.set('from_b', state.b.from);
     p.set('to_b', state.b.to);
   }
+  if (state.groupBy !== null && state.mode !== 'compare') p.set('group_by', state.groupBy.join(','));
   if (state.zoom.length) p.set('zoom', state.zoom.join('\n'));
   if (state.search) p.set('search', state.search);
+  if (state.sandwich && state.mode !== 'compare') p.set('sandwich', state.sandwich);
   return `?${p.toString()}`;
 }
 
@@ -118,6 +158,8 @@ export function decodeState(search) {
   const zoom = p.get('zoom');
   state.zoom = zoom ? zoom.split('\n').filter((s) => s !== '') : [];
   state.search = p.get('search') ?? '';
+  state.groupBy = p.has('group_by') ? parseGroupBy(p.get('group_by')) : null;
+  state.sandwich = p.get('sandwich') ?? '';
   return state;
 }
 

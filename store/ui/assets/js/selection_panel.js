@@ -3,7 +3,7 @@
 
 import { formatDateTime, profileTypeLabel, toDateTimeLocal } from './format.js';
 import { MatcherInput } from './matcher_input.js';
-import { PRESETS, describeRange, joinSelector, resolveRange, splitSelector } from './query_state.js';
+import { PRESETS, completeMatchers, describeRange, joinSelector, resolveRange, splitSelector } from './query_state.js';
 import { TimelineChart } from './timeline.js';
 
 function element(tag, props = {}, children = []) {
@@ -195,10 +195,13 @@ export class SelectionPanel {
     return this.nameCache.get(type);
   }
 
+  // Values of `label` among the series the other complete matchers already
+  // typed select, so a suggestion never leads to an empty selection.
   async labelValues(label) {
-    const key = `${this.profileType()}\n${label}`;
+    const selector = joinSelector(this.profileType(), completeMatchers(this.matcherField.value, label));
+    const key = `${selector}\n${label}`;
     if (!this.valueCache.has(key)) {
-      const values = this.api.labelValues(label, joinSelector(this.profileType(), ''), this.range(Date.now()));
+      const values = this.api.labelValues(label, selector, this.range(Date.now()));
       values.catch(() => this.valueCache.delete(key));
       this.valueCache.set(key, values);
     }

@@ -21,10 +21,12 @@ const DIFF_COLUMNS = [
 ];
 
 export class TopTable {
-  constructor({ table, summary, onSelect }) {
+  // `onSandwich(name)`, when given, gets a button per function row.
+  constructor({ table, summary, onSelect, onSandwich }) {
     this.table = table;
     this.summary = summary;
     this.onSelect = onSelect || (() => {});
+    this.onSandwich = onSandwich || null;
     this.rows = [];
     this.columns = SINGLE_COLUMNS;
     this.sortKey = 'flat';
@@ -141,6 +143,19 @@ export class TopTable {
         td.textContent = this.cellText(row, column.key);
         if (column.numeric) td.className = 'num';
         else td.className = 'fn';
+        if (column.key === 'name' && this.onSandwich && this.columns === SINGLE_COLUMNS) {
+          const open = document.createElement('button');
+          open.type = 'button';
+          open.className = 'sandwich-open';
+          open.textContent = '⇅';
+          open.title = 'Callers and callees (sandwich view)';
+          open.setAttribute('aria-label', `Callers and callees of ${row.name}`);
+          open.addEventListener('click', (event) => {
+            event.stopPropagation();
+            this.onSandwich(row.name);
+          });
+          td.prepend(open);
+        }
         if (column.key === 'delta' && row.delta !== 0) td.classList.add(row.delta > 0 ? 'gain' : 'loss');
       }
       tr.addEventListener('click', () => this.onSelect(row.name));

@@ -1,7 +1,18 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { chooseStep, decodeState, encodeState, joinSelector, parseTime, resolveRange, splitSelector } from '../../assets/js/query_state.js';
+import {
+  chooseStep,
+  completeMatchers,
+  decodeState,
+  defaultGroupBy,
+  encodeState,
+  joinSelector,
+  parseGroupBy,
+  parseTime,
+  resolveRange,
+  splitSelector,
+} from '../../assets/js/query_state.js';
 import { applyCompletion, completionContext, rankSuggestions } from '../../assets/js/matcher_input.js';
 import { formatPercent, formatValue } from '../../assets/js/format.js';
 
@@ -12,8 +23,29 @@ test('the whole query survives a trip through the URL', () => {
     b: { query: 'process_cpu{pod="b"}', from: '1763776800000', to: '1763780400000' },
     zoom: ['main.main', 'net/http.(*conn).serve'],
     search: '/^runtime\\./',
+    groupBy: null,
+    sandwich: '',
   };
   assert.deepEqual(decodeState(encodeState(state)), state);
+  const grouped = { ...state, mode: 'single', b: state.a, groupBy: ['namespace', 'pod'], sandwich: 'main.work' };
+  assert.deepEqual(decodeState(encodeState(grouped)), grouped);
+  const ungrouped = { ...grouped, groupBy: [] };
+  assert.match(encodeState(ungrouped), /group_by=&/, 'an explicit "no grouping" stays in the link');
+  assert.deepEqual(decodeState(encodeState(ungrouped)).groupBy, []);
+});
+
+test('views start grouped by pod on Kubernetes and by process on a host', () => {
+  assert.deepEqual(defaultGroupBy(['__name__', 'namespace', 'pod', 'comm']), ['namespace', 'pod']);
+  assert.deepEqual(defaultGroupBy(['pod']), ['pod']);
+  assert.deepEqual(defaultGroupBy(['comm', 'pid', 'node']), ['comm']);
+  assert.deepEqual(defaultGroupBy(['service_name']), []);
+  assert.deepEqual(parseGroupBy(' namespace, pod,,pod '), ['namespace', 'pod']);
+});
+
+test('value autocomplete keeps the complete matchers but the edited one', () => {
+  assert.equal(completeMatchers('namespace="shop", pod=~"check.*", comm="x', 'pod'), 'namespace="shop"');
+  assert.equal(completeMatchers('a="1",b!="2"', 'c'), 'a="1", b!="2"');
+  assert.equal(completeMatchers('', 'pod'), '');
 });
 
 test('an empty URL gives the last hour in single mode', () => {
