@@ -48,6 +48,7 @@ fn ui_shows_selects_zooms_searches_and_compares_profiles_in_chromium() {
     };
     run_flow(
         "ui_flow.mjs",
+        &[],
         &[("KILN_FIXTURES", fixtures.into_os_string())],
     );
 }
@@ -64,12 +65,23 @@ fn ui_groups_a_host_by_process_opens_a_sandwich_and_restores_each_view_from_its_
         .collect();
     run_flow(
         "host_view.mjs",
+        &[],
         &[("KILN_PROFILES", list.join("\n").into())],
     );
 }
 
-/// Starts a store and runs `tests/browser/<script>` against it with `env`.
-fn run_flow(script: &str, env: &[(&str, std::ffi::OsString)]) {
+#[test]
+fn ui_asks_for_a_read_token_once_and_keeps_it_out_of_the_url() {
+    run_flow(
+        "read_token.mjs",
+        &["--read-tokens", "kiln-read-secret"],
+        &[("KILN_READ_TOKEN", "kiln-read-secret".into())],
+    );
+}
+
+/// Starts a store with `store_args` and runs `tests/browser/<script>`
+/// against it with `env`.
+fn run_flow(script: &str, store_args: &[&str], env: &[(&str, std::ffi::OsString)]) {
     let Some(node) = prerequisites::node() else {
         return;
     };
@@ -81,7 +93,7 @@ fn run_flow(script: &str, env: &[(&str, std::ffi::OsString)]) {
         return;
     };
 
-    let store = store_process::StoreProcess::start(&store_binary);
+    let store = store_process::StoreProcess::start_with(&store_binary, store_args);
     // The store must serve exactly the assets in this checkout; a stale
     // binary would test an old UI.
     for path in kiln_ui::asset_paths() {

@@ -67,24 +67,26 @@ export class Api {
     return token;
   }
 
-  // Fetches `path`, asking for a read token and retrying once on a 401.
+  // Fetches `path`; on a 401 asks for a read token and retries, until the
+  // store accepts one or the user cancels.
   async fetchWithToken(path, params, signal, accept) {
-    let response;
-    for (let attempt = 0; attempt < 2; attempt += 1) {
+    for (;;) {
+      const sent = storedToken();
+      let response;
       try {
         response = await fetch(apiUrl(path, params), { signal, headers: this.headers(accept) });
       } catch (err) {
         if (err.name === 'AbortError') throw err;
         throw new ApiError(`The store is unreachable: ${err.message}`, 0);
       }
-      if (response.status !== 401 || attempt > 0) break;
-      const hadToken = storedToken() !== '';
+      if (response.status !== 401) return response;
+      // Another request got a new token meanwhile: try that one first.
+      if (storedToken() !== sent) continue;
       const token = await this.newToken(
-        hadToken ? 'The store refused the read token. Enter another one:' : 'This store requires a read token:',
+        sent ? 'The store refused the read token. Enter another one:' : 'This store requires a read token:',
       );
-      if (!token) break;
+      if (!token) return response;
     }
-    return response;
   }
 
   // Downloads `path` as a file named `filename` (through fetch, so the read

@@ -19,6 +19,11 @@ pub struct StoreProcess {
 impl StoreProcess {
     /// Starts `binary` and waits until `/readyz` answers 200.
     pub fn start(binary: &Path) -> Self {
+        Self::start_with(binary, &[])
+    }
+
+    /// Starts `binary` with extra command-line `args`.
+    pub fn start_with(binary: &Path, args: &[&str]) -> Self {
         let data = tempfile::tempdir().expect("temporary data directory");
         // Ask the kernel for a free port, then hand it to the store.
         let port = TcpListener::bind("127.0.0.1:0")
@@ -32,6 +37,7 @@ impl StoreProcess {
             .arg(format!("127.0.0.1:{port}"))
             .arg("--data-dir")
             .arg(data.path().join("data"))
+            .args(args)
             .env("KILN_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log)
