@@ -229,6 +229,25 @@ async function main() {
     assert.equal(top, 'All');
     await ungrouped.close();
 
+    step = 'value autocomplete offers only values under the matchers typed';
+    const matchers = page.locator('#selection-a input.matchers');
+    await matchers.fill('');
+    await matchers.click();
+    await matchers.pressSequentially('comm="search", pi');
+    const suggestions = page.locator('#selection-a ul.suggestions');
+    await suggestions.locator('li', { hasText: 'pid' }).first().waitFor();
+    await matchers.press('Enter');
+    await suggestions.locator('li', { hasText: '41' }).first().waitFor();
+    const pids = await suggestions.locator('li').allTextContents();
+    assert.deepEqual(pids.map((t) => t.trim()), ['4101'], 'only the search process\'s pid');
+    await matchers.press('Escape');
+
+    step = 'an empty range says what to do';
+    const empty = await reopen(`${base}/?from=now-3h&to=now-2h&group_by=comm`);
+    await empty.locator('#empty-state').waitFor({ state: 'visible' });
+    assert.match(await empty.locator('#empty-state').textContent(), /Widen the time range.*profiles\.kiln\.dev\/enabled=true/s);
+    await empty.close();
+
     step = 'check the pages stayed free of errors';
     assert.deepEqual(problems, []);
   } catch (err) {
