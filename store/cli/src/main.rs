@@ -458,10 +458,6 @@ fn diff(client: &StoreClient, args: &DiffArgs) -> anyhow::Result<()> {
         ("right_to", compare_to),
         ("max_nodes", max_nodes.as_str()),
     ];
-    let answer: DiffResponse = {
-        let _progress = Progress::start("merging both selections");
-        client.get_json("api/v1/diff", &params)?
-    };
     let format = match args.output.as_deref() {
         None => Format::Table,
         Some(path) => match format_from_path(path) {
@@ -472,20 +468,49 @@ fn diff(client: &StoreClient, args: &DiffArgs) -> anyhow::Result<()> {
             ),
         },
     };
-    let bytes = match format {
-        Format::Json => serde_json::to_vec_pretty(&answer).context("cannot encode JSON")?,
-        Format::Folded => {
-            let mut text = render::diff_folded_lines(&answer.diff).join("\n");
+    if matches!(format, Format::Folded | Format::Svg) {
+        // Both sides' untrimmed stacks, never the trimmed diff tree.
+        let side = |query: &str, from: &str, to: &str| {
+            client.get_with_header(
+                "api/v1/folded",
+                &[("query", query), ("from", from), ("to", to)],
+                Some(PROFILE_TYPE_HEADER),
+            )
+        };
+        let ((base, profile_type), (compared, _)) = {
+            let _progress = Progress::start("merging both selections into folded stacks");
+            (
+                side(&args.base, &args.range.from, &args.range.to)?,
+                side(compare, compare_from, compare_to)?,
+            )
+        };
+        let text = |bytes: Vec<u8>| {
+            String::from_utf8(bytes).context("the store's folded stacks are not UTF-8")
+        };
+        let lines = render::diff_folded_lines(&text(base)?, &text(compared)?)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        let bytes = if format == Format::Folded {
+            let mut text = lines.join("\n");
             text.push('\n');
             text.into_bytes()
-        }
-        Format::Svg => {
+        } else {
+            let unit = profile_type
+                .as_deref()
+                .and_then(|id| id.split(':').nth(2))
+                .unwrap_or("");
             let title = format!("{} → {}", args.base, compare);
-            let lines = render::diff_folded_lines(&answer.diff);
             let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-            render::flamegraph_svg(&lines, &title, &answer.unit)
+            render::flamegraph_svg(&lines, &title, unit)
                 .map_err(|e| anyhow::anyhow!("cannot render the flame graph: {e}"))?
-        }
+        };
+        return emit(args.output.as_deref(), &bytes);
+    }
+    let answer: DiffResponse = {
+        let _progress = Progress::start("merging both selections");
+        client.get_json("api/v1/diff", &params)?
+    };
+    let bytes = match format {
+        Format::Json => serde_json::to_vec_pretty(&answer).context("cannot encode JSON")?,
         _ => {
             let mut text = format!(
                 "{}  base total {}  compared total {}\n",

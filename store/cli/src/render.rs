@@ -3,7 +3,9 @@
 
 use std::fmt::Write as _;
 
-use kiln_contract::query_json::{DiffFlameGraph, DiffNode, TopResponse, folded_frame_name};
+use std::collections::BTreeMap;
+
+use kiln_contract::query_json::{DiffFlameGraph, DiffNode, TopResponse};
 
 /// Formats `value` in a pprof sample unit (`nanoseconds`, `bytes`, ...).
 pub fn format_value(value: i64, unit: &str) -> String {
@@ -127,36 +129,34 @@ pub fn top_table(top: &TopResponse, limit: usize) -> String {
 }
 
 /// Differential folded stacks (`stack base compare`) in inferno's (and
-/// Brendan Gregg's) differential format: the graph takes its shape from the
+/// Brendan Gregg's) differential format, from the two sides' untrimmed
+/// folded exports (`/api/v1/folded`): the graph takes its shape from the
 /// compared selection and its colour from the change. Base values are
 /// scaled to the compared total, so colour shows a change in share rather
 /// than in sheer volume when the two ranges differ in length.
-pub fn diff_folded_lines(graph: &DiffFlameGraph) -> Vec<String> {
-    let base_total = graph.root.base_total;
-    let compare_total = graph.root.compare_total;
-    let scale = if base_total > 0 && compare_total > 0 {
-        compare_total as f64 / base_total as f64
+pub fn diff_folded_lines(base: &str, compare: &str) -> Result<Vec<String>, String> {
+    let mut stacks: BTreeMap<&str, [i64; 2]> = BTreeMap::new();
+    let mut totals = [0i64; 2];
+    for (side, text) in [base, compare].into_iter().enumerate() {
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            let (stack, value) = line
+                .rsplit_once(' ')
+                .and_then(|(stack, value)| Some((stack, value.parse::<i64>().ok()?)))
+                .ok_or_else(|| format!("the store sent a folded line without a count: {line:?}"))?;
+            let slot = &mut stacks.entry(stack).or_insert([0, 0])[side];
+            *slot = slot.saturating_add(value);
+            totals[side] = totals[side].saturating_add(value);
+        }
+    }
+    let scale = if totals[0] > 0 && totals[1] > 0 {
+        totals[1] as f64 / totals[0] as f64
     } else {
         1.0
     };
-    let mut lines = Vec::new();
-    let mut stack: Vec<(&DiffNode, usize)> =
-        graph.root.children.iter().rev().map(|c| (c, 0)).collect();
-    let mut path: Vec<String> = Vec::new();
-    while let Some((node, depth)) = stack.pop() {
-        path.truncate(depth);
-        let name = graph
-            .names
-            .get(node.name as usize)
-            .map_or("?", String::as_str);
-        path.push(folded_frame_name(name).into_owned());
-        if node.base_self != 0 || node.compare_self != 0 {
-            let base = (node.base_self as f64 * scale).round() as i64;
-            lines.push(format!("{} {} {}", path.join(";"), base, node.compare_self));
-        }
-        stack.extend(node.children.iter().rev().map(|c| (c, depth + 1)));
-    }
-    lines
+    Ok(stacks
+        .into_iter()
+        .map(|(stack, [b, c])| format!("{stack} {} {c}", (b as f64 * scale).round() as i64))
+        .collect())
 }
 
 /// Renders folded lines (`a;b;c value`, as `/api/v1/folded` answers) as an
@@ -342,13 +342,19 @@ mod tests {
         let rows = diff_rows(&graph);
         assert_eq!(rows.len(), 2);
         assert!((rows[0].compare_share - rows[0].base_share).abs() > 0.39);
-        assert_eq!(diff_folded_lines(&graph), vec!["a 9 5", "b 1 5"]);
-        let mut longer = graph;
-        longer.root.compare_total = 20;
+    }
+
+    #[test]
+    fn diff_folded_lines_join_both_sides_untrimmed_and_scale_the_base() {
         assert_eq!(
-            diff_folded_lines(&longer),
-            vec!["a 18 5", "b 2 5"],
-            "base scaled to the compared total"
+            diff_folded_lines("m;a 9\nm;b 1\n", "m;a 5\nm;c 5\n").unwrap(),
+            vec!["m;a 9 5", "m;b 1 0", "m;c 0 5"],
+            "every stack of either side, the base scaled by 10/10"
         );
+        assert_eq!(
+            diff_folded_lines("a 9\nb 1\n", "a 10\nb 10\n").unwrap(),
+            vec!["a 18 10", "b 2 10"]
+        );
+        assert!(diff_folded_lines("a;b\n", "").is_err());
     }
 }

@@ -4,6 +4,7 @@
 //! `.svg` and `.pb.gz` exports must carry exactly each pod's own untrimmed
 //! totals, with `go tool pprof -raw` reading the same from the pprof. The
 //! JSON tree is trimmed to a few nodes on purpose: the exports must not be.
+//! `kiln diff -o x.folded` is checked the same way against both pods.
 
 #[path = "../../ui/tests/support/go_workloads.rs"]
 mod go_workloads;
@@ -228,5 +229,56 @@ fn group_by_pod_exports_carry_each_pods_untrimmed_totals() {
     assert!(
         json.flamegraph.node_count <= 8,
         "the JSON tree is the trimmed one"
+    );
+
+    let diff_path = out("diff.folded");
+    let diff = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .arg("--store")
+        .arg(store.url())
+        .args([
+            "diff",
+            "--from",
+            "now-15m",
+            "--to",
+            "now",
+            "--max-nodes",
+            "8",
+        ])
+        .args(["--output", &diff_path])
+        .arg(format!("{CPU}{{pod=\"checkout-1\"}}"))
+        .arg(format!("{CPU}{{pod=\"search-1\"}}"))
+        .env_remove("KILN_OUTPUT")
+        .output()
+        .expect("kiln runs");
+    assert!(
+        diff.status.success(),
+        "kiln diff failed: {}",
+        String::from_utf8_lossy(&diff.stderr)
+    );
+    let diff_text = std::fs::read_to_string(&diff_path).expect("diff written");
+    let (mut base_sum, mut compare_sum) = (0i64, 0i64);
+    for line in diff_text.lines() {
+        let mut fields = line.rsplitn(3, ' ');
+        let compare: i64 = fields
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("compare count");
+        let base: i64 = fields
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("base count");
+        assert!(!line.contains("(other)"), "untrimmed: {line}");
+        base_sum += base;
+        compare_sum += compare;
+    }
+    assert_eq!(
+        compare_sum, expected["pod=search-1"],
+        "the compared side is whole"
+    );
+    // The base is scaled to the compared total, each line rounded.
+    let lines = diff_text.lines().count() as i64;
+    assert!(
+        (base_sum - expected["pod=search-1"]).abs() <= lines,
+        "the scaled base adds up to the compared total: {base_sum}"
     );
 }
