@@ -59,9 +59,19 @@ fn ui_groups_a_host_by_process_opens_a_sandwich_and_restores_each_view_from_its_
     let Some(profiles) = go_workloads::cpu_profiles(work.path()) else {
         return;
     };
+    // Like the agent: every sample names its process (`comm`, `pid`), which
+    // the store keeps per sample rather than as series labels.
     let list: Vec<String> = profiles
         .iter()
-        .map(|(service, path)| format!("{service}={}", path.display()))
+        .enumerate()
+        .map(|(index, (service, path))| {
+            let pid = (4100 + index).to_string();
+            let labelled = path.with_extension("labelled.pprof");
+            let bytes = std::fs::read(path).expect("profile written");
+            let bytes = label_every_sample(&bytes, &[("comm", service), ("pid", &pid)]);
+            std::fs::write(&labelled, bytes).expect("labelled profile written");
+            format!("{service}={}", labelled.display())
+        })
         .collect();
     run_flow(
         "host_view.mjs",
@@ -72,11 +82,37 @@ fn ui_groups_a_host_by_process_opens_a_sandwich_and_restores_each_view_from_its_
 
 #[test]
 fn ui_asks_for_a_read_token_once_and_keeps_it_out_of_the_url() {
+    let secrets = tempfile::tempdir().expect("temporary directory");
+    let tokens = secrets.path().join("read-tokens");
+    std::fs::write(&tokens, "kiln-read-secret\n").expect("token file written");
     run_flow(
         "read_token.mjs",
-        &["--read-tokens", "kiln-read-secret"],
+        &["--read-tokens-file", tokens.to_str().expect("utf-8 path")],
         &[("KILN_READ_TOKEN", "kiln-read-secret".into())],
     );
+}
+
+/// `profile` (gzipped pprof) with string labels `labels` added to every sample.
+fn label_every_sample(profile: &[u8], labels: &[(&str, &str)]) -> Vec<u8> {
+    use prost::Message;
+    let plain = kiln_pprof::maybe_gunzip(profile, 64 << 20).expect("a gzipped profile");
+    let mut profile = kiln_pprof::proto::Profile::decode(&plain[..]).expect("a pprof profile");
+    let mut string = |text: &str| {
+        profile.string_table.push(text.as_bytes().to_vec());
+        i64::try_from(profile.string_table.len() - 1).expect("small string table")
+    };
+    let labels: Vec<kiln_pprof::proto::Label> = labels
+        .iter()
+        .map(|(key, value)| kiln_pprof::proto::Label {
+            key: string(key),
+            str: string(value),
+            ..Default::default()
+        })
+        .collect();
+    for sample in &mut profile.sample {
+        sample.label.extend(labels.iter().cloned());
+    }
+    kiln_pprof::encode_gzip(&profile)
 }
 
 /// Starts a store with `store_args` and runs `tests/browser/<script>`

@@ -5,7 +5,7 @@ import { Api, storedToken } from './api.js';
 import { compileSearch, diffTableRows, layoutDiffFlameGraph, layoutFlameGraph, nodeByPath } from './flame_layout.js';
 import { FlameGraphView } from './flamegraph.js';
 import { formatPercent, formatValue, profileTypeLabel } from './format.js';
-import { chooseStep, decodeState, defaultGroupBy, encodeState, parseGroupBy } from './query_state.js';
+import { chooseStep, decodeState, defaultGroupBy, encodeState, nothingToGroup, parseGroupBy } from './query_state.js';
 import { sandwichGraphs } from './sandwich.js';
 import { SelectionPanel } from './selection_panel.js';
 import { foldedToSvg } from './svg_export.js';
@@ -257,6 +257,7 @@ async function run({ push }) {
       showEmptyState();
       return;
     }
+    let defaultedGroupBy = false;
     if (!compare) {
       // Names of the selection's labels: the group-by suggestions, and the
       // default grouping of a view opened without one in its link.
@@ -267,6 +268,7 @@ async function run({ push }) {
       );
       if (state.groupBy === null) {
         state.groupBy = defaultGroupBy(names);
+        defaultedGroupBy = true;
         $('#group-by').value = state.groupBy.join(',');
         updateUrl(false);
       }
@@ -297,6 +299,15 @@ async function run({ push }) {
       const top = api.top(state.a.query, rangeA, TOP_LIMIT, groupBy, 'top');
       const [tlA, fg, tp] = await Promise.all([timelineA, graph, top]);
       if (mine !== generation) return;
+      if (defaultedGroupBy && nothingToGroup(fg.flamegraph, groupBy)) {
+        // The default grouping found no process names: show it ungrouped.
+        state.groupBy = [];
+        $('#group-by').value = '';
+        updateUrl(false);
+        // A new run supersedes this one before this one's `finally` runs.
+        run({ push: false });
+        return;
+      }
       lastGraph = fg;
       layout = layoutFlameGraph(fg.flamegraph);
       flame.setData(layout, { unit: fg.unit, zoomPath: state.zoom });

@@ -86,15 +86,23 @@ export function defaultState() {
   return { mode: 'single', a: emptySelection(), b: emptySelection(), zoom: [], search: '', groupBy: null, sandwich: '' };
 }
 
-// The grouping a view starts with, from the label names of its selection:
-// a Kubernetes selection (one with a `pod` or `namespace` label) groups by
-// namespace then pod; a host selection (`kiln up`: processes labelled
-// `comm`) groups by process name; anything else is not grouped.
+// The grouping a view starts with, from the series label names of its
+// selection: a Kubernetes selection (one with a `pod` or `namespace` label)
+// groups by namespace then pod; anything else is taken for a host's
+// processes (`kiln up`) and grouped by process name, `comm`, which the agent
+// puts on every sample (a sample label, so not among `labelNames`). The app
+// drops that default when no sample has a `comm` (one `comm=(none)` root).
 export function defaultGroupBy(labelNames) {
   const names = new Set(labelNames || []);
   if (names.has('pod') || names.has('namespace')) return ['namespace', 'pod'].filter((n) => names.has(n));
-  if (names.has('comm')) return ['comm'];
-  return [];
+  return ['comm'];
+}
+
+// True when a flame graph grouped by `comm` alone has nothing to group:
+// its only root is `comm=(none)`.
+export function nothingToGroup(graph, groupBy) {
+  const roots = graph?.root?.children || [];
+  return groupBy.length === 1 && roots.length === 1 && graph.names[roots[0].name] === `${groupBy[0]}=(none)`;
 }
 
 // `group_by` text (`namespace, pod`) as a list of label names.

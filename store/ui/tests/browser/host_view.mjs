@@ -1,7 +1,10 @@
 // The host view in headless Chromium against a real kiln-store seeded with
 // the real CPU profiles of three processes (tests/programs/workload, built
-// and run by store/ui/tests/browser.rs), labelled like the agent labels a
-// host's processes (`comm`, `pid`, `node`). Environment:
+// and run by store/ui/tests/browser.rs), each sample labelled with its
+// process like the agent labels a host's samples (`comm`, `pid`: kept per
+// sample by the store, not series labels). Each upload also gets series
+// labels of its own (`job`, `instance`), so that a process's own total can
+// be queried apart. Environment:
 //   KILN_URL         the store's base URL (UI at /)
 //   KILN_PROFILES    `service=path` lines, one CPU profile per process
 //   KILN_ARTIFACTS   where screenshots go
@@ -73,7 +76,7 @@ async function main() {
   step = 'seed the store with three processes';
   const now = Math.floor(Date.now() / 1000);
   for (const [i, { service, path }] of profiles.entries()) {
-    const name = `process_cpu{comm=${service},pid=${4100 + i},node=host-1}`;
+    const name = `process_cpu{job=${service},instance=10.0.0.${i + 1},node=host-1}`;
     const url = `${base}/ingest?format=pprof&name=${encodeURIComponent(name)}&from=${now - 120}&until=${now - 110}`;
     const response = await fetch(url, { method: 'POST', body: readFileSync(path) });
     assert.equal(response.status, 200, `ingest of ${service}: ${await response.text()}`);
@@ -129,7 +132,7 @@ async function main() {
     for (const [i, root] of roots.entries()) {
       const comm = names[root.name].slice('comm='.length);
       const params = new URLSearchParams({
-        query: `${graph.profile_type}{comm="${comm}"}`,
+        query: `${graph.profile_type}{job="${comm}"}`,
         from: asked.get('from'),
         to: asked.get('to'),
       });
@@ -233,13 +236,13 @@ async function main() {
     const matchers = page.locator('#selection-a input.matchers');
     await matchers.fill('');
     await matchers.click();
-    await matchers.pressSequentially('comm="search", pi');
+    await matchers.pressSequentially('job="search", insta');
     const suggestions = page.locator('#selection-a ul.suggestions');
-    await suggestions.locator('li', { hasText: 'pid' }).first().waitFor();
+    await suggestions.locator('li', { hasText: 'instance' }).first().waitFor();
     await matchers.press('Enter');
-    await suggestions.locator('li', { hasText: '41' }).first().waitFor();
-    const pids = await suggestions.locator('li').allTextContents();
-    assert.deepEqual(pids.map((t) => t.trim()), ['4101'], 'only the search process\'s pid');
+    await suggestions.locator('li', { hasText: '10.0.0.' }).first().waitFor();
+    const instances = await suggestions.locator('li').allTextContents();
+    assert.deepEqual(instances.map((t) => t.trim()), ['10.0.0.2'], 'only the search job\'s instance');
     await matchers.press('Escape');
 
     step = 'an empty range says what to do';

@@ -1,5 +1,5 @@
 // Read tokens in headless Chromium against a real kiln-store started with
-// `--read-tokens` (store/ui/tests/browser.rs). The UI must ask once, retry
+// `--read-tokens-file` (store/ui/tests/browser.rs). The UI must ask once, retry
 // with what the user typed, ask again only when the store refuses it, keep
 // the token for the tab only, send it as a bearer header and never put it
 // in the page URL. Environment:

@@ -7,6 +7,7 @@ import {
   decodeState,
   defaultGroupBy,
   encodeState,
+  nothingToGroup,
   joinSelector,
   parseGroupBy,
   parseTime,
@@ -37,8 +38,12 @@ test('the whole query survives a trip through the URL', () => {
 test('views start grouped by pod on Kubernetes and by process on a host', () => {
   assert.deepEqual(defaultGroupBy(['__name__', 'namespace', 'pod', 'comm']), ['namespace', 'pod']);
   assert.deepEqual(defaultGroupBy(['pod']), ['pod']);
-  assert.deepEqual(defaultGroupBy(['comm', 'pid', 'node']), ['comm']);
-  assert.deepEqual(defaultGroupBy(['service_name']), []);
+  assert.deepEqual(defaultGroupBy(['node', 'language']), ['comm'], 'a host: comm is on its samples');
+  assert.deepEqual(defaultGroupBy([]), ['comm']);
+  const graph = (...names) => ({ names: ['total', ...names], root: { children: names.map((_, i) => ({ name: i + 1 })) } });
+  assert.ok(nothingToGroup(graph('comm=(none)'), ['comm']));
+  assert.ok(!nothingToGroup(graph('comm=nginx'), ['comm']));
+  assert.ok(!nothingToGroup(graph('comm=(none)', 'comm=nginx'), ['comm']));
   assert.deepEqual(parseGroupBy(' namespace, pod,,pod '), ['namespace', 'pod']);
 });
 
