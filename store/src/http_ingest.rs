@@ -13,7 +13,7 @@ use kiln_api::push::v1::PushRequest;
 use prost::Message;
 
 use crate::error::ApiError;
-use crate::grpc::PushServer;
+use crate::grpc_ingest::PushServer;
 use crate::ingest::uploads_from_push;
 use crate::push_json::push_request_from_json;
 use crate::pyroscope::{BodyFormat, IngestBody, MultipartParts, build_upload, parse_ingest_params};

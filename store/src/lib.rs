@@ -9,7 +9,7 @@
 //! Pure request parsing lives in [`selector`], [`timespec`], [`pyroscope`],
 //! [`ingest`], [`otlp`] (but `otlp::service`), [`pyroscope_query::json`],
 //! [`pyroscope_query::flamebearer`] and [`config`]; the IO edges are
-//! [`server`], [`http_ingest`], [`http_query`], [`grpc`],
+//! [`server`], [`http_ingest`], [`http_query`], [`grpc_ingest`],
 //! [`grpc_admission`], [`grpc_query`], `otlp::service` and
 //! [`pyroscope_query`].
 
@@ -17,8 +17,8 @@ pub mod auth;
 pub mod config;
 pub mod error;
 pub mod group_by;
-pub mod grpc;
 pub mod grpc_admission;
+pub mod grpc_ingest;
 pub mod grpc_query;
 pub mod http_ingest;
 pub mod http_query;

@@ -10,7 +10,7 @@ use axum::routing::{any, get, post};
 use kiln_api::{OTLP_PROFILES_EXPORT_PATH, PUSH_PATH, WRITE_RAW_PATH};
 
 use crate::auth::require_token;
-use crate::grpc::ingest_servers;
+use crate::grpc_ingest::ingest_servers;
 use crate::state::AppState;
 use crate::{http_ingest, http_query};
 
