@@ -4,7 +4,11 @@
 //!
 //! `cargo bench -p kiln-store --bench write_load`
 //! Knobs (environment): KILN_BENCH_WRITERS (default 32), KILN_BENCH_SECONDS
-//! (default 10), KILN_BENCH_SAMPLES (samples per profile, default 200).
+//! (default 10), KILN_BENCH_SAMPLES (samples per profile, default 200),
+//! KILN_BENCH_PROTOCOL: `write_raw` (default, gRPC), `ingest` (Pyroscope's
+//! `/ingest?format=pprof`) or `ingest_multipart` (`/ingest` multipart with
+//! `prev_profile`). Besides throughput and latency it reports the server's
+//! CPU time per accepted profile, which a busy machine disturbs less.
 
 // Printing the measured numbers is this benchmark's job.
 #![allow(clippy::print_stdout)]
@@ -18,6 +22,11 @@ use kiln_api::parca::profilestore::v1alpha1::{
     Label, LabelSet, RawProfileSeries, RawSample, WriteRawRequest,
 };
 use kiln_pprof::{FunctionSpec, ProfileBuilder, encode_gzip};
+
+#[path = "write_load/ingest_http.rs"]
+mod ingest_http;
+
+use ingest_http::IngestForm;
 
 fn env_number(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -100,16 +109,91 @@ fn main() {
         .spawn()
         .expect("spawn kiln-store");
 
+    let profiles: Vec<Vec<u8>> = (0..16)
+        .map(|seed| agent_like_profile(samples, seed))
+        .collect();
+    let profile_bytes = profiles[0].len();
+    let protocol = std::env::var("KILN_BENCH_PROTOCOL").unwrap_or_else(|_| "write_raw".into());
+    let (mut latencies, errors, elapsed, cpu_seconds) = match protocol.as_str() {
+        "write_raw" => write_raw_load(addr, child.id(), writers, seconds, profiles),
+        "ingest" | "ingest_multipart" => {
+            let form = if protocol == "ingest" {
+                IngestForm::Pprof
+            } else {
+                IngestForm::Multipart
+            };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !ingest_http::warm_up(addr, form, &profiles[0]) {
+                assert!(Instant::now() < deadline, "kiln-store did not get ready");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let cpu_before = process_cpu_seconds(child.id());
+            let start = Instant::now();
+            let end = start + Duration::from_secs(seconds);
+            let (latencies, errors) = ingest_http::run(addr, form, writers, &profiles, end);
+            let cpu = process_cpu_seconds(child.id()) - cpu_before;
+            (latencies, errors, start.elapsed(), cpu)
+        }
+        other => {
+            panic!("KILN_BENCH_PROTOCOL={other}: expected write_raw, ingest or ingest_multipart")
+        }
+    };
+    // SAFETY: kill(2) on the child we spawned and have not reaped.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let _ = child.wait();
+    latencies.sort_unstable();
+    let percentile = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    let accepted = latencies.len();
+    println!(
+        "protocol={protocol} writers={writers} samples/profile={samples} profile_bytes={profile_bytes} seconds={:.1}",
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "accepted={accepted} errors={errors} profiles/s={:.0} p50={:.2}ms p99={:.2}ms max={:.2}ms",
+        accepted as f64 / elapsed.as_secs_f64(),
+        percentile(0.50),
+        percentile(0.99),
+        percentile(1.0),
+    );
+    println!(
+        "server cpu={cpu_seconds:.2}s profiles per server CPU-second={:.0}",
+        accepted as f64 / cpu_seconds.max(f64::MIN_POSITIVE)
+    );
+}
+
+/// User + system CPU time of process `pid` so far, from `/proc/PID/stat`.
+fn process_cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let after_name = &stat[stat.rfind(')').expect("stat has a command name") + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    ticks as f64 / per_second as f64
+}
+
+/// The gRPC side: tonic clients sharing one h2c connection.
+fn write_raw_load(
+    addr: std::net::SocketAddr,
+    pid: u32,
+    writers: usize,
+    seconds: u64,
+    profiles: Vec<Vec<u8>>,
+) -> (Vec<Duration>, u64, Duration, f64) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
-    let profiles: Vec<Vec<u8>> = (0..16)
-        .map(|seed| agent_like_profile(samples, seed))
-        .collect();
-    let profile_bytes = profiles[0].len();
-    let result = runtime.block_on(async move {
+    runtime.block_on(async move {
         let url = format!("http://{addr}");
         let deadline = Instant::now() + Duration::from_secs(30);
         let channel = loop {
@@ -137,6 +221,7 @@ fn main() {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let cpu_before = process_cpu_seconds(pid);
         let start = Instant::now();
         let end = start + Duration::from_secs(seconds);
         let mut tasks = Vec::new();
@@ -170,32 +255,14 @@ fn main() {
             latencies.extend(l);
             errors += e;
         }
-        (latencies, errors, start.elapsed())
-    });
-    let (mut latencies, errors, elapsed) = result;
-    // SAFETY: kill(2) on the child we spawned and have not reaped.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
-    let _ = child.wait();
-    latencies.sort_unstable();
-    let percentile = |p: f64| {
-        latencies
-            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
-            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
-    };
-    let accepted = latencies.len();
-    println!(
-        "writers={writers} samples/profile={samples} profile_bytes={profile_bytes} seconds={:.1}",
-        elapsed.as_secs_f64()
-    );
-    println!(
-        "accepted={accepted} errors={errors} profiles/s={:.0} p50={:.2}ms p99={:.2}ms max={:.2}ms",
-        accepted as f64 / elapsed.as_secs_f64(),
-        percentile(0.50),
-        percentile(0.99),
-        percentile(1.0),
-    );
+        let elapsed = start.elapsed();
+        (
+            latencies,
+            errors,
+            elapsed,
+            process_cpu_seconds(pid) - cpu_before,
+        )
+    })
 }
 
 fn series(target: usize, profile: Vec<u8>) -> RawProfileSeries {
