@@ -25,8 +25,11 @@ pub struct ProfileUpload {
     pub time_ms: Option<i64>,
     /// Covered duration in ns (`None`: the pprof's own).
     pub duration_nanos: Option<i64>,
-    /// pprof bytes, gzipped or not.
+    /// pprof bytes, gzipped or not: what the store logs.
     pub pprof: bytes::Bytes,
+    /// What `pprof` decodes to, when the server has decoded or built the
+    /// profile itself (`/ingest`), so the store does not decode it again.
+    pub decoded: Option<kiln_pprof::Profile>,
 }
 
 /// Series labels or batch shape that cannot be accepted.
@@ -231,6 +234,7 @@ where
                 time_ms: None,
                 duration_nanos: None,
                 pprof: raw_profile.into(),
+                decoded: None,
             });
         }
     }

@@ -87,6 +87,15 @@ pub enum IngestError {
         #[source]
         source: PprofError,
     },
+    /// The profile converted from a text body breaks a pprof limit.
+    #[error("the profile converted from the {format} body is refused: {source}")]
+    BadConversion {
+        /// The body's format.
+        format: &'static str,
+        /// The limit it breaks.
+        #[source]
+        source: PprofError,
+    },
     /// The folded text cannot be read.
     #[error("folded body: {source}")]
     BadFolded {
@@ -118,7 +127,7 @@ impl IngestError {
             Self::TimeOrder { .. } => "time_order",
             Self::BadParameter { .. } => "bad_parameter",
             Self::UnsupportedFormat { .. } => "unsupported_format",
-            Self::BadPprof { source, .. } => source.reason(),
+            Self::BadPprof { source, .. } | Self::BadConversion { source, .. } => source.reason(),
             Self::BadFolded { source } => source.reason(),
             Self::BadMultipart { .. } => "bad_multipart",
             Self::Memory { source } => source.reason(),
@@ -282,9 +291,11 @@ pub fn build_upload(
     limits: &DecodeLimits,
     reserve: Reserve<'_>,
 ) -> Result<ProfileUpload, IngestError> {
-    let (profile_name, pprof) = match (params.format, body) {
+    // Each body is decoded (or built) once, here; the store takes the
+    // profile along with the bytes it logs.
+    let (profile_name, pprof, profile) = match (params.format, body) {
         (BodyFormat::Folded | BodyFormat::Lines, IngestBody::Raw(text)) => {
-            folded_upload(params, &text, limits)?
+            folded_upload(params, &text, limits, reserve)?
         }
         (BodyFormat::Pprof, IngestBody::Raw(bytes)) => {
             let profile = kiln_pprof::decode_reserving(&bytes, limits, &mut *reserve)
@@ -293,11 +304,11 @@ pub fn build_upload(
                     part: "body",
                     source,
                 })?;
-            (pprof_profile_name(params, &profile), bytes)
+            (pprof_profile_name(params, &profile), bytes, profile)
         }
         (_, IngestBody::Multipart(parts)) => {
-            let (profile, encoded) = multipart::merge_parts(&parts, limits, reserve)?;
-            (pprof_profile_name(params, &profile), encoded)
+            let (profile, encoded) = multipart::merge_parts(parts, limits, reserve)?;
+            (pprof_profile_name(params, &profile), encoded, profile)
         }
         (BodyFormat::Multipart, IngestBody::Raw(_)) => {
             return Err(IngestError::BadMultipart {
@@ -328,14 +339,18 @@ pub fn build_upload(
         time_ms: params.from_ms,
         duration_nanos,
         pprof: pprof.into(),
+        decoded: Some(profile),
     })
 }
 
+/// Converts folded or lines text into a checked profile, its name and its
+/// encoding (what the store logs, so replay needs no text conversion).
 fn folded_upload(
     params: &IngestParams,
     text: &[u8],
     limits: &DecodeLimits,
-) -> Result<(String, Vec<u8>), IngestError> {
+    reserve: Reserve<'_>,
+) -> Result<(String, Vec<u8>, kiln_pprof::Profile), IngestError> {
     let text = kiln_pprof::maybe_gunzip(text, limits.max_decompressed_bytes).map_err(|source| {
         IngestError::BadPprof {
             part: "body",
@@ -392,7 +407,21 @@ fn folded_upload(
     };
     let (profile, _stats) =
         folded_to_profile(&text, &spec).map_err(|source| IngestError::BadFolded { source })?;
-    Ok((profile_name, profile.encode_to_vec()))
+    let encoded = profile.encode_to_vec();
+    let (profile, decoded_bytes) =
+        kiln_pprof::validate_message(profile, limits).map_err(|source| {
+            IngestError::BadConversion {
+                format: if params.format == BodyFormat::Lines {
+                    "lines"
+                } else {
+                    "folded"
+                },
+                source,
+            }
+        })?;
+    reserve(decoded_bytes.saturating_add(encoded.len()))
+        .map_err(|source| IngestError::Memory { source })?;
+    Ok((profile_name, encoded, profile))
 }
 
 /// `__name__` for a pprof upload: the kind suffix if the name had one, else
@@ -553,5 +582,58 @@ mod tests {
             err.to_string(),
             "folded body: line 2: count \"notanumber\" is not a non-negative integer"
         );
+    }
+
+    /// Issue 17: a body is decoded (or built) once, by the server, and the
+    /// store gets that profile with the bytes it logs, which replay decodes
+    /// to the same profile.
+    #[test]
+    fn every_upload_carries_the_profile_its_logged_bytes_decode_to() {
+        let heap = |alloc: i64| {
+            let mut builder = kiln_pprof::ProfileBuilder::new(&[
+                ("alloc_space", "bytes"),
+                ("inuse_space", "bytes"),
+            ]);
+            let f = builder.function(&kiln_pprof::FunctionSpec {
+                name: "grow".into(),
+                ..Default::default()
+            });
+            let loc = builder.location(0, 0x10, &[(f, 3)]);
+            builder.sample(&[loc], &[alloc, 5], &[]);
+            kiln_pprof::encode_gzip(&builder.finish())
+        };
+        let limits = DecodeLimits::default();
+        let bodies = [
+            (
+                "name=a&format=folded",
+                IngestBody::Raw(b"main;work 3\nmain 1".to_vec()),
+            ),
+            (
+                "name=a&format=lines",
+                IngestBody::Raw(b"main;work\nmain".to_vec()),
+            ),
+            ("name=a&format=pprof", IngestBody::Raw(heap(7))),
+            (
+                "name=a",
+                IngestBody::Multipart(MultipartParts {
+                    profile: heap(1000),
+                    prev_profile: Some(heap(600)),
+                    sample_type_config: None,
+                }),
+            ),
+        ];
+        for (query, body) in bodies {
+            let mut reserved = 0;
+            let upload = build_upload(&params(query), body, &limits, &mut |bytes| {
+                reserved += bytes;
+                Ok(())
+            })
+            .unwrap();
+            let decoded = upload.decoded.expect("decoded by the server");
+            let logged = kiln_pprof::decode(&upload.pprof, &limits).unwrap();
+            assert_eq!(logged.raw(), decoded.raw(), "{query}");
+            assert_eq!(logged.strings(), decoded.strings(), "{query}");
+            assert!(reserved > 0, "{query}: its memory is in the ingest budget");
+        }
     }
 }

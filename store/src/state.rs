@@ -193,15 +193,17 @@ impl AppState {
         for upload in uploads {
             check_label_limits(&upload.labels, &self.shared.limits)?;
             let bytes = upload.pprof.len() as u64;
-            let stats = store
-                .ingest(IngestRequest {
-                    // One copy at a time, for the profile being stored.
-                    labels: Arc::unwrap_or_clone(upload.labels),
-                    time_ms: upload.time_ms,
-                    duration_nanos: upload.duration_nanos,
-                    pprof: upload.pprof,
-                })
-                .await?;
+            let request = IngestRequest {
+                // One copy at a time, for the profile being stored.
+                labels: Arc::unwrap_or_clone(upload.labels),
+                time_ms: upload.time_ms,
+                duration_nanos: upload.duration_nanos,
+                pprof: upload.pprof,
+            };
+            let stats = match upload.decoded {
+                Some(profile) => store.ingest_decoded(request, profile).await?,
+                None => store.ingest(request).await?,
+            };
             self.shared
                 .metrics
                 .record_ingest(protocol, stats.samples, bytes);

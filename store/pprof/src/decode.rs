@@ -152,6 +152,20 @@ pub fn decode_reserving<E>(
         .and_then(|raw| Profile::validate(raw, limits)))
 }
 
+/// Checks a profile built in memory rather than decoded from bytes (folded
+/// text, an upload the server edited) by every limit [`decode`] applies
+/// while reading bytes, then validates it. Returns it with its estimated
+/// decoded size, the figure [`decode_reserving`] would have reserved. Its
+/// encoding, when no longer than `max_input_bytes`, decodes to the same
+/// profile under the same limits.
+pub fn validate_message(
+    raw: proto::Profile,
+    limits: &DecodeLimits,
+) -> Result<(Profile, usize), PprofError> {
+    let decoded_bytes = crate::prescan::check_profile_message(&raw, limits)?;
+    Ok((Profile::validate(raw, limits)?, decoded_bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -185,5 +199,33 @@ mod tests {
             maybe_gunzip(&packed, 1 << 20).expect("valid gzip").as_ref(),
             plain.as_slice()
         );
+    }
+
+    /// A decoded profile handed back as a message, edited and checked
+    /// again, encodes to bytes that decode to the same profile: what the
+    /// store logs for an upload the server decoded once and edited.
+    #[test]
+    fn a_profile_back_as_a_message_validates_to_what_its_encoding_decodes_to() {
+        let mut builder = crate::ProfileBuilder::new(&[("alloc_space", "bytes")]);
+        let f = builder.function(&crate::FunctionSpec {
+            name: "grow".into(),
+            ..Default::default()
+        });
+        let loc = builder.location(0, 0x10, &[(f, 3)]);
+        builder.sample(&[loc], &[64], &[("k", crate::LabelValue::Str("v".into()))]);
+        let limits = DecodeLimits::default();
+        let decoded = decode(&crate::encode_gzip(&builder.finish()), &limits).expect("decodes");
+        let strings = decoded.strings().to_vec();
+        let mut raw = decoded.into_raw();
+        raw.sample[0].value[0] = 8;
+        let encoded = raw.encode_to_vec();
+        let (edited, estimate) = validate_message(raw, &limits).expect("still valid");
+        let read_back = decode(&encoded, &limits).expect("its encoding decodes");
+        assert_eq!(edited.strings(), strings.as_slice());
+        assert_eq!(read_back.strings(), edited.strings());
+        assert_eq!(read_back.raw(), edited.raw());
+        assert_eq!(edited.samples()[0].value, [8]);
+        let wire = crate::prescan::check_profile_wire(&encoded, &limits).expect("fits");
+        assert_eq!(estimate, wire);
     }
 }

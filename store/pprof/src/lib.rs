@@ -9,6 +9,6 @@ pub mod profile;
 pub mod proto;
 
 pub use builder::{FunctionSpec, LabelValue, MappingSpec, ProfileBuilder, encode_gzip};
-pub use decode::{DecodeLimits, decode, decode_reserving, is_gzip, maybe_gunzip};
+pub use decode::{DecodeLimits, decode, decode_reserving, is_gzip, maybe_gunzip, validate_message};
 pub use error::PprofError;
 pub use profile::Profile;

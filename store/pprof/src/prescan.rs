@@ -13,6 +13,7 @@
 
 use crate::decode::DecodeLimits;
 use crate::error::PprofError;
+use crate::proto;
 
 /// In-memory sizes of decoded prost messages on 64-bit targets (a `Vec`
 /// header is 24 bytes); estimates, slightly above the real layouts.
@@ -162,12 +163,77 @@ pub(crate) fn check_profile_wire(
     Ok(decoded)
 }
 
+/// [`check_profile_wire`] for a profile built in memory rather than read
+/// from bytes (folded text, an upload edited by the server): the same
+/// limits and the same size estimate, so that its encoding passes the wire
+/// scan when the write-ahead log is replayed.
+pub(crate) fn check_profile_message(
+    profile: &proto::Profile,
+    limits: &DecodeLimits,
+) -> Result<usize, PprofError> {
+    check(
+        "sample types",
+        profile.sample_type.len(),
+        limits.max_sample_types,
+    )?;
+    check("samples", profile.sample.len(), limits.max_samples)?;
+    check("mappings", profile.mapping.len(), limits.max_table_entries)?;
+    check(
+        "locations",
+        profile.location.len(),
+        limits.max_table_entries,
+    )?;
+    check(
+        "functions",
+        profile.function.len(),
+        limits.max_table_entries,
+    )?;
+    check(
+        "strings",
+        profile.string_table.len(),
+        limits.max_table_entries,
+    )?;
+    let mut decoded = profile.sample_type.len() * VALUE_TYPE_BYTES
+        + profile.mapping.len() * MAPPING_BYTES
+        + profile.function.len() * FUNCTION_BYTES
+        + profile.comment.len() * SCALAR_BYTES;
+    for sample in &profile.sample {
+        let (locations, values, labels) = (
+            sample.location_id.len(),
+            sample.value.len(),
+            sample.label.len(),
+        );
+        check("frames in one stack", locations, limits.max_stack_depth)?;
+        check("values in one sample", values, limits.max_sample_types)?;
+        check("labels in one sample", labels, limits.max_labels_per_sample)?;
+        decoded = decoded.saturating_add(
+            SAMPLE_BYTES + (locations + values) * SCALAR_BYTES + labels * LABEL_BYTES,
+        );
+    }
+    for location in &profile.location {
+        check(
+            "lines in one location",
+            location.line.len(),
+            limits.max_stack_depth,
+        )?;
+        decoded = decoded.saturating_add(LOCATION_BYTES + location.line.len() * LINE_BYTES);
+    }
+    for string in &profile.string_table {
+        decoded = decoded.saturating_add(STRING_BYTES + string.len());
+    }
+    check(
+        "decoded bytes (estimated)",
+        decoded,
+        limits.max_decoded_bytes,
+    )?;
+    Ok(decoded)
+}
+
 #[cfg(test)]
 mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::proto;
 
     fn profile_with_sample(sample: proto::Sample) -> Vec<u8> {
         proto::Profile {
@@ -285,5 +351,60 @@ mod tests {
             "{err}"
         );
         check_profile_wire(&plain, &DecodeLimits::default()).expect("within the defaults");
+    }
+
+    /// A message and its encoding get the same verdict and the same
+    /// estimate, so a profile built in memory and checked as a message is
+    /// not refused when its encoding is read back (WAL replay).
+    #[test]
+    fn a_message_and_its_encoding_get_the_same_estimate_and_limits() {
+        let profile = proto::Profile {
+            sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }; 2],
+            sample: vec![
+                proto::Sample {
+                    location_id: vec![1, 2, 300],
+                    value: vec![5, 70_000],
+                    label: vec![proto::Label::default(); 3],
+                };
+                4
+            ],
+            mapping: vec![proto::Mapping::default(); 2],
+            location: vec![
+                proto::Location {
+                    id: 1,
+                    line: vec![proto::Line::default(); 2],
+                    ..Default::default()
+                };
+                3
+            ],
+            function: vec![proto::Function::default(); 5],
+            string_table: vec![Vec::new(), b"cpu".to_vec(), b"nanoseconds".to_vec()],
+            comment: vec![1, 2],
+            ..Default::default()
+        };
+        let limits = DecodeLimits::default();
+        let wire = check_profile_wire(&profile.encode_to_vec(), &limits).expect("fits");
+        let message = check_profile_message(&profile, &limits).expect("fits");
+        assert_eq!(message, wire);
+        let verdicts = |limits: &DecodeLimits| {
+            (
+                check_profile_message(&profile, limits).map_err(|e| e.to_string()),
+                check_profile_wire(&profile.encode_to_vec(), limits).map_err(|e| e.to_string()),
+            )
+        };
+        let tight = DecodeLimits {
+            max_decoded_bytes: wire - 1,
+            ..DecodeLimits::default()
+        };
+        let (message, wire) = verdicts(&tight);
+        assert!(message.is_err(), "{message:?}");
+        assert_eq!(message, wire);
+        let shallow = DecodeLimits {
+            max_stack_depth: 2,
+            ..DecodeLimits::default()
+        };
+        let (message, wire) = verdicts(&shallow);
+        assert!(message.is_err(), "{message:?}");
+        assert_eq!(message, wire);
     }
 }

@@ -270,6 +270,15 @@ impl Profile {
     pub fn raw(&self) -> &proto::Profile {
         &self.raw
     }
+
+    /// The whole protobuf message back, string table included, to edit
+    /// without decoding the bytes again (the strings move, nothing is
+    /// copied). Invalid UTF-8 stays replaced as validation left it.
+    pub fn into_raw(self) -> proto::Profile {
+        let mut raw = self.raw;
+        raw.string_table = self.strings.into_iter().map(String::into_bytes).collect();
+        raw
+    }
 }
 
 struct StringChecker {

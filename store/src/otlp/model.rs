@@ -313,6 +313,7 @@ pub fn uploads_from_batch(
                     time_ms: None,
                     duration_nanos: None,
                     pprof: pprof.encode_to_vec().into(),
+                    decoded: None,
                 });
             }
         }

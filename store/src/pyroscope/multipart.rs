@@ -32,9 +32,10 @@ struct SampleTypeConfig {
 }
 
 /// Decodes the parts and applies `prev_profile` and `sample_type_config`.
-/// Returns the validated result and its encoding for the store.
+/// Returns the validated result and its encoding for the store. Each part
+/// is decoded once: an edit works on the decoded profile's own message.
 pub fn merge_parts(
-    parts: &MultipartParts,
+    parts: MultipartParts,
     limits: &DecodeLimits,
     reserve: Reserve<'_>,
 ) -> Result<(Profile, Vec<u8>), IngestError> {
@@ -43,18 +44,12 @@ pub fn merge_parts(
             message: "the `profile` field is missing or empty".to_owned(),
         });
     }
-    // What decoding `profile` reserved, to reserve it once more for the
-    // editable copy decoded below.
-    let mut profile_bytes = 0usize;
-    let profile = kiln_pprof::decode_reserving(&parts.profile, limits, |bytes| {
-        profile_bytes = profile_bytes.saturating_add(bytes);
-        reserve(bytes)
-    })
-    .map_err(|source| IngestError::Memory { source })?
-    .map_err(|source| IngestError::BadPprof {
-        part: "profile",
-        source,
-    })?;
+    let profile = kiln_pprof::decode_reserving(&parts.profile, limits, &mut *reserve)
+        .map_err(|source| IngestError::Memory { source })?
+        .map_err(|source| IngestError::BadPprof {
+            part: "profile",
+            source,
+        })?;
     let config: Option<HashMap<String, SampleTypeConfig>> = parts
         .sample_type_config
         .as_deref()
@@ -79,7 +74,7 @@ pub fn merge_parts(
         })
         .transpose()?;
     if config.is_none() && prev.is_none() {
-        return Ok((profile, parts.profile.clone()));
+        return Ok((profile, parts.profile));
     }
     let type_names: Vec<String> = profile
         .sample_types()
@@ -95,33 +90,28 @@ pub fn merge_parts(
             None => name.starts_with("alloc_") || name == "contentions" || name == "delay",
         })
         .collect();
-    // The validated profile keeps its strings apart from its proto, so
-    // decode a plain copy to edit and validate again afterwards.
-    reserve(profile_bytes).map_err(|source| IngestError::Memory { source })?;
-    let mut raw = raw_proto(&parts.profile, limits)?;
-    if let Some(prev) = &prev {
-        subtract_previous(&profile, prev, &cumulative, &mut raw);
+    let growth = prev
+        .as_ref()
+        .map(|prev| growth_since_previous(&profile, prev, &cumulative))
+        .unwrap_or_default();
+    drop(prev);
+    let mut raw = profile.into_raw();
+    for (index, values) in growth {
+        if let Some(sample) = raw.sample.get_mut(index) {
+            sample.value = values;
+        }
     }
     if let Some(config) = &config {
         keep_configured_types(&type_names, config, &mut raw)?;
     }
     let encoded = raw.encode_to_vec();
-    let merged = Profile::validate(raw, limits).map_err(|source| IngestError::BadPprof {
-        part: "profile",
-        source,
-    })?;
+    reserve(encoded.len()).map_err(|source| IngestError::Memory { source })?;
+    let (merged, _) =
+        kiln_pprof::validate_message(raw, limits).map_err(|source| IngestError::BadPprof {
+            part: "profile",
+            source,
+        })?;
     Ok((merged, encoded))
-}
-
-/// The unvalidated proto of bytes that already decoded once.
-fn raw_proto(bytes: &[u8], limits: &DecodeLimits) -> Result<proto::Profile, IngestError> {
-    let bad = |source| IngestError::BadPprof {
-        part: "profile",
-        source,
-    };
-    let plain = kiln_pprof::maybe_gunzip(bytes, limits.max_decompressed_bytes).map_err(bad)?;
-    proto::Profile::decode(plain.as_ref())
-        .map_err(|source| bad(kiln_pprof::PprofError::Protobuf { source }))
 }
 
 /// Content identities shared by the current and the previous profile:
@@ -201,13 +191,14 @@ impl<'p> Identities<'p> {
     }
 }
 
-/// Replaces cumulative values by their growth since `prev` (never negative).
-fn subtract_previous(
+/// The values of every sample of `profile` that `prev` also holds, with
+/// its cumulative ones replaced by their growth since `prev` (never
+/// negative), by sample index.
+fn growth_since_previous(
     profile: &Profile,
     prev: &Profile,
     cumulative: &[bool],
-    raw: &mut proto::Profile,
-) {
+) -> Vec<(usize, Vec<i64>)> {
     let prev_types: Vec<&str> = prev
         .sample_types()
         .iter()
@@ -234,17 +225,23 @@ fn subtract_previous(
             *total = total.saturating_add(*value);
         }
     }
-    for (sample, raw_sample) in profile.samples().iter().zip(raw.sample.iter_mut()) {
+    let mut growth = Vec::new();
+    for (index, sample) in profile.samples().iter().enumerate() {
         let key = identities.sample_key(profile, &current_locations, sample);
         let Some(before) = previous.get(&key) else {
             continue;
         };
-        for (index, value) in raw_sample.value.iter_mut().enumerate() {
-            if let (Some(true), Some(Some(column))) = (cumulative.get(index), columns.get(index)) {
+        let mut values = sample.value.clone();
+        for (type_index, value) in values.iter_mut().enumerate() {
+            if let (Some(true), Some(Some(column))) =
+                (cumulative.get(type_index), columns.get(type_index))
+            {
                 *value = value.saturating_sub(before[*column]).max(0);
             }
         }
+        growth.push((index, values));
     }
+    growth
 }
 
 /// Drops sample types the config does not list and applies display names.
@@ -316,7 +313,7 @@ mod tests {
             sample_type_config: None,
         };
         let (profile, encoded) =
-            merge_parts(&parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap();
+            merge_parts(parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap();
         assert_eq!(values(&profile), [400, 300]);
         let again = kiln_pprof::decode(&encoded, &DecodeLimits::default()).unwrap();
         assert_eq!(values(&again), [400, 300]);
@@ -366,7 +363,7 @@ mod tests {
             prev_profile: Some(prev),
             sample_type_config: None,
         };
-        let (merged, _) = merge_parts(&parts, &limits, &mut |_| Ok(())).unwrap();
+        let (merged, _) = merge_parts(parts, &limits, &mut |_| Ok(())).unwrap();
         let growth: Vec<i64> = merged.samples().iter().map(|s| s.value[0]).collect();
         assert_eq!(growth, vec![400; 10]);
     }
@@ -381,7 +378,7 @@ mod tests {
                     .to_vec(),
             ),
         };
-        let (profile, _) = merge_parts(&parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap();
+        let (profile, _) = merge_parts(parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap();
         assert_eq!(values(&profile), [300]);
         assert_eq!(
             profile.string(profile.sample_types()[0].r#type),
@@ -392,7 +389,7 @@ mod tests {
     #[test]
     fn broken_parts_are_refused_by_name() {
         let err = merge_parts(
-            &MultipartParts::default(),
+            MultipartParts::default(),
             &DecodeLimits::default(),
             &mut |_| Ok(()),
         )
@@ -406,21 +403,21 @@ mod tests {
             prev_profile: Some(b"junk".to_vec()),
             sample_type_config: None,
         };
-        let err = merge_parts(&parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap_err();
+        let err = merge_parts(parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap_err();
         assert!(err.to_string().starts_with("prev_profile is not"), "{err}");
         let parts = MultipartParts {
             profile: heap(1, 1),
             prev_profile: None,
             sample_type_config: Some(b"{not json".to_vec()),
         };
-        let err = merge_parts(&parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap_err();
+        let err = merge_parts(parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap_err();
         assert_eq!(err.reason(), "bad_sample_type_config");
         let parts = MultipartParts {
             profile: heap(1, 1),
             prev_profile: None,
             sample_type_config: Some(br#"{"cpu":{}}"#.to_vec()),
         };
-        let err = merge_parts(&parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap_err();
+        let err = merge_parts(parts, &DecodeLimits::default(), &mut |_| Ok(())).unwrap_err();
         assert!(err.to_string().contains("names none"), "{err}");
     }
 }

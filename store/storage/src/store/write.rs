@@ -42,6 +42,28 @@ impl Store {
     /// storage and applied to the head, so it survives a crash and is
     /// visible to queries.
     pub async fn ingest(&self, request: IngestRequest) -> Result<IngestStats, StorageError> {
+        self.ingest_profile(request, None).await
+    }
+
+    /// [`Store::ingest`] for a request whose pprof the caller has decoded
+    /// already (and perhaps edited, then encoded): `profile` is what
+    /// `request.pprof` decodes to, which replaying the write-ahead log will
+    /// do, so the request is not decoded a second time now. The caller
+    /// holds the memory `profile` takes in the ingest budget until this
+    /// returns.
+    pub async fn ingest_decoded(
+        &self,
+        request: IngestRequest,
+        profile: Profile,
+    ) -> Result<IngestStats, StorageError> {
+        self.ingest_profile(request, Some(profile)).await
+    }
+
+    async fn ingest_profile(
+        &self,
+        request: IngestRequest,
+        decoded: Option<Profile>,
+    ) -> Result<IngestStats, StorageError> {
         let shared = &self.shared;
         if shared.closed.load(Ordering::SeqCst) {
             return Err(StorageError::ShuttingDown);
@@ -90,10 +112,23 @@ impl Store {
         // nothing in the WAL can be refused on replay (audit D1).
         let (profile, labels, time_ms, reservation) = tokio::task::spawn_blocking(move || {
             let config = &checker.config;
-            let profile = kiln_pprof::decode_reserving(&pprof, &config.decode_limits, |bytes| {
-                checker.ingest_memory.reserve(&mut reservation, bytes)
-            })?
-            .map_err(|source| StorageError::InvalidProfile { source })?;
+            let profile = match decoded {
+                // Replay decodes these bytes under the same limits; the
+                // message checks covered all but their length.
+                Some(_) if pprof.len() > config.decode_limits.max_input_bytes => {
+                    return Err(StorageError::InvalidProfile {
+                        source: kiln_pprof::PprofError::InputTooLarge {
+                            size: pprof.len(),
+                            limit: config.decode_limits.max_input_bytes,
+                        },
+                    });
+                }
+                Some(profile) => profile,
+                None => kiln_pprof::decode_reserving(&pprof, &config.decode_limits, |bytes| {
+                    checker.ingest_memory.reserve(&mut reservation, bytes)
+                })?
+                .map_err(|source| StorageError::InvalidProfile { source })?,
+            };
             let time_ms = resolve_time_ms(request_time_ms, &profile);
             if let AcceptedTimes::Recent { max_future_skew } = config.accepted_times {
                 check_profile_time(time_ms, now_ms(), config.retention, max_future_skew)?;
