@@ -1,0 +1,99 @@
+//! Phase 3 of ingest: the series labels of every (signature, profile
+//! type) slot that receives a value, checked, and the series they would
+//! create counted against the head's limits.
+
+use kiln_pprof::Profile;
+
+use super::limits::{IngestLimits, SeriesBudget, check_label, label_bytes};
+use super::signatures::Signatures;
+use crate::error::IngestError;
+use crate::head::Head;
+use crate::model::{Label, LabelSet, NAME_LABEL, NAMESPACE_LABEL, PROFILE_TYPE_LABEL, ProfileType};
+
+/// Each slot's series labels (`None` for a slot without values), built
+/// from the request's `labels`, the slot's promoted labels and its profile
+/// type.
+pub(super) fn resolve(
+    head: &Head,
+    profile: &Profile,
+    labels: &LabelSet,
+    types: &[ProfileType],
+    signatures: &Signatures,
+    limits: &IngestLimits,
+) -> Result<Vec<Option<LabelSet>>, IngestError> {
+    // Phase 1 checked it is there.
+    let name = labels.get(NAME_LABEL).unwrap_or_default();
+    let type_count = types.len();
+
+    // Resolve every used slot's series labels and check limits. Sizes
+    // and series counts are checked before each set is built, so a
+    // hostile profile fails before it allocates (audit D1).
+    let base_bytes: usize = labels.iter().map(|l| label_bytes(&l.name, &l.value)).sum();
+    let type_label_bytes = types
+        .iter()
+        .map(|t| label_bytes(PROFILE_TYPE_LABEL, &t.to_string()))
+        .max()
+        .unwrap_or(0);
+    let mut planned_bytes = 0usize;
+    let mut slot_labels: Vec<Option<LabelSet>> = vec![None; signatures.slot_used.len()];
+    let mut new_series = SeriesBudget::new(head, name, limits);
+    for (signature, key) in signatures.keys.iter().enumerate() {
+        let base = signature * type_count;
+        let used = signatures.slot_used[base..base + type_count]
+            .iter()
+            .filter(|&&u| u)
+            .count();
+        if used == 0 {
+            continue;
+        }
+        let set_bytes = base_bytes
+            + key
+                .iter()
+                .map(|&(k, v)| {
+                    "exported_".len() + label_bytes(profile.string(k), profile.string(v))
+                })
+                .sum::<usize>();
+        planned_bytes = planned_bytes.saturating_add(
+            set_bytes
+                .saturating_add(type_label_bytes)
+                .saturating_mul(used + 1),
+        );
+        if planned_bytes > limits.max_series_label_bytes_per_profile {
+            return Err(IngestError::SeriesLabelsTooLarge {
+                bytes: planned_bytes,
+                limit: limits.max_series_label_bytes_per_profile,
+            });
+        }
+        let mut set = labels.clone();
+        for &(k, v) in key {
+            let (k, v) = (profile.string(k), profile.string(v));
+            let promoted_name = if labels.get(k).is_some() || k == PROFILE_TYPE_LABEL {
+                format!("exported_{k}")
+            } else {
+                k.to_owned()
+            };
+            check_label(&promoted_name, v, limits)?;
+            set.insert(Label::new(promoted_name, v));
+        }
+        if set.len() + 1 > limits.max_labels_per_series {
+            return Err(IngestError::TooManyLabels {
+                count: set.len() + 1,
+                limit: limits.max_labels_per_series,
+            });
+        }
+        for (t, profile_type) in types.iter().enumerate() {
+            if !signatures.slot_used[base + t] {
+                continue;
+            }
+            let mut full = set.clone();
+            full.insert(Label::new(PROFILE_TYPE_LABEL, profile_type.to_string()));
+            // Only a series the head does not hold yet counts: a tenant
+            // over its limit keeps ingesting into the series it has.
+            if head.existing_series(&full).is_none() {
+                new_series.add(head, full.get(NAMESPACE_LABEL).unwrap_or(""))?;
+            }
+            slot_labels[base + t] = Some(full);
+        }
+    }
+    Ok(slot_labels)
+}
