@@ -14,7 +14,7 @@ use prost::Message;
 
 use crate::error::ApiError;
 use crate::grpc_ingest::PushServer;
-use crate::ingest::uploads_from_push;
+use crate::ingest::{check_label_limits, uploads_from_push};
 use crate::push_json::push_request_from_json;
 use crate::pyroscope::{BodyFormat, IngestBody, MultipartParts, build_upload, parse_ingest_params};
 use crate::state::AppState;
@@ -133,7 +133,11 @@ async fn pyroscope_ingest_inner(
         work: "converting the upload",
         message: e.to_string(),
     })?;
-    let result = state.ingest("ingest", vec![upload?]).await;
+    let upload = upload?;
+    // Its series labels come from `name`: checked here, once, as every
+    // protocol checks them where its uploads are built.
+    check_label_limits(&upload.labels, state.limits())?;
+    let result = state.ingest("ingest", vec![upload]).await;
     drop(permit);
     result
 }

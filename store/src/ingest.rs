@@ -1,5 +1,10 @@
-//! What every ingest path (WriteRaw, Push, `/ingest`) produces: profiles with
-//! series labels, checked the same way before they reach the store.
+//! What every ingest path (WriteRaw, Push, `/ingest`, OTLP) produces:
+//! profiles with series labels. This is the one place client-sent series
+//! labels are checked (names, duplicates, counts, lengths, `__name__`),
+//! once, where each protocol builds its uploads. The store has no label
+//! checks of its own; the engine's `check_ingest`, run before logging,
+//! applies its limits to the final series label sets (with the labels a
+//! profile promotes) and counts series.
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -6,29 +6,28 @@ use std::time::Duration;
 
 use kiln_pprof::DecodeLimits;
 use kiln_storage::store::IngestRequest;
-use kiln_storage::{IngestReservation, Store};
+use kiln_storage::{IngestAdmission, StorageError, Store};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{Config, Limits};
 use crate::error::ApiError;
-use crate::ingest::{ProfileUpload, check_label_limits};
+use crate::ingest::ProfileUpload;
 use crate::metrics::{Metrics, StorageGauges};
 
-/// What a write request holds while it runs: an in-flight slot and its
-/// body's share of the ingest memory budget.
+/// What a write request holds while it runs: the store's admission, one
+/// in-flight slot and its body's share of the ingest memory budget.
 #[derive(Debug)]
 pub struct WritePermit {
-    _slot: OwnedSemaphorePermit,
-    memory: IngestReservation,
+    admission: IngestAdmission,
     store: Store,
 }
 
 impl WritePermit {
     /// Adds `bytes` to what this request holds of the ingest memory budget,
     /// for the server's own decoding of the body (pprof, multipart).
-    pub fn reserve_more(&mut self, bytes: usize) -> Result<(), kiln_storage::StorageError> {
+    pub fn reserve_more(&mut self, bytes: usize) -> Result<(), StorageError> {
         self.store
-            .reserve_more_ingest_memory(&mut self.memory, bytes)
+            .reserve_more_ingest_memory(&mut self.admission, bytes)
     }
 }
 
@@ -47,9 +46,8 @@ struct Shared {
     read_tokens: Vec<String>,
     metrics: Metrics,
     body_read_timeout: Duration,
-    /// Ingest and queries have separate slots, so a flood of one cannot
-    /// starve the other (audit R4, R8).
-    write_slots: Arc<Semaphore>,
+    /// Queries have their own slots, apart from the store's write slots,
+    /// so a flood of one cannot starve the other (audit R4, R8).
     query_slots: Arc<Semaphore>,
     /// The store listens on loopback only, so requests must name it by a
     /// loopback name or an address (DNS rebinding, audit A2).
@@ -68,7 +66,6 @@ impl AppState {
                 read_tokens: config.read_tokens.clone(),
                 metrics: Metrics::default(),
                 body_read_timeout: config.connections.body_read_timeout,
-                write_slots: Arc::new(Semaphore::new(config.limits.max_inflight)),
                 query_slots: Arc::new(Semaphore::new(config.limits.max_inflight_queries)),
                 loopback_only: config.listen.ip().is_loopback(),
             }),
@@ -138,26 +135,28 @@ impl AppState {
             })
     }
 
-    fn admit_write_slot(&self) -> Result<OwnedSemaphorePermit, ApiError> {
-        Arc::clone(&self.shared.write_slots)
-            .try_acquire_owned()
-            .map_err(|_| ApiError::Overloaded {
+    /// Admits one write in the store's one write budget, reserving
+    /// `body_bytes`.
+    fn admit_write_bytes(&self, body_bytes: usize) -> Result<WritePermit, ApiError> {
+        let store = self.store()?;
+        let admission = store.admit_ingest(body_bytes).map_err(|err| match err {
+            StorageError::Overloaded { limit } => ApiError::Overloaded {
                 kind: "ingest",
-                limit: self.shared.limits.max_inflight,
-            })
+                limit,
+            },
+            other => other.into(),
+        })?;
+        Ok(WritePermit {
+            admission,
+            store: store.clone(),
+        })
     }
 
     /// Takes an ingest slot with nothing reserved yet, for a body whose
     /// size is unknown until it is read: the caller reserves as it reads
     /// ([`WritePermit::reserve_more`]), before anything is decoded.
     pub fn admit_write_unsized(&self) -> Result<WritePermit, ApiError> {
-        let slot = self.admit_write_slot()?;
-        let store = self.store()?;
-        Ok(WritePermit {
-            _slot: slot,
-            memory: IngestReservation::default(),
-            store: store.clone(),
-        })
+        self.admit_write_bytes(0)
     }
 
     /// Takes an in-flight slot and reserves the body's memory in the store's
@@ -166,24 +165,20 @@ impl AppState {
     /// copy: content-encoding, multipart or text conversion). Refused with
     /// 429 when the budget is in use.
     pub fn admit_write(&self, headers: &axum::http::HeaderMap) -> Result<WritePermit, ApiError> {
-        let slot = self.admit_write_slot()?;
         let limit = self.shared.limits.max_request_bytes;
         let declared = headers
             .get(axum::http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok())
             .map_or(limit, |len| len.min(limit));
-        let store = self.store()?;
-        let memory = store.reserve_ingest_memory(declared.saturating_mul(2))?;
-        Ok(WritePermit {
-            _slot: slot,
-            memory,
-            store: store.clone(),
-        })
+        self.admit_write_bytes(declared.saturating_mul(2))
     }
 
     /// Stores every upload, in order; stops at the first refusal (earlier
-    /// uploads of the same request stay stored).
+    /// uploads of the same request stay stored). The request was admitted
+    /// ([`AppState::admit_write`]) and its series labels checked where its
+    /// uploads were built (`crate::ingest`); the store runs the engine's
+    /// checks of what the profile adds.
     pub async fn ingest(
         &self,
         protocol: &'static str,
@@ -191,7 +186,6 @@ impl AppState {
     ) -> Result<(), ApiError> {
         let store = self.store()?;
         for upload in uploads {
-            check_label_limits(&upload.labels, &self.shared.limits)?;
             let bytes = upload.pprof.len() as u64;
             let request = IngestRequest {
                 // One copy at a time, for the profile being stored.
@@ -220,11 +214,9 @@ impl AppState {
             &self.shared.query_slots,
             self.shared.limits.max_inflight_queries,
         );
-        let inflight =
-            in_use(&self.shared.write_slots, self.shared.limits.max_inflight) + inflight_queries;
         match self.shared.store.get() {
             None => StorageGauges {
-                inflight_requests: inflight,
+                inflight_requests: inflight_queries,
                 inflight_queries,
                 ..StorageGauges::default()
             },
@@ -240,7 +232,7 @@ impl AppState {
                     ingest_memory_reserved_bytes: stats.ingest_memory_reserved_bytes,
                     quarantined_wal_records: store.replay_report().quarantined_records,
                     pending_uploads: stats.pending_uploads,
-                    inflight_requests: inflight,
+                    inflight_requests: store.ingests_in_flight() as u64 + inflight_queries,
                     inflight_queries,
                 }
             }

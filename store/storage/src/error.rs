@@ -95,12 +95,6 @@ pub enum StorageError {
         /// Passes made.
         attempts: usize,
     },
-    /// The request's series labels are unusable before the engine sees them.
-    #[error("invalid labels: {message}")]
-    InvalidLabels {
-        /// What is wrong with them.
-        message: String,
-    },
     /// A query could not be evaluated (bad matcher, bad range, ...).
     #[error("query failed: {source}")]
     Query {
@@ -209,7 +203,6 @@ impl StorageError {
         match self {
             Self::InvalidProfile { source } => source.reason(),
             Self::Rejected { source } => source.reason(),
-            Self::InvalidLabels { .. } => "invalid_labels",
             Self::TimeOutOfRange { .. } => "time_out_of_range",
             Self::QueryTimeout { .. } => "query_timeout",
             Self::QueryRaced { .. } => "query_raced",
@@ -236,7 +229,6 @@ impl StorageError {
         match self {
             Self::InvalidProfile { .. }
             | Self::Rejected { .. }
-            | Self::InvalidLabels { .. }
             | Self::TimeOutOfRange { .. }
             | Self::OverMemoryBudget { .. }
             | Self::QueryTimeout { .. }

@@ -9,6 +9,5 @@ pub mod wal;
 pub use bucket::{Bucket, BucketConfig, CorruptBlock};
 pub use error::{ErrorClass, StorageError};
 pub use store::{
-    AcceptedTimes, CompactionReport, IngestRequest, IngestReservation, Store, StoreConfig,
-    StoreStats,
+    AcceptedTimes, CompactionReport, IngestAdmission, IngestRequest, Store, StoreConfig, StoreStats,
 };

@@ -7,6 +7,7 @@
 //! head apply, so a head cut sees every logged record either entirely before
 //! or entirely after it: a block holds exactly the WAL segments it replaces.
 
+mod admission;
 mod allocator;
 mod cache;
 mod config;
@@ -33,12 +34,12 @@ use tokio::task::JoinHandle;
 use crate::bucket::{Bucket, CorruptBlock};
 use crate::error::StorageError;
 use crate::wal::{ReplayReport, Wal};
+pub use admission::IngestAdmission;
 use cache::BlockCache;
 pub use config::{AcceptedTimes, StoreConfig};
 pub use health::{HealthProblem, StoreHealth};
 pub use incomplete::{Incomplete, record_incomplete};
 pub use maintenance::CompactionReport;
-pub use memory_gate::Reservation as IngestReservation;
 
 /// One profile to ingest, as a client sent it.
 #[derive(Debug, Clone)]
@@ -182,7 +183,8 @@ struct Shared {
     /// Serializes bucket listing, uploads, compaction and retention, so a
     /// listing never overwrites a block added while it ran.
     maintenance: tokio::sync::Mutex<()>,
-    inflight: Semaphore,
+    /// Write slots (`max_inflight_ingests`), taken by `admit_ingest`.
+    inflight: Arc<Semaphore>,
     /// Queries reading heads and blocks now (`max_running_queries`).
     query_runners: Arc<Semaphore>,
     /// Bytes reserved by ingests being decoded and applied.
@@ -260,7 +262,7 @@ impl Store {
             .map(|c| (c.id, c.error))
             .collect();
         let shared = Arc::new(Shared {
-            inflight: Semaphore::new(config.max_inflight_ingests),
+            inflight: Arc::new(Semaphore::new(config.max_inflight_ingests)),
             query_runners: Arc::new(Semaphore::new(config.max_running_queries)),
             ingest_memory: memory_gate::MemoryGate::new(config.ingest_memory_bytes),
             cache: Mutex::new(BlockCache::new(config.block_cache_bytes)),
@@ -299,25 +301,6 @@ impl Store {
     /// The configuration the store was opened with.
     pub fn config(&self) -> &StoreConfig {
         &self.shared.config
-    }
-
-    /// Reserves `bytes` of the ingest memory budget for a request body
-    /// about to be read, so bodies count before they are in memory; refused
-    /// as overload when the budget is in use, as a client error when it
-    /// could never hold them.
-    pub fn reserve_ingest_memory(&self, bytes: usize) -> Result<IngestReservation, StorageError> {
-        let mut reservation = IngestReservation::default();
-        self.shared.ingest_memory.reserve(&mut reservation, bytes)?;
-        Ok(reservation)
-    }
-
-    /// Adds `bytes` to `reservation`, under the same rules.
-    pub fn reserve_more_ingest_memory(
-        &self,
-        reservation: &mut IngestReservation,
-        bytes: usize,
-    ) -> Result<(), StorageError> {
-        self.shared.ingest_memory.reserve(reservation, bytes)
     }
 
     /// What WAL replay found at open.

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use kiln_engine::model::NAME_LABEL;
 use kiln_engine::{Head, IngestStats};
 use kiln_pprof::{DecodeLimits, Profile};
 
@@ -40,7 +39,10 @@ fn resolve_time_ms(request: Option<i64>, profile: &Profile) -> i64 {
 impl Store {
     /// Ingests one profile. Returns once the request is in the WAL on stable
     /// storage and applied to the head, so it survives a crash and is
-    /// visible to queries.
+    /// visible to queries. Every check, series labels included, is the
+    /// engine's `check_ingest`, run before the request is logged. Callers
+    /// bound concurrent writes and their bodies' memory by admitting each
+    /// write first ([`Store::admit_ingest`]).
     pub async fn ingest(&self, request: IngestRequest) -> Result<IngestStats, StorageError> {
         self.ingest_profile(request, None).await
     }
@@ -68,12 +70,6 @@ impl Store {
         if shared.closed.load(Ordering::SeqCst) {
             return Err(StorageError::ShuttingDown);
         }
-        let _permit = shared
-            .inflight
-            .try_acquire()
-            .map_err(|_| StorageError::Overloaded {
-                limit: shared.config.max_inflight_ingests,
-            })?;
         // A byte budget for data not yet in the bucket (audit D3): while
         // uploads fail, the live head and the heads waiting for upload grow
         // only up to it, then writes are refused (retryably) until they drain.
@@ -91,19 +87,9 @@ impl Store {
                 budget_bytes,
             });
         }
-        if request.labels.get(NAME_LABEL).is_none_or(str::is_empty) {
-            // Checked before logging so a request the engine must refuse
-            // never reaches the WAL.
-            return Err(StorageError::InvalidLabels {
-                message: format!("the {NAME_LABEL} label is required"),
-            });
-        }
-        // The body is in memory already; counting it lets the next request
-        // see it. The decode reserves the rest step by step (audit R5).
+        // The body's bytes are the admission's (`Store::admit_ingest`); the
+        // decode reserves what it allocates, step by step (audit R5).
         let mut reservation = Reservation::default();
-        shared
-            .ingest_memory
-            .reserve(&mut reservation, request.pprof.len())?;
         let checker = Arc::clone(shared);
         let pprof = request.pprof.clone();
         let request_time_ms = request.time_ms;

@@ -1,0 +1,64 @@
+//! Write admission: one budget for every write, whichever protocol brought
+//! it. A write takes one of `max_inflight_ingests` slots and reserves its
+//! body's bytes in the ingest memory budget before the body is read;
+//! decoding reserves more in the same budget (`memory_gate`), step by
+//! step. The server admits each write request here, once, and holds the
+//! admission until the store has answered (audit R4, R5).
+
+use std::sync::Arc;
+
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::Store;
+use super::memory_gate::Reservation;
+use crate::error::StorageError;
+
+/// One admitted write: its in-flight slot and the ingest memory it holds,
+/// both released on drop.
+#[derive(Debug)]
+pub struct IngestAdmission {
+    _slot: OwnedSemaphorePermit,
+    memory: Reservation,
+}
+
+impl Store {
+    /// Admits one write whose body takes `body_bytes`: takes an in-flight
+    /// slot and reserves the bytes, or refuses at once (overload when all
+    /// slots or the budget are in use, a client error when the budget
+    /// could never hold the body), so overload never queues.
+    pub fn admit_ingest(&self, body_bytes: usize) -> Result<IngestAdmission, StorageError> {
+        let shared = &self.shared;
+        let slot = Arc::clone(&shared.inflight)
+            .try_acquire_owned()
+            .map_err(|_| StorageError::Overloaded {
+                limit: shared.config.max_inflight_ingests,
+            })?;
+        let mut memory = Reservation::default();
+        shared.ingest_memory.reserve(&mut memory, body_bytes)?;
+        Ok(IngestAdmission {
+            _slot: slot,
+            memory,
+        })
+    }
+
+    /// Adds `bytes` to what `admission` holds of the ingest memory budget,
+    /// under the same rules, before the caller allocates them (a body read
+    /// in chunks, inflated, or decoded by the server).
+    pub fn reserve_more_ingest_memory(
+        &self,
+        admission: &mut IngestAdmission,
+        bytes: usize,
+    ) -> Result<(), StorageError> {
+        self.shared
+            .ingest_memory
+            .reserve(&mut admission.memory, bytes)
+    }
+
+    /// Writes admitted and not yet answered.
+    pub fn ingests_in_flight(&self) -> usize {
+        self.shared
+            .config
+            .max_inflight_ingests
+            .saturating_sub(self.shared.inflight.available_permits())
+    }
+}
