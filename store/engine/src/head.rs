@@ -9,7 +9,7 @@ use crate::index::LabelIndex;
 use crate::model::{LabelSet, NAMESPACE_LABEL, ProfileType};
 use crate::symbols::SymbolTable;
 
-pub use ingest::{IngestLimits, IngestStats};
+pub use ingest::{CheckedIngest, IngestLimits, IngestStats};
 
 /// The in-memory head.
 #[derive(Debug, Default)]

@@ -17,7 +17,7 @@ pub use block::format::FORMAT_VERSION;
 pub use block::{Block, encode_block};
 pub use compact::compact_blocks;
 pub use error::{BlockError, IngestError, QueryError};
-pub use head::{Head, IngestLimits, IngestStats};
+pub use head::{CheckedIngest, Head, IngestLimits, IngestStats};
 pub use index::{CompiledMatcher, LabelIndex, compile_matchers};
 pub use model::{
     BlockMeta, Label, LabelSet, MatchOp, Matcher, NAME_LABEL, PROFILE_TYPE_LABEL, ProfileType,

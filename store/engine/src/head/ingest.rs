@@ -111,7 +111,10 @@ pub(crate) fn profile_types_of(
 }
 
 /// What the checks resolved: enough to apply the profile without checking
-/// (or allocating series label sets) again.
+/// (or allocating series label sets) again. It depends on the profile and
+/// the labels only, never on what the head holds, so it stays valid while
+/// other ingests (or a head cut) change the head.
+#[derive(Debug)]
 struct Plan {
     types: Vec<ProfileType>,
     /// Per string-table entry: whether a label with that key stays per sample.
@@ -128,10 +131,62 @@ impl Plan {
     }
 }
 
+/// A profile that passed every check of [`Head::ingest`] against a head,
+/// with what the checks resolved, so that applying it
+/// ([`Head::apply_checked`]) after the request is logged redoes none of
+/// them.
+#[derive(Debug)]
+pub struct CheckedIngest {
+    profile: Profile,
+    plan: Plan,
+}
+
+impl CheckedIngest {
+    /// The profile that was checked.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    /// Approximate bytes the resolved series label sets take while the
+    /// checked profile waits to be applied.
+    pub fn approx_plan_bytes(&self) -> usize {
+        let labels: usize = self
+            .plan
+            .slot_labels
+            .iter()
+            .flatten()
+            .flat_map(LabelSet::iter)
+            .map(|l| limits::label_bytes(&l.name, &l.value))
+            .sum();
+        labels + self.plan.sample_signature.len() * 4 + self.plan.per_sample_keys.len()
+    }
+}
+
 impl Head {
+    /// Runs every check [`Head::ingest`] runs, without changing the head,
+    /// and keeps what they resolved with the profile. The store calls it
+    /// before logging a request, so nothing the engine would refuse
+    /// reaches the write-ahead log, then applies the result.
+    pub fn check(
+        &self,
+        profile: Profile,
+        labels: &LabelSet,
+        duration_nanos: i64,
+        limits: &IngestLimits,
+    ) -> Result<CheckedIngest, IngestError> {
+        let plan = self.plan(&profile, labels, duration_nanos, limits)?;
+        Ok(CheckedIngest { profile, plan })
+    }
+
+    /// Applies a checked profile at `time_ms`; nothing is checked again,
+    /// and nothing can fail. The head may have changed since the check
+    /// (other ingests, a cut): series counts may then overshoot their
+    /// limits by what was in flight, as for a logged record.
+    pub fn apply_checked(&mut self, checked: CheckedIngest, time_ms: i64) -> IngestStats {
+        self.apply(&checked.profile, checked.plan, time_ms)
+    }
+
     /// Runs every check [`Head::ingest`] runs, without changing the head.
-    /// The store calls it before logging a request, so nothing the engine
-    /// would refuse reaches the write-ahead log.
     pub fn check_ingest(
         &self,
         profile: &Profile,

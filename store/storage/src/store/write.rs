@@ -96,7 +96,7 @@ impl Store {
         let labels = request.labels;
         // Decode and run every engine check before the record is logged, so
         // nothing in the WAL can be refused on replay (audit D1).
-        let (profile, labels, time_ms, reservation) = tokio::task::spawn_blocking(move || {
+        let (checked, labels, time_ms, reservation) = tokio::task::spawn_blocking(move || {
             let config = &checker.config;
             let profile = match decoded {
                 // Replay decodes these bytes under the same limits; the
@@ -119,18 +119,19 @@ impl Store {
             if let AcceptedTimes::Recent { max_future_skew } = config.accepted_times {
                 check_profile_time(time_ms, now_ms(), config.retention, max_future_skew)?;
             }
-            read(&checker.head)
+            let duration_nanos = request
+                .duration_nanos
+                .unwrap_or_else(|| profile.duration_nanos());
+            // What the checks resolve is kept and applied after logging,
+            // so the head's write lock covers only the apply.
+            let checked = read(&checker.head)
                 .head
-                .check_ingest(
-                    &profile,
-                    &labels,
-                    request
-                        .duration_nanos
-                        .unwrap_or_else(|| profile.duration_nanos()),
-                    &config.ingest_limits,
-                )
+                .check(profile, &labels, duration_nanos, &config.ingest_limits)
                 .map_err(|source| StorageError::Rejected { source })?;
-            Ok::<_, StorageError>((profile, labels, time_ms, reservation))
+            checker
+                .ingest_memory
+                .reserve(&mut reservation, checked.approx_plan_bytes())?;
+            Ok::<_, StorageError>((checked, labels, time_ms, reservation))
         })
         .await
         .map_err(|e| StorageError::task("pprof decode", e))??;
@@ -139,7 +140,7 @@ impl Store {
             time_ms,
             duration_nanos: request
                 .duration_nanos
-                .unwrap_or_else(|| profile.duration_nanos()),
+                .unwrap_or_else(|| checked.profile().duration_nanos()),
             pprof: request.pprof.to_vec(),
         };
         let gate = shared.cut_gate.read().await;
@@ -150,13 +151,7 @@ impl Store {
         let applier = Arc::clone(shared);
         let stats = tokio::task::spawn_blocking(move || {
             let mut slot = write(&applier.head);
-            let stats = slot.head.ingest(
-                &profile,
-                &record.labels,
-                record.time_ms,
-                record.duration_nanos,
-                &applier.config.ingest_limits.for_logged_records(),
-            );
+            let stats = slot.head.apply_checked(checked, time_ms);
             (stats, slot.head.approx_bytes())
         })
         .await
@@ -165,7 +160,6 @@ impl Store {
         // The decoded profile is gone; so is what it reserved.
         drop(reservation);
         let (stats, head_bytes) = stats;
-        let stats = stats.map_err(|source| StorageError::Rejected { source })?;
         shared.counters.profiles.fetch_add(1, Ordering::Relaxed);
         shared
             .counters

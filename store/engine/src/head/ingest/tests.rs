@@ -209,3 +209,32 @@ fn the_store_wide_series_limit_counts_every_namespace_and_only_new_series() {
         .expect("existing series still ingest at the store-wide limit");
     assert_eq!(stats.series_created, 0);
 }
+
+/// The store checks a profile before logging it and applies the checked
+/// result afterwards, while other ingests may have changed the head: the
+/// result is what `ingest` stores.
+#[test]
+fn a_checked_profile_applied_after_the_head_changed_stores_what_ingest_stores() {
+    let profile = distinct_label_profile(5);
+    let labels = long_labels(2, 4);
+    let other = distinct_label_profile(3);
+    let limits = IngestLimits::default();
+    let mut head = Head::new();
+    let checked = head
+        .check(profile.clone(), &labels, 10, &limits)
+        .expect("passes");
+    head.ingest(&other, &labels_in("ns", "x"), 1, 10, &limits)
+        .expect("another ingest");
+    let stats = head.apply_checked(checked, 2);
+    let mut direct = Head::new();
+    direct
+        .ingest(&other, &labels_in("ns", "x"), 1, 10, &limits)
+        .expect("another ingest");
+    let expected = direct
+        .ingest(&profile, &labels, 2, 10, &limits)
+        .expect("ingest");
+    assert_eq!(stats, expected);
+    assert_eq!(stats.series_created, 5);
+    assert_eq!(head.series_count(), direct.series_count());
+    assert_eq!(head.approx_bytes(), direct.approx_bytes());
+}
