@@ -189,9 +189,9 @@ impl ApiError {
             | Self::BadMessage { .. }
             | Self::BadGzip { .. } => StatusCode::BAD_REQUEST,
             Self::Ingest { source } => match source {
-                IngestError::BadPprof { .. } | IngestError::BadFolded { .. } => {
-                    StatusCode::UNPROCESSABLE_ENTITY
-                }
+                IngestError::BadPprof { .. }
+                | IngestError::BadFolded { .. }
+                | IngestError::BadConversion { .. } => StatusCode::UNPROCESSABLE_ENTITY,
                 IngestError::Memory { source } if source.class() == ErrorClass::Overloaded => {
                     StatusCode::TOO_MANY_REQUESTS
                 }

@@ -636,4 +636,34 @@ mod tests {
             assert!(reserved > 0, "{query}: its memory is in the ingest budget");
         }
     }
+
+    /// Folded text is checked by the limits a pprof body meets, as a
+    /// message, since it is never decoded: over them it is a 422.
+    #[test]
+    fn folded_text_over_the_pprof_limits_is_refused_as_unprocessable() {
+        let limits = DecodeLimits {
+            max_table_entries: 2,
+            ..DecodeLimits::default()
+        };
+        let err = build_upload(
+            &params("name=a&format=folded"),
+            IngestBody::Raw(b"main;work;more 3".to_vec()),
+            &limits,
+            &mut |_| Ok(()),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                IngestError::BadConversion {
+                    format: "folded",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(err.reason(), "limit_exceeded");
+        let status = crate::error::ApiError::Ingest { source: err }.http_status();
+        assert_eq!(status, axum::http::StatusCode::UNPROCESSABLE_ENTITY);
+    }
 }
