@@ -63,6 +63,8 @@ pub fn compact_blocks(
         let profile_type = &parts[0].1.profile_type;
         writer.add_series(labels, profile_type, values)?;
     }
+    // The translation memos are not needed to assemble the container.
+    drop(translators);
     writer.finish(BlockIdentity {
         id,
         replica,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use hashbrown::HashMap;
 
-use super::format::{BlobCompressor, ContainerWriter, SectionKind, write_blob};
+use super::format::{BlobCompressor, ContainerWriter, SectionKind, header_len, write_blob};
 use super::rollup::{ROLLUP_WINDOWS_MS, levels_for_span, window_start};
 use super::{BlobRef, COLUMN_CHUNK_MS, encode_meta, encode_postings, tables, write_blob_ref};
 use crate::columns::encode_points;
@@ -127,7 +127,7 @@ impl BlockWriter {
             max_ms,
             levels: levels_for_span(min_ms, max_ms),
             data: DataWriter {
-                bytes: Vec::new(),
+                bytes: vec![0; DATA_START],
                 compressor: BlobCompressor::new()?,
             },
             directory: Writer::new(),
@@ -200,9 +200,10 @@ impl BlockWriter {
         container.add(SectionKind::LabelSets, encoded_tables.label_sets, true)?;
         container.add(SectionKind::Series, directory.into_vec(), true)?;
         container.add(SectionKind::Postings, postings, true)?;
-        // Blobs inside are compressed one by one so queries decompress only what they read.
-        container.add(SectionKind::Data, self.data.bytes, false)?;
-        let bytes = container.finish();
+        // Blobs inside are compressed one by one so queries decompress only
+        // what they read; the section is not copied, the header goes into
+        // the space reserved before it.
+        let bytes = container.finish_around(SectionKind::Data, self.data.bytes, DATA_START)?;
         let meta = BlockMeta {
             size_bytes: bytes.len() as u64,
             ..meta
@@ -256,13 +257,20 @@ struct DataWriter {
     compressor: BlobCompressor,
 }
 
+/// Sections of a block: meta, six symbol tables, series, postings, data.
+const BLOCK_SECTIONS: usize = 10;
+/// Where the data section starts in `DataWriter::bytes`: the container
+/// header is written into the space before it (`finish_around`).
+const DATA_START: usize = header_len(BLOCK_SECTIONS);
+
 impl DataWriter {
     fn push_blob(&mut self, raw: &[u8]) -> Result<BlobRef, BlockError> {
-        let offset = self.bytes.len();
+        let start = self.bytes.len();
         write_blob(raw, &mut self.compressor, &mut self.bytes)?;
         Ok(BlobRef {
-            offset,
-            len: self.bytes.len() - offset,
+            // Offsets are within the data section.
+            offset: start - DATA_START,
+            len: self.bytes.len() - start,
         })
     }
 }

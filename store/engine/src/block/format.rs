@@ -6,7 +6,9 @@
 //! count x (kind u32 | compression u8 | offset u64 | stored len u64 | raw len u64 | crc32 u32)
 //! header crc32 u32 | section bytes...
 //! ```
-//! All integers little-endian. Offsets are from the start of the block.
+//! All integers little-endian. Offsets are from the start of the block;
+//! sections may lie in any order (blocks written by `BlockWriter` put the
+//! data section first, right after the header, so it is never copied).
 
 use std::borrow::Cow;
 use std::io::Read;
@@ -104,31 +106,85 @@ impl ContainerWriter {
         Ok(())
     }
 
-    pub(crate) fn finish(self) -> Vec<u8> {
-        let header_len = MAGIC.len() + 8 + self.sections.len() * ENTRY_BYTES + 4;
+    /// Lays the container out around `leading`, a large uncompressed
+    /// section of kind `kind` that the caller built after `reserved` bytes
+    /// (which must be [`header_len`]`(sections + 1)`): the header is written
+    /// into that prefix and the other sections are appended, so the big
+    /// section is never copied (compaction's output would otherwise be held
+    /// twice while it is assembled). Readers find sections by offset, so
+    /// the order does not change the format.
+    pub(crate) fn finish_around(
+        self,
+        kind: SectionKind,
+        mut leading: Vec<u8>,
+        reserved: usize,
+    ) -> Result<Vec<u8>, BlockError> {
+        let header_len = header_len(self.sections.len() + 1);
+        // The writer reserved the space for a fixed section count; a
+        // different count is an encoder bug, refused rather than laid out wrong.
+        let section = leading
+            .get(header_len..)
+            .filter(|_| reserved == header_len)
+            .ok_or(BlockError::Corrupt {
+                what: "encoder reserved header space of the wrong size",
+            })?;
+        let first = (kind, section.len() as u64, crc32fast::hash(section));
+        let header = self.header(header_len as u64, first);
+        leading[..header_len].copy_from_slice(header.as_slice());
+        leading.reserve_exact(self.stored_len());
+        for (_, _, stored, _) in &self.sections {
+            leading.extend_from_slice(stored);
+        }
+        Ok(leading)
+    }
+
+    fn stored_len(&self) -> usize {
+        self.sections
+            .iter()
+            .map(|(_, _, stored, _)| stored.len())
+            .sum()
+    }
+
+    /// The header listing `first` (kind, length, CRC; stored uncompressed)
+    /// and then the collected sections, laid out from `header_len` on.
+    fn header(&self, header_len: u64, first: (SectionKind, u64, u32)) -> Writer {
         let mut header = Writer::new();
         header.raw(MAGIC);
         header.u32_le(FORMAT_VERSION);
-        header.u32_le(self.sections.len() as u32);
-        let mut offset = header_len as u64;
-        for (kind, compression, stored, raw_len) in &self.sections {
-            header.u32_le(*kind as u32);
-            header.byte(*compression);
+        header.u32_le((self.sections.len() + 1) as u32);
+        let mut offset = header_len;
+        let (kind, len, crc) = first;
+        let first = (kind, COMPRESSION_NONE, len, crc, len);
+        let rest = self
+            .sections
+            .iter()
+            .map(|(kind, compression, stored, raw_len)| {
+                (
+                    *kind,
+                    *compression,
+                    stored.len() as u64,
+                    crc32fast::hash(stored),
+                    *raw_len,
+                )
+            });
+        for (kind, compression, len, crc, raw_len) in std::iter::once(first).chain(rest) {
+            header.u32_le(kind as u32);
+            header.byte(compression);
             header.u64_le(offset);
-            header.u64_le(stored.len() as u64);
-            header.u64_le(*raw_len);
-            header.u32_le(crc32fast::hash(stored));
-            offset += stored.len() as u64;
+            header.u64_le(len);
+            header.u64_le(raw_len);
+            header.u32_le(crc);
+            offset += len;
         }
         let crc = crc32fast::hash(header.as_slice());
         header.u32_le(crc);
-        let mut out = header.into_vec();
-        out.reserve(offset as usize - header_len);
-        for (_, _, stored, _) in &self.sections {
-            out.extend_from_slice(stored);
-        }
-        out
+        header
     }
+}
+
+/// Bytes of a container header listing `sections` sections.
+pub(crate) const fn header_len(sections: usize) -> usize {
+    MAGIC.len() + 8 + sections * ENTRY_BYTES + 4
 }
 
 /// A parsed, checksum-verified container.
@@ -320,5 +376,127 @@ pub(crate) fn read_blob(blob: &[u8]) -> Result<Cow<'_, [u8]>, BlockError> {
         _ => Err(BlockError::Corrupt {
             what: "unknown blob compression",
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Label, LabelSet};
+    use crate::{Block, Head, IngestLimits, encode_block};
+    use kiln_pprof::ProfileBuilder;
+
+    fn block_bytes() -> Vec<u8> {
+        let mut b = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
+        for i in 0..40u64 {
+            let f = b.function(&kiln_pprof::FunctionSpec {
+                name: format!("function_{i}"),
+                system_name: String::new(),
+                filename: "main.go".into(),
+                start_line: 1,
+            });
+            let loc = b.location(0, 0x1000 + i, &[(f, 10)]);
+            b.sample(&[loc], &[10 + i as i64], &[]);
+        }
+        let profile = kiln_pprof::decode(
+            &kiln_pprof::encode_gzip(&b.finish()),
+            &kiln_pprof::DecodeLimits::default(),
+        )
+        .expect("built profile decodes");
+        let mut head = Head::new();
+        for pod in 0..5 {
+            let labels = LabelSet::new(vec![
+                Label::new("__name__", "process_cpu"),
+                Label::new("pod", format!("pod-{pod}")),
+            ]);
+            for t in 0..30 {
+                head.ingest(&profile, &labels, t * 10_000, 10, &IngestLimits::default())
+                    .expect("ingest");
+            }
+        }
+        encode_block(&head, "01LAYOUT", "test").expect("encode").1
+    }
+
+    /// The section table: `(kind, compression, offset, len, raw len, crc)`.
+    fn entries(bytes: &[u8]) -> Vec<(u32, u8, u64, u64, u64, u32)> {
+        let mut r = Reader::new(&bytes[MAGIC.len() + 4..]);
+        let count = r.u32_le().expect("count");
+        (0..count)
+            .map(|_| {
+                (
+                    r.u32_le().expect("kind"),
+                    r.byte().expect("compression"),
+                    r.u64_le().expect("offset"),
+                    r.u64_le().expect("len"),
+                    r.u64_le().expect("raw len"),
+                    r.u32_le().expect("crc"),
+                )
+            })
+            .collect()
+    }
+
+    /// Rewrites a block with its data section last, as builds before the
+    /// in-place assembly laid blocks out.
+    fn data_last(bytes: &[u8]) -> Vec<u8> {
+        let mut sections = entries(bytes);
+        sections.sort_by_key(|e| e.0 == SectionKind::Data as u32);
+        let header_len = header_len(sections.len());
+        let mut header = Writer::new();
+        header.raw(MAGIC);
+        header.u32_le(FORMAT_VERSION);
+        header.u32_le(sections.len() as u32);
+        let mut offset = header_len as u64;
+        let mut body = Vec::new();
+        for &(kind, compression, old_offset, len, raw_len, crc) in &sections {
+            header.u32_le(kind);
+            header.byte(compression);
+            header.u64_le(offset);
+            header.u64_le(len);
+            header.u64_le(raw_len);
+            header.u32_le(crc);
+            offset += len;
+            body.extend_from_slice(&bytes[old_offset as usize..(old_offset + len) as usize]);
+        }
+        let crc = crc32fast::hash(header.as_slice());
+        header.u32_le(crc);
+        let mut out = header.into_vec();
+        out.extend_from_slice(&body);
+        out
+    }
+
+    #[test]
+    fn data_section_comes_first_and_blocks_with_it_last_still_read_alike() {
+        let bytes = block_bytes();
+        let table = entries(&bytes);
+        let data = table
+            .iter()
+            .find(|e| e.0 == SectionKind::Data as u32)
+            .expect("a data section");
+        assert_eq!(
+            data.2,
+            header_len(table.len()) as u64,
+            "data right after the header"
+        );
+        let old_layout = data_last(&bytes);
+        assert_eq!(old_layout.len(), bytes.len());
+        assert_ne!(old_layout, bytes);
+        let new = Block::decode(&bytes).expect("new layout decodes");
+        let old = Block::decode(&old_layout).expect("old layout decodes");
+        assert_eq!(new.meta(), old.meta());
+        assert_eq!(new.data, old.data);
+        assert_eq!(format!("{:?}", new.series), format!("{:?}", old.series));
+        assert_eq!(
+            format!("{:?}", new.symbols.nodes),
+            format!("{:?}", old.symbols.nodes)
+        );
+        let totals = |block: &Block| -> Vec<(i64, i64, u64)> {
+            block
+                .series
+                .iter()
+                .flat_map(|s| block.totals(s).expect("totals read"))
+                .collect()
+        };
+        assert_eq!(totals(&new), totals(&old));
+        assert!(!totals(&new).is_empty());
     }
 }
