@@ -121,16 +121,25 @@ pub fn plan_compaction(blocks: &[BlockMeta], now_ms: i64, settle_ms: i64) -> Vec
     groups
 }
 
-/// Memory one compaction needs per byte of its sources' encoded size. The
-/// merge streams series by series, so what it holds is the sources (decoded
-/// symbol tables beside their still-compressed data: about 1.4x, see
-/// `Block::approx_decoded_bytes`), the output's data section and then its
-/// container (each about the sources' size or less, since the merge only
-/// deduplicates), translation memos and one series' values.
+/// Memory one compaction needs per byte of its sources' encoded size, on
+/// top of [`COMPACTION_FIXED_BYTES`]. Measured with
+/// `cargo run --release -p kiln-engine --example compaction_memory` (heap
+/// peak of decoding the sources and merging them, over 2 to 12 hour blocks of
+/// 20 to 300 pods; docs/benchmarks.md): the sources decoded (data section
+/// plus symbol tables, 1.6-2.1x), the output (about 1x, assembled in place),
+/// the output's symbol table with its lookups, and one series' values. The
+/// measured peak (heap and resident) was 3.5-4.7x for 8-26 MiB of sources,
+/// more for smaller merges, and every measurement lies under
+/// `COMPACTION_FIXED_BYTES + 4 x sources`.
 pub const COMPACTION_BYTES_PER_SOURCE_BYTE: u64 = 4;
 
-/// Trims `group` so that its estimated memory
-/// (`COMPACTION_BYTES_PER_SOURCE_BYTE` x the sources' sizes) fits `budget`:
+/// Memory one compaction needs whatever its sources' size (zstd contexts,
+/// the output's tables for small merges): the smallest merge measured
+/// peaked at 20 MiB resident for 1.9 MiB of sources.
+pub const COMPACTION_FIXED_BYTES: u64 = 16 << 20;
+
+/// Trims `group` so that its estimated memory ([`COMPACTION_FIXED_BYTES`]
+/// plus `COMPACTION_BYTES_PER_SOURCE_BYTE` x the sources' sizes) fits `budget`:
 /// the smallest blocks are kept first, so the most blocks merge. Returns
 /// `None` when not even two fit; those blocks then stay as they are, which
 /// is correct, only slower to query. Blocks merged this way are planned
@@ -154,7 +163,7 @@ pub fn fit_group_to_budget(
         .map(|id| (size_of(id), id.clone()))
         .collect();
     by_size.sort();
-    let mut estimate = 0u64;
+    let mut estimate = COMPACTION_FIXED_BYTES;
     let mut block_ids = Vec::new();
     for (size, id) in by_size {
         let next = estimate.saturating_add(size.saturating_mul(COMPACTION_BYTES_PER_SOURCE_BYTE));
@@ -231,18 +240,25 @@ mod tests {
             block_ids: vec!["a".into(), "b".into(), "c".into(), "d".into()],
         };
         let per = COMPACTION_BYTES_PER_SOURCE_BYTE;
+        let fixed = COMPACTION_FIXED_BYTES;
         assert_eq!(
-            fit_group_to_budget(whole.clone(), &blocks, 160 * per),
+            fit_group_to_budget(whole.clone(), &blocks, fixed + 160 * per),
             Some(whole.clone()),
             "everything fits"
         );
-        let trimmed = fit_group_to_budget(whole.clone(), &blocks, 60 * per).expect("three fit");
+        let trimmed =
+            fit_group_to_budget(whole.clone(), &blocks, fixed + 60 * per).expect("three fit");
         assert_eq!(trimmed.block_ids, vec!["b", "c", "d"]);
         assert_eq!(trimmed.window_ms, HOUR_MS);
         assert_eq!(
-            fit_group_to_budget(whole.clone(), &blocks, 29 * per),
+            fit_group_to_budget(whole.clone(), &blocks, fixed + 29 * per),
             None,
             "one block alone is not a merge"
+        );
+        assert_eq!(
+            fit_group_to_budget(whole.clone(), &blocks, 160 * per),
+            None,
+            "the fixed cost counts: without it nothing fits"
         );
         assert_eq!(fit_group_to_budget(whole, &blocks, 0), None);
     }

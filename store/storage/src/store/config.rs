@@ -63,7 +63,8 @@ pub struct StoreConfig {
     /// budget is still kept while it is the only entry.
     pub block_cache_bytes: u64,
     /// Memory one compaction may use, estimated from its sources' sizes
-    /// (`planner::COMPACTION_BYTES_PER_SOURCE_BYTE`); larger groups are
+    /// (`planner::COMPACTION_FIXED_BYTES` plus
+    /// `planner::COMPACTION_BYTES_PER_SOURCE_BYTE` per byte); larger groups are
     /// trimmed to fit, so compaction memory does not grow with the data.
     pub compaction_memory_bytes: u64,
     /// Limits applied while decoding pprof.
