@@ -124,66 +124,38 @@ fn decode_message<M: Message + Default>(bytes: &[u8]) -> Result<M, DecodeFailure
     M::decode(bytes).map_err(|e| DecodeFailure::Wire(e.to_string()))
 }
 
+/// Decodes `$bytes` as the 1.8+ layout `$layout` and assembles its batch.
+/// The 1.8, 1.9 and 1.10 messages are distinct generated types nested the
+/// same way; only the name of the samples field and the `Sample` type
+/// differ, so one body written as a macro reads all three.
+macro_rules! decode_1_8_plus {
+    ($bytes:expr, $layout:ident, $samples:ident, $read_sample:path) => {{
+        let request: $layout::ExportRequest = decode_message($bytes)?;
+        let (dictionary, stacks) = dictionary_v1_8(request.dictionary.unwrap_or_default())?;
+        let resources = request.resource_profiles.into_iter().map(|r| {
+            let scopes = r.scope_profiles.into_iter().map(|s| {
+                let profiles = s.profiles.into_iter().map(|p| WireProfile {
+                    sample_type: p.sample_type,
+                    period_type: p.period_type,
+                    period: p.period,
+                    time_unix_nano: p.time_unix_nano,
+                    duration_nano: p.duration_nano,
+                    samples: p.$samples.iter().map($read_sample).collect(),
+                });
+                (s.scope.map(|s| s.attributes), profiles.collect())
+            });
+            (r.resource.map(|r| r.attributes), scopes.collect())
+        });
+        Ok(assemble(dictionary, &stacks, resources.collect())?)
+    }};
+}
+
 fn decode_as(revision: Revision, bytes: &[u8]) -> Result<Batch, DecodeFailure> {
     match revision {
         Revision::V1_7 => Ok(from_v1_7(decode_message(bytes)?)?),
-        Revision::V1_8 => {
-            let request: v1_8::ExportRequest = decode_message(bytes)?;
-            let (dictionary, stacks) = dictionary_v1_8(request.dictionary.unwrap_or_default())?;
-            let resources = request.resource_profiles.into_iter().map(|r| {
-                let scopes = r.scope_profiles.into_iter().map(|s| {
-                    let profiles = s.profiles.into_iter().map(|p| WireProfile {
-                        sample_type: p.sample_type,
-                        period_type: p.period_type,
-                        period: p.period,
-                        time_unix_nano: p.time_unix_nano,
-                        duration_nano: p.duration_nano,
-                        samples: p.sample.iter().map(WireSample::from_v1_8).collect(),
-                    });
-                    (s.scope.map(|s| s.attributes), profiles.collect())
-                });
-                (r.resource.map(|r| r.attributes), scopes.collect())
-            });
-            Ok(assemble(dictionary, &stacks, resources.collect())?)
-        }
-        Revision::V1_9 => {
-            let request: v1_9::ExportRequest = decode_message(bytes)?;
-            let (dictionary, stacks) = dictionary_v1_8(request.dictionary.unwrap_or_default())?;
-            let resources = request.resource_profiles.into_iter().map(|r| {
-                let scopes = r.scope_profiles.into_iter().map(|s| {
-                    let profiles = s.profiles.into_iter().map(|p| WireProfile {
-                        sample_type: p.sample_type,
-                        period_type: p.period_type,
-                        period: p.period,
-                        time_unix_nano: p.time_unix_nano,
-                        duration_nano: p.duration_nano,
-                        samples: p.samples.iter().map(WireSample::from_v1_8).collect(),
-                    });
-                    (s.scope.map(|s| s.attributes), profiles.collect())
-                });
-                (r.resource.map(|r| r.attributes), scopes.collect())
-            });
-            Ok(assemble(dictionary, &stacks, resources.collect())?)
-        }
-        Revision::V1_10 => {
-            let request: v1_10::ExportRequest = decode_message(bytes)?;
-            let (dictionary, stacks) = dictionary_v1_8(request.dictionary.unwrap_or_default())?;
-            let resources = request.resource_profiles.into_iter().map(|r| {
-                let scopes = r.scope_profiles.into_iter().map(|s| {
-                    let profiles = s.profiles.into_iter().map(|p| WireProfile {
-                        sample_type: p.sample_type,
-                        period_type: p.period_type,
-                        period: p.period,
-                        time_unix_nano: p.time_unix_nano,
-                        duration_nano: p.duration_nano,
-                        samples: p.samples.iter().map(WireSample::from_v1_10).collect(),
-                    });
-                    (s.scope.map(|s| s.attributes), profiles.collect())
-                });
-                (r.resource.map(|r| r.attributes), scopes.collect())
-            });
-            Ok(assemble(dictionary, &stacks, resources.collect())?)
-        }
+        Revision::V1_8 => decode_1_8_plus!(bytes, v1_8, sample, WireSample::from_v1_8),
+        Revision::V1_9 => decode_1_8_plus!(bytes, v1_9, samples, WireSample::from_v1_8),
+        Revision::V1_10 => decode_1_8_plus!(bytes, v1_10, samples, WireSample::from_v1_10),
     }
 }
 
