@@ -18,6 +18,7 @@ use std::collections::BTreeSet;
 
 use kiln_api::querier::v1 as q;
 use kiln_api::types::v1 as t;
+use kiln_engine::MergedProfile;
 use kiln_engine::model::{MatchOp, Matcher, PROFILE_TYPE_LABEL, Selector, TimeRange};
 use kiln_storage::Store;
 
@@ -202,6 +203,22 @@ pub async fn series(
     })
 }
 
+/// The merge a `SelectMerge*` request selects: its stack-trace selector
+/// refused, its range and selection checked; with the selector resolved.
+async fn merge_selected(
+    store: &Store,
+    stack_trace_selector: Option<&t::StackTraceSelector>,
+    profile_type: &str,
+    label_selector: &str,
+    (start, end): (i64, i64),
+) -> Result<(Selector, MergedProfile), ApiError> {
+    refuse_stack_trace_selector(stack_trace_selector)?;
+    let range = range_ms(start, end)?;
+    let selector = selection(store, profile_type, label_selector, range).await?;
+    let merged = store.merge(&selector, range).await?;
+    Ok((selector, merged))
+}
+
 /// `SelectMergeStacktraces`: the flame graph in flamebearer rows.
 pub async fn select_merge_stacktraces(
     store: &Store,
@@ -212,16 +229,14 @@ pub async fn select_merge_stacktraces(
             what: "format PROFILE_FORMAT_TREE (Pyroscope's binary tree); ask for PROFILE_FORMAT_FLAMEGRAPH".to_owned(),
         });
     }
-    refuse_stack_trace_selector(request.stack_trace_selector.as_ref())?;
-    let range = range_ms(request.start, request.end)?;
-    let selector = selection(
+    let (_, merged) = merge_selected(
         store,
+        request.stack_trace_selector.as_ref(),
         &request.profile_type_id,
         &request.label_selector,
-        range,
+        (request.start, request.end),
     )
     .await?;
-    let merged = store.merge(&selector, range).await?;
     let levels = flamebearer::single_levels(&merged.flamegraph(max_nodes(request.max_nodes)));
     Ok(q::SelectMergeStacktracesResponse {
         flamegraph: Some(q::FlameGraph {
@@ -243,16 +258,14 @@ pub async fn select_merge_profile(
     store: &Store,
     request: q::SelectMergeProfileRequest,
 ) -> Result<kiln_pprof::proto::Profile, ApiError> {
-    refuse_stack_trace_selector(request.stack_trace_selector.as_ref())?;
-    let range = range_ms(request.start, request.end)?;
-    let selector = selection(
+    let (selector, merged) = merge_selected(
         store,
+        request.stack_trace_selector.as_ref(),
         &request.profile_type_id,
         &request.label_selector,
-        range,
+        (request.start, request.end),
     )
     .await?;
-    let merged = store.merge(&selector, range).await?;
     let profile_type = selector.profile_type.clone();
     tokio::task::spawn_blocking(move || merged.to_pprof(&profile_type))
         .await
