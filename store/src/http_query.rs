@@ -102,7 +102,7 @@ fn now_ms() -> i64 {
 }
 
 /// Runs `work`, timing it and counting failures, and renders errors.
-async fn timed<T: IntoResponse>(
+pub(crate) async fn timed<T: IntoResponse>(
     state: &AppState,
     endpoint: &'static str,
     work: impl AsyncFnOnce(&Store) -> Result<T, ApiError>,

@@ -3,11 +3,10 @@
 //! flamebearer profile plus a timeline) and `GET /pyroscope/label-values`.
 
 use std::collections::HashMap;
-use std::time::Instant;
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use kiln_engine::model::{ProfileType, TimeRange};
 use kiln_storage::Store;
 use serde_json::{Value, json};
@@ -15,6 +14,7 @@ use serde_json::{Value, json};
 use super::{flamebearer, max_nodes, now_ms};
 use crate::error::ApiError;
 use crate::grpc_query::{matchers, resolve};
+use crate::http_query::timed;
 use crate::state::AppState;
 use crate::timespec::parse_time_ms;
 
@@ -52,30 +52,6 @@ impl Params {
         let end = time("until")?.unwrap_or(now);
         let start = time("from")?.unwrap_or(end - 3_600_000);
         super::range_ms(start, end)
-    }
-}
-
-/// Runs `work` timed and counted, rendering errors as Kiln's JSON errors.
-async fn timed<T: IntoResponse>(
-    state: &AppState,
-    endpoint: &'static str,
-    work: impl AsyncFnOnce(&Store) -> Result<T, ApiError>,
-) -> Response {
-    let started = Instant::now();
-    let result = match state.admit_query() {
-        Ok(_permit) => match state.store() {
-            Ok(store) => work(store).await,
-            Err(err) => Err(err),
-        },
-        Err(err) => Err(err),
-    };
-    state.metrics().record_query(endpoint, started.elapsed());
-    match result {
-        Ok(value) => value.into_response(),
-        Err(err) => {
-            state.metrics().record_rejection(endpoint, err.reason());
-            err.into_response()
-        }
     }
 }
 
