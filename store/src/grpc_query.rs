@@ -8,13 +8,15 @@ use kiln_api::kiln::query::v1::{
     ProfileTypesRequest, ProfileTypesResponse, SelectMergePprofRequest, SelectMergePprofResponse,
     TimeRange as WireRange,
 };
-use kiln_engine::model::{MatchOp, Matcher, PROFILE_TYPE_LABEL, Selector, TimeRange};
+use kiln_engine::model::{Matcher, Selector, TimeRange};
 use kiln_storage::Store;
 use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status};
 
 use crate::error::ApiError;
-use crate::http_query::{merged_pprof_gzip, parse_selector_off_workers, resolve_parsed};
+use crate::http_query::{
+    merged_pprof_gzip, parse_selector_off_workers, resolve_parsed, selector_matchers,
+};
 use crate::state::AppState;
 
 /// Default look-back when the start is 0.
@@ -115,18 +117,7 @@ pub(crate) async fn matchers(
     if text.trim().is_empty() {
         return Ok(Vec::new());
     }
-    let parsed = parse_selector_off_workers(store, text, "selector").await?;
-    if parsed.profile_type_parts.is_empty() {
-        return Ok(parsed.matchers);
-    }
-    let selector = resolve_parsed(store, &parsed, "selector", range).await?;
-    let mut matchers = selector.matchers;
-    matchers.push(Matcher {
-        name: PROFILE_TYPE_LABEL.to_owned(),
-        op: MatchOp::Equal,
-        value: selector.profile_type.to_string(),
-    });
-    Ok(matchers)
+    selector_matchers(store, text, "selector", range).await
 }
 
 #[tonic::async_trait]

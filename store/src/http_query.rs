@@ -181,14 +181,25 @@ async fn optional_matchers(
     params: &Params,
     range: TimeRange,
 ) -> Result<Vec<Matcher>, ApiError> {
-    let Some(text) = params.get("query") else {
-        return Ok(Vec::new());
-    };
-    let parsed = parse_selector_off_workers(store, text, "query").await?;
+    match params.get("query") {
+        Some(text) => selector_matchers(store, text, "query", range).await,
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Matchers of the selector `text` of parameter `parameter`, including its
+/// profile type when it names one (matchers alone are allowed).
+pub(crate) async fn selector_matchers(
+    store: &Store,
+    text: &str,
+    parameter: &'static str,
+    range: TimeRange,
+) -> Result<Vec<Matcher>, ApiError> {
+    let parsed = parse_selector_off_workers(store, text, parameter).await?;
     if parsed.profile_type_parts.is_empty() {
         return Ok(parsed.matchers);
     }
-    let selector = resolve_parsed(store, &parsed, "query", range).await?;
+    let selector = resolve_parsed(store, &parsed, parameter, range).await?;
     let mut matchers = selector.matchers;
     matchers.push(Matcher {
         name: PROFILE_TYPE_LABEL.to_owned(),
