@@ -18,6 +18,7 @@ use crate::http_query::{
     merged_pprof_gzip, parse_selector_off_workers, resolve_parsed, selector_matchers,
 };
 use crate::state::AppState;
+use crate::timespec::now_ms;
 
 /// Default look-back when the start is 0.
 const DEFAULT_RANGE_MS: i64 = 3_600_000;
@@ -65,12 +66,6 @@ impl QueryGrpc {
             err.to_status()
         })
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The wire range with defaults applied; the end is inclusive.

@@ -18,6 +18,7 @@ use crate::ingest::{check_label_limits, uploads_from_push};
 use crate::push_json::push_request_from_json;
 use crate::pyroscope::{BodyFormat, IngestBody, MultipartParts, build_upload, parse_ingest_params};
 use crate::state::AppState;
+use crate::timespec::now_ms;
 
 /// Reads the whole body, refusing more than `limit` bytes or a body that
 /// takes longer than `timeout` to arrive: a slow sender holds its ingest
@@ -79,12 +80,6 @@ fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or("")
         .trim()
         .to_ascii_lowercase()
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// `POST /ingest`.

@@ -18,7 +18,7 @@ use crate::error::ApiError;
 use crate::group_by::{merge_grouped, parse_group_by};
 use crate::selector::{ParsedSelector, parse_selector};
 use crate::state::AppState;
-use crate::timespec::parse_time_ms;
+use crate::timespec::{now_ms, parse_time_ms};
 
 /// Default and largest `max_nodes` of flame graphs.
 const DEFAULT_MAX_NODES: usize = 8192;
@@ -93,12 +93,6 @@ impl Params {
             },
         }
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Runs `work`, timing it and counting failures, and renders errors.

@@ -24,18 +24,13 @@ use kiln_storage::Store;
 
 use crate::error::ApiError;
 use crate::grpc_query::{matchers as selector_matchers, resolve};
+use crate::timespec::now_ms;
 
 /// Flame graph node budget when the request sets none (Pyroscope's default).
 pub const DEFAULT_MAX_NODES: usize = 8192;
 /// The largest node budget (Pyroscope's `max_flamegraph_nodes_max`).
 pub const MAX_MAX_NODES: usize = 1 << 20;
 const DEFAULT_RANGE_MS: i64 = 3_600_000;
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
 
 /// The query range for `start`/`end` in unix ms (0 = default); the end is
 /// inclusive, as in Pyroscope.

@@ -40,6 +40,14 @@ impl TimeError {
     }
 }
 
+/// The current unix time in ms, the `now` every relative time is read from
+/// (0 before 1970, saturating far in the future).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// Largest unix ms that still fits in i64 nanoseconds (year 2262).
 const MAX_MS: i64 = i64::MAX / 1_000_000;
 

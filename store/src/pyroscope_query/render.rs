@@ -11,12 +11,12 @@ use kiln_engine::model::{ProfileType, TimeRange};
 use kiln_storage::Store;
 use serde_json::{Value, json};
 
-use super::{flamebearer, max_nodes, now_ms};
+use super::{flamebearer, max_nodes};
 use crate::error::ApiError;
 use crate::grpc_query::{matchers, resolve};
 use crate::http_query::timed;
 use crate::state::AppState;
-use crate::timespec::parse_time_ms;
+use crate::timespec::{now_ms, parse_time_ms};
 
 /// Query parameters, last occurrence wins.
 struct Params(HashMap<String, String>);
