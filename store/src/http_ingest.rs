@@ -82,6 +82,20 @@ fn content_type(headers: &HeaderMap) -> String {
         .to_ascii_lowercase()
 }
 
+/// The media type of `Content-Type` without its parameters, lowercased
+/// (empty when the header is absent or not text).
+pub(crate) fn media_type(headers: &HeaderMap) -> String {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
 /// `POST /ingest`.
 pub async fn pyroscope_ingest(
     State(state): State<AppState>,

@@ -18,7 +18,7 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder};
 use super::model::uploads_from_batch;
 use super::{OtlpLimits, decode_export};
 use crate::error::ApiError;
-use crate::http_ingest::{decode_content_encoding, read_body};
+use crate::http_ingest::{decode_content_encoding, media_type, read_body};
 use crate::state::AppState;
 
 /// Limits for OTLP decoding derived from the server's.
@@ -90,16 +90,7 @@ async fn export_http_inner(
     request: Request,
 ) -> Result<ExportProfilesServiceResponse, ApiError> {
     let _permit = state.admit_write(request.headers())?;
-    let content_type = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let content_type = media_type(request.headers());
     if content_type != "application/x-protobuf" && content_type != "application/protobuf" {
         return Err(ApiError::UnsupportedMediaType {
             content_type: content_type.chars().take(60).collect(),

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::json;
 use crate::error::ApiError;
-use crate::http_ingest::{decode_content_encoding, read_body};
+use crate::http_ingest::{decode_content_encoding, media_type, read_body};
 use crate::state::AppState;
 
 /// The body encodings Connect unary calls use.
@@ -67,16 +67,7 @@ pub async fn querier(
 }
 
 fn encoding(request: &Request) -> Result<Encoding, ApiError> {
-    let content_type = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let content_type = media_type(request.headers());
     match content_type.as_str() {
         "application/json" => Ok(Encoding::Json),
         "application/proto" | "application/protobuf" | "application/x-protobuf" => {
