@@ -212,12 +212,26 @@ impl Block {
         range: TimeRange,
         into: &mut MergedProfile,
     ) -> Result<(), QueryError> {
+        self.merge_selected(selector, range, into, |series, sums| {
+            self.sum_raw(series, &[range], sums)
+        })
+    }
+
+    /// Adds the stacks of every selected series in `range`, summed by
+    /// `sum_series` (from rollups where they cover or from raw columns
+    /// only), into `into`.
+    fn merge_selected(
+        &self,
+        selector: &CompiledSelector,
+        range: TimeRange,
+        into: &mut MergedProfile,
+        sum_series: impl Fn(&BlockSeries, &mut Sums) -> Result<(), BlockError>,
+    ) -> Result<(), QueryError> {
         check_range(range)?;
         let mut sums = Sums::new();
         for id in self.index.select(selector.matchers()) {
             if let Some(series) = self.series.get(id as usize) {
-                self.sum_raw(series, &[range], &mut sums)
-                    .map_err(|e| self.corrupt_block(e))?;
+                sum_series(series, &mut sums).map_err(|e| self.corrupt_block(e))?;
             }
         }
         into.add_from(&self.symbols, sums);
@@ -278,16 +292,9 @@ impl Queryable for Block {
         range: TimeRange,
         into: &mut MergedProfile,
     ) -> Result<(), QueryError> {
-        check_range(range)?;
-        let mut sums = Sums::new();
-        for id in self.index.select(selector.matchers()) {
-            if let Some(series) = self.series.get(id as usize) {
-                self.merge_series(series, range, &mut sums)
-                    .map_err(|e| self.corrupt_block(e))?;
-            }
-        }
-        into.add_from(&self.symbols, sums);
-        Ok(())
+        self.merge_selected(selector, range, into, |series, sums| {
+            self.merge_series(series, range, sums)
+        })
     }
 
     fn timeline_into(
