@@ -98,6 +98,20 @@ impl CompiledSelector {
     }
 }
 
+/// The label sets of the `selected` series ids, sorted; `labels_of` reads
+/// one series' labels from the queryable's own series table.
+pub(crate) fn sorted_label_sets<'a>(
+    selected: &RoaringBitmap,
+    labels_of: impl Fn(usize) -> Option<&'a LabelSet>,
+) -> Vec<LabelSet> {
+    let mut out: Vec<LabelSet> = selected
+        .iter()
+        .filter_map(|id| labels_of(id as usize).cloned())
+        .collect();
+    out.sort();
+    out
+}
+
 pub(crate) fn check_range(range: TimeRange) -> Result<(), QueryError> {
     if range.start_ms >= range.end_ms {
         return Err(QueryError::EmptyRange {
@@ -163,12 +177,9 @@ impl Queryable for Head {
         range: TimeRange,
     ) -> Result<Vec<LabelSet>, QueryError> {
         let selected = self.select(matchers, range);
-        let mut out: Vec<LabelSet> = selected
-            .iter()
-            .filter_map(|id| self.series.get(id as usize).map(|s| s.labels.clone()))
-            .collect();
-        out.sort();
-        Ok(out)
+        Ok(sorted_label_sets(&selected, |id| {
+            self.series.get(id).map(|s| &s.labels)
+        }))
     }
 
     fn merge_into(

@@ -11,7 +11,9 @@ use crate::columns::decode_points;
 use crate::error::{BlockError, QueryError};
 use crate::index::CompiledMatcher;
 use crate::model::{LabelSet, ProfileType, TimeRange};
-use crate::query::{CompiledSelector, MergedProfile, Queryable, Timeline, check_range};
+use crate::query::{
+    CompiledSelector, MergedProfile, Queryable, Timeline, check_range, sorted_label_sets,
+};
 use crate::wire::Reader;
 
 type Sums = HashMap<(u32, u32), i64>;
@@ -278,12 +280,9 @@ impl Queryable for Block {
         range: TimeRange,
     ) -> Result<Vec<LabelSet>, QueryError> {
         let selected = self.select(matchers, range)?;
-        let mut out: Vec<LabelSet> = selected
-            .iter()
-            .filter_map(|id| self.series.get(id as usize).map(|s| s.labels.clone()))
-            .collect();
-        out.sort();
-        Ok(out)
+        Ok(sorted_label_sets(&selected, |id| {
+            self.series.get(id).map(|s| &s.labels)
+        }))
     }
 
     fn merge_into(
