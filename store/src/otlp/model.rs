@@ -156,6 +156,19 @@ pub(super) fn check_index(
         })
 }
 
+/// Checks that every one of `indices` is inside a table of `len` entries.
+pub(super) fn check_indices(
+    field: &'static str,
+    indices: &[i32],
+    table: &'static str,
+    len: usize,
+) -> Result<(), OtlpError> {
+    for &index in indices {
+        check_index(field, index.into(), table, len)?;
+    }
+    Ok(())
+}
+
 /// The values of one sample from its wire form: explicit values, or one
 /// event per timestamp when only timestamps are sent. With both, the counts
 /// must agree (1.8+), and the values are what is stored.

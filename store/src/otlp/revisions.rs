@@ -7,7 +7,7 @@ use prost::Message;
 
 use super::model::{
     Attribute, AttributeValue, Batch, Dictionary, Function, Location, Mapping, Profile,
-    ResourceProfiles, Sample, ScopeProfiles, check_index, sample_values,
+    ResourceProfiles, Sample, ScopeProfiles, check_index, check_indices, sample_values,
 };
 use super::{OtlpError, OtlpLimits, wire};
 
@@ -236,14 +236,12 @@ fn assemble(
                         "stack_table",
                         stacks.len(),
                     )?;
-                    for &a in &sample.attributes {
-                        check_index(
-                            "sample.attribute_indices",
-                            a.into(),
-                            "attribute_table",
-                            dictionary.attributes.len(),
-                        )?;
-                    }
+                    check_indices(
+                        "sample.attribute_indices",
+                        &sample.attributes,
+                        "attribute_table",
+                        dictionary.attributes.len(),
+                    )?;
                     samples.push(Sample {
                         locations: stacks[stack].clone(),
                         values: sample_values(
@@ -386,14 +384,12 @@ fn dictionary_v1_8(d: v1_8::ProfilesDictionary) -> Result<(Dictionary, Vec<Vec<i
         .stack_table
         .into_iter()
         .map(|stack| {
-            for &i in &stack.location_indices {
-                check_index(
-                    "stack.location_indices",
-                    i.into(),
-                    "location_table",
-                    locations.len(),
-                )?;
-            }
+            check_indices(
+                "stack.location_indices",
+                &stack.location_indices,
+                "location_table",
+                locations.len(),
+            )?;
             Ok(stack.location_indices)
         })
         .collect::<Result<Vec<_>, OtlpError>>()?;

@@ -7,7 +7,7 @@ use kiln_api::kiln::otlp::v1_7;
 use super::super::OtlpError;
 use super::super::model::{
     Batch, Dictionary, Function, Mapping, Profile, ResourceProfiles, Sample, ScopeProfiles,
-    check_index, sample_values,
+    check_index, check_indices, sample_values,
 };
 use super::{attributes, location};
 
@@ -96,14 +96,12 @@ pub(super) fn from_v1_7(request: v1_7::ExportRequest) -> Result<Batch, OtlpError
                     }
                     None => None,
                 };
-                for &i in &p.location_indices {
-                    check_index(
-                        "profile.location_indices",
-                        i.into(),
-                        "location_table",
-                        dictionary.locations.len(),
-                    )?;
-                }
+                check_indices(
+                    "profile.location_indices",
+                    &p.location_indices,
+                    "location_table",
+                    dictionary.locations.len(),
+                )?;
                 let mut samples = Vec::new();
                 for (sample_index, sample) in p.sample.iter().enumerate() {
                     let start = i64::from(sample.locations_start_index);
@@ -129,14 +127,12 @@ pub(super) fn from_v1_7(request: v1_7::ExportRequest) -> Result<Batch, OtlpError
                         "profile.location_indices",
                         p.location_indices.len() + 1,
                     )?;
-                    for &a in &sample.attribute_indices {
-                        check_index(
-                            "sample.attribute_indices",
-                            a.into(),
-                            "attribute_table",
-                            dictionary.attributes.len(),
-                        )?;
-                    }
+                    check_indices(
+                        "sample.attribute_indices",
+                        &sample.attribute_indices,
+                        "attribute_table",
+                        dictionary.attributes.len(),
+                    )?;
                     samples.push(Sample {
                         locations: p.location_indices[start as usize..end as usize].to_vec(),
                         values: sample_values(
