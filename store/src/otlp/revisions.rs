@@ -338,33 +338,30 @@ fn dictionary_v1_8(d: v1_8::ProfilesDictionary) -> Result<(Dictionary, Vec<Vec<i
         .function_table
         .iter()
         .map(|f| {
-            for i in [f.name_strindex, f.system_name_strindex, f.filename_strindex] {
-                check_index("function.*_strindex", i.into(), "string_table", s)?;
-            }
-            Ok(Function {
-                name: f.name_strindex,
-                system_name: f.system_name_strindex,
-                filename: f.filename_strindex,
-                start_line: f.start_line,
-            })
+            checked_function(
+                Function {
+                    name: f.name_strindex,
+                    system_name: f.system_name_strindex,
+                    filename: f.filename_strindex,
+                    start_line: f.start_line,
+                },
+                s,
+            )
         })
         .collect::<Result<Vec<_>, OtlpError>>()?;
     let mappings = d
         .mapping_table
         .iter()
         .map(|m| {
-            check_index(
-                "mapping.filename_strindex",
-                m.filename_strindex.into(),
-                "string_table",
+            checked_mapping(
+                Mapping {
+                    memory_start: m.memory_start,
+                    memory_limit: m.memory_limit,
+                    file_offset: m.file_offset,
+                    filename: m.filename_strindex,
+                },
                 s,
-            )?;
-            Ok(Mapping {
-                memory_start: m.memory_start,
-                memory_limit: m.memory_limit,
-                file_offset: m.file_offset,
-                filename: m.filename_strindex,
-            })
+            )
         })
         .collect::<Result<Vec<_>, OtlpError>>()?;
     let locations = d
@@ -423,6 +420,27 @@ fn dictionary_v1_8(d: v1_8::ProfilesDictionary) -> Result<(Dictionary, Vec<Vec<i
 
 /// A checked location; mapping index 0 means "no mapping" even when the
 /// mapping table is empty.
+/// `function` once its string indices are inside a table of `strings`
+/// entries (the 1.7 and 1.8+ layouts carry the same fields).
+fn checked_function(function: Function, strings: usize) -> Result<Function, OtlpError> {
+    for i in [function.name, function.system_name, function.filename] {
+        check_index("function.*_strindex", i.into(), "string_table", strings)?;
+    }
+    Ok(function)
+}
+
+/// `mapping` once its file name index is inside a table of `strings`
+/// entries.
+fn checked_mapping(mapping: Mapping, strings: usize) -> Result<Mapping, OtlpError> {
+    check_index(
+        "mapping.filename_strindex",
+        mapping.filename.into(),
+        "string_table",
+        strings,
+    )?;
+    Ok(mapping)
+}
+
 fn location(
     mapping: i32,
     address: u64,

@@ -9,7 +9,7 @@ use super::super::model::{
     Batch, Dictionary, Function, Mapping, Profile, ResourceProfiles, Sample, ScopeProfiles,
     check_index, check_indices, sample_values,
 };
-use super::{attributes, location};
+use super::{attributes, checked_function, checked_mapping, location};
 
 /// 1.7: samples are slices of `Profile.location_indices`, several sample
 /// types per profile, attribute keys are strings.
@@ -19,29 +19,22 @@ pub(super) fn from_v1_7(request: v1_7::ExportRequest) -> Result<Batch, OtlpError
     let s = strings.len();
     let mut dictionary = Dictionary::default();
     for f in &d.function_table {
-        for i in [f.name_strindex, f.system_name_strindex, f.filename_strindex] {
-            check_index("function.*_strindex", i.into(), "string_table", s)?;
-        }
-        dictionary.functions.push(Function {
+        let function = Function {
             name: f.name_strindex,
             system_name: f.system_name_strindex,
             filename: f.filename_strindex,
             start_line: f.start_line,
-        });
+        };
+        dictionary.functions.push(checked_function(function, s)?);
     }
     for m in &d.mapping_table {
-        check_index(
-            "mapping.filename_strindex",
-            m.filename_strindex.into(),
-            "string_table",
-            s,
-        )?;
-        dictionary.mappings.push(Mapping {
+        let mapping = Mapping {
             memory_start: m.memory_start,
             memory_limit: m.memory_limit,
             file_offset: m.file_offset,
             filename: m.filename_strindex,
-        });
+        };
+        dictionary.mappings.push(checked_mapping(mapping, s)?);
     }
     for l in &d.location_table {
         let lines = l.line.iter().map(|x| (x.function_index, x.line));
