@@ -294,15 +294,26 @@ pub async fn series(State(state): State<AppState>, RawQuery(query): RawQuery) ->
     .await
 }
 
+/// Merges the `query` selector's stacks in `range`, grouped by the labels
+/// in `group_by`; with the resolved selector and the group-by labels.
+async fn grouped_merge(
+    store: &Store,
+    params: &Params,
+    range: TimeRange,
+) -> Result<(Selector, Vec<String>, kiln_engine::MergedProfile), ApiError> {
+    let group_by = parse_group_by(params.get("group_by"))?;
+    let selector = selector(store, params, "query", range).await?;
+    let merged = merge_grouped(store, &selector, range, &group_by).await?;
+    Ok((selector, group_by, merged))
+}
+
 /// `GET /api/v1/flamegraph`.
 pub async fn flamegraph(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
     let params = Params::parse(query.as_deref());
     timed(&state, "flamegraph", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
         let max_nodes = params.number("max_nodes", DEFAULT_MAX_NODES, MAX_MAX_NODES)?;
-        let group_by = parse_group_by(params.get("group_by"))?;
-        let selector = selector(store, &params, "query", range).await?;
-        let merged = merge_grouped(store, &selector, range, &group_by).await?;
+        let (selector, group_by, merged) = grouped_merge(store, &params, range).await?;
         let flamegraph = merged.flamegraph(max_nodes);
         Ok(Json(FlameGraphResponse {
             profile_type: selector.profile_type.to_string(),
@@ -336,9 +347,7 @@ pub async fn pprof(State(state): State<AppState>, RawQuery(query): RawQuery) -> 
     let params = Params::parse(query.as_deref());
     timed(&state, "pprof", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
-        let group_by = parse_group_by(params.get("group_by"))?;
-        let selector = selector(store, &params, "query", range).await?;
-        let merged = merge_grouped(store, &selector, range, &group_by).await?;
+        let (selector, _, merged) = grouped_merge(store, &params, range).await?;
         let bytes = merged_pprof_gzip(merged, selector.profile_type.clone()).await?;
         Ok((
             [
@@ -360,9 +369,7 @@ pub async fn folded(State(state): State<AppState>, RawQuery(query): RawQuery) ->
     let params = Params::parse(query.as_deref());
     timed(&state, "folded", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
-        let group_by = parse_group_by(params.get("group_by"))?;
-        let selector = selector(store, &params, "query", range).await?;
-        let merged = merge_grouped(store, &selector, range, &group_by).await?;
+        let (selector, _, merged) = grouped_merge(store, &params, range).await?;
         let text = store.run_query_work(move || merged.folded()).await?;
         Ok((
             [
@@ -384,9 +391,7 @@ pub async fn top(State(state): State<AppState>, RawQuery(query): RawQuery) -> Re
     timed(&state, "top", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
         let limit = params.number("limit", 100, 100_000)?;
-        let group_by = parse_group_by(params.get("group_by"))?;
-        let selector = selector(store, &params, "query", range).await?;
-        let merged = merge_grouped(store, &selector, range, &group_by).await?;
+        let (selector, group_by, merged) = grouped_merge(store, &params, range).await?;
         Ok(Json(TopResponse {
             profile_type: selector.profile_type.to_string(),
             unit: selector.profile_type.sample_unit,
