@@ -236,16 +236,17 @@ pub async fn select_merge_stacktraces(
     Ok(q::SelectMergeStacktracesResponse {
         flamegraph: Some(q::FlameGraph {
             names: levels.names,
-            levels: levels
-                .levels
-                .into_iter()
-                .map(|values| q::Level { values })
-                .collect(),
+            levels: wire_levels(levels.levels),
             total: levels.total,
             max_self: levels.max_self,
         }),
         tree: Vec::new(),
     })
+}
+
+/// Flamebearer rows as querier `Level` messages.
+fn wire_levels(rows: Vec<Vec<i64>>) -> Vec<q::Level> {
+    rows.into_iter().map(|values| q::Level { values }).collect()
 }
 
 /// `SelectMergeProfile`: the merge as one pprof (`max_nodes` is not applied).
@@ -419,11 +420,7 @@ pub async fn diff(store: &Store, request: q::DiffRequest) -> Result<q::DiffRespo
     Ok(q::DiffResponse {
         flamegraph: Some(q::FlameGraphDiff {
             names: levels.names,
-            levels: levels
-                .levels
-                .into_iter()
-                .map(|values| q::Level { values })
-                .collect(),
+            levels: wire_levels(levels.levels),
             total: levels.total,
             max_self: levels.max_self,
             left_ticks: levels.left_ticks,
