@@ -17,7 +17,7 @@ use crate::abi::{
 };
 use crate::aggregate::DrainedWindow;
 use crate::sample_source::SampleSource;
-use crate::target_set::TargetSet;
+use crate::target_set::{AllowListChanges, TargetSet};
 
 /// The compiled BPF object (built from `bpf/profile.bpf.c` by build.rs).
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profile.bpf.o"));
@@ -135,6 +135,25 @@ impl SamplerError {
 
 fn map_error(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> SamplerError {
     move |source| SamplerError::Map { name, source }
+}
+
+/// Applies `changes` to the allow-list BPF hash map `name`.
+fn apply_allow_list<K: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    changes: &AllowListChanges<K>,
+) -> Result<(), SamplerError> {
+    let mut map: BpfHashMap<_, K, TargetValue> =
+        BpfHashMap::try_from(ebpf.map_mut(name).ok_or(SamplerError::Missing { name })?)
+            .map_err(map_error(name))?;
+    for key in &changes.removals {
+        // Already absent is fine: the goal is that it is not there.
+        let _ = map.remove(key);
+    }
+    for (key, value) in &changes.upserts {
+        map.insert(key, value, 0).map_err(map_error(name))?;
+    }
+    Ok(())
 }
 
 /// The loaded and attached sampler.
@@ -304,37 +323,9 @@ impl Sampler {
     ) -> Result<(), SamplerError> {
         let base_hz = self.config.frequency_hz;
         let pid_changes = targets.pid_changes(previous, base_hz);
-        let mut pids: BpfHashMap<_, u32, TargetValue> =
-            BpfHashMap::try_from(self.ebpf.map_mut("allowed_pids").ok_or(
-                SamplerError::Missing {
-                    name: "allowed_pids",
-                },
-            )?)
-            .map_err(map_error("allowed_pids"))?;
-        for pid in &pid_changes.removals {
-            // Already absent is fine: the goal is that it is not there.
-            let _ = pids.remove(pid);
-        }
-        for (pid, value) in &pid_changes.upserts {
-            pids.insert(pid, value, 0)
-                .map_err(map_error("allowed_pids"))?;
-        }
+        apply_allow_list(&mut self.ebpf, "allowed_pids", &pid_changes)?;
         let cgroup_changes = targets.cgroup_changes(previous, base_hz);
-        let mut cgroups: BpfHashMap<_, u64, TargetValue> =
-            BpfHashMap::try_from(self.ebpf.map_mut("allowed_cgroups").ok_or(
-                SamplerError::Missing {
-                    name: "allowed_cgroups",
-                },
-            )?)
-            .map_err(map_error("allowed_cgroups"))?;
-        for id in &cgroup_changes.removals {
-            let _ = cgroups.remove(id);
-        }
-        for (id, value) in &cgroup_changes.upserts {
-            cgroups
-                .insert(id, value, 0)
-                .map_err(map_error("allowed_cgroups"))?;
-        }
+        apply_allow_list(&mut self.ebpf, "allowed_cgroups", &cgroup_changes)?;
         let filter = targets.filter_mode() as u32;
         if filter != self.kernel_config.filter {
             self.kernel_config.filter = filter;
