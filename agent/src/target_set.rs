@@ -95,30 +95,34 @@ impl TargetSet {
 
     /// Map changes that turn the PID allow-list of `previous` into this one's.
     pub fn pid_changes(&self, previous: &TargetSet, base_hz: u32) -> AllowListChanges<u32> {
-        let empty = BTreeMap::new();
-        let old = match previous {
-            TargetSet::Pids(pids) => pids,
-            _ => &empty,
-        };
-        let new = match self {
-            TargetSet::Pids(pids) => pids,
-            _ => &empty,
-        };
-        allow_list_changes(old, new, base_hz)
+        self.changes_from(previous, base_hz, |set| match set {
+            TargetSet::Pids(pids) => Some(pids),
+            _ => None,
+        })
     }
 
     /// Map changes that turn the cgroup allow-list of `previous` into this one's.
     pub fn cgroup_changes(&self, previous: &TargetSet, base_hz: u32) -> AllowListChanges<u64> {
+        self.changes_from(previous, base_hz, |set| match set {
+            TargetSet::Cgroups(cgroups) => Some(cgroups),
+            _ => None,
+        })
+    }
+
+    /// Changes between the allow-lists `list` reads from `previous` and
+    /// from this set (a set of another mode allows nothing in that list).
+    fn changes_from<K: Ord + Copy>(
+        &self,
+        previous: &TargetSet,
+        base_hz: u32,
+        list: fn(&TargetSet) -> Option<&BTreeMap<K, TargetEntry>>,
+    ) -> AllowListChanges<K> {
         let empty = BTreeMap::new();
-        let old = match previous {
-            TargetSet::Cgroups(cgroups) => cgroups,
-            _ => &empty,
-        };
-        let new = match self {
-            TargetSet::Cgroups(cgroups) => cgroups,
-            _ => &empty,
-        };
-        allow_list_changes(old, new, base_hz)
+        allow_list_changes(
+            list(previous).unwrap_or(&empty),
+            list(self).unwrap_or(&empty),
+            base_hz,
+        )
     }
 }
 
