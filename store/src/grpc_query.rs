@@ -18,10 +18,7 @@ use crate::http_query::{
     merged_pprof_gzip, parse_selector_off_workers, resolve_parsed, selector_matchers,
 };
 use crate::state::AppState;
-use crate::timespec::now_ms;
-
-/// Default look-back when the start is 0.
-const DEFAULT_RANGE_MS: i64 = 3_600_000;
+use crate::timespec::inclusive_range_ms;
 
 /// The tonic server for the query service.
 pub type QueryServer = QueryServiceServer<QueryGrpc>;
@@ -71,25 +68,11 @@ impl QueryGrpc {
 /// The wire range with defaults applied; the end is inclusive.
 fn time_range(range: Option<WireRange>) -> Result<TimeRange, ApiError> {
     let range = range.unwrap_or_default();
-    let end_ms = if range.end_ms == 0 {
-        now_ms()
-    } else {
-        range.end_ms
-    };
-    let start_ms = if range.start_ms == 0 {
-        end_ms - DEFAULT_RANGE_MS
-    } else {
-        range.start_ms
-    };
-    if end_ms <= start_ms {
-        return Err(ApiError::BadParameter {
+    inclusive_range_ms(range.start_ms, range.end_ms).map_err(|(start_ms, end_ms)| {
+        ApiError::BadParameter {
             parameter: "range",
             message: format!("end_ms ({end_ms}) must be after start_ms ({start_ms})"),
-        });
-    }
-    Ok(TimeRange {
-        start_ms,
-        end_ms: end_ms.saturating_add(1),
+        }
     })
 }
 

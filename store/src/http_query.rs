@@ -18,13 +18,11 @@ use crate::error::ApiError;
 use crate::group_by::{merge_grouped, parse_group_by};
 use crate::selector::{ParsedSelector, parse_selector};
 use crate::state::AppState;
-use crate::timespec::{now_ms, parse_time_ms};
+use crate::timespec::{DEFAULT_RANGE_MS, now_ms, parse_time_ms};
 
 /// Default and largest `max_nodes` of flame graphs.
 const DEFAULT_MAX_NODES: usize = 8192;
 const MAX_MAX_NODES: usize = 1 << 20;
-/// Default look-back when `from` is absent.
-const DEFAULT_RANGE_MS: i64 = 3_600_000;
 
 /// Query string parameters, last occurrence wins.
 #[derive(Debug, Default)]

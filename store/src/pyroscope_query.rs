@@ -24,32 +24,19 @@ use kiln_storage::Store;
 
 use crate::error::ApiError;
 use crate::grpc_query::{matchers as selector_matchers, resolve};
-use crate::timespec::now_ms;
+use crate::timespec::{inclusive_range_ms, now_ms};
 
 /// Flame graph node budget when the request sets none (Pyroscope's default).
 pub const DEFAULT_MAX_NODES: usize = 8192;
 /// The largest node budget (Pyroscope's `max_flamegraph_nodes_max`).
 pub const MAX_MAX_NODES: usize = 1 << 20;
-const DEFAULT_RANGE_MS: i64 = 3_600_000;
 
 /// The query range for `start`/`end` in unix ms (0 = default); the end is
 /// inclusive, as in Pyroscope.
 pub fn range_ms(start: i64, end: i64) -> Result<TimeRange, ApiError> {
-    let end_ms = if end == 0 { now_ms() } else { end };
-    let start_ms = if start == 0 {
-        end_ms - DEFAULT_RANGE_MS
-    } else {
-        start
-    };
-    if end_ms <= start_ms {
-        return Err(ApiError::BadParameter {
-            parameter: "end",
-            message: format!("end ({end_ms} ms) must be after start ({start_ms} ms)"),
-        });
-    }
-    Ok(TimeRange {
-        start_ms,
-        end_ms: end_ms.saturating_add(1),
+    inclusive_range_ms(start, end).map_err(|(start_ms, end_ms)| ApiError::BadParameter {
+        parameter: "end",
+        message: format!("end ({end_ms} ms) must be after start ({start_ms} ms)"),
     })
 }
 
@@ -464,6 +451,7 @@ pub async fn profile_stats(store: &Store) -> Result<t::GetProfileStatsResponse, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::timespec::DEFAULT_RANGE_MS;
 
     #[test]
     fn max_nodes_follows_pyroscope() {

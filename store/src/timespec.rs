@@ -48,6 +48,32 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// The look-back of a query range that names no start: one hour.
+pub const DEFAULT_RANGE_MS: i64 = 3_600_000;
+
+/// The query range `start..=end` in unix ms, where 0 means the default:
+/// now for the end, [`DEFAULT_RANGE_MS`] before the end for the start.
+/// `Err` holds the defaulted `(start, end)` when the end is not after the
+/// start, for the caller to name in its own terms.
+pub fn inclusive_range_ms(
+    start: i64,
+    end: i64,
+) -> Result<kiln_engine::model::TimeRange, (i64, i64)> {
+    let end_ms = if end == 0 { now_ms() } else { end };
+    let start_ms = if start == 0 {
+        end_ms - DEFAULT_RANGE_MS
+    } else {
+        start
+    };
+    if end_ms <= start_ms {
+        return Err((start_ms, end_ms));
+    }
+    Ok(kiln_engine::model::TimeRange {
+        start_ms,
+        end_ms: end_ms.saturating_add(1),
+    })
+}
+
 /// Largest unix ms that still fits in i64 nanoseconds (year 2262).
 const MAX_MS: i64 = i64::MAX / 1_000_000;
 
