@@ -408,14 +408,23 @@ pub async fn timeline(State(state): State<AppState>, RawQuery(query): RawQuery) 
         let range = params.range("from", ["to", "until"])?;
         let step_ms = match params.get("step") {
             None => ((range.end_ms - range.start_ms) / 100).max(10_000),
-            Some(text) => crate::config::parse_duration(text)
-                .ok()
-                .and_then(|d| i64::try_from(d.as_millis()).ok())
-                .filter(|&ms| ms > 0)
-                .ok_or_else(|| ApiError::BadParameter {
-                    parameter: "step",
-                    message: format!("{text:?} is not a positive duration like 10s or 1m"),
-                })?,
+            Some(text) => {
+                let step = kiln_contract::duration::parse_duration(text).map_err(|err| {
+                    ApiError::BadParameter {
+                        parameter: "step",
+                        message: err.to_string(),
+                    }
+                })?;
+                // A step longer than i64 milliseconds still means "one bucket".
+                let step_ms = i64::try_from(step.as_millis()).unwrap_or(i64::MAX);
+                if step_ms == 0 {
+                    return Err(ApiError::BadParameter {
+                        parameter: "step",
+                        message: format!("{text:?}: a step must be at least 1ms"),
+                    });
+                }
+                step_ms
+            }
         };
         let selector = selector(store, &params, "query", range).await?;
         let timeline = store.timeline(&selector, range, step_ms).await?;

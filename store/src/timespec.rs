@@ -14,7 +14,7 @@ pub enum TimeError {
         text: String,
     },
     /// A relative offset uses a unit that is not known.
-    #[error("time {text:?}: unit {unit:?} is not one of ms, s, m, h, d, w, y")]
+    #[error("time {text:?}: unit {unit:?} is not one of ns, us, ms, s, m, h, d, w, y")]
     UnknownUnit {
         /// The text given.
         text: String,
@@ -146,48 +146,32 @@ fn split_decimal_seconds(text: &str) -> Option<(i64, i64)> {
     Some((whole, ms))
 }
 
-/// `-1h`, `+30m`, `-2d`, `` (nothing: zero).
+/// `-1h`, `+30m`, `-1h30m`, `` (nothing: zero). The offset is a duration in
+/// Kiln's one grammar (docs/durations.md) that must carry its unit.
 fn parse_offset_ms(rest: &str, whole_text: &str) -> Result<i64, TimeError> {
-    let unrecognized = || TimeError::Unrecognized {
-        text: whole_text.chars().take(64).collect(),
-    };
+    use kiln_contract::duration::{DurationError, parse_duration_with_unit};
+    let clipped = || whole_text.chars().take(64).collect::<String>();
     if rest.is_empty() {
         return Ok(0);
     }
-    let (sign, body) = match rest.as_bytes()[0] {
-        b'-' => (-1i64, &rest[1..]),
-        b'+' => (1i64, &rest[1..]),
-        _ => return Err(unrecognized()),
+    let (sign, body) = if let Some(body) = rest.strip_prefix('-') {
+        (-1i64, body)
+    } else if let Some(body) = rest.strip_prefix('+') {
+        (1i64, body)
+    } else {
+        return Err(TimeError::Unrecognized { text: clipped() });
     };
-    let digits_end = body
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(body.len());
-    if digits_end == 0 {
-        return Err(unrecognized());
-    }
-    let amount: i64 = body[..digits_end].parse().map_err(|_| unrecognized())?;
-    let unit = &body[digits_end..];
-    let unit_ms: i64 = match unit {
-        "ms" => 1,
-        "s" | "sec" | "secs" | "second" | "seconds" => 1000,
-        "m" | "min" | "mins" | "minute" | "minutes" => 60_000,
-        "h" | "hour" | "hours" => 3_600_000,
-        "d" | "day" | "days" => 86_400_000,
-        "w" | "week" | "weeks" => 7 * 86_400_000,
-        "y" | "year" | "years" => 365 * 86_400_000,
-        _ => {
-            return Err(TimeError::UnknownUnit {
-                text: whole_text.chars().take(64).collect(),
-                unit: unit.chars().take(16).collect(),
-            });
-        }
-    };
-    amount
-        .checked_mul(unit_ms)
+    let offset = parse_duration_with_unit(body).map_err(|err| match err {
+        DurationError::UnknownUnit { unit, .. } => TimeError::UnknownUnit {
+            text: clipped(),
+            unit,
+        },
+        DurationError::TooLong { .. } => TimeError::OutOfRange { text: clipped() },
+        _ => TimeError::Unrecognized { text: clipped() },
+    })?;
+    i64::try_from(offset.as_millis())
         .map(|ms| sign * ms)
-        .ok_or_else(|| TimeError::OutOfRange {
-            text: whole_text.chars().take(64).collect(),
-        })
+        .map_err(|_| TimeError::OutOfRange { text: clipped() })
 }
 
 /// Graphite's `HH:MM_YYYYMMDD` (UTC).
@@ -328,6 +312,14 @@ mod tests {
         assert_eq!(parse_time_ms("now+15s", NOW), Ok(NOW + 15_000));
         assert_eq!(parse_time_ms("-2d", NOW), Ok(NOW - 2 * 86_400_000));
         assert_eq!(parse_time_ms("now-1w", NOW), Ok(NOW - 7 * 86_400_000));
+        assert_eq!(parse_time_ms("now-1h30m", NOW), Ok(NOW - 5_400_000));
+        assert_eq!(parse_time_ms("now-2hours", NOW), Ok(NOW - 7_200_000));
+        assert_eq!(parse_time_ms("now-1.5s", NOW), Ok(NOW - 1_500));
+        // A bare number is no offset: it is more likely a mistyped timestamp.
+        assert!(matches!(
+            parse_time_ms("now-90", NOW),
+            Err(TimeError::Unrecognized { .. })
+        ));
     }
 
     #[test]

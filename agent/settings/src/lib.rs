@@ -161,35 +161,27 @@ pub enum UnwinderChoice {
     FramePointer,
 }
 
+/// A duration in Kiln's one grammar (docs/durations.md), within the 1 ms to
+/// 24 h every interval of the agent must lie in.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 10s or 500ms"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" | "" => value,
-        "m" => value * 60.0,
-        _ => return Err(format!("unknown unit {unit:?} in {text:?}: use ms, s or m")),
-    };
-    if !(0.001..=86_400.0).contains(&seconds) {
+    let duration = kiln_contract::duration::parse_duration(text).map_err(|err| err.to_string())?;
+    if !(Duration::from_millis(1)..=Duration::from_secs(86_400)).contains(&duration) {
         return Err(format!("{text:?} is out of range (1ms to 24h)"));
     }
-    Ok(Duration::from_secs_f64(seconds))
+    Ok(duration)
 }
 
-/// A duration as its flag takes it: whole seconds as `10s`, else `500ms`.
-/// Only for values [`parse_duration`] accepted, which are whole milliseconds
-/// at most a day.
+/// A duration as its flag takes it, exactly, in the largest unit that keeps
+/// it whole: `10s`, `500ms`, `1500us`, `7ns`.
 pub fn duration_flag_text(duration: &Duration) -> String {
-    if duration.subsec_millis() == 0 {
+    if duration.subsec_nanos() == 0 {
         format!("{}s", duration.as_secs())
-    } else {
+    } else if duration.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{}ms", duration.as_millis())
+    } else if duration.subsec_nanos().is_multiple_of(1_000) {
+        format!("{}us", duration.as_micros())
+    } else {
+        format!("{}ns", duration.as_nanos())
     }
 }
 
@@ -280,14 +272,17 @@ mod tests {
         assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
         assert!(parse_duration("ten").is_err());
-        assert!(parse_duration("5h").is_err());
+        assert!(parse_duration("25h").is_err());
         assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("999us").is_err());
     }
 
     #[test]
     fn duration_text_parses_back() {
-        for text in ["10s", "500ms", "1500ms", "86400s"] {
+        for text in ["10s", "500ms", "1500ms", "86400s", "1500us", "1000001ns"] {
             let duration = parse_duration(text).unwrap();
             assert_eq!(duration_flag_text(&duration), text);
             assert_eq!(parse_duration(&duration_flag_text(&duration)), Ok(duration));

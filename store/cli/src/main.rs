@@ -187,27 +187,9 @@ struct UpArgs {
     ready_timeout: Duration,
 }
 
+/// A duration in Kiln's one grammar (docs/durations.md).
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let amount: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 30s, 5m or 1h"))?;
-    let seconds = match unit {
-        "ms" => return Ok(Duration::from_millis(amount)),
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        other => {
-            return Err(format!(
-                "{text:?}: unit {other:?} is not one of ms, s, m, h"
-            ));
-        }
-    };
-    Ok(Duration::from_secs(amount.saturating_mul(seconds)))
+    kiln_contract::duration::parse_duration(text).map_err(|err| err.to_string())
 }
 
 fn main() -> ExitCode {
@@ -558,6 +540,7 @@ mod tests {
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5_400)));
         assert!(parse_duration("5 parsecs").is_err());
     }
 

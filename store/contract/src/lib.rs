@@ -6,5 +6,6 @@
 //! `thiserror`: the CLI depends on this crate and must stay free of the
 //! engine and of tokio.
 
+pub mod duration;
 pub mod query_json;
 pub mod sample_labels;

@@ -25,33 +25,11 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{text:?} is too large"))
 }
 
-/// `500ms`, `30s`, `5m`, `1h`, `14d`, `2w`, or plain seconds.
+/// A duration in Kiln's one grammar (`500ms`, `30s`, `1h30m`, `14d`, or
+/// plain seconds; docs/durations.md), with its error as the message the config
+/// errors carry.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let amount: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 30s, 5m, 1h or 14d"))?;
-    let unit_ms: u64 = match unit.trim() {
-        "ms" => 1,
-        "" | "s" => 1000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        "w" => 7 * 86_400_000,
-        other => {
-            return Err(format!(
-                "{text:?}: unit {other:?} is not one of ms, s, m, h, d, w"
-            ));
-        }
-    };
-    amount
-        .checked_mul(unit_ms)
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("{text:?} is too long"))
+    kiln_contract::duration::parse_duration(text).map_err(|err| err.to_string())
 }
 
 #[cfg(test)]
@@ -63,6 +41,7 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("14d"), Ok(Duration::from_secs(14 * 86_400)));
-        assert!(parse_duration("1y").is_err());
+        assert_eq!(parse_duration("5 s"), Ok(Duration::from_secs(5)));
+        assert!(parse_duration("1 fortnight").is_err());
     }
 }
