@@ -12,6 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use kiln_contract::labels as label;
+
 use crate::abi::KernelCounter;
 use crate::aggregate::{self, GroupKey, StackSample, UnwoundWindow};
 use crate::language::{self, Language};
@@ -478,14 +480,14 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
 
         let mut labels: BTreeMap<String, String> =
             entry.map(|e| e.labels.clone()).unwrap_or_default();
-        labels.insert("__name__".to_owned(), PROFILE_NAME.to_owned());
+        labels.insert(label::PROFILE_NAME.to_owned(), PROFILE_NAME.to_owned());
         if let Some((language, _)) = languages
             .iter()
             .max_by_key(|(l, n)| (**n, std::cmp::Reverse(**l)))
         {
-            labels.insert("language".to_owned(), language.label().to_owned());
+            labels.insert(label::LANGUAGE.to_owned(), language.label().to_owned());
         }
-        labels.insert("node".to_owned(), self.config.node.clone());
+        labels.insert(label::NODE.to_owned(), self.config.node.clone());
         // A process's `pid` and `comm` are on its samples only: as series
         // labels they would make a series per process (audit R6).
         let stem = match group {

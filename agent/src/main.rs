@@ -186,7 +186,7 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
             socket: cli
                 .cri_socket
                 .clone()
-                .unwrap_or_else(|| PathBuf::from(kiln_cri::DEFAULT_CRI_SOCKET)),
+                .unwrap_or_else(|| PathBuf::from(kiln_targets::DEFAULT_CRI_SOCKET)),
             node: node.clone(),
             targets_file: cli.targets_file.clone(),
             copied_pod_labels: cli.pod_labels.clone(),

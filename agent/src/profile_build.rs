@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use kiln_contract::labels as label;
 use kiln_contract::sample_labels::{COMM, PID, TID};
 use kiln_pprof::proto;
 use kiln_pprof::{FunctionSpec, LabelValue, MappingSpec, ProfileBuilder};
@@ -122,8 +123,8 @@ pub fn build_profile(meta: &WindowMeta, samples: &[ResolvedSample]) -> proto::Pr
         let mut labels = vec![
             (COMM, LabelValue::Str(sample.comm.clone())),
             (PID, LabelValue::Str(sample.pid.to_string())),
-            ("node", LabelValue::Str(meta.node.clone())),
-            ("language", LabelValue::Str(sample.language.to_owned())),
+            (label::NODE, LabelValue::Str(meta.node.clone())),
+            (label::LANGUAGE, LabelValue::Str(sample.language.to_owned())),
         ];
         if meta.record_tid {
             labels.push((TID, LabelValue::Str(sample.tid.to_string())));

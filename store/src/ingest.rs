@@ -17,7 +17,7 @@ use crate::config::Limits;
 use crate::pyroscope::app_name::is_label_name;
 
 /// The label naming the service, as Pyroscope clients set it.
-pub const SERVICE_NAME_LABEL: &str = "service_name";
+pub const SERVICE_NAME_LABEL: &str = kiln_contract::labels::SERVICE_NAME;
 
 /// One profile to store.
 #[derive(Debug, Clone)]

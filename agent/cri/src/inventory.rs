@@ -3,7 +3,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::runtime::v1::{Container, ContainerState, PodSandbox, PodSandboxState};
-use crate::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
+use kiln_targets::CRI_POD_UID_LABEL;
+
+use crate::{LABEL_POD_NAME, LABEL_POD_NAMESPACE};
 
 /// What the verbose container status says about a running container.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -177,7 +179,7 @@ fn pod_from_sandbox(sandbox: &PodSandbox) -> PodInfo {
         sandbox_id: sandbox.id.clone(),
         namespace: pick(metadata.map(|m| &m.namespace), LABEL_POD_NAMESPACE),
         name: pick(metadata.map(|m| &m.name), LABEL_POD_NAME),
-        uid: pick(metadata.map(|m| &m.uid), LABEL_POD_UID),
+        uid: pick(metadata.map(|m| &m.uid), CRI_POD_UID_LABEL),
         annotations: sandbox
             .annotations
             .iter()
@@ -289,7 +291,7 @@ mod tests {
         s.labels = HashMap::from([
             (LABEL_POD_NAMESPACE.to_owned(), "ns".to_owned()),
             (LABEL_POD_NAME.to_owned(), "p".to_owned()),
-            (LABEL_POD_UID.to_owned(), "u".to_owned()),
+            (CRI_POD_UID_LABEL.to_owned(), "u".to_owned()),
         ]);
         let pod = pod_from_sandbox(&s);
         assert_eq!(

@@ -37,15 +37,9 @@ pub mod runtime {
     }
 }
 
-/// containerd's CRI socket, the default runtime endpoint.
-pub const DEFAULT_CRI_SOCKET: &str = "/run/containerd/containerd.sock";
-
 /// Sandbox label kubelet sets to the pod's namespace.
 pub const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 /// Sandbox label kubelet sets to the pod's name.
 pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
-/// Sandbox label kubelet sets to the pod's UID; a targets-file selector on
-/// it names one pod (how late-annotated pods are relayed, see the README).
-pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
 /// Container label kubelet sets to the container's name.
 pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";

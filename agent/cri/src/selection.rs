@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use kiln_contract::labels as label;
 use kiln_targets::{Decision, PodView, RESERVED_LABELS, TargetsFile};
 
 use crate::inventory::PodInventory;
@@ -62,12 +63,12 @@ pub fn select_containers(
             // Targets' labels win over copied pod labels; ours win over both.
             labels.extend(plan.labels);
             for (key, value) in [
-                ("node", node),
-                ("namespace", pod.namespace.as_str()),
-                ("pod", pod.name.as_str()),
-                ("pod_uid", pod.uid.as_str()),
-                ("container", container.name.as_str()),
-                ("container_id", container.id.as_str()),
+                (label::NODE, node),
+                (label::NAMESPACE, pod.namespace.as_str()),
+                (label::POD, pod.name.as_str()),
+                (label::POD_UID, pod.uid.as_str()),
+                (label::CONTAINER, container.name.as_str()),
+                (label::CONTAINER_ID, container.id.as_str()),
             ] {
                 labels.insert(key.to_owned(), value.to_owned());
             }
@@ -173,12 +174,15 @@ mod tests {
         )
         .expect("valid targets file");
         let mut cart = pod("s2", "cart", &[]);
-        cart.labels
-            .insert(crate::LABEL_POD_UID.to_owned(), "uid-cart".to_owned());
+        cart.labels.insert(
+            kiln_targets::CRI_POD_UID_LABEL.to_owned(),
+            "uid-cart".to_owned(),
+        );
         let mut other = pod("s3", "other", &[]);
-        other
-            .labels
-            .insert(crate::LABEL_POD_UID.to_owned(), "uid-other".to_owned());
+        other.labels.insert(
+            kiln_targets::CRI_POD_UID_LABEL.to_owned(),
+            "uid-other".to_owned(),
+        );
         let selected = select_containers(
             &inventory(vec![cart, other]),
             &file,

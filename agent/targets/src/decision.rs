@@ -188,7 +188,10 @@ impl TargetsFile {
                     problem: "expected a non-empty service name",
                 });
             } else {
-                labels.insert("service_name".to_owned(), service.to_owned());
+                labels.insert(
+                    kiln_contract::labels::SERVICE_NAME.to_owned(),
+                    service.to_owned(),
+                );
             }
         }
         let mut matched_targets: Vec<String> =

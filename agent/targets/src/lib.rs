@@ -10,6 +10,8 @@ pub use error::TargetsError;
 pub use file::{Target, TargetsFile};
 pub use selector::{LabelSelector, SelectorOperator, SelectorRequirement};
 
+use kiln_contract::{labels, sample_labels};
+
 /// The only targets-file format version this crate reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
 
@@ -37,15 +39,37 @@ pub const MAX_SAMPLING_HZ: u32 = 1000;
 /// Largest targets file accepted: the size limit of a Kubernetes ConfigMap.
 pub const MAX_FILE_BYTES: usize = 1024 * 1024;
 
+/// Sandbox label kubelet sets to the pod's UID, which the agent sees through
+/// CRI: a targets-file selector on it names one pod (how the operator relays
+/// pods annotated after they started, see the README).
+pub const CRI_POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+
+/// containerd's CRI socket: the agent's default runtime endpoint and the
+/// operator's default `containerRuntimeSocket`.
+pub const DEFAULT_CRI_SOCKET: &str = "/run/containerd/containerd.sock";
+
+/// The CRI sockets of the container runtimes Kiln supports (containerd, k3s,
+/// CRI-O, cri-dockerd): the only host paths the operator lets a store mount
+/// into its agents.
+pub const KNOWN_CRI_SOCKETS: [&str; 7] = [
+    DEFAULT_CRI_SOCKET,
+    "/var/run/containerd/containerd.sock",
+    "/run/k3s/containerd/containerd.sock",
+    "/var/run/crio/crio.sock",
+    "/run/crio/crio.sock",
+    "/run/cri-dockerd.sock",
+    "/var/run/cri-dockerd.sock",
+];
+
 /// Labels the agent sets itself on every profile; extra labels may not replace them.
 pub const RESERVED_LABELS: [&str; 9] = [
-    "node",
-    "namespace",
-    "pod",
-    "pod_uid",
-    "container",
-    "container_id",
-    "comm",
-    "pid",
-    "service_name",
+    labels::NODE,
+    labels::NAMESPACE,
+    labels::POD,
+    labels::POD_UID,
+    labels::CONTAINER,
+    labels::CONTAINER_ID,
+    sample_labels::COMM,
+    sample_labels::PID,
+    labels::SERVICE_NAME,
 ];

@@ -20,14 +20,13 @@ pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$";
 pub const BUCKET_PATTERN: &str = r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$";
 /// A retention: a positive duration (`0s` would delete everything).
 pub const RETENTION_PATTERN: &str = r"^[1-9][0-9]*(ms|s|m|h|d|w)$";
-/// The CRI sockets of the container runtimes Kiln supports: the agent mounts
-/// the one a store names, so it cannot be pointed at any other host path.
+/// The CRI sockets of the container runtimes Kiln supports
+/// ([`kiln_targets::KNOWN_CRI_SOCKETS`], a test keeps the two equal): the agent
+/// mounts the one a store names, so it cannot be pointed at any other host path.
 pub const CRI_SOCKET_PATTERN: &str = r"^(/run/containerd/containerd\.sock|/var/run/containerd/containerd\.sock|/run/k3s/containerd/containerd\.sock|/var/run/crio/crio\.sock|/run/crio/crio\.sock|/run/cri-dockerd\.sock|/var/run/cri-dockerd\.sock)$";
 
 /// Default port of the store's combined gRPC + HTTP listener.
 pub const DEFAULT_STORE_PORT: i32 = 7470;
-/// containerd's CRI socket; CRI-O users set `/var/run/crio/crio.sock`.
-pub const DEFAULT_CRI_SOCKET: &str = "/run/containerd/containerd.sock";
 
 /// A Kiln profile store and its node agents.
 ///
@@ -375,7 +374,8 @@ fn default_true() -> bool {
     true
 }
 fn default_cri_socket() -> String {
-    DEFAULT_CRI_SOCKET.to_owned()
+    // containerd's; CRI-O users set `/var/run/crio/crio.sock`.
+    kiln_targets::DEFAULT_CRI_SOCKET.to_owned()
 }
 fn default_access_key_id_key() -> String {
     "AWS_ACCESS_KEY_ID".to_owned()
@@ -403,4 +403,61 @@ fn resources_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
             "requests": quantities,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CRD admits exactly the sockets the agent side knows.
+    #[test]
+    fn the_cri_socket_pattern_lists_the_known_sockets() {
+        let alternatives = CRI_SOCKET_PATTERN
+            .strip_prefix("^(")
+            .and_then(|rest| rest.strip_suffix(")$"))
+            .expect("an anchored list of alternatives");
+        let listed: Vec<String> = alternatives
+            .split('|')
+            .map(|path| path.replace(r"\.", "."))
+            .collect();
+        assert_eq!(listed, kiln_targets::KNOWN_CRI_SOCKETS);
+        let pattern = regex::Regex::new(CRI_SOCKET_PATTERN).expect("valid pattern");
+        assert!(pattern.is_match(kiln_targets::DEFAULT_CRI_SOCKET));
+        assert!(!pattern.is_match("/etc/shadow"));
+    }
+
+    /// Every duration the CRD admits is one the store parses, with the length
+    /// the unit says.
+    #[test]
+    fn crd_durations_are_store_durations() {
+        let duration = regex::Regex::new(DURATION_PATTERN).expect("valid pattern");
+        let retention = regex::Regex::new(RETENTION_PATTERN).expect("valid pattern");
+        for (unit, seconds) in [
+            ("s", 1),
+            ("m", 60),
+            ("h", 3_600),
+            ("d", 86_400),
+            ("w", 604_800),
+        ] {
+            for amount in [1u64, 30, 168] {
+                let text = format!("{amount}{unit}");
+                assert!(
+                    duration.is_match(&text) && retention.is_match(&text),
+                    "{text}"
+                );
+                assert_eq!(
+                    kiln_contract::duration::parse_duration(&text),
+                    Ok(std::time::Duration::from_secs(amount * seconds)),
+                    "{text}"
+                );
+            }
+        }
+        assert_eq!(
+            kiln_contract::duration::parse_duration("500ms"),
+            Ok(std::time::Duration::from_millis(500))
+        );
+        assert!(duration.is_match("500ms") && duration.is_match("0s"));
+        assert!(!retention.is_match("0s"));
+        assert!(kiln_contract::duration::parse_duration(&default_retention()).is_ok());
+    }
 }

@@ -135,9 +135,6 @@ pub fn aggregate(names: &StoreNames, targets: &[ProfilingTarget]) -> Aggregation
     }
 }
 
-/// The label kubelet sets on every pod sandbox to the pod's UID; agents see it through CRI.
-pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
-
 /// Most pods relayed into one targets file. Each entry takes about 400 bytes, so this keeps the
 /// file far below the 1 MiB ConfigMap limit even with many `ProfilingTarget`s.
 pub const MAX_RELAYED_PODS: usize = 2000;
@@ -196,7 +193,10 @@ pub fn relay_targets(pods: &[ObjectMeta]) -> Vec<Target> {
                 source: format!("{namespace}/pods/{name}"),
                 namespace,
                 selector: TargetSelector {
-                    match_labels: BTreeMap::from([(POD_UID_LABEL.to_owned(), uid)]),
+                    match_labels: BTreeMap::from([(
+                        kiln_targets::CRI_POD_UID_LABEL.to_owned(),
+                        uid,
+                    )]),
                     match_expressions: Vec::new(),
                 },
                 require_annotation: false,
@@ -283,9 +283,13 @@ pub fn with_relays(file: &TargetsFile, relays: &[Target]) -> TargetsFile {
     TargetsFile::new(file.targets.iter().chain(relays).cloned())
 }
 
-/// Most bytes of the targets file the operator writes: below the 1 MiB a ConfigMap (and the
-/// agent's reader) allows, with room for the ConfigMap's own metadata.
-pub const MAX_TARGETS_FILE_BYTES: usize = 900 * 1024;
+/// Most bytes of the targets file the operator writes (900 KiB): below the 1 MiB a ConfigMap
+/// (and the agent's reader, [`kiln_targets::MAX_FILE_BYTES`]) allows, with room for the
+/// ConfigMap's own metadata.
+pub const MAX_TARGETS_FILE_BYTES: usize = kiln_targets::MAX_FILE_BYTES - CONFIGMAP_METADATA_ROOM;
+
+/// Bytes of a targets ConfigMap left to its name, labels and annotations.
+const CONFIGMAP_METADATA_ROOM: usize = 124 * 1024;
 
 /// The targets file as written, and what had to be left out of it.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,5 +7,6 @@
 //! engine and of tokio.
 
 pub mod duration;
+pub mod labels;
 pub mod query_json;
 pub mod sample_labels;

@@ -4,12 +4,12 @@
 use std::fmt;
 
 /// The label holding a profile's name, e.g. `process_cpu` or `memory`.
-pub const NAME_LABEL: &str = "__name__";
+pub const NAME_LABEL: &str = kiln_contract::labels::PROFILE_NAME;
 /// The label the engine adds to every series, holding its full profile type id.
 pub const PROFILE_TYPE_LABEL: &str = "__profile_type__";
 /// The label whose value is a series' tenant for the per-namespace series
 /// limit (the agent sets it to the pod's Kubernetes namespace).
-pub const NAMESPACE_LABEL: &str = "namespace";
+pub const NAMESPACE_LABEL: &str = kiln_contract::labels::NAMESPACE;
 
 /// One `name=value` pair.
 #[derive(
