@@ -24,6 +24,8 @@ use kube::{Api, Client, Resource, ResourceExt};
 use crate::api::{ProfileStore, ProfilingTarget};
 use crate::metrics::Metrics;
 use crate::resources::{BuildDefaults, BuildError};
+use crate::status::Failure;
+use crate::status::ownership::agent_owner;
 
 /// The finalizer the first release put on stores whose agents had a cluster-scoped binding;
 /// removed once that binding is gone (see [`first_release`]).
@@ -185,6 +187,14 @@ impl ReconcileError {
         )
     }
 
+    /// The error as a condition shows it.
+    pub fn failure(&self) -> Failure {
+        Failure {
+            reason: self.reason(),
+            message: format_chain(self),
+        }
+    }
+
     /// Wraps a client error with what was being done.
     pub fn kube(action: impl Into<String>, source: kube::Error) -> Self {
         Self::Kube {
@@ -284,7 +294,7 @@ pub async fn run(ctx: Arc<Context>) {
                     .iter()
                     .map(|store| store.as_ref().clone())
                     .collect();
-                let owner = store::agent_owner(&stores)?;
+                let owner = agent_owner(&stores)?;
                 let (namespace, name) = owner.split_once('/')?;
                 Some(ObjectRef::new(name).within(namespace))
             },

@@ -6,3 +6,4 @@ pub mod crd;
 pub mod http;
 pub mod metrics;
 pub mod resources;
+pub mod status;

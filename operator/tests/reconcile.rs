@@ -757,26 +757,6 @@ async fn second_store_with_agents_leaves_the_nodes_to_the_older_one() {
     );
 }
 
-#[test]
-fn agent_owner_is_the_oldest_enabled_store_not_being_deleted() {
-    let parse = |value: Value| serde_json::from_value::<ProfileStore>(value).unwrap();
-    let mut a = store_json(json!({}), &[]);
-    a["metadata"]["name"] = json!("a");
-    a["metadata"]["creationTimestamp"] = json!("2026-03-01T00:00:00Z");
-    let mut b = store_json(json!({}), &[]);
-    b["metadata"]["name"] = json!("b");
-    b["metadata"]["creationTimestamp"] = json!("2026-02-01T00:00:00Z");
-    let mut disabled = store_json(json!({"agent": {"enabled": false}}), &[]);
-    disabled["metadata"]["name"] = json!("c");
-    disabled["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
-    let stores = vec![parse(a.clone()), parse(b.clone()), parse(disabled)];
-    assert_eq!(store::agent_owner(&stores).as_deref(), Some("kiln/b"));
-    b["metadata"]["deletionTimestamp"] = json!("2026-04-01T00:00:00Z");
-    let stores = vec![parse(a), parse(b)];
-    assert_eq!(store::agent_owner(&stores).as_deref(), Some("kiln/a"));
-    assert_eq!(store::agent_owner(&[]), None);
-}
-
 #[tokio::test]
 async fn hand_edited_workload_is_set_back_on_the_next_reconcile() {
     let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));

@@ -1,5 +1,5 @@
-//! Reconciling a `ProfileStore` into its children; its status is written by
-//! [`super::store_status`].
+//! Reconciling a `ProfileStore` into its children; its status is computed by
+//! [`crate::status::store`] and written by [`super::store_status`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,49 +16,29 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::apply::{apply_if_changed, delete_if_present};
-use super::store_status::{
-    Observed, desired_conditions, keep_counts, observed_status, patch_status_if_changed, publish,
-};
+use super::store_status::{patch_status_if_changed, publish};
 // The condition reasons are part of this module's interface; they live with the conditions.
-pub use super::store_status::{
-    AGENT_IMAGE_NOT_ALLOWED, AGENT_TOLERATION_NOT_ALLOWED, AGENTS_OWNED_ELSEWHERE,
-    ANNOTATED_PODS_LEFT_OUT, TARGETS_FILE_CAPPED,
-};
 use super::tokens::{self, TokensSecret};
 use super::{
     Context, RESYNC, ReconcileError, STORE_FINALIZER, backoff_key, first_release, format_chain,
     namespace_and_name,
 };
-use crate::api::condition::{DesiredCondition, RECONCILED};
 use crate::api::{ProfileStore, ProfilingTarget};
 use crate::resources::targets::{Aggregation, Relays, aggregate};
 use crate::resources::{StoreNames, agent, network_policy, store as store_objects, targets};
+use crate::status::ownership::agents_owned_elsewhere;
+pub use crate::status::store::{
+    AGENT_IMAGE_NOT_ALLOWED, AGENT_TOLERATION_NOT_ALLOWED, AGENTS_OWNED_ELSEWHERE,
+    ANNOTATED_PODS_LEFT_OUT, TARGETS_FILE_CAPPED,
+};
+use crate::status::store::{
+    AgentRefusal, Observed, desired_conditions, keep_counts, observed_status, paused_conditions,
+};
 
 /// Retry soon after deleting a StatefulSet whose immutable fields changed.
 const RECREATE_DELAY: Duration = Duration::from_secs(5);
 /// How often a store whose agents are blocked by another store checks whether it may take over.
 const AGENT_OWNER_RECHECK: Duration = Duration::from_secs(60);
-
-/// The store whose agents run, as `namespace/name`: among stores with agents enabled that are not
-/// being deleted, the oldest (then by namespace and name), so the choice is stable.
-pub fn agent_owner(stores: &[ProfileStore]) -> Option<String> {
-    stores
-        .iter()
-        .filter(|store| store.spec.agent.enabled && store.meta().deletion_timestamp.is_none())
-        .map(|store| {
-            let created = store
-                .meta()
-                .creation_timestamp
-                .as_ref()
-                .map(|time| time.0.as_second())
-                .unwrap_or(i64::MAX);
-            let namespace = store.meta().namespace.clone().unwrap_or_default();
-            let name = store.meta().name.clone().unwrap_or_default();
-            (created, namespace, name)
-        })
-        .min()
-        .map(|(_, namespace, name)| format!("{namespace}/{name}"))
-}
 
 /// Entry point for the controller: finalizer handling around [`apply`] and [`cleanup`].
 pub async fn reconcile(
@@ -108,11 +88,7 @@ pub async fn reconcile(
 pub async fn apply(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, ReconcileError> {
     let names = StoreNames::of(&store).map_err(|source| ReconcileError::Build { source })?;
     if store.spec.paused {
-        let desired = vec![DesiredCondition::fails(
-            RECONCILED,
-            "Paused",
-            "spec.paused is true: children are not reconciled",
-        )];
+        let desired = paused_conditions();
         patch_status_if_changed(&store, ctx, keep_counts(&store), desired, &names).await?;
         return Ok(Action::await_change());
     }
@@ -128,8 +104,7 @@ pub async fn apply(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, Re
             .list(&ListParams::default())
             .await
             .map_err(|source| ReconcileError::kube("list ProfileStores", source))?;
-        agent_owner(&all.items)
-            .filter(|owner| *owner != format!("{}/{}", names.namespace, names.store))
+        agents_owned_elsewhere(&store, &names, &all.items)
     } else {
         None
     };
@@ -139,13 +114,13 @@ pub async fn apply(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, Re
         Relays::default()
     };
     match apply_children(&store, &names, &aggregation, &relays, agents_owned_by, ctx).await {
-        Ok(mut observed) => {
+        Ok((observed, targets_error)) => {
             let recreating = observed.recreating;
             let waiting_for_owner = observed.agents_owned_by.is_some();
             let status = observed_status(&store, &names, &observed, &aggregation);
             let conditions = desired_conditions(&store, &observed, &aggregation, None);
             patch_status_if_changed(&store, ctx, status, conditions, &names).await?;
-            if let Some(error) = observed.targets_error.take() {
+            if let Some(error) = targets_error {
                 // Everything else is applied and the status says what failed; the error makes
                 // the controller retry the targets file with backoff.
                 return Err(error);
@@ -160,8 +135,9 @@ pub async fn apply(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, Re
             }))
         }
         Err(error) => {
+            let failure = error.failure();
             let conditions =
-                desired_conditions(&store, &Observed::default(), &aggregation, Some(&error));
+                desired_conditions(&store, &Observed::default(), &aggregation, Some(&failure));
             // Best effort: the original error is what the controller must see and back off on.
             if let Err(status_error) =
                 patch_status_if_changed(&store, ctx, keep_counts(&store), conditions, &names).await
@@ -227,6 +203,8 @@ async fn relayed_pods(ctx: &Context) -> Result<Relays, ReconcileError> {
     Ok(relays)
 }
 
+/// Applies the children; returns what it read back, and why the targets ConfigMap was not
+/// written when it was not (everything else was).
 async fn apply_children(
     store: &ProfileStore,
     names: &StoreNames,
@@ -234,7 +212,7 @@ async fn apply_children(
     relays: &Relays,
     agents_owned_by: Option<String>,
     ctx: &Context,
-) -> Result<Observed, ReconcileError> {
+) -> Result<(Observed, Option<ReconcileError>), ReconcileError> {
     let build = |source| ReconcileError::Build { source };
     let client = ctx.client.clone();
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &names.namespace);
@@ -276,7 +254,7 @@ async fn apply_children(
     };
     expand_claims(store, names, ctx).await?;
     match apply_if_changed(&stateful_sets, &desired_set, ctx).await {
-        Ok(applied) => observed.stateful_set = Some(applied.into_object()),
+        Ok(applied) => observed.replicas = applied.into_object().status,
         Err(ReconcileError::Kube {
             source: kube::Error::Api(status),
             ..
@@ -301,25 +279,13 @@ async fn apply_children(
         Err(other) => return Err(other),
     }
 
-    observed.refused_agent_image = store
-        .spec
-        .agent
-        .image
-        .clone()
-        .filter(|image| store.spec.agent.enabled && !ctx.defaults.agent_image_allowed(image));
-    observed.refused_toleration_key = store
-        .spec
-        .agent
-        .tolerations
-        .as_deref()
-        .filter(|_| store.spec.agent.enabled)
-        .and_then(|tolerations| ctx.defaults.refused_toleration(tolerations))
-        .map(|toleration| toleration.key.clone().unwrap_or_default());
-    if observed.refused_agent_image.is_some() || observed.refused_toleration_key.is_some() {
+    observed.agent_refusal = AgentRefusal::of(store, &ctx.defaults);
+    if observed.agent_refusal.is_some() {
         // Leave whatever agents run as they are: neither start the refused image
         // or tolerations nor take the nodes' profiling away over a spec edit.
-        return Ok(observed);
+        return Ok((observed, None));
     }
+    let mut targets_error = None;
     if store.spec.agent.enabled && observed.agents_owned_by.is_none() {
         let fitted = targets::fit_targets(&aggregation.file, &relays.targets);
         observed.targets_left_out = (fitted.relays_left_out, fitted.targets_left_out);
@@ -333,27 +299,26 @@ async fn apply_children(
                 .map(|_| ()),
             Err(source) => Err(build(source)),
         };
-        observed.targets_error =
-            targets_applied
-                .err()
-                .map(|source| ReconcileError::TargetsNotApplied {
-                    source: Box::new(source),
-                });
+        targets_error = targets_applied
+            .err()
+            .map(|source| ReconcileError::TargetsNotApplied {
+                source: Box::new(source),
+            });
+        observed.targets_failure = targets_error.as_ref().map(ReconcileError::failure);
         let account = agent::service_account(store, names).map_err(build)?;
         apply_if_changed(&accounts, &account, ctx).await?;
         let daemon = agent::daemon_set(store, names, &ctx.defaults).map_err(build)?;
-        observed.daemon_set = Some(
-            apply_if_changed(&daemon_sets, &daemon, ctx)
-                .await?
-                .into_object(),
-        );
+        observed.agents = apply_if_changed(&daemon_sets, &daemon, ctx)
+            .await?
+            .into_object()
+            .status;
     } else {
         let params = DeleteParams::default();
         delete_if_present(&daemon_sets, &names.agent, &params, ctx).await?;
         delete_if_present(&accounts, &names.agent, &params, ctx).await?;
         delete_if_present(&config_maps, &names.targets, &params, ctx).await?;
     }
-    Ok(observed)
+    Ok((observed, targets_error))
 }
 
 /// Grows existing claims when `storage.size` grew: claim templates are immutable, so

@@ -1,7 +1,7 @@
 //! Reconciling a `ProfilingTarget`: validate it, find its store, report whether it is published.
 //!
 //! Publishing itself is the store reconciler's job (it watches targets); this one only writes the
-//! target's status, and only when that status changes.
+//! target's status ([`crate::status::target`]), and only when that status changes.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,10 +13,9 @@ use kube::{Api, Resource};
 use serde_json::json;
 
 use super::{Context, RESYNC, ReconcileError, backoff_key, namespace_and_name};
-use crate::api::condition::{DesiredCondition, READY, RECONCILED, merge_conditions};
-use crate::api::{ProfileStore, ProfilingTarget, ProfilingTargetStatus};
+use crate::api::{ProfileStore, ProfilingTarget};
 use crate::resources::FIELD_MANAGER;
-use crate::resources::targets::to_file_target;
+use crate::status::target::{next_target_status, target_conditions};
 
 /// How soon to look again for a store that does not exist yet.
 const STORE_MISSING_RECHECK: Duration = Duration::from_secs(30);
@@ -53,73 +52,14 @@ async fn reconcile_inner(
         )
     })?;
 
-    let validity = to_file_target(target);
-    let reconciled = match &validity {
-        Ok(_) => DesiredCondition::holds(RECONCILED, "Valid", "the spec is valid"),
-        Err(problem) => DesiredCondition::fails(RECONCILED, "InvalidSpec", problem.clone()),
+    let outcome = target_conditions(target, store.as_ref());
+    let requeue = if outcome.store_missing {
+        STORE_MISSING_RECHECK
+    } else {
+        RESYNC
     };
-    let store_label = format!("{store_namespace}/{store_name}");
-    let (ready, requeue) = match (&validity, &store) {
-        (Err(_), _) => (
-            DesiredCondition::fails(
-                READY,
-                "InvalidSpec",
-                "fix the spec; see the Reconciled condition",
-            ),
-            RESYNC,
-        ),
-        (Ok(_), _) if target.spec.suspend => (
-            DesiredCondition::fails(READY, "Suspended", "spec.suspend is true"),
-            RESYNC,
-        ),
-        (Ok(_), None) => (
-            DesiredCondition::fails(
-                READY,
-                "StoreNotFound",
-                format!("ProfileStore {store_label} does not exist"),
-            ),
-            STORE_MISSING_RECHECK,
-        ),
-        (Ok(_), Some(store)) if agents_elsewhere(store) => (
-            DesiredCondition::fails(
-                READY,
-                super::store::AGENTS_OWNED_ELSEWHERE,
-                format!(
-                    "ProfileStore {store_label} has no agents of its own; point the target at the store that runs them"
-                ),
-            ),
-            RESYNC,
-        ),
-        (Ok(_), Some(store)) if !store.spec.agent.enabled => (
-            DesiredCondition::fails(
-                READY,
-                "AgentsDisabled",
-                format!("ProfileStore {store_label} runs no agents"),
-            ),
-            RESYNC,
-        ),
-        (Ok(_), Some(_)) => (
-            DesiredCondition::holds(
-                READY,
-                "Published",
-                format!("published to the agents of ProfileStore {store_label}"),
-            ),
-            RESYNC,
-        ),
-    };
-
-    let previous = target.status.clone().unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let status = ProfilingTargetStatus {
-        observed_generation: target.meta().generation,
-        conditions: merge_conditions(
-            &previous.conditions,
-            &[ready, reconciled],
-            target.meta().generation,
-            &now,
-        ),
-    };
-    if status != previous {
+    if let Some(status) = next_target_status(target, &outcome.desired, &now) {
         let api: Api<ProfilingTarget> = Api::namespaced(ctx.client.clone(), &namespace);
         let body = json!({
             "apiVersion": ProfilingTarget::api_version(&()),
@@ -136,15 +76,4 @@ async fn reconcile_inner(
         ctx.metrics.wrote("ProfilingTarget", "status");
     }
     Ok(Action::requeue(requeue))
-}
-
-/// True when the store reports that another store's agents cover the nodes.
-fn agents_elsewhere(store: &ProfileStore) -> bool {
-    store
-        .status
-        .as_ref()
-        .map(|status| status.conditions.iter())
-        .into_iter()
-        .flatten()
-        .any(|condition| condition.reason == super::store::AGENTS_OWNED_ELSEWHERE)
 }
