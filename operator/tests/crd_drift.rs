@@ -1,5 +1,6 @@
-//! The checked-in CRD YAML must equal what the Rust types render. `UPDATE_CRDS=1 cargo test -p
-//! kiln-operator --test crd_drift` rewrites every copy.
+//! The checked-in CRD YAML must equal what the Rust types render. `KILN_BLESS=1 cargo test -p
+//! kiln-operator --test crd_drift` rewrites every copy (the one bless variable of every drift
+//! test).
 
 use std::path::PathBuf;
 
@@ -18,7 +19,7 @@ fn repo_root() -> PathBuf {
 #[test]
 fn checked_in_crds_match_the_rust_types() {
     let rendered = kiln_operator::crd::render_crds().expect("CRDs render");
-    let update = std::env::var_os("UPDATE_CRDS").is_some();
+    let update = std::env::var_os("KILN_BLESS").is_some();
     let mut drifted = Vec::new();
     for dir in CRD_DIRS {
         let dir = repo_root().join(dir);
@@ -37,7 +38,7 @@ fn checked_in_crds_match_the_rust_types() {
     }
     assert!(
         drifted.is_empty(),
-        "CRD YAML drifted from the Rust types: {drifted:?}\nrun: UPDATE_CRDS=1 cargo test -p kiln-operator --test crd_drift"
+        "CRD YAML drifted from the Rust types: {drifted:?}\nrun: KILN_BLESS=1 cargo test -p kiln-operator --test crd_drift"
     );
 }
 

@@ -5,4 +5,4 @@
 
 #![allow(clippy::all, missing_debug_implementations, missing_docs)]
 
-include!("proto/perftools.profiles.rs");
+include!("generated/perftools.profiles.rs");

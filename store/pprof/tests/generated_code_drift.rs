@@ -19,7 +19,7 @@ fn checked_in_prost_code_matches_the_proto_schema() {
         )
         .expect("protoc is needed to check generated code (apt-get install protobuf-compiler)");
     let fresh = std::fs::read_to_string(out_dir.path().join("perftools.profiles.rs")).unwrap();
-    let checked_in_path = crate_dir.join("src/proto/perftools.profiles.rs");
+    let checked_in_path = crate_dir.join("src/generated/perftools.profiles.rs");
     if std::env::var_os("KILN_BLESS").is_some() {
         std::fs::write(&checked_in_path, &fresh).unwrap();
         return;
