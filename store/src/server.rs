@@ -8,6 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use kiln_api::{OTLP_PROFILES_EXPORT_PATH, PUSH_PATH, WRITE_RAW_PATH};
+use kiln_contract::endpoints::{HEALTHZ_PATH, METRICS_PATH, READYZ_PATH};
 
 use crate::auth::require_token;
 use crate::grpc_ingest::ingest_servers;
@@ -26,9 +27,9 @@ pub fn router(state: AppState) -> Router {
     let write_raw_state = state.clone();
     let otlp_state = state.clone();
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .route(HEALTHZ_PATH, get(|| async { "ok\n" }))
+        .route(READYZ_PATH, get(readyz))
+        .route(METRICS_PATH, get(metrics))
         .route("/ingest", post(http_ingest::pyroscope_ingest))
         .route("/pyroscope/ingest", post(http_ingest::pyroscope_ingest))
         .route(
@@ -104,7 +105,7 @@ pub fn router(state: AppState) -> Router {
 /// Only `/metrics`, for the optional separate metrics port.
 pub fn metrics_router(state: AppState) -> Router {
     Router::new()
-        .route("/metrics", get(metrics))
+        .route(METRICS_PATH, get(metrics))
         .with_state(state)
 }
 

@@ -21,6 +21,7 @@ use axum::routing::get;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use kiln_contract::endpoints::{HEALTHZ_PATH, METRICS_PATH};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
@@ -55,8 +56,8 @@ const MAX_REQUEST_HEAD_BYTES: usize = 8192;
 /// The endpoint's routes; other paths get 404, other methods 405.
 pub fn router(metrics: Arc<AgentMetrics>) -> Router {
     Router::new()
-        .route("/metrics", get(scrape))
-        .route("/healthz", get(health))
+        .route(METRICS_PATH, get(scrape))
+        .route(HEALTHZ_PATH, get(health))
         .with_state(metrics)
 }
 

@@ -204,7 +204,8 @@ pub fn daemon_set(
         }]),
         liveness_probe: Some(Probe {
             http_get: Some(HTTPGetAction {
-                path: Some("/healthz".to_owned()),
+                // The agent serves the store's health path on its metrics port.
+                path: Some(kiln_contract::endpoints::HEALTHZ_PATH.to_owned()),
                 port: IntOrString::String("metrics".to_owned()),
                 ..HTTPGetAction::default()
             }),

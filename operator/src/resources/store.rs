@@ -22,6 +22,8 @@ use super::{
     owned_meta, selector_labels, stable_hash, stamp_applied_hash, tokens,
 };
 use crate::api::ProfileStore;
+use kiln_contract::endpoints::{HEALTHZ_PATH, READYZ_PATH};
+
 use crate::api::profile_store::DEFAULT_STORE_PORT;
 
 /// Where the store keeps its data inside the container.
@@ -267,8 +269,8 @@ pub fn stateful_set(
             protocol: Some("TCP".to_owned()),
             ..ContainerPort::default()
         }]),
-        readiness_probe: Some(probe("/readyz", 5)),
-        liveness_probe: Some(probe("/healthz", 10)),
+        readiness_probe: Some(probe(READYZ_PATH, 5)),
+        liveness_probe: Some(probe(HEALTHZ_PATH, 10)),
         resources: Some(
             spec.resources
                 .clone()

@@ -33,7 +33,7 @@ struct Cli {
         long,
         global = true,
         env = "KILN_STORE",
-        default_value = "http://127.0.0.1:7470"
+        default_value = kiln_contract::endpoints::LOCAL_STORE_URL
     )]
     store: String,
     /// Bearer token, when the store requires one for reads.
@@ -174,7 +174,7 @@ struct DiffArgs {
 #[derive(Debug, Args)]
 struct UpArgs {
     /// Address for the store (UI, API and ingest).
-    #[arg(long, env = "KILN_LISTEN", default_value = "127.0.0.1:7470")]
+    #[arg(long, env = "KILN_LISTEN", default_value = kiln_contract::endpoints::LOCAL_STORE_ADDR)]
     listen: String,
     /// Where the store keeps its data (default: ~/.local/share/kiln).
     #[arg(long, env = "KILN_DATA_DIR")]

@@ -7,6 +7,7 @@
 //! engine and of tokio.
 
 pub mod duration;
+pub mod endpoints;
 pub mod labels;
 pub mod query_json;
 pub mod sample_labels;
