@@ -345,6 +345,40 @@ mod tests {
         }
     }
 
+    /// The cases the UI's copy of this grammar (`parseDurationMs` in
+    /// store/ui/assets/js/query_state.js) is tested against as well.
+    #[test]
+    fn the_cases_shared_with_the_ui_parse_as_listed() {
+        #[derive(serde::Deserialize)]
+        struct Case {
+            text: String,
+            ms: Option<u64>,
+            #[serde(default)]
+            bare: bool,
+        }
+        let cases: Vec<Case> =
+            serde_json::from_str(include_str!("../testdata/duration_cases.json"))
+                .expect("valid cases");
+        assert!(cases.len() > 40);
+        let millis = |parsed: Result<Duration, DurationError>| parsed.ok().map(|d| d.as_millis());
+        for case in cases {
+            let expected = case.ms.map(u128::from);
+            assert_eq!(
+                millis(parse_duration(&case.text)),
+                expected,
+                "{:?}",
+                case.text
+            );
+            let with_unit = if case.bare { None } else { expected };
+            assert_eq!(
+                millis(parse_duration_with_unit(&case.text)),
+                with_unit,
+                "{:?}",
+                case.text
+            );
+        }
+    }
+
     proptest! {
         #[test]
         fn any_text_parses_or_is_refused_without_panicking(text in "\\PC{0,40}") {

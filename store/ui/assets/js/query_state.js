@@ -13,7 +13,49 @@ export const PRESETS = [
 export const DEFAULT_FROM = 'now-1h';
 export const DEFAULT_TO = 'now';
 
-const UNIT_MS = { ms: 1, s: 1000, m: 60000, h: 3600000, d: 86400000, w: 604800000 };
+// Kiln's one duration grammar (docs/durations.md, kiln_contract::duration in
+// Rust): each unit's spellings and length in nanoseconds, largest first, since
+// a sum lists its units from the largest to the smallest.
+const SECOND_NS = 1000000000n;
+const DAY_NS = 86400n * SECOND_NS;
+const DURATION_UNITS = [
+  [['y', 'year', 'years'], 365n * DAY_NS],
+  [['w', 'week', 'weeks'], 7n * DAY_NS],
+  [['d', 'day', 'days'], DAY_NS],
+  [['h', 'hour', 'hours'], 3600n * SECOND_NS],
+  [['m', 'min', 'mins', 'minute', 'minutes'], 60n * SECOND_NS],
+  [['s', 'sec', 'secs', 'second', 'seconds'], SECOND_NS],
+  [['ms'], 1000000n],
+  [['us', '\u00b5s', '\u03bcs'], 1000n],
+  [['ns'], 1n],
+];
+const DURATION_TERM = /^(\d+)(?:\.(\d+))?\s*(\p{Alphabetic}*)\s*/u;
+
+// A duration whose every number carries its unit, as relative times are
+// written (`1h30m`, `1.5h`, `500ms`): milliseconds, cut like the store cuts
+// them, or NaN when the store would refuse the text.
+export function parseDurationMs(text) {
+  let rest = String(text ?? '').trim();
+  if (rest === '') return NaN;
+  let totalNs = 0n;
+  let previous = -1;
+  while (rest !== '') {
+    const term = DURATION_TERM.exec(rest);
+    if (!term || term[3] === '') return NaN;
+    const index = DURATION_UNITS.findIndex(([spellings]) => spellings.includes(term[3]));
+    if (index <= previous) return NaN; // unknown (-1), or not smaller than the last unit
+    previous = index;
+    const unitNs = DURATION_UNITS[index][1];
+    // Digits past the 18th are below a nanosecond for every unit.
+    const fraction = (term[2] ?? '').slice(0, 18);
+    totalNs += BigInt(term[1]) * unitNs;
+    if (fraction !== '') totalNs += (BigInt(fraction) * unitNs) / 10n ** BigInt(fraction.length);
+    rest = rest.slice(term[0].length);
+  }
+  // The store's durations hold at most 2^64 - 1 seconds.
+  if (totalNs / SECOND_NS >= 2n ** 64n) return NaN;
+  return Number(totalNs / 1000000n);
+}
 
 // Splits `type{matchers}` into its profile type and the text between the braces.
 export function splitSelector(query) {
@@ -29,15 +71,16 @@ export function joinSelector(profileType, matchers) {
   return `${profileType || ''}{${(matchers || '').trim()}}`;
 }
 
-// Reads a time as the store does: `now`, `now-<n><unit>`, unix seconds or
-// milliseconds (told apart by magnitude), or an ISO 8601 / RFC 3339 date.
-// Returns unix milliseconds, or NaN when the text is not a time.
+// Reads a time as the store does: `now`, `now-<duration>` / `now+<duration>`
+// / `-<duration>` (`now-1h30m`), unix seconds or milliseconds (told apart by
+// magnitude), or an ISO 8601 / RFC 3339 date. Returns unix milliseconds, or
+// NaN when the text is not a time.
 export function parseTime(text, nowMs) {
   const t = String(text ?? '').trim();
   if (t === '' || t === 'now') return t === 'now' ? nowMs : NaN;
-  const rel = /^now\s*([-+])\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)$/.exec(t);
+  const rel = /^(?:now)?([-+])(.*)$/s.exec(t);
   if (rel) {
-    const delta = Number(rel[2]) * UNIT_MS[rel[3]];
+    const delta = parseDurationMs(rel[2]);
     return rel[1] === '-' ? nowMs - delta : nowMs + delta;
   }
   if (/^\d+$/.test(t)) {

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 
 import {
@@ -9,6 +10,7 @@ import {
   encodeState,
   nothingToGroup,
   joinSelector,
+  parseDurationMs,
   parseGroupBy,
   parseTime,
   resolveRange,
@@ -78,6 +80,22 @@ test('times parse like the store parses them', () => {
   assert.equal(parseTime('2025-11-22T03:00:00Z', now), Date.parse('2025-11-22T03:00:00Z'));
   assert.ok(Number.isNaN(parseTime('yesterday', now)));
   assert.throws(() => resolveRange({ from: 'now', to: 'now-1h' }, now), /before its end/);
+  assert.equal(parseTime('now-1h30m', now), now - 5400000);
+  assert.equal(parseTime('now+2 hours', now), now + 7200000);
+  assert.equal(parseTime('-1d', now), now - 86400000);
+  assert.ok(Number.isNaN(parseTime('now-90', now)));
+  assert.ok(Number.isNaN(parseTime('now - 1h', now)));
+});
+
+// The store's own parser (kiln_contract::duration) is tested against the same file.
+test('durations parse as the store parses them', () => {
+  const cases = JSON.parse(readFileSync(new URL('../../../contract/testdata/duration_cases.json', import.meta.url), 'utf8'));
+  assert.ok(cases.length > 40);
+  for (const { text, ms, bare } of cases) {
+    // Relative times need every unit, so a bare number is refused here.
+    const expected = ms === null || bare ? NaN : ms;
+    assert.equal(parseDurationMs(text), expected, JSON.stringify(text));
+  }
 });
 
 test('timeline steps are round and never finer than ten seconds', () => {
