@@ -72,12 +72,15 @@ fn now_s() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-/// Blocks in the bucket as (id, compaction level).
+/// Blocks in the bucket (under `blocks/<replica>/`) as (id, compaction level).
 fn blocks(bucket: &Path) -> Vec<(String, u64)> {
-    let Ok(entries) = std::fs::read_dir(bucket.join("blocks")) else {
+    let Ok(replicas) = std::fs::read_dir(bucket.join("blocks")) else {
         return Vec::new();
     };
-    entries
+    replicas
+        .filter_map(Result::ok)
+        .filter_map(|replica| std::fs::read_dir(replica.path()).ok())
+        .flatten()
         .filter_map(Result::ok)
         .filter_map(|e| {
             let meta = std::fs::read(e.path().join("meta.json")).ok()?;

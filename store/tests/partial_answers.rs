@@ -38,9 +38,15 @@ async fn an_answer_missing_an_unreadable_block_is_marked_partial_over_http_and_g
     assert_eq!(complete.header("kiln-partial"), None);
     // SIGTERM flushes the head into a block; then the block is damaged.
     let data_dir = store.stop();
-    let blocks = data_dir.path().join("bucket/blocks");
-    let block = std::fs::read_dir(&blocks)
+    // Blocks are under the replica's prefix: `blocks/<replica>/<id>`.
+    let replica = std::fs::read_dir(data_dir.path().join("bucket/blocks"))
         .expect("blocks")
+        .next()
+        .expect("one replica")
+        .expect("entry")
+        .path();
+    let block = std::fs::read_dir(&replica)
+        .expect("replica blocks")
         .next()
         .expect("one block")
         .expect("entry")

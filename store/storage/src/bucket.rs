@@ -1,9 +1,20 @@
-//! Blocks in object storage. Layout: `blocks/<ulid>/data`, then
-//! `blocks/<ulid>/meta.json`, written last, so a block without `meta.json`
-//! is incomplete (an upload in progress or interrupted) and is not listed.
+//! Blocks in object storage. Layout: `blocks/<replica>/<ulid>/data`, then
+//! `blocks/<replica>/<ulid>/meta.json`, written last, so a block without
+//! `meta.json` is incomplete (an upload in progress or interrupted) and is
+//! not listed. The replica in the path owns the block: only that replica
+//! cleans up its incomplete uploads (audit D5), and it can tell them apart
+//! from a listing alone.
+//!
+//! Migration: buckets written before per-replica prefixes hold
+//! `blocks/<ulid>/...`. Those blocks stay readable by every replica, and
+//! are compacted, cleaned up and expired like the others, owned by the
+//! replica named in their `meta.json`; new blocks (compaction outputs
+//! included) are always written under the owner's prefix. An incomplete
+//! upload at the old layout has no owner to ask; it is deleted only once
+//! retention would have deleted it as a block (see `Store::refresh_blocks`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -33,8 +44,18 @@ pub struct Listing {
     pub blocks: BTreeMap<String, BlockMeta>,
     /// Blocks whose `meta.json` exists but cannot be read or parsed.
     pub corrupt: Vec<CorruptBlock>,
-    /// Ids with data but no `meta.json` (uploads in progress or abandoned).
-    pub incomplete: Vec<String>,
+    /// Blocks with data but no `meta.json` (uploads in progress or abandoned).
+    pub incomplete: Vec<IncompleteUpload>,
+}
+
+/// A block directory with data but no `meta.json`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncompleteUpload {
+    /// The block id.
+    pub id: String,
+    /// The replica whose prefix holds it; `None` at the old layout
+    /// (`blocks/<ulid>/`), which names no owner.
+    pub owner: Option<String>,
 }
 
 /// Where a bucket lives, for building an [`ObjectStore`] from configuration.
@@ -164,10 +185,49 @@ fn client_retries() -> object_store::RetryConfig {
 #[derive(Debug, Clone)]
 pub struct Bucket {
     store: Arc<dyn ObjectStore>,
+    /// Ids of blocks found at the old layout (`blocks/<ulid>/`); every other
+    /// block lives under its replica's prefix. Only ever learnt from
+    /// listings, since no block is written at the old layout any more.
+    legacy: Arc<Mutex<BTreeSet<String>>>,
 }
 
-fn block_path(id: &str, file: &str) -> Path {
-    Path::from(format!("{BLOCKS_PREFIX}/{id}/{file}"))
+/// Where a block's files are: under its owner's prefix, or at the old
+/// layout when `owner` is `None`.
+fn block_path(owner: Option<&str>, id: &str, file: &str) -> Path {
+    match owner {
+        Some(replica) => Path::from(format!("{BLOCKS_PREFIX}/{replica}/{id}/{file}")),
+        None => Path::from(format!("{BLOCKS_PREFIX}/{id}/{file}")),
+    }
+}
+
+/// One block directory found by a listing.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Located {
+    id: String,
+    owner: Option<String>,
+}
+
+/// The block directory an object path is in, and the file's name:
+/// `blocks/<ulid>/<file>` (old layout) or `blocks/<replica>/<ulid>/<file>`.
+fn locate(path: &Path) -> Option<(Located, String)> {
+    let parts: Vec<String> = path.parts().map(|p| p.as_ref().to_string()).collect();
+    match parts.as_slice() {
+        [blocks, id, file] if blocks == BLOCKS_PREFIX && is_block_id(id) => Some((
+            Located {
+                id: id.clone(),
+                owner: None,
+            },
+            file.clone(),
+        )),
+        [blocks, owner, id, file] if blocks == BLOCKS_PREFIX && is_block_id(id) => Some((
+            Located {
+                id: id.clone(),
+                owner: Some(owner.clone()),
+            },
+            file.clone(),
+        )),
+        _ => None,
+    }
 }
 
 fn bucket_err(op: &'static str, path: &Path) -> impl FnOnce(object_store::Error) -> StorageError {
@@ -184,17 +244,33 @@ fn is_block_id(id: &str) -> bool {
 impl Bucket {
     /// Wraps an object store.
     pub fn new(store: Arc<dyn ObjectStore>) -> Self {
-        Self { store }
+        Self {
+            store,
+            legacy: Arc::default(),
+        }
     }
 
-    /// Uploads a block: data first, then `meta.json`, which makes it visible.
+    /// The object store underneath, for leases.
+    pub(crate) fn object_store(&self) -> Arc<dyn ObjectStore> {
+        Arc::clone(&self.store)
+    }
+
+    /// Where a listed or uploaded block lives.
+    fn owner_of<'a>(&self, meta: &'a BlockMeta) -> Option<&'a str> {
+        let legacy = self.legacy.lock().unwrap_or_else(|e| e.into_inner());
+        (!legacy.contains(&meta.id)).then_some(meta.replica.as_str())
+    }
+
+    /// Uploads a block under its replica's prefix: data first, then
+    /// `meta.json`, which makes it visible.
     pub async fn put_block(&self, meta: &BlockMeta, data: Bytes) -> Result<(), StorageError> {
-        let data_path = block_path(&meta.id, DATA_FILE);
+        let owner = Some(meta.replica.as_str());
+        let data_path = block_path(owner, &meta.id, DATA_FILE);
         self.store
             .put(&data_path, PutPayload::from_bytes(data))
             .await
             .map_err(bucket_err("put", &data_path))?;
-        let meta_path = block_path(&meta.id, META_FILE);
+        let meta_path = block_path(owner, &meta.id, META_FILE);
         let json = serde_json::to_vec_pretty(meta).map_err(|source| StorageError::BlockMeta {
             id: meta.id.clone(),
             source,
@@ -207,8 +283,8 @@ impl Bucket {
     }
 
     /// Reads a block's data object.
-    pub async fn get_block_data(&self, id: &str) -> Result<Bytes, StorageError> {
-        let path = block_path(id, DATA_FILE);
+    pub async fn get_block_data(&self, meta: &BlockMeta) -> Result<Bytes, StorageError> {
+        let path = block_path(self.owner_of(meta), &meta.id, DATA_FILE);
         let result = self
             .store
             .get(&path)
@@ -217,9 +293,11 @@ impl Bucket {
         result.bytes().await.map_err(bucket_err("get", &path))
     }
 
-    /// Reads and parses one block's `meta.json`.
-    pub async fn get_meta(&self, id: &str) -> Result<BlockMeta, StorageError> {
-        let path = block_path(id, META_FILE);
+    /// Reads and parses one block's `meta.json`; under a replica's prefix,
+    /// the meta must name that replica.
+    async fn get_meta(&self, block: &Located) -> Result<BlockMeta, StorageError> {
+        let id = &block.id;
+        let path = block_path(block.owner.as_deref(), id, META_FILE);
         let bytes = self
             .store
             .get(&path)
@@ -233,36 +311,73 @@ impl Bucket {
                 id: id.to_string(),
                 source,
             })?;
-        if meta.id != id {
+        if meta.id != *id {
             return Err(StorageError::MetaMismatch {
                 id: id.to_string(),
                 found: meta.id,
             });
         }
+        if let Some(owner) = &block.owner
+            && *owner != meta.replica
+        {
+            return Err(StorageError::OwnerMismatch {
+                id: id.to_string(),
+                prefix: owner.clone(),
+                replica: meta.replica,
+            });
+        }
         Ok(meta)
     }
 
-    /// Ids of all block directories with a `meta.json` and of those without.
-    async fn list_ids(&self) -> Result<(Vec<String>, Vec<String>), StorageError> {
+    /// The `meta.json` of a block `replica` wrote: under its prefix, or at
+    /// the old layout when a release before per-replica prefixes wrote it.
+    pub async fn get_own_meta(&self, replica: &str, id: &str) -> Result<BlockMeta, StorageError> {
+        let owned = Located {
+            id: id.to_string(),
+            owner: Some(replica.to_string()),
+        };
+        match self.get_meta(&owned).await {
+            Err(StorageError::Bucket {
+                source: object_store::Error::NotFound { .. },
+                ..
+            }) => {}
+            found => return found,
+        }
+        let legacy = Located {
+            id: id.to_string(),
+            owner: None,
+        };
+        let meta = self.get_meta(&legacy).await?;
+        self.legacy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_string());
+        Ok(meta)
+    }
+
+    /// Block directories with a `meta.json`, and those without.
+    async fn list_ids(&self) -> Result<(Vec<Located>, Vec<Located>), StorageError> {
         let prefix = Path::from(BLOCKS_PREFIX);
-        let mut with_meta = std::collections::BTreeSet::new();
-        let mut seen = std::collections::BTreeSet::new();
+        let mut with_meta = BTreeSet::new();
+        let mut seen = BTreeSet::new();
         let mut stream = self.store.list(Some(&prefix));
         while let Some(item) = stream.next().await {
             let object = item.map_err(bucket_err("list", &prefix))?;
-            let mut parts = object.location.parts();
-            let (Some(_blocks), Some(id), Some(file)) = (parts.next(), parts.next(), parts.next())
-            else {
+            let Some((block, file)) = locate(&object.location) else {
                 continue;
             };
-            let id = id.as_ref().to_string();
-            if !is_block_id(&id) {
-                continue;
+            if file == META_FILE {
+                with_meta.insert(block.clone());
             }
-            if file.as_ref() == META_FILE {
-                with_meta.insert(id.clone());
-            }
-            seen.insert(id);
+            seen.insert(block);
+        }
+        {
+            let mut legacy = self.legacy.lock().unwrap_or_else(|e| e.into_inner());
+            legacy.extend(
+                seen.iter()
+                    .filter(|b| b.owner.is_none())
+                    .map(|b| b.id.clone()),
+            );
         }
         let incomplete = seen.difference(&with_meta).cloned().collect();
         Ok((with_meta.into_iter().collect(), incomplete))
@@ -278,12 +393,19 @@ impl Bucket {
         known: &BTreeMap<String, BlockMeta>,
         skip: &BTreeSet<String>,
     ) -> Result<Listing, StorageError> {
-        let (ids, incomplete) = self.list_ids().await?;
+        let (complete, incomplete) = self.list_ids().await?;
         let mut listing = Listing {
-            incomplete,
+            incomplete: incomplete
+                .into_iter()
+                .map(|b| IncompleteUpload {
+                    id: b.id,
+                    owner: b.owner,
+                })
+                .collect(),
             ..Listing::default()
         };
-        for id in ids {
+        for block in complete {
+            let id = block.id.clone();
             if skip.contains(&id) {
                 continue;
             }
@@ -291,7 +413,7 @@ impl Bucket {
                 listing.blocks.insert(id, meta.clone());
                 continue;
             }
-            match self.get_meta(&id).await {
+            match self.get_meta(&block).await {
                 Ok(meta) => {
                     listing.blocks.insert(id, meta);
                 }
@@ -320,9 +442,24 @@ impl Bucket {
 
     /// Deletes a block: `meta.json` first (so it disappears from listings
     /// atomically), then its data. Missing objects are not an error.
-    pub async fn delete_block(&self, id: &str) -> Result<(), StorageError> {
+    pub async fn delete_block(&self, meta: &BlockMeta) -> Result<(), StorageError> {
+        let owner = self.owner_of(meta).map(str::to_string);
+        self.delete_files(owner.as_deref(), &meta.id).await?;
+        if owner.is_none() {
+            let mut legacy = self.legacy.lock().unwrap_or_else(|e| e.into_inner());
+            legacy.remove(&meta.id);
+        }
+        Ok(())
+    }
+
+    /// Deletes what an incomplete upload left.
+    pub async fn delete_incomplete(&self, upload: &IncompleteUpload) -> Result<(), StorageError> {
+        self.delete_files(upload.owner.as_deref(), &upload.id).await
+    }
+
+    async fn delete_files(&self, owner: Option<&str>, id: &str) -> Result<(), StorageError> {
         for file in [META_FILE, DATA_FILE] {
-            let path = block_path(id, file);
+            let path = block_path(owner, id, file);
             match self.store.delete(&path).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(source) => return Err(bucket_err("delete", &path)(source)),
@@ -366,11 +503,19 @@ mod tests {
             .put_block(&meta(&good), Bytes::from_static(b"data"))
             .await
             .expect("put");
-        // Data without meta: incomplete.
+        assert!(
+            dir.path()
+                .join("blocks/r")
+                .join(&good)
+                .join("meta.json")
+                .is_file(),
+            "written under its replica's prefix"
+        );
+        // Data without meta: incomplete, owned by the replica of its prefix.
         let partial = ulid::Ulid::new().to_string();
         store
             .put(
-                &block_path(&partial, DATA_FILE),
+                &block_path(Some("other"), &partial, DATA_FILE),
                 PutPayload::from_static(b"x"),
             )
             .await
@@ -379,8 +524,17 @@ mod tests {
         let bad = ulid::Ulid::new().to_string();
         store
             .put(
-                &block_path(&bad, META_FILE),
+                &block_path(Some("r"), &bad, META_FILE),
                 PutPayload::from_static(b"{nope"),
+            )
+            .await
+            .expect("put");
+        // A meta naming another replica than its prefix: corrupt too.
+        let misplaced = ulid::Ulid::new().to_string();
+        store
+            .put(
+                &block_path(Some("x"), &misplaced, META_FILE),
+                PutPayload::from(serde_json::to_vec(&meta(&misplaced)).expect("json")),
             )
             .await
             .expect("put");
@@ -389,19 +543,96 @@ mod tests {
             .await
             .expect("list");
         assert_eq!(listing.blocks.keys().collect::<Vec<_>>(), vec![&good]);
-        assert_eq!(listing.incomplete, vec![partial]);
-        assert_eq!(listing.corrupt.len(), 1);
-        assert_eq!(listing.corrupt[0].id, bad);
         assert_eq!(
-            bucket.get_block_data(&good).await.expect("get").as_ref(),
+            listing.incomplete,
+            vec![IncompleteUpload {
+                id: partial.clone(),
+                owner: Some("other".into())
+            }]
+        );
+        let mut corrupt: Vec<&str> = listing.corrupt.iter().map(|c| c.id.as_str()).collect();
+        corrupt.sort_unstable();
+        let mut expected = vec![bad.as_str(), misplaced.as_str()];
+        expected.sort_unstable();
+        assert_eq!(corrupt, expected);
+        assert_eq!(
+            bucket
+                .get_block_data(&meta(&good))
+                .await
+                .expect("get")
+                .as_ref(),
             b"data"
         );
-        bucket.delete_block(&good).await.expect("delete");
-        bucket.delete_block(&good).await.expect("delete twice");
+        bucket.delete_block(&meta(&good)).await.expect("delete");
+        bucket
+            .delete_block(&meta(&good))
+            .await
+            .expect("delete twice");
+        bucket
+            .delete_incomplete(&listing.incomplete[0])
+            .await
+            .expect("delete incomplete");
         let listing = bucket
             .list_blocks(&BTreeMap::new(), &BTreeSet::new())
             .await
             .expect("list");
         assert!(listing.blocks.is_empty());
+        assert!(listing.incomplete.is_empty());
+    }
+
+    #[tokio::test]
+    async fn blocks_at_the_old_layout_are_read_and_deleted_where_they_are() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = BucketConfig::Local {
+            dir: dir.path().to_path_buf(),
+        }
+        .build()
+        .expect("local store");
+        let bucket = Bucket::new(Arc::clone(&store));
+        let old = ulid::Ulid::new().to_string();
+        store
+            .put(
+                &block_path(None, &old, DATA_FILE),
+                PutPayload::from_static(b"old data"),
+            )
+            .await
+            .expect("put data");
+        store
+            .put(
+                &block_path(None, &old, META_FILE),
+                PutPayload::from(serde_json::to_vec(&meta(&old)).expect("json")),
+            )
+            .await
+            .expect("put meta");
+        let abandoned = ulid::Ulid::new().to_string();
+        store
+            .put(
+                &block_path(None, &abandoned, DATA_FILE),
+                PutPayload::from_static(b"x"),
+            )
+            .await
+            .expect("put");
+        let listing = bucket
+            .list_blocks(&BTreeMap::new(), &BTreeSet::new())
+            .await
+            .expect("list");
+        assert_eq!(listing.blocks.keys().collect::<Vec<_>>(), vec![&old]);
+        assert_eq!(
+            listing.incomplete,
+            vec![IncompleteUpload {
+                id: abandoned,
+                owner: None
+            }]
+        );
+        assert_eq!(
+            bucket
+                .get_block_data(&meta(&old))
+                .await
+                .expect("get")
+                .as_ref(),
+            b"old data"
+        );
+        bucket.delete_block(&meta(&old)).await.expect("delete");
+        assert!(!dir.path().join("blocks").join(&old).join("data").exists());
     }
 }

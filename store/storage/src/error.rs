@@ -171,6 +171,38 @@ pub enum StorageError {
         /// The id inside meta.json.
         found: String,
     },
+    /// A lease object in the bucket could not be used (audit D5).
+    #[error("lease {path}: {message}")]
+    Lease {
+        /// The lease's bucket path.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Another live process holds this replica name's lease in the bucket:
+    /// two processes acting for one name would compact the same blocks and
+    /// count their data twice (audit D5).
+    #[error(
+        "replica name {replica:?} is held by another live store (process {holder}, which renewed its lease while this one waited); give each replica sharing a bucket its own --replica"
+    )]
+    ReplicaNameInUse {
+        /// The replica name.
+        replica: String,
+        /// The other process's id in its lease.
+        holder: String,
+    },
+    /// A block under one replica's prefix says another replica wrote it.
+    #[error(
+        "block {id}: stored under replica {prefix:?} but its meta.json names replica {replica:?}"
+    )]
+    OwnerMismatch {
+        /// The block id.
+        id: String,
+        /// The replica whose prefix holds it.
+        prefix: String,
+        /// The replica its meta.json names.
+        replica: String,
+    },
     /// A block could not be encoded, decoded or compacted.
     #[error("block {id}: {source}")]
     Block {
@@ -218,7 +250,10 @@ impl StorageError {
             Self::Bucket { .. } => "bucket",
             Self::BlockMeta { .. } => "block_meta",
             Self::MetaMismatch { .. } => "meta_mismatch",
+            Self::OwnerMismatch { .. } => "owner_mismatch",
             Self::Block { .. } => "block",
+            Self::Lease { .. } => "lease",
+            Self::ReplicaNameInUse { .. } => "replica_name_in_use",
             Self::Config { .. } => "config",
             Self::Task { .. } => "task",
         }
@@ -244,7 +279,10 @@ impl StorageError {
             | Self::Bucket { .. }
             | Self::BlockMeta { .. }
             | Self::MetaMismatch { .. }
+            | Self::OwnerMismatch { .. }
             | Self::Block { .. }
+            | Self::Lease { .. }
+            | Self::ReplicaNameInUse { .. }
             | Self::Config { .. }
             | Self::Task { .. } => ErrorClass::Server,
         }
@@ -264,6 +302,7 @@ impl StorageError {
                 | Self::UploadBacklog { .. }
                 | Self::QueryRaced { .. }
                 | Self::QueriesBusy { .. }
+                | Self::Lease { .. }
                 | Self::ShuttingDown
                 | Self::Wal { .. }
                 | Self::Bucket { .. }

@@ -2,6 +2,7 @@
 
 pub mod bucket;
 pub mod error;
+pub mod lease;
 pub mod planner;
 pub mod store;
 pub mod wal;

@@ -15,6 +15,7 @@ mod health;
 mod incomplete;
 mod maintenance;
 mod memory_gate;
+mod ownership;
 mod quarantine;
 mod read;
 mod recovery;
@@ -33,6 +34,7 @@ use tokio::task::JoinHandle;
 
 use crate::bucket::{Bucket, CorruptBlock};
 use crate::error::StorageError;
+use crate::lease::Lease;
 use crate::wal::{ReplayReport, Wal};
 pub use admission::IngestAdmission;
 use cache::BlockCache;
@@ -183,6 +185,15 @@ struct Shared {
     /// Serializes bucket listing, uploads, compaction and retention, so a
     /// listing never overwrites a block added while it ran.
     maintenance: tokio::sync::Mutex<()>,
+    /// Serializes re-listings; counts them, so queries that found a block
+    /// gone at once share one re-listing.
+    listings: tokio::sync::Mutex<u64>,
+    /// This process's claim on its replica name (audit D5).
+    replica_lease: Lease,
+    /// Whether this process runs retention for the bucket (audit D5).
+    retention_lease: Lease,
+    /// The data directory's lock, held open until shutdown.
+    data_dir_lock: Mutex<Option<std::fs::File>>,
     /// Write slots (`max_inflight_ingests`), taken by `admit_ingest`.
     inflight: Arc<Semaphore>,
     /// Queries reading heads and blocks now (`max_running_queries`).
@@ -247,7 +258,12 @@ impl Store {
     ) -> Result<Store, StorageError> {
         config.validate()?;
         allocator::bound_allocator_retention();
+        let data_dir_lock = ownership::lock_data_dir(&config)?;
+        let holder = ownership::holder_id(&config)?;
         let bucket = Bucket::new(object_store);
+        let replica_lease = ownership::replica_lease(&bucket, &config, &holder);
+        ownership::claim_replica_name(&replica_lease, &config).await?;
+        let retention_lease = ownership::retention_lease(&bucket, &config, &holder);
         let recovered = recovery::recover(&config, &bucket).await?;
         let (shutdown_tx, _) = watch::channel(false);
         let mut view = View::default();
@@ -279,6 +295,10 @@ impl Store {
             bucket_state: Mutex::new(health::BucketState::new(listed, recovered.listing_error)),
             held: Mutex::new(recovered.held),
             maintenance: tokio::sync::Mutex::new(()),
+            listings: tokio::sync::Mutex::new(0),
+            replica_lease,
+            retention_lease,
+            data_dir_lock: Mutex::new(Some(data_dir_lock)),
             closed: AtomicBool::new(false),
             shutdown_tx,
             flush_now: Notify::new(),
@@ -373,6 +393,10 @@ impl Store {
         }
         // Wait for in-flight ingests: they hold the gate while logging.
         drop(self.shared.cut_gate.write().await);
-        self.flush().await
+        let flushed = self.flush().await;
+        self.release_leases().await;
+        // Nothing writes to the data directory any more.
+        drop(lock(&self.shared.data_dir_lock).take());
+        flushed
     }
 }

@@ -184,7 +184,10 @@ async fn an_answer_that_skipped_an_unreadable_or_corrupt_block_says_so() {
     let store = open_with(config(&root.path().join("data"), "r1"), &bucket).await;
     bucket.fail_gets_of(&format!("{}/data", ids[0]));
     std::fs::write(
-        root.path().join("bucket/blocks").join(&ids[1]).join("data"),
+        root.path()
+            .join("bucket/blocks/r1")
+            .join(&ids[1])
+            .join("data"),
         b"not a block",
     )
     .expect("damage block");
@@ -268,7 +271,7 @@ async fn a_held_segment_whose_block_never_arrived_is_replayed_and_uploaded_once_
     let (saved, block, total_a) = flushed_block(root.path(), &bucket).await;
     restore_pre_cleanup_state(root.path(), &saved, &block);
     // The upload never finished, and the bucket is down at restart.
-    std::fs::remove_dir_all(root.path().join("bucket/blocks").join(&block)).expect("drop block");
+    std::fs::remove_dir_all(root.path().join("bucket/blocks/r1").join(&block)).expect("drop block");
     bucket.set_down(true);
     let store = open_with(config(&root.path().join("data"), "r1"), &bucket).await;
     assert!(reasons(&store).contains(&"wal_held"));

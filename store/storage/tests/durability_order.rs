@@ -130,19 +130,22 @@ fn is_rename(call: &Call) -> bool {
     call.name.starts_with("rename")
 }
 
-/// The block id in a path `.../bucket/blocks/<id>[/file]`.
+/// Where replica r1 writes its blocks.
+const BLOCKS_DIR: &str = "/bucket/blocks/r1";
+
+/// The block id in a path `.../bucket/blocks/r1/<id>[/file]`.
 fn block_of(path: &str) -> Option<&str> {
-    let (_, after) = path.split_once("/bucket/blocks/")?;
+    let (_, after) = path.split_once(&format!("{BLOCKS_DIR}/"))?;
     Some(after.split('/').next().unwrap_or(after))
 }
 
 /// Index of the call after which block `id` is durable: its `meta.json`
 /// (written last, it makes the block visible) was renamed into place and the
 /// block directory fsynced after that; before it, `data` was fsynced and
-/// renamed, and the `blocks` directory (which gained the block's entry) was
+/// renamed, and the replica's blocks directory (which gained the block's entry) was
 /// fsynced.
 fn durable_at(calls: &[Call], id: &str) -> Result<usize, String> {
-    let dir_suffix = format!("/bucket/blocks/{id}");
+    let dir_suffix = format!("{BLOCKS_DIR}/{id}");
     let find = |from: usize, what: &str, test: &dyn Fn(&Call) -> bool| {
         calls[from..]
             .iter()
@@ -164,7 +167,7 @@ fn durable_at(calls: &[Call], id: &str) -> Result<usize, String> {
     })?;
     let blocks_dir_synced = calls[..data_renamed]
         .iter()
-        .any(|c| is_sync(c) && c.paths.iter().any(|p| p.ends_with("/bucket/blocks")));
+        .any(|c| is_sync(c) && c.paths.iter().any(|p| p.ends_with(BLOCKS_DIR)));
     if !blocks_dir_synced {
         return Err(format!(
             "block {id}: the blocks directory was not fsynced before its data was published"

@@ -1,7 +1,7 @@
 //! Audit D5: a block deleted between a query's snapshot of the blocks and
 //! its read (a compaction replaced it, or retention or another replica
-//! removed it) makes the query start again on a fresh snapshot; it never
-//! answers with that block's data silently missing.
+//! removed it) makes the query list the bucket again and start over on the
+//! new view; it never answers with that block's data silently missing.
 
 #[path = "support/profiles.rs"]
 mod profiles;
@@ -10,7 +10,7 @@ use kiln_storage::{ErrorClass, StorageError, Store};
 use profiles::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_block_deleted_under_a_query_fails_it_until_the_view_catches_up() {
+async fn a_block_deleted_under_a_query_makes_it_list_the_bucket_again() {
     let root = tempfile::tempdir().expect("tempdir");
     let bucket_dir = root.path().join("bucket");
     let store = Store::open(
@@ -34,8 +34,34 @@ async fn a_block_deleted_under_a_query_fails_it_until_the_view_catches_up() {
         .iter()
         .min_by_key(|m| m.id.clone())
         .expect("two blocks");
-    std::fs::remove_dir_all(bucket_dir.join("blocks").join(&gone.id)).expect("delete block a");
+    std::fs::remove_dir_all(bucket_dir.join("blocks").join("r1").join(&gone.id))
+        .expect("delete block a");
 
+    // The query finds the block gone, lists the bucket again and answers
+    // for what the bucket holds now: never a silent partial answer over the
+    // old view.
+    assert_eq!(total(&store, &all_selector(), everything()).await, total_b);
+    assert_eq!(store.blocks().len(), 1);
+
+    // A block still listed whose data is gone (never read, so not cached)
+    // cannot be caught up with by listing again: the query fails rather
+    // than answer without it.
+    let (c, _) = cpu_profile(3, 50);
+    store.ingest(request("pod-c", BASE_MS, c)).await.expect("c");
+    store.flush().await.expect("flush c");
+    let newest = store
+        .blocks()
+        .into_iter()
+        .max_by_key(|m| m.id.clone())
+        .expect("block c");
+    std::fs::remove_file(
+        bucket_dir
+            .join("blocks")
+            .join("r1")
+            .join(&newest.id)
+            .join("data"),
+    )
+    .expect("delete block c's data");
     let err = store
         .merge(&all_selector(), everything())
         .await
@@ -46,9 +72,4 @@ async fn a_block_deleted_under_a_query_fails_it_until_the_view_catches_up() {
     );
     assert_eq!(err.class(), ErrorClass::Overloaded);
     assert!(err.is_retryable());
-
-    // Once the view is listed again, the query answers what the bucket holds.
-    store.refresh_blocks().await.expect("relist");
-    assert_eq!(store.blocks().len(), 1);
-    assert_eq!(total(&store, &all_selector(), everything()).await, total_b);
 }

@@ -89,7 +89,11 @@ async fn a_corrupt_block_is_reported_and_skipped_while_others_stay_queryable() {
         .find(|b| b.min_time_ms == BASE_MS + 10_000)
         .expect("pod-b's block")
         .id;
-    let data = root.path().join("bucket/blocks").join(victim).join("data");
+    let data = root
+        .path()
+        .join("bucket/blocks/r1")
+        .join(victim)
+        .join("data");
     std::fs::write(&data, b"this is not a block").expect("overwrite block");
 
     let store = open_local(root.path()).await;
@@ -229,7 +233,7 @@ async fn compaction_merges_hours_then_the_day_so_far_then_the_day_and_keeps_tota
         total(&store, &all_selector(), range).await,
         before_all + late
     );
-    let objects = std::fs::read_dir(root.path().join("bucket/blocks"))
+    let objects = std::fs::read_dir(root.path().join("bucket/blocks/r1"))
         .expect("blocks dir")
         .count();
     assert_eq!(objects, 1, "compacted sources were deleted from the bucket");
@@ -363,7 +367,7 @@ async fn a_crash_between_upload_and_wal_cleanup_neither_loses_nor_doubles_data()
 
     // Block missing (upload never finished): the segment is replayed.
     restore_pre_cleanup_state(root.path(), &saved, &block);
-    std::fs::remove_dir_all(root.path().join("bucket/blocks").join(&block)).expect("drop block");
+    std::fs::remove_dir_all(root.path().join("bucket/blocks/r1").join(&block)).expect("drop block");
     let store = open_local(root.path()).await;
     assert_eq!(store.replay_report().records, 1);
     assert_eq!(total(&store, &all_selector(), everything()).await, total_a);

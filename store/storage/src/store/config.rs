@@ -29,9 +29,16 @@ pub enum AcceptedTimes {
 pub struct StoreConfig {
     /// Local directory for this replica's write-ahead log (`<data_dir>/wal`).
     pub data_dir: PathBuf,
-    /// This replica's name, stored in every block it writes. Replicas sharing
-    /// a bucket must use distinct names: each compacts only its own blocks.
+    /// This replica's name, stored in every block it writes and the prefix
+    /// its blocks are written under. Replicas sharing a bucket must use
+    /// distinct names: each compacts only its own blocks. A store refuses to
+    /// open while another live process holds the name's lease.
     pub replica: String,
+    /// How long a lease in the bucket (this replica name's, or retention's)
+    /// lasts without renewal; the holder renews it every third of this. A
+    /// store that crashed on another disk frees its name this long (plus
+    /// `lease::TAKEOVER_GRACE_MS`) after its last renewal.
+    pub lease_ttl: Duration,
     /// How often the head is cut into a block and uploaded. This bounds how
     /// stale other replicas' view of this replica's data can be.
     pub flush_interval: Duration,
@@ -106,6 +113,7 @@ impl StoreConfig {
         Self {
             data_dir: data_dir.into(),
             replica: replica.into(),
+            lease_ttl: Duration::from_secs(30),
             flush_interval: Duration::from_secs(60),
             max_head_bytes: 256 << 20,
             wal_segment_bytes: 64 << 20,
@@ -156,6 +164,9 @@ impl StoreConfig {
         };
         if self.replica.is_empty() || self.replica.contains('/') {
             return bad("replica name must be non-empty and contain no '/'");
+        }
+        if self.lease_ttl < Duration::from_secs(3) {
+            return bad("lease_ttl must be at least 3 s");
         }
         if self.flush_interval.is_zero() || self.relist_interval.is_zero() {
             return bad("flush and re-list intervals must be positive");

@@ -1,6 +1,7 @@
 //! Keeping the bucket tidy and the view current: re-listing (to see other
 //! replicas' blocks), compaction, retention, and the loops that run them.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -10,12 +11,25 @@ use kiln_engine::model::BlockMeta;
 use super::config::millis;
 use super::write::now_ms;
 use super::{Store, lock, read, write};
+use crate::bucket::IncompleteUpload;
 use crate::error::StorageError;
 use crate::planner::{CompactionGroup, fit_group_to_budget, plan_compaction, plan_retention};
 
-/// Incomplete uploads (data without meta.json) older than this are garbage
-/// from a crashed writer: no upload takes this long.
+/// This replica's incomplete uploads (data without meta.json, not being
+/// uploaded now) older than this are garbage from a crashed process.
 const ABANDONED_UPLOAD_MS: i64 = 3_600_000;
+
+/// Beyond retention, how old an upload at the old layout must be before it
+/// is deleted: its block's newest sample may be up to the accepted future
+/// skew past its cut, so a day covers any configured skew.
+const LEGACY_UPLOAD_SLACK_MS: i64 = 24 * 3_600_000;
+
+/// When an upload's head was cut: its ULID's time.
+fn started_ms(id: &str) -> i64 {
+    ulid::Ulid::from_string(id).map_or(i64::MAX, |u| {
+        i64::try_from(u.timestamp_ms()).unwrap_or(i64::MAX)
+    })
+}
 
 /// What one compaction pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -30,40 +44,100 @@ pub struct CompactionReport {
 
 impl Store {
     /// Lists the bucket again so blocks written (or deleted) by other
-    /// replicas become visible (or disappear). Also removes this replica's
-    /// leftovers from interrupted compactions and abandoned uploads.
+    /// replicas become visible (or disappear). Then, holding this replica
+    /// name's lease, removes this replica's leftovers: sources of its
+    /// interrupted compactions and its abandoned uploads. Holding the
+    /// retention lease, it also removes uploads at the old layout that
+    /// retention would have deleted anyway (see `bucket`'s migration rule).
     pub async fn refresh_blocks(&self) -> Result<(), StorageError> {
         let shared = &self.shared;
         let _maintenance = shared.maintenance.lock().await;
+        let incomplete = self.relist().await?;
+        let own = &shared.config.replica;
+        let leftovers: Vec<BlockMeta> = {
+            let view = read(&shared.view);
+            view.hidden
+                .iter()
+                .filter_map(|id| view.blocks.get(id))
+                .filter(|m| m.replica == *own)
+                .cloned()
+                .collect()
+        };
+        let now = now_ms();
+        let in_flight: BTreeSet<String> = read(&shared.view)
+            .frozen
+            .iter()
+            .map(|f| f.id.clone())
+            .collect();
+        let mut abandoned: Vec<IncompleteUpload> = Vec::new();
+        let mut legacy: Vec<IncompleteUpload> = Vec::new();
+        for upload in incomplete {
+            match &upload.owner {
+                Some(owner) if owner == own && !in_flight.contains(&upload.id) => {
+                    if started_ms(&upload.id).saturating_add(ABANDONED_UPLOAD_MS) < now {
+                        abandoned.push(upload);
+                    }
+                }
+                // Another replica's: only it knows whether the upload is
+                // still being retried.
+                Some(_) => {}
+                None => {
+                    let expired = now
+                        .saturating_sub(millis(shared.config.retention))
+                        .saturating_sub(LEGACY_UPLOAD_SLACK_MS);
+                    if started_ms(&upload.id) < expired {
+                        legacy.push(upload);
+                    }
+                }
+            }
+        }
+        if (!leftovers.is_empty() || !abandoned.is_empty()) && self.hold_replica_lease().await {
+            for meta in leftovers {
+                tracing::info!(block = %meta.id, "deleting a block superseded by compaction");
+                shared.bucket.delete_block(&meta).await?;
+                write(&shared.view).blocks.remove(&meta.id);
+            }
+            for upload in abandoned {
+                tracing::info!(block = %upload.id, "deleting an abandoned upload");
+                shared.bucket.delete_incomplete(&upload).await?;
+            }
+        }
+        if !legacy.is_empty() && self.hold_retention_lease().await {
+            for upload in legacy {
+                tracing::info!(block = %upload.id, "deleting an upload at the old layout older than retention");
+                shared.bucket.delete_incomplete(&upload).await?;
+            }
+        }
+        // The bucket answers again: settle what open could not (audit D4).
+        self.settle_held_markers().await;
+        Ok(())
+    }
+
+    /// Lists the bucket and replaces the view's blocks with what it holds;
+    /// returns the incomplete uploads found. Needs no maintenance lock: a
+    /// block that reached the view while the bucket was being listed (a
+    /// flush or a compaction here) is kept, or it would vanish from queries
+    /// until the next listing; blocks known before the listing and missing
+    /// from it are gone.
+    async fn relist(&self) -> Result<Vec<IncompleteUpload>, StorageError> {
+        let shared = &self.shared;
+        let mut listings = shared.listings.lock().await;
         let known = read(&shared.view).blocks.clone();
-        let skip: std::collections::BTreeSet<String> = lock(&shared.corrupt)
+        let skip: BTreeSet<String> = lock(&shared.corrupt)
             .keys()
             .filter(|id| !known.contains_key(*id))
             .cloned()
             .collect();
         let mut listing = shared.note_listing(shared.bucket.list_blocks(&known, &skip).await)?;
-        let leftovers: Vec<String> = {
+        {
             let mut view = write(&shared.view);
-            // A flush does not wait for the listing: a block that reached the
-            // view while the bucket was being listed is kept, or it would
-            // vanish from queries until the next listing. Blocks known before
-            // the listing and missing from it are gone.
             for (id, meta) in &view.blocks {
                 if !known.contains_key(id) && !listing.blocks.contains_key(id) {
                     listing.blocks.insert(id.clone(), meta.clone());
                 }
             }
             view.set_blocks(listing.blocks);
-            view.hidden
-                .iter()
-                .filter(|id| {
-                    view.blocks
-                        .get(*id)
-                        .is_some_and(|m| m.replica == shared.config.replica)
-                })
-                .cloned()
-                .collect()
-        };
+        }
         {
             let view = read(&shared.view);
             lock(&shared.cache).retain(|id| view.blocks.contains_key(id));
@@ -74,20 +148,22 @@ impl Store {
                 corrupt.entry(c.id).or_insert(c.error);
             }
         }
-        let now = now_ms();
-        let abandoned = listing.incomplete.into_iter().filter(|id| {
-            ulid::Ulid::from_string(id).is_ok_and(|u| {
-                i64::try_from(u.timestamp_ms()).unwrap_or(0) + ABANDONED_UPLOAD_MS < now
-            })
-        });
-        for id in leftovers.into_iter().chain(abandoned) {
-            tracing::info!(block = %id, "deleting superseded or abandoned block");
-            shared.bucket.delete_block(&id).await?;
-            write(&shared.view).blocks.remove(&id);
+        *listings = listings.wrapping_add(1);
+        Ok(listing.incomplete)
+    }
+
+    /// How many listings have completed; see [`Store::relist_after`].
+    pub(super) async fn listings_done(&self) -> u64 {
+        *self.shared.listings.lock().await
+    }
+
+    /// Lists the bucket again unless a listing completed since `seen`
+    /// (another query that found a block gone did it already).
+    pub(super) async fn relist_after(&self, seen: u64) -> Result<(), StorageError> {
+        if self.listings_done().await != seen {
+            return Ok(());
         }
-        // The bucket answers again: settle what open could not (audit D4).
-        self.settle_held_markers().await;
-        Ok(())
+        self.relist().await.map(drop)
     }
 
     /// Compacts this replica's blocks: level-0 blocks of each complete hour
@@ -97,6 +173,12 @@ impl Store {
         let shared = &self.shared;
         let _maintenance = shared.maintenance.lock().await;
         let mut report = CompactionReport::default();
+        if !self.hold_replica_lease().await {
+            // Another live process acts for this replica name (or the
+            // bucket cannot be reached): compacting here too would write a
+            // second block from the same sources (audit D5).
+            return Ok(report);
+        }
         // Hours first, then days over the fresh hour blocks.
         for _stage in 0..2 {
             let own: Vec<BlockMeta> = read(&shared.view)
@@ -186,6 +268,11 @@ impl Store {
             return Ok(None);
         };
         let shared = &self.shared;
+        // The merge may have taken a while: the lease must still be held
+        // when the block that supersedes the sources appears.
+        if !self.hold_replica_lease().await {
+            return Ok(None);
+        }
         shared.bucket.put_block(&meta, data.into()).await?;
         {
             let mut view = write(&shared.view);
@@ -195,7 +282,10 @@ impl Store {
         }
         let mut deleted = 0;
         for source in &meta.sources {
-            shared.bucket.delete_block(source).await?;
+            let Some(source_meta) = read(&shared.view).blocks.get(source).cloned() else {
+                continue;
+            };
+            shared.bucket.delete_block(&source_meta).await?;
             write(&shared.view).blocks.remove(source);
             lock(&shared.cache).remove(source);
             deleted += 1;
@@ -211,10 +301,16 @@ impl Store {
     }
 
     /// Deletes blocks (of any replica) past retention or over the size
-    /// budget. Returns the deleted ids.
+    /// budget, when this process holds the retention lease: one replica at
+    /// a time applies its retention settings to the whole bucket, so two
+    /// replicas configured differently (a rollout) do not each delete by
+    /// their own (audit D5). Returns the deleted ids.
     pub async fn enforce_retention(&self, now_ms: i64) -> Result<Vec<String>, StorageError> {
         let shared = &self.shared;
         let _maintenance = shared.maintenance.lock().await;
+        if !self.hold_retention_lease().await {
+            return Ok(Vec::new());
+        }
         let metas: Vec<BlockMeta> = read(&shared.view).blocks.values().cloned().collect();
         let doomed = plan_retention(
             &metas,
@@ -223,7 +319,10 @@ impl Store {
             shared.config.max_total_bytes,
         );
         for id in &doomed {
-            shared.bucket.delete_block(id).await?;
+            let Some(meta) = metas.iter().find(|m| &m.id == id) else {
+                continue;
+            };
+            shared.bucket.delete_block(meta).await?;
             {
                 let mut view = write(&shared.view);
                 let mut blocks = view.blocks.clone();
@@ -244,11 +343,31 @@ impl Store {
     }
 }
 
-/// Starts the flush loop and the maintenance loop.
+/// Starts the flush loop, the maintenance loop and the lease heartbeat.
 pub(super) fn spawn_loops(store: &Store) {
     let flush = tokio::spawn(flush_loop(store.clone()));
     let maintain = tokio::spawn(maintenance_loop(store.clone()));
-    lock(&store.shared.tasks).extend([flush, maintain]);
+    let heartbeat = tokio::spawn(lease_loop(store.clone()));
+    lock(&store.shared.tasks).extend([flush, maintain, heartbeat]);
+}
+
+/// Renews the leases every third of their time, so a store waiting for
+/// this replica name sees it live, and a lease survives a missed renewal.
+async fn lease_loop(store: Store) {
+    let mut shutdown = store.shared.shutdown_tx.subscribe();
+    let mut tick = tokio::time::interval(store.shared.config.lease_ttl / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = tick.tick() => {}
+        }
+        store.renew_leases().await;
+    }
 }
 
 async fn flush_loop(store: Store) {

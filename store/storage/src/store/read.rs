@@ -73,7 +73,7 @@ impl Shared {
         if let Some(error) = lock(&self.corrupt).get(&meta.id) {
             return Err(Unavailable::Skipped(error.clone()));
         }
-        let bytes = match runtime.block_on(self.bucket.get_block_data(&meta.id)) {
+        let bytes = match runtime.block_on(self.bucket.get_block_data(meta)) {
             Ok(bytes) => bytes,
             Err(StorageError::Bucket {
                 source: object_store::Error::NotFound { .. },
@@ -115,9 +115,10 @@ impl Store {
     ///
     /// A block deleted between the view's snapshot and its read was replaced
     /// by a compaction (whose output holds its data and some already
-    /// visited) or removed by retention: the answer would silently miss or
-    /// double data, so the whole query runs again on a new snapshot, and
-    /// fails with `QueryRaced` rather than answer partially (audit D5).
+    /// visited) or removed by retention, here or by another replica: the
+    /// answer would silently miss or double data, so the bucket is listed
+    /// again and the whole query runs again on the new view; it fails with
+    /// `QueryRaced` rather than answer partially (audit D5).
     async fn visit_all<C, T, F>(
         &self,
         range: TimeRange,
@@ -131,6 +132,7 @@ impl Store {
         F: Fn(&C, &dyn Queryable, &mut T) -> Result<(), QueryError> + Send + 'static,
     {
         let shared = Arc::clone(&self.shared);
+        let store = self.clone();
         let runtime = tokio::runtime::Handle::current();
         let started = Instant::now();
         let timeout = shared.config.query_timeout;
@@ -151,7 +153,8 @@ impl Store {
             let _runner = runner;
             let compiled = compile().map_err(|source| StorageError::Query { source })?;
             let visit = |q: &dyn Queryable, acc: &mut T| visit(&compiled, q, acc);
-            for _ in 0..QUERY_ATTEMPTS {
+            for attempt in 0..QUERY_ATTEMPTS {
+                let listings = runtime.block_on(store.listings_done());
                 let mut skipped = Vec::new();
                 if let Some(acc) = visit_snapshot(
                     &shared,
@@ -167,6 +170,9 @@ impl Store {
                         ..Incomplete::default()
                     };
                     return Ok((acc, missed));
+                }
+                if attempt + 1 < QUERY_ATTEMPTS {
+                    runtime.block_on(store.relist_after(listings))?;
                 }
             }
             Err(StorageError::QueryRaced {

@@ -99,13 +99,14 @@ enum MarkerBlock {
 /// than "not found" leaves the answer unknown.
 async fn marker_block(
     bucket: &Bucket,
+    replica: &str,
     blocks: &mut BTreeMap<String, BlockMeta>,
     block_id: &str,
 ) -> MarkerBlock {
     if blocks.contains_key(block_id) {
         return MarkerBlock::Uploaded;
     }
-    match bucket.get_meta(block_id).await {
+    match bucket.get_own_meta(replica, block_id).await {
         Ok(meta) => {
             blocks.insert(meta.id.clone(), meta);
             MarkerBlock::Uploaded
@@ -233,7 +234,14 @@ pub(super) async fn recover(
             held.push(marker);
             continue;
         };
-        match marker_block(bucket, &mut listing.blocks, &marker.block_id).await {
+        match marker_block(
+            bucket,
+            &config.replica,
+            &mut listing.blocks,
+            &marker.block_id,
+        )
+        .await
+        {
             MarkerBlock::Uploaded => {
                 covered.push((marker.first, marker.end));
                 settled.push(marker);
@@ -320,7 +328,13 @@ impl Store {
         let markers: Vec<Marker> = lock(&shared.held).clone();
         for marker in markers {
             let mut blocks = read(&shared.view).blocks.clone();
-            let state = marker_block(&shared.bucket, &mut blocks, &marker.block_id).await;
+            let state = marker_block(
+                &shared.bucket,
+                &shared.config.replica,
+                &mut blocks,
+                &marker.block_id,
+            )
+            .await;
             if let Err(err) = self.settle(&marker, state, blocks).await {
                 tracing::warn!(block = %marker.block_id, error = %err, "cannot settle a held flush marker yet");
             }
