@@ -45,7 +45,7 @@ impl ProfileStoreService for Recorder {
             .lock()
             .expect("not poisoned")
             .push((now, request.into_inner()));
-        Ok(tonic::Response::new(WriteRawResponse {}))
+        Ok(tonic::Response::new(WriteRawResponse::default()))
     }
 }
 

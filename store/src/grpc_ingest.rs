@@ -3,14 +3,16 @@
 use kiln_api::parca::profilestore::v1alpha1::profile_store_service_server::{
     ProfileStoreService, ProfileStoreServiceServer,
 };
-use kiln_api::parca::profilestore::v1alpha1::{WriteRawRequest, WriteRawResponse};
+use kiln_api::parca::profilestore::v1alpha1::{self as parca, WriteRawRequest, WriteRawResponse};
 use kiln_api::push::v1::pusher_service_server::{PusherService, PusherServiceServer};
-use kiln_api::push::v1::{PushRequest, PushResponse};
+use kiln_api::push::v1::{self as push, PushRequest, PushResponse};
 use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status};
 
 use crate::error::ApiError;
-use crate::ingest::{uploads_from_push, uploads_from_write_raw};
+use crate::series_batch::{
+    BatchReport, SERIES_STATUS_METADATA, SeriesFailure, series_from_push, series_from_write_raw,
+};
 use crate::state::AppState;
 
 /// The tonic server for WriteRaw.
@@ -27,20 +29,42 @@ pub struct IngestService {
 impl IngestService {
     /// Runs one call. Its ingest slot and memory were taken before tonic
     /// decoded the message ([`crate::grpc_admission`]), and are held until
-    /// this returns.
+    /// this returns. A request stored in part answers, per series, what was
+    /// not stored (audit G7): in the response when the client sent
+    /// `kiln-series-status: 1`, else as one gRPC status like Parca's and
+    /// Pyroscope's.
     async fn run(
         &self,
         endpoint: &'static str,
-        work: impl AsyncFnOnce(&AppState) -> Result<(), ApiError>,
-    ) -> Result<(), Status> {
-        work(&self.state).await.map_err(|err| {
-            self.state
-                .metrics()
-                .record_rejection(endpoint, err.reason());
+        per_series: bool,
+        work: impl AsyncFnOnce(&AppState) -> Result<BatchReport, ApiError>,
+    ) -> Result<Vec<SeriesFailure>, Status> {
+        let metrics = self.state.metrics();
+        let report = work(&self.state).await.map_err(|err| {
+            metrics.record_rejection(endpoint, err.reason());
             tracing::debug!(error = %err, endpoint, "grpc ingest refused");
             err.to_status()
-        })
+        })?;
+        for failure in &report.failures {
+            metrics.record_rejection(endpoint, failure.reason);
+        }
+        if !per_series && let Some(status) = report.status() {
+            tracing::debug!(status = %status.message(), endpoint, "grpc ingest stored in part");
+            return Err(status);
+        }
+        Ok(report.failures)
     }
+}
+
+/// Whether the client asked for per-series statuses in the response.
+fn wants_series_status(metadata: &tonic::metadata::MetadataMap) -> bool {
+    metadata
+        .get(SERIES_STATUS_METADATA)
+        .is_some_and(|v| v.as_bytes() == b"1")
+}
+
+fn saturating_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 #[tonic::async_trait]
@@ -49,26 +73,52 @@ impl ProfileStoreService for IngestService {
         &self,
         request: Request<WriteRawRequest>,
     ) -> Result<Response<WriteRawResponse>, Status> {
+        let per_series = wants_series_status(request.metadata());
         let request = request.into_inner();
-        self.run("write_raw", async move |state: &AppState| {
-            let uploads = uploads_from_write_raw(request, state.limits())?;
-            state.ingest("write_raw", uploads).await
-        })
-        .await?;
-        Ok(Response::new(WriteRawResponse {}))
+        let failures = self
+            .run("write_raw", per_series, async move |state: &AppState| {
+                let batch = series_from_write_raw(request, state.limits())?;
+                state.ingest_series("write_raw", batch).await
+            })
+            .await?;
+        Ok(Response::new(WriteRawResponse {
+            kiln_series_status: failures
+                .into_iter()
+                .map(|f| parca::KilnSeriesStatus {
+                    series: saturating_u32(f.series),
+                    stored_profiles: saturating_u32(f.stored_profiles),
+                    code: f.code as i32,
+                    reason: f.reason.to_string(),
+                    message: f.message,
+                })
+                .collect(),
+        }))
     }
 }
 
 #[tonic::async_trait]
 impl PusherService for IngestService {
     async fn push(&self, request: Request<PushRequest>) -> Result<Response<PushResponse>, Status> {
+        let per_series = wants_series_status(request.metadata());
         let request = request.into_inner();
-        self.run("push_grpc", async move |state: &AppState| {
-            let uploads = uploads_from_push(request, state.limits())?;
-            state.ingest("push_grpc", uploads).await
-        })
-        .await?;
-        Ok(Response::new(PushResponse {}))
+        let failures = self
+            .run("push_grpc", per_series, async move |state: &AppState| {
+                let batch = series_from_push(request, state.limits())?;
+                state.ingest_series("push_grpc", batch).await
+            })
+            .await?;
+        Ok(Response::new(PushResponse {
+            kiln_series_status: failures
+                .into_iter()
+                .map(|f| push::KilnSeriesStatus {
+                    series: saturating_u32(f.series),
+                    stored_profiles: saturating_u32(f.stored_profiles),
+                    code: f.code as i32,
+                    reason: f.reason.to_string(),
+                    message: f.message,
+                })
+                .collect(),
+        }))
     }
 }
 

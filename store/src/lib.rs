@@ -29,6 +29,7 @@ pub mod push_json;
 pub mod pyroscope;
 pub mod pyroscope_query;
 pub mod selector;
+pub mod series_batch;
 pub mod server;
 pub mod state;
 pub mod timespec;

@@ -13,6 +13,7 @@ use crate::config::{Config, Limits};
 use crate::error::ApiError;
 use crate::ingest::ProfileUpload;
 use crate::metrics::{Metrics, StorageGauges};
+use crate::series_batch::{BatchReport, SeriesFailure, SeriesUploads};
 
 /// What a write request holds while it runs: the store's admission, one
 /// in-flight slot and its body's share of the ingest memory budget.
@@ -172,6 +173,74 @@ impl AppState {
             .and_then(|v| v.parse::<usize>().ok())
             .map_or(limit, |len| len.min(limit));
         self.admit_write_bytes(declared.saturating_mul(2))
+    }
+
+    /// Stores a WriteRaw or Push request series by series (audit G7): a
+    /// series refused as a client error (its labels, one of its profiles)
+    /// stops that series only; a failure that retrying may fix (the store
+    /// is overloaded, shutting down, or failing) stops the request, and the
+    /// series from there on are reported as not stored.
+    pub async fn ingest_series(
+        &self,
+        protocol: &'static str,
+        batch: Vec<SeriesUploads>,
+    ) -> Result<BatchReport, ApiError> {
+        let store = self.store()?;
+        let mut report = BatchReport {
+            series: batch.len(),
+            failures: Vec::new(),
+        };
+        let mut stop: Option<ApiError> = None;
+        for series in batch {
+            if let Some(error) = &stop {
+                report
+                    .failures
+                    .push(SeriesFailure::new(series.series, 0, error));
+                continue;
+            }
+            let uploads = match series.uploads {
+                Ok(uploads) => uploads,
+                Err(error) => {
+                    let error = ApiError::from(error);
+                    report
+                        .failures
+                        .push(SeriesFailure::new(series.series, 0, &error));
+                    continue;
+                }
+            };
+            let mut stored = 0;
+            for upload in uploads {
+                let bytes = upload.pprof.len() as u64;
+                let outcome = store
+                    .ingest(IngestRequest {
+                        labels: Arc::unwrap_or_clone(upload.labels),
+                        time_ms: upload.time_ms,
+                        duration_nanos: upload.duration_nanos,
+                        pprof: upload.pprof,
+                    })
+                    .await;
+                match outcome {
+                    Ok(stats) => {
+                        stored += 1;
+                        self.shared
+                            .metrics
+                            .record_ingest(protocol, stats.samples, bytes);
+                    }
+                    Err(error) => {
+                        let client_error = error.is_client_error();
+                        let error = ApiError::from(error);
+                        report
+                            .failures
+                            .push(SeriesFailure::new(series.series, stored, &error));
+                        if !client_error {
+                            stop = Some(error);
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(report)
     }
 
     /// Stores every upload, in order; stops at the first refusal (earlier

@@ -332,3 +332,93 @@ async fn bad_write_raw_requests_get_invalid_argument_with_the_reason() {
     }
     assert_eq!(get(store.addr, "/healthz").status, 200, "still serving");
 }
+
+/// The total of `process_cpu` for one pod over the last hour.
+fn pod_total(store: &StoreProcess, pod: &str) -> i64 {
+    let query = enc(&format!(r#"process_cpu{{pod="{pod}"}}"#));
+    let response = get(
+        store.addr,
+        &format!("/api/v1/flamegraph?query={query}&from=now-1h"),
+    );
+    assert_eq!(response.status, 200, "{}", response.text());
+    response.json()["total"].as_i64().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_refused_series_does_not_cost_the_others_and_is_reported_per_series() {
+    let store = StoreProcess::start(&["--max-label-bytes", "64"]);
+    let mut client = client(&store).await;
+    let now = now_nanos();
+    let long = "x".repeat(65);
+    let batch = |pods: [&str; 3]| WriteRawRequest {
+        series: vec![
+            series(
+                &[("__name__", "process_cpu"), ("pod", pods[0])],
+                vec![cpu_profile(now)],
+            ),
+            // One tenant's oversized annotation (audit G7).
+            series(
+                &[
+                    ("__name__", "process_cpu"),
+                    ("pod", pods[1]),
+                    ("service_name", &long),
+                ],
+                vec![cpu_profile(now)],
+            ),
+            series(
+                &[("__name__", "process_cpu"), ("pod", pods[2])],
+                vec![cpu_profile(now), b"not pprof".to_vec(), cpu_profile(now)],
+            ),
+        ],
+        ..Default::default()
+    };
+
+    // A client that asked for per-series statuses: OK, with the series not
+    // stored entirely listed.
+    let mut request = tonic::Request::new(batch(["a", "b", "c"]));
+    request
+        .metadata_mut()
+        .insert("kiln-series-status", "1".parse().expect("ascii"));
+    let response = client
+        .write_raw(request)
+        .await
+        .expect("processed")
+        .into_inner();
+    let statuses: Vec<(u32, u32, i32, &str)> = response
+        .kiln_series_status
+        .iter()
+        .map(|s| (s.series, s.stored_profiles, s.code, s.reason.as_str()))
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![
+            (1, 0, tonic::Code::InvalidArgument as i32, "label_too_long"),
+            (2, 1, tonic::Code::InvalidArgument as i32, "not_protobuf"),
+        ],
+        "{response:?}"
+    );
+    assert_eq!(pod_total(&store, "a"), 40_000_000);
+    assert_eq!(pod_total(&store, "b"), 0);
+    assert_eq!(
+        pod_total(&store, "c"),
+        40_000_000,
+        "the series stopped at its bad profile"
+    );
+
+    // Parca's and Pyroscope's clients get one status, as before, but the
+    // good series are stored all the same.
+    let status = client
+        .write_raw(batch(["d", "e", "f"]))
+        .await
+        .expect_err("a series was refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status
+            .message()
+            .starts_with("2 of 3 series not stored; series 1:"),
+        "{}",
+        status.message()
+    );
+    assert_eq!(pod_total(&store, "d"), 40_000_000);
+    assert_eq!(pod_total(&store, "f"), 40_000_000);
+}

@@ -14,10 +14,40 @@ pub struct WriteRawRequest {
     #[prost(bool, tag = "3")]
     pub normalized: bool,
 }
-/// Empty on success; failures travel as gRPC status.
+/// Empty on success; failures travel as gRPC status. Kiln extension (field
+/// numbers from 1000, which upstream never uses, so Parca's clients ignore
+/// it): a client that sends the metadata `kiln-series-status: 1` gets OK
+/// once the request was processed, with the series not stored entirely
+/// listed here; a series not listed was stored. Without that metadata a
+/// failure is a gRPC status, as in Parca.
 #[allow(clippy::all)]
-#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct WriteRawResponse {}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct WriteRawResponse {
+    /// The series not stored entirely, by index in the request.
+    #[prost(message, repeated, tag = "1000")]
+    pub kiln_series_status: ::prost::alloc::vec::Vec<KilnSeriesStatus>,
+}
+/// What happened to one series of a batch (Kiln extension).
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct KilnSeriesStatus {
+    /// Index of the series in the request.
+    #[prost(uint32, tag = "1")]
+    pub series: u32,
+    /// Profiles of the series stored, in order, before it stopped.
+    #[prost(uint32, tag = "2")]
+    pub stored_profiles: u32,
+    /// The gRPC status code of the failure (3 = INVALID_ARGUMENT: fix it, do not
+    /// retry; 8 = RESOURCE_EXHAUSTED, 14 = UNAVAILABLE: retry the rest later).
+    #[prost(int32, tag = "3")]
+    pub code: i32,
+    /// A fixed reason, as in metrics (`label_too_long`, `shutting_down`, ...).
+    #[prost(string, tag = "4")]
+    pub reason: ::prost::alloc::string::String,
+    /// What is wrong, for people.
+    #[prost(string, tag = "5")]
+    pub message: ::prost::alloc::string::String,
+}
 /// Profiles that share one label set.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]

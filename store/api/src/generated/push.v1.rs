@@ -7,10 +7,39 @@ pub struct PushRequest {
     #[prost(message, repeated, tag = "1")]
     pub series: ::prost::alloc::vec::Vec<RawProfileSeries>,
 }
-/// Empty on success; failures travel as Connect or gRPC status.
+/// Empty on success; failures travel as Connect or gRPC status. Kiln
+/// extension over gRPC, as for Parca's WriteRawResponse (field numbers from
+/// 1000, so Pyroscope's clients ignore it): a client that sends the metadata
+/// `kiln-series-status: 1` gets OK once the request was processed, with the
+/// series not stored entirely listed here; a series not listed was stored.
 #[allow(clippy::all)]
-#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct PushResponse {}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct PushResponse {
+    /// The series not stored entirely, by index in the request.
+    #[prost(message, repeated, tag = "1000")]
+    pub kiln_series_status: ::prost::alloc::vec::Vec<KilnSeriesStatus>,
+}
+/// What happened to one series of a batch (Kiln extension).
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct KilnSeriesStatus {
+    /// Index of the series in the request.
+    #[prost(uint32, tag = "1")]
+    pub series: u32,
+    /// Profiles of the series stored, in order, before it stopped.
+    #[prost(uint32, tag = "2")]
+    pub stored_profiles: u32,
+    /// The gRPC status code of the failure (3 = INVALID_ARGUMENT: fix it, do not
+    /// retry; 8 = RESOURCE_EXHAUSTED, 14 = UNAVAILABLE: retry the rest later).
+    #[prost(int32, tag = "3")]
+    pub code: i32,
+    /// A fixed reason, as in metrics (`label_too_long`, `shutting_down`, ...).
+    #[prost(string, tag = "4")]
+    pub reason: ::prost::alloc::string::String,
+    /// What is wrong, for people.
+    #[prost(string, tag = "5")]
+    pub message: ::prost::alloc::string::String,
+}
 /// Profiles that share one label set.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]

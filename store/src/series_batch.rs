@@ -1,0 +1,300 @@
+//! Partial batches of WriteRaw and Push (audit G7): each series of a request
+//! is stored or refused on its own, so one tenant's bad labels never cost
+//! the other series of the batch, and a client that asked for per-series
+//! statuses learns exactly which series were stored, so its retry resends
+//! only the rest and never duplicates what is stored. Pure: the request is
+//! split here, stored by `state`, answered by `grpc`.
+
+use std::sync::Arc;
+
+use kiln_api::parca::profilestore::v1alpha1::WriteRawRequest;
+use kiln_api::push::v1::PushRequest;
+
+use crate::config::Limits;
+use crate::error::ApiError;
+use crate::ingest::{ProfileUpload, UploadError, checked_labels};
+
+/// The gRPC metadata with which a client asks for per-series statuses in
+/// the response instead of one gRPC status for the whole request.
+pub const SERIES_STATUS_METADATA: &str = "kiln-series-status";
+
+/// One series of a request: its profiles, or why none can be stored.
+#[derive(Debug, Clone)]
+pub struct SeriesUploads {
+    /// Index of the series in the request.
+    pub series: usize,
+    /// Its profiles, in order; an error when its labels or a profile are
+    /// unusable (a client error for this series only).
+    pub uploads: Result<Vec<ProfileUpload>, UploadError>,
+}
+
+/// Why one series was not stored entirely.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeriesFailure {
+    /// Index of the series in the request.
+    pub series: usize,
+    /// Its profiles stored, in order, before it stopped.
+    pub stored_profiles: usize,
+    /// The gRPC code of the failure.
+    pub code: tonic::Code,
+    /// The fixed reason, as in metrics.
+    pub reason: &'static str,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl SeriesFailure {
+    /// A failure of `series` after `stored_profiles` profiles.
+    pub fn new(series: usize, stored_profiles: usize, error: &ApiError) -> Self {
+        Self {
+            series,
+            stored_profiles,
+            code: error.grpc_code(),
+            reason: error.reason(),
+            message: error.to_string(),
+        }
+    }
+
+    /// Whether sending the rest of the series again can help.
+    pub fn is_client_error(&self) -> bool {
+        matches!(
+            self.code,
+            tonic::Code::InvalidArgument | tonic::Code::OutOfRange
+        )
+    }
+}
+
+/// What storing a request did: every series not listed was stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchReport {
+    /// Series in the request.
+    pub series: usize,
+    /// The series not stored entirely, by index.
+    pub failures: Vec<SeriesFailure>,
+}
+
+impl BatchReport {
+    /// The single gRPC status a client that did not ask for per-series
+    /// statuses gets, as Parca and Pyroscope answer: none when everything
+    /// was stored; else the first failure that retrying may fix (the store
+    /// is overloaded or shutting down), or else the first client error,
+    /// naming how many series were not stored.
+    pub fn status(&self) -> Option<tonic::Status> {
+        let first = self
+            .failures
+            .iter()
+            .find(|f| !f.is_client_error())
+            .or_else(|| self.failures.first())?;
+        Some(tonic::Status::new(
+            first.code,
+            format!(
+                "{} of {} series not stored; series {}: {}",
+                self.failures.len(),
+                self.series,
+                first.series,
+                first.message
+            ),
+        ))
+    }
+}
+
+/// Splits a WriteRaw request into series. Refused as a whole only when the
+/// request holds no profile or more than the store takes at once.
+pub fn series_from_write_raw(
+    request: WriteRawRequest,
+    limits: &Limits,
+) -> Result<Vec<SeriesUploads>, UploadError> {
+    let series = request.series.into_iter().map(|series| {
+        let labels: Vec<(String, String)> = series
+            .labels
+            .unwrap_or_default()
+            .labels
+            .into_iter()
+            .map(|l| (l.name, l.value))
+            .collect();
+        let profiles: Vec<Vec<u8>> = series.samples.into_iter().map(|s| s.raw_profile).collect();
+        (labels, profiles)
+    });
+    split_series(series, limits)
+}
+
+/// Splits a Push request into series, like [`series_from_write_raw`].
+pub fn series_from_push(
+    request: PushRequest,
+    limits: &Limits,
+) -> Result<Vec<SeriesUploads>, UploadError> {
+    let series = request.series.into_iter().map(|series| {
+        let labels: Vec<(String, String)> = series
+            .labels
+            .into_iter()
+            .map(|l| (l.name, l.value))
+            .collect();
+        let profiles: Vec<Vec<u8>> = series.samples.into_iter().map(|s| s.raw_profile).collect();
+        (labels, profiles)
+    });
+    split_series(series, limits)
+}
+
+fn split_series(
+    series: impl Iterator<Item = (Vec<(String, String)>, Vec<Vec<u8>>)>,
+    limits: &Limits,
+) -> Result<Vec<SeriesUploads>, UploadError> {
+    let mut out = Vec::new();
+    let mut profiles_seen = 0usize;
+    for (index, (labels, profiles)) in series.enumerate() {
+        profiles_seen = profiles_seen.saturating_add(profiles.len());
+        if profiles_seen > limits.max_profiles_per_request {
+            return Err(UploadError::TooManyProfiles {
+                limit: limits.max_profiles_per_request,
+            });
+        }
+        let uploads = checked_labels(index, labels, limits).and_then(|labels| {
+            let labels = Arc::new(labels);
+            profiles
+                .into_iter()
+                .enumerate()
+                .map(|(sample, raw_profile)| {
+                    if raw_profile.is_empty() {
+                        return Err(UploadError::EmptyProfile {
+                            series: index,
+                            sample,
+                        });
+                    }
+                    Ok(ProfileUpload {
+                        labels: Arc::clone(&labels),
+                        time_ms: None,
+                        duration_nanos: None,
+                        pprof: raw_profile.into(),
+                        decoded: None,
+                    })
+                })
+                .collect()
+        });
+        out.push(SeriesUploads {
+            series: index,
+            uploads,
+        });
+    }
+    if profiles_seen == 0 {
+        return Err(UploadError::Empty);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_api::parca::profilestore::v1alpha1 as parca;
+    use kiln_storage::StorageError;
+
+    fn series(labels: &[(&str, &str)], profiles: &[&[u8]]) -> parca::RawProfileSeries {
+        parca::RawProfileSeries {
+            labels: Some(parca::LabelSet {
+                labels: labels
+                    .iter()
+                    .map(|(n, v)| parca::Label {
+                        name: (*n).into(),
+                        value: (*v).into(),
+                    })
+                    .collect(),
+            }),
+            samples: profiles
+                .iter()
+                .map(|p| parca::RawSample {
+                    raw_profile: p.to_vec(),
+                    executable_info: Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
+    fn request(series: Vec<parca::RawProfileSeries>) -> WriteRawRequest {
+        WriteRawRequest {
+            series,
+            ..WriteRawRequest::default()
+        }
+    }
+
+    #[test]
+    fn a_series_with_bad_labels_is_refused_alone() {
+        let limits = Limits::default();
+        let long = "x".repeat(limits.max_label_bytes + 1);
+        let split = series_from_write_raw(
+            request(vec![
+                series(&[("__name__", "cpu")], &[b"p1"]),
+                series(&[("__name__", "cpu"), ("service_name", &long)], &[b"p2"]),
+                series(&[("__name__", "cpu"), ("pod", "b")], &[b"p3", b""]),
+                series(&[("__name__", "cpu"), ("pod", "c")], &[b"p4", b"p5"]),
+            ]),
+            &limits,
+        )
+        .expect("the request as a whole is fine");
+        assert_eq!(split.len(), 4);
+        assert_eq!(split[0].uploads.as_ref().map(Vec::len), Ok(1));
+        assert!(matches!(
+            split[1].uploads,
+            Err(UploadError::LabelTooLong { series: 1, .. })
+        ));
+        assert!(matches!(
+            split[2].uploads,
+            Err(UploadError::EmptyProfile {
+                series: 2,
+                sample: 1
+            })
+        ));
+        assert_eq!(split[3].uploads.as_ref().map(Vec::len), Ok(2));
+    }
+
+    #[test]
+    fn an_empty_or_oversized_request_is_refused_whole() {
+        let limits = Limits {
+            max_profiles_per_request: 2,
+            ..Limits::default()
+        };
+        assert_eq!(
+            series_from_write_raw(request(vec![]), &limits).err(),
+            Some(UploadError::Empty)
+        );
+        assert_eq!(
+            series_from_write_raw(
+                request(vec![series(&[("__name__", "cpu")], &[b"a", b"b", b"c"])]),
+                &limits
+            )
+            .err(),
+            Some(UploadError::TooManyProfiles { limit: 2 })
+        );
+    }
+
+    #[test]
+    fn the_single_status_prefers_a_retryable_failure_and_counts_the_rest() {
+        let refused = ApiError::from(UploadError::MissingName { series: 0 });
+        let down = ApiError::from(StorageError::ShuttingDown);
+        let report = BatchReport {
+            series: 5,
+            failures: vec![
+                SeriesFailure::new(0, 0, &refused),
+                SeriesFailure::new(3, 0, &down),
+                SeriesFailure::new(4, 0, &down),
+            ],
+        };
+        let status = report.status().expect("a failure");
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(
+            status
+                .message()
+                .starts_with("3 of 5 series not stored; series 3:"),
+            "{}",
+            status.message()
+        );
+        let only_refused = BatchReport {
+            series: 2,
+            failures: vec![SeriesFailure::new(0, 0, &refused)],
+        };
+        assert_eq!(
+            only_refused.status().map(|s| s.code()),
+            Some(tonic::Code::InvalidArgument)
+        );
+        assert!(only_refused.failures[0].is_client_error());
+        assert_eq!(BatchReport::default().status().map(|s| s.code()), None);
+    }
+}
