@@ -1,6 +1,10 @@
 //! Getting profiles out: a bounded queue that drops the oldest profile under
 //! pressure, exponential backoff between retries (both pure), and the sinks
-//! that write pprof files or call WriteRaw.
+//! that write pprof files or call WriteRaw. A WriteRaw batch is settled per
+//! series (`series_ack`): what the store stored is never sent again, what it
+//! refused is dropped, only the rest is retried (audit G7).
+
+mod series_ack;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -10,6 +14,7 @@ use std::time::Duration;
 use kiln_api::parca::profilestore::v1alpha1 as parca;
 
 use crate::metrics::AgentMetrics;
+pub use series_ack::{SERIES_STATUS_METADATA, Settled, settle};
 
 /// One profile ready to leave the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -368,15 +373,40 @@ pub async fn run_shipper(
             continue;
         }
         let result = match &sink {
-            Sink::Directory(dir) => write_files(dir, &batch).await,
+            Sink::Directory(dir) => write_files(dir, &batch).await.map(|()| Vec::new()),
             Sink::Store { endpoint, token } => {
                 send_write_raw(endpoint, token.as_ref(), &mut client, &batch).await
             }
         };
         match result {
-            Ok(()) => {
-                backoff.reset();
-                metrics.profiles_shipped.add(batch.len() as u64);
+            Ok(statuses) => {
+                let settled = settle(batch, &statuses);
+                metrics.profiles_shipped.add(settled.stored as u64);
+                if !settled.rejected.is_empty() {
+                    tracing::warn!(
+                        profiles = settled.rejected.len(),
+                        first = %statuses.first().map_or("", |s| s.message.as_str()),
+                        "the store refused profiles of a batch; dropped"
+                    );
+                    metrics.add_drop("rejected", settled.rejected.len() as u64);
+                }
+                if settled.retry.is_empty() {
+                    backoff.reset();
+                    continue;
+                }
+                // The store stopped part way (overload, shutdown): only what
+                // it did not store goes back, so a retry stores nothing twice.
+                metrics.add_ship_error("partial");
+                if *shutdown.borrow() {
+                    metrics.add_drop("shutdown", (settled.retry.len() + queue.len()) as u64);
+                    return;
+                }
+                queue.requeue(settled.retry);
+                let delay = backoff.next_delay(jitter());
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    _ = shutdown.changed() => {}
+                }
             }
             Err(error) => {
                 metrics.add_ship_error(error.reason());
@@ -428,12 +458,14 @@ async fn write_file(dir: &std::path::Path, item: &ShipItem) -> Result<(), ShipEr
 type StoreClient =
     parca::profile_store_service_client::ProfileStoreServiceClient<tonic::transport::Channel>;
 
+/// Sends one batch; the statuses of the series the store did not store
+/// entirely (none from a store without Kiln's extension).
 async fn send_write_raw(
     endpoint: &str,
     token: Option<&StoreToken>,
     client: &mut Option<StoreClient>,
     batch: &[ShipItem],
-) -> Result<(), ShipError> {
+) -> Result<Vec<parca::KilnSeriesStatus>, ShipError> {
     if client.is_none() {
         let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
             .map_err(|source| ShipError::Endpoint {
@@ -446,12 +478,17 @@ async fn send_write_raw(
         *client = Some(StoreClient::new(channel));
     }
     let Some(client) = client.as_mut() else {
-        return Ok(());
+        return Ok(Vec::new());
     };
+    let mut request = authorized(write_raw_request(batch), token);
+    request.metadata_mut().insert(
+        SERIES_STATUS_METADATA,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
     client
-        .write_raw(authorized(write_raw_request(batch), token))
+        .write_raw(request)
         .await
-        .map(|_| ())
+        .map(|response| response.into_inner().kiln_series_status)
         .map_err(|status| ShipError::Rpc {
             code: status.code(),
             message: status.message().to_owned(),
