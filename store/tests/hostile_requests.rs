@@ -147,6 +147,7 @@ fn log_poison_record(data_dir: &std::path::Path) {
             time_ms: now_s() * 1000,
             duration_nanos: 0,
             pprof: deep_heap(1),
+            idempotency_key: None,
         })
         .await
         .expect("append");

@@ -178,6 +178,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
                 time_ms: NOW_MS,
                 duration_nanos: 10_000_000_000,
                 pprof,
+                idempotency_key: None,
             };
             let frame = encode_frame(&record);
             let mut segment = kiln_storage::wal::record::SEGMENT_MAGIC.to_vec();

@@ -95,6 +95,18 @@ pub enum StorageError {
         /// Passes made.
         attempts: usize,
     },
+    /// A client's idempotency key is empty or too long.
+    #[error("invalid idempotency key: {message}")]
+    InvalidIdempotencyKey {
+        /// What is wrong with it.
+        message: String,
+    },
+    /// Another request with the same idempotency key is being stored now.
+    #[error("a profile with idempotency key {key:?} is being stored right now; retry")]
+    IdempotencyKeyInFlight {
+        /// The key.
+        key: String,
+    },
     /// A query could not be evaluated (bad matcher, bad range, ...).
     #[error("query failed: {source}")]
     Query {
@@ -235,6 +247,8 @@ impl StorageError {
         match self {
             Self::InvalidProfile { source } => source.reason(),
             Self::Rejected { source } => source.reason(),
+            Self::InvalidIdempotencyKey { .. } => "invalid_idempotency_key",
+            Self::IdempotencyKeyInFlight { .. } => "idempotency_key_in_flight",
             Self::TimeOutOfRange { .. } => "time_out_of_range",
             Self::QueryTimeout { .. } => "query_timeout",
             Self::QueryRaced { .. } => "query_raced",
@@ -264,6 +278,7 @@ impl StorageError {
         match self {
             Self::InvalidProfile { .. }
             | Self::Rejected { .. }
+            | Self::InvalidIdempotencyKey { .. }
             | Self::TimeOutOfRange { .. }
             | Self::OverMemoryBudget { .. }
             | Self::QueryTimeout { .. }
@@ -273,6 +288,7 @@ impl StorageError {
             | Self::UploadBacklog { .. }
             | Self::QueryRaced { .. }
             | Self::QueriesBusy { .. }
+            | Self::IdempotencyKeyInFlight { .. }
             | Self::ShuttingDown => ErrorClass::Overloaded,
             Self::Wal { .. }
             | Self::WalPoisoned { .. }
@@ -302,6 +318,7 @@ impl StorageError {
                 | Self::UploadBacklog { .. }
                 | Self::QueryRaced { .. }
                 | Self::QueriesBusy { .. }
+                | Self::IdempotencyKeyInFlight { .. }
                 | Self::Lease { .. }
                 | Self::ShuttingDown
                 | Self::Wal { .. }

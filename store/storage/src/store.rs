@@ -12,6 +12,7 @@ mod allocator;
 mod cache;
 mod config;
 mod health;
+mod idempotency;
 mod incomplete;
 mod maintenance;
 mod memory_gate;
@@ -192,6 +193,8 @@ struct Shared {
     replica_lease: Lease,
     /// Whether this process runs retention for the bucket (audit D5).
     retention_lease: Lease,
+    /// Idempotency keys of recently stored profiles (audit G7).
+    recent_keys: Mutex<idempotency::RecentKeys>,
     /// The data directory's lock, held open until shutdown.
     data_dir_lock: Mutex<Option<std::fs::File>>,
     /// Write slots (`max_inflight_ingests`), taken by `admit_ingest`.
@@ -265,6 +268,7 @@ impl Store {
         ownership::claim_replica_name(&replica_lease, &config).await?;
         let retention_lease = ownership::retention_lease(&bucket, &config, &holder);
         let recovered = recovery::recover(&config, &bucket).await?;
+        let recent_keys = write::recover_keys(&config).await?;
         let (shutdown_tx, _) = watch::channel(false);
         let mut view = View::default();
         let listed = recovered.listing.is_some();
@@ -298,6 +302,7 @@ impl Store {
             listings: tokio::sync::Mutex::new(0),
             replica_lease,
             retention_lease,
+            recent_keys: Mutex::new(recent_keys),
             data_dir_lock: Mutex::new(Some(data_dir_lock)),
             closed: AtomicBool::new(false),
             shutdown_tx,

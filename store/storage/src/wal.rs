@@ -430,6 +430,7 @@ mod tests {
             time_ms: n as i64,
             duration_nanos: 0,
             pprof: vec![7; 50],
+            idempotency_key: None,
         }
     }
 

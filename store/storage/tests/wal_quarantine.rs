@@ -53,12 +53,14 @@ async fn a_record_that_fails_replay_is_quarantined_and_recovery_goes_on() {
         time_ms: BASE_MS,
         duration_nanos: DURATION_NANOS,
         pprof: cpu_profile(2, 10).0,
+        idempotency_key: None,
     };
     let good = WalRecord {
         labels: labels("pod-c"),
         time_ms: BASE_MS + 1_000,
         duration_nanos: DURATION_NANOS,
         pprof: c,
+        idempotency_key: None,
     };
     log_with_the_real_writer(&data_dir, &[poison.clone(), good]).await;
 
@@ -121,6 +123,7 @@ async fn a_payload_that_does_not_parse_is_quarantined_too() {
         time_ms: BASE_MS,
         duration_nanos: DURATION_NANOS,
         pprof: b"\x1f\x8bnot gzip at all".to_vec(),
+        idempotency_key: None,
     };
     log_with_the_real_writer(&data_dir, &[garbage]).await;
     let store = open_local(root.path()).await;

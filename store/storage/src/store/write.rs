@@ -12,7 +12,7 @@ use super::AcceptedTimes;
 use super::memory_gate::Reservation;
 use super::recovery::{wal_dir, write_marker};
 use super::time_window::check_profile_time;
-use super::{Frozen, HeadSlot, IngestRequest, Store, read, write};
+use super::{Frozen, HeadSlot, IngestRequest, Store, idempotency, lock, read, write};
 use crate::error::StorageError;
 use crate::wal::WalRecord;
 
@@ -36,6 +36,31 @@ fn resolve_time_ms(request: Option<i64>, profile: &Profile) -> i64 {
     }
 }
 
+/// The keys of profiles stored recently, at open: the keys file written by
+/// the last flush, plus the keys of every record still in the WAL.
+pub(super) async fn recover_keys(
+    config: &super::StoreConfig,
+) -> Result<idempotency::RecentKeys, StorageError> {
+    let dir = wal_dir(config);
+    tokio::task::spawn_blocking(move || {
+        let now = now_ms();
+        let mut keys = idempotency::RecentKeys::decode(&idempotency::load(&dir)?, now);
+        let segments = crate::wal::list_segments(&dir)?;
+        crate::wal::reread(&dir, &segments, |replayed| {
+            if let Ok(WalRecord {
+                idempotency_key: Some(key),
+                ..
+            }) = replayed.record
+            {
+                keys.remember(key, now);
+            }
+        })?;
+        Ok(keys)
+    })
+    .await
+    .map_err(|e| StorageError::task("idempotency keys", e))?
+}
+
 impl Store {
     /// Ingests one profile. Returns once the request is in the WAL on stable
     /// storage and applied to the head, so it survives a crash and is
@@ -44,7 +69,7 @@ impl Store {
     /// bound concurrent writes and their bodies' memory by admitting each
     /// write first ([`Store::admit_ingest`]).
     pub async fn ingest(&self, request: IngestRequest) -> Result<IngestStats, StorageError> {
-        self.ingest_profile(request, None).await
+        self.ingest_profile(request, None, None).await
     }
 
     /// [`Store::ingest`] for a request whose pprof the caller has decoded
@@ -58,13 +83,51 @@ impl Store {
         request: IngestRequest,
         profile: Profile,
     ) -> Result<IngestStats, StorageError> {
-        self.ingest_profile(request, Some(profile)).await
+        self.ingest_profile(request, Some(profile), None).await
+    }
+
+    /// Like [`Store::ingest`], for a profile the client named with an
+    /// idempotency key (at most 128 bytes): a profile with a key stored in
+    /// the last 15 minutes is not stored again, and the answer is success
+    /// (with empty stats), so a client that resends what it did not hear
+    /// acknowledged stores it once (audit G7).
+    pub async fn ingest_once(
+        &self,
+        request: IngestRequest,
+        key: &str,
+    ) -> Result<IngestStats, StorageError> {
+        if key.is_empty() || key.len() > idempotency::MAX_KEY_BYTES {
+            return Err(StorageError::InvalidIdempotencyKey {
+                message: format!(
+                    "{} bytes; a key is 1 to {} bytes",
+                    key.len(),
+                    idempotency::MAX_KEY_BYTES
+                ),
+            });
+        }
+        match lock(&self.shared.recent_keys).begin(key, now_ms()) {
+            idempotency::Begin::Stored => return Ok(IngestStats::default()),
+            idempotency::Begin::InFlight => {
+                return Err(StorageError::IdempotencyKeyInFlight {
+                    key: key.to_string(),
+                });
+            }
+            idempotency::Begin::New => {}
+        }
+        let result = self.ingest_profile(request, None, Some(key)).await;
+        let mut keys = lock(&self.shared.recent_keys);
+        match &result {
+            Ok(_) => keys.commit(key, now_ms()),
+            Err(_) => keys.abort(key),
+        }
+        result
     }
 
     async fn ingest_profile(
         &self,
         request: IngestRequest,
         decoded: Option<Profile>,
+        idempotency_key: Option<&str>,
     ) -> Result<IngestStats, StorageError> {
         let shared = &self.shared;
         if shared.closed.load(Ordering::SeqCst) {
@@ -142,6 +205,7 @@ impl Store {
                 .duration_nanos
                 .unwrap_or_else(|| checked.profile().duration_nanos()),
             pprof: request.pprof.to_vec(),
+            idempotency_key: idempotency_key.map(str::to_string),
         };
         let gate = shared.cut_gate.read().await;
         if shared.closed.load(Ordering::SeqCst) {
@@ -298,7 +362,12 @@ impl Store {
             tracing::debug!(block = %meta.id, bytes = meta.size_bytes, "block uploaded");
             let cleaner = Arc::clone(shared);
             let (first, end) = (frozen.first_segment, frozen.end_segment);
+            // The keys logged in these segments outlive them in the keys
+            // file, so a restart still knows them.
+            let keys = lock(&shared.recent_keys).encode(now_ms());
+            let keys_dir = wal_dir(&shared.config);
             tokio::task::spawn_blocking(move || {
+                idempotency::save(&keys_dir, &keys)?;
                 cleaner
                     .wal
                     .remove_segments(|id| first <= id && id < end && !cleaner.is_held(id))?;

@@ -5,7 +5,9 @@
 //! `payload length (u32 LE) | crc32 of payload (u32 LE) | payload`.
 //! A payload is one ingest request as received: format version, time,
 //! duration, series labels and the raw pprof bytes (compressed or not), so
-//! replay re-runs exactly the validated ingest path.
+//! replay re-runs exactly the validated ingest path. Version 2 adds the
+//! client's idempotency key after the pprof; a record without one is still
+//! written as version 1, which earlier releases read.
 
 use kiln_engine::model::{Label, LabelSet};
 
@@ -17,6 +19,7 @@ pub const FRAME_HEADER_BYTES: usize = 8;
 /// or corrupt length field rather than an allocation request.
 pub const MAX_PAYLOAD_BYTES: usize = 512 << 20;
 const PAYLOAD_VERSION: u8 = 1;
+const PAYLOAD_VERSION_KEYED: u8 = 2;
 
 /// One ingest request as logged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +32,9 @@ pub struct WalRecord {
     pub duration_nanos: i64,
     /// The pprof payload exactly as received.
     pub pprof: Vec<u8>,
+    /// The client's idempotency key, if it sent one: a retry with the same
+    /// key is not stored again (audit G7).
+    pub idempotency_key: Option<String>,
 }
 
 /// Why a payload that passed its CRC could not be parsed (a format bug or
@@ -70,10 +76,15 @@ pub fn encode_frame(record: &WalRecord) -> Vec<u8> {
         .iter()
         .map(|l| 8 + l.name.len() + l.value.len())
         .sum();
-    let payload_len = 1 + 8 + 8 + 4 + label_bytes + 4 + record.pprof.len();
+    let key_bytes = record.idempotency_key.as_ref().map_or(0, |k| 4 + k.len());
+    let payload_len = 1 + 8 + 8 + 4 + label_bytes + 4 + record.pprof.len() + key_bytes;
     let mut out = Vec::with_capacity(FRAME_HEADER_BYTES + payload_len);
     out.extend_from_slice(&[0; FRAME_HEADER_BYTES]);
-    out.push(PAYLOAD_VERSION);
+    out.push(if record.idempotency_key.is_some() {
+        PAYLOAD_VERSION_KEYED
+    } else {
+        PAYLOAD_VERSION
+    });
     out.extend_from_slice(&record.time_ms.to_le_bytes());
     out.extend_from_slice(&record.duration_nanos.to_le_bytes());
     push_len(&mut out, record.labels.len());
@@ -85,6 +96,10 @@ pub fn encode_frame(record: &WalRecord) -> Vec<u8> {
     }
     push_len(&mut out, record.pprof.len());
     out.extend_from_slice(&record.pprof);
+    if let Some(key) = &record.idempotency_key {
+        push_len(&mut out, key.len());
+        out.extend_from_slice(key.as_bytes());
+    }
     let payload = &out[FRAME_HEADER_BYTES..];
     let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
     let crc = crc32fast::hash(payload);
@@ -103,7 +118,7 @@ fn push_len(out: &mut Vec<u8>, len: usize) {
 pub fn decode_payload(payload: &[u8]) -> Result<WalRecord, RecordError> {
     let mut reader = Reader { rest: payload };
     let version = reader.take(1, "version")?[0];
-    if version != PAYLOAD_VERSION {
+    if version != PAYLOAD_VERSION && version != PAYLOAD_VERSION_KEYED {
         return Err(RecordError::UnknownVersion { version });
     }
     let time_ms = reader.i64("time")?;
@@ -118,11 +133,17 @@ pub fn decode_payload(payload: &[u8]) -> Result<WalRecord, RecordError> {
     }
     let pprof_len = reader.u32("pprof length")? as usize;
     let pprof = reader.take(pprof_len, "pprof")?.to_vec();
+    let idempotency_key = if version == PAYLOAD_VERSION_KEYED {
+        Some(reader.string("idempotency key")?)
+    } else {
+        None
+    };
     Ok(WalRecord {
         labels: LabelSet::new(labels),
         time_ms,
         duration_nanos,
         pprof,
+        idempotency_key,
     })
 }
 
@@ -246,7 +267,34 @@ mod tests {
             time_ms: 1_700_000_000_000 + n,
             duration_nanos: 10_000_000_000,
             pprof: vec![n as u8; 100 + n as usize],
+            idempotency_key: None,
         }
+    }
+
+    #[test]
+    fn a_keyed_record_round_trips_and_an_unkeyed_one_stays_version_1() {
+        let plain = record(1);
+        let frame = encode_frame(&plain);
+        assert_eq!(
+            frame[FRAME_HEADER_BYTES], PAYLOAD_VERSION,
+            "readable by earlier releases"
+        );
+        assert_eq!(decode_payload(&frame[FRAME_HEADER_BYTES..]), Ok(plain));
+        let keyed = WalRecord {
+            idempotency_key: Some("agent-7/01HZX".into()),
+            ..record(2)
+        };
+        let frame = encode_frame(&keyed);
+        assert_eq!(frame[FRAME_HEADER_BYTES], PAYLOAD_VERSION_KEYED);
+        assert_eq!(decode_payload(&frame[FRAME_HEADER_BYTES..]), Ok(keyed));
+        // A keyed record cut before its key is truncated, not misread.
+        let cut = &frame[FRAME_HEADER_BYTES..frame.len() - 3];
+        assert_eq!(
+            decode_payload(cut),
+            Err(RecordError::Truncated {
+                field: "idempotency key"
+            })
+        );
     }
 
     fn segment(records: &[WalRecord]) -> Vec<u8> {
