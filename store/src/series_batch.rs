@@ -26,6 +26,17 @@ pub struct SeriesUploads {
     /// Its profiles, in order; an error when its labels or a profile are
     /// unusable (a client error for this series only).
     pub uploads: Result<Vec<ProfileUpload>, UploadError>,
+    /// The client's idempotency key of each profile, if it sent keys.
+    pub keys: Vec<Option<String>>,
+}
+
+/// The key of profile `index` of `count` in a series keyed `key`.
+fn profile_key(key: &str, index: usize, count: usize) -> String {
+    if count == 1 {
+        key.to_string()
+    } else {
+        format!("{key}/{index}")
+    }
 }
 
 /// Why one series was not stored entirely.
@@ -104,7 +115,9 @@ pub fn series_from_write_raw(
     request: WriteRawRequest,
     limits: &Limits,
 ) -> Result<Vec<SeriesUploads>, UploadError> {
+    let mut keys = request.kiln_idempotency_keys.into_iter();
     let series = request.series.into_iter().map(|series| {
+        let key = keys.next().filter(|k| !k.is_empty());
         let labels: Vec<(String, String)> = series
             .labels
             .unwrap_or_default()
@@ -113,7 +126,7 @@ pub fn series_from_write_raw(
             .map(|l| (l.name, l.value))
             .collect();
         let profiles: Vec<Vec<u8>> = series.samples.into_iter().map(|s| s.raw_profile).collect();
-        (labels, profiles)
+        (labels, profiles, key)
     });
     split_series(series, limits)
 }
@@ -130,24 +143,28 @@ pub fn series_from_push(
             .map(|l| (l.name, l.value))
             .collect();
         let profiles: Vec<Vec<u8>> = series.samples.into_iter().map(|s| s.raw_profile).collect();
-        (labels, profiles)
+        (labels, profiles, None)
     });
     split_series(series, limits)
 }
 
 fn split_series(
-    series: impl Iterator<Item = (Vec<(String, String)>, Vec<Vec<u8>>)>,
+    series: impl Iterator<Item = (Vec<(String, String)>, Vec<Vec<u8>>, Option<String>)>,
     limits: &Limits,
 ) -> Result<Vec<SeriesUploads>, UploadError> {
     let mut out = Vec::new();
     let mut profiles_seen = 0usize;
-    for (index, (labels, profiles)) in series.enumerate() {
+    for (index, (labels, profiles, key)) in series.enumerate() {
         profiles_seen = profiles_seen.saturating_add(profiles.len());
         if profiles_seen > limits.max_profiles_per_request {
             return Err(UploadError::TooManyProfiles {
                 limit: limits.max_profiles_per_request,
             });
         }
+        let count = profiles.len();
+        let keys = (0..count)
+            .map(|j| key.as_deref().map(|k| profile_key(k, j, count)))
+            .collect();
         let uploads = checked_labels(index, labels, limits).and_then(|labels| {
             let labels = Arc::new(labels);
             profiles
@@ -173,6 +190,7 @@ fn split_series(
         out.push(SeriesUploads {
             series: index,
             uploads,
+            keys,
         });
     }
     if profiles_seen == 0 {
@@ -243,6 +261,24 @@ mod tests {
             })
         ));
         assert_eq!(split[3].uploads.as_ref().map(Vec::len), Ok(2));
+    }
+
+    #[test]
+    fn each_profile_gets_its_series_key() {
+        let limits = Limits::default();
+        let mut request = request(vec![
+            series(&[("__name__", "cpu")], &[b"p1"]),
+            series(&[("__name__", "cpu")], &[b"p2", b"p3"]),
+            series(&[("__name__", "cpu")], &[b"p4"]),
+        ]);
+        request.kiln_idempotency_keys = vec!["k0".into(), "k1".into()];
+        let split = series_from_write_raw(request, &limits).expect("fine");
+        assert_eq!(split[0].keys, vec![Some("k0".to_string())]);
+        assert_eq!(
+            split[1].keys,
+            vec![Some("k1/0".to_string()), Some("k1/1".to_string())]
+        );
+        assert_eq!(split[2].keys, vec![None], "no key sent for it");
     }
 
     #[test]

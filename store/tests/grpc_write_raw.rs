@@ -422,3 +422,52 @@ async fn one_refused_series_does_not_cost_the_others_and_is_reported_per_series(
     assert_eq!(pod_total(&store, "d"), 40_000_000);
     assert_eq!(pod_total(&store, "f"), 40_000_000);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_resent_with_its_idempotency_keys_is_stored_once() {
+    let store = StoreProcess::start(&[]);
+    let mut writer = client(&store).await;
+    let now = now_nanos();
+    let batch = |keys: &[&str]| WriteRawRequest {
+        series: vec![
+            series(
+                &[("__name__", "process_cpu"), ("pod", "once-a")],
+                vec![cpu_profile(now)],
+            ),
+            series(
+                &[("__name__", "process_cpu"), ("pod", "once-b")],
+                vec![cpu_profile(now), cpu_profile(now)],
+            ),
+        ],
+        kiln_idempotency_keys: keys.iter().map(|k| (*k).to_string()).collect(),
+        ..Default::default()
+    };
+    // The first answer was lost (as far as the client knows): it sends the
+    // same batch again, and the store keeps one copy.
+    for _ in 0..2 {
+        writer
+            .write_raw(batch(&["agent-1/1", "agent-1/2"]))
+            .await
+            .expect("stored");
+    }
+    assert_eq!(pod_total(&store, "once-a"), 40_000_000);
+    assert_eq!(pod_total(&store, "once-b"), 80_000_000);
+    // Across a restart too (the keys are in the WAL and the keys file).
+    let data_dir = store.stop();
+    let store = StoreProcess::start_in(data_dir, &[]);
+    let mut writer = client(&store).await;
+    writer
+        .write_raw(batch(&["agent-1/1", "agent-1/2"]))
+        .await
+        .expect("stored");
+    assert_eq!(pod_total(&store, "once-a"), 40_000_000);
+    assert_eq!(pod_total(&store, "once-b"), 80_000_000);
+    // A new key is a new profile, and a series without a key is stored as
+    // sent.
+    writer
+        .write_raw(batch(&["agent-1/3"]))
+        .await
+        .expect("stored");
+    assert_eq!(pod_total(&store, "once-a"), 80_000_000);
+    assert_eq!(pod_total(&store, "once-b"), 160_000_000);
+}

@@ -13,6 +13,13 @@ pub struct WriteRawRequest {
     /// True when the sender already made addresses relative to their mappings.
     #[prost(bool, tag = "3")]
     pub normalized: bool,
+    /// Kiln extension (ignored by Parca): one key per series, naming its
+    /// profiles (1 to 128 bytes, unique per client; profile j of series i is
+    /// `<key i>/<j>` when a series has several). A profile resent with a key
+    /// Kiln stored in the last 15 minutes is answered as stored and not stored
+    /// again. Empty, or shorter than `series`: those series carry no key.
+    #[prost(string, repeated, tag = "1000")]
+    pub kiln_idempotency_keys: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
 }
 /// Empty on success; failures travel as gRPC status. Kiln extension (field
 /// numbers from 1000, which upstream never uses, so Parca's clients ignore
