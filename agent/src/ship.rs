@@ -323,9 +323,34 @@ impl ShipError {
 /// would cost a round trip each.
 pub const MAX_BATCH: usize = 64;
 
-/// The WriteRaw request carrying a batch of profiles, one series each.
+/// This agent process's name in idempotency keys: random, so agents on
+/// different nodes (whose profiles may share a pid and a window) never
+/// share keys.
+fn agent_instance() -> &'static str {
+    static INSTANCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    INSTANCE.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+            .map(|uuid| uuid.trim().to_string())
+            .unwrap_or_else(|_| {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                format!("{}-{nanos}", std::process::id())
+            })
+    })
+}
+
+/// The idempotency key of a profile: the same on every retry, so the store
+/// keeps one copy when an answer was lost and the batch is sent again.
+pub fn idempotency_key(item: &ShipItem) -> String {
+    format!("{}/{}", agent_instance(), item.file_stem)
+}
+
+/// The WriteRaw request carrying a batch of profiles, one series each, with
+/// their idempotency keys.
 pub fn write_raw_request(items: &[ShipItem]) -> parca::WriteRawRequest {
     parca::WriteRawRequest {
+        kiln_idempotency_keys: items.iter().map(idempotency_key).collect(),
         series: items
             .iter()
             .map(|item| parca::RawProfileSeries {
@@ -557,6 +582,14 @@ mod tests {
         assert_eq!(labels[1].value, "2");
         assert_eq!(series.samples[0].raw_profile, vec![0x1f, 0x8b]);
         assert!(!request.normalized);
+        // One key per series, the same each time the profile is sent.
+        assert_eq!(request.kiln_idempotency_keys.len(), 2);
+        assert!(request.kiln_idempotency_keys[1].ends_with("/2"));
+        assert!(request.kiln_idempotency_keys[1].len() <= 128);
+        assert_eq!(
+            write_raw_request(&[item("2")]).kiln_idempotency_keys,
+            vec![request.kiln_idempotency_keys[1].clone()]
+        );
     }
 
     #[test]

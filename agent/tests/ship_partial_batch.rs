@@ -15,9 +15,9 @@ use kiln_api::parca::profilestore::v1alpha1::{
     KilnSeriesStatus, WriteRawRequest, WriteRawResponse,
 };
 
-/// What one request carried: the `pod` label of each series, and whether
-/// it asked for per-series statuses.
-type Received = (Vec<String>, bool);
+/// What one request carried: the `pod` label of each series, whether it
+/// asked for per-series statuses, and its idempotency keys.
+type Received = (Vec<String>, bool, Vec<String>);
 
 /// Answers the first request with series 1 refused and series 2 not
 /// stored (the store was shutting down), later ones with everything stored.
@@ -36,8 +36,9 @@ impl ProfileStoreService for PartialStore {
             .metadata()
             .get("kiln-series-status")
             .is_some_and(|v| v.as_bytes() == b"1");
+        let request = request.into_inner();
+        let keys = request.kiln_idempotency_keys.clone();
         let pods: Vec<String> = request
-            .into_inner()
             .series
             .iter()
             .map(|s| {
@@ -49,7 +50,7 @@ impl ProfileStoreService for PartialStore {
             .collect();
         let mut requests = self.requests.lock().expect("not poisoned");
         let first = requests.is_empty();
-        requests.push((pods, asked));
+        requests.push((pods, asked, keys));
         let status = |series, code: tonic::Code, reason: &str| KilnSeriesStatus {
             series,
             stored_profiles: 0,
@@ -118,8 +119,12 @@ async fn a_partly_stored_batch_resends_only_what_was_not_stored() {
     server.abort();
 
     let requests = store.requests.lock().expect("not poisoned").clone();
+    let sent: Vec<(Vec<String>, bool)> = requests
+        .iter()
+        .map(|(pods, asked, _)| (pods.clone(), *asked))
+        .collect();
     assert_eq!(
-        requests,
+        sent,
         vec![
             (
                 vec!["stored".into(), "refused".into(), "unavailable".into()],
@@ -129,6 +134,10 @@ async fn a_partly_stored_batch_resends_only_what_was_not_stored() {
         ],
         "only the profile not stored is sent again"
     );
+    // With the key it had the first time, so a store that did store it
+    // after all keeps one copy.
+    assert_eq!(requests[0].2.len(), 3);
+    assert_eq!(requests[1].2, vec![requests[0].2[2].clone()]);
     assert_eq!(metrics.profiles_shipped.get(), 2);
     assert_eq!(metrics.drops("rejected"), 1);
     assert!(queue.is_empty());
