@@ -186,9 +186,11 @@ struct Shared {
     /// Serializes bucket listing, uploads, compaction and retention, so a
     /// listing never overwrites a block added while it ran.
     maintenance: tokio::sync::Mutex<()>,
-    /// Serializes re-listings; counts them, so queries that found a block
-    /// gone at once share one re-listing.
-    listings: tokio::sync::Mutex<u64>,
+    /// Serializes re-listings.
+    listing: tokio::sync::Mutex<()>,
+    /// Re-listings completed, so queries that found a block gone at once
+    /// share one re-listing (read without waiting for one in progress).
+    listings_done: AtomicU64,
     /// This process's claim on its replica name (audit D5).
     replica_lease: Lease,
     /// Whether this process runs retention for the bucket (audit D5).
@@ -299,7 +301,8 @@ impl Store {
             bucket_state: Mutex::new(health::BucketState::new(listed, recovered.listing_error)),
             held: Mutex::new(recovered.held),
             maintenance: tokio::sync::Mutex::new(()),
-            listings: tokio::sync::Mutex::new(0),
+            listing: tokio::sync::Mutex::new(()),
+            listings_done: AtomicU64::new(0),
             replica_lease,
             retention_lease,
             recent_keys: Mutex::new(recent_keys),

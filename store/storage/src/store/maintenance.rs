@@ -121,7 +121,7 @@ impl Store {
     /// from it are gone.
     async fn relist(&self) -> Result<Vec<IncompleteUpload>, StorageError> {
         let shared = &self.shared;
-        let mut listings = shared.listings.lock().await;
+        let _listing = shared.listing.lock().await;
         let known = read(&shared.view).blocks.clone();
         let skip: BTreeSet<String> = lock(&shared.corrupt)
             .keys()
@@ -148,20 +148,27 @@ impl Store {
                 corrupt.entry(c.id).or_insert(c.error);
             }
         }
-        *listings = listings.wrapping_add(1);
+        shared.listings_done.fetch_add(1, Ordering::SeqCst);
         Ok(listing.incomplete)
     }
 
     /// How many listings have completed; see [`Store::relist_after`].
-    pub(super) async fn listings_done(&self) -> u64 {
-        *self.shared.listings.lock().await
+    pub(super) fn listings_done(&self) -> u64 {
+        self.shared.listings_done.load(Ordering::SeqCst)
     }
 
     /// Lists the bucket again unless a listing completed since `seen`
-    /// (another query that found a block gone did it already).
+    /// (another query that found a block gone did it already, or is doing
+    /// it: this waits for it).
     pub(super) async fn relist_after(&self, seen: u64) -> Result<(), StorageError> {
-        if self.listings_done().await != seen {
+        if self.listings_done() != seen {
             return Ok(());
+        }
+        {
+            let _wait = self.shared.listing.lock().await;
+            if self.listings_done() != seen {
+                return Ok(());
+            }
         }
         self.relist().await.map(drop)
     }

@@ -154,7 +154,7 @@ impl Store {
             let compiled = compile().map_err(|source| StorageError::Query { source })?;
             let visit = |q: &dyn Queryable, acc: &mut T| visit(&compiled, q, acc);
             for attempt in 0..QUERY_ATTEMPTS {
-                let listings = runtime.block_on(store.listings_done());
+                let listings = store.listings_done();
                 let mut skipped = Vec::new();
                 if let Some(acc) = visit_snapshot(
                     &shared,
