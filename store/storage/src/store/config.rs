@@ -162,8 +162,18 @@ impl StoreConfig {
                 message: message.to_string(),
             })
         };
-        if self.replica.is_empty() || self.replica.contains('/') {
-            return bad("replica name must be non-empty and contain no '/'");
+        // The name is a bucket path segment (`blocks/<replica>/`), read back
+        // from listings: only characters no object store escapes.
+        let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+        if self.replica.is_empty()
+            || self.replica.len() > 253
+            || !self.replica.chars().all(plain)
+            || self.replica == "."
+            || self.replica == ".."
+        {
+            return bad(
+                "replica name must be 1 to 253 characters of letters, digits, '.', '_' and '-' (a host name is)",
+            );
         }
         if self.lease_ttl < Duration::from_secs(3) {
             return bad("lease_ttl must be at least 3 s");
@@ -196,4 +206,19 @@ impl StoreConfig {
 /// Milliseconds of a duration, saturating.
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_names_are_plain_path_segments() {
+        for good in ["kiln", "kiln-store-0", "node.example.com", "r_1"] {
+            assert!(StoreConfig::new("/d", good).validate().is_ok(), "{good}");
+        }
+        for bad in ["", "a/b", "..", "name with space", "caf\u{e9}", "50%"] {
+            assert!(StoreConfig::new("/d", bad).validate().is_err(), "{bad:?}");
+        }
+    }
 }
