@@ -5,6 +5,7 @@
 #[path = "support/profiles.rs"]
 mod profiles;
 
+use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
@@ -225,4 +226,67 @@ async fn one_replica_at_a_time_applies_its_retention_to_the_bucket() {
     // Released at shutdown, retention passes to the other replica.
     long.shutdown().await.expect("shutdown");
     assert_eq!(short.enforce_retention(now).await.expect("short").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn queries_on_one_replica_racing_compaction_on_another_are_exact_or_refused() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let bucket = local_bucket(&root.path().join("bucket"));
+    let writer = Store::open(config(&root.path().join("a"), "a"), bucket.clone())
+        .await
+        .expect("a");
+    let mut reader_config = config(&root.path().join("b"), "b");
+    // A cache of one block: the reader fetches blocks from the bucket as it
+    // queries, so compaction deletes blocks it has listed but not read yet.
+    reader_config.block_cache_bytes = 1;
+    let reader = Store::open(reader_config, bucket).await.expect("b");
+    let hour = 3_600_000;
+    let mut expected = 0;
+    for h in 0..12i64 {
+        for k in 0..2i64 {
+            let (p, t) = cpu_profile((h * 2 + k) as u64 + 1, 20);
+            expected += t;
+            writer
+                .ingest(request("pod-a", BASE_MS + h * hour + k * 60_000, p))
+                .await
+                .expect("ingest");
+            writer.flush().await.expect("flush");
+        }
+    }
+    reader.refresh_blocks().await.expect("relist");
+    assert_eq!(
+        total(&reader, &all_selector(), everything()).await,
+        expected
+    );
+
+    let compaction = {
+        let writer = writer.clone();
+        tokio::spawn(async move { writer.compact(BASE_MS + 3 * 24 * hour).await })
+    };
+    let (mut exact, mut refused) = (0u32, 0u32);
+    while !compaction.is_finished() || exact == 0 {
+        match reader.merge(&all_selector(), everything()).await {
+            Ok(merged) => {
+                assert_eq!(merged.total(), expected, "a partial or doubled answer");
+                exact += 1;
+            }
+            Err(err @ StorageError::QueryRaced { .. }) => {
+                assert!(err.is_retryable());
+                refused += 1;
+            }
+            Err(err) => panic!("unexpected query error: {err}"),
+        }
+    }
+    let report = compaction.await.expect("join").expect("compact");
+    assert!(report.deleted >= 24, "{report:?}");
+    let _ = writeln!(
+        std::io::stderr(),
+        "race: {exact} exact answers, {refused} refused, {} blocks deleted",
+        report.deleted
+    );
+    reader.refresh_blocks().await.expect("relist");
+    assert_eq!(
+        total(&reader, &all_selector(), everything()).await,
+        expected
+    );
 }
