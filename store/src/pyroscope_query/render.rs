@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::grpc_query::{matchers, resolve};
 use crate::http_query::timed;
 use crate::state::AppState;
-use crate::timespec::{now_ms, parse_time_ms};
+use crate::timespec::{DEFAULT_RANGE_MS, now_ms, parse_time_ms};
 
 /// Query parameters, last occurrence wins.
 struct Params(HashMap<String, String>);
@@ -50,7 +50,7 @@ impl Params {
                 .transpose()
         };
         let end = time("until")?.unwrap_or(now);
-        let start = time("from")?.unwrap_or(end - 3_600_000);
+        let start = time("from")?.unwrap_or(end - DEFAULT_RANGE_MS);
         super::range_ms(start, end)
     }
 }
