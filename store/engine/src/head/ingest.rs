@@ -2,7 +2,8 @@
 //!
 //! - each sample type becomes its own profile type (and so its own series);
 //! - string sample labels are promoted to series labels (a name colliding
-//!   with a series label becomes `exported_<name>`), except those named in
+//!   with a series label becomes `exported_<name>` when its value differs
+//!   and is dropped when it repeats the series label), except those named in
 //!   `kiln_contract::sample_labels` (span, trace and profile ids; the
 //!   agent's `pid`, `tid` and `comm`);
 //! - those and numeric labels stay per sample, as a deduplicated label set

@@ -50,7 +50,12 @@ pub(super) fn resolve(
             + key
                 .iter()
                 .map(|&(k, v)| {
-                    "exported_".len() + label_bytes(profile.string(k), profile.string(v))
+                    let (k, v) = (profile.string(k), profile.string(v));
+                    match promotion(labels, k, v) {
+                        Promotion::Redundant => 0,
+                        Promotion::Exported => EXPORTED_PREFIX.len() + label_bytes(k, v),
+                        Promotion::AsIs => label_bytes(k, v),
+                    }
                 })
                 .sum::<usize>();
         planned_bytes = planned_bytes.saturating_add(
@@ -67,10 +72,10 @@ pub(super) fn resolve(
         let mut set = labels.clone();
         for &(k, v) in key {
             let (k, v) = (profile.string(k), profile.string(v));
-            let promoted_name = if labels.get(k).is_some() || k == PROFILE_TYPE_LABEL {
-                format!("exported_{k}")
-            } else {
-                k.to_owned()
+            let promoted_name = match promotion(labels, k, v) {
+                Promotion::Redundant => continue,
+                Promotion::Exported => format!("{EXPORTED_PREFIX}{k}"),
+                Promotion::AsIs => k.to_owned(),
             };
             check_label(&promoted_name, v, limits)?;
             set.insert(Label::new(promoted_name, v));
@@ -96,4 +101,31 @@ pub(super) fn resolve(
         }
     }
     Ok(slot_labels)
+}
+
+/// What a promoted sample label colliding with a series label is renamed to.
+const EXPORTED_PREFIX: &str = "exported_";
+
+/// How a string sample label `k=v` joins the series labels `labels`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Promotion {
+    /// The series already has `k=v` (the agent repeats `node` on every
+    /// sample): an `exported_k` copy would only be noise, so none is made.
+    Redundant,
+    /// `k` names a series label with another value (or the profile type
+    /// label): kept, as `exported_k`, so neither value is lost.
+    Exported,
+    /// `k` is new to the series: promoted under its own name.
+    AsIs,
+}
+
+fn promotion(labels: &LabelSet, k: &str, v: &str) -> Promotion {
+    if k == PROFILE_TYPE_LABEL {
+        return Promotion::Exported;
+    }
+    match labels.get(k) {
+        Some(series_value) if series_value == v => Promotion::Redundant,
+        Some(_) => Promotion::Exported,
+        None => Promotion::AsIs,
+    }
 }

@@ -3,9 +3,11 @@
 use kiln_pprof::{DecodeLimits, FunctionSpec, LabelValue, Profile, ProfileBuilder};
 
 use super::IngestLimits;
+use super::limits::label_bytes;
 use crate::error::IngestError;
 use crate::head::Head;
-use crate::model::{Label, LabelSet, NAME_LABEL, NAMESPACE_LABEL};
+use crate::model::{Label, LabelSet, NAME_LABEL, NAMESPACE_LABEL, TimeRange};
+use crate::query::Queryable;
 
 /// `samples` samples, each with its own string label `k=<i>`.
 fn distinct_label_profile(samples: usize) -> Profile {
@@ -237,4 +239,137 @@ fn a_checked_profile_applied_after_the_head_changed_stores_what_ingest_stores() 
     assert_eq!(stats.series_created, 5);
     assert_eq!(head.series_count(), direct.series_count());
     assert_eq!(head.approx_bytes(), direct.approx_bytes());
+}
+
+/// One sample per value of `node`, each with the string sample labels
+/// `node=<value>` and `language=native`.
+fn node_labelled_profile(nodes: &[&str]) -> Profile {
+    let mut b = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
+    let f = b.function(&FunctionSpec {
+        name: "main".into(),
+        ..Default::default()
+    });
+    let loc = b.location(0, 0x1000, &[(f, 1)]);
+    for node in nodes {
+        b.sample(
+            &[loc],
+            &[1],
+            &[
+                ("node", LabelValue::Str((*node).into())),
+                ("language", LabelValue::Str("native".into())),
+            ],
+        );
+    }
+    kiln_pprof::decode(
+        &kiln_pprof::encode_gzip(&b.finish()),
+        &DecodeLimits::default(),
+    )
+    .expect("decodes")
+}
+
+fn node_series_labels() -> LabelSet {
+    LabelSet::new(vec![
+        Label::new(NAME_LABEL, "process_cpu"),
+        Label::new("language", "native"),
+        Label::new("node", "node-a"),
+    ])
+}
+
+const ALL: TimeRange = TimeRange {
+    start_ms: 0,
+    end_ms: i64::MAX,
+};
+
+/// The agent repeats its series labels `node` and `language` on every
+/// sample: a sample label equal to the series label of its name adds no
+/// `exported_` copy and no series.
+#[test]
+fn a_sample_label_equal_to_its_series_label_is_not_exported() {
+    let mut head = Head::new();
+    let stats = head
+        .ingest(
+            &node_labelled_profile(&["node-a"]),
+            &node_series_labels(),
+            1,
+            10,
+            &IngestLimits::default(),
+        )
+        .expect("ingest");
+    assert_eq!(stats.series_created, 1);
+    let names = head.label_names(&[], ALL).expect("names");
+    assert_eq!(
+        names,
+        ["__name__", "__profile_type__", "language", "node"],
+        "{names:?}"
+    );
+}
+
+/// A sample label whose value differs from the series label of its name
+/// still keeps that value, as `exported_<name>`, on its own series.
+#[test]
+fn a_sample_label_conflicting_with_its_series_label_is_exported() {
+    let mut head = Head::new();
+    let stats = head
+        .ingest(
+            &node_labelled_profile(&["node-a", "node-b"]),
+            &node_series_labels(),
+            1,
+            10,
+            &IngestLimits::default(),
+        )
+        .expect("ingest");
+    assert_eq!(stats.series_created, 2);
+    assert_eq!(
+        head.label_values("exported_node", &[], ALL)
+            .expect("values"),
+        ["node-b"]
+    );
+    assert_eq!(
+        head.label_values("node", &[], ALL).expect("values"),
+        ["node-a"]
+    );
+    let names = head.label_names(&[], ALL).expect("names");
+    assert!(!names.iter().any(|n| n == "exported_language"), "{names:?}");
+}
+
+/// The series label bytes a check plans for `profile` under `labels`,
+/// read from the refusal of a zero budget.
+fn planned_label_bytes(profile: &Profile, labels: &LabelSet) -> usize {
+    let limits = IngestLimits {
+        max_series_label_bytes_per_profile: 0,
+        ..IngestLimits::default()
+    };
+    match Head::new().check_ingest(profile, labels, 10, &limits) {
+        Err(IngestError::SeriesLabelsTooLarge { bytes, .. }) => bytes,
+        other => panic!("expected SeriesLabelsTooLarge, got {other:?}"),
+    }
+}
+
+/// The series label byte budget counts what is built: a redundant sample
+/// label costs nothing, an exported one its name with the prefix, in the
+/// set and in its one typed copy.
+#[test]
+fn the_series_label_budget_counts_only_the_labels_built() {
+    let labels = node_series_labels();
+    let mut b = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
+    let f = b.function(&FunctionSpec {
+        name: "main".into(),
+        ..Default::default()
+    });
+    let loc = b.location(0, 0x1000, &[(f, 1)]);
+    b.sample(&[loc], &[1], &[]);
+    let bare = kiln_pprof::decode(
+        &kiln_pprof::encode_gzip(&b.finish()),
+        &DecodeLimits::default(),
+    )
+    .expect("decodes");
+    let bare_bytes = planned_label_bytes(&bare, &labels);
+    assert_eq!(
+        planned_label_bytes(&node_labelled_profile(&["node-a"]), &labels),
+        bare_bytes
+    );
+    assert_eq!(
+        planned_label_bytes(&node_labelled_profile(&["node-b"]), &labels),
+        bare_bytes + 2 * label_bytes("exported_node", "node-b")
+    );
 }
