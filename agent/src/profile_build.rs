@@ -118,8 +118,11 @@ pub fn build_profile(meta: &WindowMeta, samples: &[ResolvedSample]) -> proto::Pr
         }
         let count = i64::try_from(sample.count).unwrap_or(i64::MAX);
         // `comm`, `pid` and `tid` stay per sample in the store (they are
-        // named in `kiln_contract::sample_labels`); `node` and `language`
-        // take few values and become series labels.
+        // named in `kiln_contract::sample_labels`). `node` and `language`
+        // repeat series labels, which the store drops as redundant, but a
+        // file written by `--output-dir` is the pprof alone and they are its
+        // only record; a process whose runtime is not the group's busiest
+        // keeps its own `language` (as `exported_language` in the store).
         let mut labels = vec![
             (COMM, LabelValue::Str(sample.comm.clone())),
             (PID, LabelValue::Str(sample.pid.to_string())),
