@@ -1,12 +1,16 @@
-//! Every real fixture in `../shared/testdata/profiles` either decodes or is
-//! refused with a clear error, as SOURCES.md says it should be.
+//! Real profiles decode, validate and survive a re-encode with their totals:
+//! ones a live Go program writes with `runtime/pprof` at test time (so the
+//! coverage needs nothing outside the repository), and, where
+//! `../shared/testdata/profiles` is checked out, every fixture there, which
+//! either decodes or is refused with a clear error as SOURCES.md says.
 
 #![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use kiln_pprof::{DecodeLimits, PprofError, decode};
+use kiln_pprof::{DecodeLimits, PprofError, Profile, decode, encode_gzip, validate_message};
 
 fn fixtures_dir() -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/profiles");
@@ -15,7 +19,8 @@ fn fixtures_dir() -> Option<PathBuf> {
     } else {
         let _ = writeln!(
             std::io::stderr(),
-            "skipped: ../shared/testdata/profiles is not present in this checkout"
+            "SKIPPED: ../shared/testdata/profiles is not present; the real-profile checks \
+             ran only on the live Go program's profiles"
         );
         None
     }
@@ -50,15 +55,49 @@ const VALID: &[&str] = &[
     "grafana-pyroscope/invalid_utf8.pb.gz",
 ];
 
+/// The sum of each sample type's values, in the profile's order.
+fn totals(profile: &Profile) -> Vec<i64> {
+    let mut totals = vec![0i64; profile.sample_types().len()];
+    for sample in profile.samples() {
+        for (total, value) in totals.iter_mut().zip(&sample.value) {
+            *total = total.wrapping_add(*value);
+        }
+    }
+    totals
+}
+
+/// Decodes `bytes`, checks the result holds samples, passes the in-memory
+/// validation unchanged, and that its encoding decodes to the same message
+/// with the same totals. Returns the decoded profile for further checks.
+fn check_real_profile(name: &str, bytes: &[u8]) -> Profile {
+    let limits = DecodeLimits::default();
+    let profile = decode(bytes, &limits).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(!profile.sample_types().is_empty(), "{name}");
+    assert!(!profile.samples().is_empty(), "{name}");
+    // The whole message, string table included, as validation left it.
+    let message = profile.clone().into_raw();
+    let (revalidated, _) = validate_message(message.clone(), &limits)
+        .unwrap_or_else(|e| panic!("{name}: validating the decoded message again: {e}"));
+    assert!(
+        revalidated.into_raw() == message,
+        "{name}: validation is stable"
+    );
+    let again = decode(&encode_gzip(&message), &limits)
+        .unwrap_or_else(|e| panic!("{name}: decoding its re-encoding: {e}"));
+    assert!(
+        again.clone().into_raw() == message,
+        "{name}: re-encode round trip"
+    );
+    assert_eq!(totals(&again), totals(&profile), "{name}: totals");
+    profile
+}
+
 #[test]
-fn every_valid_fixture_decodes() {
+fn every_valid_fixture_decodes_validates_and_round_trips() {
     let Some(dir) = fixtures_dir() else { return };
     for name in VALID {
         let bytes = std::fs::read(dir.join(name)).unwrap();
-        let profile =
-            decode(&bytes, &DecodeLimits::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(!profile.sample_types().is_empty(), "{name}");
-        assert!(!profile.samples().is_empty(), "{name}");
+        check_real_profile(name, &bytes);
     }
 }
 
@@ -76,4 +115,133 @@ fn legacy_and_foreign_formats_are_refused_as_not_protobuf() {
             "{name}: {error}"
         );
     }
+}
+
+/// Builds `tests/programs/profiled` with the Go toolchain and runs it, which
+/// writes CPU, heap and goroutine profiles with `runtime/pprof` into `tmp`.
+/// Returns `false` (said so on stderr) when Go is missing outside CI.
+fn write_go_runtime_profiles(tmp: &Path) -> bool {
+    let go = Command::new("go").arg("version").output();
+    if !go.is_ok_and(|o| o.status.success()) {
+        assert!(
+            std::env::var("CI").is_err(),
+            "go (golang-go) is required in CI: ./kiln-dev installs it"
+        );
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: go is not installed; no live runtime/pprof profiles were checked"
+        );
+        return false;
+    }
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/profiled/main.go");
+    let binary = tmp.join("profiled");
+    // The build cache lives in the target directory so reruns are quick.
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go-build-cache");
+    let build = Command::new("go")
+        .arg("build")
+        .arg("-o")
+        .arg(&binary)
+        .arg(&source)
+        .env("GOCACHE", &cache)
+        .env("HOME", tmp)
+        .output()
+        .unwrap();
+    assert!(
+        build.status.success(),
+        "go build failed: {}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    let run = Command::new(&binary).arg(tmp).output().unwrap();
+    assert!(
+        run.status.success(),
+        "the profiled program failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    true
+}
+
+/// Every function name on the stacks of samples matching `keep`.
+fn functions_on_stacks(
+    profile: &Profile,
+    keep: impl Fn(&kiln_pprof::proto::Sample) -> bool,
+) -> Vec<&str> {
+    let mut names = Vec::new();
+    for sample in profile.samples().iter().filter(|s| keep(s)) {
+        for &id in &sample.location_id {
+            for line in &profile.location(id).unwrap().line {
+                names.push(profile.string(profile.function(line.function_id).unwrap().name));
+            }
+        }
+    }
+    names
+}
+
+/// The same checks on profiles a real Go runtime writes at test time, so the
+/// coverage does not depend on `../shared` being checked out (issue 13).
+#[test]
+fn profiles_from_a_live_go_program_decode_validate_and_round_trip() {
+    let tmp = tempfile::tempdir().unwrap();
+    if !write_go_runtime_profiles(tmp.path()) {
+        return;
+    }
+    let read = |name: &str| std::fs::read(tmp.path().join(name)).unwrap();
+
+    let cpu = check_real_profile("go cpu", &read("cpu.pprof"));
+    let types: Vec<(&str, &str)> = cpu
+        .sample_types()
+        .iter()
+        .map(|t| (cpu.string(t.r#type), cpu.string(t.unit)))
+        .collect();
+    assert_eq!(types, [("samples", "count"), ("cpu", "nanoseconds")]);
+    // Go writes each sample's CPU time as its count times the period.
+    for sample in cpu.samples() {
+        assert_eq!(
+            sample.value[1],
+            sample.value[0] * cpu.period(),
+            "{sample:?}"
+        );
+    }
+    let all = functions_on_stacks(&cpu, |_| true);
+    for function in ["main.spinHash", "main.sortFresh", "main.main"] {
+        assert!(
+            all.contains(&function),
+            "{function} missing from the CPU stacks"
+        );
+    }
+    // The label set with pprof.Do is decoded on the labelled work's samples.
+    let labelled = functions_on_stacks(&cpu, |s| {
+        s.label
+            .iter()
+            .any(|l| cpu.string(l.key) == "phase" && cpu.string(l.str) == "hash")
+    });
+    assert!(
+        labelled.contains(&"main.spinHash"),
+        "labelled samples: {labelled:?}"
+    );
+    assert!(
+        !labelled.contains(&"main.sortFresh"),
+        "labelled samples: {labelled:?}"
+    );
+
+    let heap = check_real_profile("go heap", &read("heap.pprof"));
+    let heap_types: Vec<&str> = heap
+        .sample_types()
+        .iter()
+        .map(|t| heap.string(t.r#type))
+        .collect();
+    assert_eq!(
+        heap_types,
+        [
+            "alloc_objects",
+            "alloc_space",
+            "inuse_objects",
+            "inuse_space"
+        ]
+    );
+    assert!(totals(&heap)[1] > 0, "the heap profile holds allocations");
+    assert!(functions_on_stacks(&heap, |_| true).contains(&"main.sortFresh"));
+
+    let goroutine = check_real_profile("go goroutine", &read("goroutine.pprof"));
+    assert!(totals(&goroutine)[0] >= 1, "at least the writing goroutine");
+    assert!(functions_on_stacks(&goroutine, |_| true).contains(&"main.main"));
 }
