@@ -10,6 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use kiln_pprof::folded::{FoldedSpec, folded_to_profile};
 use kiln_pprof::{DecodeLimits, PprofError, Profile, decode, encode_gzip, validate_message};
 
 fn fixtures_dir() -> Option<PathBuf> {
@@ -117,10 +118,9 @@ fn legacy_and_foreign_formats_are_refused_as_not_protobuf() {
     }
 }
 
-/// Builds `tests/programs/profiled` with the Go toolchain and runs it, which
-/// writes CPU, heap and goroutine profiles with `runtime/pprof` into `tmp`.
-/// Returns `false` (said so on stderr) when Go is missing outside CI.
-fn write_go_runtime_profiles(tmp: &Path) -> bool {
+/// Builds `tests/programs/profiled` with the Go toolchain into `tmp`, or
+/// returns `None` (said so on stderr) when Go is missing outside CI.
+fn build_go_program(tmp: &Path) -> Option<PathBuf> {
     let go = Command::new("go").arg("version").output();
     if !go.is_ok_and(|o| o.status.success()) {
         assert!(
@@ -131,7 +131,7 @@ fn write_go_runtime_profiles(tmp: &Path) -> bool {
             std::io::stderr(),
             "SKIPPED: go is not installed; no live runtime/pprof profiles were checked"
         );
-        return false;
+        return None;
     }
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/profiled/main.go");
     let binary = tmp.join("profiled");
@@ -151,6 +151,15 @@ fn write_go_runtime_profiles(tmp: &Path) -> bool {
         "go build failed: {}",
         String::from_utf8_lossy(&build.stderr)
     );
+    Some(binary)
+}
+
+/// Builds and runs the Go program, which writes CPU, heap and goroutine
+/// profiles with `runtime/pprof` into `tmp`. `false` when Go is missing.
+fn write_go_runtime_profiles(tmp: &Path) -> bool {
+    let Some(binary) = build_go_program(tmp) else {
+        return false;
+    };
     let run = Command::new(&binary).arg(tmp).output().unwrap();
     assert!(
         run.status.success(),
@@ -244,4 +253,85 @@ fn profiles_from_a_live_go_program_decode_validate_and_round_trip() {
     let goroutine = check_real_profile("go goroutine", &read("goroutine.pprof"));
     assert!(totals(&goroutine)[0] >= 1, "at least the writing goroutine");
     assert!(functions_on_stacks(&goroutine, |_| true).contains(&"main.main"));
+}
+
+/// The sum of the trailing counts of folded text, read without kiln-pprof.
+fn folded_count_sum(text: &str) -> i64 {
+    text.lines()
+        .filter_map(|line| line.rsplit_once(' '))
+        .map(|(_, count)| count.trim().parse::<i64>().unwrap())
+        .sum()
+}
+
+/// profile-bee, an eBPF profiler (installed by `./kiln-dev test`), samples
+/// the Go program from outside and writes pprof and folded stacks: a second
+/// real producer, with frames from the kernel's view of the process.
+#[test]
+fn profile_bee_output_of_the_go_program_decodes_and_folds_with_its_totals() {
+    let tools = std::env::var("KILN_TOOLS_DIR").unwrap_or_else(|_| "/var/tmp/kiln-tools".into());
+    let probee = PathBuf::from(tools).join("profile-bee/bin/probee");
+    if !probee.is_file() {
+        assert!(
+            std::env::var("CI").is_err(),
+            "{} is required in CI: ./kiln-dev test installs it",
+            probee.display()
+        );
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: {} is absent; no eBPF-sampled profile was checked",
+            probee.display()
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(binary) = build_go_program(tmp.path()) else {
+        return;
+    };
+    let (pprof_path, folded_path) = (tmp.path().join("bee.pb.gz"), tmp.path().join("bee.folded"));
+    let run = Command::new(&probee)
+        .arg("-o")
+        .arg(&pprof_path)
+        .arg("-o")
+        .arg(&folded_path)
+        .args(["-f", "499", "-t", "60000", "--"])
+        .arg(&binary)
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    if !run.status.success() {
+        // eBPF needs root (or CAP_BPF and CAP_PERFMON); ./kiln-dev test runs as root.
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: profile-bee could not profile here ({}): {}",
+            run.status,
+            String::from_utf8_lossy(&run.stderr)
+        );
+        return;
+    }
+
+    let bee = check_real_profile("profile-bee pprof", &std::fs::read(&pprof_path).unwrap());
+    let folded = std::fs::read_to_string(&folded_path).unwrap();
+    let expected = folded_count_sum(&folded);
+    assert!(expected > 0, "profile-bee sampled nothing: {folded}");
+    // NB: profile-bee's unwinder sometimes writes a stack of 1,000+
+    // `[unknown]` frames, past the default depth limit; all of it is kept here.
+    let spec = FoldedSpec {
+        max_depth: 1 << 20,
+        ..FoldedSpec::default()
+    };
+    let (message, stats) = folded_to_profile(folded.as_bytes(), &spec)
+        .unwrap_or_else(|e| panic!("profile-bee folded: {e}"));
+    assert_eq!(stats.total_count, expected);
+    let (from_folded, _) = validate_message(message, &DecodeLimits::default()).unwrap();
+    assert_eq!(totals(&from_folded), [expected]);
+    // Both outputs are the same samples, so they agree on the count.
+    assert_eq!(totals(&bee)[0], expected, "pprof and folded sample counts");
+    // profile-bee roots each stack at the sampled process's name. (Its Go
+    // frames are mostly `[unknown]`, so no function name is asserted.)
+    for line in folded.lines() {
+        assert!(
+            line.starts_with("profiled;") || line.starts_with("profiled "),
+            "a stack from another process: {line}"
+        );
+    }
 }
