@@ -16,6 +16,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{enc, get, http, in_ci};
@@ -143,10 +144,12 @@ fn store_ingests_and_compacts_more_than_its_budget_inside_a_cgroup_of_that_size(
     let count = (SEND_BYTES / mean) as usize + 1;
     let start_s = now_s() - 5 * 3600;
     let step_s = (2 * 3600 / count as i64).max(1);
+    let backlog_refusals = AtomicU64::new(0);
     let sent_total: i64 = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..CLIENTS)
             .map(|client| {
                 let variants = &variants;
+                let backlog_refusals = &backlog_refusals;
                 scope.spawn(move || {
                     let mut total = 0i64;
                     for i in (client..count).step_by(CLIENTS) {
@@ -158,8 +161,23 @@ fn store_ingests_and_compacts_more_than_its_budget_inside_a_cgroup_of_that_size(
                             enc(&name),
                             at + 10
                         );
-                        let response = http(addr, "POST", &target, &[], body)
-                            .unwrap_or_else(|e| panic!("ingest {i}: {e}"));
+                        // A full upload budget is the store's back-pressure:
+                        // 503 `upload_backlog` is retryable, and a client that
+                        // sends as fast as this one is told to wait while
+                        // a cut head is written (counted and printed below).
+                        let mut refusals = 0u32;
+                        let response = loop {
+                            let response = http(addr, "POST", &target, &[], body)
+                                .unwrap_or_else(|e| panic!("ingest {i}: {e}"));
+                            let backlog = response.status == 503
+                                && response.text().contains("upload_backlog");
+                            if !backlog || refusals >= 600 {
+                                break response;
+                            }
+                            refusals += 1;
+                            backlog_refusals.fetch_add(1, Ordering::Relaxed);
+                            std::thread::sleep(Duration::from_millis(200));
+                        };
                         assert_eq!(response.status, 200, "ingest {i}: {}", response.text());
                         total += value;
                     }
@@ -173,6 +191,10 @@ fn store_ingests_and_compacts_more_than_its_budget_inside_a_cgroup_of_that_size(
             .sum()
     });
     let sent_bytes = count as u64 * mean;
+    eprintln!(
+        "retried {} uploads refused with 503 upload_backlog",
+        backlog_refusals.load(Ordering::Relaxed)
+    );
     eprintln!(
         "sent {count} profiles, about {} MiB gzipped, to a store with a {} MiB budget",
         sent_bytes >> 20,
