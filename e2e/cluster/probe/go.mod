@@ -1,0 +1,3 @@
+module kiln.dev/e2e/cluster/probe
+
+go 1.24.0
