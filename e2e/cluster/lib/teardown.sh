@@ -15,7 +15,7 @@ cluster_shims() {
   for cmdline_file in /proc/[0-9]*/cmdline; do
     pid="${cmdline_file#/proc/}"
     pid="${pid%/cmdline}"
-    tr '\0' ' ' <"$cmdline_file" 2>/dev/null | grep -q "^[^ ]*containerd-shim[^ ]* .*-address $cri_socket " &&
+    tr '\0' ' ' 2>/dev/null <"$cmdline_file" | grep -q "^[^ ]*containerd-shim[^ ]* .*-address $cri_socket " &&
       printf '%s\n' "$pid"
   done
   return 0
@@ -106,7 +106,7 @@ cluster_processes() {
     case "$exe" in
       "$kubernetes_bin"/* | "$etcd_bin"/*) printf '%s %s\n' "$pid" "$exe" ;;
       */containerd)
-        tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "--config $conf_dir/containerd.toml" &&
+        tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "--config $conf_dir/containerd.toml" &&
           printf '%s %s\n' "$pid" "$exe" ;;
     esac
   done
