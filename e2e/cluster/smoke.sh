@@ -4,7 +4,8 @@
 #   a pod gets an address from the CNI; a Service routes to it from another
 #   pod; that pod resolves the Service's name through CoreDNS; kubectl
 #   port-forward, logs and exec reach it (apiserver -> kubelet -> containerd);
-#   a service-account token authenticates from inside a pod.
+#   a service-account token authenticates from inside a pod; a pod writes to
+#   a local PersistentVolume.
 # Works in its own namespace, removed at the end. Prints each check and
 # "N passed, N failed"; exits non-zero if any failed.
 set -euo pipefail
@@ -33,9 +34,24 @@ check() {
   fi
 }
 
+# eventually COMMAND...: COMMAND succeeds within 15 s. A new Service's rules
+# and DNS record follow its endpoints by a moment (kube-proxy's and
+# CoreDNS's watches), so a first try right after the pod turns Ready may
+# be refused.
+eventually() {
+  local deadline=$((SECONDS + 15))
+  until "$@" 2>/dev/null; do
+    [ "$SECONDS" -lt "$deadline" ] || { "$@"; return; }
+    sleep 1
+  done
+}
+
 cleanup() {
   [ -n "$port_forward_pid" ] && kill "$port_forward_pid" 2>/dev/null
-  kubectl_admin delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
+  rm -f "${port_forward_log:-}"
+  kubectl_admin delete namespace "$ns" --wait=true --timeout=60s >/dev/null 2>&1 || true
+  kubectl_admin delete persistentvolume "$ns" --wait=true --timeout=30s >/dev/null 2>&1 || true
+  rm -rf --one-file-system "${volumes_dir:?}/$ns"
 }
 trap cleanup EXIT
 
@@ -92,25 +108,34 @@ client_exec() { kubectl_admin -n "$ns" exec client -- "$@"; }
 fetch_by_name() {
   client_exec /bin/probe get "http://web.$ns.svc.$cluster_domain/" | grep -q "hello from web"
 }
-check "pod client reaches the Service by its full DNS name (CoreDNS, kube-proxy)" fetch_by_name
+check "pod client reaches the Service by its full DNS name (CoreDNS, kube-proxy)" eventually fetch_by_name
 short_name() {
   [ "$(client_exec /bin/probe resolve web)" = "$(kubectl_admin -n "$ns" get svc web -o jsonpath='{.spec.clusterIP}')" ]
 }
-check "the short name web resolves to the Service's cluster IP (the pod's search path)" short_name
+check "the short name web resolves to the Service's cluster IP (the pod's search path)" eventually short_name
 exec_works() { [ "$(kubectl_admin -n "$ns" exec web -- /bin/busybox hostname)" = web ]; }
 check "kubectl exec runs in the pod" exec_works
-logs_work() { kubectl_admin -n "$ns" logs web | grep -q "serving on :8080"; }
-check "kubectl logs shows the pod's output" logs_work
+logs_work() {
+  local output
+  output="$(kubectl_admin -n "$ns" logs web 2>&1)"
+  grep -q "serving on :8080" <<<"$output" || { printf 'kubectl logs web: %s\n' "$output" >&2; return 1; }
+}
+check "kubectl logs shows the pod's output" eventually logs_work
 
-local_port=18080
-kubectl_admin -n "$ns" port-forward pod/web "$local_port:8080" >/dev/null 2>&1 &
+# A local port kubectl picks (and prints), so no other user's port collides.
+port_forward_log="$(mktemp)"
+kubectl_admin -n "$ns" port-forward pod/web :8080 >"$port_forward_log" 2>&1 &
 port_forward_pid=$!
-forwarded() { curl -sf --max-time 3 "http://127.0.0.1:$local_port/" | grep -q "hello from web"; }
+forwarded() {
+  local local_port
+  local_port="$(sed -n 's/^Forwarding from 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$port_forward_log")"
+  [ -n "$local_port" ] && curl -sf --max-time 3 "http://127.0.0.1:$local_port/" | grep -q "hello from web"
+}
 port_forward_works() {
   local tries=0
   until forwarded; do
     tries=$((tries + 1))
-    [ "$tries" -lt 20 ] || return 1
+    [ "$tries" -lt 20 ] || { cat "$port_forward_log"; return 1; }
     sleep 0.5
   done
 }
@@ -120,6 +145,42 @@ check "kubectl port-forward reaches the pod" port_forward_works
 # the pod's token and CA: the answer names the pod's service account.
 token_works() { [ "$(client_exec /bin/probe whoami)" = "system:serviceaccount:$ns:default" ]; }
 check "a pod's service-account token authenticates to the apiserver through its Service" token_works
+
+# A local PersistentVolume as `cluster.sh pv` makes it: a claim binds to it
+# and a non-root pod writes what then lies in the host directory.
+"$cluster_dir/cluster.sh" pv "$ns" 16Mi --owner 65532:65532 >/dev/null
+kubectl_admin -n "$ns" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  volumeName: $ns
+  resources: {requests: {storage: 16Mi}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: writer
+spec:
+  restartPolicy: Never
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
+  containers:
+  - name: writer
+    image: $toolbox_image
+    imagePullPolicy: Never
+    command: [/bin/busybox, sh, -c, "echo written-by-\$HOSTNAME > /data/check"]
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+    volumeMounts: [{name: data, mountPath: /data}]
+  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]
+EOF
+volume_written() {
+  kubectl_admin -n "$ns" wait --for=jsonpath='{.status.phase}'=Succeeded pod/writer --timeout=60s >/dev/null &&
+    [ "$(cat "$volumes_dir/$ns/check")" = written-by-writer ]
+}
+check "a pod writes to a local PersistentVolume (cluster.sh pv) as a non-root user" volume_written
 
 printf '%s passed, %s failed\n' "$passed" "$failed"
 [ "$failed" = 0 ]
