@@ -97,7 +97,9 @@ cmd_status() {
 
 cmd_pv() {
   local name="${1:-}" size="${2:-}" class="" owner=""
-  [ -n "$name" ] && [ -n "$size" ] || die "usage: cluster.sh pv NAME SIZE [--class CLASS] [--owner UID:GID]"
+  if [ -z "$name" ] || [ -z "$size" ]; then
+    die "usage: cluster.sh pv NAME SIZE [--class CLASS] [--owner UID:GID]"
+  fi
   shift 2
   while [ $# -gt 0 ]; do
     case "$1" in

@@ -96,7 +96,8 @@ remove_log_links() {
   return 0
 }
 
-# Pids of processes running the cluster's binaries or its containerd config.
+# Pids of the cluster's daemons: its etcd and Kubernetes components (not
+# kubectl, which anyone may be running) and containerd on its config.
 cluster_processes() {
   local exe_link pid exe
   for exe_link in /proc/[0-9]*/exe; do
@@ -104,6 +105,7 @@ cluster_processes() {
     pid="${pid%/exe}"
     exe="$(readlink "$exe_link" 2>/dev/null)" || continue
     case "$exe" in
+      "$kubernetes_bin"/kubectl) ;;
       "$kubernetes_bin"/* | "$etcd_bin"/*) printf '%s %s\n' "$pid" "$exe" ;;
       */containerd)
         tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "--config $conf_dir/containerd.toml" &&
