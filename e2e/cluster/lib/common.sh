@@ -6,8 +6,9 @@ tools_dir="${KILN_TOOLS_DIR:-/var/tmp/kiln-tools}"
 
 # Everything the cluster writes lives under these two directories, so down
 # knows exactly what to clean and nothing else on the machine is touched.
-state_dir="${KILN_CLUSTER_STATE_DIR:-/var/lib/kiln-cluster}"
-run_dir="${KILN_CLUSTER_RUN_DIR:-/run/kiln-cluster}"
+# (Fixed paths: down deletes below them.)
+state_dir=/var/lib/kiln-cluster
+run_dir=/run/kiln-cluster
 pki_dir="$state_dir/pki"
 conf_dir="$state_dir/config"
 logs_dir="$state_dir/logs"
