@@ -33,10 +33,11 @@ source "$cluster_dir/lib/processes.sh"
 source "$cluster_dir/lib/teardown.sh"
 
 # Debian packages the node needs: iptables and conntrack for kube-proxy,
-# the CNI plugins for pod networking, socat for port-forward fallbacks,
-# containerd and runc, openssl for the certificates, busybox for the DNS
-# check and the test image, gcc for the pause program.
-cluster_packages=(containerd runc iptables conntrack socat containernetworking-plugins
+# the CNI plugins for pod networking, containerd and runc, openssl for the
+# certificates, busybox for the DNS check and the test image, gcc for the
+# pause program, python3 for the image writer. No socat: containerd 1.6
+# forwards ports itself, dialing inside the pod's network namespace.
+cluster_packages=(containerd runc iptables conntrack containernetworking-plugins
   openssl curl busybox-static gcc libc6-dev python3)
 
 install_cluster_packages() {
