@@ -365,7 +365,8 @@ mod tests {
         if !dir.is_dir() {
             let _ = writeln!(
                 std::io::stderr(),
-                "skipped: {} is not present in this checkout",
+                "SKIPPED: {} is not present in this checkout; tests/perf_folded.rs \
+                 checks folded text perf writes at test time instead",
                 dir.display()
             );
             return;
