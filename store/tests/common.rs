@@ -267,7 +267,12 @@ pub fn testdata_dir() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!("skipped: {} is not present", dir.display());
+        // Past libtest's capture, so the skip shows in the test output.
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: {} is not present",
+            dir.display()
+        );
         None
     }
 }
@@ -283,7 +288,10 @@ pub fn missing_prerequisite(what: &str) {
     if in_ci() {
         panic!("prerequisite missing in CI: {what} (./kiln-dev test installs it)");
     }
-    eprintln!("skipped: {what} is missing (./kiln-dev test installs it)");
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: {what} is missing (./kiln-dev test installs it)"
+    );
 }
 
 /// Every function name in a flamegraph JSON response.
