@@ -5,6 +5,7 @@
 pub(crate) mod encode;
 pub mod format;
 mod memory;
+mod partial;
 mod query;
 mod rollup;
 mod tables;
@@ -14,6 +15,7 @@ use std::collections::BTreeMap;
 use roaring::RoaringBitmap;
 
 pub use encode::encode_block;
+pub use partial::BlockPartial;
 
 use crate::error::BlockError;
 use crate::index::LabelIndex;

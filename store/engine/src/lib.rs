@@ -14,7 +14,7 @@ pub mod symbols;
 mod wire;
 
 pub use block::format::FORMAT_VERSION;
-pub use block::{Block, encode_block};
+pub use block::{Block, BlockPartial, encode_block};
 pub use compact::compact_blocks;
 pub use error::{BlockError, IngestError, QueryError};
 pub use head::{CheckedIngest, Head, IngestLimits, IngestStats};

@@ -70,6 +70,12 @@ pub trait Queryable {
         range: TimeRange,
         into: &mut Timeline,
     ) -> Result<(), QueryError>;
+    /// The immutable block this is, if it is one: a caller may then keep
+    /// what it read from it ([`crate::Block::merge_partial`]) for later
+    /// queries. Heads change and are not blocks.
+    fn as_block(&self) -> Option<&crate::Block> {
+        None
+    }
 }
 
 /// A [`Selector`] ready to evaluate: its matchers compiled, plus one on

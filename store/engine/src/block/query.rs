@@ -30,7 +30,7 @@ fn overlaps(start: i64, len: i64, range: &TimeRange) -> bool {
 }
 
 impl Block {
-    fn corrupt_block(&self, source: BlockError) -> QueryError {
+    pub(super) fn corrupt_block(&self, source: BlockError) -> QueryError {
         QueryError::CorruptBlock {
             block_id: self.meta().id.clone(),
             source,
@@ -176,7 +176,7 @@ impl Block {
         Ok(())
     }
 
-    fn merge_series(
+    pub(super) fn merge_series(
         &self,
         series: &BlockSeries,
         range: TimeRange,
@@ -294,6 +294,10 @@ impl Queryable for Block {
         self.merge_selected(selector, range, into, |series, sums| {
             self.merge_series(series, range, sums)
         })
+    }
+
+    fn as_block(&self) -> Option<&Block> {
+        Some(self)
     }
 
     fn timeline_into(
