@@ -13,6 +13,7 @@ use kiln_engine::{
     compile_matchers,
 };
 
+use super::cache::partial_key;
 use super::incomplete::{self, Incomplete};
 use super::{Shared, Store, lock, read};
 use crate::bucket::CorruptBlock;
@@ -307,11 +308,16 @@ impl Store {
         range: TimeRange,
     ) -> Result<MergedProfile, StorageError> {
         let selector = selector.clone();
+        let compiled = selector.clone();
+        let shared = Arc::clone(&self.shared);
         self.visit_all(
             range,
-            move || CompiledSelector::new(&selector),
+            move || CompiledSelector::new(&compiled),
             MergedProfile::new,
-            move |s, q, acc| q.merge_into(s, range, acc),
+            move |s, q, acc| match q.as_block() {
+                Some(block) => merge_block(&shared, block, &selector, s, range, acc),
+                None => q.merge_into(s, range, acc),
+            },
         )
         .await
     }
@@ -334,6 +340,34 @@ impl Store {
         )
         .await
     }
+}
+
+/// Adds `block`'s share of a merge to `acc` from the partial cached with
+/// the block for this selection and the range's clip to the block, or
+/// computes it and caches it. A warm merge over many blocks then translates
+/// each block's distinct stacks once instead of reading every series of
+/// every block again.
+fn merge_block(
+    shared: &Shared,
+    block: &Block,
+    selector: &Selector,
+    compiled: &CompiledSelector,
+    range: TimeRange,
+    acc: &mut MergedProfile,
+) -> Result<(), QueryError> {
+    let id = &block.meta().id;
+    let key = partial_key(block, selector, range);
+    let cached = lock(&shared.cache).partial(id, &key);
+    let partial = match cached {
+        Some(partial) => partial,
+        None => {
+            let partial = Arc::new(block.merge_partial(compiled, range)?);
+            lock(&shared.cache).insert_partial(id, key, Arc::clone(&partial));
+            partial
+        }
+    };
+    acc.add_block_partial(block, &partial);
+    Ok(())
 }
 
 /// Queries made again when a block they listed was deleted under them.
