@@ -5,12 +5,14 @@
 //! thousand pods costs one entry. Tables are per head or per block, which is
 //! what bounds them: retention deletes blocks, and their symbols go with them.
 
+mod content_key;
 mod translate;
 
 use std::hash::{BuildHasher, Hash, Hasher};
 
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 
+pub(crate) use content_key::{ContentKey, ContentKeyer};
 pub(crate) use translate::SymbolTranslator;
 
 /// Marks a location without a mapping.

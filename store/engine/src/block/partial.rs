@@ -15,13 +15,26 @@ use super::Block;
 use crate::error::QueryError;
 use crate::model::TimeRange;
 use crate::query::{CompiledSelector, MergedProfile, check_range};
+use crate::symbols::{ContentKey, ContentKeyer, SymbolTranslator};
 
 /// The summed `(stack, sample label set) -> value` entries of one block's
-/// selection over one range, in that block's symbol ids; meaningful only
-/// with the block it came from.
+/// selection over one range, in that block's symbol ids, each with the
+/// content keys of its stack and label set; meaningful only with the block
+/// it came from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BlockPartial {
-    entries: Vec<((u32, u32), i64)>,
+    entries: Vec<PartialEntry>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PartialEntry {
+    stack: u32,
+    labels: u32,
+    value: i64,
+    /// `None` where the block's tables lack an entry the stack refers to;
+    /// such a stack is translated every time.
+    stack_key: Option<ContentKey>,
+    labels_key: Option<ContentKey>,
 }
 
 impl BlockPartial {
@@ -37,7 +50,7 @@ impl BlockPartial {
 
     /// Heap bytes held, for a cache's budget.
     pub fn approx_bytes(&self) -> usize {
-        size_of::<Self>() + self.entries.capacity() * size_of::<((u32, u32), i64)>()
+        size_of::<Self>() + self.entries.capacity() * size_of::<PartialEntry>()
     }
 }
 
@@ -75,9 +88,19 @@ impl Block {
                     .map_err(|e| self.corrupt_block(e))?;
             }
         }
-        let mut entries: Vec<((u32, u32), i64)> = sums.into_iter().collect();
+        let mut keyer = ContentKeyer::new(&self.symbols);
+        let mut entries: Vec<PartialEntry> = sums
+            .into_iter()
+            .map(|((stack, labels), value)| PartialEntry {
+                stack,
+                labels,
+                value,
+                stack_key: keyer.node(stack),
+                labels_key: keyer.label_set(labels),
+            })
+            .collect();
         // A fixed order, so equal partials compare equal.
-        entries.sort_unstable_by_key(|&(key, _)| key);
+        entries.sort_unstable_by_key(|e| (e.stack, e.labels));
         Ok(BlockPartial { entries })
     }
 }
@@ -85,7 +108,47 @@ impl Block {
 impl MergedProfile {
     /// Adds a partial that `block` produced ([`Block::merge_partial`]).
     /// The partial must come from this same block: its ids are the block's.
+    ///
+    /// A stack or label set whose content this merge already holds (from
+    /// any block's partial) is found by its content key; only new content
+    /// is translated through the block's tables.
     pub fn add_block_partial(&mut self, block: &Block, partial: &BlockPartial) {
-        self.add_from(&block.symbols, partial.entries.iter().copied());
+        let src = &block.symbols;
+        // Built only on the first miss: it sizes a memo to every table of
+        // the block, which a partial found whole by key never needs.
+        let mut translator: Option<SymbolTranslator> = None;
+        for entry in &partial.entries {
+            let known = entry
+                .stack_key
+                .and_then(|key| self.by_content.nodes.get(&key).copied());
+            let stack = match known {
+                Some(stack) => stack,
+                None => {
+                    let translator = translator.get_or_insert_with(|| SymbolTranslator::new(src));
+                    let stack = translator.node(src, &mut self.symbols, entry.stack);
+                    if let Some(key) = entry.stack_key {
+                        self.by_content.nodes.insert(key, stack);
+                    }
+                    stack
+                }
+            };
+            let known = entry
+                .labels_key
+                .and_then(|key| self.by_content.label_sets.get(&key).copied());
+            let labels = match known {
+                Some(labels) => labels,
+                None => {
+                    let translator = translator.get_or_insert_with(|| SymbolTranslator::new(src));
+                    let labels = translator.label_set(src, &mut self.symbols, entry.labels);
+                    if let Some(key) = entry.labels_key {
+                        self.by_content.label_sets.insert(key, labels);
+                    }
+                    labels
+                }
+            };
+            let sum = self.values.entry((stack, labels)).or_insert(0);
+            *sum = sum.wrapping_add(entry.value);
+            self.total = self.total.wrapping_add(entry.value);
+        }
     }
 }

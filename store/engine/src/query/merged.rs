@@ -4,7 +4,7 @@
 
 use hashbrown::HashMap;
 
-use crate::symbols::{Location, SymbolTable, SymbolTranslator};
+use crate::symbols::{ContentKey, Location, SymbolTable, SymbolTranslator};
 
 /// A merged selection: (stack, sample label set) -> value, with its own
 /// symbols, interned by content.
@@ -13,6 +13,17 @@ pub struct MergedProfile {
     pub(crate) symbols: SymbolTable,
     pub(crate) values: HashMap<(u32, u32), i64>,
     pub(crate) total: i64,
+    /// This merge's id of each stack and label set added from a block
+    /// partial, by content key, so the same content from the next block is
+    /// found without translating it again.
+    pub(crate) by_content: ContentIndex,
+}
+
+/// Content key -> id in a [`MergedProfile`]'s symbols.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ContentIndex {
+    pub(crate) nodes: HashMap<ContentKey, u32>,
+    pub(crate) label_sets: HashMap<ContentKey, u32>,
 }
 
 impl MergedProfile {
