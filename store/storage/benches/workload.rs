@@ -543,7 +543,8 @@ fn main() {
         let report = store.compact(end_ms + 10 * 60_000).await.expect("compact");
         compact_time += compact0.elapsed();
         mem_trace("after final compaction", &store);
-        peak_kib = peak_kib.max(vm_hwm_kib());
+        let final_compact_kib = vm_hwm_kib();
+        peak_kib = peak_kib.max(final_compact_kib);
         reset_hwm();
         let blocks = store.blocks();
         let block_bytes: u64 = blocks.iter().map(|b| b.size_bytes).sum();
@@ -561,6 +562,19 @@ fn main() {
         println!("block bytes: {:.2} MiB for {stored_samples} stored values = {:.2} bytes/value", block_bytes as f64 / 1048576.0, block_bytes as f64 / stored_samples.max(1) as f64);
         println!("fraction of gzipped pprof input: {:.2} %", 100.0 * block_bytes as f64 / input_bytes as f64);
 
+        // One line per figure, `SUMMARY name value...`, for store/bench/scale.sh.
+        let mut summary = vec![
+            format!("pods {pods}"),
+            format!("profiles {total_profiles}"),
+            format!("peak_rss_ingest_mib {:.0}", hwm_ingest as f64 / 1024.0),
+            format!(
+                "peak_rss_compaction_mib {:.0}",
+                compact_peak_kib.max(final_compact_kib) as f64 / 1024.0
+            ),
+            format!("bytes_per_value {:.2}", block_bytes as f64 / stored_samples.max(1) as f64),
+            format!("ingest_profiles_per_cpu_s {:.0}", profiles / cpu),
+            format!("ingest_values_per_cpu_s {:.0}", ingested_samples as f64 / cpu),
+        ];
         println!("\n== merge latency (cold = first query, blocks fetched + decoded; warm = median of 5)");
         let one = Selector {
             profile_type: cpu_type(),
@@ -579,6 +593,13 @@ fn main() {
                     t.warm_cpu * 1000.0,
                     t.total
                 );
+                summary.push(format!(
+                    "merge_{}_{}_ms_cpu cold={:.2} warm={:.2}",
+                    name.replace(' ', ""),
+                    who.replace(' ', "_"),
+                    t.cold_cpu * 1000.0,
+                    t.warm_cpu * 1000.0
+                ));
                 mem_trace(&format!("after {name} {who} queries"), &store);
                 peak_kib = peak_kib.max(vm_hwm_kib());
                 reset_hwm();
@@ -588,5 +609,9 @@ fn main() {
         println!("peak RSS of one hourly/daily compaction (ingest phase): {:.0} MiB", compact_peak_kib as f64 / 1024.0);
         let stats = store.stats();
         println!("store stats: {stats:?}");
+        println!();
+        for line in summary {
+            println!("SUMMARY {line}");
+        }
     });
 }
