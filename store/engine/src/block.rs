@@ -8,14 +8,16 @@ mod memory;
 mod partial;
 mod query;
 mod rollup;
+pub(crate) mod source;
 mod tables;
 
 use std::collections::BTreeMap;
 
 use roaring::RoaringBitmap;
 
-pub use encode::encode_block;
+pub use encode::{BlockSink, encode_block};
 pub use partial::BlockPartial;
+pub use source::BlockRanges;
 
 use crate::error::BlockError;
 use crate::index::LabelIndex;
@@ -150,7 +152,7 @@ pub(crate) fn encode_meta(meta: &BlockMeta) -> Vec<u8> {
     w.into_vec()
 }
 
-fn decode_meta(bytes: &[u8]) -> Result<BlockMeta, BlockError> {
+pub(crate) fn decode_meta(bytes: &[u8]) -> Result<BlockMeta, BlockError> {
     let what = "meta";
     let mut r = Reader::new(bytes);
     let string = |r: &mut Reader<'_>| -> Result<String, BlockError> {
@@ -199,7 +201,7 @@ pub(crate) fn write_blob_ref(w: &mut Writer, blob: BlobRef) {
     w.varint(blob.len as u64);
 }
 
-fn decode_series(
+pub(crate) fn decode_series(
     bytes: &[u8],
     symbols: &SymbolTable,
     data_len: usize,

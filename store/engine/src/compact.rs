@@ -7,11 +7,18 @@
 //! block's symbol space, so besides the sources (compressed data, decoded
 //! symbol tables) it holds only the output's symbols and encoded bytes and
 //! one series' values, never a decoded copy of every point.
+//!
+//! [`compact_streaming`] holds less than its sources: it reads them by range
+//! ([`BlockRanges`]) and writes its output as it goes ([`BlockSink`]), so
+//! besides the output's symbols and directory it holds one id remap per
+//! source stack node and label set, a bounded read window per source and
+//! one series.
 
 use std::collections::BTreeMap;
 
 use crate::block::encode::{BlockIdentity, BlockWriter, SeriesValues};
-use crate::block::{Block, BlockSeries, COLUMN_CHUNK_MS};
+use crate::block::source::{SourceData, SourceHeader, open_source};
+use crate::block::{Block, BlockRanges, BlockSeries, BlockSink, COLUMN_CHUNK_MS};
 use crate::columns::decode_points;
 use crate::error::BlockError;
 use crate::model::{BlockMeta, LabelSet};
@@ -77,6 +84,144 @@ pub fn compact_blocks(
         sources: blocks.iter().map(|b| b.meta().id.clone()).collect(),
         profiles: blocks.iter().map(|b| b.meta().profiles).sum(),
     })
+}
+
+/// Why a streaming compaction failed, and whose fault it was.
+#[derive(Debug, thiserror::Error)]
+pub enum CompactionError {
+    /// A source block could not be read or is corrupt.
+    #[error("source block {index} of the compaction cannot be merged")]
+    Source {
+        /// The source's position in the list given.
+        index: usize,
+        /// What went wrong reading it.
+        #[source]
+        source: BlockError,
+    },
+    /// The merged block could not be built or written out.
+    #[error("the merged block cannot be written")]
+    Output {
+        /// What went wrong.
+        #[source]
+        source: BlockError,
+    },
+}
+
+impl CompactionError {
+    /// The block error underneath.
+    pub fn block_error(&self) -> &BlockError {
+        match self {
+            Self::Source { source, .. } | Self::Output { source } => source,
+        }
+    }
+}
+
+/// Merges the blocks `sources` read into one block at level
+/// `max(source levels) + 1`, written to `out` as it is built (the header
+/// last, at the start); returns its metadata. Each source's data section is
+/// read forward `read_window` bytes at a time (more for a larger blob).
+/// The output equals [`compact_blocks`]'s in content (series, values,
+/// stacks, labels); symbol ids may be numbered differently.
+pub fn compact_streaming<R: BlockRanges>(
+    mut sources: Vec<R>,
+    id: &str,
+    replica: &str,
+    read_window: usize,
+    out: &mut dyn BlockSink,
+) -> Result<BlockMeta, CompactionError> {
+    let source_err = |index| move |source| CompactionError::Source { index, source };
+    let output_err = |source| CompactionError::Output { source };
+    let mut headers = Vec::with_capacity(sources.len());
+    for (index, ranges) in sources.iter_mut().enumerate() {
+        headers.push(SourceHeader::read(ranges).map_err(source_err(index))?);
+    }
+    let min_ms = headers.iter().map(|h| h.meta.min_time_ms).min();
+    let max_ms = headers.iter().map(|h| h.meta.max_time_ms).max();
+    let (Some(min_ms), Some(max_ms)) = (min_ms, max_ms) else {
+        return Err(output_err(BlockError::Empty));
+    };
+    let mut writer = BlockWriter::spilling(min_ms, max_ms, out).map_err(output_err)?;
+    let mut directories: Vec<Vec<BlockSeries>> = Vec::with_capacity(sources.len());
+    let mut readers: Vec<SourceData<R>> = Vec::with_capacity(sources.len());
+    for (index, (ranges, header)) in sources.into_iter().zip(&headers).enumerate() {
+        let (series, reader) = open_source(ranges, header, &mut writer.symbols, read_window)
+            .map_err(source_err(index))?;
+        directories.push(series);
+        readers.push(reader);
+    }
+    // Every output series and where it lives in each source, in label
+    // order, which is also the order each source's data is laid out in.
+    let mut merged: BTreeMap<&LabelSet, Vec<(usize, usize)>> = BTreeMap::new();
+    for (source, series) in directories.iter().enumerate() {
+        for (position, s) in series.iter().enumerate() {
+            merged
+                .entry(&s.labels)
+                .or_default()
+                .push((source, position));
+        }
+    }
+    for (labels, parts) in merged {
+        let mut values = SeriesValues::default();
+        for &(source, position) in &parts {
+            read_source_series(
+                &mut readers[source],
+                &directories[source][position],
+                headers[source].meta.min_time_ms,
+                &mut values,
+            )
+            .map_err(source_err(source))?;
+        }
+        let (source, position) = parts[0];
+        let profile_type = &directories[source][position].profile_type;
+        writer
+            .add_series(labels, profile_type, values)
+            .map_err(output_err)?;
+    }
+    for (index, reader) in readers.into_iter().enumerate() {
+        reader.finish().map_err(source_err(index))?;
+    }
+    drop(directories);
+    writer
+        .finish_spilled(BlockIdentity {
+            id,
+            replica,
+            level: headers
+                .iter()
+                .map(|h| h.meta.compaction_level)
+                .max()
+                .unwrap_or(0)
+                .saturating_add(1),
+            sources: headers.iter().map(|h| h.meta.id.clone()).collect(),
+            profiles: headers.iter().map(|h| h.meta.profiles).sum(),
+        })
+        .map_err(output_err)
+}
+
+/// Adds one series of a source read by range to `values`: its raw points
+/// (stack keys remapped into the output), then its totals, in the order
+/// the block lays them out.
+fn read_source_series<R: BlockRanges>(
+    source: &mut SourceData<R>,
+    series: &BlockSeries,
+    block_min_ms: i64,
+    values: &mut SeriesValues,
+) -> Result<(), BlockError> {
+    for &(chunk, blob) in &series.columns {
+        let bytes = source.blob(blob)?.into_owned();
+        let mut r = Reader::new(&bytes);
+        let columns = r.count(3).map_err(|_| corrupt("columns"))?;
+        for _ in 0..columns {
+            let stack = r.u32().map_err(|_| corrupt("columns"))?;
+            let labels = r.u32().map_err(|_| corrupt("columns"))?;
+            let key = source.key(stack, labels)?;
+            decode_points(&mut r, chunk, |ts, value| values.add_point(key, ts, value))
+                .map_err(|_| corrupt("column points"))?;
+        }
+    }
+    for (time_ms, total, profiles) in source.totals(series, block_min_ms)? {
+        values.add_total(time_ms, total, profiles);
+    }
+    Ok(())
 }
 
 /// Adds one source series' totals and raw points to `values`, translating

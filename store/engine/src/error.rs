@@ -169,6 +169,15 @@ pub enum BlockError {
     /// There is nothing to encode.
     #[error("nothing to encode: no series with samples")]
     Empty,
+    /// Reading a stored block by range, or writing a block out, failed.
+    #[error("input/output failed on {what}")]
+    Io {
+        /// What was being read or written.
+        what: &'static str,
+        /// The reader's or writer's error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl BlockError {
@@ -184,6 +193,7 @@ impl BlockError {
             Self::Decompress { .. } => "decompress",
             Self::Compress { .. } => "compress",
             Self::Empty => "empty",
+            Self::Io { .. } => "io",
         }
     }
 }

@@ -14,8 +14,8 @@ pub mod symbols;
 mod wire;
 
 pub use block::format::FORMAT_VERSION;
-pub use block::{Block, BlockPartial, encode_block};
-pub use compact::compact_blocks;
+pub use block::{Block, BlockPartial, BlockRanges, BlockSink, encode_block};
+pub use compact::{CompactionError, compact_blocks, compact_streaming};
 pub use error::{BlockError, IngestError, QueryError};
 pub use head::{CheckedIngest, Head, IngestLimits, IngestStats};
 pub use index::{CompiledMatcher, LabelIndex, compile_matchers};

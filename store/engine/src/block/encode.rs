@@ -2,6 +2,7 @@
 //! reference, so unreferenced entries never reach a block.
 
 use std::collections::BTreeMap;
+use std::io::{Seek, SeekFrom, Write};
 
 use hashbrown::HashMap;
 
@@ -104,32 +105,73 @@ impl SeriesValues {
 }
 
 /// Builds a block series by series: symbols, directory, index and data grow
-/// as series are added, and the container is assembled at the end.
-pub(crate) struct BlockWriter {
+/// as series are added, and the container is assembled at the end. The data
+/// section grows in memory ([`BlockWriter::new`]) or is written out as it
+/// grows ([`BlockWriter::spilling`]).
+pub(crate) struct BlockWriter<'a> {
     /// The output symbol table; callers translate into it before adding.
     pub(crate) symbols: SymbolTable,
     min_ms: i64,
     max_ms: i64,
     levels: Vec<u8>,
-    data: DataWriter,
+    data: DataWriter<'a>,
     directory: Writer,
     index: LabelIndex,
     series: u32,
     samples: u64,
 }
 
-impl BlockWriter {
-    /// A writer for a block spanning `[min_ms, max_ms]`.
+impl<'a> BlockWriter<'a> {
+    /// A writer for a block spanning `[min_ms, max_ms]`, built in memory.
     pub(crate) fn new(min_ms: i64, max_ms: i64) -> Result<Self, BlockError> {
+        Self::with_data(
+            min_ms,
+            max_ms,
+            DataWriter {
+                bytes: vec![0; DATA_START],
+                compressor: BlobCompressor::new()?,
+                spill: None,
+            },
+        )
+    }
+
+    /// A writer for a block spanning `[min_ms, max_ms]` that writes the
+    /// block to `out` as it grows, so it holds at most
+    /// [`SPILL_CHUNK_BYTES`] of the data section; [`BlockWriter::finish_spilled`]
+    /// appends the other sections and writes the header at the start.
+    pub(crate) fn spilling(
+        min_ms: i64,
+        max_ms: i64,
+        out: &'a mut dyn BlockSink,
+    ) -> Result<Self, BlockError> {
+        // The header is written into this space once the sections are known.
+        out.write_all(&[0; DATA_START])
+            .map_err(|source| BlockError::Io {
+                what: "block header",
+                source,
+            })?;
+        Self::with_data(
+            min_ms,
+            max_ms,
+            DataWriter {
+                bytes: Vec::new(),
+                compressor: BlobCompressor::new()?,
+                spill: Some(Spill {
+                    out,
+                    crc: crc32fast::Hasher::new(),
+                    written: 0,
+                }),
+            },
+        )
+    }
+
+    fn with_data(min_ms: i64, max_ms: i64, data: DataWriter<'a>) -> Result<Self, BlockError> {
         Ok(Self {
             symbols: SymbolTable::new(),
             min_ms,
             max_ms,
             levels: levels_for_span(min_ms, max_ms),
-            data: DataWriter {
-                bytes: vec![0; DATA_START],
-                compressor: BlobCompressor::new()?,
-            },
+            data,
             directory: Writer::new(),
             index: LabelIndex::new(),
             series: 0,
@@ -162,11 +204,64 @@ impl BlockWriter {
         Ok(())
     }
 
-    /// Assembles the container.
+    /// Assembles the container in memory.
     pub(crate) fn finish(
-        mut self,
+        self,
         identity: BlockIdentity<'_>,
     ) -> Result<(BlockMeta, Vec<u8>), BlockError> {
+        let (meta, container, data) = self.sections(identity)?;
+        // Blobs inside are compressed one by one so queries decompress only
+        // what they read; the section is not copied, the header goes into
+        // the space reserved before it.
+        let bytes = container.finish_around(SectionKind::Data, data.bytes, DATA_START)?;
+        let meta = BlockMeta {
+            size_bytes: bytes.len() as u64,
+            ..meta
+        };
+        Ok((meta, bytes))
+    }
+
+    /// Finishes a block written by a [`BlockWriter::spilling`] writer: the
+    /// rest of the data section, the other sections after it, then the
+    /// header at the start of `out`, which is flushed.
+    pub(crate) fn finish_spilled(
+        self,
+        identity: BlockIdentity<'_>,
+    ) -> Result<BlockMeta, BlockError> {
+        let (meta, container, data) = self.sections(identity)?;
+        let Some(mut spill) = data.spill else {
+            return Err(BlockError::Corrupt {
+                what: "an in-memory block writer finished as a spilling one",
+            });
+        };
+        spill.write(&data.bytes)?;
+        let io = |what| move |source| BlockError::Io { what, source };
+        let first = (
+            SectionKind::Data,
+            spill.written,
+            spill.crc.clone().finalize(),
+        );
+        let (header, tail) = container.finish_streamed(first, DATA_START, &mut *spill.out)?;
+        spill
+            .out
+            .seek(SeekFrom::Start(0))
+            .map_err(io("block header"))?;
+        spill
+            .out
+            .write_all(header.as_slice())
+            .map_err(io("block header"))?;
+        spill.out.flush().map_err(io("block"))?;
+        Ok(BlockMeta {
+            size_bytes: DATA_START as u64 + spill.written + tail,
+            ..meta
+        })
+    }
+
+    /// The block's metadata and every section but the data section.
+    fn sections(
+        mut self,
+        identity: BlockIdentity<'_>,
+    ) -> Result<(BlockMeta, ContainerWriter, DataWriter<'a>), BlockError> {
         if self.series == 0 {
             return Err(BlockError::Empty);
         }
@@ -200,15 +295,7 @@ impl BlockWriter {
         container.add(SectionKind::LabelSets, encoded_tables.label_sets, true)?;
         container.add(SectionKind::Series, directory.into_vec(), true)?;
         container.add(SectionKind::Postings, postings, true)?;
-        // Blobs inside are compressed one by one so queries decompress only
-        // what they read; the section is not copied, the header goes into
-        // the space reserved before it.
-        let bytes = container.finish_around(SectionKind::Data, self.data.bytes, DATA_START)?;
-        let meta = BlockMeta {
-            size_bytes: bytes.len() as u64,
-            ..meta
-        };
-        Ok((meta, bytes))
+        Ok((meta, container, self.data))
     }
 }
 
@@ -251,10 +338,40 @@ impl EncodedSeries {
     }
 }
 
+/// Where a block being written goes: a temporary file, a buffer.
+pub trait BlockSink: Write + Seek {}
+
+impl<T: Write + Seek> BlockSink for T {}
+
+/// A spilling writer hands its data section to its sink in pieces this large.
+pub(crate) const SPILL_CHUNK_BYTES: usize = 1 << 20;
+
 /// The data section being built, with one zstd context for all blobs.
-struct DataWriter {
+struct DataWriter<'a> {
+    /// In memory: the reserved header space and the section. Spilling: the
+    /// section's bytes not yet written out.
     bytes: Vec<u8>,
     compressor: BlobCompressor,
+    spill: Option<Spill<'a>>,
+}
+
+/// The data section's bytes written out so far and their running CRC.
+struct Spill<'a> {
+    out: &'a mut dyn BlockSink,
+    crc: crc32fast::Hasher,
+    written: u64,
+}
+
+impl Spill<'_> {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), BlockError> {
+        self.out.write_all(bytes).map_err(|source| BlockError::Io {
+            what: "data section",
+            source,
+        })?;
+        self.crc.update(bytes);
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
 }
 
 /// Sections of a block: meta, six symbol tables, series, postings, data.
@@ -263,15 +380,26 @@ const BLOCK_SECTIONS: usize = 10;
 /// header is written into the space before it (`finish_around`).
 const DATA_START: usize = header_len(BLOCK_SECTIONS);
 
-impl DataWriter {
+impl DataWriter<'_> {
+    /// Bytes of the data section so far (offsets are within the section).
+    fn section_len(&self) -> usize {
+        match &self.spill {
+            None => self.bytes.len() - DATA_START,
+            Some(spill) => spill.written as usize + self.bytes.len(),
+        }
+    }
+
     fn push_blob(&mut self, raw: &[u8]) -> Result<BlobRef, BlockError> {
-        let start = self.bytes.len();
+        let offset = self.section_len();
         write_blob(raw, &mut self.compressor, &mut self.bytes)?;
-        Ok(BlobRef {
-            // Offsets are within the data section.
-            offset: start - DATA_START,
-            len: self.bytes.len() - start,
-        })
+        let len = self.section_len() - offset;
+        if let Some(spill) = &mut self.spill
+            && self.bytes.len() >= SPILL_CHUNK_BYTES
+        {
+            spill.write(&self.bytes)?;
+            self.bytes.clear();
+        }
+        Ok(BlobRef { offset, len })
     }
 }
 

@@ -138,6 +138,33 @@ impl ContainerWriter {
         Ok(leading)
     }
 
+    /// Writes the collected sections to `out` for a block whose leading
+    /// section (`kind`: `len` bytes with CRC `crc`, uncompressed) was
+    /// already written there after `reserved` bytes, which must be
+    /// [`header_len`]`(sections + 1)`. Returns the header, which the
+    /// caller writes into the reserved space, and the bytes appended.
+    pub(crate) fn finish_streamed(
+        self,
+        first: (SectionKind, u64, u32),
+        reserved: usize,
+        out: &mut dyn std::io::Write,
+    ) -> Result<(Writer, u64), BlockError> {
+        let header_len = header_len(self.sections.len() + 1);
+        if reserved != header_len {
+            return Err(BlockError::Corrupt {
+                what: "encoder reserved header space of the wrong size",
+            });
+        }
+        let header = self.header(header_len as u64, first);
+        for (kind, _, stored, _) in &self.sections {
+            out.write_all(stored).map_err(|source| BlockError::Io {
+                what: kind.name(),
+                source,
+            })?;
+        }
+        Ok((header, self.stored_len() as u64))
+    }
+
     fn stored_len(&self) -> usize {
         self.sections
             .iter()
@@ -187,6 +214,126 @@ pub(crate) const fn header_len(sections: usize) -> usize {
     MAGIC.len() + 8 + sections * ENTRY_BYTES + 4
 }
 
+/// Bytes before the section table: magic, version and section count.
+pub(crate) const PREAMBLE_LEN: usize = MAGIC.len() + 8;
+
+/// One entry of a block's section table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SectionEntry {
+    pub(crate) kind: SectionKind,
+    pub(crate) compression: u8,
+    /// From the start of the block.
+    pub(crate) offset: u64,
+    /// Stored (possibly compressed) length.
+    pub(crate) len: u64,
+    pub(crate) raw_len: u64,
+    pub(crate) crc: u32,
+}
+
+impl SectionEntry {
+    /// Whether the section is stored uncompressed, so its bytes can be
+    /// read by range as they are.
+    pub(crate) fn is_raw(&self) -> bool {
+        self.compression == COMPRESSION_NONE
+    }
+
+    /// Checks `stored` (the section's bytes) against the entry's CRC.
+    pub(crate) fn verify(&self, stored: &[u8]) -> Result<(), BlockError> {
+        if crc32fast::hash(stored) != self.crc {
+            return Err(BlockError::ChecksumMismatch {
+                section: self.kind.name(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The section's decompressed bytes from its verified stored bytes.
+    pub(crate) fn inflate(&self, stored: Vec<u8>) -> Result<Vec<u8>, BlockError> {
+        self.verify(&stored)?;
+        if self.is_raw() {
+            return Ok(stored);
+        }
+        decompress(&stored, self.raw_len, self.kind.name())
+    }
+}
+
+/// Checks the magic and version at the start of a block and returns its
+/// section count; `bytes` needs only the first [`PREAMBLE_LEN`] bytes.
+pub(crate) fn parse_preamble(bytes: &[u8]) -> Result<u32, BlockError> {
+    let mut reader = Reader::new(bytes);
+    let magic = reader.take(MAGIC.len()).map_err(|_| BlockError::BadMagic)?;
+    if magic != MAGIC {
+        return Err(BlockError::BadMagic);
+    }
+    let truncated = |_| BlockError::Truncated { what: "header" };
+    let version = reader.u32_le().map_err(truncated)?;
+    if version != FORMAT_VERSION {
+        return Err(BlockError::UnsupportedVersion {
+            version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let count = reader.u32_le().map_err(truncated)?;
+    if count > MAX_SECTIONS {
+        return Err(BlockError::Corrupt {
+            what: "too many sections",
+        });
+    }
+    Ok(count)
+}
+
+/// Parses the checksummed section table of a header of `count` sections;
+/// `bytes` needs only the first [`header_len`]`(count)` bytes. Sections of
+/// kinds this build does not know (a compatible writer's) are skipped.
+pub(crate) fn parse_section_table(
+    bytes: &[u8],
+    count: u32,
+) -> Result<Vec<SectionEntry>, BlockError> {
+    let truncated = |_| BlockError::Truncated {
+        what: "section table",
+    };
+    let entries_len = count as usize * ENTRY_BYTES;
+    let header_len = PREAMBLE_LEN + entries_len;
+    let mut reader = Reader::new(bytes.get(PREAMBLE_LEN..).unwrap_or_default());
+    let mut entries = Reader::new(reader.take(entries_len).map_err(truncated)?);
+    let stored_crc = reader.u32_le().map_err(truncated)?;
+    if crc32fast::hash(&bytes[..header_len]) != stored_crc {
+        return Err(BlockError::ChecksumMismatch {
+            section: "section table",
+        });
+    }
+    let mut sections = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let corrupt = |_| BlockError::Corrupt {
+            what: "section table",
+        };
+        let kind = entries.u32_le().map_err(corrupt)?;
+        let compression = entries.byte().map_err(corrupt)?;
+        let offset = entries.u64_le().map_err(corrupt)?;
+        let len = entries.u64_le().map_err(corrupt)?;
+        let raw_len = entries.u64_le().map_err(corrupt)?;
+        let crc = entries.u32_le().map_err(corrupt)?;
+        let Some(kind) = SectionKind::from_u32(kind) else {
+            // Unknown sections from a compatible writer are skipped.
+            continue;
+        };
+        if compression != COMPRESSION_NONE && compression != COMPRESSION_ZSTD {
+            return Err(BlockError::Corrupt {
+                what: "unknown section compression",
+            });
+        }
+        sections.push(SectionEntry {
+            kind,
+            compression,
+            offset,
+            len,
+            raw_len,
+            crc,
+        });
+    }
+    Ok(sections)
+}
+
 /// A parsed, checksum-verified container.
 #[derive(Debug)]
 pub(crate) struct Container<'a> {
@@ -196,71 +343,20 @@ pub(crate) struct Container<'a> {
 impl<'a> Container<'a> {
     /// Parses the header and verifies every checksum.
     pub(crate) fn parse(bytes: &'a [u8]) -> Result<Self, BlockError> {
-        let truncated = |what| move |_| BlockError::Truncated { what };
-        let mut reader = Reader::new(bytes);
-        let magic = reader.take(MAGIC.len()).map_err(|_| BlockError::BadMagic)?;
-        if magic != MAGIC {
-            return Err(BlockError::BadMagic);
-        }
-        let version = reader.u32_le().map_err(truncated("header"))?;
-        if version != FORMAT_VERSION {
-            return Err(BlockError::UnsupportedVersion {
-                version,
-                supported: FORMAT_VERSION,
-            });
-        }
-        let count = reader.u32_le().map_err(truncated("header"))?;
-        if count > MAX_SECTIONS {
-            return Err(BlockError::Corrupt {
-                what: "too many sections",
-            });
-        }
-        let entries_len = count as usize * ENTRY_BYTES;
-        let header_len = MAGIC.len() + 8 + entries_len;
-        let mut entries = Reader::new(
-            reader
-                .take(entries_len)
-                .map_err(truncated("section table"))?,
-        );
-        let stored_crc = reader.u32_le().map_err(truncated("section table"))?;
-        if crc32fast::hash(&bytes[..header_len]) != stored_crc {
-            return Err(BlockError::ChecksumMismatch {
-                section: "section table",
-            });
-        }
-        let mut sections = Vec::with_capacity(count as usize);
-        for _ in 0..count {
-            let corrupt = |_| BlockError::Corrupt {
-                what: "section table",
-            };
-            let kind = entries.u32_le().map_err(corrupt)?;
-            let compression = entries.byte().map_err(corrupt)?;
-            let offset = entries.u64_le().map_err(corrupt)?;
-            let len = entries.u64_le().map_err(corrupt)?;
-            let raw_len = entries.u64_le().map_err(corrupt)?;
-            let crc = entries.u32_le().map_err(corrupt)?;
-            let Some(kind) = SectionKind::from_u32(kind) else {
-                // Unknown sections from a compatible writer are skipped.
-                continue;
-            };
-            let start =
-                usize::try_from(offset).map_err(|_| BlockError::Truncated { what: kind.name() })?;
-            let end = usize::try_from(offset.saturating_add(len))
+        let count = parse_preamble(bytes)?;
+        let entries = parse_section_table(bytes, count)?;
+        let mut sections = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let kind = entry.kind;
+            let start = usize::try_from(entry.offset)
+                .map_err(|_| BlockError::Truncated { what: kind.name() })?;
+            let end = usize::try_from(entry.offset.saturating_add(entry.len))
                 .map_err(|_| BlockError::Truncated { what: kind.name() })?;
             let stored = bytes
                 .get(start..end)
                 .ok_or(BlockError::Truncated { what: kind.name() })?;
-            if crc32fast::hash(stored) != crc {
-                return Err(BlockError::ChecksumMismatch {
-                    section: kind.name(),
-                });
-            }
-            if compression != COMPRESSION_NONE && compression != COMPRESSION_ZSTD {
-                return Err(BlockError::Corrupt {
-                    what: "unknown section compression",
-                });
-            }
-            sections.push((kind, compression, stored, raw_len));
+            entry.verify(stored)?;
+            sections.push((kind, entry.compression, stored, entry.raw_len));
         }
         Ok(Self { sections })
     }

@@ -102,6 +102,13 @@ impl SymbolTranslator {
         self.locations[id as usize]
     }
 
+    /// The stack node and sample label set remaps (`u32::MAX` where not
+    /// translated), for a caller that translated everything it needs and
+    /// drops the source table.
+    pub(crate) fn into_remaps(self) -> (Vec<u32>, Vec<u32>) {
+        (self.nodes, self.label_sets)
+    }
+
     /// Translates stack node `node` of `src` into `dst`.
     pub(crate) fn node(&mut self, src: &SymbolTable, dst: &mut SymbolTable, node: u32) -> u32 {
         // Walk up to the nearest translated ancestor, then intern back down.

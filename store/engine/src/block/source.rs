@@ -1,0 +1,372 @@
+//! A stored block as compaction reads it: by range, never whole. The
+//! header, metadata, symbol tables and series directory are read once; the
+//! symbol tables are translated into the merge's output table straight away
+//! and dropped, leaving one id remap per stack node and sample label set;
+//! the data section is read forward through a bounded window as the merge
+//! walks the series in label order (the order a block lays its data out
+//! in), with the section's CRC computed as it passes.
+
+use std::borrow::Cow;
+
+use super::format::{
+    PREAMBLE_LEN, SectionEntry, SectionKind, header_len, parse_preamble, parse_section_table,
+    read_blob,
+};
+use super::{BlobRef, BlockSeries, decode_meta, decode_series, tables};
+use crate::error::BlockError;
+use crate::model::BlockMeta;
+use crate::symbols::{SymbolTable, SymbolTranslator};
+use crate::wire::Reader;
+
+/// Random access to a stored block's bytes: a local file read at offsets,
+/// an object store's range reads. The engine does no IO itself.
+pub trait BlockRanges {
+    /// The block's size in bytes.
+    fn size(&self) -> u64;
+
+    /// Appends the `len` bytes at `offset` to `buf`.
+    fn read_range(&mut self, offset: u64, len: usize, buf: &mut Vec<u8>) -> std::io::Result<()>;
+}
+
+/// Appends `len` bytes at `offset` to `buf`, refusing a short read.
+fn read_into<R: BlockRanges>(
+    ranges: &mut R,
+    offset: u64,
+    len: usize,
+    buf: &mut Vec<u8>,
+) -> Result<(), BlockError> {
+    let before = buf.len();
+    ranges
+        .read_range(offset, len, buf)
+        .map_err(|source| BlockError::Io {
+            what: "block range",
+            source,
+        })?;
+    if buf.len() != before + len {
+        return Err(BlockError::Truncated {
+            what: "block range",
+        });
+    }
+    Ok(())
+}
+
+/// A source block's section table and metadata, read before the merge
+/// starts (the output's time span comes from every source's).
+#[derive(Debug)]
+pub(crate) struct SourceHeader {
+    pub(crate) meta: BlockMeta,
+    entries: Vec<SectionEntry>,
+}
+
+impl SourceHeader {
+    /// Reads and checks the header and the metadata section.
+    pub(crate) fn read<R: BlockRanges>(ranges: &mut R) -> Result<Self, BlockError> {
+        let size = ranges.size();
+        let mut buf = Vec::new();
+        read_into(
+            ranges,
+            0,
+            PREAMBLE_LEN.min(usize::try_from(size).unwrap_or(PREAMBLE_LEN)),
+            &mut buf,
+        )?;
+        let count = parse_preamble(&buf)?;
+        let len = header_len(count as usize);
+        if len as u64 > size {
+            return Err(BlockError::Truncated {
+                what: "section table",
+            });
+        }
+        buf.clear();
+        read_into(ranges, 0, len, &mut buf)?;
+        let entries = parse_section_table(&buf, count)?;
+        if let Some(entry) = entries
+            .iter()
+            .find(|e| e.offset.checked_add(e.len).is_none_or(|end| end > size))
+        {
+            return Err(BlockError::Truncated {
+                what: entry.kind.name(),
+            });
+        }
+        let mut meta = decode_meta(&section(&entries, ranges, SectionKind::Meta)?)?;
+        meta.size_bytes = size;
+        Ok(Self { meta, entries })
+    }
+
+    fn entry(&self, kind: SectionKind) -> Result<SectionEntry, BlockError> {
+        entry(&self.entries, kind)
+    }
+
+    /// One whole section, checked and decompressed.
+    fn section<R: BlockRanges>(
+        &self,
+        ranges: &mut R,
+        kind: SectionKind,
+    ) -> Result<Vec<u8>, BlockError> {
+        section(&self.entries, ranges, kind)
+    }
+}
+
+fn entry(entries: &[SectionEntry], kind: SectionKind) -> Result<SectionEntry, BlockError> {
+    entries
+        .iter()
+        .find(|e| e.kind == kind)
+        .copied()
+        .ok_or(BlockError::MissingSection {
+            section: kind.name(),
+        })
+}
+
+/// One whole section, checked and decompressed.
+fn section<R: BlockRanges>(
+    entries: &[SectionEntry],
+    ranges: &mut R,
+    kind: SectionKind,
+) -> Result<Vec<u8>, BlockError> {
+    let entry = entry(entries, kind)?;
+    let len =
+        usize::try_from(entry.len).map_err(|_| BlockError::Truncated { what: kind.name() })?;
+    let mut stored = Vec::new();
+    read_into(ranges, entry.offset, len, &mut stored)?;
+    entry.inflate(stored)
+}
+
+/// What the merge keeps of one source: id remaps into the output table and
+/// the data section's reader.
+pub(crate) struct SourceData<R> {
+    /// Output stack node of each source stack node.
+    nodes: Vec<u32>,
+    /// Output sample label set of each source label set.
+    label_sets: Vec<u32>,
+    data: DataWindow<R>,
+}
+
+/// Opens a source for the merge: translates its symbol tables into
+/// `output` (one decoded table at a time, dropped before returning) and
+/// returns its series directory and its data reader. Each read of the data
+/// section fetches at least `window` bytes.
+pub(crate) fn open_source<R: BlockRanges>(
+    mut ranges: R,
+    header: &SourceHeader,
+    output: &mut SymbolTable,
+    window: usize,
+) -> Result<(Vec<BlockSeries>, SourceData<R>), BlockError> {
+    let symbols = {
+        let strings = header.section(&mut ranges, SectionKind::Strings)?;
+        let mappings = header.section(&mut ranges, SectionKind::Mappings)?;
+        let functions = header.section(&mut ranges, SectionKind::Functions)?;
+        let locations = header.section(&mut ranges, SectionKind::Locations)?;
+        let stacks = header.section(&mut ranges, SectionKind::Stacks)?;
+        let label_sets = header.section(&mut ranges, SectionKind::LabelSets)?;
+        tables::decode_tables(&tables::TableSections {
+            strings: &strings,
+            mappings: &mappings,
+            functions: &functions,
+            locations: &locations,
+            stacks: &stacks,
+            label_sets: &label_sets,
+        })?
+    };
+    let data = header.entry(SectionKind::Data)?;
+    let data_len = if data.is_raw() {
+        data.len
+    } else {
+        data.raw_len
+    };
+    let data_len = usize::try_from(data_len).map_err(|_| BlockError::Truncated { what: "data" })?;
+    let series = decode_series(
+        &header.section(&mut ranges, SectionKind::Series)?,
+        &symbols,
+        data_len,
+    )?;
+    // Every entry of a block's tables is referenced by its series (blocks
+    // are written from what their series reference), so translating all of
+    // them up front brings nothing unreferenced into the output.
+    let mut translator = SymbolTranslator::new(&symbols);
+    for node in 0..symbols.node_count() {
+        translator.node(&symbols, output, node as u32);
+    }
+    for set in 0..symbols.label_sets.len() {
+        translator.label_set(&symbols, output, set as u32);
+    }
+    let (nodes, label_sets) = translator.into_remaps();
+    drop(symbols);
+    let data = DataWindow::open(ranges, data, window)?;
+    Ok((
+        series,
+        SourceData {
+            nodes,
+            label_sets,
+            data,
+        },
+    ))
+}
+
+impl<R: BlockRanges> SourceData<R> {
+    /// Output stack key of a source `(stack node, label set)`.
+    pub(crate) fn key(&self, stack: u32, labels: u32) -> Result<(u32, u32), BlockError> {
+        match (
+            self.nodes.get(stack as usize),
+            self.label_sets.get(labels as usize),
+        ) {
+            (Some(&node), Some(&set)) => Ok((node, set)),
+            _ => Err(BlockError::Corrupt {
+                what: "stack key out of range",
+            }),
+        }
+    }
+
+    /// The decompressed bytes of a blob of the data section.
+    pub(crate) fn blob(&mut self, blob: BlobRef) -> Result<Cow<'_, [u8]>, BlockError> {
+        self.data.blob(blob)
+    }
+
+    /// Every totals row `(time, total, profiles)` of a series of a block
+    /// starting at `block_min_ms`.
+    pub(crate) fn totals(
+        &mut self,
+        series: &BlockSeries,
+        block_min_ms: i64,
+    ) -> Result<Vec<(i64, i64, u64)>, BlockError> {
+        let corrupt = |_| BlockError::Corrupt { what: "totals" };
+        let raw = self.blob(series.totals)?;
+        let mut r = Reader::new(&raw);
+        let count = r.count(3).map_err(corrupt)?;
+        let mut rows = Vec::with_capacity(count);
+        let mut previous = block_min_ms;
+        for _ in 0..count {
+            let ts = previous.wrapping_add(r.signed().map_err(corrupt)?);
+            let total = r.signed().map_err(corrupt)?;
+            let profiles = r.varint().map_err(corrupt)?;
+            rows.push((ts, total, profiles));
+            previous = ts;
+        }
+        Ok(rows)
+    }
+
+    /// Reads the rest of the data section and checks its CRC: a merge
+    /// calls this before it finishes its output.
+    pub(crate) fn finish(self) -> Result<(), BlockError> {
+        self.data.finish()
+    }
+}
+
+/// The data section, read forward. Holds the bytes from the blob last
+/// asked for up to what was read past it (at most one blob plus `window`).
+struct DataWindow<R> {
+    ranges: R,
+    /// Where the section starts in the block, its length and CRC.
+    section_at: u64,
+    section_len: u64,
+    expected_crc: u32,
+    crc: crc32fast::Hasher,
+    /// Bytes `[buf_at, read_to)` of the section.
+    buf: Vec<u8>,
+    buf_at: u64,
+    read_to: u64,
+    window: usize,
+    /// A compressed section is held whole, already checked.
+    whole: bool,
+}
+
+impl<R: BlockRanges> DataWindow<R> {
+    fn open(ranges: R, entry: SectionEntry, window: usize) -> Result<Self, BlockError> {
+        let mut reader = Self {
+            section_at: entry.offset,
+            section_len: entry.len,
+            expected_crc: entry.crc,
+            crc: crc32fast::Hasher::new(),
+            buf: Vec::new(),
+            buf_at: 0,
+            read_to: 0,
+            window: window.max(4096),
+            whole: false,
+            ranges,
+        };
+        if !entry.is_raw() {
+            // Every block written so far stores its data section raw (its
+            // blobs are compressed one by one); a compressed one is read whole.
+            let len =
+                usize::try_from(entry.len).map_err(|_| BlockError::Truncated { what: "data" })?;
+            let mut stored = Vec::new();
+            read_into(&mut reader.ranges, entry.offset, len, &mut stored)?;
+            reader.buf = entry.inflate(stored)?;
+            reader.section_len = reader.buf.len() as u64;
+            reader.read_to = reader.section_len;
+            reader.whole = true;
+        }
+        Ok(reader)
+    }
+
+    fn blob(&mut self, blob: BlobRef) -> Result<Cow<'_, [u8]>, BlockError> {
+        let start = blob.offset as u64;
+        let end = start.saturating_add(blob.len as u64);
+        if end > self.section_len {
+            return Err(BlockError::Truncated { what: "data blob" });
+        }
+        if !self.whole {
+            if start < self.buf_at {
+                // Behind the window: a writer that laid blobs out in another
+                // order. Correct, only slower: read the blob alone.
+                let mut bytes = Vec::new();
+                read_into(
+                    &mut self.ranges,
+                    self.section_at + start,
+                    blob.len,
+                    &mut bytes,
+                )?;
+                return Ok(Cow::Owned(read_blob(&bytes)?.into_owned()));
+            }
+            if start >= self.read_to {
+                self.buf.clear();
+                self.hash_through(start)?;
+            } else {
+                self.buf.drain(..(start - self.buf_at) as usize);
+            }
+            self.buf_at = start;
+            while self.read_to < end {
+                let len = (self.section_len - self.read_to).min(self.window as u64) as usize;
+                let from = self.buf.len();
+                read_into(
+                    &mut self.ranges,
+                    self.section_at + self.read_to,
+                    len,
+                    &mut self.buf,
+                )?;
+                self.crc.update(&self.buf[from..]);
+                self.read_to += len as u64;
+            }
+        }
+        let from = (start - self.buf_at) as usize;
+        read_blob(&self.buf[from..from + blob.len])
+    }
+
+    /// Reads (and hashes) the section up to `target` without keeping it.
+    fn hash_through(&mut self, target: u64) -> Result<(), BlockError> {
+        let mut piece = Vec::new();
+        while self.read_to < target {
+            let len = (target - self.read_to).min(self.window as u64) as usize;
+            piece.clear();
+            read_into(
+                &mut self.ranges,
+                self.section_at + self.read_to,
+                len,
+                &mut piece,
+            )?;
+            self.crc.update(&piece);
+            self.read_to += len as u64;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<(), BlockError> {
+        if self.whole {
+            return Ok(());
+        }
+        self.buf = Vec::new();
+        self.hash_through(self.section_len)?;
+        if self.crc.finalize() != self.expected_crc {
+            return Err(BlockError::ChecksumMismatch { section: "data" });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,203 @@
+//! `compact_streaming` (sources read by range, output written as it grows)
+//! merges real profiles into the same content as the in-memory
+//! `compact_blocks`: the same series, totals, timelines and stacks, and
+//! every source value exactly once. Corrupt sources are refused with the
+//! source named, never merged.
+
+#![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::path::Path;
+
+use kiln_engine::{
+    Block, BlockError, CompactionError, CompiledSelector, MatchOp, Matcher, MergedProfile,
+    Queryable, Selector, TimeRange, Timeline, compact_blocks, compact_streaming, compile_matchers,
+};
+use support::streaming::{FileRanges, go_profiles, write_hour_blocks};
+
+fn everything() -> TimeRange {
+    TimeRange {
+        start_ms: i64::MIN / 4,
+        end_ms: i64::MAX / 4,
+    }
+}
+
+/// Per (profile type, series): totals per 10 s step and stacks with values.
+type Content = BTreeMap<(String, String), (Vec<i64>, Vec<(Vec<String>, i64)>)>;
+
+fn content(block: &Block) -> Content {
+    let meta = block.meta();
+    let range = TimeRange {
+        start_ms: meta.min_time_ms,
+        end_ms: meta.max_time_ms + 1,
+    };
+    let mut out = Content::new();
+    for profile_type in block.profile_types(everything()) {
+        for labels in block.series(&[], everything()).unwrap() {
+            let matchers: Vec<Matcher> = labels
+                .iter()
+                .map(|l| Matcher {
+                    name: l.name.clone(),
+                    op: MatchOp::Equal,
+                    value: l.value.clone(),
+                })
+                .collect();
+            compile_matchers(&matchers).unwrap();
+            let selector = CompiledSelector::new(&Selector {
+                profile_type: profile_type.clone(),
+                matchers,
+            })
+            .unwrap();
+            let mut merged = MergedProfile::new();
+            block.merge_into(&selector, range, &mut merged).unwrap();
+            let mut timeline = Timeline::new(range, 10_000).unwrap();
+            block
+                .timeline_into(&selector, range, &mut timeline)
+                .unwrap();
+            let mut stacks = merged.stacks();
+            stacks.retain(|(_, v)| *v != 0);
+            stacks.sort();
+            if stacks.is_empty() && timeline.total() == 0 {
+                continue;
+            }
+            out.insert(
+                (format!("{profile_type:?}"), format!("{labels:?}")),
+                (timeline.values, stacks),
+            );
+        }
+    }
+    out
+}
+
+fn streamed(
+    paths: &[std::path::PathBuf],
+    window: usize,
+) -> (kiln_engine::model::BlockMeta, Vec<u8>) {
+    let sources: Vec<FileRanges> = paths.iter().map(|p| FileRanges::open(p)).collect();
+    let mut out = Cursor::new(Vec::new());
+    let meta = compact_streaming(sources, "merged", "test", window, &mut out).unwrap();
+    (meta, out.into_inner())
+}
+
+fn decode_all(paths: &[std::path::PathBuf]) -> Vec<Block> {
+    paths
+        .iter()
+        .map(|p| Block::decode(&std::fs::read(p).unwrap()).unwrap())
+        .collect()
+}
+
+#[test]
+fn streaming_merge_of_real_go_profiles_equals_the_in_memory_merge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(profiles) = go_profiles(tmp.path()) else {
+        return;
+    };
+    let (paths, _) = write_hour_blocks(tmp.path(), &profiles, 12, 3, 60_000);
+    let sources = decode_all(&paths);
+    let refs: Vec<&Block> = sources.iter().collect();
+    let (old_meta, old_bytes) = compact_blocks(&refs, "merged", "test").unwrap();
+    let old = Block::decode(&old_bytes).unwrap();
+    let expected = content(&old);
+    assert!(
+        expected.len() >= 12,
+        "every pod's series should be there: {}",
+        expected.len()
+    );
+    // A window far smaller than the blobs, one around their size, and one
+    // larger than the sources: the reads differ, the result may not.
+    for window in [1, 4096, 64 << 10, 16 << 20] {
+        let (meta, bytes) = streamed(&paths, window);
+        assert_eq!(meta.size_bytes, bytes.len() as u64);
+        let new = Block::decode(&bytes).unwrap();
+        assert_eq!(new.meta(), &meta);
+        assert_eq!(
+            (meta.min_time_ms, meta.max_time_ms, meta.compaction_level),
+            (
+                old_meta.min_time_ms,
+                old_meta.max_time_ms,
+                old_meta.compaction_level
+            )
+        );
+        assert_eq!(
+            (meta.series, meta.samples, meta.profiles, &meta.sources),
+            (
+                old_meta.series,
+                old_meta.samples,
+                old_meta.profiles,
+                &old_meta.sources
+            )
+        );
+        assert_eq!(new.symbols().node_count(), old.symbols().node_count());
+        assert_eq!(content(&new), expected, "window {window}");
+    }
+    // And both equal the sources summed.
+    let mut summed = Content::new();
+    for source in &sources {
+        for (key, (_, stacks)) in content(source) {
+            let entry = summed.entry(key).or_default();
+            let mut all: BTreeMap<Vec<String>, i64> = entry.1.drain(..).collect();
+            for (stack, value) in stacks {
+                *all.entry(stack).or_default() += value;
+            }
+            entry.1 = all.into_iter().collect();
+        }
+    }
+    for (key, (_, stacks)) in &expected {
+        assert_eq!(&summed[key].1, stacks, "{key:?}");
+    }
+}
+
+#[test]
+fn a_corrupt_source_is_refused_by_its_position() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(profiles) = go_profiles(tmp.path()) else {
+        return;
+    };
+    let (paths, _) = write_hour_blocks(tmp.path(), &profiles, 4, 3, 300_000);
+    let victim = &paths[1];
+    let mut bytes = std::fs::read(victim).unwrap();
+    // The data section follows the header; flip a byte in its middle.
+    let header = 8 + 8 + 10 * 33 + 4;
+    let at = header + (bytes.len() - header) / 4;
+    bytes[at] ^= 0x5a;
+    std::fs::write(victim, &bytes).unwrap();
+    assert!(
+        Block::decode(&bytes).is_err(),
+        "the flip must be detectable"
+    );
+    let sources: Vec<FileRanges> = paths.iter().map(|p| FileRanges::open(p)).collect();
+    let mut out = Cursor::new(Vec::new());
+    match compact_streaming(sources, "merged", "test", 4096, &mut out) {
+        Err(CompactionError::Source { index: 1, source }) => assert!(
+            matches!(
+                source,
+                BlockError::ChecksumMismatch { .. }
+                    | BlockError::Corrupt { .. }
+                    | BlockError::Decompress { .. }
+                    | BlockError::Truncated { .. }
+            ),
+            "{source:?}"
+        ),
+        other => panic!("expected source 1 refused, got {other:?}"),
+    }
+    // A truncated source too.
+    std::fs::write(victim, &bytes[..bytes.len() / 2]).unwrap();
+    let sources: Vec<FileRanges> = paths
+        .iter()
+        .map(|p| FileRanges::open(Path::new(p)))
+        .collect();
+    let result = compact_streaming(
+        sources,
+        "merged",
+        "test",
+        4096,
+        &mut Cursor::new(Vec::new()),
+    );
+    assert!(
+        matches!(result, Err(CompactionError::Source { index: 1, .. })),
+        "{result:?}"
+    );
+}
