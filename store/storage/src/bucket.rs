@@ -181,6 +181,52 @@ fn client_retries() -> object_store::RetryConfig {
     }
 }
 
+/// Parts of a block uploaded from a file: at least the 5 MiB S3 asks of
+/// every part but the last.
+pub const UPLOAD_PART_BYTES: usize = 5 << 20;
+
+/// Reads `file` part by part into `upload` and completes it.
+async fn upload_parts(
+    upload: &mut dyn object_store::MultipartUpload,
+    file: &std::path::Path,
+    object: &Path,
+) -> Result<(), StorageError> {
+    let spill = |op| {
+        let path = file.to_path_buf();
+        move |source| StorageError::Spill { op, path, source }
+    };
+    let mut reader = Some(std::fs::File::open(file).map_err(spill("open"))?);
+    loop {
+        let Some(mut from) = reader.take() else {
+            break;
+        };
+        // Reading a part from local disk blocks; keep it off the runtime.
+        let (from, part) = tokio::task::spawn_blocking(move || {
+            let mut part = Vec::with_capacity(UPLOAD_PART_BYTES);
+            let read = std::io::Read::read_to_end(
+                &mut std::io::Read::take(&mut from, UPLOAD_PART_BYTES as u64),
+                &mut part,
+            );
+            (from, read.map(|_| part))
+        })
+        .await
+        .map_err(|e| StorageError::task("reading a block part", e))?;
+        let part = part.map_err(spill("read"))?;
+        let last = part.len() < UPLOAD_PART_BYTES;
+        if !part.is_empty() {
+            upload
+                .put_part(PutPayload::from(part))
+                .await
+                .map_err(bucket_err("put", object))?;
+        }
+        if !last {
+            reader = Some(from);
+        }
+    }
+    upload.complete().await.map_err(bucket_err("put", object))?;
+    Ok(())
+}
+
 /// Block storage over any [`ObjectStore`].
 #[derive(Debug, Clone)]
 pub struct Bucket {
@@ -291,6 +337,72 @@ impl Bucket {
             .await
             .map_err(bucket_err("get", &path))?;
         result.bytes().await.map_err(bucket_err("get", &path))
+    }
+
+    /// The size of a block's data object.
+    pub async fn block_data_size(&self, meta: &BlockMeta) -> Result<u64, StorageError> {
+        let path = block_path(self.owner_of(meta), &meta.id, DATA_FILE);
+        let object = self
+            .store
+            .head(&path)
+            .await
+            .map_err(bucket_err("head", &path))?;
+        Ok(object.size)
+    }
+
+    /// Reads `range` of a block's data object (compaction reads its
+    /// sources this way, never whole).
+    pub async fn get_block_range(
+        &self,
+        meta: &BlockMeta,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, StorageError> {
+        let path = block_path(self.owner_of(meta), &meta.id, DATA_FILE);
+        self.store
+            .get_range(&path, range)
+            .await
+            .map_err(bucket_err("get", &path))
+    }
+
+    /// Uploads a block whose data lies in the local file `data` (a
+    /// compaction's spilled output) in parts of [`UPLOAD_PART_BYTES`], so
+    /// at most one part is in memory; then `meta.json`, which makes it
+    /// visible. An interrupted part upload is aborted.
+    pub async fn put_block_file(
+        &self,
+        meta: &BlockMeta,
+        data: &std::path::Path,
+    ) -> Result<(), StorageError> {
+        let owner = Some(meta.replica.as_str());
+        let data_path = block_path(owner, &meta.id, DATA_FILE);
+        let mut upload = self
+            .store
+            .put_multipart(&data_path)
+            .await
+            .map_err(bucket_err("put", &data_path))?;
+        match upload_parts(upload.as_mut(), data, &data_path).await {
+            Ok(()) => {}
+            Err(err) => {
+                if let Err(abort) = upload.abort().await {
+                    tracing::warn!(path = %data_path, error = %abort, "aborting a failed part upload failed");
+                }
+                return Err(err);
+            }
+        }
+        self.put_meta(meta).await
+    }
+
+    async fn put_meta(&self, meta: &BlockMeta) -> Result<(), StorageError> {
+        let meta_path = block_path(Some(meta.replica.as_str()), &meta.id, META_FILE);
+        let json = serde_json::to_vec_pretty(meta).map_err(|source| StorageError::BlockMeta {
+            id: meta.id.clone(),
+            source,
+        })?;
+        self.store
+            .put(&meta_path, PutPayload::from(json))
+            .await
+            .map_err(bucket_err("put", &meta_path))?;
+        Ok(())
     }
 
     /// Reads and parses one block's `meta.json`; under a replica's prefix,

@@ -224,6 +224,17 @@ pub enum StorageError {
         #[source]
         source: kiln_engine::BlockError,
     },
+    /// A compaction's local spill file could not be written or read back.
+    #[error("compaction spill file {op} failed at {}: {source}", path.display())]
+    Spill {
+        /// What was being done (`create`, `write`, `read`).
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The store configuration is unusable.
     #[error("invalid store configuration: {message}")]
     Config {
@@ -269,6 +280,7 @@ impl StorageError {
             Self::Lease { .. } => "lease",
             Self::ReplicaNameInUse { .. } => "replica_name_in_use",
             Self::Config { .. } => "config",
+            Self::Spill { .. } => "compaction_spill",
             Self::Task { .. } => "task",
         }
     }
@@ -300,6 +312,7 @@ impl StorageError {
             | Self::Lease { .. }
             | Self::ReplicaNameInUse { .. }
             | Self::Config { .. }
+            | Self::Spill { .. }
             | Self::Task { .. } => ErrorClass::Server,
         }
     }

@@ -180,6 +180,14 @@ pub fn fit_group_to_budget(
     Some(CompactionGroup { block_ids, ..group })
 }
 
+/// How much of each source a streaming compaction reads at a time: an
+/// eighth of the compaction budget shared by the sources, between 64 KiB
+/// (fewer, larger reads from an object store) and 4 MiB.
+pub fn read_window_bytes(budget: u64, sources: usize) -> usize {
+    let share = budget / 8 / (sources.max(1) as u64);
+    share.clamp(64 << 10, 4 << 20) as usize
+}
+
 fn group(start: i64, len: i64, members: &[&BlockMeta]) -> CompactionGroup {
     let mut block_ids: Vec<String> = members.iter().map(|b| b.id.clone()).collect();
     block_ids.sort();
@@ -224,6 +232,14 @@ mod tests {
             profiles: 1,
             size_bytes: size,
         }
+    }
+
+    #[test]
+    fn read_windows_share_an_eighth_of_the_budget_within_bounds() {
+        assert_eq!(read_window_bytes(256 << 20, 8), 4 << 20);
+        assert_eq!(read_window_bytes(64 << 20, 8), 1 << 20);
+        assert_eq!(read_window_bytes(48 << 20, 100), 64 << 10);
+        assert_eq!(read_window_bytes(1 << 40, 0), 4 << 20);
     }
 
     #[test]

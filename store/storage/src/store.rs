@@ -21,6 +21,7 @@ mod quarantine;
 mod read;
 mod recovery;
 mod replay;
+mod spill;
 mod time_window;
 mod write;
 
@@ -264,6 +265,8 @@ impl Store {
         config.validate()?;
         allocator::bound_allocator_retention();
         let data_dir_lock = ownership::lock_data_dir(&config)?;
+        // Merges a killed process left half-written; their sources remain.
+        spill::reset_spill_dir(&config.data_dir)?;
         let holder = ownership::holder_id(&config)?;
         let bucket = Bucket::new(object_store);
         let replica_lease = ownership::replica_lease(&bucket, &config, &holder);

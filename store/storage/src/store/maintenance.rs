@@ -5,15 +5,18 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use kiln_engine::Block;
 use kiln_engine::model::BlockMeta;
+use kiln_engine::{BlockError, CompactionError};
 
 use super::config::millis;
+use super::spill::{BucketRanges, SpillFile};
 use super::write::now_ms;
 use super::{Store, lock, read, write};
 use crate::bucket::IncompleteUpload;
 use crate::error::StorageError;
-use crate::planner::{CompactionGroup, fit_group_to_budget, plan_compaction, plan_retention};
+use crate::planner::{
+    CompactionGroup, fit_group_to_budget, plan_compaction, plan_retention, read_window_bytes,
+};
 
 /// This replica's incomplete uploads (data without meta.json, not being
 /// uploaded now) older than this are garbage from a crashed process.
@@ -225,8 +228,11 @@ impl Store {
         Ok(report)
     }
 
-    /// Merges one group; `None` when a source is unreadable (it is then
-    /// reported as corrupt and the group is left alone).
+    /// Merges one group; `None` when a source is unreadable (a corrupt one
+    /// is then reported as such) and the group is left alone. The merge
+    /// reads its sources by range and spills its output to a file under
+    /// the data directory, which is uploaded in parts: it holds neither
+    /// its sources nor its output whole.
     async fn compact_group(
         &self,
         group: &CompactionGroup,
@@ -249,29 +255,48 @@ impl Store {
             if metas.len() != ids.len() {
                 return Ok(None);
             }
-            let mut blocks: Vec<Arc<Block>> = Vec::with_capacity(metas.len());
+            let mut sources = Vec::with_capacity(metas.len());
             for meta in &metas {
-                match shared.load_block_uncached(&runtime, meta) {
-                    Some(block) => blocks.push(block),
-                    None => return Ok(None),
+                if lock(&shared.corrupt).contains_key(&meta.id) {
+                    return Ok(None);
+                }
+                match BucketRanges::open(&shared.bucket, meta, &runtime) {
+                    Ok(source) => sources.push(source),
+                    Err(err) => {
+                        tracing::warn!(block = %meta.id, error = %err, "compaction source unreadable; merging later");
+                        return Ok(None);
+                    }
                 }
             }
-            let refs: Vec<&Block> = blocks.iter().map(Arc::as_ref).collect();
             let id = ulid::Ulid::new().to_string();
-            let (mut meta, data) =
-                kiln_engine::compact_blocks(&refs, &id, &replica).map_err(|source| {
-                    StorageError::Block {
-                        id: id.clone(),
-                        source,
+            let mut spill = SpillFile::create(&shared.config.data_dir, &id)?;
+            let window = read_window_bytes(shared.config.compaction_memory_bytes, metas.len());
+            let merged =
+                kiln_engine::compact_streaming(sources, &id, &replica, window, &mut spill.file);
+            let mut meta = match merged {
+                Ok(meta) => meta,
+                Err(CompactionError::Source { index, source }) => {
+                    let source_id = &metas[index].id;
+                    if matches!(source, BlockError::Io { .. }) {
+                        // The bucket did not answer (or the block went):
+                        // nothing is known to be wrong with the block.
+                        tracing::warn!(block = %source_id, error = %source, "compaction source unreadable; merging later");
+                    } else {
+                        shared.mark_corrupt(source_id, source.to_string());
                     }
-                })?;
+                    return Ok(None);
+                }
+                Err(CompactionError::Output { source }) => {
+                    return Err(StorageError::Block { id, source });
+                }
+            };
             // Readers hide blocks named as sources; make sure they are named.
             meta.sources = ids;
-            Ok(Some((meta, data)))
+            Ok(Some((meta, spill)))
         })
         .await
         .map_err(|e| StorageError::task("compaction", e))??;
-        let Some((meta, data)) = encoded else {
+        let Some((meta, spill)) = encoded else {
             return Ok(None);
         };
         let shared = &self.shared;
@@ -280,7 +305,8 @@ impl Store {
         if !self.hold_replica_lease().await {
             return Ok(None);
         }
-        shared.bucket.put_block(&meta, data.into()).await?;
+        shared.bucket.put_block_file(&meta, &spill.path).await?;
+        drop(spill);
         {
             let mut view = write(&shared.view);
             let mut blocks = view.blocks.clone();

@@ -50,21 +50,6 @@ impl Shared {
         Ok(block)
     }
 
-    /// Like [`Shared::load_block`], but a block not already cached is
-    /// decoded without entering the cache. Compaction reads its sources this
-    /// way: they are deleted right after, so caching them would only evict
-    /// blocks that queries use and raise peak memory.
-    pub(super) fn load_block_uncached(
-        &self,
-        runtime: &tokio::runtime::Handle,
-        meta: &BlockMeta,
-    ) -> Option<Arc<Block>> {
-        if let Some(block) = lock(&self.cache).get(&meta.id) {
-            return Some(block);
-        }
-        self.fetch_block(runtime, meta).ok()
-    }
-
     /// Fetches and decodes a block from the bucket.
     fn fetch_block(
         &self,
