@@ -1,13 +1,15 @@
 //! How much memory one compaction holds relative to its sources' encoded
 //! size: the figure the storage planner budgets a compaction group with.
 //!
-//! Run: `cargo run --release -p kiln-engine --example compaction_memory [pods] [hours]`
+//! Run: `cargo run --release -p kiln-engine --example compaction_memory [pods] [hours] [streaming|whole]`
 //!
 //! Builds `hours` hour blocks of `pods` pods each sending a real profile
 //! every 10 s (fixtures from `../shared`, rotated per pod and time), writes
-//! them to files, then does what the store's compaction does: reads and
-//! decodes every source, merges them with `compact_blocks` and keeps the
-//! output until it is uploaded. A counting allocator records the heap in use
+//! them to files, then merges them. `streaming` (the default, what the store
+//! does) reads the sources by range from their files with
+//! `compact_streaming` (64 KiB windows) and writes the output to a file;
+//! `whole` reads and decodes every source, merges them with
+//! `compact_blocks` and keeps the output in memory (the store before). A counting allocator records the heap in use
 //! and its peak (reserved capacity counts, touched or not), and the kernel's
 //! VmHWM, restarted before the merge, gives its resident peak; all are
 //! reported as multiples of the sources' size.
@@ -15,10 +17,14 @@
 #![allow(clippy::print_stdout)] // Printing results is this example's job.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kiln_engine::{Block, Head, IngestLimits, Label, LabelSet, compact_blocks, encode_block};
+use kiln_engine::{
+    Block, BlockRanges, Head, IngestLimits, Label, LabelSet, compact_blocks, compact_streaming,
+    encode_block,
+};
 use kiln_pprof::{DecodeLimits, decode};
 
 /// Counts live heap bytes and their high-water mark.
@@ -83,6 +89,7 @@ fn main() {
     let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>().ok());
     let pods = args.next().flatten().unwrap_or(20);
     let hours = args.next().flatten().unwrap_or(6);
+    let whole = std::env::args().nth(3).is_some_and(|mode| mode == "whole");
     let mut profiles = Vec::new();
     for name in FIXTURES {
         let Ok(bytes) = std::fs::read(dir.join(name)) else {
@@ -130,20 +137,33 @@ fn main() {
     let hwm_reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let baseline = IN_USE.load(Ordering::Relaxed);
     PEAK.store(baseline, Ordering::Relaxed);
-    // As the store does: fetch, decode, drop the fetched bytes.
-    let blocks: Vec<Block> = paths
-        .iter()
-        .map(|path| Block::decode(&std::fs::read(path).expect("block read")).expect("decodes"))
-        .collect();
-    let sources_held = IN_USE.load(Ordering::Relaxed) - baseline;
-    let refs: Vec<&Block> = blocks.iter().collect();
-    let (_, output) = compact_blocks(&refs, "merged", "bench").expect("compacts");
-    let peak = PEAK.load(Ordering::Relaxed) - baseline;
-    let hwm = status_kib("VmHWM:");
-    drop(blocks);
-    let output_held = IN_USE.load(Ordering::Relaxed) - baseline;
+    let (sources_held, output_len, output_held, peak, hwm) = if whole {
+        // As the store did: fetch, decode, drop the fetched bytes.
+        let blocks: Vec<Block> = paths
+            .iter()
+            .map(|path| Block::decode(&std::fs::read(path).expect("block read")).expect("decodes"))
+            .collect();
+        let sources_held = IN_USE.load(Ordering::Relaxed) - baseline;
+        let refs: Vec<&Block> = blocks.iter().collect();
+        let (_, output) = compact_blocks(&refs, "merged", "bench").expect("compacts");
+        let peak = PEAK.load(Ordering::Relaxed) - baseline;
+        let hwm = status_kib("VmHWM:");
+        drop(blocks);
+        let output_held = IN_USE.load(Ordering::Relaxed) - baseline;
+        (sources_held, output.len(), output_held, peak, hwm)
+    } else {
+        let sources: Vec<FileRanges> = paths.iter().map(FileRanges::open).collect();
+        let out_path = files.path().join("merged");
+        let mut out = std::fs::File::create(&out_path).expect("output file");
+        let meta =
+            compact_streaming(sources, "merged", "bench", 64 << 10, &mut out).expect("compacts");
+        let peak = PEAK.load(Ordering::Relaxed) - baseline;
+        let hwm = status_kib("VmHWM:");
+        (0, meta.size_bytes as usize, 0, peak, hwm)
+    };
     let s = source_bytes as f64;
-    println!("{pods} pods, {hours} hour blocks -> 1 block");
+    let mode = if whole { "whole" } else { "streaming" };
+    println!("{pods} pods, {hours} hour blocks -> 1 block ({mode})");
     println!("sources encoded        {:9.2} MiB", mib(source_bytes));
     println!(
         "sources decoded        {:9.2} MiB ({:.2}x)",
@@ -152,8 +172,8 @@ fn main() {
     );
     println!(
         "output encoded         {:9.2} MiB ({:.2}x), {:.2} MiB held",
-        mib(output.len()),
-        output.len() as f64 / s,
+        mib(output_len),
+        output_len as f64 / s,
         mib(output_held)
     );
     println!(
@@ -170,6 +190,29 @@ fn main() {
         );
     } else {
         println!("peak RSS not measured: /proc/self/clear_refs is not writable");
+    }
+}
+
+/// A block file read at offsets, as the store reads a local bucket.
+struct FileRanges(std::fs::File, u64);
+
+impl FileRanges {
+    fn open(path: &PathBuf) -> Self {
+        let file = std::fs::File::open(path).expect("block file");
+        let size = file.metadata().expect("block metadata").len();
+        Self(file, size)
+    }
+}
+
+impl BlockRanges for FileRanges {
+    fn size(&self) -> u64 {
+        self.1
+    }
+
+    fn read_range(&mut self, offset: u64, len: usize, buf: &mut Vec<u8>) -> std::io::Result<()> {
+        let start = buf.len();
+        buf.resize(start + len, 0);
+        self.0.read_exact_at(&mut buf[start..], offset)
     }
 }
 

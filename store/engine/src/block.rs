@@ -206,63 +206,73 @@ pub(crate) fn decode_series(
     symbols: &SymbolTable,
     data_len: usize,
 ) -> Result<Vec<BlockSeries>, BlockError> {
-    let what = "series";
     let mut r = Reader::new(bytes);
-    let count = r.count(8).map_err(corrupt(what))?;
-    let string = |r: &mut Reader<'_>| -> Result<String, BlockError> {
-        let id = r.u32().map_err(corrupt(what))?;
-        if id as usize >= symbols.string_count() {
-            return Err(BlockError::Corrupt { what });
-        }
-        Ok(symbols.string(id).to_owned())
-    };
+    let count = r.count(8).map_err(corrupt("series"))?;
+    let string_of = |id: u32| ((id as usize) < symbols.string_count()).then(|| symbols.string(id));
     let mut series = Vec::with_capacity(count);
     for _ in 0..count {
-        let label_count = r.count(2).map_err(corrupt(what))?;
-        let mut labels = Vec::with_capacity(label_count);
-        for _ in 0..label_count {
-            let name = string(&mut r)?;
-            let value = string(&mut r)?;
-            labels.push(Label::new(name, value));
-        }
-        let profile_type = ProfileType {
-            name: string(&mut r)?,
-            sample_type: string(&mut r)?,
-            sample_unit: string(&mut r)?,
-            period_type: string(&mut r)?,
-            period_unit: string(&mut r)?,
-            delta: r.byte().map_err(corrupt(what))? != 0,
-        };
-        let min_ms = r.signed().map_err(corrupt(what))?;
-        let max_ms = r.signed().map_err(corrupt(what))?;
-        let chunk_count = r.count(3).map_err(corrupt(what))?;
-        let mut columns = Vec::with_capacity(chunk_count);
-        for _ in 0..chunk_count {
-            let start = r.signed().map_err(corrupt(what))?;
-            columns.push((start, read_blob_ref(&mut r, data_len)?));
-        }
-        let totals = read_blob_ref(&mut r, data_len)?;
-        let rollup_count = r.count(4).map_err(corrupt(what))?;
-        let mut rollups = Vec::with_capacity(rollup_count);
-        for _ in 0..rollup_count {
-            let level = r.byte().map_err(corrupt(what))?;
-            if level as usize >= rollup::ROLLUP_WINDOWS_MS.len() {
-                return Err(BlockError::Corrupt { what });
-            }
-            let start = r.signed().map_err(corrupt(what))?;
-            rollups.push((level, start, read_blob_ref(&mut r, data_len)?));
-        }
-        series.push(BlockSeries {
-            labels: LabelSet::new(labels),
-            profile_type,
-            min_ms,
-            max_ms,
-            columns,
-            totals,
-            rollups,
-        });
+        series.push(read_series_entry(&mut r, &string_of, data_len)?);
     }
     Ok(series)
+}
+
+/// Reads one entry of the series directory; `string_of` resolves the
+/// block's string ids (`None`: out of range).
+pub(crate) fn read_series_entry<'s>(
+    r: &mut Reader<'_>,
+    string_of: &dyn Fn(u32) -> Option<&'s str>,
+    data_len: usize,
+) -> Result<BlockSeries, BlockError> {
+    let what = "series";
+    let string = |r: &mut Reader<'_>| -> Result<String, BlockError> {
+        let id = r.u32().map_err(corrupt(what))?;
+        string_of(id)
+            .map(str::to_owned)
+            .ok_or(BlockError::Corrupt { what })
+    };
+    let label_count = r.count(2).map_err(corrupt(what))?;
+    let mut labels = Vec::with_capacity(label_count);
+    for _ in 0..label_count {
+        let name = string(r)?;
+        let value = string(r)?;
+        labels.push(Label::new(name, value));
+    }
+    let profile_type = ProfileType {
+        name: string(r)?,
+        sample_type: string(r)?,
+        sample_unit: string(r)?,
+        period_type: string(r)?,
+        period_unit: string(r)?,
+        delta: r.byte().map_err(corrupt(what))? != 0,
+    };
+    let min_ms = r.signed().map_err(corrupt(what))?;
+    let max_ms = r.signed().map_err(corrupt(what))?;
+    let chunk_count = r.count(3).map_err(corrupt(what))?;
+    let mut columns = Vec::with_capacity(chunk_count);
+    for _ in 0..chunk_count {
+        let start = r.signed().map_err(corrupt(what))?;
+        columns.push((start, read_blob_ref(r, data_len)?));
+    }
+    let totals = read_blob_ref(r, data_len)?;
+    let rollup_count = r.count(4).map_err(corrupt(what))?;
+    let mut rollups = Vec::with_capacity(rollup_count);
+    for _ in 0..rollup_count {
+        let level = r.byte().map_err(corrupt(what))?;
+        if level as usize >= rollup::ROLLUP_WINDOWS_MS.len() {
+            return Err(BlockError::Corrupt { what });
+        }
+        let start = r.signed().map_err(corrupt(what))?;
+        rollups.push((level, start, read_blob_ref(r, data_len)?));
+    }
+    Ok(BlockSeries {
+        labels: LabelSet::new(labels),
+        profile_type,
+        min_ms,
+        max_ms,
+        columns,
+        totals,
+        rollups,
+    })
 }
 
 fn decode_postings(

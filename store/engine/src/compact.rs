@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use crate::block::encode::{BlockIdentity, BlockWriter, SeriesValues};
-use crate::block::source::{SourceData, SourceHeader, open_source};
+use crate::block::source::{SeriesCursor, SourceData, SourceHeader, open_source};
 use crate::block::{Block, BlockRanges, BlockSeries, BlockSink, COLUMN_CHUNK_MS};
 use crate::columns::decode_points;
 use crate::error::BlockError;
@@ -141,46 +141,49 @@ pub fn compact_streaming<R: BlockRanges>(
         return Err(output_err(BlockError::Empty));
     };
     let mut writer = BlockWriter::spilling(min_ms, max_ms, out).map_err(output_err)?;
-    let mut directories: Vec<Vec<BlockSeries>> = Vec::with_capacity(sources.len());
+    let mut cursors: Vec<SeriesCursor> = Vec::with_capacity(sources.len());
     let mut readers: Vec<SourceData<R>> = Vec::with_capacity(sources.len());
     for (index, (ranges, header)) in sources.into_iter().zip(&headers).enumerate() {
-        let (series, reader) = open_source(ranges, header, &mut writer.symbols, read_window)
+        let (cursor, reader) = open_source(ranges, header, &mut writer.symbols, read_window)
             .map_err(source_err(index))?;
-        directories.push(series);
+        cursors.push(cursor);
         readers.push(reader);
     }
-    // Every output series and where it lives in each source, in label
-    // order, which is also the order each source's data is laid out in.
-    let mut merged: BTreeMap<&LabelSet, Vec<(usize, usize)>> = BTreeMap::new();
-    for (source, series) in directories.iter().enumerate() {
-        for (position, s) in series.iter().enumerate() {
-            merged
-                .entry(&s.labels)
-                .or_default()
-                .push((source, position));
-        }
+    // A merge of the sources' directories, each in label order: the output
+    // series in label order, each source's data read forward.
+    let mut heads: Vec<Option<BlockSeries>> = Vec::with_capacity(cursors.len());
+    for (index, cursor) in cursors.iter_mut().enumerate() {
+        heads.push(cursor.next(&writer.symbols).map_err(source_err(index))?);
     }
-    for (labels, parts) in merged {
+    while let Some(labels) = heads.iter().flatten().map(|s| &s.labels).min().cloned() {
         let mut values = SeriesValues::default();
-        for &(source, position) in &parts {
-            read_source_series(
-                &mut readers[source],
-                &directories[source][position],
-                headers[source].meta.min_time_ms,
-                &mut values,
-            )
-            .map_err(source_err(source))?;
+        let mut profile_type = None;
+        for (index, head) in heads.iter_mut().enumerate() {
+            while let Some(series) = head.take_if(|s| s.labels == labels) {
+                read_source_series(
+                    &mut readers[index],
+                    &series,
+                    headers[index].meta.min_time_ms,
+                    &mut values,
+                )
+                .map_err(source_err(index))?;
+                profile_type.get_or_insert(series.profile_type);
+                *head = cursors[index]
+                    .next(&writer.symbols)
+                    .map_err(source_err(index))?;
+            }
         }
-        let (source, position) = parts[0];
-        let profile_type = &directories[source][position].profile_type;
+        let Some(profile_type) = profile_type else {
+            break;
+        };
         writer
-            .add_series(labels, profile_type, values)
+            .add_series(&labels, &profile_type, values)
             .map_err(output_err)?;
     }
     for (index, reader) in readers.into_iter().enumerate() {
         reader.finish().map_err(source_err(index))?;
     }
-    drop(directories);
+    drop(cursors);
     writer
         .finish_spilled(BlockIdentity {
             id,

@@ -12,7 +12,7 @@ use super::format::{
     PREAMBLE_LEN, SectionEntry, SectionKind, header_len, parse_preamble, parse_section_table,
     read_blob,
 };
-use super::{BlobRef, BlockSeries, decode_meta, decode_series, tables};
+use super::{BlobRef, BlockSeries, decode_meta, read_series_entry, tables};
 use crate::error::BlockError;
 use crate::model::BlockMeta;
 use crate::symbols::{SymbolTable, SymbolTranslator};
@@ -140,16 +140,50 @@ pub(crate) struct SourceData<R> {
     data: DataWindow<R>,
 }
 
+/// A source's series directory, decoded one entry at a time as the merge
+/// reaches it (entries are in label order), so the merge never holds every
+/// source's directory decoded.
+pub(crate) struct SeriesCursor {
+    bytes: Vec<u8>,
+    position: usize,
+    remaining: usize,
+    data_len: usize,
+    /// Output string of each source string.
+    strings: Vec<u32>,
+}
+
+impl SeriesCursor {
+    /// The next series, its strings resolved through `output`.
+    pub(crate) fn next(&mut self, output: &SymbolTable) -> Result<Option<BlockSeries>, BlockError> {
+        if self.remaining == 0 {
+            return Ok(None);
+        }
+        let rest = self.bytes.get(self.position..).unwrap_or_default();
+        let mut r = Reader::new(rest);
+        let strings = &self.strings;
+        let string_of = |id: u32| {
+            strings
+                .get(id as usize)
+                .filter(|&&out| (out as usize) < output.string_count())
+                .map(|&out| output.string(out))
+        };
+        let series = read_series_entry(&mut r, &string_of, self.data_len)?;
+        self.position += rest.len() - r.remaining();
+        self.remaining -= 1;
+        Ok(Some(series))
+    }
+}
+
 /// Opens a source for the merge: translates its symbol tables into
 /// `output` (one decoded table at a time, dropped before returning) and
-/// returns its series directory and its data reader. Each read of the data
+/// returns its series directory cursor and its data reader. Each read of the data
 /// section fetches at least `window` bytes.
 pub(crate) fn open_source<R: BlockRanges>(
     mut ranges: R,
     header: &SourceHeader,
     output: &mut SymbolTable,
     window: usize,
-) -> Result<(Vec<BlockSeries>, SourceData<R>), BlockError> {
+) -> Result<(SeriesCursor, SourceData<R>), BlockError> {
     let symbols = {
         let strings = header.section(&mut ranges, SectionKind::Strings)?;
         let mappings = header.section(&mut ranges, SectionKind::Mappings)?;
@@ -173,23 +207,25 @@ pub(crate) fn open_source<R: BlockRanges>(
         data.raw_len
     };
     let data_len = usize::try_from(data_len).map_err(|_| BlockError::Truncated { what: "data" })?;
-    let series = decode_series(
-        &header.section(&mut ranges, SectionKind::Series)?,
-        &symbols,
-        data_len,
-    )?;
+    let directory = header.section(&mut ranges, SectionKind::Series)?;
+    let mut r = Reader::new(&directory);
+    let count = r
+        .count(8)
+        .map_err(|_| BlockError::Corrupt { what: "series" })?;
+    let position = directory.len() - r.remaining();
     // Every entry of a block's tables is referenced by its series (blocks
     // are written from what their series reference), so translating all of
     // them up front brings nothing unreferenced into the output.
-    let mut translator = SymbolTranslator::new(&symbols);
-    for node in 0..symbols.node_count() {
-        translator.node(&symbols, output, node as u32);
-    }
-    for set in 0..symbols.label_sets.len() {
-        translator.label_set(&symbols, output, set as u32);
-    }
-    let (nodes, label_sets) = translator.into_remaps();
+    let (strings, nodes, label_sets) =
+        SymbolTranslator::new(&symbols).translate_all(&symbols, output);
     drop(symbols);
+    let series = SeriesCursor {
+        bytes: directory,
+        position,
+        remaining: count,
+        data_len,
+        strings,
+    };
     let data = DataWindow::open(ranges, data, window)?;
     Ok((
         series,

@@ -102,11 +102,24 @@ impl SymbolTranslator {
         self.locations[id as usize]
     }
 
-    /// The stack node and sample label set remaps (`u32::MAX` where not
-    /// translated), for a caller that translated everything it needs and
-    /// drops the source table.
-    pub(crate) fn into_remaps(self) -> (Vec<u32>, Vec<u32>) {
-        (self.nodes, self.label_sets)
+    /// Translates every entry of `src` into `dst` and returns the id
+    /// remaps of its strings, stack nodes and sample label sets, so the
+    /// caller can drop `src`.
+    pub(crate) fn translate_all(
+        mut self,
+        src: &SymbolTable,
+        dst: &mut SymbolTable,
+    ) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+        for id in 0..src.strings.len() {
+            self.string(src, dst, id as u32);
+        }
+        for node in 0..src.nodes.len() {
+            self.node(src, dst, node as u32);
+        }
+        for set in 0..src.label_sets.len() {
+            self.label_set(src, dst, set as u32);
+        }
+        (self.strings, self.nodes, self.label_sets)
     }
 
     /// Translates stack node `node` of `src` into `dst`.

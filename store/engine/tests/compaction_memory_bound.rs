@@ -1,0 +1,98 @@
+//! A streaming compaction holds less than its sources: hour blocks of real
+//! Go profiles from many pods, several times larger than the memory budget
+//! asserted here, merge with a heap peak (every allocation counted, reserved
+//! capacity included) under that budget. Alone in its binary, since the
+//! counting allocator sees every thread of the process.
+
+#![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
+
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use kiln_engine::compact_streaming;
+use support::streaming::{FileRanges, go_profiles, write_hour_blocks};
+
+struct Counting;
+
+static IN_USE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn grew(bytes: usize) {
+    let now = IN_USE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+// SAFETY: every call is forwarded to `System` unchanged; only counters move.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            grew(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        IN_USE.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let moved = unsafe { System.realloc(ptr, layout, new_size) };
+        if !moved.is_null() {
+            IN_USE.fetch_sub(layout.size(), Ordering::Relaxed);
+            grew(new_size);
+        }
+        moved
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// The budget the merge must stay under, for sources at least 1.5 times
+/// larger (about 20 MB of sources; the merge peaked at 7.7 MiB when this
+/// was written).
+const BUDGET_BYTES: usize = 10 << 20;
+const READ_WINDOW_BYTES: usize = 64 << 10;
+
+#[test]
+fn streaming_compaction_of_sources_larger_than_the_budget_stays_under_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(profiles) = go_profiles(tmp.path()) else {
+        return;
+    };
+    let pods = std::env::var("KILN_TEST_PODS")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(1500);
+    let (paths, source_bytes) = write_hour_blocks(tmp.path(), &profiles, pods, 6, 300_000);
+    drop(profiles);
+    let sources: Vec<FileRanges> = paths.iter().map(|p| FileRanges::open(p)).collect();
+    let mut out = std::fs::File::create(tmp.path().join("merged")).unwrap();
+    let baseline = IN_USE.load(Ordering::Relaxed);
+    PEAK.store(baseline, Ordering::Relaxed);
+    let meta = compact_streaming(sources, "merged", "test", READ_WINDOW_BYTES, &mut out).unwrap();
+    let peak = PEAK.load(Ordering::Relaxed) - baseline;
+    let _ = writeln!(
+        std::io::stderr(),
+        "{} sources of {pods} pods: {source_bytes} bytes; merged {} bytes, {} series; heap peak {peak} bytes",
+        paths.len(),
+        meta.size_bytes,
+        meta.series
+    );
+    assert!(
+        2 * source_bytes >= 3 * BUDGET_BYTES as u64,
+        "the sources ({source_bytes} bytes) must be well over the budget for this to mean anything"
+    );
+    assert!(
+        peak <= BUDGET_BYTES,
+        "the merge peaked at {peak} bytes of heap, over its {BUDGET_BYTES} byte budget, for {source_bytes} bytes of sources"
+    );
+}
