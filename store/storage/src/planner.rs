@@ -124,18 +124,19 @@ pub fn plan_compaction(blocks: &[BlockMeta], now_ms: i64, settle_ms: i64) -> Vec
 /// Memory one compaction needs per byte of its sources' encoded size, on
 /// top of [`COMPACTION_FIXED_BYTES`]. Measured with
 /// `cargo run --release -p kiln-engine --example compaction_memory` (heap
-/// peak of decoding the sources and merging them, over 2 to 12 hour blocks of
-/// 20 to 300 pods; docs/benchmarks.md): the sources decoded (data section
-/// plus symbol tables, 1.6-2.1x), the output (about 1x, assembled in place),
-/// the output's symbol table with its lookups, and one series' values. The
-/// measured peak (heap and resident) was 3.5-4.7x for 8-26 MiB of sources,
-/// more for smaller merges, and every measurement lies under
-/// `COMPACTION_FIXED_BYTES + 4 x sources`.
-pub const COMPACTION_BYTES_PER_SOURCE_BYTE: u64 = 4;
+/// and resident peak of the streaming merge, which reads its sources by
+/// range and spills its output, over 2 to 12 hour blocks of 20 to 300 pods;
+/// docs/benchmarks.md): what remains is the output's symbol table and
+/// directory, per-source id remaps and encoded directories, read windows,
+/// and the largest output series' values over the merged span. The
+/// measured resident peak was 1.4-3.2x the sources above 2 MiB of them
+/// (7.7x for 1.9 MiB, where fixed costs dominate), and every measurement
+/// lies under `COMPACTION_FIXED_BYTES + 2 x sources`.
+pub const COMPACTION_BYTES_PER_SOURCE_BYTE: u64 = 2;
 
 /// Memory one compaction needs whatever its sources' size (zstd contexts,
-/// the output's tables for small merges): the smallest merge measured
-/// peaked at 20 MiB resident for 1.9 MiB of sources.
+/// the output's tables, the largest series of a small merge): the smallest
+/// merge measured peaked at 15 MiB resident for 1.9 MiB of sources.
 pub const COMPACTION_FIXED_BYTES: u64 = 16 << 20;
 
 /// Trims `group` so that its estimated memory ([`COMPACTION_FIXED_BYTES`]
