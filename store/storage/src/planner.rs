@@ -129,7 +129,7 @@ pub fn plan_compaction(blocks: &[BlockMeta], now_ms: i64, settle_ms: i64) -> Vec
 /// docs/benchmarks.md): what remains is the output's symbol table and
 /// directory, per-source id remaps and encoded directories, read windows,
 /// and the largest output series' values over the merged span. The
-/// measured resident peak was 1.4-3.2x the sources above 2 MiB of them
+/// measured resident peak was 0.8-3.2x the sources above 2 MiB of them
 /// (7.7x for 1.9 MiB, where fixed costs dominate), and every measurement
 /// lies under `COMPACTION_FIXED_BYTES + 2 x sources`.
 pub const COMPACTION_BYTES_PER_SOURCE_BYTE: u64 = 2;
