@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build Kiln's three images as OCI archives from this checkout's release binaries, with the
-# layout the Containerfiles declare (store/, agent/, operator/Containerfile).
+# layout the Containerfiles declare (store/, agent/, operator/Containerfile;
+# e2e/images/check-containerfiles.py compares the two routes).
 #
 # Usage:
 #   e2e/images/build.sh [--out DIR] [--skip-build]
@@ -110,3 +111,5 @@ image store --user 65532:65532 --workdir /home/nonroot --expose 7470 \
 image agent --user 0:0 --workdir / --owner /home/nonroot=65532:65532
 cp "$work/sizes.tsv" "$out_dir/sizes.tsv"
 column -t -s $'\t' "$out_dir/sizes.tsv"
+# Both routes must give the same layout: fail here rather than publish a differing image.
+"$here/check-containerfiles.py" "$out_dir" "$repo"
