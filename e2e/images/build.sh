@@ -46,12 +46,15 @@ if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
   revision="$(git -C "$repo" rev-parse HEAD)"
   # Uncommitted changes would make the revision a lie; say so in it.
   [ -z "$(git -C "$repo" status --porcelain --untracked-files=no)" ] || revision="$revision-dirty"
-  export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct)}"
+  # Not exported: cc-built dependencies rerun their build scripts (and everything above them
+  # recompiles) when SOURCE_DATE_EPOCH changes; the time reaches oci-image.py as --created.
+  epoch="${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct)}"
 else
   revision="${KILN_REVISION:-unknown}"
-  [ -n "${SOURCE_DATE_EPOCH:-}" ] || die "not a git checkout: set SOURCE_DATE_EPOCH"
+  epoch="${SOURCE_DATE_EPOCH:-}"
+  [ -n "$epoch" ] || die "not a git checkout: set SOURCE_DATE_EPOCH"
 fi
-created="$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)"
+created="$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)"
 
 if [ "$build" = 1 ]; then
   # The agent's build.rs compiles bpf/*.bpf.c with clang (agent/Containerfile uses clang-16).
@@ -76,6 +79,11 @@ image() {
   local binary="$target_dir/release/kiln-$component" rootfs="$work/$component"
   [ -x "$binary" ] || die "$binary is missing (run without --skip-build)"
   "$here/rootfs.sh" "$rootfs" "$binary=/usr/local/bin/kiln-$component"
+  # The release profile keeps line tables (debug = "line-tables-only"), five sixths of the
+  # binary. The image drops them and keeps the symbol table, so backtraces and Kiln's own
+  # profiles still name functions; target/release keeps the full binary. The Containerfiles
+  # do the same.
+  objcopy --strip-debug "$rootfs/usr/local/bin/kiln-$component"
   if [ "$component" = store ]; then install -d -m 0755 "$rootfs/var/lib/kiln"; fi
   "$here/oci-image.py" \
     --name "$prefix/kiln-$component:$version" \
