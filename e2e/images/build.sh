@@ -34,13 +34,13 @@ out_dir="${out_dir:-$target_dir/images}"
 prefix="${KILN_IMAGE_REPOSITORY:-ghcr.io/kiln-dev}"
 
 # Version, license and source from the workspace's [workspace.package].
-read -r version license source_url < <(cargo metadata --no-deps --format-version 1 --locked | python3 -c '
-import json, sys
-packages = {p["name"]: p for p in json.load(sys.stdin)["packages"]}
-store = packages["kiln-store"]
-print(store["version"], store["license"] or "", store["repository"] or "")
-')
-[ -n "$version" ] || die "no version in cargo metadata"
+read -r version license source_url < <(python3 -c '
+import sys, tomllib
+with open(sys.argv[1], "rb") as manifest:
+    package = tomllib.load(manifest)["workspace"]["package"]
+print(package["version"], package.get("license", ""), package.get("repository", ""))
+' "$repo/Cargo.toml")
+[ -n "$version" ] || die "no [workspace.package] version in Cargo.toml"
 
 if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
   revision="$(git -C "$repo" rev-parse HEAD)"
