@@ -61,8 +61,9 @@ needed_libraries() {
 for pair in "$@"; do
   source_path="${pair%%=*}"
   image_path="${pair#*=}"
-  [ "$source_path" != "$pair" ] && [ "${image_path#/}" != "$image_path" ] \
-    || die "$pair: expected SOURCE=/PATH/IN/IMAGE"
+  if [ "$source_path" = "$pair" ] || [ "${image_path#/}" = "$image_path" ]; then
+    die "$pair: expected SOURCE=/PATH/IN/IMAGE"
+  fi
   [ -f "$source_path" ] || die "$source_path: no such file"
   install -D -m 0755 "$source_path" "$rootfs$image_path"
   libraries="$(needed_libraries "$source_path")"

@@ -95,8 +95,9 @@ ctr_ns run -d --net-host --env "KILN_LISTEN=127.0.0.1:$port" \
 healthy=""
 for _ in $(seq 300); do
   if curl -fsS "http://127.0.0.1:$port/healthz" >"$work/healthz" 2>/dev/null; then healthy=1; break; fi
-  ctr_ns task ls -q | grep -qxF "$id" && ctr_ns task ls | grep -E "^$id " | grep -q RUNNING \
-    || die "the store container stopped: $(ctr_ns task ls | grep -E "^$id " || true)"
+  if ! ctr_ns task ls | grep -E "^$id " | grep -q RUNNING; then
+    die "the store container stopped: $(ctr_ns task ls | grep -E "^$id " || true)"
+  fi
   sleep 0.2
 done
 [ -n "$healthy" ] || die "the store did not answer /healthz on 127.0.0.1:$port"
