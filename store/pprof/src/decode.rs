@@ -6,6 +6,7 @@ use std::io::Read;
 use prost::Message;
 
 use crate::error::PprofError;
+use crate::flat::FlatProfile;
 use crate::profile::Profile;
 use crate::proto;
 
@@ -121,8 +122,46 @@ pub fn decode(input: &[u8], limits: &DecodeLimits) -> Result<Profile, PprofError
 pub fn decode_reserving<E>(
     input: &[u8],
     limits: &DecodeLimits,
-    mut reserve: impl FnMut(usize) -> Result<(), E>,
+    reserve: impl FnMut(usize) -> Result<(), E>,
 ) -> Result<Result<Profile, PprofError>, E> {
+    Ok(
+        inflate_and_scan(input, limits, reserve)?.and_then(|protobuf| {
+            proto::Profile::decode(protobuf.as_ref())
+                .map_err(|source| PprofError::Protobuf { source })
+                .and_then(|raw| Profile::validate(raw, limits))
+        }),
+    )
+}
+
+/// [`decode`] into a [`FlatProfile`]: the same limits, checks and errors
+/// (malformed framing is [`PprofError::Wire`] rather than prost's
+/// [`PprofError::Protobuf`]; both are `not_protobuf`), without building a
+/// prost message tree.
+pub fn decode_flat(input: &[u8], limits: &DecodeLimits) -> Result<FlatProfile, PprofError> {
+    match decode_flat_reserving(input, limits, |_| Ok::<(), std::convert::Infallible>(())) {
+        Ok(result) => result,
+        Err(never) => match never {},
+    }
+}
+
+/// [`decode_reserving`] into a [`FlatProfile`]; reserves the same amounts
+/// (the flat tables take less than the prost estimate it reserves).
+pub fn decode_flat_reserving<E>(
+    input: &[u8],
+    limits: &DecodeLimits,
+    reserve: impl FnMut(usize) -> Result<(), E>,
+) -> Result<Result<FlatProfile, PprofError>, E> {
+    Ok(inflate_and_scan(input, limits, reserve)?
+        .and_then(|protobuf| crate::flat::parse(protobuf.as_ref(), limits)))
+}
+
+/// The steps both decoders share: the input's size, inflating within the
+/// limit and the wire scan, reserving before each.
+fn inflate_and_scan<'i, E>(
+    input: &'i [u8],
+    limits: &DecodeLimits,
+    mut reserve: impl FnMut(usize) -> Result<(), E>,
+) -> Result<Result<Cow<'i, [u8]>, PprofError>, E> {
     if input.len() > limits.max_input_bytes {
         return Ok(Err(PprofError::InputTooLarge {
             size: input.len(),
@@ -147,9 +186,7 @@ pub fn decode_reserving<E>(
         Err(err) => return Ok(Err(err)),
     };
     reserve(decoded_bytes)?;
-    Ok(proto::Profile::decode(protobuf.as_ref())
-        .map_err(|source| PprofError::Protobuf { source })
-        .and_then(|raw| Profile::validate(raw, limits)))
+    Ok(Ok(protobuf))
 }
 
 /// Checks a profile built in memory rather than decoded from bytes (folded

@@ -33,6 +33,15 @@ pub enum PprofError {
         #[source]
         source: prost::DecodeError,
     },
+    /// The bytes break protobuf's wire rules (found by the flat decoder,
+    /// which reads the wire itself).
+    #[error(
+        "not a pprof protobuf profile (legacy gperftools, Java or text formats are not accepted): {what}"
+    )]
+    Wire {
+        /// Which rule, e.g. `invalid varint`.
+        what: &'static str,
+    },
     /// `string_table` is empty or its first entry is not the empty string.
     #[error("string_table[0] must be the empty string")]
     FirstStringNotEmpty,
@@ -110,7 +119,7 @@ impl PprofError {
             Self::InputTooLarge { .. } => "input_too_large",
             Self::Gzip { .. } => "gzip",
             Self::DecompressedTooLarge { .. } => "decompressed_too_large",
-            Self::Protobuf { .. } => "not_protobuf",
+            Self::Protobuf { .. } | Self::Wire { .. } => "not_protobuf",
             Self::FirstStringNotEmpty => "first_string_not_empty",
             Self::StringIndexOutOfRange { .. } => "string_index_out_of_range",
             Self::ZeroId { .. } => "zero_id",

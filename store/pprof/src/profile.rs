@@ -9,13 +9,13 @@ use crate::proto;
 /// Maps pprof ids to positions in their table. Producers almost always number
 /// entries `index + 1`, which needs no map at all.
 #[derive(Debug, Clone)]
-enum IdIndex {
+pub(crate) enum IdIndex {
     Sequential { len: usize },
     Sparse(HashMap<u64, usize>),
 }
 
 impl IdIndex {
-    fn build(
+    pub(crate) fn build(
         table: &'static str,
         ids: impl ExactSizeIterator<Item = u64> + Clone,
     ) -> Result<Self, PprofError> {
@@ -39,7 +39,7 @@ impl IdIndex {
         Ok(Self::Sparse(map))
     }
 
-    fn get(&self, id: u64) -> Option<usize> {
+    pub(crate) fn get(&self, id: u64) -> Option<usize> {
         match self {
             Self::Sequential { len } => {
                 let index = usize::try_from(id.checked_sub(1)?).ok()?;
@@ -209,6 +209,16 @@ impl Profile {
             .and_then(|i| self.raw.location.get(i))
     }
 
+    /// The table position of location `id`; every id a sample holds resolves.
+    pub fn location_position(&self, id: u64) -> Option<usize> {
+        self.locations.get(id)
+    }
+
+    /// The table position of function `id`; every id a line holds resolves.
+    pub fn function_position(&self, id: u64) -> Option<usize> {
+        self.functions.get(id)
+    }
+
     /// Looks a function up by id; every id a line holds resolves.
     pub fn function(&self, id: u64) -> Option<&proto::Function> {
         self.functions
@@ -287,18 +297,23 @@ struct StringChecker {
 
 impl StringChecker {
     fn check(&self, field: &'static str, index: i64) -> Result<(), PprofError> {
-        match usize::try_from(index) {
-            Ok(i) if i < self.len => Ok(()),
-            _ => Err(PprofError::StringIndexOutOfRange {
-                field,
-                index,
-                len: self.len,
-            }),
-        }
+        check_string(self.len, field, index)
     }
 }
 
-fn check_limit(what: &'static str, count: usize, limit: usize) -> Result<(), PprofError> {
+/// Checks that `index` is within a string table of `len` entries.
+pub(crate) fn check_string(len: usize, field: &'static str, index: i64) -> Result<(), PprofError> {
+    match usize::try_from(index) {
+        Ok(i) if i < len => Ok(()),
+        _ => Err(PprofError::StringIndexOutOfRange { field, index, len }),
+    }
+}
+
+pub(crate) fn check_limit(
+    what: &'static str,
+    count: usize,
+    limit: usize,
+) -> Result<(), PprofError> {
     if count > limit {
         return Err(PprofError::LimitExceeded { what, count, limit });
     }
