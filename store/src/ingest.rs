@@ -34,7 +34,7 @@ pub struct ProfileUpload {
     pub pprof: bytes::Bytes,
     /// What `pprof` decodes to, when the server has decoded or built the
     /// profile itself (`/ingest`), so the store does not decode it again.
-    pub decoded: Option<kiln_pprof::Profile>,
+    pub decoded: Option<kiln_pprof::DecodedProfile>,
 }
 
 /// Series labels or batch shape that cannot be accepted.

@@ -1,6 +1,7 @@
 //! Single-core cost of the two CPU stages of the store's write path, on
 //! distinct, realistically shaped profiles: pprof decode (gunzip + protobuf +
-//! validate, crate kiln-pprof) and head ingest (kiln-engine).
+//! validate, crate kiln-pprof), through prost and straight from the wire
+//! (`decode_flat`), and head ingest (kiln-engine) of each.
 //!
 //! Run: `cargo run --release -p kiln-engine --example decode_ingest_stages [profiles] [samples]`
 //! Data: `../shared/testdata/profiles`. Each payload is rebuilt from a
@@ -16,7 +17,8 @@ use std::path::PathBuf;
 
 use kiln_engine::{Head, IngestLimits, Label, LabelSet};
 use kiln_pprof::{
-    DecodeLimits, FunctionSpec, MappingSpec, Profile, ProfileBuilder, decode, encode_gzip,
+    DecodeLimits, FunctionSpec, MappingSpec, Profile, ProfileBuilder, decode, decode_flat,
+    encode_gzip,
 };
 
 const FIXTURES: [&str; 4] = [
@@ -149,15 +151,33 @@ fn main() {
         "payloads: {PAYLOADS} distinct, {samples} samples each, mean {mean_bytes} gzipped bytes"
     );
 
+    // Each decode is kept only for the first round of payloads and freed
+    // otherwise, as the store frees a profile once it is in the head.
     let start = cpu_seconds();
-    let mut decoded = Vec::with_capacity(total);
+    let mut decoded = Vec::with_capacity(PAYLOADS);
     for i in 0..total {
-        decoded.push(decode(&payloads[i % PAYLOADS], &limits).expect("payload decodes"));
+        let profile = decode(&payloads[i % PAYLOADS], &limits).expect("payload decodes");
+        if i < PAYLOADS {
+            decoded.push(profile);
+        }
     }
     let decode_s = cpu_seconds() - start;
     println!(
-        "decode: {total} profiles in {decode_s:.2} s CPU: {:.0} profiles/s",
+        "decode (prost message): {total} profiles in {decode_s:.2} s CPU: {:.0} profiles/s",
         total as f64 / decode_s
+    );
+    let start = cpu_seconds();
+    let mut flat = Vec::with_capacity(PAYLOADS);
+    for i in 0..total {
+        let profile = decode_flat(&payloads[i % PAYLOADS], &limits).expect("payload decodes");
+        if i < PAYLOADS {
+            flat.push(profile);
+        }
+    }
+    let flat_decode_s = cpu_seconds() - start;
+    println!(
+        "decode (flat, from the wire): {total} profiles in {flat_decode_s:.2} s CPU: {:.0} profiles/s",
+        total as f64 / flat_decode_s
     );
 
     let pod_labels: Vec<LabelSet> = (0..PODS)
@@ -171,28 +191,41 @@ fn main() {
         })
         .collect();
     let ingest_limits = IngestLimits::default();
-    let mut head = Head::new();
-    let mut values = 0u64;
-    let start = cpu_seconds();
-    for (i, profile) in decoded.iter().enumerate() {
-        let time_ms = 1_700_000_000_000 + (i / PODS) as i64 * 10_000;
-        values += head
-            .ingest(
-                profile,
-                &pod_labels[i % PODS],
-                time_ms,
-                10_000_000_000,
-                &ingest_limits,
-            )
-            .expect("payload ingests")
-            .samples;
-    }
-    let ingest_s = cpu_seconds() - start;
+    let ingest_all = |profiles: &[&dyn ProfileViewed]| {
+        let mut head = Head::new();
+        let mut values = 0u64;
+        let start = cpu_seconds();
+        for i in 0..total {
+            let time_ms = 1_700_000_000_000 + (i / PODS) as i64 * 10_000;
+            values += profiles[i % profiles.len()]
+                .ingest_into(&mut head, &pod_labels[i % PODS], time_ms, &ingest_limits)
+                .samples;
+        }
+        (head, values, cpu_seconds() - start)
+    };
+    let (_, values, ingest_s) = ingest_all(
+        &decoded
+            .iter()
+            .map(|p| p as &dyn ProfileViewed)
+            .collect::<Vec<_>>(),
+    );
     println!(
-        "ingest: {total} profiles in {ingest_s:.2} s CPU: {:.0} profiles/s, {:.0} pprof samples/s, {:.0} values/s",
+        "ingest (prost message): {total} profiles in {ingest_s:.2} s CPU: {:.0} profiles/s, {:.0} pprof samples/s, {:.0} values/s",
         total as f64 / ingest_s,
         (total * samples) as f64 / ingest_s,
         values as f64 / ingest_s
+    );
+    let (head, flat_values, flat_ingest_s) = ingest_all(
+        &flat
+            .iter()
+            .map(|p| p as &dyn ProfileViewed)
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(flat_values, values, "both decodes store the same values");
+    println!(
+        "ingest (flat): {total} profiles in {flat_ingest_s:.2} s CPU: {:.0} profiles/s, {:.0} values/s",
+        total as f64 / flat_ingest_s,
+        flat_values as f64 / flat_ingest_s
     );
     println!(
         "head: {} series, {} stack nodes, {} locations, {} strings, ~{} MiB",
@@ -203,7 +236,32 @@ fn main() {
         head.approx_bytes() >> 20
     );
     println!(
-        "decode + ingest: {:.0} profiles/s per core",
-        total as f64 / (decode_s + ingest_s)
+        "decode + ingest: {:.0} profiles/s per core (prost message), {:.0} (flat)",
+        total as f64 / (decode_s + ingest_s),
+        total as f64 / (flat_decode_s + flat_ingest_s)
     );
+}
+
+/// One ingest, whichever decoder made the profile.
+trait ProfileViewed {
+    fn ingest_into(
+        &self,
+        head: &mut Head,
+        labels: &LabelSet,
+        time_ms: i64,
+        limits: &IngestLimits,
+    ) -> kiln_engine::IngestStats;
+}
+
+impl<P: kiln_pprof::ProfileView> ProfileViewed for P {
+    fn ingest_into(
+        &self,
+        head: &mut Head,
+        labels: &LabelSet,
+        time_ms: i64,
+        limits: &IngestLimits,
+    ) -> kiln_engine::IngestStats {
+        head.ingest(self, labels, time_ms, 10_000_000_000, limits)
+            .expect("payload ingests")
+    }
 }

@@ -12,7 +12,7 @@
 #![allow(clippy::print_stdout)] // Printing results is this example's job.
 
 use kiln_engine::{Head, IngestLimits, Label, LabelSet};
-use kiln_pprof::{DecodeLimits, FunctionSpec, ProfileBuilder, decode, encode_gzip};
+use kiln_pprof::{DecodeLimits, FunctionSpec, ProfileBuilder, decode_flat, encode_gzip};
 
 const TIMED_UPLOADS: usize = 2_000;
 
@@ -32,7 +32,7 @@ fn thread_cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-fn profile() -> kiln_pprof::Profile {
+fn profile() -> kiln_pprof::FlatProfile {
     let mut b = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
     b.period("cpu", "nanoseconds", 10_000_000);
     b.time(0, 10_000_000_000);
@@ -52,7 +52,8 @@ fn profile() -> kiln_pprof::Profile {
             .collect();
         b.sample(&frames, &[10_000_000 * (1 + s as i64 % 4)], &[]);
     }
-    decode(&encode_gzip(&b.finish()), &DecodeLimits::default()).expect("built profile decodes")
+    // Decoded as the store decodes what it ingests: straight from the wire.
+    decode_flat(&encode_gzip(&b.finish()), &DecodeLimits::default()).expect("built profile decodes")
 }
 
 fn labels(pod: usize) -> LabelSet {
@@ -70,7 +71,10 @@ fn main() {
         .unwrap_or(1_000_000);
     let profile = profile();
     let limits = IngestLimits {
+        // The example measures growth, not the limits that stop it.
         max_series_per_profile_name: usize::MAX,
+        max_series_per_namespace: usize::MAX,
+        max_series: usize::MAX,
         ..IngestLimits::default()
     };
     let mut head = Head::new();

@@ -42,10 +42,25 @@ pub fn run(target: &str, data: &[u8]) -> bool {
     true
 }
 
-/// pprof, gzipped or not, as every ingest path decodes it.
+/// pprof, gzipped or not, as every ingest path decodes it: through prost
+/// and straight from the wire, which must agree (the same profile, or
+/// errors with the same reason).
 pub fn pprof(data: &[u8]) {
-    if let Err(error) = kiln_pprof::decode(data, &DecodeLimits::default()) {
-        assert!(!error.to_string().is_empty());
+    let limits = DecodeLimits::default();
+    match (
+        kiln_pprof::decode(data, &limits),
+        kiln_pprof::decode_flat(data, &limits),
+    ) {
+        (Ok(message), Ok(flat)) => assert!(flat.to_message() == message.into_raw()),
+        (Err(a), Err(b)) => {
+            assert!(!a.to_string().is_empty());
+            assert_eq!(a.reason(), b.reason(), "{a} / {b}");
+        }
+        (a, b) => panic!(
+            "the decoders disagree: prost {:?}, flat {:?}",
+            a.err(),
+            b.err()
+        ),
     }
 }
 

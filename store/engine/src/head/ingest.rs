@@ -23,8 +23,7 @@
 //!    series. Phases 1 to 3 only read the head ([`Head::check_ingest`] runs
 //!    them alone); phase 4 cannot fail.
 
-use hashbrown::HashMap;
-use kiln_pprof::Profile;
+use kiln_pprof::{DecodedProfile, ProfileView};
 
 mod apply;
 mod interner;
@@ -56,35 +55,9 @@ pub struct IngestStats {
     pub profile_types: u64,
 }
 
-/// Maps pprof ids to table positions; producers almost always use `index + 1`.
-pub(super) enum PositionById {
-    Sequential(usize),
-    Sparse(HashMap<u64, usize>),
-}
-
-impl PositionById {
-    pub(super) fn build(ids: impl ExactSizeIterator<Item = u64> + Clone) -> Self {
-        let len = ids.len();
-        if ids.clone().enumerate().all(|(i, id)| id == i as u64 + 1) {
-            return Self::Sequential(len);
-        }
-        Self::Sparse(ids.enumerate().map(|(i, id)| (id, i)).collect())
-    }
-
-    pub(super) fn get(&self, id: u64) -> Option<usize> {
-        match self {
-            Self::Sequential(len) => {
-                let i = usize::try_from(id.checked_sub(1)?).ok()?;
-                (i < *len).then_some(i)
-            }
-            Self::Sparse(map) => map.get(&id).copied(),
-        }
-    }
-}
-
 /// The profile types of `profile`, one per sample type.
 pub(crate) fn profile_types_of(
-    profile: &Profile,
+    profile: &impl ProfileView,
     name: &str,
     duration_nanos: i64,
 ) -> Vec<ProfileType> {
@@ -138,13 +111,13 @@ impl Plan {
 /// them.
 #[derive(Debug)]
 pub struct CheckedIngest {
-    profile: Profile,
+    profile: DecodedProfile,
     plan: Plan,
 }
 
 impl CheckedIngest {
     /// The profile that was checked.
-    pub fn profile(&self) -> &Profile {
+    pub fn profile(&self) -> &DecodedProfile {
         &self.profile
     }
 
@@ -170,11 +143,12 @@ impl Head {
     /// reaches the write-ahead log, then applies the result.
     pub fn check(
         &self,
-        profile: Profile,
+        profile: impl Into<DecodedProfile>,
         labels: &LabelSet,
         duration_nanos: i64,
         limits: &IngestLimits,
     ) -> Result<CheckedIngest, IngestError> {
+        let profile = profile.into();
         let plan = self.plan(&profile, labels, duration_nanos, limits)?;
         Ok(CheckedIngest { profile, plan })
     }
@@ -190,7 +164,7 @@ impl Head {
     /// Runs every check [`Head::ingest`] runs, without changing the head.
     pub fn check_ingest(
         &self,
-        profile: &Profile,
+        profile: &impl ProfileView,
         labels: &LabelSet,
         duration_nanos: i64,
         limits: &IngestLimits,
@@ -203,7 +177,7 @@ impl Head {
     /// `__name__`) at `time_ms`. `duration_nanos != 0` marks delta profiles.
     pub fn ingest(
         &mut self,
-        profile: &Profile,
+        profile: &impl ProfileView,
         labels: &LabelSet,
         time_ms: i64,
         duration_nanos: i64,
@@ -216,7 +190,7 @@ impl Head {
     /// Phases 1 to 3: every check, nothing changed.
     fn plan(
         &self,
-        profile: &Profile,
+        profile: &impl ProfileView,
         labels: &LabelSet,
         duration_nanos: i64,
         limits: &IngestLimits,

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use kiln_engine::{Head, IngestStats};
-use kiln_pprof::{DecodeLimits, Profile};
+use kiln_pprof::{DecodeLimits, DecodedProfile, FlatProfile, ProfileView};
 
 use super::AcceptedTimes;
 use super::memory_gate::Reservation;
@@ -16,9 +16,13 @@ use super::{Frozen, HeadSlot, IngestRequest, Store, idempotency, lock, read, wri
 use crate::error::StorageError;
 use crate::wal::WalRecord;
 
-/// Decodes and validates pprof bytes (gzipped or not).
-pub(super) fn decode_profile(bytes: &[u8], limits: &DecodeLimits) -> Result<Profile, StorageError> {
-    kiln_pprof::decode(bytes, limits).map_err(|source| StorageError::InvalidProfile { source })
+/// Decodes and validates pprof bytes (gzipped or not), straight from the
+/// wire into flat tables.
+pub(super) fn decode_profile(
+    bytes: &[u8],
+    limits: &DecodeLimits,
+) -> Result<FlatProfile, StorageError> {
+    kiln_pprof::decode_flat(bytes, limits).map_err(|source| StorageError::InvalidProfile { source })
 }
 
 pub(super) fn now_ms() -> i64 {
@@ -28,7 +32,7 @@ pub(super) fn now_ms() -> i64 {
 }
 
 /// The request's time, else the profile's, else now.
-fn resolve_time_ms(request: Option<i64>, profile: &Profile) -> i64 {
+fn resolve_time_ms(request: Option<i64>, profile: &impl ProfileView) -> i64 {
     match request {
         Some(t) => t,
         None if profile.time_nanos() > 0 => profile.time_nanos() / 1_000_000,
@@ -81,9 +85,10 @@ impl Store {
     pub async fn ingest_decoded(
         &self,
         request: IngestRequest,
-        profile: Profile,
+        profile: impl Into<DecodedProfile>,
     ) -> Result<IngestStats, StorageError> {
-        self.ingest_profile(request, Some(profile), None).await
+        self.ingest_profile(request, Some(profile.into()), None)
+            .await
     }
 
     /// Like [`Store::ingest`], for a profile the client named with an
@@ -126,7 +131,7 @@ impl Store {
     async fn ingest_profile(
         &self,
         request: IngestRequest,
-        decoded: Option<Profile>,
+        decoded: Option<DecodedProfile>,
         idempotency_key: Option<&str>,
     ) -> Result<IngestStats, StorageError> {
         let shared = &self.shared;
@@ -173,10 +178,13 @@ impl Store {
                     });
                 }
                 Some(profile) => profile,
-                None => kiln_pprof::decode_reserving(&pprof, &config.decode_limits, |bytes| {
-                    checker.ingest_memory.reserve(&mut reservation, bytes)
-                })?
-                .map_err(|source| StorageError::InvalidProfile { source })?,
+                None => {
+                    kiln_pprof::decode_flat_reserving(&pprof, &config.decode_limits, |bytes| {
+                        checker.ingest_memory.reserve(&mut reservation, bytes)
+                    })?
+                    .map_err(|source| StorageError::InvalidProfile { source })?
+                    .into()
+                }
             };
             let time_ms = resolve_time_ms(request_time_ms, &profile);
             if let AcceptedTimes::Recent { max_future_skew } = config.accepted_times {

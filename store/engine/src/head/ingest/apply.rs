@@ -3,7 +3,7 @@
 //! with one run per series, and the head's byte count kept by delta.
 
 use hashbrown::HashMap;
-use kiln_pprof::Profile;
+use kiln_pprof::ProfileView;
 
 use super::interner::ProfileInterner;
 use super::{IngestStats, Plan, UNSEEN};
@@ -11,9 +11,13 @@ use crate::head::{Head, HeadPoint, Run};
 
 impl Head {
     /// Pass 2: applies a checked plan. Nothing here can fail.
-    pub(super) fn apply(&mut self, profile: &Profile, plan: Plan, time_ms: i64) -> IngestStats {
+    pub(super) fn apply(
+        &mut self,
+        profile: &impl ProfileView,
+        plan: Plan,
+        time_ms: i64,
+    ) -> IngestStats {
         let type_count = plan.types.len();
-        let samples = profile.samples();
         let series_before = self.series.len();
         let mut slot_series: Vec<u32> = vec![UNSEEN; plan.slot_labels.len()];
         for (slot, labels) in plan.slot_labels.iter().enumerate() {
@@ -43,15 +47,16 @@ impl Head {
         };
         let mut totals: Vec<i64> = vec![0; slot_series.len()];
         let promoted = |key: i64, str_index: i64| plan.is_promoted(key, str_index);
-        for (sample, &signature) in samples.iter().zip(&plan.sample_signature) {
-            if sample.value.iter().all(|&v| v == 0) {
-                stats.zero_values_dropped += sample.value.len() as u64;
+        for (index, &signature) in plan.sample_signature.iter().enumerate() {
+            let sample = profile.sample(index);
+            if sample.values.iter().all(|&v| v == 0) {
+                stats.zero_values_dropped += sample.values.len() as u64;
                 continue;
             }
-            let stack = interner.stack(self, &sample.location_id);
-            let sample_labels = interner.sample_labels(self, sample, &promoted);
+            let stack = interner.stack(self, sample.location_ids);
+            let sample_labels = interner.sample_labels(self, sample.labels, &promoted);
             let base = signature as usize * type_count;
-            for (t, &value) in sample.value.iter().enumerate() {
+            for (t, &value) in sample.values.iter().enumerate() {
                 if value == 0 {
                     stats.zero_values_dropped += 1;
                     continue;

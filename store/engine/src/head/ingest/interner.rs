@@ -2,19 +2,17 @@
 //! ids, so each string, function, location and label set is interned once.
 
 use hashbrown::HashMap;
-use kiln_pprof::Profile;
+use kiln_pprof::ProfileView;
 
-use super::{PositionById, UNSEEN};
+use super::UNSEEN;
 use crate::head::Head;
 use crate::symbols::{Function, Line, Mapping, NO_MAPPING, SampleLabel};
 
 /// Per-profile memo from pprof table positions to head symbol ids.
-pub(super) struct ProfileInterner<'p> {
-    profile: &'p Profile,
+pub(super) struct ProfileInterner<'p, P> {
+    profile: &'p P,
     strings: Vec<u32>,
-    location_positions: PositionById,
     locations: Vec<u32>,
-    function_positions: PositionById,
     functions: Vec<u32>,
     mappings: HashMap<u64, u32>,
     /// Head location ids of the stack being interned, root first.
@@ -25,15 +23,13 @@ pub(super) struct ProfileInterner<'p> {
     labels: Vec<SampleLabel>,
 }
 
-impl<'p> ProfileInterner<'p> {
-    pub(super) fn new(profile: &'p Profile) -> Self {
+impl<'p, P: ProfileView> ProfileInterner<'p, P> {
+    pub(super) fn new(profile: &'p P) -> Self {
         Self {
             profile,
-            strings: vec![UNSEEN; profile.strings().len()],
-            location_positions: PositionById::build(profile.locations().iter().map(|l| l.id)),
-            locations: vec![UNSEEN; profile.locations().len()],
-            function_positions: PositionById::build(profile.functions().iter().map(|f| f.id)),
-            functions: vec![UNSEEN; profile.functions().len()],
+            strings: vec![UNSEEN; profile.string_count()],
+            locations: vec![UNSEEN; profile.location_count()],
+            functions: vec![UNSEEN; profile.function_count()],
             mappings: HashMap::new(),
             frames: Vec::new(),
             lines: Vec::new(),
@@ -79,11 +75,13 @@ impl<'p> ProfileInterner<'p> {
     }
 
     fn function(&mut self, head: &mut Head, id: u64) -> u32 {
-        let Some(position) = self.function_positions.get(id) else {
+        let Some(position) = self.profile.function_position(id) else {
             return 0;
         };
         if self.functions[position] == UNSEEN {
-            let f = &self.profile.functions()[position];
+            let Some(&f) = self.profile.function_at(position) else {
+                return 0;
+            };
             let function = Function {
                 name: self.string(head, f.name),
                 system_name: self.string(head, f.system_name),
@@ -97,11 +95,13 @@ impl<'p> ProfileInterner<'p> {
 
     fn location(&mut self, head: &mut Head, position: usize) -> u32 {
         if self.locations[position] == UNSEEN {
-            let location = &self.profile.locations()[position];
+            let Some(location) = self.profile.location_at(position) else {
+                return 0;
+            };
             let mapping = self.mapping(head, location.mapping_id);
             let mut lines = std::mem::take(&mut self.lines);
             lines.clear();
-            for line in &location.line {
+            for line in location.lines {
                 lines.push(Line {
                     function: self.function(head, line.function_id),
                     line: line.line,
@@ -121,7 +121,7 @@ impl<'p> ProfileInterner<'p> {
         frames.clear();
         for &id in location_ids.iter().rev() {
             // Validation guarantees every id resolves.
-            if let Some(position) = self.location_positions.get(id) {
+            if let Some(position) = self.profile.location_position(id) {
                 frames.push(self.location(head, position));
             }
         }
@@ -134,11 +134,11 @@ impl<'p> ProfileInterner<'p> {
     pub(super) fn sample_labels(
         &mut self,
         head: &mut Head,
-        sample: &kiln_pprof::proto::Sample,
+        sample_labels: &[kiln_pprof::proto::Label],
         is_promoted: &impl Fn(i64, i64) -> bool,
     ) -> u32 {
         self.label_scratch.clear();
-        for label in &sample.label {
+        for label in sample_labels {
             if !is_promoted(label.key, label.str) {
                 self.label_scratch
                     .push([label.key, label.str, label.num, label.num_unit]);

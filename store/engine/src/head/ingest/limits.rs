@@ -4,7 +4,7 @@
 //! and in all).
 
 use hashbrown::HashMap;
-use kiln_pprof::Profile;
+use kiln_pprof::ProfileView;
 
 use crate::error::IngestError;
 use crate::head::Head;
@@ -76,7 +76,7 @@ impl Default for IngestLimits {
 /// within its length limit) and the profile's sample count; returns the
 /// profile name.
 pub(super) fn check_request<'l>(
-    profile: &Profile,
+    profile: &impl ProfileView,
     labels: &'l LabelSet,
     limits: &IngestLimits,
 ) -> Result<&'l str, IngestError> {
@@ -87,7 +87,7 @@ pub(super) fn check_request<'l>(
     for label in labels.iter() {
         check_label(&label.name, &label.value, limits)?;
     }
-    let samples = profile.samples().len();
+    let samples = profile.sample_count();
     if samples > limits.max_samples_per_profile {
         return Err(IngestError::TooManySamples {
             count: samples,

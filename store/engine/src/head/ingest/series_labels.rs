@@ -2,7 +2,7 @@
 //! type) slot that receives a value, checked, and the series they would
 //! create counted against the head's limits.
 
-use kiln_pprof::Profile;
+use kiln_pprof::ProfileView;
 
 use super::limits::{IngestLimits, SeriesBudget, check_label, label_bytes};
 use super::signatures::Signatures;
@@ -15,7 +15,7 @@ use crate::model::{Label, LabelSet, NAME_LABEL, NAMESPACE_LABEL, PROFILE_TYPE_LA
 /// type.
 pub(super) fn resolve(
     head: &Head,
-    profile: &Profile,
+    profile: &impl ProfileView,
     labels: &LabelSet,
     types: &[ProfileType],
     signatures: &Signatures,

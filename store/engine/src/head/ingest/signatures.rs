@@ -3,7 +3,7 @@
 //! slots that receive a non-zero value.
 
 use hashbrown::HashMap;
-use kiln_pprof::Profile;
+use kiln_pprof::ProfileView;
 
 /// The samples of one profile by signature.
 pub(super) struct Signatures {
@@ -21,24 +21,23 @@ pub(super) struct Signatures {
 
 impl Signatures {
     /// Groups the samples of `profile`, which has `type_count` sample types.
-    pub(super) fn group(profile: &Profile, type_count: usize) -> Self {
-        let samples = profile.samples();
+    pub(super) fn group(profile: &impl ProfileView, type_count: usize) -> Self {
+        let samples = profile.sample_count();
         let mut signatures: HashMap<Vec<(i64, i64)>, u32> = HashMap::new();
         let mut signature_keys: Vec<Vec<(i64, i64)>> = vec![Vec::new()];
         signatures.insert(Vec::new(), 0);
-        let mut sample_signature: Vec<u32> = Vec::with_capacity(samples.len());
+        let mut sample_signature: Vec<u32> = Vec::with_capacity(samples);
         let mut slot_used: Vec<bool> = vec![false; type_count];
         let mut scratch: Vec<(i64, i64)> = Vec::new();
-        let per_sample_keys: Vec<bool> = profile
-            .strings()
-            .iter()
+        let per_sample_keys: Vec<bool> = (0..profile.string_count())
             // Ids with a value per request, process or thread would make a
             // series each (audit R6).
-            .map(|s| kiln_contract::sample_labels::stays_per_sample(s))
+            .map(|i| kiln_contract::sample_labels::stays_per_sample(profile.string(i as i64)))
             .collect();
-        for sample in samples {
+        for index in 0..samples {
+            let sample = profile.sample(index);
             scratch.clear();
-            for label in &sample.label {
+            for label in sample.labels {
                 if is_promoted(&per_sample_keys, label.key, label.str) {
                     scratch.push((label.key, label.str));
                 }
@@ -60,7 +59,7 @@ impl Signatures {
             };
             sample_signature.push(signature);
             let base = signature as usize * type_count;
-            for (t, &value) in sample.value.iter().enumerate() {
+            for (t, &value) in sample.values.iter().enumerate() {
                 if value != 0 {
                     slot_used[base + t] = true;
                 }
