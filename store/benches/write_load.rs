@@ -7,8 +7,10 @@
 //! (default 10), KILN_BENCH_SAMPLES (samples per profile, default 200),
 //! KILN_BENCH_PROTOCOL: `write_raw` (default, gRPC), `ingest` (Pyroscope's
 //! `/ingest?format=pprof`) or `ingest_multipart` (`/ingest` multipart with
-//! `prev_profile`). Besides throughput and latency it reports the server's
-//! CPU time per accepted profile, which a busy machine disturbs less.
+//! `prev_profile`), KILN_BENCH_STORE_BIN (another `kiln-store` binary to
+//! load, e.g. a build of an earlier commit; default: the one cargo built).
+//! Besides throughput and latency it reports the server's CPU time per
+//! accepted profile, which a busy machine disturbs less.
 
 // Printing the measured numbers is this benchmark's job.
 #![allow(clippy::print_stdout)]
@@ -100,7 +102,9 @@ fn main() {
         .and_then(|l| l.local_addr())
         .expect("free port");
     let data_dir = tempfile::tempdir().expect("temp dir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln-store"))
+    let store_bin = std::env::var_os("KILN_BENCH_STORE_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_kiln-store").into());
+    let mut child = Command::new(store_bin)
         .args(["--listen", &addr.to_string(), "--max-inflight", "1024"])
         .arg("--data-dir")
         .arg(data_dir.path())
