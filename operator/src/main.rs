@@ -8,7 +8,7 @@ use clap::Parser;
 use kiln_operator::api::{ProfileStore, ProfilingTarget};
 use kiln_operator::controller::{self, Context};
 use kiln_operator::metrics::Metrics;
-use kiln_operator::resources::BuildDefaults;
+use kiln_operator::resources::{BuildDefaults, ImagePullPolicy};
 use kube::api::ListParams;
 use kube::{Api, Client};
 use tracing_subscriber::EnvFilter;
@@ -50,6 +50,11 @@ struct Args {
         value_parser = taint_key
     )]
     allowed_agent_tolerations: Vec<String>,
+    /// `imagePullPolicy` of the store and agent pods (`Always`,
+    /// `IfNotPresent`, `Never`); unset: Kubernetes' default, `IfNotPresent`
+    /// for a tagged image. `Never` runs images loaded into the nodes.
+    #[arg(long, env = "KILN_IMAGE_PULL_POLICY", value_parser = pull_policy)]
+    image_pull_policy: Option<ImagePullPolicy>,
     /// Log filter, e.g. `info` or `kiln_operator=debug,kube=info`.
     #[arg(long, env = "KILN_LOG", default_value = "info")]
     log: String,
@@ -82,6 +87,7 @@ async fn main() -> anyhow::Result<()> {
         // `--flag=` (as the chart renders an empty list) gives one empty entry: it means none.
         allowed_agent_images: without_empty(args.allowed_agent_images),
         allowed_agent_tolerations: without_empty(args.allowed_agent_tolerations),
+        image_pull_policy: args.image_pull_policy,
     };
     let ctx = Arc::new(Context::new(client, defaults, metrics.clone()));
 
@@ -115,6 +121,18 @@ fn taint_key(entry: &str) -> Result<String, String> {
     Ok(entry.to_owned())
 }
 
+/// `--image-pull-policy`: one of Kubernetes' three values, spelled as it spells them.
+fn pull_policy(text: &str) -> Result<ImagePullPolicy, String> {
+    [
+        ImagePullPolicy::Always,
+        ImagePullPolicy::IfNotPresent,
+        ImagePullPolicy::Never,
+    ]
+    .into_iter()
+    .find(|policy| policy.as_str() == text)
+    .ok_or_else(|| format!("{text:?} is not Always, IfNotPresent or Never"))
+}
+
 fn without_empty(entries: Vec<String>) -> Vec<String> {
     entries
         .into_iter()
@@ -126,7 +144,7 @@ fn without_empty(entries: Vec<String>) -> Vec<String> {
 mod tests {
     use clap::{CommandFactory, Parser};
 
-    use super::{Args, without_empty};
+    use super::{Args, ImagePullPolicy, without_empty};
 
     #[test]
     fn clap_definition_is_consistent() {
@@ -156,6 +174,24 @@ mod tests {
         let args = Args::try_parse_from(["kiln-operator", "--allowed-agent-images="])
             .map(|args| without_empty(args.allowed_agent_images));
         assert_eq!(args.ok(), Some(Vec::new()));
+    }
+
+    #[test]
+    fn the_pull_policy_is_one_kubernetes_takes() {
+        let parse = |extra: &[&str]| {
+            let argv = ["kiln-operator"].iter().chain(extra).copied();
+            Args::try_parse_from(argv).map(|args| args.image_pull_policy)
+        };
+        assert_eq!(parse(&[]).ok(), Some(None));
+        assert_eq!(
+            parse(&["--image-pull-policy=Never"]).ok(),
+            Some(Some(ImagePullPolicy::Never))
+        );
+        assert_eq!(
+            parse(&["--image-pull-policy", "IfNotPresent"]).ok(),
+            Some(Some(ImagePullPolicy::IfNotPresent))
+        );
+        assert!(parse(&["--image-pull-policy=never"]).is_err());
     }
 
     #[test]

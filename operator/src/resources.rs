@@ -47,6 +47,32 @@ pub struct BuildDefaults {
     /// reason as the images: where a privileged agent runs (control-plane
     /// nodes, dedicated pools) is the installer's choice (audit O4).
     pub allowed_agent_tolerations: Vec<String>,
+    /// `imagePullPolicy` of the store and agent containers; `None` leaves
+    /// Kubernetes' default (`IfNotPresent` for a tagged image). `Never` runs
+    /// images loaded into the nodes' runtime without a registry.
+    pub image_pull_policy: Option<ImagePullPolicy>,
+}
+
+/// A container's `imagePullPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImagePullPolicy {
+    /// Pull on every start.
+    Always,
+    /// Pull only when the node lacks the image.
+    IfNotPresent,
+    /// Never pull: the image must already be on the node.
+    Never,
+}
+
+impl ImagePullPolicy {
+    /// The value Kubernetes takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Always => "Always",
+            Self::IfNotPresent => "IfNotPresent",
+            Self::Never => "Never",
+        }
+    }
 }
 
 impl BuildDefaults {
@@ -74,6 +100,12 @@ impl BuildDefaults {
         })
     }
 
+    /// The containers' `imagePullPolicy`, as Kubernetes spells it.
+    pub fn image_pull_policy(&self) -> Option<String> {
+        self.image_pull_policy
+            .map(|policy| policy.as_str().to_owned())
+    }
+
     /// Tolerations of agents whose store sets none: every allowed taint, so every node the
     /// operator allows is profiled.
     pub fn default_agent_tolerations(&self) -> Vec<Toleration> {
@@ -99,6 +131,7 @@ impl Default for BuildDefaults {
             allowed_agent_images: Vec::new(),
             // Every node, as before the allow-list existed; installers narrow it.
             allowed_agent_tolerations: vec!["*".to_owned()],
+            image_pull_policy: None,
         }
     }
 }

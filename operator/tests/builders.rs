@@ -4,6 +4,8 @@
 mod command_lines;
 #[path = "builders/network_policy.rs"]
 mod network_policy;
+#[path = "builders/pull_policy.rs"]
+mod pull_policy;
 #[path = "builders/tokens.rs"]
 mod tokens;
 

@@ -187,6 +187,7 @@ pub fn daemon_set(
                 .clone()
                 .unwrap_or_else(|| defaults.agent_image.clone()),
         ),
+        image_pull_policy: defaults.image_pull_policy(),
         args: Some(agent_args(store, names)?),
         env: Some(env),
         resources: Some(

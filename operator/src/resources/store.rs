@@ -254,6 +254,7 @@ pub fn stateful_set(
                 .clone()
                 .unwrap_or_else(|| defaults.store_image.clone()),
         ),
+        image_pull_policy: defaults.image_pull_policy(),
         args: Some(store_args(store)?),
         env: (!env.is_empty()).then_some(env),
         env_from: Some(vec![EnvFromSource {
