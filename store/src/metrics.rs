@@ -122,10 +122,14 @@ pub struct StorageGauges {
     pub inflight_requests: u64,
     /// Queries in flight.
     pub inflight_queries: u64,
+    /// The retention in effect (`--retention`), in seconds; 0 until open.
+    pub retention_seconds: u64,
+    /// The size retention in effect (`--retention-bytes`); 0 when none.
+    pub retention_bytes: u64,
 }
 
 /// Name and help of each storage gauge, in [`StorageGauges::values`] order.
-const STORAGE_GAUGES: [(&str, &str); 11] = [
+const STORAGE_GAUGES: [(&str, &str); 13] = [
     (
         "kiln_ready",
         "1 while /readyz is 200: recovered, the WAL takes writes, the bucket answers",
@@ -158,6 +162,14 @@ const STORAGE_GAUGES: [(&str, &str); 11] = [
         "kiln_inflight_queries",
         "Queries being processed (at most --max-inflight-queries)",
     ),
+    (
+        "kiln_retention_seconds",
+        "Profiles older than this are deleted (--retention); 0 until the store is open",
+    ),
+    (
+        "kiln_retention_bytes",
+        "The oldest blocks are deleted past this many bytes (--retention-bytes); 0 when unset",
+    ),
 ];
 
 impl StorageGauges {
@@ -174,6 +186,8 @@ impl StorageGauges {
             self.pending_uploads,
             self.inflight_requests,
             self.inflight_queries,
+            self.retention_seconds,
+            self.retention_bytes,
         ]
     }
 }
@@ -309,6 +323,7 @@ mod tests {
         let text = metrics.render(&StorageGauges {
             ready: true,
             block_bytes: 1234,
+            retention_seconds: 259_200,
             ..StorageGauges::default()
         });
         assert!(
@@ -329,6 +344,8 @@ mod tests {
         ));
         assert!(text.contains("kiln_storage_bytes 1234\n"));
         assert!(text.contains("kiln_ready 1\n"));
+        assert!(text.contains("kiln_retention_seconds 259200\n"), "{text}");
+        assert!(text.contains("kiln_retention_bytes 0\n"), "{text}");
         assert!(text.contains(
             "# HELP kiln_ingested_profiles_total Profiles accepted, by protocol.\n\
              # TYPE kiln_ingested_profiles_total counter\n"

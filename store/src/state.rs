@@ -308,6 +308,8 @@ impl AppState {
                     pending_uploads: stats.pending_uploads,
                     inflight_requests: store.ingests_in_flight() as u64 + inflight_queries,
                     inflight_queries,
+                    retention_seconds: store.config().retention.as_secs(),
+                    retention_bytes: store.config().max_total_bytes.unwrap_or(0),
                 }
             }
         }

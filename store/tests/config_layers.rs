@@ -127,3 +127,37 @@ fn an_empty_or_ambiguous_token_file_stops_the_store() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("not both"), "{stderr}");
 }
+
+/// The retention in effect is readable on `/metrics`, so a changed
+/// `--retention` (the operator rolls the pod with new flags) can be checked
+/// on the running store; the environment sets it like the flag.
+#[test]
+fn the_retention_in_effect_shows_in_metrics() {
+    let gauge = |text: &str, name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .map(str::to_owned)
+    };
+    let store = StoreProcess::start(&["--retention", "3h", "--retention-bytes", "1073741824"]);
+    let text = common::get(store.addr, "/metrics").text();
+    assert_eq!(
+        gauge(&text, "kiln_retention_seconds").as_deref(),
+        Some("10800")
+    );
+    assert_eq!(
+        gauge(&text, "kiln_retention_bytes").as_deref(),
+        Some("1073741824")
+    );
+    drop(store);
+    let store = StoreProcess::start_with_env(
+        tempfile::tempdir().expect("temp dir"),
+        &[],
+        &[("KILN_RETENTION", "2d")],
+    );
+    let text = common::get(store.addr, "/metrics").text();
+    assert_eq!(
+        gauge(&text, "kiln_retention_seconds").as_deref(),
+        Some("172800")
+    );
+    assert_eq!(gauge(&text, "kiln_retention_bytes").as_deref(), Some("0"));
+}
