@@ -52,6 +52,16 @@ fn storage_class_and_ephemeral_are_immutable() {
     let old = store(serde_json::json!({"storage": {"storageClassName": "fast"}}));
     let changed = store(serde_json::json!({"storage": {"storageClassName": "slow"}}));
     assert!(kube::core::cel::validate_cel_update(&changed, &old).is_err());
+    // A rule on the optional field itself would skip these two: it runs only when both set it.
+    let unset = store(serde_json::json!({}));
+    let errors = kube::core::cel::validate_cel_update(&old, &unset)
+        .expect_err("setting a class after creation must fail");
+    assert!(
+        format!("{errors:?}").contains("storage.storageClassName is immutable"),
+        "{errors:?}"
+    );
+    assert!(kube::core::cel::validate_cel_update(&unset, &old).is_err());
+    kube::core::cel::validate_cel_update(&old, &old).expect("an unchanged class is fine");
     let persistent = store(serde_json::json!({}));
     let ephemeral = store(serde_json::json!({"storage": {"ephemeral": true}}));
     assert!(kube::core::cel::validate_cel_update(&ephemeral, &persistent).is_err());

@@ -128,6 +128,10 @@ pub struct RetentionSpec {
 /// Local storage of each store replica.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[x_kube(validation = Rule::new("self.ephemeral == oldSelf.ephemeral").message("storage.ephemeral cannot change after creation").reason(Reason::FieldValueForbidden))]
+// On the struct, not the field: a rule on an optional field runs only when the old and new
+// objects both set it, so setting or removing a class would pass, and the StatefulSet's
+// claim templates, which cannot change, would then refuse every apply.
+#[x_kube(validation = Rule::new("has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)").message("storage.storageClassName is immutable").reason(Reason::FieldValueForbidden))]
 #[serde(rename_all = "camelCase")]
 pub struct StorageSpec {
     /// PersistentVolumeClaim size per replica. It can only grow; the operator expands the claims.
@@ -138,7 +142,6 @@ pub struct StorageSpec {
     /// StorageClass of the claims; the cluster default when unset. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
-    #[x_kube(validation = Rule::new("self == oldSelf").message("storage.storageClassName is immutable"))]
     pub storage_class_name: Option<String>,
     /// Use an emptyDir instead of claims: data is lost with the pod. For trying Kiln out.
     #[serde(default)]
