@@ -1,0 +1,144 @@
+# shellcheck shell=bash
+# Shared helpers of the end-to-end suite (sourced by e2e/run.sh and e2e/checks/*.sh).
+# Everything the checks share lives in these variables:
+#   repo, e2e_dir, work_dir      the checkout, e2e/, and this run's scratch directory
+#   system_ns, store_name        where the ProfileStore lives (kiln-system/kiln, as config/ says)
+#   workload_ns                  the workloads' and the ProfilingTarget's namespace
+#   kiln_cli                     the `kiln` binary that queries the store
+#   store_url                    http://127.0.0.1:<port> of the current port-forward
+
+log() { printf '\n== %s\n' "$*"; }
+note() { printf '   %s\n' "$*"; }
+
+# Prints what the cluster looks like, then stops the suite with $*.
+fail() {
+  printf '\nFAIL: %s\n' "$*" >&2
+  diagnose >&2 || true
+  exit 1
+}
+
+diagnose() {
+  printf '\n-- diagnostics --\n'
+  kubectl -n "$system_ns" logs deploy/kiln-operator --tail=80 2>&1 || true
+  kubectl get profilestores,profilingtargets -A -o wide 2>&1 || true
+  kubectl -n "$system_ns" get statefulsets,daemonsets,services,configmaps,pvc,pods -o wide 2>&1 || true
+  kubectl -n "$workload_ns" get deployments,pods -o wide 2>&1 || true
+  kubectl get pv 2>&1 || true
+  local ns
+  for ns in "$system_ns" "$workload_ns"; do
+    kubectl -n "$ns" get events --sort-by=.lastTimestamp 2>&1 | tail -25 || true
+  done
+  local pod
+  for pod in $(kubectl -n "$system_ns" get pods -l app.kubernetes.io/instance="$store_name" -o name 2>/dev/null); do
+    kubectl -n "$system_ns" describe "$pod" 2>&1 | tail -40 || true
+    kubectl -n "$system_ns" logs "$pod" --tail=40 --all-containers 2>&1 || true
+    kubectl -n "$system_ns" logs "$pod" --tail=20 --all-containers --previous 2>/dev/null || true
+  done
+}
+
+# Loud skip: without a cluster the suite proves nothing, so CI must fail rather than pass.
+skip_or_fail() {
+  printf '\n%s\n' '************************************************************'
+  printf 'SKIP: %s\n' "$*"
+  printf '%s\n' 'No end-to-end check ran: nothing about Kubernetes was tested.'
+  printf '%s\n\n' '************************************************************'
+  if [ -n "${CI:-}" ]; then
+    echo "CI is set: a suite that cannot run fails" >&2
+    exit 1
+  fi
+  exit 0
+}
+
+# retry SECONDS INTERVAL COMMAND...: runs COMMAND until it succeeds or SECONDS pass.
+retry() {
+  local deadline=$((SECONDS + $1)) interval="$2"
+  shift 2
+  until "$@"; do
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep "$interval"
+  done
+}
+
+# The store's pod is replaced by rollouts and by check 5; a port-forward dies with its pod, so
+# each check that needs the store calls this after the store changed.
+port_forward_pid=""
+store_url=""
+forward_store() {
+  stop_forward
+  kubectl -n "$system_ns" rollout status "statefulset/$store_name" --timeout=180s >/dev/null \
+    || fail "the store StatefulSet did not roll out"
+  kubectl -n "$system_ns" wait --for=condition=Ready "pod/$store_name-0" --timeout=180s >/dev/null \
+    || fail "store pod $store_name-0 is not Ready"
+  local output="$work_dir/port-forward.log"
+  : >"$output"
+  # Port 0: kubectl picks a free local port and prints it.
+  kubectl -n "$system_ns" port-forward "svc/$store_name" ":$store_port" >"$output" 2>&1 &
+  port_forward_pid=$!
+  local port=""
+  for _ in $(seq 1 100); do
+    port="$(sed -n 's/^Forwarding from 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$output" | head -1)"
+    [ -n "$port" ] && break
+    kill -0 "$port_forward_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$port" ] || { cat "$output" >&2; fail "kubectl port-forward did not start"; }
+  store_url="http://127.0.0.1:$port"
+  export KILN_STORE="$store_url"
+  retry 60 1 curl -fsS -o /dev/null "$store_url/readyz" \
+    || fail "the store's /readyz did not answer 200 through the port-forward"
+  note "port-forward to svc/$store_name: $store_url"
+}
+
+stop_forward() {
+  if [ -n "$port_forward_pid" ]; then
+    kill "$port_forward_pid" 2>/dev/null || true
+    wait "$port_forward_pid" 2>/dev/null || true
+    port_forward_pid=""
+  fi
+}
+
+# cpu_total SELECTOR FROM [TO]: nanoseconds of CPU the store holds for SELECTOR in the range.
+cpu_total() {
+  "$kiln_cli" query --format json --from "$2" --to "${3:-now}" "$1" | jq -r '.total'
+}
+
+# folded SELECTOR FROM: the selection's stacks as folded lines.
+folded() {
+  "$kiln_cli" query --format folded --from "$2" "$1"
+}
+
+# samples NANOSECONDS: the sample count behind a CPU total at the target's sampling rate.
+samples() {
+  echo $(($1 / (1000000000 / sampling_hz)))
+}
+
+# pods_with_profiles FROM: the pod label values of the workload namespace's profiles since FROM.
+pods_with_profiles() {
+  "$kiln_cli" labels pod --from "$1" --query "{namespace=\"$workload_ns\"}"
+}
+
+# has_profile POD FROM: whether the store holds CPU for POD since FROM.
+has_profile() {
+  local total
+  total="$(cpu_total "process_cpu{namespace=\"$workload_ns\",pod=\"$1\"}" "$2")" || return 1
+  [ "${total:-0}" -gt 0 ]
+}
+
+# pod_of WORKLOAD: the name of the running pod of deployment WORKLOAD.
+pod_of() {
+  kubectl -n "$workload_ns" get pods -l "kiln-e2e/workload=$1" \
+    --field-selector=status.phase=Running -o jsonpath='{.items[0].metadata.name}'
+}
+
+# condition KIND/NAME NAMESPACE TYPE: "status reason message" of one status condition.
+condition() {
+  kubectl -n "$2" get "$1" -o jsonpath="{.status.conditions[?(@.type==\"$3\")].status} {.status.conditions[?(@.type==\"$3\")].reason}: {.status.conditions[?(@.type==\"$3\")].message}"
+}
+
+# A store patch as a user would type it.
+patch_store() {
+  kubectl -n "$system_ns" patch profilestore "$store_name" --type=merge -p "$1" >/dev/null
+}
+
+# When each agent window has been drained and shipped: the agent's --drain-interval.
+agent_window_seconds=10
