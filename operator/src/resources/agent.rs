@@ -3,13 +3,14 @@
 //! Why the DaemonSet needs what it asks for:
 //! - `hostPID`: the agent maps sampled PIDs to containers through the host's `/proc`.
 //! - `/sys/fs/cgroup`: cgroup ids of containers feed the BPF allow-list.
-//! - `/lib/modules`: the running kernel's module metadata, read-only.
 //! - the CRI socket: pod labels and annotations without API-server access.
 //! - the store's write token (only that key of `<store>-tokens`), unless the store
 //!   accepts unauthenticated writes.
 //!
 //! Nothing else: the agent pins no BPF maps (no `/sys/fs/bpf`), uses no
-//! tracefs or debugfs (no `/sys/kernel/debug`), and never calls the API
+//! tracefs or debugfs (no `/sys/kernel/debug`), reads no kernel modules (no
+//! `/lib/modules`, which nodes without loadable modules lack, and a missing
+//! `Directory` hostPath keeps the pod from starting), and never calls the API
 //! server, so no ServiceAccount token is mounted. Its `/metrics` port also
 //! serves `/healthz`, which fails when the collector thread stops making
 //! progress; the liveness probe restarts such an agent.
@@ -49,16 +50,13 @@ pub const AGENT_CAPABILITIES: [&str; 6] = [
 ];
 
 /// Host paths the agent mounts: (volume name, host path, mount path, read-only, hostPath type).
-const HOST_MOUNTS: [(&str, &str, &str, bool, &str); 2] = [
-    (
-        "cgroup",
-        "/sys/fs/cgroup",
-        "/sys/fs/cgroup",
-        true,
-        "Directory",
-    ),
-    ("modules", "/lib/modules", "/lib/modules", true, "Directory"),
-];
+const HOST_MOUNTS: [(&str, &str, &str, bool, &str); 1] = [(
+    "cgroup",
+    "/sys/fs/cgroup",
+    "/sys/fs/cgroup",
+    true,
+    "Directory",
+)];
 
 /// The agent's `/metrics` and `/healthz` port.
 pub const AGENT_METRICS_PORT: i32 = 7471;
