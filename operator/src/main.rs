@@ -67,6 +67,7 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(EnvFilter::try_new(&args.log).context("invalid --log filter")?)
         .init();
 
+    install_crypto_provider();
     let client = Client::try_default()
         .await
         .context("no Kubernetes configuration found (in-cluster or KUBECONFIG)")?;
@@ -107,6 +108,21 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Makes ring rustls' process-wide provider, which kube's TLS client uses. rustls
+/// chooses one by itself only when exactly one is compiled in; a build of the
+/// operator together with the store (whose S3 client brings aws-lc-rs), as one
+/// `cargo build` of the workspace's binaries does, has two, and the first API
+/// call panicked. Installing fails only when a provider is already set, which
+/// is as good.
+fn install_crypto_provider() {
+    if rustls::crypto::ring::default_provider()
+        .install_default()
+        .is_err()
+    {
+        tracing::debug!("a rustls crypto provider was already installed");
+    }
+}
+
 /// One entry of `--allowed-agent-tolerations`: a taint key, `*`, or empty (ignored).
 fn taint_key(entry: &str) -> Result<String, String> {
     let entry = entry.trim();
@@ -144,7 +160,7 @@ fn without_empty(entries: Vec<String>) -> Vec<String> {
 mod tests {
     use clap::{CommandFactory, Parser};
 
-    use super::{Args, ImagePullPolicy, without_empty};
+    use super::{Args, ImagePullPolicy, install_crypto_provider, without_empty};
 
     #[test]
     fn clap_definition_is_consistent() {
@@ -174,6 +190,14 @@ mod tests {
         let args = Args::try_parse_from(["kiln-operator", "--allowed-agent-images="])
             .map(|args| without_empty(args.allowed_agent_images));
         assert_eq!(args.ok(), Some(Vec::new()));
+    }
+
+    #[test]
+    fn a_tls_provider_is_installed_whichever_features_the_build_unified() {
+        install_crypto_provider();
+        assert!(rustls::crypto::CryptoProvider::get_default().is_some());
+        // A second call (a provider already there) is not an error.
+        install_crypto_provider();
     }
 
     #[test]
