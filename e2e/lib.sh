@@ -97,19 +97,23 @@ stop_forward() {
   fi
 }
 
-# cpu_total SELECTOR FROM [TO]: nanoseconds of CPU the store holds for SELECTOR in the range.
+# The agent's two profile types; a bare `process_cpu` matches both, which the store refuses.
+cpu_type=process_cpu:cpu
+samples_type=process_cpu:samples
+
+# cpu_total MATCHERS FROM [TO]: nanoseconds of CPU the store holds for {MATCHERS} in the range.
 cpu_total() {
-  "$kiln_cli" query --format json --from "$2" --to "${3:-now}" "$1" | jq -r '.total'
+  "$kiln_cli" query --format json --from "$2" --to "${3:-now}" "$cpu_type$1" | jq -r '.total'
 }
 
-# folded SELECTOR FROM: the selection's stacks as folded lines.
-folded() {
-  "$kiln_cli" query --format folded --from "$2" "$1"
-}
-
-# samples NANOSECONDS: the sample count behind a CPU total at the target's sampling rate.
+# samples MATCHERS FROM [TO]: how many samples the store holds for {MATCHERS} in the range.
 samples() {
-  echo $(($1 / (1000000000 / sampling_hz)))
+  "$kiln_cli" query --format json --from "$2" --to "${3:-now}" "$samples_type$1" | jq -r '.total'
+}
+
+# folded MATCHERS FROM: the selection's CPU stacks as folded lines.
+folded() {
+  "$kiln_cli" query --format folded --from "$2" "$cpu_type$1"
 }
 
 # pods_with_profiles FROM: the pod label values of the workload namespace's profiles since FROM.
@@ -120,7 +124,7 @@ pods_with_profiles() {
 # has_profile POD FROM: whether the store holds CPU for POD since FROM.
 has_profile() {
   local total
-  total="$(cpu_total "process_cpu{namespace=\"$workload_ns\",pod=\"$1\"}" "$2")" || return 1
+  total="$(cpu_total "{namespace=\"$workload_ns\",pod=\"$1\"}" "$2")" || return 1
   [ "${total:-0}" -gt 0 ]
 }
 

@@ -45,7 +45,6 @@ store_name=kiln
 store_port=7470
 workload_ns=kiln-e2e
 workload_image=localhost/kiln-e2e/hot-loop:1
-sampling_hz=99
 run_id="$(date +%Y%m%d%H%M%S)"
 
 command -v kubectl >/dev/null 2>&1 || skip_or_fail "kubectl is not installed, so no cluster can be reached"
@@ -58,6 +57,8 @@ done
 work_dir="$(mktemp -d "${TMPDIR:-/tmp}/kiln-e2e.XXXXXX")"
 volume_dir="${KILN_E2E_VOLUME_DIR:-/var/lib/kiln-cluster/volumes/kiln-e2e-$run_id}"
 created_volume=""
+# "no" when someone else's install is in the cluster: the cleanup leaves config/default alone.
+config_installed=yes
 started_at=$SECONDS
 check_times=()
 
@@ -67,6 +68,10 @@ cleanup() {
   if [ "${KILN_E2E_KEEP:-0}" = 1 ]; then
     echo "KILN_E2E_KEEP=1: leaving everything installed (work dir $work_dir)"
     return
+  fi
+  if [ "$config_installed" = no ]; then
+    rm -rf -- "$work_dir"
+    return "$status"
   fi
   log "cleaning up"
   kubectl delete namespace "$workload_ns" --ignore-not-found --wait=true --timeout=120s >/dev/null 2>&1 || true

@@ -34,6 +34,19 @@ build_workload_image() {
   note "workload image $workload_image ($(du -k "$archive" | cut -f1) KiB) loaded"
 }
 
+# The suite installs config/default and removes it at the end; an install by another tool
+# (a Helm release) is someone else's, so the suite stops before touching anything.
+refuse_foreign_install() {
+  local managers
+  managers="$(kubectl get crd profilestores.kiln.dev -o json 2>/dev/null \
+    | jq -r '[.metadata.managedFields[]?.manager] | unique | join(",")')" || true
+  case ",$managers," in
+    *,helm,*)
+      config_installed=no
+      fail "the kiln.dev CRDs are installed by Helm (managers: $managers): uninstall that release first, the suite installs config/default itself" ;;
+  esac
+}
+
 # Anything a killed earlier run left would make this run's checks lie.
 remove_leftovers() {
   if kubectl get crd profilestores.kiln.dev >/dev/null 2>&1 \
@@ -85,6 +98,7 @@ provide_store_volume() {
 
 setup() {
   log "setup"
+  refuse_foreign_install
   find_kiln_cli
   build_workload_image
   remove_leftovers

@@ -15,8 +15,8 @@ check_annotated_only() {
     || fail "no profile of $annotated_pod reached the store within 4 minutes"
   note "first profile of $annotated_pod after $((SECONDS - began)) s"
 
-  local series
-  series="$("$kiln_cli" series --json --from "$since" "process_cpu{namespace=\"$workload_ns\",pod=\"$annotated_pod\"}")"
+  local series matchers="{namespace=\"$workload_ns\",pod=\"$annotated_pod\"}"
+  series="$("$kiln_cli" series --json --from "$since" "$cpu_type$matchers")"
   note "series: $(jq -c . <<<"$series")"
   jq -e --arg ns "$workload_ns" --arg pod "$annotated_pod" --arg node "$node" \
     'length >= 1 and all(.[]; .namespace == $ns and .pod == $pod and .container == "burner"
@@ -24,13 +24,13 @@ check_annotated_only() {
     || fail "the profile of $annotated_pod is not labelled namespace=$workload_ns pod=$annotated_pod container=burner node=$node suite=e2e"
 
   local stacks total
-  stacks="$(folded "process_cpu{namespace=\"$workload_ns\",pod=\"$annotated_pod\"}" "$since")"
-  total="$(cpu_total "process_cpu{namespace=\"$workload_ns\",pod=\"$annotated_pod\"}" "$since")"
+  stacks="$(folded "$matchers" "$since")"
+  total="$(cpu_total "$matchers" "$since")"
   grep -q 'kiln_e2e_hot_loop' <<<"$stacks" \
     || fail "kiln_e2e_hot_loop is on none of $annotated_pod's stacks: $(head -5 <<<"$stacks")"
   local hot
   hot="$(awk '/kiln_e2e_hot_loop/ { sum += $NF } END { print sum + 0 }' <<<"$stacks")"
-  note "$annotated_pod: $(samples "$total") samples, $((hot * 100 / total))% of them in kiln_e2e_hot_loop"
+  note "$annotated_pod: $(samples "$matchers" "$since") samples, $((hot * 100 / total))% of them in kiln_e2e_hot_loop"
   note "hottest stack: $(awk '{ print $NF " " $0 }' <<<"$stacks" | sort -n -r | head -1 | cut -d' ' -f2- | cut -c1-200)"
 
   # One more agent window, so the plain pod had every chance to show up.

@@ -6,7 +6,7 @@
 # quiet_since POD: whether the store got no CPU of POD in the last two agent windows and a bit.
 quiet_lately() {
   local total
-  total="$(cpu_total "process_cpu{namespace=\"$workload_ns\",pod=\"$1\"}" \
+  total="$(cpu_total "{namespace=\"$workload_ns\",pod=\"$1\"}" \
     "$(( $(date +%s) - 2 * agent_window_seconds - 5 ))")" || return 1
   [ "${total:-1}" -eq 0 ]
 }
@@ -41,7 +41,7 @@ check_live_annotation() {
   note "profiling of $plain_pod stopped within $((SECONDS - began)) s of removing the annotation (no CPU in the last $((2 * agent_window_seconds + 5)) s)"
   sleep $((agent_window_seconds * 2))
   local after
-  after="$(cpu_total "process_cpu{namespace=\"$workload_ns\",pod=\"$plain_pod\"}" "$stopped")"
-  [ "$after" -eq 0 ] || fail "$plain_pod was profiled again after it stopped ($(samples "$after") samples)"
+  after="$(cpu_total "{namespace=\"$workload_ns\",pod=\"$plain_pod\"}" "$stopped")"
+  [ "$after" -eq 0 ] || fail "$plain_pod was profiled again after it stopped ($(samples "{namespace=\"$workload_ns\",pod=\"$plain_pod\"}" "$stopped") samples)"
   note "no samples of $plain_pod in the $(( $(date +%s) - stopped )) s since (removed at $removed_at)"
 }

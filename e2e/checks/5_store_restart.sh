@@ -4,14 +4,14 @@
 
 check_store_restart() {
   log "check 5: deleting the store pod loses no acknowledged profile"
-  local selector="process_cpu{namespace=\"$workload_ns\",pod=\"$annotated_pod\"}"
+  local matchers="{namespace=\"$workload_ns\",pod=\"$annotated_pod\"}"
   local from to before after old_uid
   from="$(date -d '-30 min' +%s)"
   # Up to a window ago, so no profile of this range is still on its way.
   to=$(( $(date +%s) - agent_window_seconds ))
-  before="$(cpu_total "$selector" "$from" "$to")"
+  before="$(samples "$matchers" "$from" "$to")"
   [ "$before" -gt 0 ] || fail "nothing of $annotated_pod stored before the restart"
-  note "before: $(samples "$before") samples of $annotated_pod up to $(date -d "@$to" -u +%T)"
+  note "before: $before samples of $annotated_pod up to $(date -d "@$to" -u +%T)"
   note "claim: $(kubectl -n "$system_ns" get pvc "data-$store_name-0" -o jsonpath='{.spec.volumeName} {.status.phase}')"
 
   old_uid="$(kubectl -n "$system_ns" get pod "$store_name-0" -o jsonpath='{.metadata.uid}')"
@@ -19,10 +19,10 @@ check_store_restart() {
   kubectl -n "$system_ns" delete pod "$store_name-0" --wait=true --timeout=120s >/dev/null
   retry 180 2 store_pod_replaced "$old_uid" || fail "the store pod did not come back"
   forward_store
-  after="$(cpu_total "$selector" "$from" "$to")"
-  note "after: $(samples "$after") samples of $annotated_pod in the same range"
+  after="$(samples "$matchers" "$from" "$to")"
+  note "after: $after samples of $annotated_pod in the same range"
   [ "$after" -ge "$before" ] \
-    || fail "the store lost profiles across the restart: $(samples "$before") samples before, $(samples "$after") after"
-  folded "$selector" "$from" | grep -q kiln_e2e_hot_loop \
+    || fail "the store lost profiles across the restart: $before samples before, $after after"
+  folded "$matchers" "$from" | grep -q kiln_e2e_hot_loop \
     || fail "the hot function is gone from the stored stacks after the restart"
 }
