@@ -85,7 +85,6 @@ fn capabilities_mode_adds_only_the_ebpf_set_and_drops_the_rest() {
             "BPF",
             "PERFMON",
             "SYS_PTRACE",
-            "SYS_RESOURCE",
             "CHECKPOINT_RESTORE",
             "DAC_READ_SEARCH"
         ]

@@ -217,7 +217,7 @@ pub struct AgentSpec {
     #[schemars(pattern(CRI_SOCKET_PATTERN))]
     pub container_runtime_socket: String,
     /// `privileged` works everywhere; `capabilities` grants only BPF, PERFMON, SYS_PTRACE,
-    /// SYS_RESOURCE, CHECKPOINT_RESTORE and DAC_READ_SEARCH and needs kernel 5.9+ and a recent runtime.
+    /// CHECKPOINT_RESTORE and DAC_READ_SEARCH and needs kernel 5.11+ and a recent runtime.
     #[serde(default)]
     pub security_mode: SecurityMode,
 }

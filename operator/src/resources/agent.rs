@@ -40,11 +40,14 @@ use crate::api::{ProfileStore, SecurityMode};
 pub const TARGETS_DIR: &str = "/etc/kiln/targets";
 
 /// Capabilities of the `capabilities` security mode (the least-privilege eBPF profiler set).
-pub const AGENT_CAPABILITIES: [&str; 6] = [
+/// Not SYS_RESOURCE: from kernel 5.11 BPF memory is charged to the cgroup rather than
+/// RLIMIT_MEMLOCK, so the agent needs no raised limit there, and a runtime that does not hold
+/// SYS_RESOURCE itself (as on the e2e suite's node) refuses to start any container asking for
+/// it. Older kernels need the privileged mode (the agent's preflight says so).
+pub const AGENT_CAPABILITIES: [&str; 5] = [
     "BPF",
     "PERFMON",
     "SYS_PTRACE",
-    "SYS_RESOURCE",
     "CHECKPOINT_RESTORE",
     "DAC_READ_SEARCH",
 ];
