@@ -82,6 +82,8 @@ check_capabilities() {
   note "capabilities-mode agents profiled $annotated_pod: $(samples "$matchers" "$rolled_at") samples, first after $((SECONDS - began)) s"
   folded "$matchers" "$rolled_at" | grep -q kiln_e2e_hot_loop \
     || fail "the capabilities-mode agents' stacks miss kiln_e2e_hot_loop"
-  # Long enough for the agents' liveness probe (30 s delay, every 30 s) to have run.
+  # Long enough for the agents' liveness probe (30 s delay, every 30 s) to have run twice.
+  local probed_by=$((rolled_at + 65))
+  [ "$(date +%s)" -ge "$probed_by" ] || sleep $((probed_by - $(date +%s)))
   pods_started_as_rendered
 }

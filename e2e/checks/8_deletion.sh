@@ -14,6 +14,11 @@ leftovers() {
   } 2>/dev/null | sort -u
 }
 
+target_reports_store_missing() {
+  [ "$(kubectl -n "$workload_ns" get profilingtarget hot-loops \
+    -o jsonpath='{.status.conditions[?(@.type=="Ready")].reason}')" = StoreNotFound ]
+}
+
 nothing_left() {
   [ -z "$(leftovers)" ]
 }
@@ -36,6 +41,8 @@ check_deletion() {
       || fail "the data claim is owned by the store, yet was not deleted"
     note "the data claim data-$store_name-0 stays, as documented (the suite deletes it)"
   fi
+  retry 60 2 target_reports_store_missing \
+    || fail "ProfilingTarget hot-loops still says: $(condition profilingtarget/hot-loops "$workload_ns" Ready)"
   note "ProfilingTarget after its store went: $(condition profilingtarget/hot-loops "$workload_ns" Ready)"
   check_operator_was_never_forbidden
 }

@@ -307,7 +307,16 @@ pub async fn run(ctx: Arc<Context>) {
             }
         });
 
-    let target_controller = Controller::new(targets, watcher::Config::default().any_semantic())
+    let target_controller = Controller::new(targets, watcher::Config::default().any_semantic());
+    let known_targets = target_controller.store();
+    let target_controller = target_controller
+        .watches(
+            Api::<ProfileStore>::all(client.clone()),
+            watcher::Config::default(),
+            move |store| {
+                target::targets_naming(known_targets.state().iter().map(AsRef::as_ref), &store)
+            },
+        )
         .shutdown_on_signal()
         .run(
             target::reconcile,

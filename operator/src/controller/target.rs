@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::{Api, Resource};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::{Context, RESYNC, ReconcileError, backoff_key, namespace_and_name};
@@ -19,6 +20,27 @@ use crate::status::target::{next_target_status, target_conditions};
 
 /// How soon to look again for a store that does not exist yet.
 const STORE_MISSING_RECHECK: Duration = Duration::from_secs(30);
+
+/// The targets that name `store` as theirs. A store that appears, changes or is deleted
+/// changes whether they are published, so the target controller looks at them again then
+/// rather than at its next resync (a deleted store's targets kept saying `Ready` for ten
+/// minutes).
+pub fn targets_naming<'a>(
+    targets: impl IntoIterator<Item = &'a ProfilingTarget>,
+    store: &ProfileStore,
+) -> Vec<ObjectRef<ProfilingTarget>> {
+    let (Some(namespace), name) = (store.namespace(), store.name_any()) else {
+        return Vec::new();
+    };
+    targets
+        .into_iter()
+        .filter(|target| {
+            target.store_namespace() == Some(namespace.as_str())
+                && target.spec.store_ref.name == name
+        })
+        .map(ObjectRef::from_obj)
+        .collect()
+}
 
 /// Entry point for the controller.
 pub async fn reconcile(
@@ -76,4 +98,57 @@ async fn reconcile_inner(
         ctx.metrics.wrote("ProfilingTarget", "status");
     }
     Ok(Action::requeue(requeue))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ProfileStoreSpec, ProfilingTargetSpec};
+
+    fn target(namespace: &str, name: &str, store_ref: serde_json::Value) -> ProfilingTarget {
+        let spec: ProfilingTargetSpec =
+            serde_json::from_value(serde_json::json!({ "storeRef": store_ref })).expect("spec");
+        let mut target = ProfilingTarget::new(name, spec);
+        target.metadata.namespace = Some(namespace.to_owned());
+        target
+    }
+
+    #[test]
+    fn a_store_maps_to_the_targets_that_name_it_in_any_namespace() {
+        let spec: ProfileStoreSpec = serde_json::from_value(serde_json::json!({})).expect("spec");
+        let mut store = ProfileStore::new("kiln", spec);
+        store.metadata.namespace = Some("kiln-system".to_owned());
+        let targets = [
+            target(
+                "shop",
+                "web",
+                serde_json::json!({"name": "kiln", "namespace": "kiln-system"}),
+            ),
+            target("kiln-system", "local", serde_json::json!({"name": "kiln"})),
+            target(
+                "shop",
+                "other-store",
+                serde_json::json!({"name": "other", "namespace": "kiln-system"}),
+            ),
+            target(
+                "shop",
+                "same-name-here",
+                serde_json::json!({"name": "kiln"}),
+            ),
+        ];
+        let names: Vec<String> = targets_naming(&targets, &store)
+            .into_iter()
+            .map(|reference| {
+                format!(
+                    "{}/{}",
+                    reference.namespace.unwrap_or_default(),
+                    reference.name
+                )
+            })
+            .collect();
+        assert_eq!(names, ["shop/web", "kiln-system/local"]);
+        let mut unnamespaced = store.clone();
+        unnamespaced.metadata.namespace = None;
+        assert!(targets_naming(&targets, &unnamespaced).is_empty());
+    }
 }
