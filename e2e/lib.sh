@@ -121,10 +121,11 @@ pods_with_profiles() {
   "$kiln_cli" labels pod --from "$1" --query "{namespace=\"$workload_ns\"}"
 }
 
-# has_profile POD FROM: whether the store holds CPU for POD since FROM.
+# has_profile POD FROM: whether the store holds CPU for POD since FROM. Polled, so the store's
+# "no profile type matches" before the first profile arrives is not printed.
 has_profile() {
   local total
-  total="$(cpu_total "{namespace=\"$workload_ns\",pod=\"$1\"}" "$2")" || return 1
+  total="$(cpu_total "{namespace=\"$workload_ns\",pod=\"$1\"}" "$2" 2>/dev/null)" || return 1
   [ "${total:-0}" -gt 0 ]
 }
 
