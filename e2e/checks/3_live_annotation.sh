@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Check 3: annotating a running pod profiles it without a restart; removing the annotation
 # stops it. The runtime never sees annotations added later, so this goes through the
-# operator's relay entries in the targets ConfigMap, which kubelet refreshes in the agents.
+# operator's relay entries in the targets ConfigMap, which the kubelet remounts in the agents
+# when the operator marks their pods with the file's revision.
 
 # quiet_since POD: whether the store got no CPU of POD in the last two agent windows and a bit.
 quiet_lately() {
@@ -23,7 +24,7 @@ check_live_annotation() {
   latency=$((SECONDS - began))
   note "profile of $plain_pod appeared $latency s after the annotation ($((latency * 10 / agent_window_seconds / 10)).$((latency * 10 / agent_window_seconds % 10)) agent windows of $agent_window_seconds s)"
   if [ "$latency" -gt $((2 * agent_window_seconds)) ]; then
-    note "NOTE: slower than two agent windows: the relay waits for kubelet to refresh the agents' targets ConfigMap volume"
+    note "NOTE: slower than two agent windows: the kubelet did not remount the agents' targets ConfigMap on the revision mark"
   fi
   [ "$(kubectl -n "$workload_ns" get pod "$plain_pod" -o jsonpath='{.status.containerStatuses[0].restartCount}')" = "$restarts_before" ] \
     || fail "$plain_pod restarted: the annotation must take effect live"

@@ -1,5 +1,6 @@
 //! The two reconcilers, their shared context, error policy and the controller wiring.
 
+pub mod agent_nudge;
 pub mod apply;
 pub mod first_release;
 pub mod pod_changes;

@@ -1,6 +1,8 @@
 //! Reconcile scenarios against an in-memory API server (tower-test), in the spirit of kube-rs'
 //! controller-rs: create, update, no-op, status patch, finalizer add and cleanup, error backoff.
 
+#[path = "reconcile/agent_nudge.rs"]
+mod agent_nudge;
 #[path = "reconcile/budgets.rs"]
 mod budgets;
 #[path = "reconcile/fake_api.rs"]
@@ -680,7 +682,9 @@ async fn grown_storage_expands_existing_claims_once() {
     fake.put(
         claim_path,
         json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "data-main-0", "namespace": "kiln"},
+        "metadata": {"name": "data-main-0", "namespace": "kiln",
+                     "labels": {"app.kubernetes.io/instance": "main",
+                                "app.kubernetes.io/component": "store"}},
         "spec": {"resources": {"requests": {"storage": "10Gi"}}}}),
     );
     store::reconcile(current_store(&fake), ctx.clone())

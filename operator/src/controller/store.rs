@@ -15,7 +15,8 @@ use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::apply::{apply_if_changed, delete_if_present};
+use super::agent_nudge::nudge_agents;
+use super::apply::{Applied, apply_if_changed, delete_if_present};
 use super::store_status::{patch_status_if_changed, publish};
 // The condition reasons are part of this module's interface; they live with the conditions.
 use super::tokens::{self, TokensSecret};
@@ -25,7 +26,9 @@ use super::{
 };
 use crate::api::{ProfileStore, ProfilingTarget};
 use crate::resources::targets::{Aggregation, Relays, aggregate};
-use crate::resources::{StoreNames, agent, network_policy, store as store_objects, targets};
+use crate::resources::{
+    StoreNames, agent, applied_hash, network_policy, store as store_objects, targets,
+};
 use crate::status::ownership::agents_owned_elsewhere;
 pub use crate::status::store::{
     AGENT_IMAGE_NOT_ALLOWED, AGENT_TOLERATION_NOT_ALLOWED, AGENTS_OWNED_ELSEWHERE,
@@ -294,9 +297,16 @@ async fn apply_children(
         // objects (audit O1): a failed targets apply is reported and retried, and the agents
         // keep reading the last file that was written.
         let targets_applied = match targets::config_map(store, names, &fitted.file) {
-            Ok(targets_map) => apply_if_changed(&config_maps, &targets_map, ctx)
-                .await
-                .map(|_| ()),
+            Ok(targets_map) => match apply_if_changed(&config_maps, &targets_map, ctx).await {
+                Ok(Applied::Written(_)) => {
+                    if let Some(revision) = applied_hash(&targets_map) {
+                        nudge_agents(store, names, revision, ctx).await;
+                    }
+                    Ok(())
+                }
+                Ok(Applied::Unchanged(_)) => Ok(()),
+                Err(error) => Err(error),
+            },
             Err(source) => Err(build(source)),
         };
         targets_error = targets_applied

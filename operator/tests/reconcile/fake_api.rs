@@ -196,7 +196,9 @@ impl State {
         match call.method {
             Method::GET => match self.objects.get(&path) {
                 Some(object) => (StatusCode::OK, object.clone()),
-                None if self.is_collection(&path) => (StatusCode::OK, self.list(&path)),
+                None if self.is_collection(&path) => {
+                    (StatusCode::OK, self.list(&path, &call.query))
+                }
                 None => status(404, "NotFound", "not found"),
             },
             Method::PATCH if !self.objects.contains_key(&path) && self.refuses_create(&path) => {
@@ -314,7 +316,8 @@ impl State {
         segments.len() == base + 1 || (segments.len() == base + 3 && segments[base] == "namespaces")
     }
 
-    fn list(&self, collection: &str) -> Value {
+    fn list(&self, collection: &str, query: &str) -> Value {
+        let selector = label_selector(query);
         let plural = collection.rsplit('/').next().unwrap_or("");
         let segments: Vec<&str> = collection.trim_matches('/').split('/').collect();
         let group_prefix = if segments[0] == "api" {
@@ -332,6 +335,11 @@ impl State {
                     || (!collection.contains("/namespaces/")
                         && path.starts_with(&namespaced_prefix)
                         && path.rsplit('/').nth(1) == Some(plural))
+            })
+            .filter(|(_, object)| {
+                selector
+                    .iter()
+                    .all(|(key, value)| object["metadata"]["labels"][key].as_str() == Some(value))
             })
             .map(|(_, object)| object.clone())
             .collect();
@@ -433,4 +441,41 @@ fn merge(target: &mut Value, patch: &Value) {
         }
         (target, patch) => *target = patch.clone(),
     }
+}
+
+/// The equality terms of a list call's `labelSelector` (`k=v,k2=v2`, percent-encoded), the only
+/// form the operator sends.
+fn label_selector(query: &str) -> Vec<(String, String)> {
+    let Some(encoded) = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("labelSelector="))
+    else {
+        return Vec::new();
+    };
+    let mut decoded = Vec::new();
+    let bytes = encoded.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'%' if at + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[at + 1..at + 3]).unwrap();
+                decoded.push(u8::from_str_radix(hex, 16).unwrap());
+                at += 3;
+            }
+            b'+' => {
+                decoded.push(b' ');
+                at += 1;
+            }
+            byte => {
+                decoded.push(byte);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8(decoded)
+        .unwrap()
+        .split(',')
+        .filter_map(|term| term.split_once('='))
+        .map(|(key, value)| (key.to_owned(), value.to_owned()))
+        .collect()
 }
