@@ -7,9 +7,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-use kiln_pprof::{FunctionSpec, MappingSpec, ProfileBuilder, encode_gzip};
+use std::time::{Duration, Instant};
 
 /// A running `kiln-store`; killed and cleaned up on drop.
 #[derive(Debug)]
@@ -307,49 +305,4 @@ pub fn flamegraph_names(response: &serde_json::Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// A gzipped CPU profile with `stacks` distinct stacks (8-31 frames over 2,000 functions)
-/// drawn from `seed`, and its cpu total: load for the tests that fill and compact a store.
-pub fn cpu_profile(seed: usize, stacks: usize) -> (Vec<u8>, i64) {
-    let mut b = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
-    b.period("cpu", "nanoseconds", 10_000_000);
-    b.time(0, 10_000_000_000);
-    let mapping = b.mapping(&MappingSpec {
-        memory_start: 0x400000,
-        memory_limit: 0x4000000,
-        filename: "/usr/bin/service".into(),
-        build_id: format!("build-{}", seed % 7),
-        has_functions: true,
-        ..MappingSpec::default()
-    });
-    let mut total = 0;
-    for s in 0..stacks {
-        let depth = 8 + (s * 7 + seed) % 24;
-        let mut frames = Vec::with_capacity(depth);
-        for d in 0..depth {
-            let f = (s * 31 + d * 17 + seed * 13) % 2_000;
-            let function = b.function(&FunctionSpec {
-                name: format!("pkg{}.(*Worker).step{f}", f % 40),
-                system_name: String::new(),
-                filename: format!("/src/pkg{}/worker.go", f % 40),
-                start_line: f as i64,
-            });
-            frames.push(b.location(
-                mapping,
-                0x400000 + f as u64 * 64,
-                &[(function, d as i64 + 1)],
-            ));
-        }
-        let value = 10_000_000 * (1 + (s + seed) as i64 % 5);
-        b.sample(&frames, &[value / 10_000_000, value], &[]);
-        total += value;
-    }
-    (encode_gzip(&b.finish()), total)
-}
-
-pub fn now_s() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
 }
