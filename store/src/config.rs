@@ -117,6 +117,8 @@ pub struct Config {
     pub memory_budget: u64,
     /// Compaction planning interval.
     pub compaction_interval: Duration,
+    /// Shards of the live head (`None`: the store's default, from the cores).
+    pub head_shards: Option<usize>,
     /// Object storage.
     pub bucket: BucketSettings,
     /// Limits.
@@ -130,6 +132,9 @@ pub struct Config {
     /// Log filter.
     pub log: String,
 }
+
+/// More head shards than this only repeat the symbols in memory.
+const MAX_HEAD_SHARDS: usize = 16;
 
 /// Below this the head would be cut every few profiles.
 const MIN_MEMORY_BUDGET: u64 = 64 << 20;
@@ -198,6 +203,14 @@ impl Config {
                 message: format!("must be at least {}Mi", MIN_MEMORY_BUDGET >> 20),
             });
         }
+        if let Some(shards) = storage.head_shards
+            && !(1..=MAX_HEAD_SHARDS).contains(&shards)
+        {
+            return Err(ConfigError::Invalid {
+                setting: "storage.head_shards",
+                message: format!("must be 1 to {MAX_HEAD_SHARDS}, not {shards}"),
+            });
+        }
         let replica = storage
             .replica
             .clone()
@@ -236,6 +249,7 @@ impl Config {
                 storage.compaction_interval.as_deref(),
                 "5m",
             )?,
+            head_shards: storage.head_shards,
             limits: Limits::resolve(&settings.limits, memory_budget)?,
             connections: ConnectionLimits::resolve(server, memory_budget)?,
             write_tokens: tokens::trimmed(settings.auth.write_tokens.as_deref()),

@@ -131,6 +131,9 @@ fn store_config(config: &Config) -> StoreConfig {
     store.max_total_bytes = config.retention_bytes;
     store.apply_memory_budget(config.memory_budget);
     store.compaction_interval = config.compaction_interval;
+    if let Some(shards) = config.head_shards {
+        store.head_shards = shards;
+    }
     store.decode_limits = kiln_store::state::decode_limits(&config.limits);
     store.ingest_limits.max_labels_per_series = config.limits.max_labels_per_series;
     store.ingest_limits.max_label_name_bytes = config.limits.max_label_bytes;

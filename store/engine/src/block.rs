@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use roaring::RoaringBitmap;
 
-pub use encode::{BlockSink, encode_block};
+pub use encode::{BlockSink, encode_block, encode_heads};
 pub use partial::BlockPartial;
 pub use source::BlockRanges;
 

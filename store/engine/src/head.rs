@@ -180,20 +180,68 @@ impl Head {
             .or_default() += 1;
         id
     }
+}
 
-    pub(crate) fn existing_series(&self, labels: &LabelSet) -> Option<u32> {
-        self.series_lookup.get(labels).copied()
+/// What ingest's series limits read of a head: whether it holds a series,
+/// and how many series it holds in all, per profile name and per
+/// namespace. A [`Head`] is one; [`ShardCensus`] is the sum of several.
+pub trait SeriesCensus {
+    /// True when the series with exactly these labels exists.
+    fn holds_series(&self, labels: &LabelSet) -> bool;
+    /// Series held.
+    fn series_total(&self) -> usize;
+    /// Series held of profile name `name`.
+    fn series_for_name(&self, name: &str) -> usize;
+    /// Series held whose `namespace` label is `namespace` (`""`: none).
+    fn series_for_namespace(&self, namespace: &str) -> usize;
+}
+
+impl SeriesCensus for Head {
+    fn holds_series(&self, labels: &LabelSet) -> bool {
+        self.series_lookup.contains_key(labels)
     }
 
-    pub(crate) fn series_for_name(&self, name: &str) -> usize {
+    fn series_total(&self) -> usize {
+        self.series.len()
+    }
+
+    fn series_for_name(&self, name: &str) -> usize {
         self.series_per_name.get(name).copied().unwrap_or(0)
     }
 
-    pub(crate) fn series_for_namespace(&self, namespace: &str) -> usize {
+    fn series_for_namespace(&self, namespace: &str) -> usize {
         self.series_per_namespace
             .get(namespace)
             .copied()
             .unwrap_or(0)
+    }
+}
+
+/// The heads of a sharded head counted as one: counts add up, and a series
+/// is held when any shard holds it. A series written through two shards
+/// (two request label sets that promote to the same labels) counts twice,
+/// which errs on the side of the limits.
+#[derive(Debug, Clone, Copy)]
+pub struct ShardCensus<'a, H>(pub &'a [H]);
+
+impl<H: std::ops::Deref<Target = Head>> SeriesCensus for ShardCensus<'_, H> {
+    fn holds_series(&self, labels: &LabelSet) -> bool {
+        self.0.iter().any(|h| h.holds_series(labels))
+    }
+
+    fn series_total(&self) -> usize {
+        self.0.iter().map(|h| h.series_total()).sum()
+    }
+
+    fn series_for_name(&self, name: &str) -> usize {
+        self.0.iter().map(|h| h.series_for_name(name)).sum()
+    }
+
+    fn series_for_namespace(&self, namespace: &str) -> usize {
+        self.0
+            .iter()
+            .map(|h| h.series_for_namespace(namespace))
+            .sum()
     }
 }
 

@@ -14,10 +14,10 @@ pub mod symbols;
 mod wire;
 
 pub use block::format::FORMAT_VERSION;
-pub use block::{Block, BlockPartial, BlockRanges, BlockSink, encode_block};
+pub use block::{Block, BlockPartial, BlockRanges, BlockSink, encode_block, encode_heads};
 pub use compact::{CompactionError, compact_blocks, compact_streaming};
 pub use error::{BlockError, IngestError, QueryError};
-pub use head::{CheckedIngest, Head, IngestLimits, IngestStats};
+pub use head::{CheckedIngest, Head, IngestLimits, IngestStats, SeriesCensus, ShardCensus};
 pub use index::{CompiledMatcher, LabelIndex, compile_matchers};
 pub use model::{
     BlockMeta, Label, LabelSet, MatchOp, Matcher, NAME_LABEL, PROFILE_TYPE_LABEL, ProfileType,

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use kiln_engine::{
     Block, BlockError, CompiledSelector, Head, IngestLimits, Label, LabelSet, MatchOp, Matcher,
-    MergedProfile, ProfileType, Queryable, Selector, TimeRange, Timeline, compact_blocks,
-    compile_matchers, encode_block,
+    MergedProfile, ProfileType, Queryable, Selector, ShardCensus, TimeRange, Timeline,
+    compact_blocks, compile_matchers, encode_block, encode_heads,
 };
 use kiln_pprof::{DecodeLimits, FunctionSpec, LabelValue, MappingSpec, Profile, ProfileBuilder};
 use proptest::prelude::*;
@@ -306,6 +306,94 @@ fn block_answers_every_query_exactly_like_its_head() {
         "a 2.5-day block has rollups"
     );
     assert_same_answers(&head, &block, "head vs block");
+}
+
+#[test]
+fn shards_encode_into_one_block_that_answers_like_one_head() {
+    let items = workload();
+    let head = head_of(&items);
+    // Three shards, each pod in one of them, as the store's live head
+    // splits requests; pod 3 also writes one profile through a second
+    // shard, so one series lives in two shards and must merge.
+    let mut shards: Vec<Vec<(usize, i64, Profile)>> = vec![Vec::new(); 3];
+    for (i, item) in items.iter().enumerate() {
+        let shard = if item.0 == 3 && i % 7 == 0 {
+            0
+        } else {
+            item.0 % 3
+        };
+        shards[shard].push(item.clone());
+    }
+    let heads: Vec<Head> = shards.iter().map(|s| head_of(s)).collect();
+    let refs: Vec<&Head> = heads.iter().collect();
+    let (meta, bytes) = encode_heads(&refs, "01SHARDS", "replica-a").unwrap();
+    let (one_meta, _) = encode_block(&head, "01ONE", "replica-a").unwrap();
+    assert_eq!(meta.profiles, one_meta.profiles);
+    assert_eq!(meta.samples, one_meta.samples);
+    assert_eq!(
+        meta.series, one_meta.series,
+        "a series in two shards is one series"
+    );
+    assert_eq!(
+        (meta.min_time_ms, meta.max_time_ms),
+        (one_meta.min_time_ms, one_meta.max_time_ms)
+    );
+    let block = Block::decode(&bytes).unwrap();
+    assert_same_answers(&head, &block, "one head vs its shards' block");
+    // Empty shards are skipped, all-empty is an error, as for one head.
+    let empty = Head::new();
+    let with_empty: Vec<&Head> = vec![&empty, &heads[0], &empty];
+    assert!(encode_heads(&with_empty, "01E", "r").is_ok());
+    assert!(matches!(
+        encode_heads(&[&empty, &empty], "01E", "r"),
+        Err(BlockError::Empty)
+    ));
+    assert!(matches!(
+        encode_heads(&[], "01E", "r"),
+        Err(BlockError::Empty)
+    ));
+}
+
+#[test]
+fn series_limits_count_every_shard() {
+    use kiln_engine::{CheckedIngest, SeriesCensus};
+    let items = workload();
+    // Two shards holding two pods each.
+    let mut shards = [Head::new(), Head::new()];
+    for (pod, time_ms, profile) in items.iter().filter(|i| i.0 < 2) {
+        shards[*pod]
+            .ingest(
+                profile,
+                &pod_labels(*pod),
+                *time_ms,
+                10_000_000_000,
+                &IngestLimits::default(),
+            )
+            .unwrap();
+    }
+    // A limit the two shards fill exactly together.
+    let held: usize = shards
+        .iter()
+        .map(|h| h.series_for_name("process_cpu"))
+        .sum();
+    let limits = IngestLimits {
+        max_series_per_profile_name: held,
+        ..IngestLimits::default()
+    };
+    let refs: Vec<&Head> = shards.iter().collect();
+    let census = ShardCensus(&refs);
+    assert_eq!(census.series_for_name("process_cpu"), held);
+    let (_, _, profile) = items.iter().find(|i| i.0 == 1).unwrap();
+    let prepare = |pod| {
+        CheckedIngest::prepare(profile.clone(), &pod_labels(pod), 10_000_000_000, &limits).unwrap()
+    };
+    // Pod 1 writes on into the series it has; pod 9 would add new ones.
+    prepare(1).count_series(&census, &limits).unwrap();
+    assert!(prepare(9).count_series(&census, &limits).is_err());
+    // Shard 0 alone has room for them: only the sum refuses.
+    prepare(9)
+        .count_series(&ShardCensus(&refs[..1]), &limits)
+        .unwrap();
 }
 
 #[test]

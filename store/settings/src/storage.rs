@@ -40,6 +40,11 @@ pub struct StorageOptions {
     /// container's memory limit [default: 2Gi].
     #[arg(long, env = "KILN_MEMORY_BUDGET")]
     pub memory_budget: Option<String>,
+    /// Shards of the in-memory head, 1 to 16: ingests bound for different
+    /// shards apply in parallel, each shard holding its own copy of the
+    /// symbols its pods use [default: the cores available, at most 8].
+    #[arg(long, env = "KILN_HEAD_SHARDS")]
+    pub head_shards: Option<usize>,
     /// How often compaction is planned, e.g. `5m` [default: 5m].
     #[arg(long, env = "KILN_COMPACTION_INTERVAL")]
     pub compaction_interval: Option<String>,

@@ -112,6 +112,14 @@ fn bad_values_name_the_setting() {
     assert!(err.to_string().contains("storage.flush_interval"), "{err}");
     let err = layered(None, &["--query-timeout", "0s"]).unwrap_err();
     assert!(err.to_string().contains("storage.query_timeout"), "{err}");
+    for bad in ["0", "17"] {
+        let err = layered(None, &["--head-shards", bad]).unwrap_err();
+        assert!(err.to_string().contains("storage.head_shards"), "{err}");
+    }
+    assert_eq!(
+        layered(None, &["--head-shards", "4"]).unwrap().head_shards,
+        Some(4)
+    );
     let err = layered(None, &["--max-inflight", "0"]).unwrap_err();
     assert!(err.to_string().contains("limits.max_inflight"), "{err}");
     let err = layered(None, &["--object-store", "azure", "--bucket", "b"]).unwrap_err();

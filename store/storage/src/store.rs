@@ -1,9 +1,9 @@
 //! The `Store` facade: durable ingest into the engine's head, blocks in a
 //! bucket, queries over both, and the background loops that keep it tidy.
 //!
-//! Concurrency: the head sits behind a std `RwLock` that is never held across
-//! an `.await`; CPU work (decode, ingest, encode, query) runs on the blocking
-//! pool. A tokio `RwLock` (the cut gate) spans each ingest's WAL append and
+//! Concurrency: the head is sharded (`live_head`), each shard behind a std
+//! `RwLock` that is never held across an `.await`; CPU work (decode, ingest,
+//! encode, query) runs on the blocking pool. A tokio `RwLock` (the cut gate) spans each ingest's WAL append and
 //! head apply, so a head cut sees every logged record either entirely before
 //! or entirely after it: a block holds exactly the WAL segments it replaces.
 
@@ -14,6 +14,7 @@ mod config;
 mod health;
 mod idempotency;
 mod incomplete;
+mod live_head;
 mod maintenance;
 mod memory_gate;
 mod ownership;
@@ -113,34 +114,33 @@ struct Counters {
     late_quarantined: AtomicU64,
 }
 
-/// The mutable head and the first WAL segment whose records it holds.
-#[derive(Debug)]
-struct HeadSlot {
-    head: Head,
-    first_segment: u64,
-}
-
-/// A head that was cut and awaits upload; still queried until its block is
+/// A head that was cut and awaits upload, as the shards it was cut from
+/// (one head for what WAL replay cut); still queried until its block is
 /// visible. `id` is fixed at cut time so retried uploads are idempotent.
 #[derive(Debug)]
 struct Frozen {
     id: String,
-    head: Head,
+    heads: Vec<Head>,
     first_segment: u64,
     end_segment: u64,
-    /// The head's size when it was cut, for the upload budget.
+    /// The heads' size when they were cut, for the upload budget.
     bytes: u64,
 }
 
 impl Frozen {
-    fn new(head: Head, first_segment: u64, end_segment: u64) -> Self {
+    fn new(heads: Vec<Head>, first_segment: u64, end_segment: u64) -> Self {
         Self {
             id: ulid::Ulid::new().to_string(),
-            bytes: head.approx_bytes() as u64,
-            head,
+            bytes: heads.iter().map(|h| h.approx_bytes() as u64).sum(),
+            heads,
             first_segment,
             end_segment,
         }
+    }
+
+    /// True when no head holds a value (its segments held only refused records).
+    fn is_empty(&self) -> bool {
+        self.heads.iter().all(Head::is_empty)
     }
 }
 
@@ -174,7 +174,7 @@ struct Shared {
     bucket: Bucket,
     wal: Wal,
     cut_gate: tokio::sync::RwLock<()>,
-    head: RwLock<HeadSlot>,
+    head: live_head::LiveHead,
     view: RwLock<View>,
     cache: Mutex<BlockCache>,
     corrupt: Mutex<BTreeMap<String, String>>,
@@ -286,6 +286,8 @@ impl Store {
             .into_iter()
             .map(|c| (c.id, c.error))
             .collect();
+        let head =
+            live_head::LiveHead::new(config.head_shards, recovered.head, recovered.first_segment);
         let shared = Arc::new(Shared {
             inflight: Arc::new(Semaphore::new(config.max_inflight_ingests)),
             query_runners: Arc::new(Semaphore::new(config.max_running_queries)),
@@ -295,10 +297,7 @@ impl Store {
             bucket,
             wal: recovered.wal,
             cut_gate: tokio::sync::RwLock::new(()),
-            head: RwLock::new(HeadSlot {
-                head: recovered.head,
-                first_segment: recovered.first_segment,
-            }),
+            head,
             view: RwLock::new(view),
             corrupt: Mutex::new(corrupt),
             bucket_state: Mutex::new(health::BucketState::new(listed, recovered.listing_error)),
@@ -358,10 +357,8 @@ impl Store {
     /// A snapshot of counters and sizes for metrics.
     pub fn stats(&self) -> StoreStats {
         let shared = &self.shared;
-        let (head_bytes, head_profiles) = {
-            let slot = read(&shared.head);
-            (slot.head.approx_bytes() as u64, slot.head.profiles())
-        };
+        let (head_bytes, head_profiles) =
+            (shared.head.approx_bytes() as u64, shared.head.profiles());
         let (cache_bytes, cache_blocks) = {
             let cache = lock(&shared.cache);
             (cache.used_bytes(), cache.len() as u64)

@@ -34,39 +34,71 @@ pub fn encode_block(
     id: &str,
     replica: &str,
 ) -> Result<(BlockMeta, Vec<u8>), BlockError> {
-    let (min_ms, max_ms) = head.time_bounds().ok_or(BlockError::Empty)?;
-    let mut order: Vec<&HeadSeries> = head
-        .series
-        .iter()
-        .filter(|s| !s.points.is_empty())
-        .collect();
+    encode_heads(&[head], id, replica)
+}
+
+/// Encodes the shards of one sharded head into one block object: series
+/// with equal labels in several shards become one series, and each shard's
+/// symbols are translated into the block's, as [`encode_block`] does for
+/// one head. Level and sources are the first shard's (shards of one head
+/// share them).
+pub fn encode_heads(
+    heads: &[&Head],
+    id: &str,
+    replica: &str,
+) -> Result<(BlockMeta, Vec<u8>), BlockError> {
+    let bounds = heads.iter().filter_map(|h| h.time_bounds());
+    let (min_ms, max_ms) = bounds
+        .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)))
+        .ok_or(BlockError::Empty)?;
+    // Every output series and its parts, in label order (the order a
+    // block's directory and index need).
+    let mut order: BTreeMap<&LabelSet, Vec<(usize, &HeadSeries)>> = BTreeMap::new();
+    for (shard, head) in heads.iter().enumerate() {
+        for series in head.series.iter().filter(|s| !s.points.is_empty()) {
+            order
+                .entry(&series.labels)
+                .or_default()
+                .push((shard, series));
+        }
+    }
+    let Some(first) = heads.first() else {
+        return Err(BlockError::Empty);
+    };
     if order.is_empty() {
         return Err(BlockError::Empty);
     }
-    order.sort_by(|a, b| a.labels.cmp(&b.labels));
 
     let mut writer = BlockWriter::new(min_ms, max_ms)?;
-    let mut translator = SymbolTranslator::new(&head.symbols);
-    for series in order {
+    let mut translators: Vec<SymbolTranslator> = heads
+        .iter()
+        .map(|h| SymbolTranslator::new(&h.symbols))
+        .collect();
+    for (labels, parts) in order {
         let mut values = SeriesValues::default();
-        for (run, points) in series.runs_with_points() {
-            values.add_total(run.time_ms, run.total, u64::from(run.count));
-            for point in points {
-                let key = (
-                    translator.node(&head.symbols, &mut writer.symbols, point.stack),
-                    translator.label_set(&head.symbols, &mut writer.symbols, point.labels),
-                );
-                values.add_point(key, run.time_ms, point.value);
+        for &(shard, series) in &parts {
+            let symbols = &heads[shard].symbols;
+            let translator = &mut translators[shard];
+            for (run, points) in series.runs_with_points() {
+                values.add_total(run.time_ms, run.total, u64::from(run.count));
+                for point in points {
+                    let key = (
+                        translator.node(symbols, &mut writer.symbols, point.stack),
+                        translator.label_set(symbols, &mut writer.symbols, point.labels),
+                    );
+                    values.add_point(key, run.time_ms, point.value);
+                }
             }
         }
-        writer.add_series(&series.labels, &series.profile_type, values)?;
+        writer.add_series(labels, &parts[0].1.profile_type, values)?;
     }
+    drop(translators);
     writer.finish(BlockIdentity {
         id,
         replica,
-        level: head.level,
-        sources: head.sources.clone(),
-        profiles: head.profiles(),
+        level: first.level,
+        sources: first.sources.clone(),
+        profiles: heads.iter().map(|h| h.profiles()).sum(),
     })
 }
 

@@ -35,7 +35,7 @@ mod tests;
 
 pub use limits::IngestLimits;
 
-use super::Head;
+use super::{Head, SeriesCensus};
 use crate::error::IngestError;
 use crate::model::{LabelSet, ProfileType};
 use signatures::Signatures;
@@ -90,6 +90,8 @@ pub(crate) fn profile_types_of(
 /// other ingests (or a head cut) change the head.
 #[derive(Debug)]
 struct Plan {
+    /// The profile name (the request's `__name__`).
+    name: String,
     types: Vec<ProfileType>,
     /// Per string-table entry: whether a label with that key stays per sample.
     per_sample_keys: Vec<bool>,
@@ -116,6 +118,33 @@ pub struct CheckedIngest {
 }
 
 impl CheckedIngest {
+    /// Runs every check of [`Head::check`] that does not depend on what a
+    /// head holds: limits, signatures and series labels. The series limits
+    /// are [`CheckedIngest::count_series`]'s, against the head it will be
+    /// applied to. This is the expensive part of a check, so a sharded
+    /// head runs it holding no lock.
+    pub fn prepare(
+        profile: impl Into<DecodedProfile>,
+        labels: &LabelSet,
+        duration_nanos: i64,
+        limits: &IngestLimits,
+    ) -> Result<Self, IngestError> {
+        let profile = profile.into();
+        let plan = plan_labels(&profile, labels, duration_nanos, limits)?;
+        Ok(Self { profile, plan })
+    }
+
+    /// Counts the series this profile would create against `limits`, as
+    /// the head (or the shards) `census` describes stands. One lookup per
+    /// series the profile writes.
+    pub fn count_series(
+        &self,
+        census: &impl SeriesCensus,
+        limits: &IngestLimits,
+    ) -> Result<(), IngestError> {
+        series_labels::count_new_series(census, &self.plan.name, &self.plan.slot_labels, limits)
+    }
+
     /// The profile that was checked.
     pub fn profile(&self) -> &DecodedProfile {
         &self.profile
@@ -148,9 +177,9 @@ impl Head {
         duration_nanos: i64,
         limits: &IngestLimits,
     ) -> Result<CheckedIngest, IngestError> {
-        let profile = profile.into();
-        let plan = self.plan(&profile, labels, duration_nanos, limits)?;
-        Ok(CheckedIngest { profile, plan })
+        let checked = CheckedIngest::prepare(profile, labels, duration_nanos, limits)?;
+        checked.count_series(self, limits)?;
+        Ok(checked)
     }
 
     /// Applies a checked profile at `time_ms`; nothing is checked again,
@@ -195,21 +224,33 @@ impl Head {
         duration_nanos: i64,
         limits: &IngestLimits,
     ) -> Result<Plan, IngestError> {
-        let name = limits::check_request(profile, labels, limits)?;
-        let types = profile_types_of(profile, name, duration_nanos);
-        let signatures = Signatures::group(profile, types.len());
-        let slot_labels =
-            series_labels::resolve(self, profile, labels, &types, &signatures, limits)?;
-        let Signatures {
-            per_sample_keys,
-            sample_signature,
-            ..
-        } = signatures;
-        Ok(Plan {
-            types,
-            per_sample_keys,
-            sample_signature,
-            slot_labels,
-        })
+        let plan = plan_labels(profile, labels, duration_nanos, limits)?;
+        series_labels::count_new_series(self, &plan.name, &plan.slot_labels, limits)?;
+        Ok(plan)
     }
+}
+
+/// Phases 1 to 3 but the series count: every check that reads no head.
+fn plan_labels(
+    profile: &impl ProfileView,
+    labels: &LabelSet,
+    duration_nanos: i64,
+    limits: &IngestLimits,
+) -> Result<Plan, IngestError> {
+    let name = limits::check_request(profile, labels, limits)?;
+    let types = profile_types_of(profile, name, duration_nanos);
+    let signatures = Signatures::group(profile, types.len());
+    let slot_labels = series_labels::resolve(profile, labels, &types, &signatures, limits)?;
+    let Signatures {
+        per_sample_keys,
+        sample_signature,
+        ..
+    } = signatures;
+    Ok(Plan {
+        name: name.to_owned(),
+        types,
+        per_sample_keys,
+        sample_signature,
+        slot_labels,
+    })
 }

@@ -44,6 +44,9 @@ pub struct StoreConfig {
     pub flush_interval: Duration,
     /// Cut the head early once it holds about this many bytes.
     pub max_head_bytes: usize,
+    /// Shards of the live head (1 to 16): ingests bound for different
+    /// shards apply in parallel. Default: the cores available, at most 8.
+    pub head_shards: usize,
     /// Start a new WAL segment once the current one exceeds this size.
     pub wal_segment_bytes: u64,
     /// How often the bucket is listed again to see other replicas' blocks.
@@ -116,6 +119,7 @@ impl StoreConfig {
             lease_ttl: Duration::from_secs(30),
             flush_interval: Duration::from_secs(60),
             max_head_bytes: 256 << 20,
+            head_shards: std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
             wal_segment_bytes: 64 << 20,
             relist_interval: Duration::from_secs(15),
             compaction_interval: Duration::from_secs(300),

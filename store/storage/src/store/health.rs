@@ -142,7 +142,7 @@ impl Store {
                 view.frozen.iter().map(|f| f.bytes).sum::<u64>(),
             )
         };
-        let head_bytes = read(&shared.head).head.approx_bytes() as u64;
+        let head_bytes = shared.head.approx_bytes() as u64;
         let unuploaded_bytes = frozen_bytes + head_bytes;
         if unuploaded_bytes >= shared.unuploaded_budget() {
             problems.push(HealthProblem {

@@ -373,10 +373,10 @@ where
     F: Fn(&dyn Queryable, &mut T) -> Result<(), QueryError>,
 {
     let (frozen, metas) = {
-        // The view is snapshotted under the head's read lock: a cut (which
-        // holds the write lock) moves data head -> frozen atomically with
-        // respect to this.
-        let slot = read(&shared.head);
+        // The view is snapshotted under every shard's read lock: a cut
+        // (which holds every write lock) moves data head -> frozen
+        // atomically with respect to this.
+        let shards = shared.head.read_all();
         let view = read(&shared.view);
         let frozen = view.frozen.clone();
         let metas: Vec<BlockMeta> = view
@@ -385,13 +385,19 @@ where
             .cloned()
             .collect();
         drop(view);
-        visit(&slot.head, &mut acc).map_err(|source| StorageError::Query { source })?;
+        // Each shard is released once visited, so ingest into it goes on
+        // while the others are read.
+        for shard in shards {
+            visit(&*shard, &mut acc).map_err(|source| StorageError::Query { source })?;
+        }
         (frozen, metas)
     };
     let total = 1 + frozen.len() + metas.len();
     for (i, pending) in frozen.iter().enumerate() {
         check_deadline(1 + i, total)?;
-        visit(&pending.head, &mut acc).map_err(|source| StorageError::Query { source })?;
+        for head in &pending.heads {
+            visit(head, &mut acc).map_err(|source| StorageError::Query { source })?;
+        }
     }
     for (i, meta) in metas.iter().enumerate() {
         check_deadline(1 + frozen.len() + i, total)?;

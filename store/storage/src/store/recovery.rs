@@ -286,7 +286,7 @@ pub(super) async fn recover(
         };
         let frozen: Vec<Frozen> = cut
             .into_iter()
-            .map(|c| Frozen::new(c.head, c.first_segment, c.end_segment))
+            .map(|c| Frozen::new(vec![c.head], c.first_segment, c.end_segment))
             .collect();
         Ok::<_, StorageError>((wal, frozen, head, first, report))
     })
@@ -381,10 +381,10 @@ impl Store {
                     let (cut, head, head_first, quarantined) = pass.finish()?;
                     let mut frozen: Vec<Frozen> = cut
                         .into_iter()
-                        .map(|c| Frozen::new(c.head, c.first_segment, c.end_segment))
+                        .map(|c| Frozen::new(vec![c.head], c.first_segment, c.end_segment))
                         .collect();
                     if !head.is_empty() {
-                        frozen.push(Frozen::new(head, head_first, end));
+                        frozen.push(Frozen::new(vec![head], head_first, end));
                     }
                     Ok::<_, StorageError>((frozen, quarantined))
                 })

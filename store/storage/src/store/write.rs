@@ -5,14 +5,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use kiln_engine::{Head, IngestStats};
+use kiln_engine::{CheckedIngest, IngestStats, ShardCensus};
 use kiln_pprof::{DecodeLimits, DecodedProfile, FlatProfile, ProfileView};
 
 use super::AcceptedTimes;
 use super::memory_gate::Reservation;
 use super::recovery::{wal_dir, write_marker};
 use super::time_window::check_profile_time;
-use super::{Frozen, HeadSlot, IngestRequest, Store, idempotency, lock, read, write};
+use super::{Frozen, IngestRequest, Store, idempotency, lock, read, write};
 use crate::error::StorageError;
 use crate::wal::WalRecord;
 
@@ -146,7 +146,7 @@ impl Store {
             let bytes: u64 = view.frozen.iter().map(|f| f.bytes).sum();
             (view.frozen.len(), bytes)
         };
-        let unuploaded_bytes = frozen_bytes + read(&shared.head).head.approx_bytes() as u64;
+        let unuploaded_bytes = frozen_bytes + shared.head.approx_bytes() as u64;
         let budget_bytes = shared.unuploaded_budget();
         if unuploaded_bytes >= budget_bytes {
             return Err(StorageError::UploadBacklog {
@@ -162,6 +162,7 @@ impl Store {
         let pprof = request.pprof.clone();
         let request_time_ms = request.time_ms;
         let labels = request.labels;
+        let shard = shared.head.shard_of(&labels);
         // Decode and run every engine check before the record is logged, so
         // nothing in the WAL can be refused on replay (audit D1).
         let (checked, labels, time_ms, reservation) = tokio::task::spawn_blocking(move || {
@@ -194,11 +195,17 @@ impl Store {
                 .duration_nanos
                 .unwrap_or_else(|| profile.duration_nanos());
             // What the checks resolve is kept and applied after logging,
-            // so the head's write lock covers only the apply.
-            let checked = read(&checker.head)
-                .head
-                .check(profile, &labels, duration_nanos, &config.ingest_limits)
-                .map_err(|source| StorageError::Rejected { source })?;
+            // so a shard's write lock covers only the apply. All but the
+            // series count read no head, so they hold no lock; the count
+            // reads every shard, briefly.
+            let checked =
+                CheckedIngest::prepare(profile, &labels, duration_nanos, &config.ingest_limits)
+                    .and_then(|checked| {
+                        let shards = checker.head.read_all();
+                        checked.count_series(&ShardCensus(&shards), &config.ingest_limits)?;
+                        Ok(checked)
+                    })
+                    .map_err(|source| StorageError::Rejected { source })?;
             checker
                 .ingest_memory
                 .reserve(&mut reservation, checked.approx_plan_bytes())?;
@@ -222,9 +229,9 @@ impl Store {
         shared.wal.append(&record).await?;
         let applier = Arc::clone(shared);
         let stats = tokio::task::spawn_blocking(move || {
-            let mut slot = write(&applier.head);
-            let stats = slot.head.apply_checked(checked, time_ms);
-            (stats, slot.head.approx_bytes())
+            applier
+                .head
+                .apply(shard, |head| head.apply_checked(checked, time_ms))
         })
         .await
         .map_err(|e| StorageError::task("head ingest", e))?;
@@ -256,8 +263,7 @@ impl Store {
         // live head is cut only once full: one block per failed attempt
         // would leave hundreds of tiny blocks after a long outage.
         let backlog = !read(&shared.view).frozen.is_empty();
-        let cut_first =
-            !backlog || read(&shared.head).head.approx_bytes() >= shared.config.max_head_bytes;
+        let cut_first = !backlog || shared.head.approx_bytes() >= shared.config.max_head_bytes;
         if cut_first {
             self.cut_head().await?;
         }
@@ -282,7 +288,7 @@ impl Store {
     /// Moves the head's contents into a new frozen head awaiting upload.
     async fn cut_head(&self) -> Result<(), StorageError> {
         let shared = &self.shared;
-        if read(&shared.head).head.is_empty() {
+        if shared.head.is_empty() {
             return Ok(());
         }
         // No ingest is between its WAL append and head apply while we hold
@@ -292,18 +298,13 @@ impl Store {
         let new_segment = tokio::task::spawn_blocking(move || rotator.wal.rotate())
             .await
             .map_err(|e| StorageError::task("WAL rotate", e))??;
-        let mut slot = write(&shared.head);
-        let old = std::mem::replace(
-            &mut *slot,
-            HeadSlot {
-                head: Head::new(),
-                first_segment: new_segment,
-            },
-        );
-        let frozen = Frozen::new(old.head, old.first_segment, new_segment);
-        // Pushed while the head lock is held, so a query that snapshots the
-        // view under the head's read lock sees the data exactly once.
-        write(&shared.view).frozen.push(Arc::new(frozen));
+        // Pushed while every shard's write lock is held, so a query that
+        // snapshots the view under the shards' read locks sees the data
+        // exactly once.
+        shared.head.cut(new_segment, |heads, first_segment| {
+            let frozen = Frozen::new(heads, first_segment, new_segment);
+            write(&shared.view).frozen.push(Arc::new(frozen));
+        });
         Ok(())
     }
 
@@ -315,7 +316,7 @@ impl Store {
             let Some(frozen) = read(&shared.view).frozen.first().cloned() else {
                 return Ok(());
             };
-            if frozen.head.is_empty() {
+            if frozen.is_empty() {
                 // Its segments hold only records the engine refused.
                 write(&shared.view)
                     .frozen
@@ -341,7 +342,9 @@ impl Store {
                     encoder.first_segment,
                     encoder.end_segment,
                 )?;
-                let (meta, data) = kiln_engine::encode_block(&encoder.head, &encoder.id, &replica)
+                let heads: Vec<&kiln_engine::Head> =
+                    encoder.heads.iter().filter(|h| !h.is_empty()).collect();
+                let (meta, data) = kiln_engine::encode_heads(&heads, &encoder.id, &replica)
                     .map_err(|source| StorageError::Block {
                         id: encoder.id.clone(),
                         source,

@@ -7,7 +7,7 @@ use hashbrown::HashMap;
 use kiln_pprof::ProfileView;
 
 use crate::error::IngestError;
-use crate::head::Head;
+use crate::head::SeriesCensus;
 use crate::model::{LabelSet, NAME_LABEL};
 
 /// Bookkeeping bytes counted per label on top of its name and value (two
@@ -140,18 +140,22 @@ pub(super) struct SeriesBudget<'a> {
 }
 
 impl<'a> SeriesBudget<'a> {
-    pub(super) fn new(head: &Head, name: &'a str, limits: &'a IngestLimits) -> Self {
+    pub(super) fn new(census: &impl SeriesCensus, name: &'a str, limits: &'a IngestLimits) -> Self {
         Self {
             name,
             limits,
-            for_name: head.series_for_name(name),
-            total: head.series_count(),
+            for_name: census.series_for_name(name),
+            total: census.series_total(),
             per_namespace: HashMap::new(),
         }
     }
 
     /// Counts one new series in `namespace`, or says which limit it breaks.
-    pub(super) fn add(&mut self, head: &Head, namespace: &str) -> Result<(), IngestError> {
+    pub(super) fn add(
+        &mut self,
+        census: &impl SeriesCensus,
+        namespace: &str,
+    ) -> Result<(), IngestError> {
         self.for_name = self.for_name.saturating_add(1);
         if self.for_name > self.limits.max_series_per_profile_name {
             return Err(IngestError::TooManySeries {
@@ -170,7 +174,7 @@ impl<'a> SeriesBudget<'a> {
                 1
             }
         };
-        let in_namespace = head.series_for_namespace(namespace).saturating_add(added);
+        let in_namespace = census.series_for_namespace(namespace).saturating_add(added);
         if in_namespace > self.limits.max_series_per_namespace {
             return Err(IngestError::TooManySeriesInNamespace {
                 namespace: namespace.chars().take(256).collect(),

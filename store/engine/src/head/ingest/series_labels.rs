@@ -1,33 +1,31 @@
 //! Phase 3 of ingest: the series labels of every (signature, profile
-//! type) slot that receives a value, checked, and the series they would
-//! create counted against the head's limits.
+//! type) slot that receives a value, checked ([`resolve`], which needs no
+//! head), then the series they would create counted against the head's
+//! limits ([`count_new_series`], which reads only a [`SeriesCensus`]).
 
 use kiln_pprof::ProfileView;
 
 use super::limits::{IngestLimits, SeriesBudget, check_label, label_bytes};
 use super::signatures::Signatures;
 use crate::error::IngestError;
-use crate::head::Head;
-use crate::model::{Label, LabelSet, NAME_LABEL, NAMESPACE_LABEL, PROFILE_TYPE_LABEL, ProfileType};
+use crate::head::SeriesCensus;
+use crate::model::{Label, LabelSet, NAMESPACE_LABEL, PROFILE_TYPE_LABEL, ProfileType};
 
 /// Each slot's series labels (`None` for a slot without values), built
 /// from the request's `labels`, the slot's promoted labels and its profile
 /// type.
 pub(super) fn resolve(
-    head: &Head,
     profile: &impl ProfileView,
     labels: &LabelSet,
     types: &[ProfileType],
     signatures: &Signatures,
     limits: &IngestLimits,
 ) -> Result<Vec<Option<LabelSet>>, IngestError> {
-    // Phase 1 checked it is there.
-    let name = labels.get(NAME_LABEL).unwrap_or_default();
     let type_count = types.len();
 
     // Resolve every used slot's series labels and check limits. Sizes
-    // and series counts are checked before each set is built, so a
-    // hostile profile fails before it allocates (audit D1).
+    // are checked before each set is built, so a hostile profile fails
+    // before it allocates (audit D1).
     let base_bytes: usize = labels.iter().map(|l| label_bytes(&l.name, &l.value)).sum();
     let type_label_bytes = types
         .iter()
@@ -36,7 +34,6 @@ pub(super) fn resolve(
         .unwrap_or(0);
     let mut planned_bytes = 0usize;
     let mut slot_labels: Vec<Option<LabelSet>> = vec![None; signatures.slot_used.len()];
-    let mut new_series = SeriesBudget::new(head, name, limits);
     for (signature, key) in signatures.keys.iter().enumerate() {
         let base = signature * type_count;
         let used = signatures.slot_used[base..base + type_count]
@@ -92,15 +89,30 @@ pub(super) fn resolve(
             }
             let mut full = set.clone();
             full.insert(Label::new(PROFILE_TYPE_LABEL, profile_type.to_string()));
-            // Only a series the head does not hold yet counts: a tenant
-            // over its limit keeps ingesting into the series it has.
-            if head.existing_series(&full).is_none() {
-                new_series.add(head, full.get(NAMESPACE_LABEL).unwrap_or(""))?;
-            }
             slot_labels[base + t] = Some(full);
         }
     }
     Ok(slot_labels)
+}
+
+/// Counts the series `slot_labels` would create against the limits, as the
+/// head described by `census` stands. Only a series the head does not hold
+/// yet counts: a tenant over its limit keeps ingesting into the series it
+/// has. Cheap (one lookup per slot), so a sharded head can run it under
+/// its shards' read locks while the rest of the check ran under none.
+pub(super) fn count_new_series(
+    census: &impl SeriesCensus,
+    name: &str,
+    slot_labels: &[Option<LabelSet>],
+    limits: &IngestLimits,
+) -> Result<(), IngestError> {
+    let mut new_series = SeriesBudget::new(census, name, limits);
+    for full in slot_labels.iter().flatten() {
+        if !census.holds_series(full) {
+            new_series.add(census, full.get(NAMESPACE_LABEL).unwrap_or(""))?;
+        }
+    }
+    Ok(())
 }
 
 /// What a promoted sample label colliding with a series label is renamed to.

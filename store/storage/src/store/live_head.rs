@@ -1,0 +1,162 @@
+//! The live head, sharded: ingest applies a profile under one shard's write
+//! lock, so profiles bound for different shards apply in parallel instead
+//! of queueing on one lock (issue 13). A profile's shard follows its
+//! request labels, so one pod's series live in one shard and its symbols
+//! are interned once; a flush encodes every shard into one block
+//! (`kiln_engine::encode_heads`), so shards never show in the bucket.
+//!
+//! Lock order: shards in index order, always all of them for a cut or a
+//! query snapshot, one at a time for an apply; never the view first.
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use kiln_engine::Head;
+use kiln_engine::model::LabelSet;
+
+use super::{read, write};
+
+/// The most shards a store uses, whatever its core count: past this the
+/// symbols repeated in every shard cost more memory than the lock saves.
+pub(super) const MAX_SHARDS: usize = 16;
+
+/// The live head's shards and the WAL segment they start at.
+#[derive(Debug)]
+pub(super) struct LiveHead {
+    shards: Box<[RwLock<Head>]>,
+    /// Each shard's `approx_bytes` after its last change, so the size checks
+    /// every ingest makes take no lock.
+    shard_bytes: Box<[AtomicUsize]>,
+    /// The first WAL segment whose records the live head holds. Moves only
+    /// in a cut, which holds every shard's write lock.
+    first_segment: AtomicU64,
+    /// Keys fixed at open: a request's shard never changes while the store runs.
+    hasher: std::hash::RandomState,
+}
+
+impl LiveHead {
+    /// `shards` shards (at least 1, at most [`MAX_SHARDS`]); shard 0 starts
+    /// with `head` (what WAL replay left), the others empty.
+    pub(super) fn new(shards: usize, head: Head, first_segment: u64) -> Self {
+        let count = shards.clamp(1, MAX_SHARDS);
+        let mut heads = Vec::with_capacity(count);
+        let mut bytes = Vec::with_capacity(count);
+        bytes.push(AtomicUsize::new(head.approx_bytes()));
+        heads.push(RwLock::new(head));
+        for _ in 1..count {
+            heads.push(RwLock::new(Head::new()));
+            bytes.push(AtomicUsize::new(0));
+        }
+        Self {
+            shards: heads.into_boxed_slice(),
+            shard_bytes: bytes.into_boxed_slice(),
+            first_segment: AtomicU64::new(first_segment),
+            hasher: std::hash::RandomState::new(),
+        }
+    }
+
+    /// How many shards there are.
+    #[cfg(test)]
+    pub(super) fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The shard a request with these labels applies to.
+    pub(super) fn shard_of(&self, labels: &LabelSet) -> usize {
+        let hash = self.hasher.hash_one(labels);
+        // The shard count is at most MAX_SHARDS, so the remainder fits.
+        usize::try_from(hash % self.shards.len() as u64).unwrap_or(0)
+    }
+
+    /// Approximate bytes of every shard together, without a lock.
+    pub(super) fn approx_bytes(&self) -> usize {
+        self.shard_bytes
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Read locks on every shard, in order. Held together, they see the
+    /// head between two cuts: a query snapshots the view under them.
+    pub(super) fn read_all(&self) -> Vec<RwLockReadGuard<'_, Head>> {
+        self.shards.iter().map(read).collect()
+    }
+
+    /// Applies `change` to shard `shard` under its write lock, then records
+    /// the shard's new size; returns what `change` returned and that size
+    /// summed over all shards.
+    pub(super) fn apply<T>(&self, shard: usize, change: impl FnOnce(&mut Head) -> T) -> (T, usize) {
+        let index = shard.min(self.shards.len() - 1);
+        let mut head = write(&self.shards[index]);
+        let result = change(&mut head);
+        self.shard_bytes[index].store(head.approx_bytes(), Ordering::Relaxed);
+        drop(head);
+        (result, self.approx_bytes())
+    }
+
+    /// True when no shard holds a value.
+    pub(super) fn is_empty(&self) -> bool {
+        self.read_all().iter().all(|h| h.is_empty())
+    }
+
+    /// Profiles in every shard.
+    pub(super) fn profiles(&self) -> u64 {
+        self.read_all().iter().map(|h| h.profiles()).sum()
+    }
+
+    /// Takes every shard's contents, leaving empty shards that start at WAL
+    /// segment `new_first_segment`; returns the contents and the segment
+    /// they started at. `publish` runs while every shard is still
+    /// write-locked, so whatever it makes visible (the frozen head) appears
+    /// in the same instant the data leaves the live head.
+    pub(super) fn cut(&self, new_first_segment: u64, publish: impl FnOnce(Vec<Head>, u64)) {
+        let mut guards: Vec<RwLockWriteGuard<'_, Head>> = self.shards.iter().map(write).collect();
+        let heads: Vec<Head> = guards
+            .iter_mut()
+            .map(|guard| std::mem::take(&mut **guard))
+            .collect();
+        for bytes in self.shard_bytes.iter() {
+            bytes.store(0, Ordering::Relaxed);
+        }
+        let first = self
+            .first_segment
+            .swap(new_first_segment, Ordering::Relaxed);
+        publish(heads, first);
+        drop(guards);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_engine::model::Label;
+
+    fn labels(pod: usize) -> LabelSet {
+        LabelSet::new(vec![
+            Label::new("__name__", "process_cpu"),
+            Label::new("pod", format!("pod-{pod}")),
+        ])
+    }
+
+    #[test]
+    fn a_request_always_maps_to_the_same_shard_and_pods_spread_over_all() {
+        let live = LiveHead::new(4, Head::new(), 1);
+        let mut used = [0usize; 4];
+        for pod in 0..400 {
+            let shard = live.shard_of(&labels(pod));
+            assert_eq!(shard, live.shard_of(&labels(pod)));
+            used[shard] += 1;
+        }
+        assert!(used.iter().all(|&n| n > 50), "uneven spread: {used:?}");
+    }
+
+    #[test]
+    fn shard_count_is_clamped() {
+        assert_eq!(LiveHead::new(0, Head::new(), 1).shard_count(), 1);
+        assert_eq!(
+            LiveHead::new(1000, Head::new(), 1).shard_count(),
+            MAX_SHARDS
+        );
+    }
+}
