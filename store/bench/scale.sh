@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 13's scale benchmark in one command: the end-to-end store workload
 # (store/storage/benches/workload.rs) at 500 and at 2,000 pods, then
-# kiln-store loaded over HTTP /ingest from 1, 2, 4 and 8 concurrent clients
+# kiln-store loaded over HTTP /ingest from 1, 2, 4 and 8 client processes
 # (store/benches/write_load.rs); prints one table of the figures the issue
 # asks for. Release builds (cargo's bench profile).
 #
@@ -29,7 +29,7 @@ done
 if [ -z "${KILN_SCALE_SKIP_HTTP:-}" ]; then
   for writers in $writers_list; do
     echo "== HTTP /ingest from $writers clients" >&2
-    KILN_BENCH_PROTOCOL=ingest KILN_BENCH_WRITERS=$writers \
+    KILN_BENCH_PROTOCOL=ingest KILN_BENCH_WRITERS=$writers KILN_BENCH_CLIENT_PROCESSES=1 \
       KILN_BENCH_SECONDS=${KILN_SCALE_SECONDS:-10} \
       cargo bench -p kiln-store --bench write_load | tee "$out/http-$writers.txt" >&2
   done

@@ -11,6 +11,9 @@
 //! load, e.g. a build of an earlier commit; default: the one cargo built).
 //! Besides throughput and latency it reports the server's CPU time per
 //! accepted profile, which a busy machine disturbs less.
+//! KILN_BENCH_CLIENT_PROCESSES=1 (with `ingest`): each writer is a process
+//! of its own (this binary again), so client-side locks and allocators are
+//! not shared and the store sees independent clients, as from many agents.
 
 // Printing the measured numbers is this benchmark's job.
 #![allow(clippy::print_stdout)]
@@ -94,10 +97,96 @@ fn agent_like_profile(samples: usize, seed: u64) -> Vec<u8> {
     encode_gzip(&builder.finish())
 }
 
+/// Set in a client process: the store's address, then `writer/of/seconds/form`.
+const CLIENT_ENV: &str = "KILN_BENCH_CLIENT";
+
+/// One client process's share of the load: runs, then prints its
+/// latencies (µs) and errors on one line for the parent.
+fn client_process(spec: &str, samples: usize) {
+    let parts: Vec<&str> = spec.split('/').collect();
+    let [addr, writer, of, seconds, form] = parts[..] else {
+        panic!("{CLIENT_ENV}={spec}: expected addr/writer/of/seconds/form");
+    };
+    let addr: std::net::SocketAddr = addr.parse().expect("client address");
+    let writer: usize = writer.parse().expect("writer");
+    let of: usize = of.parse().expect("writer count");
+    let seconds: u64 = seconds.parse().expect("seconds");
+    let form = if form == "multipart" {
+        IngestForm::Multipart
+    } else {
+        IngestForm::Pprof
+    };
+    let profiles: Vec<Vec<u8>> = (0..16)
+        .map(|seed| agent_like_profile(samples, seed))
+        .collect();
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let (latencies, errors) =
+        ingest_http::run_writers(addr, form, writer..writer + 1, of, &profiles, end);
+    let micros: Vec<String> = latencies
+        .iter()
+        .map(|d| d.as_micros().to_string())
+        .collect();
+    println!("CLIENT errors={errors} latencies_us={}", micros.join(","));
+}
+
+/// Runs `writers` client processes against `addr`; collects their results.
+fn client_processes(
+    addr: std::net::SocketAddr,
+    form: IngestForm,
+    writers: usize,
+    seconds: u64,
+) -> (Vec<Duration>, u64) {
+    let exe = std::env::current_exe().expect("this benchmark's path");
+    let form = match form {
+        IngestForm::Pprof => "pprof",
+        IngestForm::Multipart => "multipart",
+    };
+    let children: Vec<_> = (0..writers)
+        .map(|writer| {
+            Command::new(&exe)
+                .env(
+                    CLIENT_ENV,
+                    format!("{addr}/{writer}/{writers}/{seconds}/{form}"),
+                )
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn a client process")
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for child in children {
+        let output = child.wait_with_output().expect("client process");
+        assert!(output.status.success(), "a client process failed");
+        let text = String::from_utf8_lossy(&output.stdout);
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("CLIENT "))
+            .expect("a client's result line");
+        for field in line.split_whitespace() {
+            if let Some(n) = field.strip_prefix("errors=") {
+                errors += n.parse::<u64>().expect("errors");
+            } else if let Some(list) = field.strip_prefix("latencies_us=") {
+                latencies.extend(
+                    list.split(',')
+                        .filter(|v| !v.is_empty())
+                        .map(|v| Duration::from_micros(v.parse().expect("latency"))),
+                );
+            }
+        }
+    }
+    (latencies, errors)
+}
+
 fn main() {
+    let samples_per_profile = env_number("KILN_BENCH_SAMPLES", 200);
+    if let Ok(spec) = std::env::var(CLIENT_ENV) {
+        client_process(&spec, samples_per_profile);
+        return;
+    }
     let writers = env_number("KILN_BENCH_WRITERS", 32);
     let seconds = env_number("KILN_BENCH_SECONDS", 10) as u64;
-    let samples = env_number("KILN_BENCH_SAMPLES", 200);
+    let samples = samples_per_profile;
     let addr = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port");
@@ -134,7 +223,11 @@ fn main() {
             let cpu_before = process_cpu_seconds(child.id());
             let start = Instant::now();
             let end = start + Duration::from_secs(seconds);
-            let (latencies, errors) = ingest_http::run(addr, form, writers, &profiles, end);
+            let (latencies, errors) = if std::env::var_os("KILN_BENCH_CLIENT_PROCESSES").is_some() {
+                client_processes(addr, form, writers, seconds)
+            } else {
+                ingest_http::run(addr, form, writers, &profiles, end)
+            };
             let cpu = process_cpu_seconds(child.id()) - cpu_before;
             (latencies, errors, start.elapsed(), cpu)
         }
@@ -154,8 +247,13 @@ fn main() {
             .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
     };
     let accepted = latencies.len();
+    let clients = if std::env::var_os("KILN_BENCH_CLIENT_PROCESSES").is_some() {
+        "processes"
+    } else {
+        "threads"
+    };
     println!(
-        "protocol={protocol} writers={writers} samples/profile={samples} profile_bytes={profile_bytes} seconds={:.1}",
+        "protocol={protocol} writers={writers} clients={clients} samples/profile={samples} profile_bytes={profile_bytes} seconds={:.1}",
         elapsed.as_secs_f64()
     );
     println!(

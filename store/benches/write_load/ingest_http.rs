@@ -103,8 +103,23 @@ pub fn run(
     profiles: &[Vec<u8>],
     end: Instant,
 ) -> (Vec<Duration>, u64) {
+    run_writers(addr, form, 0..writers, writers, profiles, end)
+}
+
+/// Runs writers `ids` of `of` writers in all (writer `i` sends as pods
+/// `i`, `i + of`, ...), one thread each, until `end`: the whole load in
+/// one process, or its share in one of several client processes.
+pub fn run_writers(
+    addr: SocketAddr,
+    form: IngestForm,
+    ids: std::ops::Range<usize>,
+    of: usize,
+    profiles: &[Vec<u8>],
+    end: Instant,
+) -> (Vec<Duration>, u64) {
+    let writers = of;
     std::thread::scope(|scope| {
-        let tasks: Vec<_> = (0..writers)
+        let tasks: Vec<_> = ids
             .map(|writer| {
                 scope.spawn(move || {
                     let stream = TcpStream::connect(addr).expect("connect");
