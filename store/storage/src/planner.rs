@@ -56,7 +56,7 @@ pub struct CompactionGroup {
     pub block_ids: Vec<String>,
 }
 
-/// Compacted blocks of the day in progress are merged once this many have
+/// Hour blocks of the day in progress are merged once this many have
 /// accumulated, so a query over today reads a few blocks, not one per hour.
 pub const PARTIAL_DAY_MIN_BLOCKS: usize = 4;
 
@@ -67,11 +67,13 @@ pub const PARTIAL_DAY_MIN_BLOCKS: usize = 4;
 ///   hour block.
 /// - All blocks of an aligned day that ended at least `settle_ms` ago are
 ///   grouped; two or more become one day block.
-/// - In the day still in progress, compacted blocks (level >= 1: whole
-///   hours, or an earlier partial-day block) are merged once there are
-///   [`PARTIAL_DAY_MIN_BLOCKS`] of them. This rewrites the day so far every
-///   few hours (bounded write amplification) and keeps today to a handful
-///   of blocks.
+/// - In the day still in progress, hour blocks (level 1) are merged once
+///   there are [`PARTIAL_DAY_MIN_BLOCKS`] of them, into a block of those
+///   hours. Earlier merges of the day are left alone: merging them again
+///   rewrote the whole day so far every few hours, so each value was
+///   compacted about six times before its day ended (issue 13); now three
+///   times (hour, hours, day), and today stays at most six such blocks
+///   plus the hours not merged yet.
 ///
 /// A block is in at most one group; day groups are planned only for days
 /// with no hour group pending, so an hour is always compacted before its day.
@@ -104,7 +106,7 @@ pub fn plan_compaction(blocks: &[BlockMeta], now_ms: i64, settle_ms: i64) -> Vec
         }
         if complete(start, DAY_MS) {
             complete_days.entry(start).or_default().push(block);
-        } else if block.compaction_level >= 1 {
+        } else if block.compaction_level == 1 {
             partial_days.entry(start).or_default().push(block);
         }
     }
@@ -400,10 +402,19 @@ mod tests {
         assert_eq!(groups.len(), 1);
         assert_eq!(groups[0].window_ms, DAY_MS);
         assert_eq!(groups[0].block_ids, vec!["h0", "h1", "h2", "h3"]);
-        // The merged partial-day block counts as one of the next four.
+        // The merged block of hours 0-3 is not merged again: the next four
+        // hours make a block of their own.
         let mut later = vec![block("p", 0, 3 * h + 10, 2, 1)];
-        later.extend((4..6).map(|i| block(&format!("h{i}"), i * h, i * h + 10, 1, 1)));
+        later.extend((4..7).map(|i| block(&format!("h{i}"), i * h, i * h + 10, 1, 1)));
         assert!(plan_compaction(&later, now, 60_000).is_empty());
+        later.push(block("h7", 7 * h, 7 * h + 10, 1, 1));
+        let groups = plan_compaction(&later, now, 60_000);
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].block_ids, vec!["h4", "h5", "h6", "h7"]);
+        // Once the day is over, everything of it merges into one day block.
+        let groups = plan_compaction(&later, DAY_MS + h, 60_000);
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].block_ids.len(), 5);
     }
 
     #[test]
