@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use kiln_engine::{Head, IngestLimits, Label, LabelSet};
+use kiln_engine::{CheckedIngest, Head, IngestLimits, Label, LabelSet};
 use kiln_pprof::{
     DecodeLimits, FunctionSpec, MappingSpec, Profile, ProfileBuilder, decode, decode_flat,
     encode_gzip,
@@ -239,6 +239,61 @@ fn main() {
         "decode + ingest: {:.0} profiles/s per core (prost message), {:.0} (flat)",
         total as f64 / (decode_s + ingest_s),
         total as f64 / (flat_decode_s + flat_ingest_s)
+    );
+    lock_split(&payloads, &pod_labels, total, &ingest_limits);
+}
+
+/// The store's ingest in its three steps, each timed over batches (CPU
+/// time, /proc ticks): `CheckedIngest::prepare` (no lock), `count_series`
+/// (every head shard's read lock, briefly) and `apply_checked` (one shard's
+/// write lock). Before the head was sharded, the checks ran under the
+/// head's read lock and the apply under its one write lock, so the apply
+/// bounds how many uploads per second one lock lets through.
+fn lock_split(payloads: &[Vec<u8>], pod_labels: &[LabelSet], total: usize, limits: &IngestLimits) {
+    const BATCH: usize = 250;
+    let decode_limits = DecodeLimits::default();
+    let mut head = Head::new();
+    let (mut prepare_s, mut count_s, mut apply_s) = (0.0, 0.0, 0.0);
+    let mut done = 0;
+    while done < total {
+        let batch: Vec<usize> = (done..(done + BATCH).min(total)).collect();
+        let decoded: Vec<_> = batch
+            .iter()
+            .map(|&i| decode_flat(&payloads[i % PAYLOADS], &decode_limits).expect("decodes"))
+            .collect();
+        let start = cpu_seconds();
+        let checked: Vec<CheckedIngest> = decoded
+            .into_iter()
+            .zip(&batch)
+            .map(|(profile, &i)| {
+                CheckedIngest::prepare(profile, &pod_labels[i % PODS], 10_000_000_000, limits)
+                    .expect("checks")
+            })
+            .collect();
+        let counted = cpu_seconds();
+        for c in &checked {
+            c.count_series(&head, limits).expect("within limits");
+        }
+        let applying = cpu_seconds();
+        for (c, &i) in checked.into_iter().zip(&batch) {
+            head.apply_checked(c, 1_700_000_000_000 + (i / PODS) as i64 * 10_000);
+        }
+        let end = cpu_seconds();
+        prepare_s += counted - start;
+        count_s += applying - counted;
+        apply_s += end - applying;
+        done += batch.len();
+    }
+    let per = |s: f64| s * 1e6 / total as f64;
+    println!(
+        "store ingest steps per profile: prepare {:.0} µs (no lock), count_series {:.0} µs (shards' read locks), apply {:.0} µs (one shard's write lock)",
+        per(prepare_s),
+        per(count_s),
+        per(apply_s)
+    );
+    println!(
+        "one write lock lets through at most {:.0} applies/s; with S shards, S times that",
+        total as f64 / apply_s.max(f64::MIN_POSITIVE)
     );
 }
 
