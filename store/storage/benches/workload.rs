@@ -9,7 +9,9 @@
 //! per profile), KILN_BENCH_FULL_HOURS (1: hours at the full 10 s cadence
 //! before the end), KILN_BENCH_DAY_STEP_S (600: cadence for the rest of the
 //! last 24 h), KILN_BENCH_WEEK_STEP_S (3600: cadence for days 2-7),
-//! KILN_BENCH_CONCURRENCY (32 concurrent ingests).
+//! KILN_BENCH_CONCURRENCY (32 concurrent ingests), KILN_BENCH_HEAD_SHARDS
+//! (the store's default: the cores, at most 8), KILN_BENCH_MEMORY_BUDGET
+//! (bytes; the store sized as kiln-store sizes it from --memory-budget).
 #![allow(clippy::print_stdout)]
 
 use std::collections::HashMap;
@@ -363,6 +365,22 @@ fn breakdown(payloads: &[Vec<bytes::Bytes>], pods: usize) {
     );
 }
 
+/// Ingests `request`, waiting out the store's upload backlog (a head at
+/// its cap waiting for the flush), which a client retries.
+async fn ingest_retrying(
+    store: &Store,
+    request: IngestRequest,
+) -> Result<kiln_engine::IngestStats, kiln_storage::StorageError> {
+    loop {
+        match store.ingest(request.clone()).await {
+            Err(kiln_storage::StorageError::UploadBacklog { .. }) => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 fn testdata() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/profiles");
     dir.is_dir().then_some(dir)
@@ -445,8 +463,28 @@ fn main() {
     // The workload's profiles carry fixed 2023 timestamps.
     config.accepted_times = kiln_storage::AcceptedTimes::Any;
     config.max_inflight_ingests = concurrency * 2;
-    // Room for every block of the workload, so warm queries measure merging.
-    config.block_cache_bytes = 1 << 30;
+    // KILN_BENCH_MEMORY_BUDGET (bytes): the store sized from one memory
+    // budget as kiln-store sizes it from --memory-budget, and a head that
+    // reaches its cap flushed at once, as the server's background loop
+    // does. Without it: StoreConfig's defaults (a 256 MiB head) and room
+    // for every block in the cache, so warm queries measure merging.
+    let memory_budget = std::env::var("KILN_BENCH_MEMORY_BUDGET")
+        .ok()
+        .map(|v| v.parse::<u64>().expect("KILN_BENCH_MEMORY_BUDGET is bytes"));
+    match memory_budget {
+        Some(budget) => config.apply_memory_budget(budget),
+        None => config.block_cache_bytes = 1 << 30,
+    }
+    println!(
+        "memory: head cap {} MiB, block cache {} MiB, compaction budget {} MiB",
+        config.max_head_bytes >> 20,
+        config.block_cache_bytes >> 20,
+        config.compaction_memory_bytes >> 20
+    );
+    if let Ok(shards) = std::env::var("KILN_BENCH_HEAD_SHARDS") {
+        config.head_shards = shards.parse().expect("KILN_BENCH_HEAD_SHARDS is a number");
+    }
+    println!("head shards: {}", config.head_shards);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -457,6 +495,22 @@ fn main() {
             .build()
             .expect("bucket");
         let store = Store::open(config, object_store).await.expect("open");
+        // Under a memory budget, what the server's flush loop does on
+        // `flush_now`: cut and upload a head that reached its cap. (Its CPU
+        // counts as ingest's.)
+        let cap_flusher = memory_budget.map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let cap = store.config().max_head_bytes as u64;
+                loop {
+                    if store.stats().head_bytes >= cap {
+                        store.flush().await.expect("flush at the head's cap");
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            })
+        });
         let labels: Vec<LabelSet> = (0..pods)
             .map(|p| {
                 LabelSet::new(vec![
@@ -522,7 +576,7 @@ fn main() {
                     pprof: payload,
                 }
             });
-            let mut results = futures::stream::iter(requests.map(|r| store.ingest(r)))
+            let mut results = futures::stream::iter(requests.map(|r| ingest_retrying(&store, r)))
                 .buffer_unordered(concurrency);
             while let Some(result) = results.next().await {
                 ingested_samples += result.expect("ingest").samples;
@@ -535,6 +589,9 @@ fn main() {
                 );
                 mem_trace("ingest", &store);
             }
+        }
+        if let Some(task) = cap_flusher {
+            task.abort();
         }
         let (f, c) = (Instant::now(), process_cpu());
         store.flush().await.expect("flush");
