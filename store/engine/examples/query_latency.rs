@@ -158,8 +158,8 @@ fn time_cached_merge(
     let mut total = 0;
     for _ in 0..runs {
         let mut merged = MergedProfile::new();
-        for (block, partial) in blocks.iter().zip(&partials) {
-            merged.add_block_partial(block, partial);
+        for partial in &partials {
+            merged.add_partial(partial);
         }
         let graph = merged.flamegraph(1024);
         nodes = graph.node_count;

@@ -1,5 +1,5 @@
 //! A merge assembled from cached block partials (`Block::merge_partial` +
-//! `MergedProfile::add_block_partial`, what the store's partial cache does)
+//! `MergedProfile::add_partial`, what the store's partial cache does)
 //! gives the same flame graph, stacks and total as the direct merge
 //! (`Queryable::merge_into`) over the same blocks; and a partial depends on
 //! the range only through its clip to the block, which is what the cache
@@ -252,7 +252,7 @@ fn a_merge_from_block_partials_equals_the_direct_merge() {
             for block in &blocks {
                 block.merge_into(&selector, range, &mut direct).unwrap();
                 let partial = block.merge_partial(&selector, range).unwrap();
-                from_partials.add_block_partial(block, &partial);
+                from_partials.add_partial(&partial);
             }
             let what = format!("{selector:?} over {range:?}");
             assert_eq!(from_partials.total(), direct.total(), "{what}");
@@ -312,8 +312,47 @@ fn a_partial_depends_on_the_range_only_through_its_clip_to_the_block() {
     let part = blocks[0].merge_partial(selector, cut).unwrap();
     let sum = |p: &BlockPartial| {
         let mut merged = MergedProfile::new();
-        merged.add_block_partial(&blocks[0], p);
+        merged.add_partial(p);
         merged.total()
     };
     assert!(0 < sum(&part) && sum(&part) < sum(&whole));
+}
+
+#[test]
+fn partials_answer_without_their_blocks_and_hold_only_what_they_use() {
+    let (all_pods, one_pod) = (&selectors()[0], &selectors()[1]);
+    let week = TimeRange {
+        start_ms: T0 - DAY,
+        end_ms: T0 + 7 * DAY,
+    };
+    let (direct, partials, all_pods_bytes) = {
+        let blocks = blocks();
+        let mut direct = MergedProfile::new();
+        for block in &blocks {
+            block.merge_into(one_pod, week, &mut direct).unwrap();
+        }
+        let partials: Vec<BlockPartial> = blocks
+            .iter()
+            .map(|b| b.merge_partial(one_pod, week).unwrap())
+            .collect();
+        let all_pods_bytes: usize = blocks
+            .iter()
+            .map(|b| b.merge_partial(all_pods, week).unwrap().approx_bytes())
+            .sum();
+        (direct, partials, all_pods_bytes)
+        // The blocks are dropped here, as a cache may evict them.
+    };
+    let mut from_partials = MergedProfile::new();
+    for partial in &partials {
+        from_partials.add_partial(partial);
+    }
+    assert!(direct.total() > 0);
+    assert_eq!(from_partials.total(), direct.total());
+    assert_eq!(from_partials.stacks(), direct.stacks());
+    // One pod of six: its partials carry only its share of the symbols.
+    let one_pod_bytes: usize = partials.iter().map(BlockPartial::approx_bytes).sum();
+    assert!(
+        one_pod_bytes * 2 < all_pods_bytes,
+        "{one_pod_bytes} bytes for one pod, {all_pods_bytes} for all"
+    );
 }

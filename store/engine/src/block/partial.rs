@@ -1,6 +1,7 @@
-//! A block's share of a merge, kept in the block's own symbol ids so that a
+//! A block's share of a merge, with the symbols it references, so that a
 //! caller can cache it per (block, selector, range) and add it to later
-//! merges without reading the block's series again.
+//! merges without reading the block again, or even keeping it: a partial
+//! answers alone, so a cache can keep it after evicting its block.
 //!
 //! Summing the selected series' rollups and columns is the part of a merge
 //! that grows with the number of series a block holds (every pod's stacks,
@@ -13,17 +14,32 @@ use hashbrown::HashMap;
 
 use super::Block;
 use crate::error::QueryError;
-use crate::model::TimeRange;
+use crate::model::{BlockMeta, TimeRange};
 use crate::query::{CompiledSelector, MergedProfile, check_range};
-use crate::symbols::{ContentKey, ContentKeyer, SymbolTranslator};
+use crate::symbols::{ContentKey, ContentKeyer, SymbolTable, SymbolTranslator};
 
 /// The summed `(stack, sample label set) -> value` entries of one block's
-/// selection over one range, in that block's symbol ids, each with the
-/// content keys of its stack and label set; meaningful only with the block
-/// it came from.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// selection over one range, each with the content keys of its stack and
+/// label set, in a symbol table of its own that holds only what the
+/// entries reference.
+#[derive(Debug, Clone, Default)]
 pub struct BlockPartial {
+    symbols: SymbolTable,
     entries: Vec<PartialEntry>,
+}
+
+impl PartialEq for BlockPartial {
+    /// Equal when they add the same content to a merge: the same values
+    /// under the same stack and label set content keys.
+    fn eq(&self, other: &Self) -> bool {
+        let content = |p: &BlockPartial| {
+            p.entries
+                .iter()
+                .map(|e| (e.stack_key, e.labels_key, e.value))
+                .collect::<Vec<_>>()
+        };
+        content(self) == content(other)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,24 +66,33 @@ impl BlockPartial {
 
     /// Heap bytes held, for a cache's budget.
     pub fn approx_bytes(&self) -> usize {
-        size_of::<Self>() + self.entries.capacity() * size_of::<PartialEntry>()
+        size_of::<Self>()
+            + self.entries.capacity() * size_of::<PartialEntry>()
+            + self.symbols.approx_bytes()
+    }
+}
+
+impl BlockMeta {
+    /// The part of `range` the block can answer: `range` clipped to the
+    /// block's time span. Two ranges with the same clip get the same
+    /// partial from the block, so a cache keys partials by it: a sliding
+    /// 7-day window finds every block it covers whole under the same key.
+    /// Metadata is enough, so a cached partial is found without the block.
+    pub fn clip_range(&self, range: TimeRange) -> TimeRange {
+        TimeRange {
+            start_ms: range.start_ms.max(self.min_time_ms),
+            end_ms: range
+                .end_ms
+                .min(self.max_time_ms.saturating_add(1))
+                .max(range.start_ms.max(self.min_time_ms)),
+        }
     }
 }
 
 impl Block {
-    /// The part of `range` this block can answer: `range` clipped to the
-    /// block's time span. Two ranges with the same clip get the same
-    /// partial from this block, so a cache keys partials by it: a sliding
-    /// 7-day window finds every block it covers whole under the same key.
+    /// [`BlockMeta::clip_range`] of this block.
     pub fn clip_range(&self, range: TimeRange) -> TimeRange {
-        let meta = self.meta();
-        TimeRange {
-            start_ms: range.start_ms.max(meta.min_time_ms),
-            end_ms: range
-                .end_ms
-                .min(meta.max_time_ms.saturating_add(1))
-                .max(range.start_ms.max(meta.min_time_ms)),
-        }
+        self.meta().clip_range(range)
     }
 
     /// Sums the selection's stacks in `range` into a partial, exactly as
@@ -88,32 +113,36 @@ impl Block {
                     .map_err(|e| self.corrupt_block(e))?;
             }
         }
+        // A fixed order, so the partial's own ids come out the same for
+        // the same selection.
+        let mut sums: Vec<((u32, u32), i64)> = sums.into_iter().collect();
+        sums.sort_unstable_by_key(|&(key, _)| key);
         let mut keyer = ContentKeyer::new(&self.symbols);
-        let mut entries: Vec<PartialEntry> = sums
+        let mut translator = SymbolTranslator::new(&self.symbols);
+        let mut symbols = SymbolTable::new();
+        let entries: Vec<PartialEntry> = sums
             .into_iter()
             .map(|((stack, labels), value)| PartialEntry {
-                stack,
-                labels,
+                stack: translator.node(&self.symbols, &mut symbols, stack),
+                labels: translator.label_set(&self.symbols, &mut symbols, labels),
                 value,
                 stack_key: keyer.node(stack),
                 labels_key: keyer.label_set(labels),
             })
             .collect();
-        // A fixed order, so equal partials compare equal.
-        entries.sort_unstable_by_key(|e| (e.stack, e.labels));
-        Ok(BlockPartial { entries })
+        Ok(BlockPartial { symbols, entries })
     }
 }
 
 impl MergedProfile {
-    /// Adds a partial that `block` produced ([`Block::merge_partial`]).
-    /// The partial must come from this same block: its ids are the block's.
+    /// Adds a partial a block produced ([`Block::merge_partial`]); the
+    /// block itself is not needed.
     ///
     /// A stack or label set whose content this merge already holds (from
     /// any block's partial) is found by its content key; only new content
-    /// is translated through the block's tables.
-    pub fn add_block_partial(&mut self, block: &Block, partial: &BlockPartial) {
-        let src = &block.symbols;
+    /// is translated through the partial's tables.
+    pub fn add_partial(&mut self, partial: &BlockPartial) {
+        let src = &partial.symbols;
         // Built only on the first miss: it sizes a memo to every table of
         // the block, which a partial found whole by key never needs.
         let mut translator: Option<SymbolTranslator> = None;

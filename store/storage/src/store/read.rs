@@ -117,6 +117,33 @@ impl Store {
         T: Send + 'static,
         F: Fn(&C, &dyn Queryable, &mut T) -> Result<(), QueryError> + Send + 'static,
     {
+        self.visit_all_cached(
+            range,
+            compile,
+            new_acc,
+            visit,
+            |_: &BlockMeta, _: &mut T| false,
+        )
+        .await
+    }
+
+    /// [`Store::visit_all`], where `cached` may answer a block from what
+    /// the cache holds for it (its merge partial) given only its metadata;
+    /// it returns false to have the block loaded and visited.
+    async fn visit_all_cached<C, T, F, K>(
+        &self,
+        range: TimeRange,
+        compile: impl FnOnce() -> Result<C, QueryError> + Send + 'static,
+        new_acc: impl Fn() -> T + Send + 'static,
+        visit: F,
+        cached: K,
+    ) -> Result<T, StorageError>
+    where
+        C: Send + 'static,
+        T: Send + 'static,
+        F: Fn(&C, &dyn Queryable, &mut T) -> Result<(), QueryError> + Send + 'static,
+        K: Fn(&BlockMeta, &mut T) -> bool + Send + 'static,
+    {
         let shared = Arc::clone(&self.shared);
         let store = self.clone();
         let runtime = tokio::runtime::Handle::current();
@@ -147,7 +174,7 @@ impl Store {
                     &runtime,
                     range,
                     new_acc(),
-                    &visit,
+                    (&visit, &cached),
                     &check_deadline,
                     &mut skipped,
                 )? {
@@ -294,14 +321,26 @@ impl Store {
     ) -> Result<MergedProfile, StorageError> {
         let selector = selector.clone();
         let compiled = selector.clone();
+        let cached_selector = selector.clone();
         let shared = Arc::clone(&self.shared);
-        self.visit_all(
+        let cache_shared = Arc::clone(&self.shared);
+        self.visit_all_cached(
             range,
             move || CompiledSelector::new(&compiled),
             MergedProfile::new,
             move |s, q, acc| match q.as_block() {
                 Some(block) => merge_block(&shared, block, &selector, s, range, acc),
                 None => q.merge_into(s, range, acc),
+            },
+            // A partial cached for the block answers without the block,
+            // which may have been evicted long since.
+            move |meta, acc| {
+                let key = partial_key(meta, &cached_selector, range);
+                let partial = lock(&cache_shared.cache).partial(&meta.id, &key);
+                partial.is_some_and(|partial| {
+                    acc.add_partial(&partial);
+                    true
+                })
             },
         )
         .await
@@ -327,8 +366,8 @@ impl Store {
     }
 }
 
-/// Adds `block`'s share of a merge to `acc` from the partial cached with
-/// the block for this selection and the range's clip to the block, or
+/// Adds `block`'s share of a merge to `acc` from the partial cached for
+/// the block, this selection and the range's clip to the block, or
 /// computes it and caches it. A warm merge over many blocks then translates
 /// each block's distinct stacks once instead of reading every series of
 /// every block again.
@@ -341,7 +380,7 @@ fn merge_block(
     acc: &mut MergedProfile,
 ) -> Result<(), QueryError> {
     let id = &block.meta().id;
-    let key = partial_key(block, selector, range);
+    let key = partial_key(block.meta(), selector, range);
     let cached = lock(&shared.cache).partial(id, &key);
     let partial = match cached {
         Some(partial) => partial,
@@ -351,7 +390,7 @@ fn merge_block(
             partial
         }
     };
-    acc.add_block_partial(block, &partial);
+    acc.add_partial(&partial);
     Ok(())
 }
 
@@ -360,17 +399,18 @@ const QUERY_ATTEMPTS: usize = 3;
 
 /// One pass of [`Store::visit_all`] over one snapshot of the view; `None`
 /// when a listed block was gone by the time it was read.
-fn visit_snapshot<T, F>(
+fn visit_snapshot<T, F, K>(
     shared: &Shared,
     runtime: &tokio::runtime::Handle,
     range: TimeRange,
     mut acc: T,
-    visit: &F,
+    (visit, cached): (&F, &K),
     check_deadline: &impl Fn(usize, usize) -> Result<(), StorageError>,
     skipped: &mut Vec<CorruptBlock>,
 ) -> Result<Option<T>, StorageError>
 where
     F: Fn(&dyn Queryable, &mut T) -> Result<(), QueryError>,
+    K: Fn(&BlockMeta, &mut T) -> bool,
 {
     let (frozen, metas) = {
         // The view is snapshotted under every shard's read lock: a cut
@@ -401,6 +441,9 @@ where
     }
     for (i, meta) in metas.iter().enumerate() {
         check_deadline(1 + frozen.len() + i, total)?;
+        if cached(meta, &mut acc) {
+            continue;
+        }
         let block = match shared.load_block(runtime, meta) {
             Ok(block) => block,
             Err(Unavailable::Gone) => return Ok(None),
