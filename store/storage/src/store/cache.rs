@@ -34,6 +34,8 @@ pub(crate) struct BlockCache {
     partials: HashMap<String, PartialSet>,
     capacity_bytes: u64,
     used_bytes: u64,
+    /// Of `used_bytes`, what partials take.
+    partial_bytes: u64,
     clock: u64,
 }
 
@@ -59,6 +61,7 @@ impl BlockCache {
             partials: HashMap::new(),
             capacity_bytes,
             used_bytes: 0,
+            partial_bytes: 0,
             clock: 0,
         }
     }
@@ -120,34 +123,38 @@ impl BlockCache {
         set.bytes = set.bytes + added - freed;
         set.last_used = clock;
         self.used_bytes = self.used_bytes + added - freed;
+        self.partial_bytes = self.partial_bytes + added - freed;
         self.evict();
     }
 
-    /// Evicts the least recently used block or partial set until the budget
-    /// holds, keeping at least one. A block whose partials answer its
-    /// queries is no longer used, so it goes before them.
+    /// Evicts until the budget holds, keeping at least one entry: the
+    /// least recently used decoded block while partials take at most half
+    /// the budget, else the least recently used block's partials. A merge
+    /// over more blocks than fit then keeps the partials it made (small: a
+    /// selection's share of each block) and lets the blocks they came from
+    /// go, rather than evicting its first partials to hold its last blocks.
     fn evict(&mut self) {
         // Eviction scans all entries; there are at most a few thousand
         // blocks, and it runs only on an insert (a bucket fetch or a
         // partial computed for the first time).
         while self.used_bytes > self.capacity_bytes && self.blocks.len() + self.partials.len() > 1 {
-            let oldest_block = self
-                .blocks
-                .iter()
-                .min_by_key(|(_, e)| e.last_used)
-                .map(|(id, e)| (e.last_used, id.clone()));
-            let oldest_partials = self
-                .partials
-                .iter()
-                .min_by_key(|(_, s)| s.last_used)
-                .map(|(id, s)| (s.last_used, id.clone()));
-            match (oldest_block, oldest_partials) {
-                (Some(block), Some(partials)) if partials < block => {
-                    self.remove_partials(&partials.1);
-                }
-                (Some((_, id)), _) => self.remove_block(&id),
-                (None, Some((_, id))) => self.remove_partials(&id),
-                (None, None) => break,
+            let partials_first =
+                self.blocks.is_empty() || self.partial_bytes > self.capacity_bytes / 2;
+            let victim = if partials_first {
+                self.partials
+                    .iter()
+                    .min_by_key(|(_, s)| s.last_used)
+                    .map(|(id, _)| (false, id.clone()))
+            } else {
+                self.blocks
+                    .iter()
+                    .min_by_key(|(_, e)| e.last_used)
+                    .map(|(id, _)| (true, id.clone()))
+            };
+            match victim {
+                Some((true, id)) => self.remove_block(&id),
+                Some((false, id)) => self.remove_partials(&id),
+                None => break,
             }
         }
     }
@@ -161,6 +168,7 @@ impl BlockCache {
     fn remove_partials(&mut self, id: &str) {
         if let Some(old) = self.partials.remove(id) {
             self.used_bytes -= old.bytes;
+            self.partial_bytes -= old.bytes;
         }
     }
 
@@ -227,17 +235,33 @@ mod tests {
         cache.insert_partial("a", key(1), partial());
         cache.insert("b".into(), Arc::new(empty_block()), 9 * one);
         assert_eq!(cache.used_bytes(), 11 * one);
-        // A query answered from a's partials touches them, not block b.
+        // A merge reaching its next block: the decoded block goes, the
+        // partials made before it stay, though used longer ago.
+        cache.insert("d".into(), Arc::new(empty_block()), 3 * one);
+        assert!(cache.get("b").is_none(), "the older block went");
         assert!(cache.partial("a", &key(0)).is_some());
-        cache.insert_partial("c", key(0), partial());
-        cache.insert_partial("c", key(1), partial());
-        assert!(cache.get("b").is_none(), "the unused block went first");
-        assert!(cache.partial("a", &key(1)).is_some());
-        assert!(cache.partial("c", &key(0)).is_some());
-        assert_eq!(cache.used_bytes(), 4 * one);
-        cache.retain(|id| id != "a");
-        assert!(cache.partial("a", &key(0)).is_none());
-        assert_eq!(cache.used_bytes(), 2 * one);
+        assert!(cache.get("d").is_some());
+        assert_eq!(cache.used_bytes(), 5 * one);
+        // Partials past half the budget go least recently used first,
+        // before the blocks left.
+        for i in 0..7 {
+            cache.insert_partial(&format!("p{i}"), key(0), partial());
+        }
+        assert_eq!(cache.used_bytes(), 12 * one);
+        cache.insert_partial("p7", key(0), partial());
+        assert!(
+            cache.partial("a", &key(1)).is_none(),
+            "the oldest partials went"
+        );
+        assert!(
+            cache.get("d").is_some(),
+            "the block stays while partials are over half"
+        );
+        assert!(cache.partial("p0", &key(0)).is_some());
+        assert_eq!(cache.used_bytes(), 11 * one);
+        cache.retain(|id| id != "p7" && id != "d");
+        assert!(cache.partial("p7", &key(0)).is_none());
+        assert_eq!(cache.used_bytes(), cache.partial_bytes);
     }
 
     fn empty_block() -> Block {
