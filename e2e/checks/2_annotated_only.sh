@@ -29,7 +29,8 @@ check_annotated_only() {
   grep -q 'kiln_e2e_hot_loop' <<<"$stacks" \
     || fail "kiln_e2e_hot_loop is on none of $annotated_pod's stacks: $(head -5 <<<"$stacks")"
   local hot
-  hot="$(awk '/kiln_e2e_hot_loop/ { sum += $NF } END { print sum + 0 }' <<<"$stacks")"
+  # %.0f: awk prints a large sum as 2.2e+09, which shell arithmetic refuses.
+  hot="$(awk '/kiln_e2e_hot_loop/ { sum += $NF } END { printf "%.0f\n", sum }' <<<"$stacks")"
   note "$annotated_pod: $(samples "$matchers" "$since") samples, $((hot * 100 / total))% of them in kiln_e2e_hot_loop"
   note "hottest stack: $(awk '{ print $NF " " $0 }' <<<"$stacks" | sort -n -r | head -1 | cut -d' ' -f2- | cut -c1-200)"
 
