@@ -233,11 +233,11 @@ mod tests {
         let mut cache = BlockCache::new(12 * one);
         cache.insert_partial("a", key(0), partial());
         cache.insert_partial("a", key(1), partial());
-        cache.insert("b".into(), Arc::new(empty_block()), 9 * one);
+        cache.insert("b".into(), Arc::new(one_sample_block()), 9 * one);
         assert_eq!(cache.used_bytes(), 11 * one);
         // A merge reaching its next block: the decoded block goes, the
         // partials made before it stay, though used longer ago.
-        cache.insert("d".into(), Arc::new(empty_block()), 3 * one);
+        cache.insert("d".into(), Arc::new(one_sample_block()), 3 * one);
         assert!(cache.get("b").is_none(), "the older block went");
         assert!(cache.partial("a", &key(0)).is_some());
         assert!(cache.get("d").is_some());
@@ -264,7 +264,7 @@ mod tests {
         assert_eq!(cache.used_bytes(), cache.partial_bytes);
     }
 
-    fn empty_block() -> Block {
+    fn one_sample_block() -> Block {
         let mut head = kiln_engine::Head::new();
         let labels = kiln_engine::model::LabelSet::new(vec![kiln_engine::model::Label::new(
             "__name__",
