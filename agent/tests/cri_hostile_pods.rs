@@ -223,9 +223,11 @@ fn a_pod_with_sixty_thousand_mapped_files_cannot_exhaust_the_agents_descriptors(
     let control = node.run("control", &["/control"]);
     let budget = 512;
     let started = Instant::now();
+    // 20 s, so a window finished late on a loaded machine still has time
+    // to show up before the agent's run ends.
     let agent = start_agent(
         &node,
-        Duration::from_secs(12),
+        Duration::from_secs(20),
         &["--max-open-files", &budget.to_string()],
     );
     // Watch the agent's descriptors while it runs.
