@@ -121,6 +121,9 @@ pub struct SymbolTable {
     /// as they are interned so [`SymbolTable::approx_bytes`] is O(1): ingest
     /// asks for it on every profile.
     variable_bytes: usize,
+    /// Whether the dedup maps are kept (heads, merges) or not (tables read
+    /// from a block, partials kept for later merges).
+    has_lookups: bool,
 }
 
 fn string_bytes(s: &str) -> usize {
@@ -144,7 +147,33 @@ struct StackEntry {
 struct LocationKey {
     mapping: u32,
     address: u64,
-    lines: Box<[Line]>,
+    lines: KeyLines,
+}
+
+/// A location key's lines. Most locations have one line, kept inline: a
+/// lookup then compares what the map's slot holds, without following a
+/// pointer to a separate allocation (that cache miss was a third of
+/// `intern_location`'s time in the store's ingest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum KeyLines {
+    One(Line),
+    Other(Box<[Line]>),
+}
+
+impl KeyLines {
+    fn new(lines: &[Line]) -> Self {
+        match lines {
+            [line] => Self::One(*line),
+            _ => Self::Other(lines.into()),
+        }
+    }
+
+    fn as_slice(&self) -> &[Line] {
+        match self {
+            Self::One(line) => std::slice::from_ref(line),
+            Self::Other(lines) => lines,
+        }
+    }
 }
 
 impl Hash for LocationKey {
@@ -152,7 +181,7 @@ impl Hash for LocationKey {
         LocationKeyRef {
             mapping: self.mapping,
             address: self.address,
-            lines: &self.lines,
+            lines: self.lines.as_slice(),
         }
         .hash(state);
     }
@@ -174,7 +203,9 @@ impl Hash for LocationKeyRef<'_> {
 
 impl hashbrown::Equivalent<LocationKey> for LocationKeyRef<'_> {
     fn equivalent(&self, key: &LocationKey) -> bool {
-        self.mapping == key.mapping && self.address == key.address && *self.lines == *key.lines
+        self.mapping == key.mapping
+            && self.address == key.address
+            && self.lines == key.lines.as_slice()
     }
 }
 
@@ -213,6 +244,7 @@ impl SymbolTable {
             label_set_lookup: HashMap::new(),
             hasher: DefaultHashBuilder::default(),
             variable_bytes: label_set_bytes(&[]),
+            has_lookups: true,
         };
         table.intern_string("");
         table
@@ -252,7 +284,24 @@ impl SymbolTable {
             label_sets,
             label_set_lookup: HashMap::new(),
             hasher: DefaultHashBuilder::default(),
+            has_lookups: false,
         }
+    }
+
+    /// Drops the dedup maps of a table nothing will intern into again (a
+    /// partial kept for later merges, which only read it): they take about
+    /// as much memory as the entries. Interning afterwards still works but
+    /// no longer deduplicates against what the table held.
+    pub(crate) fn drop_lookups(&mut self) {
+        self.string_lookup = HashTable::new();
+        self.mapping_lookup = HashMap::new();
+        self.function_lookup = HashMap::new();
+        self.location_lookup = HashMap::new();
+        self.node_lookup = HashMap::new();
+        self.stack_lookup = HashTable::new();
+        self.stack_frames = Vec::new();
+        self.label_set_lookup = HashMap::new();
+        self.has_lookups = false;
     }
 
     /// Interns a string and returns its id.
@@ -319,7 +368,7 @@ impl SymbolTable {
             LocationKey {
                 mapping,
                 address,
-                lines: lines.into(),
+                lines: KeyLines::new(lines),
             },
             id,
         );
@@ -460,12 +509,14 @@ impl SymbolTable {
 
     /// Approximate heap bytes held, for cut-by-size decisions and metrics.
     pub fn approx_bytes(&self) -> usize {
+        // The dedup maps hold a copy of each fixed-size entry plus its id.
+        let lookups = usize::from(self.has_lookups);
         self.variable_bytes
-            + self.mappings.len() * (size_of::<Mapping>() * 2 + 8)
-            + self.functions.len() * (size_of::<Function>() * 2 + 8)
-            + self.locations.len() * (size_of::<Location>() + 48)
-            + self.lines.len() * size_of::<Line>() * 2
-            + self.nodes.len() * (size_of::<StackNode>() + 16)
+            + self.mappings.len() * (size_of::<Mapping>() * (1 + lookups) + 8 * lookups)
+            + self.functions.len() * (size_of::<Function>() * (1 + lookups) + 8 * lookups)
+            + self.locations.len() * (size_of::<Location>() + 48 * lookups)
+            + self.lines.len() * size_of::<Line>() * (1 + lookups)
+            + self.nodes.len() * (size_of::<StackNode>() + 16 * lookups)
             + self.stack_frames.capacity() * size_of::<u32>()
             + self.stack_lookup.capacity() * (size_of::<StackEntry>() + 1)
     }
