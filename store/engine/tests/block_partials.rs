@@ -356,3 +356,42 @@ fn partials_answer_without_their_blocks_and_hold_only_what_they_use() {
         "{one_pod_bytes} bytes for one pod, {all_pods_bytes} for all"
     );
 }
+
+/// A merge of several blocks' partials, turned into one partial (what the
+/// store caches for the days a range covers whole), adds to a later merge
+/// exactly what the blocks do, and takes less memory than the partials it
+/// was made of: their common symbols are held once.
+#[test]
+fn a_merge_turned_into_a_partial_adds_what_its_blocks_add_in_less_memory() {
+    let blocks = blocks();
+    let week = TimeRange {
+        start_ms: T0 - DAY,
+        end_ms: T0 + 7 * DAY,
+    };
+    for selector in selectors() {
+        let partials: Vec<BlockPartial> = blocks
+            .iter()
+            .map(|b| b.merge_partial(&selector, week).unwrap())
+            .collect();
+        let mut span = MergedProfile::new();
+        for partial in &partials {
+            span.add_partial(partial);
+        }
+        let span = span.into_partial();
+        let (mut direct, mut from_span) = (MergedProfile::new(), MergedProfile::new());
+        for block in &blocks {
+            block.merge_into(&selector, week, &mut direct).unwrap();
+        }
+        from_span.add_partial(&span);
+        assert_eq!(from_span.total(), direct.total(), "{selector:?}");
+        assert_eq!(from_span.stacks(), direct.stacks(), "{selector:?}");
+        let separate: usize = partials.iter().map(BlockPartial::approx_bytes).sum();
+        if direct.total() > 0 {
+            assert!(
+                span.approx_bytes() < separate,
+                "{selector:?}: span {} bytes, partials {separate}",
+                span.approx_bytes()
+            );
+        }
+    }
+}

@@ -130,11 +130,36 @@ impl Block {
                 labels_key: keyer.label_set(labels),
             })
             .collect();
+        symbols.drop_lookups();
         Ok(BlockPartial { symbols, entries })
     }
 }
 
 impl MergedProfile {
+    /// This merge as a partial, to be kept and added to later merges like
+    /// a block's. A store merges a run of blocks a range covers whole into
+    /// one such partial: their common symbols are held once, not once per
+    /// block, and a later merge adds one partial instead of one per block.
+    pub fn into_partial(self) -> BlockPartial {
+        let mut sums: Vec<((u32, u32), i64)> = self.values.into_iter().collect();
+        sums.sort_unstable_by_key(|&(key, _)| key);
+        let mut keyer = ContentKeyer::new(&self.symbols);
+        let entries = sums
+            .into_iter()
+            .map(|((stack, labels), value)| PartialEntry {
+                stack,
+                labels,
+                value,
+                stack_key: keyer.node(stack),
+                labels_key: keyer.label_set(labels),
+            })
+            .collect();
+        drop(keyer);
+        let mut symbols = self.symbols;
+        symbols.drop_lookups();
+        BlockPartial { symbols, entries }
+    }
+
     /// Adds a partial a block produced ([`Block::merge_partial`]); the
     /// block itself is not needed.
     ///
