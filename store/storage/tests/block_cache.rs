@@ -139,3 +139,85 @@ async fn merges_from_cached_block_partials_answer_like_the_head() {
     assert_eq!(answers(&in_blocks).await, expected, "warm");
     assert_eq!(in_blocks.stats().cache_bytes, cached);
 }
+
+/// Days before the newest day that a range covers whole are merged into
+/// one span partial, cached: a warm merge takes them from it without
+/// reading their blocks or their own partials, and every answer (spans
+/// cold and warm, ranges that cut into the first day, a selection of one
+/// pod) equals the head's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settled_days_a_range_covers_whole_answer_from_one_cached_span_partial() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let in_head = open_local(&root.path().join("head")).await;
+    let day = kiln_storage::planner::DAY_MS;
+    let first_day = BASE_MS - BASE_MS.rem_euclid(day);
+    // One block per day for five days; the fifth is the newest day, never
+    // in a span.
+    let mut config = config(&root.path().join("blocks/data"), "r1");
+    // Room for one entry only: what the cache keeps last is the span,
+    // inserted when the merge finishes.
+    config.block_cache_bytes = 1;
+    let in_blocks = Store::open(config, local_bucket(&root.path().join("blocks/bucket")))
+        .await
+        .expect("open store");
+    for d in 0..5i64 {
+        for (i, pod) in ["pod-a", "pod-b"].into_iter().enumerate() {
+            let (pprof, _) = cpu_profile(d as u64 * 2 + i as u64 + 1, 40);
+            let time_ms = first_day + d * day + 3_600_000 * (1 + i as i64);
+            for store in [&in_head, &in_blocks] {
+                store
+                    .ingest(request(pod, time_ms, pprof.clone()))
+                    .await
+                    .expect("ingest");
+            }
+        }
+        in_blocks.flush().await.expect("flush");
+    }
+    assert_eq!(in_blocks.blocks().len(), 5);
+    let range_from = |start_ms| kiln_engine::model::TimeRange {
+        start_ms,
+        end_ms: first_day + 6 * day,
+    };
+    let ranges = [everything(), range_from(first_day + day / 2)];
+    for selector in [pod_selector("pod-b"), all_selector()] {
+        for range in ranges {
+            let expected = in_head.merge(&selector, range).await.expect("merge");
+            for pass in ["cold", "warm"] {
+                let merged = in_blocks.merge(&selector, range).await.expect("merge");
+                assert_eq!(merged.total(), expected.total(), "{pass}");
+                assert_eq!(merged.stacks(), expected.stacks(), "{pass}");
+            }
+        }
+    }
+    // A selection not merged before: its cold merge ends by caching the
+    // span of days 1 to 4, which the one-entry cache then holds alone.
+    // Those days' block files go; a merge over them still answers, from
+    // the span alone (the fifth day's block is read).
+    let selector = pod_selector("pod-a");
+    let expected = in_head.merge(&selector, everything()).await.expect("merge");
+    let merged = in_blocks
+        .merge(&selector, everything())
+        .await
+        .expect("merge");
+    assert_eq!(merged.total(), expected.total());
+    let newest = in_blocks
+        .blocks()
+        .into_iter()
+        .max_by_key(|b| b.max_time_ms)
+        .expect("blocks");
+    let mut removed = 0;
+    for block in in_blocks.blocks() {
+        if block.id != newest.id {
+            let dir = root.path().join("blocks/bucket/blocks/r1").join(&block.id);
+            std::fs::remove_dir_all(&dir).expect("remove a block's files");
+            removed += 1;
+        }
+    }
+    assert_eq!(removed, 4);
+    let from_span = in_blocks
+        .merge(&selector, everything())
+        .await
+        .expect("merge from the span");
+    assert_eq!(from_span.total(), expected.total());
+    assert_eq!(from_span.stacks(), expected.stacks());
+}

@@ -45,6 +45,12 @@ pub(super) async fn release_free_memory() {
     let _ = tokio::task::spawn_blocking(trim).await;
 }
 
+/// [`release_free_memory`] on the calling thread, for code already on the
+/// blocking pool (a query that evicted decoded blocks from the cache).
+pub(super) fn release_free_memory_now() {
+    trim();
+}
+
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn trim() {
     // SAFETY: malloc_trim only releases memory the allocator holds as free;

@@ -20,6 +20,12 @@ pub(crate) fn partial_key(meta: &BlockMeta, selector: &Selector, range: TimeRang
     (selector.clone(), clipped.start_ms, clipped.end_ms)
 }
 
+/// The partial key a span's partial is stored under in its set: the
+/// selection over the span's whole blocks.
+fn span_partial_key(span: &SpanKey) -> PartialKey {
+    (span.0.clone(), 0, 0)
+}
+
 /// Partials kept per block at most; the oldest goes first. Bounds what a
 /// stream of distinct selectors on one hot block can pile up between
 /// evictions (their bytes count against the budget too).
@@ -46,12 +52,38 @@ struct BlockEntry {
     last_used: u64,
 }
 
-/// One block's partials by what they answer, with when each was stored.
+/// What an insert evicted, handed back so the caller frees it after
+/// releasing the cache's lock: dropping a decoded block frees hundreds of
+/// thousands of small allocations, which other queries should not wait on.
+#[derive(Debug, Default)]
+#[must_use = "dropping this frees what was evicted; drop it outside the cache's lock"]
+pub(crate) struct Evicted {
+    blocks: Vec<Arc<Block>>,
+    partials: Vec<PartialSet>,
+    /// Budget bytes of what was evicted.
+    pub(crate) bytes: u64,
+}
+
+/// One block's partials by what they answer, with when each was stored;
+/// or one span's partial (`covers` then names the span's blocks).
 #[derive(Debug, Default)]
 struct PartialSet {
     partials: HashMap<PartialKey, (Arc<BlockPartial>, u64)>,
     bytes: u64,
     last_used: u64,
+    /// The blocks a span partial was merged from; empty for a block's own
+    /// partials. The set goes when any of them goes.
+    covers: Vec<String>,
+}
+
+/// A run of blocks a merge covers whole, merged once into one partial:
+/// the selection and the blocks' ids, sorted.
+pub(crate) type SpanKey = (Selector, Vec<String>);
+
+/// The cache id of a span's partial set; never a block id (those are
+/// ULIDs).
+fn span_id(blocks: &[String]) -> String {
+    format!("span:{}", blocks.join(","))
 }
 
 impl BlockCache {
@@ -75,18 +107,22 @@ impl BlockCache {
         })
     }
 
-    pub(crate) fn insert(&mut self, id: String, block: Arc<Block>, bytes: u64) {
+    pub(crate) fn insert(&mut self, id: String, block: Arc<Block>, bytes: u64) -> Evicted {
         self.clock += 1;
         let entry = BlockEntry {
             block,
             bytes,
             last_used: self.clock,
         };
+        let mut evicted = Evicted::default();
         if let Some(old) = self.blocks.insert(id, entry) {
             self.used_bytes -= old.bytes;
+            evicted.bytes += old.bytes;
+            evicted.blocks.push(old.block);
         }
         self.used_bytes += bytes;
-        self.evict();
+        self.evict(&mut evicted);
+        evicted
     }
 
     /// The partial of block `id` for `key`, if one was stored.
@@ -100,7 +136,12 @@ impl BlockCache {
     }
 
     /// Keeps `partial` of block `id`, counted in the budget.
-    pub(crate) fn insert_partial(&mut self, id: &str, key: PartialKey, partial: Arc<BlockPartial>) {
+    pub(crate) fn insert_partial(
+        &mut self,
+        id: &str,
+        key: PartialKey,
+        partial: Arc<BlockPartial>,
+    ) -> Evicted {
         self.clock += 1;
         let clock = self.clock;
         let set = self.partials.entry(id.to_owned()).or_default();
@@ -124,69 +165,133 @@ impl BlockCache {
         set.last_used = clock;
         self.used_bytes = self.used_bytes + added - freed;
         self.partial_bytes = self.partial_bytes + added - freed;
-        self.evict();
+        let mut evicted = Evicted {
+            bytes: freed,
+            ..Evicted::default()
+        };
+        self.evict(&mut evicted);
+        evicted
     }
 
-    /// Evicts until the budget holds, keeping at least one entry: the
-    /// least recently used decoded block while partials take at most half
-    /// the budget, else the least recently used block's partials. A merge
-    /// over more blocks than fit then keeps the partials it made (small: a
-    /// selection's share of each block) and lets the blocks they came from
-    /// go, rather than evicting its first partials to hold its last blocks.
-    fn evict(&mut self) {
+    /// The partial of a span of blocks for a selection, if one was stored.
+    pub(crate) fn span_partial(&mut self, span: &SpanKey) -> Option<Arc<BlockPartial>> {
+        self.partial(&span_id(&span.1), &span_partial_key(span))
+    }
+
+    /// Keeps the partial of a span of blocks, counted in the budget and
+    /// evicted like a block's partials; it goes when any of its blocks
+    /// does.
+    pub(crate) fn insert_span_partial(
+        &mut self,
+        span: SpanKey,
+        partial: Arc<BlockPartial>,
+    ) -> Evicted {
+        let key = span_partial_key(&span);
+        let (selector, blocks) = span;
+        let id = span_id(&blocks);
+        drop(selector);
+        self.partials.entry(id.clone()).or_default().covers = blocks;
+        self.insert_partial(&id, key, partial)
+    }
+
+    /// Evicts until the budget holds, never the entry just stored (the
+    /// one used last): the least recently used decoded block while
+    /// partials take at most half the budget, else the least recently used
+    /// block's partials. A merge over more blocks than fit then keeps the
+    /// partials it made (small: a selection's share of each block) and
+    /// lets the blocks they came from go, rather than evicting its first
+    /// partials to hold its last blocks.
+    fn evict(&mut self, evicted: &mut Evicted) {
+        let newest = self.clock;
         // Eviction scans all entries; there are at most a few thousand
         // blocks, and it runs only on an insert (a bucket fetch or a
         // partial computed for the first time).
-        while self.used_bytes > self.capacity_bytes && self.blocks.len() + self.partials.len() > 1 {
+        while self.used_bytes > self.capacity_bytes {
+            let oldest_partials = self
+                .partials
+                .iter()
+                .filter(|(_, s)| s.last_used != newest)
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(id, _)| (false, id.clone()));
+            let oldest_block = self
+                .blocks
+                .iter()
+                .filter(|(_, e)| e.last_used != newest)
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(id, _)| (true, id.clone()));
             let partials_first =
-                self.blocks.is_empty() || self.partial_bytes > self.capacity_bytes / 2;
+                oldest_block.is_none() || self.partial_bytes > self.capacity_bytes / 2;
             let victim = if partials_first {
-                self.partials
-                    .iter()
-                    .min_by_key(|(_, s)| s.last_used)
-                    .map(|(id, _)| (false, id.clone()))
+                oldest_partials.or(oldest_block)
             } else {
-                self.blocks
-                    .iter()
-                    .min_by_key(|(_, e)| e.last_used)
-                    .map(|(id, _)| (true, id.clone()))
+                oldest_block.or(oldest_partials)
             };
             match victim {
-                Some((true, id)) => self.remove_block(&id),
-                Some((false, id)) => self.remove_partials(&id),
+                Some((true, id)) => {
+                    if let Some(entry) = self.remove_block(&id) {
+                        evicted.bytes += entry.bytes;
+                        evicted.blocks.push(entry.block);
+                    }
+                }
+                Some((false, id)) => {
+                    if let Some(set) = self.remove_partials(&id) {
+                        evicted.bytes += set.bytes;
+                        evicted.partials.push(set);
+                    }
+                }
                 None => break,
             }
         }
     }
 
-    fn remove_block(&mut self, id: &str) {
-        if let Some(old) = self.blocks.remove(id) {
-            self.used_bytes -= old.bytes;
-        }
+    fn remove_block(&mut self, id: &str) -> Option<BlockEntry> {
+        let old = self.blocks.remove(id)?;
+        self.used_bytes -= old.bytes;
+        Some(old)
     }
 
-    fn remove_partials(&mut self, id: &str) {
-        if let Some(old) = self.partials.remove(id) {
-            self.used_bytes -= old.bytes;
-            self.partial_bytes -= old.bytes;
-        }
+    fn remove_partials(&mut self, id: &str) -> Option<PartialSet> {
+        let old = self.partials.remove(id)?;
+        self.used_bytes -= old.bytes;
+        self.partial_bytes -= old.bytes;
+        Some(old)
     }
 
-    /// Forgets block `id` and its partials (deleted, or found corrupt).
+    /// Forgets block `id`, its partials and the spans it is in (deleted,
+    /// or found corrupt).
     pub(crate) fn remove(&mut self, id: &str) {
-        self.remove_block(id);
-        self.remove_partials(id);
+        // Rare (a deleted or corrupt block): freed in place.
+        drop(self.remove_block(id));
+        drop(self.remove_partials(id));
+        let spans: Vec<String> = self
+            .partials
+            .iter()
+            .filter(|(_, set)| set.covers.iter().any(|c| c == id))
+            .map(|(span, _)| span.clone())
+            .collect();
+        for span in spans {
+            drop(self.remove_partials(&span));
+        }
     }
 
+    /// Keeps only the blocks `keep` accepts, with their partials and the
+    /// spans made of them alone.
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
-        let drop: Vec<String> = self
+        let mut gone: Vec<String> = self
             .blocks
             .keys()
             .chain(self.partials.keys())
-            .filter(|id| !keep(id))
+            .filter(|id| !id.starts_with("span:") && !keep(id))
             .cloned()
             .collect();
-        for id in drop {
+        // A span goes when a block it covers does, cached or not.
+        gone.extend(
+            self.partials
+                .iter()
+                .filter(|(_, set)| set.covers.iter().any(|c| !keep(c)))
+                .map(|(span, _)| span.clone()),
+        );
+        for id in gone {
             self.remove(&id);
         }
     }
@@ -231,13 +336,14 @@ mod tests {
     fn partials_outlive_their_evicted_blocks_and_count_in_the_budget() {
         let one = BlockPartial::default().approx_bytes() as u64;
         let mut cache = BlockCache::new(12 * one);
-        cache.insert_partial("a", key(0), partial());
-        cache.insert_partial("a", key(1), partial());
-        cache.insert("b".into(), Arc::new(one_sample_block()), 9 * one);
+        let _ = cache.insert_partial("a", key(0), partial());
+        let _ = cache.insert_partial("a", key(1), partial());
+        let _ = cache.insert("b".into(), Arc::new(one_sample_block()), 9 * one);
         assert_eq!(cache.used_bytes(), 11 * one);
         // A merge reaching its next block: the decoded block goes, the
         // partials made before it stay, though used longer ago.
-        cache.insert("d".into(), Arc::new(one_sample_block()), 3 * one);
+        let evicted = cache.insert("d".into(), Arc::new(one_sample_block()), 3 * one);
+        assert_eq!(evicted.bytes, 9 * one, "what went is handed back");
         assert!(cache.get("b").is_none(), "the older block went");
         assert!(cache.partial("a", &key(0)).is_some());
         assert!(cache.get("d").is_some());
@@ -245,10 +351,11 @@ mod tests {
         // Partials past half the budget go least recently used first,
         // before the blocks left.
         for i in 0..7 {
-            cache.insert_partial(&format!("p{i}"), key(0), partial());
+            let _ = cache.insert_partial(&format!("p{i}"), key(0), partial());
         }
         assert_eq!(cache.used_bytes(), 12 * one);
-        cache.insert_partial("p7", key(0), partial());
+        let evicted = cache.insert_partial("p7", key(0), partial());
+        assert_eq!(evicted.bytes, 2 * one, "block a's two partials");
         assert!(
             cache.partial("a", &key(1)).is_none(),
             "the oldest partials went"
