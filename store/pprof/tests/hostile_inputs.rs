@@ -380,8 +380,17 @@ fn no_sample_types_is_refused() {
 fn invalid_utf8_is_replaced_not_refused() {
     let mut profile = valid_profile();
     profile.string_table.push(vec![0xff, 0xfe, b'x']);
-    let decoded = decode(&profile.encode_to_vec(), &DecodeLimits::default()).unwrap();
-    assert_eq!(decoded.strings().last().unwrap(), "\u{fffd}\u{fffd}x");
+    profile.string_table.push("ünïcode ✓".into());
+    let bytes = profile.encode_to_vec();
+    let decoded = decode(&bytes, &DecodeLimits::default()).unwrap();
+    let strings = decoded.strings();
+    assert_eq!(strings[strings.len() - 2], "\u{fffd}\u{fffd}x");
+    assert_eq!(strings[strings.len() - 1], "ünïcode ✓");
+    // The store's decoder, straight from the wire, agrees.
+    let flat = kiln_pprof::decode_flat(&bytes, &DecodeLimits::default()).unwrap();
+    let last = flat.string_count() as i64 - 1;
+    assert_eq!(flat.string(last - 1), "\u{fffd}\u{fffd}x");
+    assert_eq!(flat.string(last), "ünïcode ✓");
 }
 
 proptest! {
