@@ -76,6 +76,20 @@ struct PartialSet {
     covers: Vec<String>,
 }
 
+/// The id of the least recently used entry of `entries`, leaving out the
+/// one used at `newest` (the entry just stored).
+fn least_recent<V>(
+    entries: &HashMap<String, V>,
+    newest: u64,
+    last_used: impl Fn(&V) -> u64,
+) -> Option<String> {
+    entries
+        .iter()
+        .filter(|(_, v)| last_used(v) != newest)
+        .min_by_key(|(_, v)| last_used(v))
+        .map(|(id, _)| id.clone())
+}
+
 /// A run of blocks a merge covers whole, merged once into one partial:
 /// the selection and the blocks' ids, sorted.
 pub(crate) type SpanKey = (Selector, Vec<String>);
@@ -187,10 +201,8 @@ impl BlockCache {
         partial: Arc<BlockPartial>,
     ) -> Evicted {
         let key = span_partial_key(&span);
-        let (selector, blocks) = span;
-        let id = span_id(&blocks);
-        drop(selector);
-        self.partials.entry(id.clone()).or_default().covers = blocks;
+        let id = span_id(&span.1);
+        self.partials.entry(id.clone()).or_default().covers = span.1;
         self.insert_partial(&id, key, partial)
     }
 
@@ -207,18 +219,10 @@ impl BlockCache {
         // blocks, and it runs only on an insert (a bucket fetch or a
         // partial computed for the first time).
         while self.used_bytes > self.capacity_bytes {
-            let oldest_partials = self
-                .partials
-                .iter()
-                .filter(|(_, s)| s.last_used != newest)
-                .min_by_key(|(_, s)| s.last_used)
-                .map(|(id, _)| (false, id.clone()));
-            let oldest_block = self
-                .blocks
-                .iter()
-                .filter(|(_, e)| e.last_used != newest)
-                .min_by_key(|(_, e)| e.last_used)
-                .map(|(id, _)| (true, id.clone()));
+            let oldest_partials =
+                least_recent(&self.partials, newest, |s| s.last_used).map(|id| (false, id));
+            let oldest_block =
+                least_recent(&self.blocks, newest, |e| e.last_used).map(|id| (true, id));
             let partials_first =
                 oldest_block.is_none() || self.partial_bytes > self.capacity_bytes / 2;
             let victim = if partials_first {
