@@ -109,6 +109,10 @@ pub struct SymbolTable {
     pub(crate) locations: Vec<Location>,
     pub(crate) lines: Vec<Line>,
     location_lookup: HashMap<LocationKey, u32>,
+    /// Locations by the content key ingest computes from a profile alone
+    /// (`head::ingest::location_keys`): a location seen before is found
+    /// without interning its strings, functions and mapping again.
+    location_content_lookup: HashTable<LocationByContent>,
     pub(crate) nodes: Vec<StackNode>,
     node_lookup: HashMap<u64, u32>,
     /// Whole stacks seen by ingest, root first, in `stack_frames`.
@@ -141,6 +145,20 @@ struct StackEntry {
     start: usize,
     len: usize,
     node: u32,
+}
+
+/// A location id under its content key, split in two words so the entry
+/// is 8-byte aligned (24 bytes, not a `u128`'s 32).
+#[derive(Debug, Clone, Copy)]
+struct LocationByContent {
+    key: [u64; 2],
+    id: u32,
+}
+
+fn content_words(key: u128) -> [u64; 2] {
+    // Truncation is the point: the key's two halves.
+    #[allow(clippy::cast_possible_truncation)]
+    [key as u64, (key >> 64) as u64]
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,6 +251,7 @@ impl SymbolTable {
             locations: Vec::new(),
             lines: Vec::new(),
             location_lookup: HashMap::new(),
+            location_content_lookup: HashTable::new(),
             nodes: vec![StackNode {
                 parent: ROOT_NODE,
                 location: 0,
@@ -277,6 +296,7 @@ impl SymbolTable {
             locations,
             lines,
             location_lookup: HashMap::new(),
+            location_content_lookup: HashTable::new(),
             nodes,
             node_lookup: HashMap::new(),
             stack_lookup: HashTable::new(),
@@ -297,6 +317,7 @@ impl SymbolTable {
         self.mapping_lookup = HashMap::new();
         self.function_lookup = HashMap::new();
         self.location_lookup = HashMap::new();
+        self.location_content_lookup = HashTable::new();
         self.node_lookup = HashMap::new();
         self.stack_lookup = HashTable::new();
         self.stack_frames = Vec::new();
@@ -373,6 +394,29 @@ impl SymbolTable {
             id,
         );
         id
+    }
+
+    /// The location stored under content key `key` by
+    /// [`SymbolTable::remember_location_content`], if any.
+    pub(crate) fn location_by_content(&self, key: u128) -> Option<u32> {
+        let words = content_words(key);
+        // The key is a keyed hash already: its low word is the table's hash.
+        self.location_content_lookup
+            .find(words[0], |entry| entry.key == words)
+            .map(|entry| entry.id)
+    }
+
+    /// Remembers that content key `key` is location `id`.
+    pub(crate) fn remember_location_content(&mut self, key: u128, id: u32) {
+        let words = content_words(key);
+        if self.location_by_content(key).is_some() {
+            return;
+        }
+        self.location_content_lookup.insert_unique(
+            words[0],
+            LocationByContent { key: words, id },
+            |entry| entry.key[0],
+        );
     }
 
     /// Interns the stack node `location` under `parent` and returns its id.
@@ -519,6 +563,7 @@ impl SymbolTable {
             + self.nodes.len() * (size_of::<StackNode>() + 16 * lookups)
             + self.stack_frames.capacity() * size_of::<u32>()
             + self.stack_lookup.capacity() * (size_of::<StackEntry>() + 1)
+            + self.location_content_lookup.capacity() * (size_of::<LocationByContent>() + 1)
     }
 }
 

@@ -28,6 +28,7 @@ use kiln_pprof::{DecodedProfile, ProfileView};
 mod apply;
 mod interner;
 mod limits;
+mod location_keys;
 mod series_labels;
 mod signatures;
 #[cfg(test)]

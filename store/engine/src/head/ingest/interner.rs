@@ -5,6 +5,7 @@ use hashbrown::HashMap;
 use kiln_pprof::ProfileView;
 
 use super::UNSEEN;
+use super::location_keys::LocationKeys;
 use crate::head::Head;
 use crate::symbols::{Function, Line, Mapping, NO_MAPPING, SampleLabel};
 
@@ -13,6 +14,7 @@ pub(super) struct ProfileInterner<'p, P> {
     profile: &'p P,
     strings: Vec<u32>,
     locations: Vec<u32>,
+    location_keys: LocationKeys,
     functions: Vec<u32>,
     mappings: HashMap<u64, u32>,
     /// Head location ids of the stack being interned, root first.
@@ -29,6 +31,7 @@ impl<'p, P: ProfileView> ProfileInterner<'p, P> {
             profile,
             strings: vec![UNSEEN; profile.string_count()],
             locations: vec![UNSEEN; profile.location_count()],
+            location_keys: LocationKeys::new(profile),
             functions: vec![UNSEEN; profile.function_count()],
             mappings: HashMap::new(),
             frames: Vec::new(),
@@ -98,6 +101,11 @@ impl<'p, P: ProfileView> ProfileInterner<'p, P> {
             let Some(location) = self.profile.location_at(position) else {
                 return 0;
             };
+            let key = self.location_keys.location(self.profile, &location);
+            if let Some(id) = key.and_then(|key| head.symbols.location_by_content(key)) {
+                self.locations[position] = id;
+                return id;
+            }
             let mapping = self.mapping(head, location.mapping_id);
             let mut lines = std::mem::take(&mut self.lines);
             lines.clear();
@@ -107,9 +115,13 @@ impl<'p, P: ProfileView> ProfileInterner<'p, P> {
                     line: line.line,
                 });
             }
-            self.locations[position] =
-                head.symbols
-                    .intern_location(mapping, location.address, &lines);
+            let id = head
+                .symbols
+                .intern_location(mapping, location.address, &lines);
+            if let Some(key) = key {
+                head.symbols.remember_location_content(key, id);
+            }
+            self.locations[position] = id;
             self.lines = lines;
         }
         self.locations[position]
