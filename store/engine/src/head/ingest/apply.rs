@@ -41,6 +41,7 @@ impl Head {
             *before = self.series_heap_bytes(*series);
         }
         let mut interner = ProfileInterner::new(profile);
+        interner.find_known_locations(self);
         let mut stats = IngestStats {
             profile_types: type_count as u64,
             ..IngestStats::default()
