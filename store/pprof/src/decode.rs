@@ -7,6 +7,7 @@ use prost::Message;
 
 use crate::error::PprofError;
 use crate::flat::FlatProfile;
+use crate::prescan::TableCounts;
 use crate::profile::Profile;
 use crate::proto;
 
@@ -125,7 +126,7 @@ pub fn decode_reserving<E>(
     reserve: impl FnMut(usize) -> Result<(), E>,
 ) -> Result<Result<Profile, PprofError>, E> {
     Ok(
-        inflate_and_scan(input, limits, reserve)?.and_then(|protobuf| {
+        inflate_and_scan(input, limits, reserve)?.and_then(|(protobuf, _)| {
             proto::Profile::decode(protobuf.as_ref())
                 .map_err(|source| PprofError::Protobuf { source })
                 .and_then(|raw| Profile::validate(raw, limits))
@@ -152,16 +153,17 @@ pub fn decode_flat_reserving<E>(
     reserve: impl FnMut(usize) -> Result<(), E>,
 ) -> Result<Result<FlatProfile, PprofError>, E> {
     Ok(inflate_and_scan(input, limits, reserve)?
-        .and_then(|protobuf| crate::flat::parse(protobuf.as_ref(), limits)))
+        .and_then(|(protobuf, tables)| crate::flat::parse(protobuf.as_ref(), limits, tables)))
 }
 
 /// The steps both decoders share: the input's size, inflating within the
-/// limit and the wire scan, reserving before each.
+/// limit and the wire scan, reserving before each. Returns the protobuf
+/// and its tables' counts.
 fn inflate_and_scan<'i, E>(
     input: &'i [u8],
     limits: &DecodeLimits,
     mut reserve: impl FnMut(usize) -> Result<(), E>,
-) -> Result<Result<Cow<'i, [u8]>, PprofError>, E> {
+) -> Result<Result<(Cow<'i, [u8]>, TableCounts), PprofError>, E> {
     if input.len() > limits.max_input_bytes {
         return Ok(Err(PprofError::InputTooLarge {
             size: input.len(),
@@ -181,12 +183,13 @@ fn inflate_and_scan<'i, E>(
     if let Cow::Owned(inflated) = &protobuf {
         reserve(inflated.len().saturating_sub(announced))?;
     }
-    let decoded_bytes = match crate::prescan::check_profile_wire(protobuf.as_ref(), limits) {
-        Ok(bytes) => bytes,
-        Err(err) => return Ok(Err(err)),
-    };
+    let (decoded_bytes, tables) =
+        match crate::prescan::check_profile_wire_counted(protobuf.as_ref(), limits) {
+            Ok(scan) => scan,
+            Err(err) => return Ok(Err(err)),
+        };
     reserve(decoded_bytes)?;
-    Ok(Ok(protobuf))
+    Ok(Ok((protobuf, tables)))
 }
 
 /// Checks a profile built in memory rather than decoded from bytes (folded

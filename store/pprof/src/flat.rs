@@ -11,6 +11,7 @@ mod wire;
 
 use crate::decode::DecodeLimits;
 use crate::error::PprofError;
+use crate::prescan::TableCounts;
 use crate::profile::{IdIndex, check_limit, check_string};
 use crate::proto;
 use read::{LocationEntry, Parts, SampleEnds};
@@ -75,8 +76,13 @@ pub struct LocationRef<'p> {
 
 /// Reads and validates a pprof protobuf (already inflated and passed by the
 /// wire scan), applying [`crate::Profile::validate`]'s checks in its order.
-pub(crate) fn parse(protobuf: &[u8], limits: &DecodeLimits) -> Result<FlatProfile, PprofError> {
-    let parts = read::profile(protobuf)?;
+/// `tables`: the wire scan's counts, to reserve the tables once.
+pub(crate) fn parse(
+    protobuf: &[u8],
+    limits: &DecodeLimits,
+    tables: TableCounts,
+) -> Result<FlatProfile, PprofError> {
+    let parts = read::profile(protobuf, tables)?;
     validate(parts, limits)
 }
 

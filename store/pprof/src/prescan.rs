@@ -120,13 +120,34 @@ fn scan_location(location: &[u8], limits: &DecodeLimits) -> Result<usize, PprofE
     Ok(LOCATION_BYTES + lines * LINE_BYTES)
 }
 
-/// Counts the profile's tables and nested entries and estimates its decoded
-/// size; refuses it before decoding when any limit would be exceeded, else
-/// returns the estimate.
+/// [`check_profile_wire_counted`]'s estimate alone.
+#[cfg(test)]
 pub(crate) fn check_profile_wire(
     protobuf: &[u8],
     limits: &DecodeLimits,
 ) -> Result<usize, PprofError> {
+    check_profile_wire_counted(protobuf, limits).map(|(decoded, _)| decoded)
+}
+
+/// How many entries each top-level table of a profile holds, as the wire
+/// scan counted them (each within its limit), so a decoder reserves them
+/// once instead of growing.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TableCounts {
+    pub(crate) samples: usize,
+    pub(crate) mappings: usize,
+    pub(crate) locations: usize,
+    pub(crate) functions: usize,
+    pub(crate) strings: usize,
+}
+
+/// Counts the profile's tables and nested entries and estimates its decoded
+/// size; refuses it before decoding when any limit would be exceeded, else
+/// returns the estimate and the tables' counts.
+pub(crate) fn check_profile_wire_counted(
+    protobuf: &[u8],
+    limits: &DecodeLimits,
+) -> Result<(usize, TableCounts), PprofError> {
     let mut counts = [0usize; 7];
     let mut decoded = 0usize;
     for (field, value) in fields(protobuf) {
@@ -160,7 +181,14 @@ pub(crate) fn check_profile_wire(
         decoded,
         limits.max_decoded_bytes,
     )?;
-    Ok(decoded)
+    let tables = TableCounts {
+        samples: counts[2],
+        mappings: counts[3],
+        locations: counts[4],
+        functions: counts[5],
+        strings: counts[6],
+    };
+    Ok((decoded, tables))
 }
 
 /// [`check_profile_wire`] for a profile built in memory rather than read

@@ -8,6 +8,7 @@
 
 use super::wire::{Cursor, RECURSION_LIMIT, int64, malformed};
 use crate::error::PprofError;
+use crate::prescan::TableCounts;
 use crate::proto;
 
 /// One sample: where its lists end in the shared vectors (each starts
@@ -54,8 +55,17 @@ pub(super) struct Parts<'a> {
 }
 
 /// Reads a whole `Profile` message.
-pub(super) fn profile(bytes: &[u8]) -> Result<Parts<'_>, PprofError> {
-    let mut parts = Parts::default();
+/// `tables` sizes the top-level tables; the scan that counted them also
+/// checked each against its limit.
+pub(super) fn profile(bytes: &[u8], tables: TableCounts) -> Result<Parts<'_>, PprofError> {
+    let mut parts = Parts {
+        samples: Vec::with_capacity(tables.samples),
+        mappings: Vec::with_capacity(tables.mappings),
+        locations: Vec::with_capacity(tables.locations),
+        functions: Vec::with_capacity(tables.functions),
+        strings: Vec::with_capacity(tables.strings),
+        ..Parts::default()
+    };
     let mut cursor = Cursor::new(bytes);
     let depth = RECURSION_LIMIT;
     while !cursor.is_empty() {
