@@ -156,6 +156,9 @@ pub fn decode_flat_reserving<E>(
         .and_then(|(protobuf, tables)| crate::flat::parse(protobuf.as_ref(), limits, tables)))
 }
 
+/// An inflated protobuf that passed the wire scan, with its tables' counts.
+type Scanned<'i> = (Cow<'i, [u8]>, TableCounts);
+
 /// The steps both decoders share: the input's size, inflating within the
 /// limit and the wire scan, reserving before each. Returns the protobuf
 /// and its tables' counts.
@@ -163,7 +166,7 @@ fn inflate_and_scan<'i, E>(
     input: &'i [u8],
     limits: &DecodeLimits,
     mut reserve: impl FnMut(usize) -> Result<(), E>,
-) -> Result<Result<(Cow<'i, [u8]>, TableCounts), PprofError>, E> {
+) -> Result<Result<Scanned<'i>, PprofError>, E> {
     if input.len() > limits.max_input_bytes {
         return Ok(Err(PprofError::InputTooLarge {
             size: input.len(),
