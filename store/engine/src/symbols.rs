@@ -325,6 +325,34 @@ impl SymbolTable {
         self.has_lookups = false;
     }
 
+    /// A copy to write a block from: every entry keeps its id, and the
+    /// dedup maps come along so more entries can be interned into it, but
+    /// not the lookups only ingest uses (whole stacks, locations by a
+    /// profile's content key).
+    pub(crate) fn copy_for_block(&self) -> Self {
+        Self {
+            strings: self.strings.clone(),
+            string_lookup: self.string_lookup.clone(),
+            mappings: self.mappings.clone(),
+            mapping_lookup: self.mapping_lookup.clone(),
+            functions: self.functions.clone(),
+            function_lookup: self.function_lookup.clone(),
+            locations: self.locations.clone(),
+            lines: self.lines.clone(),
+            location_lookup: self.location_lookup.clone(),
+            location_content_lookup: HashTable::new(),
+            nodes: self.nodes.clone(),
+            node_lookup: self.node_lookup.clone(),
+            stack_lookup: HashTable::new(),
+            stack_frames: Vec::new(),
+            label_sets: self.label_sets.clone(),
+            label_set_lookup: self.label_set_lookup.clone(),
+            hasher: self.hasher,
+            variable_bytes: self.variable_bytes,
+            has_lookups: self.has_lookups,
+        }
+    }
+
     /// Interns a string and returns its id.
     pub fn intern_string(&mut self, s: &str) -> u32 {
         let hash = self.hasher.hash_one(s);

@@ -38,9 +38,9 @@ pub fn encode_block(
 }
 
 /// Encodes the shards of one sharded head into one block object: series
-/// with equal labels in several shards become one series, and each shard's
-/// symbols are translated into the block's, as [`encode_block`] does for
-/// one head. Level and sources are the first shard's (shards of one head
+/// with equal labels in several shards become one series; the block's
+/// symbol table is the largest shard's with the others' entries translated
+/// into it. Level and sources are the first shard's (shards of one head
 /// share them).
 pub fn encode_heads(
     heads: &[&Head],
@@ -69,23 +69,36 @@ pub fn encode_heads(
         return Err(BlockError::Empty);
     }
 
-    let mut writer = BlockWriter::new(min_ms, max_ms)?;
-    let mut translators: Vec<SymbolTranslator> = heads
+    // The block's table starts as a copy of the largest shard's, whose ids
+    // then stay as they are: only the other shards' entries are translated
+    // (re-interning every shard's entries was two fifths of a flush). A
+    // head's table holds only what its points reference, so the copy adds
+    // nothing unreferenced.
+    let base = (0..heads.len())
+        .max_by_key(|&shard| heads[shard].symbols.nodes.len())
+        .unwrap_or(0);
+    let mut writer =
+        BlockWriter::with_symbols(min_ms, max_ms, heads[base].symbols.copy_for_block())?;
+    let mut translators: Vec<Option<SymbolTranslator>> = heads
         .iter()
-        .map(|h| SymbolTranslator::new(&h.symbols))
+        .enumerate()
+        .map(|(shard, h)| (shard != base).then(|| SymbolTranslator::new(&h.symbols)))
         .collect();
     for (labels, parts) in order {
         let mut values = SeriesValues::default();
         for &(shard, series) in &parts {
             let symbols = &heads[shard].symbols;
-            let translator = &mut translators[shard];
+            let mut translator = translators[shard].as_mut();
             for (run, points) in series.runs_with_points() {
                 values.add_total(run.time_ms, run.total, u64::from(run.count));
                 for point in points {
-                    let key = (
-                        translator.node(symbols, &mut writer.symbols, point.stack),
-                        translator.label_set(symbols, &mut writer.symbols, point.labels),
-                    );
+                    let key = match translator.as_deref_mut() {
+                        None => (point.stack, point.labels),
+                        Some(translator) => (
+                            translator.node(symbols, &mut writer.symbols, point.stack),
+                            translator.label_set(symbols, &mut writer.symbols, point.labels),
+                        ),
+                    };
                     values.add_point(key, run.time_ms, point.value);
                 }
             }
@@ -195,6 +208,18 @@ impl<'a> BlockWriter<'a> {
                 }),
             },
         )
+    }
+
+    /// [`BlockWriter::new`] with `symbols` as the block's table to start
+    /// from: series added later may use its ids as they are.
+    pub(crate) fn with_symbols(
+        min_ms: i64,
+        max_ms: i64,
+        symbols: SymbolTable,
+    ) -> Result<Self, BlockError> {
+        let mut writer = Self::new(min_ms, max_ms)?;
+        writer.symbols = symbols;
+        Ok(writer)
     }
 
     fn with_data(min_ms: i64, max_ms: i64, data: DataWriter<'a>) -> Result<Self, BlockError> {
