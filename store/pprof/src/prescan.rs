@@ -78,12 +78,6 @@ fn scalar_entries(value: &Value<'_>) -> usize {
 }
 
 fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
-    // Most keys, ids, lengths and counts fit in one byte.
-    if let Some((&first, rest)) = bytes.split_first()
-        && first < 0x80
-    {
-        return Some((u64::from(first), rest));
-    }
     let mut value = 0u64;
     for (i, byte) in bytes.iter().enumerate().take(10) {
         value |= u64::from(byte & 0x7f) << (7 * i);

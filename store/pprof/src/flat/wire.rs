@@ -35,13 +35,6 @@ impl<'a> Cursor<'a> {
     }
 
     pub(super) fn varint(&mut self) -> Result<u64, PprofError> {
-        // Most keys, ids, lengths and values fit in one byte.
-        if let Some((&first, rest)) = self.rest.split_first()
-            && first < 0x80
-        {
-            self.rest = rest;
-            return Ok(u64::from(first));
-        }
         let mut value = 0u64;
         for (i, &byte) in self.rest.iter().enumerate().take(10) {
             value |= u64::from(byte & 0x7f) << (7 * i);
