@@ -11,6 +11,21 @@ pub const PROFILE_TYPE_LABEL: &str = "__profile_type__";
 /// limit (the agent sets it to the pod's Kubernetes namespace).
 pub const NAMESPACE_LABEL: &str = kiln_contract::labels::NAMESPACE;
 
+/// Labels that tell apart running instances of one workload rather than
+/// workloads: replicas differ only in these (and the profile's name, which
+/// differs between a process's CPU and memory profiles), and run the same
+/// code, so their profiles share most symbols.
+pub const INSTANCE_LABELS: [&str; 8] = [
+    NAME_LABEL,
+    kiln_contract::labels::NODE,
+    kiln_contract::labels::POD,
+    kiln_contract::labels::POD_UID,
+    kiln_contract::labels::CONTAINER_ID,
+    "instance",
+    "hostname",
+    "pid",
+];
+
 /// One `name=value` pair.
 #[derive(
     Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
@@ -63,6 +78,14 @@ impl LabelSet {
             .binary_search_by(|l| l.name.as_str().cmp(name))
             .ok()
             .map(|i| self.0[i].value.as_str())
+    }
+
+    /// The labels that name the workload: all but [`INSTANCE_LABELS`], in
+    /// name order. Replicas of one workload have equal workload labels.
+    pub fn workload_labels(&self) -> impl Iterator<Item = &Label> {
+        self.0
+            .iter()
+            .filter(|label| !INSTANCE_LABELS.contains(&label.name.as_str()))
     }
 
     /// Labels in name order.

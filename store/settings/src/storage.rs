@@ -42,7 +42,9 @@ pub struct StorageOptions {
     pub memory_budget: Option<String>,
     /// Shards of the in-memory head, 1 to 16: ingests bound for different
     /// shards apply in parallel, each shard holding its own copy of the
-    /// symbols its pods use [default: the cores available, at most 8].
+    /// symbols its workloads use; replicas of one workload (differing only
+    /// in pod, node and the like) share a shard [default: the cores
+    /// available, at most 8].
     #[arg(long, env = "KILN_HEAD_SHARDS")]
     pub head_shards: Option<usize>,
     /// How often compaction is planned, e.g. `5m` [default: 5m].

@@ -21,6 +21,16 @@ async fn open_sharded(root: &Path, shards: usize) -> Store {
         .expect("open store")
 }
 
+/// [`request`] with each pod a workload of its own (its `service_name`):
+/// the live head shards by workload, so replicas of one would share a shard.
+fn spread_request(pod: &str, time_ms: i64, pprof: Vec<u8>) -> kiln_storage::IngestRequest {
+    let mut request = request(pod, time_ms, pprof);
+    let mut labels: Vec<_> = request.labels.iter().cloned().collect();
+    labels.push(kiln_engine::model::Label::new("service_name", pod));
+    request.labels = kiln_engine::model::LabelSet::new(labels);
+    request
+}
+
 fn pod(i: usize) -> String {
     format!("pod-{i:02}")
 }
@@ -36,7 +46,7 @@ async fn pods_over_four_shards_flush_into_one_block_and_replay_exactly() {
             let (pprof, total) = cpu_profile(round * 100 + i as u64, 20 + i);
             *pod_total += total;
             let store = store.clone();
-            let request = request(&pod(i), BASE_MS + round as i64 * 10_000, pprof);
+            let request = spread_request(&pod(i), BASE_MS + round as i64 * 10_000, pprof);
             ingests.push(tokio::spawn(async move { store.ingest(request).await }));
         }
     }
@@ -80,7 +90,7 @@ async fn pods_over_four_shards_flush_into_one_block_and_replay_exactly() {
         let (pprof, total) = cpu_profile(900 + i as u64, 10);
         extra += total;
         store
-            .ingest(request(&pod(i), BASE_MS + 40_000, pprof))
+            .ingest(spread_request(&pod(i), BASE_MS + 40_000, pprof))
             .await
             .expect("ingest");
     }
@@ -117,7 +127,7 @@ async fn queries_racing_cuts_and_parallel_ingest_count_each_value_once() {
                 let pod = format!("writer-{writer}-{}", n % 5);
                 let time = BASE_MS + n as i64 * 1_000;
                 store
-                    .ingest(request(&pod, time, pprof))
+                    .ingest(spread_request(&pod, time, pprof))
                     .await
                     .expect("ingest");
                 acked.fetch_add(total, Ordering::SeqCst);

@@ -1,14 +1,18 @@
 //! The live head, sharded: ingest applies a profile under one shard's write
 //! lock, so profiles bound for different shards apply in parallel instead
 //! of queueing on one lock (issue 13). A profile's shard follows its
-//! request labels, so one pod's series live in one shard and its symbols
-//! are interned once; a flush encodes every shard into one block
+//! workload: its request labels less those that tell replicas apart
+//! (`kiln_engine::model::INSTANCE_LABELS`: pod, node, ...). Replicas run the
+//! same code, so their stacks are interned once, in one shard; by the full
+//! label set, every shard interned nearly every stack of every workload,
+//! and two shards cost 16 % more ingest CPU and 56 % more flush CPU than one
+//! (docs/benchmarks.md). A flush encodes every shard into one block
 //! (`kiln_engine::encode_heads`), so shards never show in the bucket.
 //!
 //! Lock order: shards in index order, always all of them for a cut or a
 //! query snapshot, one at a time for an apply; never the view first.
 
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -62,9 +66,14 @@ impl LiveHead {
         self.shards.len()
     }
 
-    /// The shard a request with these labels applies to.
+    /// The shard a request with these labels applies to: the same for
+    /// every replica of a workload.
     pub(super) fn shard_of(&self, labels: &LabelSet) -> usize {
-        let hash = self.hasher.hash_one(labels);
+        let mut hasher = self.hasher.build_hasher();
+        for label in labels.workload_labels() {
+            label.hash(&mut hasher);
+        }
+        let hash = hasher.finish();
         // The shard count is at most MAX_SHARDS, so the remainder fits.
         usize::try_from(hash % self.shards.len() as u64).unwrap_or(0)
     }
@@ -132,23 +141,43 @@ mod tests {
     use super::*;
     use kiln_engine::model::Label;
 
-    fn labels(pod: usize) -> LabelSet {
+    fn labels(service: usize, pod: usize, name: &str) -> LabelSet {
         LabelSet::new(vec![
-            Label::new("__name__", "process_cpu"),
-            Label::new("pod", format!("pod-{pod}")),
+            Label::new("__name__", name),
+            Label::new("namespace", "shop"),
+            Label::new("service_name", format!("svc-{service}")),
+            Label::new("container", "app"),
+            Label::new("pod", format!("svc-{service}-{pod}")),
+            Label::new("node", format!("node-{}", pod % 7)),
         ])
     }
 
     #[test]
-    fn a_request_always_maps_to_the_same_shard_and_pods_spread_over_all() {
+    fn replicas_of_a_workload_share_a_shard_and_workloads_spread_over_all() {
         let live = LiveHead::new(4, Head::new(), 1);
         let mut used = [0usize; 4];
-        for pod in 0..400 {
-            let shard = live.shard_of(&labels(pod));
-            assert_eq!(shard, live.shard_of(&labels(pod)));
+        for service in 0..400 {
+            let shard = live.shard_of(&labels(service, 0, "process_cpu"));
+            for pod in 1..5 {
+                for name in ["process_cpu", "memory"] {
+                    assert_eq!(
+                        live.shard_of(&labels(service, pod, name)),
+                        shard,
+                        "svc-{service} pod {pod} {name}"
+                    );
+                }
+            }
             used[shard] += 1;
         }
         assert!(used.iter().all(|&n| n > 50), "uneven spread: {used:?}");
+        // A label that names another workload moves it.
+        let other = LabelSet::new(vec![Label::new("container", "sidecar")]);
+        let moved = (0..64).any(|i| {
+            let mut set: Vec<Label> = labels(i, 0, "process_cpu").iter().cloned().collect();
+            set.extend(other.iter().cloned());
+            live.shard_of(&LabelSet::new(set)) != live.shard_of(&labels(i, 0, "process_cpu"))
+        });
+        assert!(moved, "the container label is part of the workload");
     }
 
     #[test]
