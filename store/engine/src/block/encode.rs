@@ -72,8 +72,9 @@ pub fn encode_heads(
     // The block's table starts as a copy of the largest shard's, whose ids
     // then stay as they are: only the other shards' entries are translated
     // (re-interning every shard's entries was two fifths of a flush). A
-    // head's table holds only what its points reference, so the copy adds
-    // nothing unreferenced.
+    // head's table holds only what its points reference (ingest interns a
+    // sample's stack and labels only when it stores a value of it), so the
+    // copy adds nothing the translation would have left out.
     let base = (0..heads.len())
         .max_by_key(|&shard| heads[shard].symbols.nodes.len())
         .unwrap_or(0);
