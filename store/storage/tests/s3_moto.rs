@@ -5,110 +5,22 @@
 
 #[path = "support/profiles.rs"]
 mod profiles;
+// Shared with the server tests in `store/tests`.
+#[path = "../../tests/support/moto.rs"]
+mod moto;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kiln_storage::{BucketConfig, Store};
+use moto::{Moto, start_moto};
 use profiles::*;
-
-struct Moto {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn moto_binary() -> Option<PathBuf> {
-    let tools = std::env::var("KILN_TOOLS_DIR").unwrap_or_else(|_| "/var/tmp/kiln-tools".into());
-    let path = PathBuf::from(tools).join("venv/bin/moto_server");
-    if path.is_file() {
-        return Some(path);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!(
-            "moto_server not found at {}: run ./kiln-dev test, which installs moto[server]",
-            path.display()
-        );
-    }
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIP: moto_server not found at {} (install with ./kiln-dev test)",
-        path.display()
-    );
-    None
-}
-
-fn start_moto() -> Option<Moto> {
-    let binary = moto_binary()?;
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let child = Command::new(binary)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start moto_server");
-    let moto = Moto { child, port };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "moto_server did not start listening"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Some(moto)
-}
-
-/// Creates a bucket with a plain HTTP PUT (object_store does not create buckets).
-/// Tried three times: on a loaded machine moto has reset the connection
-/// before answering (CI saw "read response" fail once).
-fn create_bucket(moto: &Moto, bucket: &str) {
-    let mut last = String::new();
-    for _ in 0..3 {
-        match put_bucket(moto, bucket) {
-            Ok(response)
-                if response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200") =>
-            {
-                return;
-            }
-            Ok(response) => last = response,
-            Err(err) => last = err.to_string(),
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    panic!("create bucket failed: {last}");
-}
-
-fn put_bucket(moto: &Moto, bucket: &str) -> std::io::Result<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", moto.port))?;
-    write!(
-        stream,
-        "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-        moto.port
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    Ok(response)
-}
 
 fn s3(moto: &Moto, bucket: &str) -> Arc<dyn object_store::ObjectStore> {
     BucketConfig::S3 {
         bucket: bucket.into(),
         region: Some("us-east-1".into()),
-        endpoint: Some(format!("http://127.0.0.1:{}", moto.port)),
+        endpoint: Some(moto.endpoint()),
         access_key_id: Some("testing".into()),
         secret_access_key: Some("testing".into()),
         allow_http: true,
@@ -120,7 +32,7 @@ fn s3(moto: &Moto, bucket: &str) -> Arc<dyn object_store::ObjectStore> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_in_s3_survives_a_restart_with_an_empty_local_disk() {
     let Some(moto) = start_moto() else { return };
-    create_bucket(&moto, "kiln-restart");
+    moto.create_bucket("kiln-restart");
     let first_disk = tempfile::tempdir().expect("tempdir");
     let store = Store::open(config(first_disk.path(), "r1"), s3(&moto, "kiln-restart"))
         .await
@@ -158,7 +70,7 @@ async fn data_in_s3_survives_a_restart_with_an_empty_local_disk() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_sharing_an_s3_bucket_see_each_others_writes_after_the_flush_interval() {
     let Some(moto) = start_moto() else { return };
-    create_bucket(&moto, "kiln-shared");
+    moto.create_bucket("kiln-shared");
     let disks = [
         tempfile::tempdir().expect("tempdir"),
         tempfile::tempdir().expect("tempdir"),
