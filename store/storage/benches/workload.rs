@@ -11,7 +11,9 @@
 //! last 24 h), KILN_BENCH_WEEK_STEP_S (3600: cadence for days 2-7),
 //! KILN_BENCH_CONCURRENCY (32 concurrent ingests), KILN_BENCH_HEAD_SHARDS
 //! (the store's default: the cores, at most 8), KILN_BENCH_MEMORY_BUDGET
-//! (bytes; the store sized as kiln-store sizes it from --memory-budget).
+//! (bytes; the store sized as kiln-store sizes it from --memory-budget),
+//! KILN_BENCH_FLUSH_S (the store's flush interval, 60 s: how often the
+//! simulated clock cuts the head).
 #![allow(clippy::print_stdout)]
 
 use std::collections::HashMap;
@@ -485,6 +487,14 @@ fn main() {
         config.head_shards = shards.parse().expect("KILN_BENCH_HEAD_SHARDS is a number");
     }
     println!("head shards: {}", config.head_shards);
+    if let Ok(seconds) = std::env::var("KILN_BENCH_FLUSH_S") {
+        let seconds = seconds.parse().expect("KILN_BENCH_FLUSH_S is seconds");
+        config.flush_interval = Duration::from_secs(seconds);
+    }
+    let flush_ms = i64::try_from(config.flush_interval.as_millis())
+        .expect("flush interval fits")
+        .max(1);
+    println!("flush every {} s of simulated time", flush_ms / 1000);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -524,8 +534,9 @@ fn main() {
             })
             .collect();
 
-        // Ingest, flushing at every simulated minute boundary (the default
-        // flush interval) and compacting as simulated hours complete.
+        // Ingest, flushing at every flush interval of simulated time (the
+        // store's default unless KILN_BENCH_FLUSH_S) and compacting as
+        // simulated hours complete.
         let cpu0 = process_cpu();
         let wall0 = Instant::now();
         let mut ingested_samples: u64 = 0;
@@ -536,15 +547,15 @@ fn main() {
         // then (no background loops, no ingest in flight).
         let mut flush_cpu = 0.0;
         let mut compact_cpu = 0.0;
-        let mut last_flush_minute = times[0] / 60_000;
+        let mut last_flush_slot = times[0] / flush_ms;
         let mut last_compact_hour = times[0] / HOUR_MS;
         let mut profiles_done = 0usize;
         // VmHWM is reset per stage for the trace; the run's peak is the max.
         let mut peak_kib = 0u64;
         let mut compact_peak_kib = 0u64;
         for (step, &t) in times.iter().enumerate() {
-            if t / 60_000 != last_flush_minute {
-                last_flush_minute = t / 60_000;
+            if t / flush_ms != last_flush_slot {
+                last_flush_slot = t / flush_ms;
                 let (f, c) = (Instant::now(), process_cpu());
                 store.flush().await.expect("flush");
                 flush_time += f.elapsed();
