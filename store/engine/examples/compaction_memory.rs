@@ -22,8 +22,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kiln_engine::{
-    Block, BlockRanges, Head, IngestLimits, Label, LabelSet, compact_blocks, compact_streaming,
-    encode_block,
+    Block, BlockCompression, BlockRanges, Head, IngestLimits, Label, LabelSet, compact_blocks,
+    compact_streaming, encode_block,
 };
 use kiln_pprof::{DecodeLimits, decode};
 
@@ -155,8 +155,15 @@ fn main() {
         let sources: Vec<FileRanges> = paths.iter().map(FileRanges::open).collect();
         let out_path = files.path().join("merged");
         let mut out = std::fs::File::create(&out_path).expect("output file");
-        let meta =
-            compact_streaming(sources, "merged", "bench", 64 << 10, &mut out).expect("compacts");
+        let meta = compact_streaming(
+            sources,
+            "merged",
+            "bench",
+            64 << 10,
+            BlockCompression::Working,
+            &mut out,
+        )
+        .expect("compacts");
         let peak = PEAK.load(Ordering::Relaxed) - baseline;
         let hwm = status_kib("VmHWM:");
         (0, meta.size_bytes as usize, 0, peak, hwm)

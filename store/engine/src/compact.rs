@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 
 use crate::block::encode::{BlockIdentity, BlockWriter, SeriesValues};
+use crate::block::format::BlockCompression;
 use crate::block::source::{SeriesCursor, SourceData, SourceHeader, open_source};
 use crate::block::{Block, BlockRanges, BlockSeries, BlockSink, COLUMN_CHUNK_MS};
 use crate::columns::decode_points;
@@ -117,8 +118,9 @@ impl CompactionError {
 }
 
 /// Merges the blocks `sources` read into one block at level
-/// `max(source levels) + 1`, written to `out` as it is built (the header
-/// last, at the start); returns its metadata. Each source's data section is
+/// `max(source levels) + 1`, compressed as `compression` says and written
+/// to `out` as it is built (the header last, at the start); returns its
+/// metadata. Each source's data section is
 /// read forward `read_window` bytes at a time (more for a larger blob).
 /// The output equals [`compact_blocks`]'s in content (series, values,
 /// stacks, labels); symbol ids may be numbered differently.
@@ -127,6 +129,7 @@ pub fn compact_streaming<R: BlockRanges>(
     id: &str,
     replica: &str,
     read_window: usize,
+    compression: BlockCompression,
     out: &mut dyn BlockSink,
 ) -> Result<BlockMeta, CompactionError> {
     let source_err = |index| move |source| CompactionError::Source { index, source };
@@ -140,7 +143,7 @@ pub fn compact_streaming<R: BlockRanges>(
     let (Some(min_ms), Some(max_ms)) = (min_ms, max_ms) else {
         return Err(output_err(BlockError::Empty));
     };
-    let mut writer = BlockWriter::spilling(min_ms, max_ms, out).map_err(output_err)?;
+    let mut writer = BlockWriter::spilling(min_ms, max_ms, compression, out).map_err(output_err)?;
     let mut cursors: Vec<SeriesCursor> = Vec::with_capacity(sources.len());
     let mut readers: Vec<SourceData<R>> = Vec::with_capacity(sources.len());
     for (index, (ranges, header)) in sources.into_iter().zip(&headers).enumerate() {

@@ -13,7 +13,7 @@ pub mod query;
 pub mod symbols;
 mod wire;
 
-pub use block::format::FORMAT_VERSION;
+pub use block::format::{BlockCompression, FORMAT_VERSION};
 pub use block::{Block, BlockPartial, BlockRanges, BlockSink, encode_block, encode_heads};
 pub use compact::{CompactionError, compact_blocks, compact_streaming};
 pub use error::{BlockError, IngestError, QueryError};

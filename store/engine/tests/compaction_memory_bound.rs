@@ -12,7 +12,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kiln_engine::compact_streaming;
+use kiln_engine::{BlockCompression, compact_streaming};
 use support::streaming::{FileRanges, go_profiles, write_hour_blocks};
 
 struct Counting;
@@ -78,7 +78,15 @@ fn streaming_compaction_of_sources_larger_than_the_budget_stays_under_it() {
     let mut out = std::fs::File::create(tmp.path().join("merged")).unwrap();
     let baseline = IN_USE.load(Ordering::Relaxed);
     PEAK.store(baseline, Ordering::Relaxed);
-    let meta = compact_streaming(sources, "merged", "test", READ_WINDOW_BYTES, &mut out).unwrap();
+    let meta = compact_streaming(
+        sources,
+        "merged",
+        "test",
+        READ_WINDOW_BYTES,
+        BlockCompression::Working,
+        &mut out,
+    )
+    .unwrap();
     let peak = PEAK.load(Ordering::Relaxed) - baseline;
     let _ = writeln!(
         std::io::stderr(),

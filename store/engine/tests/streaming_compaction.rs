@@ -13,8 +13,9 @@ use std::io::Cursor;
 use std::path::Path;
 
 use kiln_engine::{
-    Block, BlockError, CompactionError, CompiledSelector, MatchOp, Matcher, MergedProfile,
-    Queryable, Selector, TimeRange, Timeline, compact_blocks, compact_streaming, compile_matchers,
+    Block, BlockCompression, BlockError, CompactionError, CompiledSelector, MatchOp, Matcher,
+    MergedProfile, Queryable, Selector, TimeRange, Timeline, compact_blocks, compact_streaming,
+    compile_matchers,
 };
 use support::streaming::{FileRanges, go_profiles, write_hour_blocks};
 
@@ -76,10 +77,51 @@ fn streamed(
     paths: &[std::path::PathBuf],
     window: usize,
 ) -> (kiln_engine::model::BlockMeta, Vec<u8>) {
+    streamed_as(paths, window, BlockCompression::Working)
+}
+
+fn streamed_as(
+    paths: &[std::path::PathBuf],
+    window: usize,
+    compression: BlockCompression,
+) -> (kiln_engine::model::BlockMeta, Vec<u8>) {
     let sources: Vec<FileRanges> = paths.iter().map(|p| FileRanges::open(p)).collect();
     let mut out = Cursor::new(Vec::new());
-    let meta = compact_streaming(sources, "merged", "test", window, &mut out).unwrap();
+    let meta = compact_streaming(sources, "merged", "test", window, compression, &mut out).unwrap();
     (meta, out.into_inner())
+}
+
+#[test]
+fn an_archive_merge_holds_the_same_content_in_fewer_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(profiles) = go_profiles(tmp.path()) else {
+        return;
+    };
+    let (paths, _) = write_hour_blocks(tmp.path(), &profiles, 12, 3, 60_000);
+    let (working_meta, working) = streamed(&paths, 64 << 10);
+    let (archive_meta, archive) = streamed_as(&paths, 64 << 10, BlockCompression::Archive);
+    assert_eq!(archive_meta.size_bytes, archive.len() as u64);
+    assert_eq!(
+        (
+            archive_meta.series,
+            archive_meta.samples,
+            archive_meta.profiles
+        ),
+        (
+            working_meta.series,
+            working_meta.samples,
+            working_meta.profiles
+        )
+    );
+    let working = Block::decode(&working).unwrap();
+    let archived = Block::decode(&archive).unwrap();
+    assert_eq!(content(&archived), content(&working));
+    assert!(
+        archive_meta.size_bytes < working_meta.size_bytes,
+        "archive {} bytes, working {} bytes",
+        archive_meta.size_bytes,
+        working_meta.size_bytes
+    );
 }
 
 fn decode_all(paths: &[std::path::PathBuf]) -> Vec<Block> {
@@ -170,7 +212,14 @@ fn a_corrupt_source_is_refused_by_its_position() {
     );
     let sources: Vec<FileRanges> = paths.iter().map(|p| FileRanges::open(p)).collect();
     let mut out = Cursor::new(Vec::new());
-    match compact_streaming(sources, "merged", "test", 4096, &mut out) {
+    match compact_streaming(
+        sources,
+        "merged",
+        "test",
+        4096,
+        BlockCompression::Working,
+        &mut out,
+    ) {
         Err(CompactionError::Source { index: 1, source }) => assert!(
             matches!(
                 source,
@@ -194,6 +243,7 @@ fn a_corrupt_source_is_refused_by_its_position() {
         "merged",
         "test",
         4096,
+        BlockCompression::Working,
         &mut Cursor::new(Vec::new()),
     );
     assert!(

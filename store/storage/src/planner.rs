@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kiln_engine::BlockCompression;
 use kiln_engine::model::BlockMeta;
 
 /// One hour in ms: level-0 blocks are merged into blocks aligned to it.
@@ -54,6 +55,33 @@ pub struct CompactionGroup {
     pub window_ms: i64,
     /// Ids of the blocks to merge, ordered by id (creation order).
     pub block_ids: Vec<String>,
+}
+
+impl CompactionGroup {
+    /// True when the group merges a day that ended at least `settle_ms`
+    /// before `now_ms`: its block is then usually the day's last, kept
+    /// until retention removes it, so it is worth compressing harder. (A
+    /// day cut short by the compaction budget is merged again later; that
+    /// costs only CPU.)
+    pub fn is_settled_day(&self, now_ms: i64, settle_ms: i64) -> bool {
+        self.window_ms == DAY_MS
+            && self
+                .window_start_ms
+                .saturating_add(DAY_MS)
+                .saturating_add(settle_ms)
+                <= now_ms
+    }
+
+    /// How the merged block is compressed: [`BlockCompression::Archive`]
+    /// for a settled day ([`CompactionGroup::is_settled_day`]),
+    /// [`BlockCompression::Working`] for blocks that are merged again.
+    pub fn output_compression(&self, now_ms: i64, settle_ms: i64) -> BlockCompression {
+        if self.is_settled_day(now_ms, settle_ms) {
+            BlockCompression::Archive
+        } else {
+            BlockCompression::Working
+        }
+    }
 }
 
 /// Hour blocks of the day in progress are merged once this many have
@@ -402,6 +430,11 @@ mod tests {
         assert_eq!(groups.len(), 1);
         assert_eq!(groups[0].window_ms, DAY_MS);
         assert_eq!(groups[0].block_ids, vec!["h0", "h1", "h2", "h3"]);
+        // Merged again when the day ends: compressed for work, not for keeping.
+        assert_eq!(
+            groups[0].output_compression(now, 60_000),
+            BlockCompression::Working
+        );
         // The merged block of hours 0-3 is not merged again: the next four
         // hours make a block of their own.
         let mut later = vec![block("p", 0, 3 * h + 10, 2, 1)];
@@ -415,6 +448,11 @@ mod tests {
         let groups = plan_compaction(&later, DAY_MS + h, 60_000);
         assert_eq!(groups.len(), 1);
         assert_eq!(groups[0].block_ids.len(), 5);
+        // That block stays until retention: compressed for keeping.
+        assert_eq!(
+            groups[0].output_compression(DAY_MS + h, 60_000),
+            BlockCompression::Archive
+        );
     }
 
     #[test]
@@ -427,6 +465,11 @@ mod tests {
         let groups = plan_compaction(&blocks, 2 * DAY_MS, 60_000);
         assert_eq!(groups.len(), 1);
         assert_eq!(groups[0].window_ms, HOUR_MS);
+        // An hour's merge of a day long past is still merged again.
+        assert_eq!(
+            groups[0].output_compression(2 * DAY_MS, 60_000),
+            BlockCompression::Working
+        );
     }
 
     #[test]

@@ -6,7 +6,9 @@ use std::io::{Seek, SeekFrom, Write};
 
 use hashbrown::HashMap;
 
-use super::format::{BlobCompressor, ContainerWriter, SectionKind, header_len, write_blob};
+use super::format::{
+    BlobCompressor, BlockCompression, ContainerWriter, SectionKind, header_len, write_blob,
+};
 use super::rollup::{ROLLUP_WINDOWS_MS, levels_for_span, window_start};
 use super::{BlobRef, COLUMN_CHUNK_MS, encode_meta, encode_postings, tables, write_blob_ref};
 use crate::columns::encode_points;
@@ -175,7 +177,8 @@ impl<'a> BlockWriter<'a> {
             max_ms,
             DataWriter {
                 bytes: vec![0; DATA_START],
-                compressor: BlobCompressor::new()?,
+                compressor: BlobCompressor::new(BlockCompression::Working)?,
+                compression: BlockCompression::Working,
                 spill: None,
             },
         )
@@ -188,6 +191,7 @@ impl<'a> BlockWriter<'a> {
     pub(crate) fn spilling(
         min_ms: i64,
         max_ms: i64,
+        compression: BlockCompression,
         out: &'a mut dyn BlockSink,
     ) -> Result<Self, BlockError> {
         // The header is written into this space once the sections are known.
@@ -201,7 +205,8 @@ impl<'a> BlockWriter<'a> {
             max_ms,
             DataWriter {
                 bytes: Vec::new(),
-                compressor: BlobCompressor::new()?,
+                compressor: BlobCompressor::new(compression)?,
+                compression,
                 spill: Some(Spill {
                     out,
                     crc: crc32fast::Hasher::new(),
@@ -343,7 +348,7 @@ impl<'a> BlockWriter<'a> {
         drop(self.directory);
         let encoded_tables = tables::encode_tables(&self.symbols);
         drop(self.symbols);
-        let mut container = ContainerWriter::default();
+        let mut container = ContainerWriter::new(self.data.compression);
         container.add(SectionKind::Meta, encode_meta(&meta), false)?;
         container.add(SectionKind::Strings, encoded_tables.strings, true)?;
         container.add(SectionKind::Mappings, encoded_tables.mappings, true)?;
@@ -410,6 +415,8 @@ struct DataWriter<'a> {
     /// section's bytes not yet written out.
     bytes: Vec<u8>,
     compressor: BlobCompressor,
+    /// What `compressor` was made for; the other sections follow it.
+    compression: BlockCompression,
     spill: Option<Spill<'a>>,
 }
 

@@ -23,9 +23,31 @@ const ENTRY_BYTES: usize = 4 + 1 + 8 + 8 + 8 + 4;
 const MAX_SECTIONS: u32 = 64;
 const COMPRESSION_NONE: u8 = 0;
 const COMPRESSION_ZSTD: u8 = 1;
-const ZSTD_LEVEL: i32 = 3;
 /// A decompressed section or blob may not exceed this (8 GiB).
 const MAX_RAW_LEN: u64 = 8 << 30;
+
+/// How hard a block's sections and blobs are compressed. Readers need not
+/// know: the format records only that a section or blob is zstd.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BlockCompression {
+    /// zstd level 3, for blocks that compaction rewrites: flushed heads,
+    /// hour blocks, merges of the day in progress.
+    #[default]
+    Working,
+    /// A higher zstd level for a complete day's merge, which stays as it
+    /// is until retention deletes it: written once, stored and read for
+    /// days (docs/benchmarks.md has the levels measured).
+    Archive,
+}
+
+impl BlockCompression {
+    fn zstd_level(self) -> i32 {
+        match self {
+            Self::Working => 3,
+            Self::Archive => 6,
+        }
+    }
+}
 
 /// The sections of a block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,9 +101,18 @@ impl SectionKind {
 #[derive(Debug, Default)]
 pub(crate) struct ContainerWriter {
     sections: Vec<(SectionKind, u8, Vec<u8>, u64)>,
+    compression: BlockCompression,
 }
 
 impl ContainerWriter {
+    /// A writer compressing sections as `compression` says.
+    pub(crate) fn new(compression: BlockCompression) -> Self {
+        Self {
+            sections: Vec::new(),
+            compression,
+        }
+    }
+
     /// Adds a section, zstd-compressed when `compress` and it helps.
     pub(crate) fn add(
         &mut self,
@@ -92,9 +123,11 @@ impl ContainerWriter {
         let raw_len = raw.len() as u64;
         if compress && raw.len() > 64 {
             let packed =
-                zstd::bulk::compress(&raw, ZSTD_LEVEL).map_err(|source| BlockError::Compress {
-                    what: kind.name(),
-                    source,
+                zstd::bulk::compress(&raw, self.compression.zstd_level()).map_err(|source| {
+                    BlockError::Compress {
+                        what: kind.name(),
+                        source,
+                    }
                 })?;
             if packed.len() < raw.len() {
                 self.sections
@@ -441,8 +474,8 @@ impl std::fmt::Debug for BlobCompressor {
 }
 
 impl BlobCompressor {
-    pub(crate) fn new() -> Result<Self, BlockError> {
-        zstd::bulk::Compressor::new(ZSTD_LEVEL)
+    pub(crate) fn new(compression: BlockCompression) -> Result<Self, BlockError> {
+        zstd::bulk::Compressor::new(compression.zstd_level())
             .map(Self)
             .map_err(|source| BlockError::Compress {
                 what: "zstd context",

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use kiln_engine::model::BlockMeta;
-use kiln_engine::{BlockError, CompactionError};
+use kiln_engine::{BlockCompression, BlockError, CompactionError};
 
 use super::config::millis;
 use super::spill::{BucketRanges, SpillFile};
@@ -208,7 +208,9 @@ impl Store {
                 break;
             }
             for group in groups {
-                match self.compact_group(&group).await? {
+                let compression =
+                    group.output_compression(now_ms, millis(shared.config.compaction_settle));
+                match self.compact_group(&group, compression).await? {
                     Some((meta, deleted)) => {
                         report.deleted += deleted;
                         report.written.push(meta);
@@ -236,6 +238,7 @@ impl Store {
     async fn compact_group(
         &self,
         group: &CompactionGroup,
+        compression: BlockCompression,
     ) -> Result<Option<(BlockMeta, usize)>, StorageError> {
         let shared = Arc::clone(&self.shared);
         let runtime = tokio::runtime::Handle::current();
@@ -271,8 +274,14 @@ impl Store {
             let id = ulid::Ulid::new().to_string();
             let mut spill = SpillFile::create(&shared.config.data_dir, &id)?;
             let window = read_window_bytes(shared.config.compaction_memory_bytes, metas.len());
-            let merged =
-                kiln_engine::compact_streaming(sources, &id, &replica, window, &mut spill.file);
+            let merged = kiln_engine::compact_streaming(
+                sources,
+                &id,
+                &replica,
+                window,
+                compression,
+                &mut spill.file,
+            );
             let mut meta = match merged {
                 Ok(meta) => meta,
                 Err(CompactionError::Source { index, source }) => {

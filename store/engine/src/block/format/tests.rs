@@ -107,7 +107,15 @@ fn blocks_with_their_data_section_last_compact_by_range_alike() {
     let bytes = block_bytes();
     let merge = |sources: Vec<InMemory>| {
         let mut out = std::io::Cursor::new(Vec::new());
-        crate::compact_streaming(sources, "01MERGED", "test", 4096, &mut out).expect("compacts");
+        crate::compact_streaming(
+            sources,
+            "01MERGED",
+            "test",
+            4096,
+            crate::BlockCompression::Working,
+            &mut out,
+        )
+        .expect("compacts");
         out.into_inner()
     };
     let new_layout = merge(vec![InMemory(bytes.clone()), InMemory(bytes.clone())]);
