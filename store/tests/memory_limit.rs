@@ -203,7 +203,10 @@ fn store_ingests_and_compacts_more_than_its_budget_inside_a_cgroup_of_that_size(
 
     // Wait until everything is flushed and compaction has merged blocks.
     let bucket = data_dir.path().join("bucket");
-    let deadline = Instant::now() + Duration::from_secs(180);
+    // A bound on waiting, not a speed check: a loaded CI machine has
+    // needed close to 180 s for this debug build.
+    let settle_start = Instant::now();
+    let deadline = settle_start + Duration::from_secs(420);
     let mut previous: Option<Vec<(String, u64)>> = None;
     let mut stable_polls = 0;
     loop {
@@ -217,7 +220,11 @@ fn store_ingests_and_compacts_more_than_its_budget_inside_a_cgroup_of_that_size(
         if compacted > 0 && head_empty && previous.as_ref() == Some(&blocks) {
             stable_polls += 1;
             if stable_polls >= 3 {
-                eprintln!("blocks: {} ({compacted} compacted)", blocks.len());
+                eprintln!(
+                    "blocks: {} ({compacted} compacted), settled in {:.0} s",
+                    blocks.len(),
+                    settle_start.elapsed().as_secs_f64()
+                );
                 break;
             }
         } else {
@@ -225,7 +232,7 @@ fn store_ingests_and_compacts_more_than_its_budget_inside_a_cgroup_of_that_size(
         }
         assert!(
             Instant::now() < deadline,
-            "compaction did not settle within 180 s; blocks: {blocks:?}"
+            "compaction did not settle within 420 s; blocks: {blocks:?}"
         );
         previous = Some(blocks);
         std::thread::sleep(Duration::from_secs(2));
