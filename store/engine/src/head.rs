@@ -96,17 +96,6 @@ impl Head {
         Self::default()
     }
 
-    /// An empty head with room for what `previous` held: its symbols and
-    /// its series. A store replaces each cut head with one sized like it,
-    /// since the next minute's profiles mostly repeat the last minute's.
-    pub fn sized_like(previous: &Head) -> Self {
-        let mut head = Self::new();
-        head.symbols.reserve_like(&previous.symbols);
-        head.series.reserve(previous.series.len());
-        head.series_lookup.reserve(previous.series.len());
-        head
-    }
-
     /// True when nothing has been ingested that stored a value.
     pub fn is_empty(&self) -> bool {
         self.points == 0
@@ -290,53 +279,6 @@ mod tests {
                 .iter()
                 .map(HeadSeries::heap_bytes)
                 .sum::<usize>()
-    }
-
-    fn ingest_some(head: &mut Head, profiles: usize) {
-        for i in 0..profiles {
-            let labels = LabelSet::new(vec![
-                Label::new("__name__", "process_cpu"),
-                Label::new("pod", format!("pod-{}", i % 7)),
-            ]);
-            head.ingest(
-                &profile(1 + i % 9, i % 5),
-                &labels,
-                1_000 + i as i64,
-                10,
-                &IngestLimits::default(),
-            )
-            .expect("ingest");
-        }
-    }
-
-    #[test]
-    fn a_head_sized_like_a_cut_one_has_room_it_does_not_count() {
-        let mut cut = Head::new();
-        ingest_some(&mut cut, 60);
-        let mut sized = Head::sized_like(&cut);
-        assert!(sized.is_empty());
-        assert_eq!(sized.approx_bytes(), Head::new().approx_bytes());
-        assert!(sized.symbols.nodes.capacity() >= cut.symbols.nodes.len());
-        assert!(sized.symbols.functions.capacity() >= cut.symbols.functions.len());
-        assert!(sized.series.capacity() >= cut.series.len());
-        // The same profiles then make the same head, counted the same.
-        let mut fresh = Head::new();
-        ingest_some(&mut sized, 60);
-        ingest_some(&mut fresh, 60);
-        assert_eq!(sized.approx_bytes(), fresh.approx_bytes());
-        assert_eq!(sized.approx_bytes(), recounted(&sized));
-        assert_eq!(
-            (
-                sized.series_count(),
-                sized.samples(),
-                sized.symbols.nodes.len()
-            ),
-            (
-                fresh.series_count(),
-                fresh.samples(),
-                fresh.symbols.nodes.len()
-            )
-        );
     }
 
     #[test]

@@ -353,36 +353,6 @@ impl SymbolTable {
         }
     }
 
-    /// Makes room for as many entries as `other` holds in the tables that
-    /// ingest grows one entry at a time, so a fresh head that replaces a
-    /// cut one does not rehash and copy its way up to the same size again
-    /// (growing tables were about 6 % of the store's CPU, in rehashes and
-    /// in page faults on fresh memory; issue 13). The ingest-only lookups,
-    /// which [`SymbolTable::approx_bytes`] counts by capacity, are left to
-    /// grow, so the head's size does not count room it has not used.
-    pub fn reserve_like(&mut self, other: &SymbolTable) {
-        if !self.has_lookups {
-            return;
-        }
-        let hasher = self.hasher;
-        let strings = &self.strings;
-        self.string_lookup.reserve(other.strings.len(), |&id| {
-            hasher.hash_one(&*strings[id as usize])
-        });
-        self.strings.reserve(other.strings.len());
-        self.mappings.reserve(other.mappings.len());
-        self.mapping_lookup.reserve(other.mappings.len());
-        self.functions.reserve(other.functions.len());
-        self.function_lookup.reserve(other.functions.len());
-        self.locations.reserve(other.locations.len());
-        self.lines.reserve(other.lines.len());
-        self.location_lookup.reserve(other.locations.len());
-        self.nodes.reserve(other.nodes.len());
-        self.node_lookup.reserve(other.nodes.len());
-        self.label_sets.reserve(other.label_sets.len());
-        self.label_set_lookup.reserve(other.label_sets.len());
-    }
-
     /// Interns a string and returns its id.
     pub fn intern_string(&mut self, s: &str) -> u32 {
         let hash = self.hasher.hash_one(s);

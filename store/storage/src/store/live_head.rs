@@ -123,10 +123,7 @@ impl LiveHead {
         let mut guards: Vec<RwLockWriteGuard<'_, Head>> = self.shards.iter().map(write).collect();
         let heads: Vec<Head> = guards
             .iter_mut()
-            .map(|guard| {
-                let fresh = Head::sized_like(guard);
-                std::mem::replace(&mut **guard, fresh)
-            })
+            .map(|guard| std::mem::take(&mut **guard))
             .collect();
         for bytes in self.shard_bytes.iter() {
             bytes.store(0, Ordering::Relaxed);
