@@ -91,13 +91,19 @@ fn streamed_as(
     (meta, out.into_inner())
 }
 
+/// Hour blocks of 12 pods over 3 hours of real Go profiles, or `None`
+/// (said in the output; a failure in CI) when Go is missing.
+fn twelve_pods_three_hours(dir: &Path) -> Option<Vec<std::path::PathBuf>> {
+    let profiles = go_profiles(dir)?;
+    Some(write_hour_blocks(dir, &profiles, 12, 3, 60_000).0)
+}
+
 #[test]
 fn an_archive_merge_holds_the_same_content_in_fewer_bytes() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(profiles) = go_profiles(tmp.path()) else {
+    let Some(paths) = twelve_pods_three_hours(tmp.path()) else {
         return;
     };
-    let (paths, _) = write_hour_blocks(tmp.path(), &profiles, 12, 3, 60_000);
     let (working_meta, working) = streamed(&paths, 64 << 10);
     let (archive_meta, archive) = streamed_as(&paths, 64 << 10, BlockCompression::Archive);
     assert_eq!(archive_meta.size_bytes, archive.len() as u64);
@@ -134,10 +140,9 @@ fn decode_all(paths: &[std::path::PathBuf]) -> Vec<Block> {
 #[test]
 fn streaming_merge_of_real_go_profiles_equals_the_in_memory_merge() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(profiles) = go_profiles(tmp.path()) else {
+    let Some(paths) = twelve_pods_three_hours(tmp.path()) else {
         return;
     };
-    let (paths, _) = write_hour_blocks(tmp.path(), &profiles, 12, 3, 60_000);
     let sources = decode_all(&paths);
     let refs: Vec<&Block> = sources.iter().collect();
     let (old_meta, old_bytes) = compact_blocks(&refs, "merged", "test").unwrap();
