@@ -180,7 +180,11 @@ fn kill_9_during_a_streaming_compaction_loses_and_doubles_nothing() {
     // Two complete past hours in many level-0 blocks, no compaction yet.
     let store = Running::start(dir, "1h");
     let variants: Vec<(Vec<u8>, i64)> = (0..16).map(|seed| profile(seed, 200)).collect();
-    let start_s = now_s() - 5 * 3600;
+    // Aligned to an hour, so each of the two hours holds six flushes. A
+    // start a few minutes before an hour put one lone level-0 block in that
+    // hour, which no hour merge takes (nothing to merge it with) until its
+    // day completes, and the wait for "no level 0 left" below ran out.
+    let start_s = (now_s() - 5 * 3600).div_euclid(3600) * 3600;
     let step_s = 2 * 3600 / PROFILES as i64;
     let mut sent: BTreeMap<String, i64> = BTreeMap::new();
     for i in 0..PROFILES {
