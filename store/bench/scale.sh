@@ -43,7 +43,8 @@ echo
 echo "| figure | $(for p in $pods_list; do printf '%s pods | ' "$p"; done)"
 echo "|---|$(for _ in $pods_list; do printf -- '---|'; done)"
 for figure in profiles peak_rss_ingest_mib peak_rss_compaction_mib bytes_per_value \
-  ingest_profiles_per_cpu_s ingest_values_per_cpu_s ingest_cpu_s_by_phase \
+  ingest_profiles_per_cpu_s ingest_values_per_cpu_s ingest_full_cadence_profiles_per_cpu_s \
+  ingest_cpu_s_by_phase \
   merge_1h_one_pod_ms_cpu merge_24h_one_pod_ms_cpu merge_7d_one_pod_ms_cpu \
   merge_1h_all_pods_ms_cpu merge_24h_all_pods_ms_cpu merge_7d_all_pods_ms_cpu; do
   row="| $figure |"
