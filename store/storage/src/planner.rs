@@ -251,7 +251,8 @@ pub fn superseded_blocks(blocks: &BTreeMap<String, BlockMeta>) -> BTreeSet<Strin
 /// place and delete a source before the listing reached the source's, so
 /// one listing may hold neither. Queried as is, such a view misses the
 /// source's data without any read failing; listed again, the output shows.
-/// (A block that retention or a person removed also shows here, once.)
+/// (A block that retention or a person removed also shows here, in the
+/// first listing after its removal only.)
 pub fn unexplained_gaps(
     known: &BTreeMap<String, BlockMeta>,
     listed: &BTreeMap<String, BlockMeta>,

@@ -139,8 +139,8 @@ impl Store {
         // A known block missing with nothing naming it as a source may be a
         // compaction elsewhere caught half-way by a listing that is not a
         // snapshot (`unexplained_gaps`); a listing started after its sources'
-        // deletion holds its output. Retention's deletions look the same and
-        // cost one extra listing each.
+        // deletion holds its output. Retention's deletions look the same:
+        // each costs GAP_RELISTS extra listings, in one relist only.
         for _ in 0..GAP_RELISTS {
             let gaps = unexplained_gaps(&known, &listing.blocks);
             if gaps.is_empty() {
