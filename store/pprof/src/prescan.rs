@@ -95,8 +95,13 @@ fn check(what: &'static str, count: usize, limit: usize) -> Result<(), PprofErro
     Ok(())
 }
 
-/// Checks one sample's repeated fields; returns its estimated decoded size.
-fn scan_sample(sample: &[u8], limits: &DecodeLimits) -> Result<usize, PprofError> {
+/// Checks one sample's repeated fields and adds their entries to
+/// `tables`; returns its estimated decoded size.
+fn scan_sample(
+    sample: &[u8],
+    limits: &DecodeLimits,
+    tables: &mut TableCounts,
+) -> Result<usize, PprofError> {
     let (mut locations, mut values, mut labels) = (0usize, 0usize, 0usize);
     for (field, value) in fields(sample) {
         match field {
@@ -109,14 +114,23 @@ fn scan_sample(sample: &[u8], limits: &DecodeLimits) -> Result<usize, PprofError
     check("frames in one stack", locations, limits.max_stack_depth)?;
     check("values in one sample", values, limits.max_sample_types)?;
     check("labels in one sample", labels, limits.max_labels_per_sample)?;
+    tables.location_ids += locations;
+    tables.values += values;
+    tables.labels += labels;
     Ok(SAMPLE_BYTES + (locations + values) * SCALAR_BYTES + labels * LABEL_BYTES)
 }
 
-/// Checks one location's lines; returns its estimated decoded size.
-fn scan_location(location: &[u8], limits: &DecodeLimits) -> Result<usize, PprofError> {
+/// Checks one location's lines and adds them to `tables`; returns its
+/// estimated decoded size.
+fn scan_location(
+    location: &[u8],
+    limits: &DecodeLimits,
+    tables: &mut TableCounts,
+) -> Result<usize, PprofError> {
     let lines = fields(location).filter(|(field, _)| *field == 4).count();
     // Inlined lines unwind into frames, so they share the stack depth limit.
     check("lines in one location", lines, limits.max_stack_depth)?;
+    tables.lines += lines;
     Ok(LOCATION_BYTES + lines * LINE_BYTES)
 }
 
@@ -129,9 +143,12 @@ pub(crate) fn check_profile_wire(
     check_profile_wire_counted(protobuf, limits).map(|(decoded, _)| decoded)
 }
 
-/// How many entries each top-level table of a profile holds, as the wire
-/// scan counted them (each within its limit), so a decoder reserves them
-/// once instead of growing.
+/// How many entries each table of a profile holds, as the wire scan
+/// counted them (each within its limit), so a decoder reserves them once
+/// instead of growing. The nested lists (a sample's location ids, values
+/// and labels, a location's lines) are counted over the whole profile;
+/// packed scalars count one per varint, so reserving them costs no more
+/// than the decoded-size estimate that was checked.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct TableCounts {
     pub(crate) samples: usize,
@@ -139,6 +156,10 @@ pub(crate) struct TableCounts {
     pub(crate) locations: usize,
     pub(crate) functions: usize,
     pub(crate) strings: usize,
+    pub(crate) location_ids: usize,
+    pub(crate) values: usize,
+    pub(crate) labels: usize,
+    pub(crate) lines: usize,
 }
 
 /// Counts the profile's tables and nested entries and estimates its decoded
@@ -149,6 +170,7 @@ pub(crate) fn check_profile_wire_counted(
     limits: &DecodeLimits,
 ) -> Result<(usize, TableCounts), PprofError> {
     let mut counts = [0usize; 7];
+    let mut tables = TableCounts::default();
     let mut decoded = 0usize;
     for (field, value) in fields(protobuf) {
         if let Some(count) = usize::try_from(field).ok().and_then(|f| counts.get_mut(f)) {
@@ -156,9 +178,9 @@ pub(crate) fn check_profile_wire_counted(
         }
         decoded = decoded.saturating_add(match (field, &value) {
             (1, _) => VALUE_TYPE_BYTES,
-            (2, Value::Bytes(sample)) => scan_sample(sample, limits)?,
+            (2, Value::Bytes(sample)) => scan_sample(sample, limits, &mut tables)?,
             (3, _) => MAPPING_BYTES,
-            (4, Value::Bytes(location)) => scan_location(location, limits)?,
+            (4, Value::Bytes(location)) => scan_location(location, limits, &mut tables)?,
             (5, _) => FUNCTION_BYTES,
             (6, Value::Bytes(string)) => STRING_BYTES + string.len(),
             (13, value) => scalar_entries(value) * SCALAR_BYTES,
@@ -187,6 +209,7 @@ pub(crate) fn check_profile_wire_counted(
         locations: counts[4],
         functions: counts[5],
         strings: counts[6],
+        ..tables
     };
     Ok((decoded, tables))
 }
@@ -271,6 +294,43 @@ mod tests {
             ..Default::default()
         }
         .encode_to_vec()
+    }
+
+    #[test]
+    fn the_scan_counts_every_nested_list_entry_of_a_packed_profile() {
+        let sample = |ids: Vec<u64>, labels: usize| proto::Sample {
+            location_id: ids,
+            value: vec![1, 300],
+            label: vec![proto::Label::default(); labels],
+        };
+        let location = |lines: usize| proto::Location {
+            id: 1,
+            line: vec![proto::Line::default(); lines],
+            ..Default::default()
+        };
+        let profile = proto::Profile {
+            sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }; 2],
+            sample: vec![sample(vec![1, 2, 200_000], 2), sample(vec![7], 0)],
+            location: vec![location(3), location(1), location(0)],
+            string_table: vec![Vec::new(), b"cpu".to_vec(), b"ns".to_vec()],
+            ..Default::default()
+        };
+        let (_, tables) =
+            check_profile_wire_counted(&profile.encode_to_vec(), &DecodeLimits::default())
+                .expect("within limits");
+        assert_eq!(
+            (tables.samples, tables.locations, tables.strings),
+            (2, 3, 3)
+        );
+        assert_eq!(
+            (
+                tables.location_ids,
+                tables.values,
+                tables.labels,
+                tables.lines
+            ),
+            (4, 4, 2, 4)
+        );
     }
 
     #[test]

@@ -55,11 +55,15 @@ pub(super) struct Parts<'a> {
 }
 
 /// Reads a whole `Profile` message.
-/// `tables` sizes the top-level tables; the scan that counted them also
-/// checked each against its limit.
+/// `tables` sizes the tables and the nested lists; the scan that counted
+/// them also checked each against its limit.
 pub(super) fn profile(bytes: &[u8], tables: TableCounts) -> Result<Parts<'_>, PprofError> {
     let mut parts = Parts {
         samples: Vec::with_capacity(tables.samples),
+        location_ids: Vec::with_capacity(tables.location_ids),
+        values: Vec::with_capacity(tables.values),
+        labels: Vec::with_capacity(tables.labels),
+        lines: Vec::with_capacity(tables.lines),
         mappings: Vec::with_capacity(tables.mappings),
         locations: Vec::with_capacity(tables.locations),
         functions: Vec::with_capacity(tables.functions),
