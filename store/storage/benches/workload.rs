@@ -303,8 +303,9 @@ async fn timed_merge(store: &Store, selector: &Selector, range: TimeRange) -> Me
 }
 
 /// Single-threaded cost of each ingest stage on the same payloads, to show
-/// where the full path's time goes: pprof decode (kiln-pprof), head ingest
-/// (kiln-engine) and block encode (kiln-engine).
+/// where the full path's time goes: pprof decode (kiln-pprof, the flat
+/// decoder the store's ingest uses), head ingest (kiln-engine) and block
+/// encode (kiln-engine).
 fn breakdown(payloads: &[Vec<bytes::Bytes>], pods: usize) {
     let n = 3_000;
     let limits = DecodeLimits::default();
@@ -314,7 +315,7 @@ fn breakdown(payloads: &[Vec<bytes::Bytes>], pods: usize) {
     let start = process_cpu();
     let mut decoded = Vec::with_capacity(n);
     for i in 0..n {
-        decoded.push(kiln_pprof::decode(all[i % all.len()], &limits).expect("decode"));
+        decoded.push(kiln_pprof::decode_flat(all[i % all.len()], &limits).expect("decode"));
     }
     let decode_s = process_cpu() - start;
     let labels: Vec<LabelSet> = (0..pods)
@@ -348,7 +349,7 @@ fn breakdown(payloads: &[Vec<bytes::Bytes>], pods: usize) {
     let encode_s = process_cpu() - start;
     println!("\n== single-thread stage costs over {n} profiles ({values} values), per CPU-second");
     println!(
-        "pprof decode (gunzip + protobuf + validate): {:.0} profiles/s",
+        "pprof decode (gunzip + wire scan + flat read + validate): {:.0} profiles/s",
         n as f64 / decode_s
     );
     println!(
