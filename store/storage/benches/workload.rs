@@ -13,7 +13,8 @@
 //! (the store's default: the cores, at most 8), KILN_BENCH_MEMORY_BUDGET
 //! (bytes; the store sized as kiln-store sizes it from --memory-budget),
 //! KILN_BENCH_FLUSH_S (the store's flush interval, 60 s: how often the
-//! simulated clock cuts the head).
+//! simulated clock cuts the head), KILN_BENCH_INGEST_WORKERS (the store's
+//! default: the cores; how many ingests decode or apply at once).
 #![allow(clippy::print_stdout)]
 
 use std::collections::HashMap;
@@ -488,6 +489,12 @@ fn main() {
         config.head_shards = shards.parse().expect("KILN_BENCH_HEAD_SHARDS is a number");
     }
     println!("head shards: {}", config.head_shards);
+    if let Ok(workers) = std::env::var("KILN_BENCH_INGEST_WORKERS") {
+        config.ingest_workers = workers
+            .parse()
+            .expect("KILN_BENCH_INGEST_WORKERS is a number");
+    }
+    println!("ingest workers: {}", config.ingest_workers);
     if let Ok(seconds) = std::env::var("KILN_BENCH_FLUSH_S") {
         let seconds = seconds.parse().expect("KILN_BENCH_FLUSH_S is seconds");
         config.flush_interval = Duration::from_secs(seconds);

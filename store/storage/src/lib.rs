@@ -10,5 +10,6 @@ pub mod wal;
 pub use bucket::{Bucket, BucketConfig, CorruptBlock};
 pub use error::{ErrorClass, StorageError};
 pub use store::{
-    AcceptedTimes, CompactionReport, IngestAdmission, IngestRequest, Store, StoreConfig, StoreStats,
+    AcceptedTimes, CompactionReport, IngestAdmission, IngestRequest, IngestTurn, Store,
+    StoreConfig, StoreStats,
 };

@@ -39,7 +39,7 @@ use crate::bucket::{Bucket, CorruptBlock};
 use crate::error::StorageError;
 use crate::lease::Lease;
 use crate::wal::{ReplayReport, Wal};
-pub use admission::IngestAdmission;
+pub use admission::{IngestAdmission, IngestTurn};
 use cache::BlockCache;
 pub use config::{AcceptedTimes, StoreConfig};
 pub use health::{HealthProblem, StoreHealth};
@@ -202,6 +202,9 @@ struct Shared {
     data_dir_lock: Mutex<Option<std::fs::File>>,
     /// Write slots (`max_inflight_ingests`), taken by `admit_ingest`.
     inflight: Arc<Semaphore>,
+    /// Turns to decode or apply an ingest (`ingest_workers`), taken by
+    /// `ingest_turn`.
+    ingest_turns: Arc<Semaphore>,
     /// Queries reading heads and blocks now (`max_running_queries`).
     query_runners: Arc<Semaphore>,
     /// Bytes reserved by ingests being decoded and applied.
@@ -290,6 +293,7 @@ impl Store {
             live_head::LiveHead::new(config.head_shards, recovered.head, recovered.first_segment);
         let shared = Arc::new(Shared {
             inflight: Arc::new(Semaphore::new(config.max_inflight_ingests)),
+            ingest_turns: Arc::new(Semaphore::new(config.ingest_workers)),
             query_runners: Arc::new(Semaphore::new(config.max_running_queries)),
             ingest_memory: memory_gate::MemoryGate::new(config.ingest_memory_bytes),
             cache: Mutex::new(BlockCache::new(config.block_cache_bytes)),

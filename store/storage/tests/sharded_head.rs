@@ -14,8 +14,13 @@ use kiln_storage::Store;
 use profiles::*;
 
 async fn open_sharded(root: &Path, shards: usize) -> Store {
+    open_with(root, shards, 4).await
+}
+
+async fn open_with(root: &Path, shards: usize, ingest_workers: usize) -> Store {
     let mut config = config(&root.join("data"), "r1");
     config.head_shards = shards;
+    config.ingest_workers = ingest_workers;
     Store::open(config, local_bucket(&root.join("bucket")))
         .await
         .expect("open store")
@@ -112,7 +117,18 @@ async fn pods_over_four_shards_flush_into_one_block_and_replay_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn queries_racing_cuts_and_parallel_ingest_count_each_value_once() {
     let root = tempfile::tempdir().expect("tempdir");
-    let store = open_sharded(root.path(), 4).await;
+    race_queries_cuts_and_ingests(open_sharded(root.path(), 4).await).await;
+}
+
+/// One ingest turn for four writers: each write's decode and apply wait for
+/// it in turn, and none of them can hold it while waiting for another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_ingest_turn_serves_parallel_writers_racing_cuts() {
+    let root = tempfile::tempdir().expect("tempdir");
+    race_queries_cuts_and_ingests(open_with(root.path(), 4, 1).await).await;
+}
+
+async fn race_queries_cuts_and_ingests(store: Store) {
     // What every writer has been told is stored, and what it has sent.
     let acked = Arc::new(AtomicI64::new(0));
     let sent = Arc::new(AtomicI64::new(0));

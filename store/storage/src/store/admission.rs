@@ -4,6 +4,13 @@
 //! decoding reserves more in the same budget (`memory_gate`), step by
 //! step. The server admits each write request here, once, and holds the
 //! admission until the store has answered (audit R4, R5).
+//!
+//! An admitted write then takes a turn (`ingest_workers` of them) for each
+//! step that keeps a core busy: the server's inflating or converting, the
+//! store's decode, its apply. Admission bounds what waits; turns bound what
+//! runs. Without them, 256 admitted writes would all decode at once on the
+//! blocking pool: no faster on a few cores, with every decoded profile
+//! alive together.
 
 use std::sync::Arc;
 
@@ -12,6 +19,13 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::Store;
 use super::memory_gate::Reservation;
 use crate::error::StorageError;
+
+/// One turn to decode or apply an ingest, given back on drop. Hold it only
+/// around work that keeps a core busy, never across a wait on another turn.
+#[derive(Debug)]
+pub struct IngestTurn {
+    _turn: OwnedSemaphorePermit,
+}
 
 /// One admitted write: its in-flight slot and the ingest memory it holds,
 /// both released on drop.
@@ -52,6 +66,17 @@ impl Store {
         self.shared
             .ingest_memory
             .reserve(&mut admission.memory, bytes)
+    }
+
+    /// Waits for one of the `ingest_workers` turns. Writes are admitted
+    /// (or refused) before they wait here, so the queue is bounded by
+    /// `max_inflight_ingests`.
+    pub async fn ingest_turn(&self) -> Result<IngestTurn, StorageError> {
+        Arc::clone(&self.shared.ingest_turns)
+            .acquire_owned()
+            .await
+            .map(|turn| IngestTurn { _turn: turn })
+            .map_err(|_| StorageError::ShuttingDown)
     }
 
     /// Writes admitted and not yet answered.

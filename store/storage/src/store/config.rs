@@ -94,6 +94,11 @@ pub struct StoreConfig {
     pub open_listing_timeout: Duration,
     /// Ingests allowed in flight at once; more are refused as overload.
     pub max_inflight_ingests: usize,
+    /// Ingests decoding or applying at once; the rest of those in flight
+    /// wait for a turn (reading their bodies and waiting on the WAL take
+    /// none). More turns than cores buy no speed, only more decoded
+    /// profiles alive at once. Default: the cores available.
+    pub ingest_workers: usize,
     /// Queries reading heads and blocks at once; more wait for a turn
     /// within their deadline. Each holds a core while it runs; the default,
     /// half the cores (at least one), leaves the rest to ingest and
@@ -136,6 +141,7 @@ impl StoreConfig {
             decode_limits: DecodeLimits::default(),
             ingest_limits: IngestLimits::default(),
             max_inflight_ingests: 256,
+            ingest_workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             max_running_queries: std::thread::available_parallelism()
                 .map_or(1, |cores| (cores.get() / 2).max(1)),
             ingest_memory_bytes: 512 << 20,
@@ -200,8 +206,13 @@ impl StoreConfig {
                 "compaction memory, ingest memory, head size and pending upload bytes must be positive",
             );
         }
-        if self.max_inflight_ingests == 0 || self.max_running_queries == 0 {
-            return bad("max_inflight_ingests and max_running_queries must be at least 1");
+        if self.max_inflight_ingests == 0
+            || self.max_running_queries == 0
+            || self.ingest_workers == 0
+        {
+            return bad(
+                "max_inflight_ingests, max_running_queries and ingest_workers must be at least 1",
+            );
         }
         Ok(())
     }
@@ -224,5 +235,14 @@ mod tests {
         for bad in ["", "a/b", "..", "name with space", "caf\u{e9}", "50%"] {
             assert!(StoreConfig::new("/d", bad).validate().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn ingest_needs_at_least_one_worker() {
+        let mut config = StoreConfig::new("/d", "kiln");
+        assert!(config.ingest_workers >= 1);
+        config.ingest_workers = 0;
+        let err = config.validate().expect_err("no workers is refused");
+        assert!(err.to_string().contains("ingest_workers"), "{err}");
     }
 }

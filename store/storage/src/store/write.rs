@@ -163,9 +163,11 @@ impl Store {
         let request_time_ms = request.time_ms;
         let labels = request.labels;
         let shard = shared.head.shard_of(&labels);
+        let turn = self.ingest_turn().await?;
         // Decode and run every engine check before the record is logged, so
         // nothing in the WAL can be refused on replay (audit D1).
         let (checked, labels, time_ms, reservation) = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
             let config = &checker.config;
             let profile = match decoded {
                 // Replay decodes these bytes under the same limits; the
@@ -227,8 +229,11 @@ impl Store {
             return Err(StorageError::ShuttingDown);
         }
         shared.wal.append(&record).await?;
+        // The WAL wait held no turn; the apply takes one again.
+        let turn = self.ingest_turn().await?;
         let applier = Arc::clone(shared);
         let stats = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
             applier
                 .head
                 .apply(shard, |head| head.apply_checked(checked, time_ms))
