@@ -77,7 +77,9 @@ async fn admit(state: &AppState, request: Request) -> Result<(WritePermit, Reque
         parts.headers.remove("grpc-encoding");
         // Inflating takes up to ~100 ms: off the async workers. The permit
         // travels with it, to reserve as the output grows, and comes back.
+        let turn = state.ingest_turn().await?;
         let (inflated, returned) = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
             let inflated = inflate_frames(&wire, limit, &mut |bytes| {
                 permit.reserve_more(bytes.saturating_mul(2))
             });

@@ -131,7 +131,9 @@ async fn pyroscope_ingest_inner(
     let decode_limits = state.decode_limits().clone();
     // The permit travels with the conversion, which reserves what it
     // decodes, and comes back to be held until the store has the upload.
+    let turn = state.ingest_turn().await?;
     let (upload, permit) = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
         let upload = build_upload(&params, body, &decode_limits, &mut |bytes| {
             permit.reserve_more(bytes)
         });

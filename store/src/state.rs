@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use kiln_pprof::DecodeLimits;
 use kiln_storage::store::IngestRequest;
-use kiln_storage::{IngestAdmission, StorageError, Store};
+use kiln_storage::{IngestAdmission, IngestTurn, StorageError, Store};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{Config, Limits};
@@ -151,6 +151,14 @@ impl AppState {
             admission,
             store: store.clone(),
         })
+    }
+
+    /// Waits for one of the store's ingest turns, for the server's own
+    /// CPU-bound step of a write (inflating, converting, decoding OTLP), so
+    /// those count against the same cores as the store's decode and apply.
+    /// Give it back before handing the write to the store.
+    pub async fn ingest_turn(&self) -> Result<IngestTurn, ApiError> {
+        Ok(self.store()?.ingest_turn().await?)
     }
 
     /// Takes an ingest slot with nothing reserved yet, for a body whose

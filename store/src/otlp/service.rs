@@ -39,7 +39,9 @@ async fn export(
 ) -> Result<ExportProfilesServiceResponse, ApiError> {
     let limits = state.limits().clone();
     let otlp_limits = otlp_limits(state);
+    let turn = state.ingest_turn().await?;
     let (uploads, revision) = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
         let decoded = decode_export(&body, &otlp_limits)?;
         let uploads = uploads_from_batch(&decoded.batch, &limits, &otlp_limits)?;
         Ok::<_, ApiError>((uploads, decoded.revision_label()))
