@@ -119,6 +119,9 @@ pub struct Config {
     pub compaction_interval: Duration,
     /// Shards of the live head (`None`: the store's default, from the cores).
     pub head_shards: Option<usize>,
+    /// Writes decoding or applying at once (`None`: the store's default,
+    /// the cores).
+    pub ingest_workers: Option<usize>,
     /// Object storage.
     pub bucket: BucketSettings,
     /// Limits.
@@ -135,6 +138,9 @@ pub struct Config {
 
 /// More head shards than this only repeat the symbols in memory.
 const MAX_HEAD_SHARDS: usize = 16;
+
+/// A bound on a typo, not on any machine's cores.
+const MAX_INGEST_WORKERS: usize = 1024;
 
 /// Below this the head would be cut every few profiles.
 const MIN_MEMORY_BUDGET: u64 = 64 << 20;
@@ -211,6 +217,14 @@ impl Config {
                 message: format!("must be 1 to {MAX_HEAD_SHARDS}, not {shards}"),
             });
         }
+        if let Some(workers) = storage.ingest_workers
+            && !(1..=MAX_INGEST_WORKERS).contains(&workers)
+        {
+            return Err(ConfigError::Invalid {
+                setting: "storage.ingest_workers",
+                message: format!("must be 1 to {MAX_INGEST_WORKERS}, not {workers}"),
+            });
+        }
         let replica = storage
             .replica
             .clone()
@@ -250,6 +264,7 @@ impl Config {
                 "5m",
             )?,
             head_shards: storage.head_shards,
+            ingest_workers: storage.ingest_workers,
             limits: Limits::resolve(&settings.limits, memory_budget)?,
             connections: ConnectionLimits::resolve(server, memory_budget)?,
             write_tokens: tokens::trimmed(settings.auth.write_tokens.as_deref()),

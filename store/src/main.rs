@@ -134,6 +134,9 @@ fn store_config(config: &Config) -> StoreConfig {
     if let Some(shards) = config.head_shards {
         store.head_shards = shards;
     }
+    if let Some(workers) = config.ingest_workers {
+        store.ingest_workers = workers;
+    }
     store.decode_limits = kiln_store::state::decode_limits(&config.limits);
     store.ingest_limits.max_labels_per_series = config.limits.max_labels_per_series;
     store.ingest_limits.max_label_name_bytes = config.limits.max_label_bytes;

@@ -47,6 +47,11 @@ pub struct StorageOptions {
     /// available, at most 8].
     #[arg(long, env = "KILN_HEAD_SHARDS")]
     pub head_shards: Option<usize>,
+    /// How many writes decode or apply at once, 1 to 1024; the rest wait
+    /// their turn, admitted up to `max_inflight`. More than the cores only
+    /// holds more decoded profiles in memory [default: the cores available].
+    #[arg(long, env = "KILN_INGEST_WORKERS")]
+    pub ingest_workers: Option<usize>,
     /// How often compaction is planned, e.g. `5m` [default: 5m].
     #[arg(long, env = "KILN_COMPACTION_INTERVAL")]
     pub compaction_interval: Option<String>,

@@ -120,6 +120,16 @@ fn bad_values_name_the_setting() {
         layered(None, &["--head-shards", "4"]).unwrap().head_shards,
         Some(4)
     );
+    for bad in ["0", "1025"] {
+        let err = layered(None, &["--ingest-workers", bad]).unwrap_err();
+        assert!(err.to_string().contains("storage.ingest_workers"), "{err}");
+    }
+    assert_eq!(
+        layered(None, &["--ingest-workers", "3"])
+            .unwrap()
+            .ingest_workers,
+        Some(3)
+    );
     let err = layered(None, &["--max-inflight", "0"]).unwrap_err();
     assert!(err.to_string().contains("limits.max_inflight"), "{err}");
     let err = layered(None, &["--object-store", "azure", "--bucket", "b"]).unwrap_err();
