@@ -88,6 +88,11 @@ cleanup() {
   return "$status"
 }
 trap cleanup EXIT
+# A command that fails outside a check's own test (a query through a port-forward that died,
+# say) stops the suite through set -e; this says which one, where the log would otherwise go
+# straight from the last note to the cleanup.
+set -o errtrace
+trap 'echo "FAIL: \`$BASH_COMMAND\` exited $? at ${BASH_SOURCE[0]}:$LINENO" >&2' ERR
 
 # timed NAME FUNCTION: runs one check and records how long it took.
 timed() {

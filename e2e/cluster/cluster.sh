@@ -4,6 +4,8 @@
 #   cluster.sh up                   build what is missing, start everything, wait
 #                                   until the node is Ready and CoreDNS answers,
 #                                   print the admin kubeconfig's path
+#   cluster.sh build                only build what is missing (the binaries and
+#                                   images that up would build), start nothing
 #   cluster.sh status               what runs
 #   cluster.sh down [--purge]       stop everything up started, remove its pods,
 #                                   mounts, links and iptables chains; --purge also
@@ -80,6 +82,13 @@ cmd_up() {
   printf 'export KUBECONFIG=%s\n' "$admin_kubeconfig"
 }
 
+# The builds alone: `./kiln-dev test` runs them in the background while the
+# cargo steps leave a core idle, so up finds them cached.
+cmd_build() {
+  build_binaries
+  build_images
+}
+
 cmd_status() {
   local name pid
   for name in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
@@ -142,9 +151,10 @@ EOF
 
 case "${1:-}" in
   up) shift; cmd_up "$@" ;;
+  build) shift; cmd_build "$@" ;;
   down) shift; cmd_down "$@" ;;
   status) shift; cmd_status "$@" ;;
   pv) shift; cmd_pv "$@" ;;
   smoke) shift; exec "$cluster_dir/smoke.sh" "$@" ;;
-  *) echo "usage: cluster.sh up | down [--purge] | status | smoke | pv NAME SIZE [--class CLASS] [--owner UID:GID]" >&2; exit 2 ;;
+  *) echo "usage: cluster.sh up | build | down [--purge] | status | smoke | pv NAME SIZE [--class CLASS] [--owner UID:GID]" >&2; exit 2 ;;
 esac
