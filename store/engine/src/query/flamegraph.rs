@@ -201,7 +201,14 @@ fn build(tree: &FrameTree, kept: &[bool], id: u32, other: u32, count: &mut usize
             trimmed = trimmed.wrapping_add(tree.nodes[child as usize].total[0]);
         }
     }
-    children.sort_by(|a, b| b.total.cmp(&a.total).then(a.name.cmp(&b.name)));
+    // Ties go by the frame's name, not its id: ids follow the order the merge met the stacks,
+    // which differs between two runs of the same query, and a reloaded link must draw the same
+    // graph.
+    children.sort_by(|a, b| {
+        b.total
+            .cmp(&a.total)
+            .then_with(|| tree.names[a.name as usize].cmp(&tree.names[b.name as usize]))
+    });
     if node.children.iter().any(|&c| !kept[c as usize]) {
         *count += 1;
         children.push(FlameNode {

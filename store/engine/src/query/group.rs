@@ -173,6 +173,30 @@ mod tests {
     }
 
     #[test]
+    fn equal_totals_are_drawn_in_name_order_whatever_order_they_were_merged_in() {
+        let pods = ["pod=search", "pod=checkout", "pod=auth"];
+        let mut orders = Vec::new();
+        for merged_order in [[0, 1, 2], [2, 1, 0], [1, 2, 0]] {
+            let mut grouped = MergedProfile::new();
+            for index in merged_order {
+                let pod = &pods[index]["pod=".len()..];
+                grouped.add_grouped(&sample_merge(), &["pod".to_owned()], &[pod]);
+            }
+            let graph = grouped.flamegraph(100);
+            let drawn: Vec<String> = graph
+                .root
+                .children
+                .iter()
+                .map(|c| graph.names[c.name as usize].clone())
+                .collect();
+            orders.push(drawn);
+        }
+        for drawn in &orders {
+            assert_eq!(drawn, &["pod=auth", "pod=checkout", "pod=search"]);
+        }
+    }
+
+    #[test]
     fn sample_labels_group_per_stack_and_a_missing_label_is_named() {
         let mut grouped = MergedProfile::new();
         grouped.add_grouped(&sample_merge(), &["thread".to_owned()], &[""]);
