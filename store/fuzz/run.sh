@@ -2,6 +2,8 @@
 # Fuzzes Kiln's parsers with AFL++ through cargo-afl, on stable Rust.
 #
 #   store/fuzz/run.sh [SECONDS] [TARGET...]
+#   store/fuzz/run.sh --build-only   only the instrumented build (./kiln-dev test
+#                                    runs it while the tests run)
 #     SECONDS  per target (default 600); TARGET defaults to every target:
 #              pprof folded multipart push_json otlp wal_record block
 #   env: KILN_FUZZ_OUT (default /var/tmp/kiln-fuzz), KILN_FUZZ_MEMORY_MB
@@ -15,6 +17,11 @@
 # stay under $KILN_FUZZ_OUT/<target>/default/{crashes,hangs}.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+build_only=false
+if [ "${1:-}" = --build-only ]; then
+  build_only=true
+  shift
+fi
 seconds="${1:-600}"
 shift || true
 targets=("$@")
@@ -26,6 +33,7 @@ memory_mb="${KILN_FUZZ_MEMORY_MB:-1024}"
 export CARGO_TARGET_DIR="${KILN_FUZZ_TARGET_DIR:-/var/tmp/kiln-target-fuzz}"
 
 (cd "$here" && cargo afl build --release --locked --quiet)
+[ "$build_only" = false ] || exit 0
 bin="$CARGO_TARGET_DIR/release/kiln-fuzz"
 mkdir -p "$out"
 rm -rf "$out/seeds"
