@@ -7,8 +7,8 @@
 #   e2e/images/build.sh [--out DIR] [--profile release|dev] [--skip-build]
 #     --out DIR       where the archives go (default $CARGO_TARGET_DIR/images)
 #     --profile NAME  the cargo profile of the binaries (default release). `./kiln-dev test`
-#                     passes dev: its tests have built those already, and a cold release
-#                     build of the three would add a quarter of an hour to CI
+#                     passes dev: its tests have built those already, where a cold release
+#                     build of the three compiles every dependency a second time
 #     --skip-build    use the binaries already in $CARGO_TARGET_DIR/<profile's directory>
 # Writes DIR/kiln-{operator,store,agent}.tar, images ghcr.io/kiln-dev/kiln-*:<workspace
 # version> (KILN_IMAGE_REPOSITORY replaces the ghcr.io/kiln-dev prefix), and DIR/sizes.tsv.
@@ -90,9 +90,9 @@ image() {
   local binary="$target_dir/$profile_dir/kiln-$component" rootfs="$work/$component"
   [ -x "$binary" ] || die "$binary is missing (run without --skip-build)"
   "$here/rootfs.sh" "$rootfs" "$binary=/usr/local/bin/kiln-$component"
-  # The release profile keeps line tables (debug = "line-tables-only"), five sixths of the
+  # Both profiles keep line tables (debug = "line-tables-only"), five sixths of the
   # binary. The image drops them and keeps the symbol table, so backtraces and Kiln's own
-  # profiles still name functions; target/release keeps the full binary. The Containerfiles
+  # profiles still name functions; the target directory keeps the full binary. The Containerfiles
   # do the same.
   objcopy --strip-debug "$rootfs/usr/local/bin/kiln-$component"
   if [ "$component" = store ]; then install -d -m 0755 "$rootfs/var/lib/kiln"; fi
