@@ -1,13 +1,15 @@
 //! How much memory one compaction holds relative to its sources' encoded
 //! size: the figure the storage planner budgets a compaction group with.
 //!
-//! Run: `cargo run --release -p kiln-engine --example compaction_memory [pods] [hours] [streaming|whole]`
+//! Run: `cargo run --release -p kiln-engine --example compaction_memory [pods] [hours] [streaming|whole] [budget MiB]`
 //!
 //! Builds `hours` hour blocks of `pods` pods each sending a real profile
 //! every 10 s (fixtures from `../shared`, rotated per pod and time), writes
 //! them to files, then merges them. `streaming` (the default, what the store
 //! does) reads the sources by range from their files with
-//! `compact_streaming` (64 KiB windows) and writes the output to a file;
+//! `compact_streaming_within` (64 KiB windows) under the budget given (none
+//! by default), smallest source first, and writes the output to a file,
+//! printing the merge's own projection next to what was measured;
 //! `whole` reads and decodes every source, merges them with
 //! `compact_blocks` and keeps the output in memory (the store before). A counting allocator records the heap in use
 //! and its peak (reserved capacity counts, touched or not), and the kernel's
@@ -22,8 +24,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kiln_engine::{
-    Block, BlockCompression, BlockRanges, Head, IngestLimits, Label, LabelSet, compact_blocks,
-    compact_streaming, encode_block,
+    Block, BlockCompression, BlockRanges, Head, IngestLimits, Label, LabelSet, MergeOutput,
+    compact_blocks, compact_streaming_within, encode_block,
 };
 use kiln_pprof::{DecodeLimits, decode};
 
@@ -90,6 +92,10 @@ fn main() {
     let pods = args.next().flatten().unwrap_or(20);
     let hours = args.next().flatten().unwrap_or(6);
     let whole = std::env::args().nth(3).is_some_and(|mode| mode == "whole");
+    let budget = std::env::args()
+        .nth(4)
+        .and_then(|mib| mib.parse::<u64>().ok())
+        .map_or(u64::MAX, |mib| mib << 20);
     let mut profiles = Vec::new();
     for name in FIXTURES {
         let Ok(bytes) = std::fs::read(dir.join(name)) else {
@@ -152,21 +158,39 @@ fn main() {
         let output_held = IN_USE.load(Ordering::Relaxed) - baseline;
         (sources_held, output.len(), output_held, peak, hwm)
     } else {
-        let sources: Vec<FileRanges> = paths.iter().map(FileRanges::open).collect();
+        let mut sources: Vec<FileRanges> = paths.iter().map(FileRanges::open).collect();
+        sources.sort_by_key(|source| source.1);
         let out_path = files.path().join("merged");
         let mut out = std::fs::File::create(&out_path).expect("output file");
-        let meta = compact_streaming(
+        let merge = compact_streaming_within(
             sources,
-            "merged",
-            "bench",
-            64 << 10,
-            BlockCompression::Working,
+            &MergeOutput {
+                id: "merged",
+                replica: "bench",
+                read_window: 64 << 10,
+                compression: BlockCompression::Working,
+            },
+            budget,
             &mut out,
         )
         .expect("compacts");
         let peak = PEAK.load(Ordering::Relaxed) - baseline;
         let hwm = status_kib("VmHWM:");
-        (0, meta.size_bytes as usize, 0, peak, hwm)
+        let Some(merge) = merge else {
+            println!("not even two sources fit the budget; nothing merged");
+            return;
+        };
+        println!(
+            "merged {} of {} sources; symbol sections {:.2} MiB decoded to {:.2} MiB ({:.2}x); held after open {:.2} MiB; projected peak {:.2} MiB",
+            merge.sources_merged,
+            paths.len(),
+            mib(merge.symbol_section_bytes as usize),
+            mib(merge.decoded_symbol_bytes as usize),
+            merge.decoded_symbol_bytes as f64 / merge.symbol_section_bytes.max(1) as f64,
+            mib(merge.held_after_open as usize),
+            mib(merge.projected_peak as usize),
+        );
+        (0, merge.meta.size_bytes as usize, 0, peak, hwm)
     };
     let s = source_bytes as f64;
     let mode = if whole { "whole" } else { "streaming" };

@@ -14,17 +14,25 @@
 //! source stack node and label set, a bounded read window per source and
 //! one series.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::block::encode::{BlockIdentity, BlockWriter, SeriesValues};
+use crate::block::encode::{BlockIdentity, BlockWriter, SeriesEncoder, SeriesValues};
 use crate::block::format::BlockCompression;
 use crate::block::source::{SeriesCursor, SourceData, SourceHeader, open_source};
-use crate::block::{Block, BlockRanges, BlockSeries, BlockSink, COLUMN_CHUNK_MS};
+use crate::block::{BlobRef, Block, BlockRanges, BlockSeries, BlockSink, COLUMN_CHUNK_MS};
 use crate::columns::decode_points;
 use crate::error::BlockError;
 use crate::model::{BlockMeta, LabelSet};
 use crate::symbols::{SymbolTable, SymbolTranslator};
 use crate::wire::Reader;
+
+mod budget;
+
+use budget::PeakProjection;
+pub use budget::{
+    MERGE_BYTES_PER_HOUR_VALUE, MERGE_BYTES_PER_OUTPUT_SERIES, MERGE_BYTES_PER_SOURCE_SERIES,
+    MERGE_BYTES_PER_SYMBOL_SECTION_BYTE, MERGE_FIXED_BYTES,
+};
 
 fn corrupt(what: &'static str) -> BlockError {
     BlockError::Corrupt { what }
@@ -125,33 +133,122 @@ impl CompactionError {
 /// The output equals [`compact_blocks`]'s in content (series, values,
 /// stacks, labels); symbol ids may be numbered differently.
 pub fn compact_streaming<R: BlockRanges>(
-    mut sources: Vec<R>,
+    sources: Vec<R>,
     id: &str,
     replica: &str,
     read_window: usize,
     compression: BlockCompression,
     out: &mut dyn BlockSink,
 ) -> Result<BlockMeta, CompactionError> {
+    let merge = compact_streaming_within(
+        sources,
+        &MergeOutput {
+            id,
+            replica,
+            read_window,
+            compression,
+        },
+        u64::MAX,
+        out,
+    )?;
+    match merge {
+        Some(merge) => Ok(merge.meta),
+        // An unlimited budget always takes every source.
+        None => Err(CompactionError::Output {
+            source: BlockError::Empty,
+        }),
+    }
+}
+
+/// Where and how a streaming merge writes its output block.
+#[derive(Debug, Clone, Copy)]
+pub struct MergeOutput<'a> {
+    /// The output block's id.
+    pub id: &'a str,
+    /// The replica writing it.
+    pub replica: &'a str,
+    /// Bytes read from a source's data section at a time.
+    pub read_window: usize,
+    /// How the output's sections are compressed.
+    pub compression: BlockCompression,
+}
+
+/// A streaming merge that took the first `sources_merged` of its sources.
+#[derive(Debug)]
+pub struct StreamedMerge {
+    /// The output block's metadata; `sources` names the merged ones.
+    pub meta: BlockMeta,
+    /// How many of the sources given, from the first, were merged.
+    pub sources_merged: usize,
+    /// Heap bytes the merge held once its sources were open (the output's
+    /// symbol table, id remaps, directories, read windows), counted.
+    pub held_after_open: u64,
+    /// The largest projection the budget was checked against.
+    pub projected_peak: u64,
+    /// Decompressed bytes of the merged sources' symbol sections, and the
+    /// heap their decoded tables took (summed; each was held alone): what
+    /// [`MERGE_BYTES_PER_SYMBOL_SECTION_BYTE`] is measured from.
+    pub symbol_section_bytes: u64,
+    /// See `symbol_section_bytes`.
+    pub decoded_symbol_bytes: u64,
+}
+
+/// Like [`compact_streaming`], within `memory_budget` heap bytes: sources
+/// are opened in the order given (smallest first merges the most) and their
+/// symbols translated into the output's table one by one; before each, the
+/// merge projects its peak from what it holds so far, counted, plus what
+/// the next source can add at most (read from its section table) and what
+/// the series being written will take. A source whose projection does not
+/// fit ends the list: the sources before it are merged, and the caller
+/// merges the rest later. Symbols shared by sources are so charged once.
+/// `None` when not even two sources fit; nothing is written then.
+pub fn compact_streaming_within<R: BlockRanges>(
+    mut sources: Vec<R>,
+    output: &MergeOutput<'_>,
+    memory_budget: u64,
+    out: &mut dyn BlockSink,
+) -> Result<Option<StreamedMerge>, CompactionError> {
     let source_err = |index| move |source| CompactionError::Source { index, source };
     let output_err = |source| CompactionError::Output { source };
     let mut headers = Vec::with_capacity(sources.len());
     for (index, ranges) in sources.iter_mut().enumerate() {
         headers.push(SourceHeader::read(ranges).map_err(source_err(index))?);
     }
-    let min_ms = headers.iter().map(|h| h.meta.min_time_ms).min();
-    let max_ms = headers.iter().map(|h| h.meta.max_time_ms).max();
-    let (Some(min_ms), Some(max_ms)) = (min_ms, max_ms) else {
-        return Err(output_err(BlockError::Empty));
-    };
-    let mut writer = BlockWriter::spilling(min_ms, max_ms, compression, out).map_err(output_err)?;
+    let window = output.read_window as u64;
+    let mut symbols = SymbolTable::new();
     let mut cursors: Vec<SeriesCursor> = Vec::with_capacity(sources.len());
     let mut readers: Vec<SourceData<R>> = Vec::with_capacity(sources.len());
+    let mut projection = PeakProjection::default();
+    let mut projected_peak = 0;
+    let (mut symbol_section_bytes, mut decoded_symbol_bytes) = (0u64, 0u64);
     for (index, (ranges, header)) in sources.into_iter().zip(&headers).enumerate() {
-        let (cursor, reader) = open_source(ranges, header, &mut writer.symbols, read_window)
-            .map_err(source_err(index))?;
+        let next = projection.with(header, symbols.approx_bytes() as u64, window);
+        if next.peak > memory_budget {
+            if index < 2 {
+                return Ok(None);
+            }
+            break;
+        }
+        projected_peak = projected_peak.max(next.peak);
+        let (cursor, reader, decoded) =
+            open_source(ranges, header, &mut symbols, output.read_window)
+                .map_err(source_err(index))?;
+        symbol_section_bytes = symbol_section_bytes.saturating_add(next.symbol_section_bytes);
+        decoded_symbol_bytes = decoded_symbol_bytes.saturating_add(decoded as u64);
+        projection.opened(next, (cursor.held_bytes() + reader.held_bytes()) as u64);
         cursors.push(cursor);
         readers.push(reader);
     }
+    let merged = &headers[..cursors.len()];
+    let held_after_open = (symbols.approx_bytes() as u64).saturating_add(projection.held());
+    let min_ms = merged.iter().map(|h| h.meta.min_time_ms).min();
+    let max_ms = merged.iter().map(|h| h.meta.max_time_ms).max();
+    let (Some(min_ms), Some(max_ms)) = (min_ms, max_ms) else {
+        return Err(output_err(BlockError::Empty));
+    };
+    let mut writer =
+        BlockWriter::spilling(min_ms, max_ms, output.compression, out).map_err(output_err)?;
+    writer.symbols = symbols;
     // A merge of the sources' directories, each in label order: the output
     // series in label order, each source's data read forward.
     let mut heads: Vec<Option<BlockSeries>> = Vec::with_capacity(cursors.len());
@@ -159,73 +256,103 @@ pub fn compact_streaming<R: BlockRanges>(
         heads.push(cursor.next(&writer.symbols).map_err(source_err(index))?);
     }
     while let Some(labels) = heads.iter().flatten().map(|s| &s.labels).min().cloned() {
-        let mut values = SeriesValues::default();
-        let mut profile_type = None;
+        // Every source series with these labels, then their points an hour
+        // chunk at a time across the sources: one hour of the series is
+        // held, not the merged span.
+        let mut parts: Vec<(usize, BlockSeries)> = Vec::new();
         for (index, head) in heads.iter_mut().enumerate() {
             while let Some(series) = head.take_if(|s| s.labels == labels) {
-                read_source_series(
-                    &mut readers[index],
-                    &series,
-                    headers[index].meta.min_time_ms,
-                    &mut values,
-                )
-                .map_err(source_err(index))?;
-                profile_type.get_or_insert(series.profile_type);
+                parts.push((index, series));
                 *head = cursors[index]
                     .next(&writer.symbols)
                     .map_err(source_err(index))?;
             }
         }
-        let Some(profile_type) = profile_type else {
+        let Some(profile_type) = parts.first().map(|(_, s)| s.profile_type.clone()) else {
             break;
         };
+        let mut encoder = writer.series_encoder();
+        let chunks: BTreeSet<i64> = parts
+            .iter()
+            .flat_map(|(_, s)| s.columns.iter().map(|&(chunk, _)| chunk))
+            .collect();
+        for chunk in chunks {
+            writer
+                .begin_chunk(&mut encoder, chunk)
+                .map_err(output_err)?;
+            for (index, series) in &parts {
+                if let Ok(at) = series.columns.binary_search_by_key(&chunk, |&(c, _)| c) {
+                    let blob = series.columns[at].1;
+                    read_source_chunk(&mut readers[*index], chunk, blob, &mut encoder)
+                        .map_err(source_err(*index))?;
+                }
+            }
+        }
+        for (index, series) in &parts {
+            let rows = readers[*index]
+                .totals(series, merged[*index].meta.min_time_ms)
+                .map_err(source_err(*index))?;
+            for (time_ms, total, profiles) in rows {
+                encoder.add_total(time_ms, total, profiles);
+            }
+        }
         writer
-            .add_series(&labels, &profile_type, values)
+            .add_series_from(&labels, &profile_type, encoder)
             .map_err(output_err)?;
     }
     for (index, reader) in readers.into_iter().enumerate() {
         reader.finish().map_err(source_err(index))?;
     }
     drop(cursors);
-    writer
+    let meta = writer
         .finish_spilled(BlockIdentity {
-            id,
-            replica,
-            level: headers
+            id: output.id,
+            replica: output.replica,
+            level: merged
                 .iter()
                 .map(|h| h.meta.compaction_level)
                 .max()
                 .unwrap_or(0)
                 .saturating_add(1),
-            sources: headers.iter().map(|h| h.meta.id.clone()).collect(),
-            profiles: headers.iter().map(|h| h.meta.profiles).sum(),
+            sources: merged.iter().map(|h| h.meta.id.clone()).collect(),
+            profiles: merged.iter().map(|h| h.meta.profiles).sum(),
         })
-        .map_err(output_err)
+        .map_err(output_err)?;
+    Ok(Some(StreamedMerge {
+        meta,
+        sources_merged: merged.len(),
+        held_after_open,
+        projected_peak,
+        symbol_section_bytes,
+        decoded_symbol_bytes,
+    }))
 }
 
-/// Adds one series of a source read by range to `values`: its raw points
-/// (stack keys remapped into the output), then its totals, in the order
-/// the block lays them out.
-fn read_source_series<R: BlockRanges>(
+/// Adds the points of one column chunk blob of a source read by range to
+/// `encoder`, its stack keys remapped into the output.
+fn read_source_chunk<R: BlockRanges>(
     source: &mut SourceData<R>,
-    series: &BlockSeries,
-    block_min_ms: i64,
-    values: &mut SeriesValues,
+    chunk: i64,
+    blob: BlobRef,
+    encoder: &mut SeriesEncoder,
 ) -> Result<(), BlockError> {
-    for &(chunk, blob) in &series.columns {
-        let bytes = source.blob(blob)?.into_owned();
-        let mut r = Reader::new(&bytes);
-        let columns = r.count(3).map_err(|_| corrupt("columns"))?;
-        for _ in 0..columns {
-            let stack = r.u32().map_err(|_| corrupt("columns"))?;
-            let labels = r.u32().map_err(|_| corrupt("columns"))?;
-            let key = source.key(stack, labels)?;
-            decode_points(&mut r, chunk, |ts, value| values.add_point(key, ts, value))
-                .map_err(|_| corrupt("column points"))?;
+    let bytes = source.blob(blob)?.into_owned();
+    let mut r = Reader::new(&bytes);
+    let columns = r.count(3).map_err(|_| corrupt("columns"))?;
+    for _ in 0..columns {
+        let stack = r.u32().map_err(|_| corrupt("columns"))?;
+        let labels = r.u32().map_err(|_| corrupt("columns"))?;
+        let key = source.key(stack, labels)?;
+        let mut outside = None;
+        decode_points(&mut r, chunk, |ts, value| {
+            if let Err(error) = encoder.add_point(key, ts, value) {
+                outside.get_or_insert(error);
+            }
+        })
+        .map_err(|_| corrupt("column points"))?;
+        if let Some(error) = outside {
+            return Err(error);
         }
-    }
-    for (time_ms, total, profiles) in source.totals(series, block_min_ms)? {
-        values.add_total(time_ms, total, profiles);
     }
     Ok(())
 }

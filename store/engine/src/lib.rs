@@ -15,7 +15,10 @@ mod wire;
 
 pub use block::format::{BlockCompression, FORMAT_VERSION};
 pub use block::{Block, BlockPartial, BlockRanges, BlockSink, encode_block, encode_heads};
-pub use compact::{CompactionError, compact_blocks, compact_streaming};
+pub use compact::{
+    CompactionError, MergeOutput, StreamedMerge, compact_blocks, compact_streaming,
+    compact_streaming_within,
+};
 pub use error::{BlockError, IngestError, QueryError};
 pub use head::{CheckedIngest, Head, IngestLimits, IngestStats, SeriesCensus, ShardCensus};
 pub use index::{CompiledMatcher, LabelIndex, compile_matchers};

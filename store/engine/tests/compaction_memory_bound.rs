@@ -1,8 +1,10 @@
 //! A streaming compaction holds less than its sources: hour blocks of real
 //! Go profiles from many pods, several times larger than the memory budget
 //! asserted here, merge with a heap peak (every allocation counted, reserved
-//! capacity included) under that budget. Alone in its binary, since the
-//! counting allocator sees every thread of the process.
+//! capacity included) under that budget; and a day merge holds an hour of
+//! its largest series, not the day. These tests run one at a time and
+//! alone in their binary, since the counting allocator sees every thread
+//! of the process.
 
 #![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
 
@@ -10,10 +12,11 @@ mod support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kiln_engine::{BlockCompression, compact_streaming};
-use support::streaming::{FileRanges, go_profiles, write_hour_blocks};
+use support::streaming::{FileRanges, go_profiles, wide_profile, write_hour_blocks};
 
 struct Counting;
 
@@ -56,6 +59,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
+/// Held by each test while it measures, so that they take turns.
+static ALONE: Mutex<()> = Mutex::new(());
+
 /// The budget the merge must stay under, for sources at least 1.5 times
 /// larger (about 20 MB of sources; the merge peaked at 7.7 MiB when this
 /// was written).
@@ -64,6 +70,9 @@ const READ_WINDOW_BYTES: usize = 64 << 10;
 
 #[test]
 fn streaming_compaction_of_sources_larger_than_the_budget_stays_under_it() {
+    let _alone = ALONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let tmp = tempfile::tempdir().unwrap();
     let Some(profiles) = go_profiles(tmp.path()) else {
         return;
@@ -102,5 +111,47 @@ fn streaming_compaction_of_sources_larger_than_the_budget_stays_under_it() {
     assert!(
         peak <= BUDGET_BYTES,
         "the merge peaked at {peak} bytes of heap, over its {BUDGET_BYTES} byte budget, for {source_bytes} bytes of sources"
+    );
+}
+
+/// Bytes a merge holding a series' points whole as `(time, value)` pairs
+/// would need per point, before any vector slack.
+const WHOLE_SERIES_BYTES_PER_POINT: u64 = 16;
+
+#[test]
+fn a_day_merge_holds_an_hour_of_its_largest_series_not_the_day() {
+    let _alone = ALONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let tmp = tempfile::tempdir().unwrap();
+    // One pod sending a 3,000-stack profile every 2 minutes: one series of
+    // about 90,000 points an hour, 2.2 million over the day.
+    let profile = wide_profile(3000);
+    let (paths, source_bytes) = write_hour_blocks(tmp.path(), &[profile], 1, 24, 120_000);
+    let sources: Vec<FileRanges> = paths.iter().map(|p| FileRanges::open(p)).collect();
+    let mut out = std::fs::File::create(tmp.path().join("merged")).unwrap();
+    let baseline = IN_USE.load(Ordering::Relaxed);
+    PEAK.store(baseline, Ordering::Relaxed);
+    let meta = compact_streaming(
+        sources,
+        "merged",
+        "test",
+        READ_WINDOW_BYTES,
+        BlockCompression::Working,
+        &mut out,
+    )
+    .unwrap();
+    let peak = PEAK.load(Ordering::Relaxed) - baseline;
+    let whole = meta.samples * WHOLE_SERIES_BYTES_PER_POINT;
+    let _ = writeln!(
+        std::io::stderr(),
+        "24 hour blocks of one series: {source_bytes} bytes, {} points ({whole} bytes held whole); heap peak {peak} bytes",
+        meta.samples
+    );
+    assert_eq!(meta.series, 1);
+    assert_eq!(meta.samples, 24 * 30 * 3000, "every point merged once");
+    assert!(
+        peak as u64 * 3 <= whole,
+        "the merge peaked at {peak} bytes of heap: more than a third of the {whole} bytes its series' points take whole"
     );
 }

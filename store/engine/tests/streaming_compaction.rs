@@ -14,8 +14,8 @@ use std::path::Path;
 
 use kiln_engine::{
     Block, BlockCompression, BlockError, CompactionError, CompiledSelector, MatchOp, Matcher,
-    MergedProfile, Queryable, Selector, TimeRange, Timeline, compact_blocks, compact_streaming,
-    compile_matchers,
+    MergeOutput, MergedProfile, Queryable, Selector, StreamedMerge, TimeRange, Timeline,
+    compact_blocks, compact_streaming, compact_streaming_within, compile_matchers,
 };
 use support::streaming::{FileRanges, go_profiles, write_hour_blocks};
 
@@ -255,4 +255,111 @@ fn a_corrupt_source_is_refused_by_its_position() {
         matches!(result, Err(CompactionError::Source { index: 1, .. })),
         "{result:?}"
     );
+}
+
+/// Every stack and value `blocks` answer for `range`, per profile type,
+/// summed over the blocks.
+fn stacks_in(blocks: &[&Block], range: TimeRange) -> BTreeMap<String, Vec<(Vec<String>, i64)>> {
+    let mut out: BTreeMap<String, BTreeMap<Vec<String>, i64>> = BTreeMap::new();
+    for block in blocks {
+        for profile_type in block.profile_types(everything()) {
+            let selector = CompiledSelector::new(&Selector {
+                profile_type: profile_type.clone(),
+                matchers: vec![],
+            })
+            .unwrap();
+            let mut merged = MergedProfile::new();
+            block.merge_into(&selector, range, &mut merged).unwrap();
+            let entry = out.entry(format!("{profile_type:?}")).or_default();
+            for (stack, value) in merged.stacks() {
+                *entry.entry(stack).or_default() += value;
+            }
+        }
+    }
+    out.into_iter()
+        .map(|(key, stacks)| (key, stacks.into_iter().filter(|(_, v)| *v != 0).collect()))
+        .collect()
+}
+
+fn budgeted(
+    paths: &[std::path::PathBuf],
+    budget: u64,
+    out: &mut Cursor<Vec<u8>>,
+) -> Option<StreamedMerge> {
+    let sources: Vec<FileRanges> = paths.iter().map(|p| FileRanges::open(p)).collect();
+    let output = MergeOutput {
+        id: "merged",
+        replica: "test",
+        read_window: 64 << 10,
+        compression: BlockCompression::Working,
+    };
+    compact_streaming_within(sources, &output, budget, out).unwrap()
+}
+
+#[test]
+fn a_merge_under_a_budget_takes_the_first_sources_that_fit_and_names_only_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(profiles) = go_profiles(tmp.path()) else {
+        return;
+    };
+    let (paths, _) = write_hour_blocks(tmp.path(), &profiles, 12, 6, 60_000);
+    // What the merge projects for the first three sources, and for all six.
+    let three = budgeted(&paths[..3], u64::MAX, &mut Cursor::new(Vec::new())).unwrap();
+    let six = budgeted(&paths, u64::MAX, &mut Cursor::new(Vec::new())).unwrap();
+    assert_eq!(six.sources_merged, 6);
+    assert!(
+        six.projected_peak > three.projected_peak,
+        "six sources project more than three: {} vs {}",
+        six.projected_peak,
+        three.projected_peak
+    );
+    // Under the three-source projection the same first three fit (the
+    // projections are the same), and not all six.
+    let mut out = Cursor::new(Vec::new());
+    let merge = budgeted(&paths, three.projected_peak, &mut out).unwrap();
+    let taken = merge.sources_merged;
+    assert!((3..6).contains(&taken), "merged {taken} of 6");
+    assert!(merge.projected_peak <= three.projected_peak);
+    let sources = decode_all(&paths);
+    let ids: Vec<String> = sources[..taken]
+        .iter()
+        .map(|b| b.meta().id.clone())
+        .collect();
+    assert_eq!(merge.meta.sources, ids, "only the merged sources are named");
+    let merged = Block::decode(&out.into_inner()).unwrap();
+    assert_eq!(merged.meta(), &merge.meta);
+    let first: Vec<&Block> = sources[..taken].iter().collect();
+    assert_eq!(
+        merge.meta.max_time_ms,
+        first.iter().map(|b| b.meta().max_time_ms).max().unwrap()
+    );
+    // The same stacks as the sources it took, over the whole span and over
+    // ranges that cut hours and minutes (the merged block answers those
+    // from hour and minute windows, the sources from minute windows).
+    let start = first[0].meta().min_time_ms;
+    for (from, to) in [
+        (i64::MIN / 4, i64::MAX / 4),
+        (start + 7 * 60_000 + 13, start + 2 * 3_600_000 + 23 * 60_000),
+        (start + 3_600_000, start + 3 * 3_600_000),
+    ] {
+        let range = TimeRange {
+            start_ms: from,
+            end_ms: to,
+        };
+        let expected = stacks_in(&first, range);
+        assert!(!expected.is_empty());
+        assert_eq!(stacks_in(&[&merged], range), expected, "{range:?}");
+    }
+}
+
+#[test]
+fn a_budget_too_small_for_two_sources_merges_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(profiles) = go_profiles(tmp.path()) else {
+        return;
+    };
+    let (paths, _) = write_hour_blocks(tmp.path(), &profiles, 4, 2, 60_000);
+    let mut out = Cursor::new(Vec::new());
+    assert!(budgeted(&paths, kiln_engine::compact::MERGE_FIXED_BYTES, &mut out).is_none());
+    assert!(out.into_inner().is_empty(), "nothing was written");
 }

@@ -151,37 +151,12 @@ pub fn plan_compaction(blocks: &[BlockMeta], now_ms: i64, settle_ms: i64) -> Vec
     groups
 }
 
-/// Memory one compaction needs per byte of its sources' encoded size, on
-/// top of [`COMPACTION_FIXED_BYTES`]. Measured with
-/// `cargo run --release -p kiln-engine --example compaction_memory` (heap
-/// and resident peak of the streaming merge, which reads its sources by
-/// range and spills its output, over 2 to 12 hour blocks of 20 to 300 pods;
-/// docs/benchmarks.md): what remains is the output's symbol table and
-/// directory, per-source id remaps and encoded directories, read windows,
-/// and the largest output series' values over the merged span. The
-/// measured resident peak was 0.8-3.2x the sources above 2 MiB of them
-/// (7.7x for 1.9 MiB, where fixed costs dominate), and every measurement
-/// lies under `COMPACTION_FIXED_BYTES + 2 x sources`.
-pub const COMPACTION_BYTES_PER_SOURCE_BYTE: u64 = 2;
-
-/// Memory one compaction needs whatever its sources' size (zstd contexts,
-/// the output's tables, the largest series of a small merge): the smallest
-/// merge measured peaked at 15 MiB resident for 1.9 MiB of sources.
-pub const COMPACTION_FIXED_BYTES: u64 = 16 << 20;
-
-/// Trims `group` so that its estimated memory ([`COMPACTION_FIXED_BYTES`]
-/// plus `COMPACTION_BYTES_PER_SOURCE_BYTE` x the sources' sizes) fits `budget`:
-/// the smallest blocks are kept first, so the most blocks merge. Returns
-/// `None` when not even two fit; those blocks then stay as they are, which
-/// is correct, only slower to query. Blocks merged this way are planned
-/// again later with the rest of their window, and stop growing once two of
-/// them no longer fit: memory stays bounded by configuration, not by how
-/// much a window holds.
-pub fn fit_group_to_budget(
-    group: CompactionGroup,
-    blocks: &[BlockMeta],
-    budget: u64,
-) -> Option<CompactionGroup> {
+/// Orders a group's blocks smallest first, the order the merge takes them
+/// in under its memory budget (`kiln_engine::compact_streaming_within`):
+/// it merges as many as fit, from the first, so the most blocks merge, and
+/// leaves the rest (the largest) to a later pass with the merged block.
+/// Memory stays bounded by configuration, not by how much a window holds.
+pub fn order_smallest_first(group: CompactionGroup, blocks: &[BlockMeta]) -> CompactionGroup {
     let size_of = |id: &String| {
         blocks
             .iter()
@@ -194,21 +169,10 @@ pub fn fit_group_to_budget(
         .map(|id| (size_of(id), id.clone()))
         .collect();
     by_size.sort();
-    let mut estimate = COMPACTION_FIXED_BYTES;
-    let mut block_ids = Vec::new();
-    for (size, id) in by_size {
-        let next = estimate.saturating_add(size.saturating_mul(COMPACTION_BYTES_PER_SOURCE_BYTE));
-        if next > budget {
-            break;
-        }
-        estimate = next;
-        block_ids.push(id);
+    CompactionGroup {
+        block_ids: by_size.into_iter().map(|(_, id)| id).collect(),
+        ..group
     }
-    if block_ids.len() < 2 {
-        return None;
-    }
-    block_ids.sort();
-    Some(CompactionGroup { block_ids, ..group })
 }
 
 /// How much of each source a streaming compaction reads at a time: an
@@ -317,40 +281,28 @@ mod tests {
     }
 
     #[test]
-    fn groups_are_trimmed_to_the_compaction_budget_smallest_blocks_first() {
+    fn groups_are_ordered_smallest_block_first() {
         let blocks = vec![
             block("a", 0, 10, 0, 100),
             block("b", 0, 10, 0, 10),
             block("c", 0, 10, 0, 20),
-            block("d", 0, 10, 0, 30),
+            block("d", 0, 10, 0, 10),
         ];
-        let whole = CompactionGroup {
+        let group = CompactionGroup {
             window_start_ms: 0,
             window_ms: HOUR_MS,
-            block_ids: vec!["a".into(), "b".into(), "c".into(), "d".into()],
+            block_ids: vec![
+                "a".into(),
+                "b".into(),
+                "c".into(),
+                "d".into(),
+                "gone".into(),
+            ],
         };
-        let per = COMPACTION_BYTES_PER_SOURCE_BYTE;
-        let fixed = COMPACTION_FIXED_BYTES;
-        assert_eq!(
-            fit_group_to_budget(whole.clone(), &blocks, fixed + 160 * per),
-            Some(whole.clone()),
-            "everything fits"
-        );
-        let trimmed =
-            fit_group_to_budget(whole.clone(), &blocks, fixed + 60 * per).expect("three fit");
-        assert_eq!(trimmed.block_ids, vec!["b", "c", "d"]);
-        assert_eq!(trimmed.window_ms, HOUR_MS);
-        assert_eq!(
-            fit_group_to_budget(whole.clone(), &blocks, fixed + 29 * per),
-            None,
-            "one block alone is not a merge"
-        );
-        assert_eq!(
-            fit_group_to_budget(whole.clone(), &blocks, 160 * per),
-            None,
-            "the fixed cost counts: without it nothing fits"
-        );
-        assert_eq!(fit_group_to_budget(whole, &blocks, 0), None);
+        let ordered = order_smallest_first(group, &blocks);
+        // Equal sizes by id; a block no longer listed goes last.
+        assert_eq!(ordered.block_ids, vec!["b", "d", "c", "a", "gone"]);
+        assert_eq!(ordered.window_ms, HOUR_MS);
     }
 
     #[test]

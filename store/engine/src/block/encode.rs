@@ -9,15 +9,18 @@ use hashbrown::HashMap;
 use super::format::{
     BlobCompressor, BlockCompression, ContainerWriter, SectionKind, header_len, write_blob,
 };
-use super::rollup::{ROLLUP_WINDOWS_MS, levels_for_span, window_start};
-use super::{BlobRef, COLUMN_CHUNK_MS, encode_meta, encode_postings, tables, write_blob_ref};
-use crate::columns::encode_points;
+use super::rollup::{ROLLUP_WINDOWS_MS, levels_for_span};
+use super::{BlobRef, encode_meta, encode_postings, tables, write_blob_ref};
 use crate::error::BlockError;
 use crate::head::{Head, HeadSeries};
 use crate::index::LabelIndex;
 use crate::model::{BlockMeta, LabelSet, ProfileType};
 use crate::symbols::{SymbolTable, SymbolTranslator};
 use crate::wire::Writer;
+
+mod series;
+
+pub(crate) use series::SeriesEncoder;
 
 /// Rollup chunks of the top level span this long.
 const TOP_LEVEL_CHUNK_MS: i64 = 30 * 86_400_000;
@@ -249,11 +252,52 @@ impl<'a> BlockWriter<'a> {
         profile_type: &ProfileType,
         values: SeriesValues,
     ) -> Result<(), BlockError> {
-        if values.totals.is_empty() {
-            return Ok(());
-        }
+        let encoded = series::encode_series(values, &self.levels, self.min_ms, &mut self.data)?;
+        self.add_encoded(labels, profile_type, encoded);
+        Ok(())
+    }
+
+    /// An encoder for the next series, to be given its points chunk by
+    /// chunk ([`BlockWriter::begin_chunk`]) and then to
+    /// [`BlockWriter::add_series_from`].
+    pub(crate) fn series_encoder(&self) -> SeriesEncoder {
+        SeriesEncoder::new(&self.levels, self.min_ms)
+    }
+
+    /// Starts `encoder`'s column chunk `chunk`, writing its previous one.
+    pub(crate) fn begin_chunk(
+        &mut self,
+        encoder: &mut SeriesEncoder,
+        chunk: i64,
+    ) -> Result<(), BlockError> {
+        encoder.begin_chunk(chunk, &mut self.data)
+    }
+
+    /// Finishes the series `encoder` holds and adds it. Series must be
+    /// added in label order, each once.
+    pub(crate) fn add_series_from(
+        &mut self,
+        labels: &LabelSet,
+        profile_type: &ProfileType,
+        encoder: SeriesEncoder,
+    ) -> Result<(), BlockError> {
+        let encoded = encoder.finish(&mut self.data)?;
+        self.add_encoded(labels, profile_type, encoded);
+        Ok(())
+    }
+
+    /// Adds an encoded series' directory and index entries (none for a
+    /// series without totals, which is not stored).
+    fn add_encoded(
+        &mut self,
+        labels: &LabelSet,
+        profile_type: &ProfileType,
+        encoded: Option<EncodedSeries>,
+    ) {
+        let Some(encoded) = encoded else {
+            return;
+        };
         self.index.add(self.series, labels);
-        let encoded = encode_series(values, &self.levels, self.min_ms, &mut self.data)?;
         self.samples += encoded.points;
         self.series += 1;
         self.directory.varint(labels.len() as u64);
@@ -264,7 +308,6 @@ impl<'a> BlockWriter<'a> {
                 .varint(u64::from(self.symbols.intern_string(&label.value)));
         }
         encoded.write_entry(profile_type, &mut self.symbols, &mut self.directory);
-        Ok(())
     }
 
     /// Assembles the container in memory.
@@ -470,143 +513,3 @@ impl DataWriter<'_> {
 
 /// (stack node, sample label set) in the output block's symbol space.
 pub(crate) type ColumnKey = (u32, u32);
-
-fn encode_series(
-    values: SeriesValues,
-    levels: &[u8],
-    block_min_ms: i64,
-    data: &mut DataWriter,
-) -> Result<EncodedSeries, BlockError> {
-    let SeriesValues { columns, totals } = values;
-    let mut columns: Vec<(ColumnKey, Vec<(i64, i64)>)> = columns.into_iter().collect();
-    columns.sort_unstable_by_key(|(key, _)| *key);
-    let mut point_count = 0u64;
-    for (_, points) in &mut columns {
-        points.sort_unstable_by_key(|&(ts, _)| ts);
-        points.dedup_by(|later, earlier| {
-            if later.0 == earlier.0 {
-                earlier.1 = earlier.1.wrapping_add(later.1);
-                true
-            } else {
-                false
-            }
-        });
-        point_count += points.len() as u64;
-    }
-
-    // Raw columns, chunked by hour.
-    let mut pieces: Vec<(i64, usize, usize, usize)> = Vec::new();
-    for (column, (_, points)) in columns.iter().enumerate() {
-        let mut start = 0;
-        while start < points.len() {
-            let chunk = window_start(points[start].0, COLUMN_CHUNK_MS);
-            let end = start
-                + points[start..]
-                    .iter()
-                    .take_while(|(ts, _)| window_start(*ts, COLUMN_CHUNK_MS) == chunk)
-                    .count();
-            pieces.push((chunk, column, start, end));
-            start = end;
-        }
-    }
-    pieces.sort_unstable();
-    let mut column_blobs = Vec::new();
-    let mut i = 0;
-    while i < pieces.len() {
-        let chunk = pieces[i].0;
-        let group_end = i + pieces[i..].iter().take_while(|p| p.0 == chunk).count();
-        let mut w = Writer::new();
-        w.varint((group_end - i) as u64);
-        for &(_, column, start, end) in &pieces[i..group_end] {
-            let ((stack, labels), points) = &columns[column];
-            w.varint(u64::from(*stack));
-            w.varint(u64::from(*labels));
-            encode_points(&points[start..end], chunk, &mut w);
-        }
-        column_blobs.push((chunk, data.push_blob(w.as_slice())?));
-        i = group_end;
-    }
-
-    // Totals: one row per profile time.
-    let mut w = Writer::new();
-    w.varint(totals.len() as u64);
-    let mut previous = block_min_ms;
-    for (&ts, &(total, count)) in &totals {
-        w.signed(ts.wrapping_sub(previous));
-        w.signed(total);
-        w.varint(count);
-        previous = ts;
-    }
-    let totals_blob = data.push_blob(w.as_slice())?;
-    let min_ms = totals.keys().next().copied().unwrap_or(block_min_ms);
-    let max_ms = totals.keys().next_back().copied().unwrap_or(block_min_ms);
-
-    // Rollups per level, chunked by the next level's window.
-    let mut rollups = Vec::new();
-    for &level in levels {
-        let window = ROLLUP_WINDOWS_MS[level as usize];
-        let mut entries: Vec<(i64, ColumnKey, i64)> = Vec::new();
-        for (key, points) in &columns {
-            for &(ts, value) in points {
-                let w = window_start(ts, window);
-                match entries.last_mut() {
-                    Some(last) if last.0 == w && last.1 == *key => {
-                        last.2 = last.2.wrapping_add(value)
-                    }
-                    _ => entries.push((w, *key, value)),
-                }
-            }
-        }
-        entries.sort_unstable_by_key(|&(w, key, _)| (w, key));
-        entries.dedup_by(|later, earlier| {
-            if later.0 == earlier.0 && later.1 == earlier.1 {
-                earlier.2 = earlier.2.wrapping_add(later.2);
-                true
-            } else {
-                false
-            }
-        });
-        let chunk_ms = rollup_chunk_ms(level);
-        let mut i = 0;
-        while i < entries.len() {
-            let chunk = window_start(entries[i].0, chunk_ms);
-            let chunk_end = i + entries[i..]
-                .iter()
-                .take_while(|e| window_start(e.0, chunk_ms) == chunk)
-                .count();
-            let blob = encode_rollup_chunk(&entries[i..chunk_end], chunk, window);
-            rollups.push((level, chunk, data.push_blob(blob.as_slice())?));
-            i = chunk_end;
-        }
-    }
-    Ok(EncodedSeries {
-        points: point_count,
-        min_ms,
-        max_ms,
-        columns: column_blobs,
-        totals: totals_blob,
-        rollups,
-    })
-}
-
-/// `windows; per window: window index delta, entries; per entry: stack delta, labels, value`.
-fn encode_rollup_chunk(entries: &[(i64, ColumnKey, i64)], chunk: i64, window: i64) -> Writer {
-    let mut w = Writer::new();
-    let window_count = entries.chunk_by(|a, b| a.0 == b.0).count();
-    w.varint(window_count as u64);
-    let mut previous_window = chunk;
-    for group in entries.chunk_by(|a, b| a.0 == b.0) {
-        let start = group[0].0;
-        w.varint(((start - previous_window) / window) as u64);
-        previous_window = start;
-        w.varint(group.len() as u64);
-        let mut previous_stack = 0i64;
-        for &(_, (stack, labels), value) in group {
-            w.signed(i64::from(stack) - previous_stack);
-            previous_stack = i64::from(stack);
-            w.varint(u64::from(labels));
-            w.signed(value);
-        }
-    }
-    w
-}

@@ -96,6 +96,16 @@ impl SourceHeader {
         entry(&self.entries, kind)
     }
 
+    /// Decompressed bytes of the sections of `kinds` (0 for missing ones):
+    /// what holding them decoded starts from, known before reading them.
+    pub(crate) fn decompressed_bytes(&self, kinds: &[SectionKind]) -> u64 {
+        self.entries
+            .iter()
+            .filter(|e| kinds.contains(&e.kind))
+            .map(|e| if e.is_raw() { e.len } else { e.raw_len })
+            .fold(0, u64::saturating_add)
+    }
+
     /// One whole section, checked and decompressed.
     fn section<R: BlockRanges>(
         &self,
@@ -153,6 +163,11 @@ pub(crate) struct SeriesCursor {
 }
 
 impl SeriesCursor {
+    /// Heap bytes held: the encoded directory and the string remap.
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.bytes.capacity() + self.strings.capacity() * size_of::<u32>()
+    }
+
     /// The next series, its strings resolved through `output`.
     pub(crate) fn next(&mut self, output: &SymbolTable) -> Result<Option<BlockSeries>, BlockError> {
         if self.remaining == 0 {
@@ -176,14 +191,15 @@ impl SeriesCursor {
 
 /// Opens a source for the merge: translates its symbol tables into
 /// `output` (one decoded table at a time, dropped before returning) and
-/// returns its series directory cursor and its data reader. Each read of the data
+/// returns its series directory cursor, its data reader and the heap bytes
+/// its decoded tables took while they were held. Each read of the data
 /// section fetches at least `window` bytes.
 pub(crate) fn open_source<R: BlockRanges>(
     mut ranges: R,
     header: &SourceHeader,
     output: &mut SymbolTable,
     window: usize,
-) -> Result<(SeriesCursor, SourceData<R>), BlockError> {
+) -> Result<(SeriesCursor, SourceData<R>, usize), BlockError> {
     let symbols = {
         let strings = header.section(&mut ranges, SectionKind::Strings)?;
         let mappings = header.section(&mut ranges, SectionKind::Mappings)?;
@@ -218,6 +234,7 @@ pub(crate) fn open_source<R: BlockRanges>(
     // them up front brings nothing unreferenced into the output.
     let (strings, nodes, label_sets) =
         SymbolTranslator::new(&symbols).translate_all(&symbols, output);
+    let decoded_bytes = symbols.approx_bytes();
     drop(symbols);
     let series = SeriesCursor {
         bytes: directory,
@@ -234,10 +251,18 @@ pub(crate) fn open_source<R: BlockRanges>(
             label_sets,
             data,
         },
+        decoded_bytes,
     ))
 }
 
 impl<R: BlockRanges> SourceData<R> {
+    /// Heap bytes this source's merge state holds: its id remaps and its
+    /// read window.
+    pub(crate) fn held_bytes(&self) -> usize {
+        (self.nodes.capacity() + self.label_sets.capacity()) * size_of::<u32>()
+            + self.data.buf.capacity()
+    }
+
     /// Output stack key of a source `(stack node, label set)`.
     pub(crate) fn key(&self, stack: u32, labels: u32) -> Result<(u32, u32), BlockError> {
         match (

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kiln_engine::{BlockRanges, Head, IngestLimits, Label, LabelSet, encode_block};
-use kiln_pprof::{DecodeLimits, Profile, decode};
+use kiln_pprof::{DecodeLimits, FunctionSpec, Profile, ProfileBuilder, decode, encode_gzip};
 
 pub const HOUR: i64 = 3_600_000;
 
@@ -135,4 +135,32 @@ pub fn write_hour_blocks(
         paths.push(path);
     }
     (paths, total)
+}
+
+/// A CPU profile with `stacks` distinct stacks (four frames each, sharing
+/// callers as a real program's do), built with the pprof builder: one
+/// series of it over many hours is far larger than the Go profiles'.
+pub fn wide_profile(stacks: usize) -> Profile {
+    let mut b = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
+    b.period("cpu", "nanoseconds", 10_000_000);
+    b.time(0, 10_000_000_000);
+    let frame = |b: &mut ProfileBuilder, name: String| {
+        let function = b.function(&FunctionSpec {
+            name: name.clone(),
+            system_name: name,
+            filename: "wide.rs".into(),
+            start_line: 1,
+        });
+        b.location(0, 0, &[(function, 1)])
+    };
+    for i in 0..stacks {
+        let leaf = frame(&mut b, format!("leaf_{i}"));
+        let caller = frame(&mut b, format!("worker_{}", i % 97));
+        let service = frame(&mut b, format!("service_{}", i % 13));
+        let main = frame(&mut b, "main".into());
+        let count = 1 + (i % 7) as i64;
+        b.sample(&[leaf, caller, service, main], &[count * 10_000_000], &[]);
+    }
+    let bytes = encode_gzip(&b.finish());
+    decode(&bytes, &DecodeLimits::default()).expect("the built profile decodes")
 }

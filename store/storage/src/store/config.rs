@@ -72,10 +72,10 @@ pub struct StoreConfig {
     /// size (`Block::approx_decoded_bytes`). A single block larger than the
     /// budget is still kept while it is the only entry.
     pub block_cache_bytes: u64,
-    /// Memory one compaction may use, estimated from its sources' sizes
-    /// (`planner::COMPACTION_FIXED_BYTES` plus
-    /// `planner::COMPACTION_BYTES_PER_SOURCE_BYTE` per byte); larger groups are
-    /// trimmed to fit, so compaction memory does not grow with the data.
+    /// Memory one compaction may use: the merge takes a group's blocks,
+    /// smallest first, while its projected peak fits
+    /// (`kiln_engine::compact_streaming_within`), so compaction memory does
+    /// not grow with the data.
     pub compaction_memory_bytes: u64,
     /// Limits applied while decoding pprof.
     pub decode_limits: DecodeLimits,

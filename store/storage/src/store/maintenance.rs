@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use kiln_engine::model::BlockMeta;
-use kiln_engine::{BlockCompression, BlockError, CompactionError};
+use kiln_engine::{BlockCompression, BlockError, CompactionError, MergeOutput};
 
 use super::config::millis;
 use super::spill::{BucketRanges, SpillFile};
@@ -15,7 +15,7 @@ use super::{Store, lock, read, write};
 use crate::bucket::IncompleteUpload;
 use crate::error::StorageError;
 use crate::planner::{
-    CompactionGroup, fit_group_to_budget, plan_compaction, plan_retention, read_window_bytes,
+    CompactionGroup, order_smallest_first, plan_compaction, plan_retention, read_window_bytes,
     unexplained_gaps,
 };
 
@@ -217,9 +217,7 @@ impl Store {
             let groups: Vec<CompactionGroup> =
                 plan_compaction(&own, now_ms, millis(shared.config.compaction_settle))
                     .into_iter()
-                    .filter_map(|group| {
-                        fit_group_to_budget(group, &own, shared.config.compaction_memory_bytes)
-                    })
+                    .map(|group| order_smallest_first(group, &own))
                     .collect();
             if groups.is_empty() {
                 break;
@@ -291,16 +289,26 @@ impl Store {
             let id = ulid::Ulid::new().to_string();
             let mut spill = SpillFile::create(&shared.config.data_dir, &id)?;
             let window = read_window_bytes(shared.config.compaction_memory_bytes, metas.len());
-            let merged = kiln_engine::compact_streaming(
+            let merged = kiln_engine::compact_streaming_within(
                 sources,
-                &id,
-                &replica,
-                window,
-                compression,
+                &MergeOutput {
+                    id: &id,
+                    replica: &replica,
+                    read_window: window,
+                    compression,
+                },
+                shared.config.compaction_memory_bytes,
                 &mut spill.file,
             );
-            let mut meta = match merged {
-                Ok(meta) => meta,
+            let (mut meta, sources_merged) = match merged {
+                Ok(Some(merge)) => (merge.meta, merge.sources_merged),
+                Ok(None) => {
+                    tracing::debug!(
+                        blocks = ids.len(),
+                        "no two blocks of the group fit the compaction budget; left as they are"
+                    );
+                    return Ok(None);
+                }
                 Err(CompactionError::Source { index, source }) => {
                     let source_id = &metas[index].id;
                     if matches!(source, BlockError::Io { .. }) {
@@ -316,7 +324,10 @@ impl Store {
                     return Err(StorageError::Block { id, source });
                 }
             };
-            // Readers hide blocks named as sources; make sure they are named.
+            // Readers hide blocks named as sources; make sure they are
+            // named, and only those merged: the rest stay for a later pass.
+            let mut ids = ids;
+            ids.truncate(sources_merged);
             meta.sources = ids;
             Ok(Some((meta, spill)))
         })
