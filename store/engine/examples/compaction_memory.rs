@@ -24,8 +24,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kiln_engine::{
-    Block, BlockCompression, BlockRanges, Head, IngestLimits, Label, LabelSet, MergeOutput,
-    compact_blocks, compact_streaming_within, encode_block,
+    Block, BlockCompression, BlockRanges, Head, IngestLimits, Label, LabelSet, MergeLimits,
+    MergeOutput, compact_blocks, compact_streaming_within, encode_block,
 };
 use kiln_pprof::{DecodeLimits, decode};
 
@@ -170,7 +170,10 @@ fn main() {
                 read_window: 64 << 10,
                 compression: BlockCompression::Working,
             },
-            budget,
+            MergeLimits {
+                memory_bytes: budget,
+                output_bytes: u64::MAX,
+            },
             &mut out,
         )
         .expect("compacts");

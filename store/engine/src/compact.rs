@@ -148,7 +148,7 @@ pub fn compact_streaming<R: BlockRanges>(
             read_window,
             compression,
         },
-        u64::MAX,
+        MergeLimits::NONE,
         out,
     )?;
     match merge {
@@ -173,6 +173,25 @@ pub struct MergeOutput<'a> {
     pub compression: BlockCompression,
 }
 
+/// What a streaming merge may take.
+#[derive(Debug, Clone, Copy)]
+pub struct MergeLimits {
+    /// Heap bytes the merge may hold at once (its projected peak).
+    pub memory_bytes: u64,
+    /// Bytes of sources one merge may take: the output is about their size
+    /// (0.87-1.02x measured), and a block larger than the store's block
+    /// cache is decoded whole by every cold query and never kept.
+    pub output_bytes: u64,
+}
+
+impl MergeLimits {
+    /// No limit: every source is merged.
+    pub const NONE: MergeLimits = MergeLimits {
+        memory_bytes: u64::MAX,
+        output_bytes: u64::MAX,
+    };
+}
+
 /// A streaming merge that took the first `sources_merged` of its sources.
 #[derive(Debug)]
 pub struct StreamedMerge {
@@ -193,7 +212,7 @@ pub struct StreamedMerge {
     pub decoded_symbol_bytes: u64,
 }
 
-/// Like [`compact_streaming`], within `memory_budget` heap bytes: sources
+/// Like [`compact_streaming`], within `limits`: sources
 /// are opened in the order given (smallest first merges the most) and their
 /// symbols translated into the output's table one by one; before each, the
 /// merge projects its peak from what it holds so far, counted, plus what
@@ -201,11 +220,13 @@ pub struct StreamedMerge {
 /// the series being written will take. A source whose projection does not
 /// fit ends the list: the sources before it are merged, and the caller
 /// merges the rest later. Symbols shared by sources are so charged once.
-/// `None` when not even two sources fit; nothing is written then.
+/// Sources also stop where their total size would pass
+/// `limits.output_bytes`. `None` when not even two sources fit; nothing is
+/// written then.
 pub fn compact_streaming_within<R: BlockRanges>(
     mut sources: Vec<R>,
     output: &MergeOutput<'_>,
-    memory_budget: u64,
+    limits: MergeLimits,
     out: &mut dyn BlockSink,
 ) -> Result<Option<StreamedMerge>, CompactionError> {
     let source_err = |index| move |source| CompactionError::Source { index, source };
@@ -213,6 +234,18 @@ pub fn compact_streaming_within<R: BlockRanges>(
     let mut headers = Vec::with_capacity(sources.len());
     for (index, ranges) in sources.iter_mut().enumerate() {
         headers.push(SourceHeader::read(ranges).map_err(source_err(index))?);
+    }
+    // How many sources the output size allows, known before any is opened.
+    let mut taken_bytes = 0u64;
+    let sized = headers
+        .iter()
+        .take_while(|h| {
+            taken_bytes = taken_bytes.saturating_add(h.meta.size_bytes);
+            taken_bytes <= limits.output_bytes
+        })
+        .count();
+    if sized < 2.min(headers.len()) {
+        return Ok(None);
     }
     let window = output.read_window as u64;
     let mut symbols = SymbolTable::new();
@@ -223,7 +256,7 @@ pub fn compact_streaming_within<R: BlockRanges>(
     let (mut symbol_section_bytes, mut decoded_symbol_bytes) = (0u64, 0u64);
     for (index, (ranges, header)) in sources.into_iter().zip(&headers).enumerate() {
         let next = projection.with(header, symbols.approx_bytes() as u64, window);
-        if next.peak > memory_budget {
+        if index >= sized || next.peak > limits.memory_bytes {
             if index < 2 {
                 return Ok(None);
             }

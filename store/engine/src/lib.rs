@@ -16,7 +16,7 @@ mod wire;
 pub use block::format::{BlockCompression, FORMAT_VERSION};
 pub use block::{Block, BlockPartial, BlockRanges, BlockSink, encode_block, encode_heads};
 pub use compact::{
-    CompactionError, MergeOutput, StreamedMerge, compact_blocks, compact_streaming,
+    CompactionError, MergeLimits, MergeOutput, StreamedMerge, compact_blocks, compact_streaming,
     compact_streaming_within,
 };
 pub use error::{BlockError, IngestError, QueryError};

@@ -14,8 +14,8 @@ use std::path::Path;
 
 use kiln_engine::{
     Block, BlockCompression, BlockError, CompactionError, CompiledSelector, MatchOp, Matcher,
-    MergeOutput, MergedProfile, Queryable, Selector, StreamedMerge, TimeRange, Timeline,
-    compact_blocks, compact_streaming, compact_streaming_within, compile_matchers,
+    MergeLimits, MergeOutput, MergedProfile, Queryable, Selector, StreamedMerge, TimeRange,
+    Timeline, compact_blocks, compact_streaming, compact_streaming_within, compile_matchers,
 };
 use support::streaming::{FileRanges, go_profiles, write_hour_blocks};
 
@@ -284,6 +284,7 @@ fn stacks_in(blocks: &[&Block], range: TimeRange) -> BTreeMap<String, Vec<(Vec<S
 fn budgeted(
     paths: &[std::path::PathBuf],
     budget: u64,
+    output_bytes: u64,
     out: &mut Cursor<Vec<u8>>,
 ) -> Option<StreamedMerge> {
     let sources: Vec<FileRanges> = paths.iter().map(|p| FileRanges::open(p)).collect();
@@ -293,7 +294,11 @@ fn budgeted(
         read_window: 64 << 10,
         compression: BlockCompression::Working,
     };
-    compact_streaming_within(sources, &output, budget, out).unwrap()
+    let limits = MergeLimits {
+        memory_bytes: budget,
+        output_bytes,
+    };
+    compact_streaming_within(sources, &output, limits, out).unwrap()
 }
 
 #[test]
@@ -304,8 +309,14 @@ fn a_merge_under_a_budget_takes_the_first_sources_that_fit_and_names_only_them()
     };
     let (paths, _) = write_hour_blocks(tmp.path(), &profiles, 12, 6, 60_000);
     // What the merge projects for the first three sources, and for all six.
-    let three = budgeted(&paths[..3], u64::MAX, &mut Cursor::new(Vec::new())).unwrap();
-    let six = budgeted(&paths, u64::MAX, &mut Cursor::new(Vec::new())).unwrap();
+    let three = budgeted(
+        &paths[..3],
+        u64::MAX,
+        u64::MAX,
+        &mut Cursor::new(Vec::new()),
+    )
+    .unwrap();
+    let six = budgeted(&paths, u64::MAX, u64::MAX, &mut Cursor::new(Vec::new())).unwrap();
     assert_eq!(six.sources_merged, 6);
     assert!(
         six.projected_peak > three.projected_peak,
@@ -316,7 +327,7 @@ fn a_merge_under_a_budget_takes_the_first_sources_that_fit_and_names_only_them()
     // Under the three-source projection the same first three fit (the
     // projections are the same), and not all six.
     let mut out = Cursor::new(Vec::new());
-    let merge = budgeted(&paths, three.projected_peak, &mut out).unwrap();
+    let merge = budgeted(&paths, three.projected_peak, u64::MAX, &mut out).unwrap();
     let taken = merge.sources_merged;
     assert!((3..6).contains(&taken), "merged {taken} of 6");
     assert!(merge.projected_peak <= three.projected_peak);
@@ -360,6 +371,37 @@ fn a_budget_too_small_for_two_sources_merges_nothing() {
     };
     let (paths, _) = write_hour_blocks(tmp.path(), &profiles, 4, 2, 60_000);
     let mut out = Cursor::new(Vec::new());
-    assert!(budgeted(&paths, kiln_engine::compact::MERGE_FIXED_BYTES, &mut out).is_none());
+    assert!(
+        budgeted(
+            &paths,
+            kiln_engine::compact::MERGE_FIXED_BYTES,
+            u64::MAX,
+            &mut out
+        )
+        .is_none()
+    );
     assert!(out.into_inner().is_empty(), "nothing was written");
+}
+
+#[test]
+fn a_merge_stops_before_its_sources_pass_the_output_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(profiles) = go_profiles(tmp.path()) else {
+        return;
+    };
+    let (paths, _) = write_hour_blocks(tmp.path(), &profiles, 4, 4, 60_000);
+    let sizes: Vec<u64> = paths
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .collect();
+    // Room for the first three sources, one byte short of the fourth.
+    let room = sizes[..4].iter().sum::<u64>() - 1;
+    let mut out = Cursor::new(Vec::new());
+    let merge = budgeted(&paths, u64::MAX, room, &mut out).unwrap();
+    assert_eq!(merge.sources_merged, 3);
+    assert_eq!(merge.meta.sources.len(), 3);
+    // Not even two: nothing is opened or written.
+    let mut out = Cursor::new(Vec::new());
+    assert!(budgeted(&paths, u64::MAX, sizes[0] + sizes[1] - 1, &mut out).is_none());
+    assert!(out.into_inner().is_empty());
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use kiln_engine::model::BlockMeta;
-use kiln_engine::{BlockCompression, BlockError, CompactionError, MergeOutput};
+use kiln_engine::{BlockCompression, BlockError, CompactionError, MergeLimits, MergeOutput};
 
 use super::config::millis;
 use super::spill::{BucketRanges, SpillFile};
@@ -297,7 +297,10 @@ impl Store {
                     read_window: window,
                     compression,
                 },
-                shared.config.compaction_memory_bytes,
+                MergeLimits {
+                    memory_bytes: shared.config.compaction_memory_bytes,
+                    output_bytes: shared.config.block_cache_bytes,
+                },
                 &mut spill.file,
             );
             let (mut meta, sources_merged) = match merged {
