@@ -15,6 +15,7 @@ use std::io::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use kiln_engine::model::BlockMeta;
 use kiln_engine::{BlockCompression, compact_streaming};
 use support::streaming::{FileRanges, go_profiles, wide_profile, write_hour_blocks};
 
@@ -68,6 +69,26 @@ static ALONE: Mutex<()> = Mutex::new(());
 const BUDGET_BYTES: usize = 10 << 20;
 const READ_WINDOW_BYTES: usize = 64 << 10;
 
+/// Merges the block files `paths` into `dir/merged` as the store does;
+/// returns the output's metadata and the heap peak above what was in use
+/// before.
+fn merge_measured(paths: &[std::path::PathBuf], dir: &std::path::Path) -> (BlockMeta, usize) {
+    let sources: Vec<FileRanges> = paths.iter().map(|p| FileRanges::open(p)).collect();
+    let mut out = std::fs::File::create(dir.join("merged")).unwrap();
+    let baseline = IN_USE.load(Ordering::Relaxed);
+    PEAK.store(baseline, Ordering::Relaxed);
+    let meta = compact_streaming(
+        sources,
+        "merged",
+        "test",
+        READ_WINDOW_BYTES,
+        BlockCompression::Working,
+        &mut out,
+    )
+    .unwrap();
+    (meta, PEAK.load(Ordering::Relaxed) - baseline)
+}
+
 #[test]
 fn streaming_compaction_of_sources_larger_than_the_budget_stays_under_it() {
     let _alone = ALONE
@@ -83,20 +104,7 @@ fn streaming_compaction_of_sources_larger_than_the_budget_stays_under_it() {
         .unwrap_or(1500);
     let (paths, source_bytes) = write_hour_blocks(tmp.path(), &profiles, pods, 6, 300_000);
     drop(profiles);
-    let sources: Vec<FileRanges> = paths.iter().map(|p| FileRanges::open(p)).collect();
-    let mut out = std::fs::File::create(tmp.path().join("merged")).unwrap();
-    let baseline = IN_USE.load(Ordering::Relaxed);
-    PEAK.store(baseline, Ordering::Relaxed);
-    let meta = compact_streaming(
-        sources,
-        "merged",
-        "test",
-        READ_WINDOW_BYTES,
-        BlockCompression::Working,
-        &mut out,
-    )
-    .unwrap();
-    let peak = PEAK.load(Ordering::Relaxed) - baseline;
+    let (meta, peak) = merge_measured(&paths, tmp.path());
     let _ = writeln!(
         std::io::stderr(),
         "{} sources of {pods} pods: {source_bytes} bytes; merged {} bytes, {} series; heap peak {peak} bytes",
@@ -128,20 +136,7 @@ fn a_day_merge_holds_an_hour_of_its_largest_series_not_the_day() {
     // about 90,000 points an hour, 2.2 million over the day.
     let profile = wide_profile(3000);
     let (paths, source_bytes) = write_hour_blocks(tmp.path(), &[profile], 1, 24, 120_000);
-    let sources: Vec<FileRanges> = paths.iter().map(|p| FileRanges::open(p)).collect();
-    let mut out = std::fs::File::create(tmp.path().join("merged")).unwrap();
-    let baseline = IN_USE.load(Ordering::Relaxed);
-    PEAK.store(baseline, Ordering::Relaxed);
-    let meta = compact_streaming(
-        sources,
-        "merged",
-        "test",
-        READ_WINDOW_BYTES,
-        BlockCompression::Working,
-        &mut out,
-    )
-    .unwrap();
-    let peak = PEAK.load(Ordering::Relaxed) - baseline;
+    let (meta, peak) = merge_measured(&paths, tmp.path());
     let whole = meta.samples * WHOLE_SERIES_BYTES_PER_POINT;
     let _ = writeln!(
         std::io::stderr(),
