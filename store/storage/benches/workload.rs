@@ -179,6 +179,56 @@ fn heap_in_use_bytes() -> u64 {
 
 /// One line of the memory trace: RSS now, peak since the last reset, and
 /// what the store accounts for (decoded-block cache, head).
+/// Every file under `dir`, recursively, with its size.
+fn files_with_sizes(dir: &Path, out: &mut Vec<(u64, PathBuf)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match entry.metadata() {
+            Ok(m) if m.is_dir() => files_with_sizes(&path, out),
+            Ok(m) => out.push((m.len(), path)),
+            Err(_) => {}
+        }
+    }
+}
+
+/// Where the bytes of the `count` largest blocks in the bucket go, section
+/// by section, stored and decompressed: what a cold query that reads a
+/// block whole has to fetch, and what of it is symbol tables.
+fn print_largest_blocks_sections(bucket_dir: &Path, count: usize) {
+    use std::io::Read as _;
+    let mut files = Vec::new();
+    files_with_sizes(bucket_dir, &mut files);
+    files.sort_by_key(|f| std::cmp::Reverse(f.0));
+    for (size, path) in files.into_iter().take(count) {
+        let mut header = vec![0u8; 4096];
+        let read = std::fs::File::open(&path).and_then(|mut f| f.read(&mut header));
+        let Ok(read) = read else { continue };
+        header.truncate(read);
+        let Ok(sections) = kiln_engine::block::format::section_sizes(&header) else {
+            continue; // not a block (the bucket holds leases and markers too)
+        };
+        let parts: Vec<String> = sections
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {:.1}/{:.1}",
+                    s.kind,
+                    s.stored as f64 / 1048576.0,
+                    s.raw as f64 / 1048576.0
+                )
+            })
+            .collect();
+        println!(
+            "block of {:.1} MiB, sections stored/raw MiB: {}",
+            size as f64 / 1048576.0,
+            parts.join(", ")
+        );
+    }
+}
+
 fn mem_trace(stage: &str, store: &Store) {
     let stats = store.stats();
     println!(
@@ -679,6 +729,7 @@ fn main() {
         println!("blocks: {} (levels {:?})", blocks.len(), levels);
         println!("block bytes: {:.2} MiB for {stored_samples} stored values = {:.2} bytes/value", block_bytes as f64 / 1048576.0, block_bytes as f64 / stored_samples.max(1) as f64);
         println!("fraction of gzipped pprof input: {:.2} %", 100.0 * block_bytes as f64 / input_bytes as f64);
+        print_largest_blocks_sections(&bucket_dir, 3);
 
         // One line per figure, `SUMMARY name value...`, for store/bench/scale.sh.
         let mut summary = vec![

@@ -315,6 +315,36 @@ pub(crate) fn parse_preamble(bytes: &[u8]) -> Result<u32, BlockError> {
     Ok(count)
 }
 
+/// One section's size, as a block's header records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SectionSize {
+    /// The section's name (`strings`, `stacks`, `data`, ...).
+    pub kind: &'static str,
+    /// Where the section starts, from the start of the block.
+    pub offset: u64,
+    /// Bytes stored, compressed or not.
+    pub stored: u64,
+    /// Bytes once decompressed.
+    pub raw: u64,
+}
+
+/// The sizes of a stored block's sections, read from its header alone
+/// (`header` needs only the preamble and the section table), in the order
+/// the table lists them. For benchmarks and diagnostics: which part of a
+/// block its bytes go to.
+pub fn section_sizes(header: &[u8]) -> Result<Vec<SectionSize>, BlockError> {
+    let count = parse_preamble(header)?;
+    Ok(parse_section_table(header, count)?
+        .into_iter()
+        .map(|entry| SectionSize {
+            kind: entry.kind.name(),
+            offset: entry.offset,
+            stored: entry.len,
+            raw: entry.raw_len,
+        })
+        .collect())
+}
+
 /// Parses the checksummed section table of a header of `count` sections;
 /// `bytes` needs only the first [`header_len`]`(count)` bytes. Sections of
 /// kinds this build does not know (a compatible writer's) are skipped.

@@ -157,7 +157,8 @@ fn data_section_comes_first_and_blocks_with_it_last_still_read_alike() {
     let new = Block::decode(&bytes).expect("new layout decodes");
     let old = Block::decode(&old_layout).expect("old layout decodes");
     assert_eq!(new.meta(), old.meta());
-    assert_eq!(new.data, old.data);
+    assert_eq!(new.data.loaded_bytes(), old.data.loaded_bytes());
+    assert!(new.data.loaded_bytes().is_some());
     assert_eq!(format!("{:?}", new.series), format!("{:?}", old.series));
     assert_eq!(
         format!("{:?}", new.symbols.nodes),
@@ -172,4 +173,30 @@ fn data_section_comes_first_and_blocks_with_it_last_still_read_alike() {
     };
     assert_eq!(totals(&new), totals(&old));
     assert!(!totals(&new).is_empty());
+}
+
+#[test]
+fn section_sizes_match_the_section_table_and_add_up_to_the_block() {
+    let bytes = block_bytes();
+    let sizes = section_sizes(&bytes).expect("sizes");
+    let table = entries(&bytes);
+    assert_eq!(sizes.len(), table.len());
+    for (size, &(kind, _, offset, len, raw_len, _)) in sizes.iter().zip(&table) {
+        let kind = SectionKind::from_u32(kind).expect("known kind");
+        assert_eq!(
+            (size.kind, size.offset, size.stored, size.raw),
+            (kind.name(), offset, len, raw_len)
+        );
+    }
+    let stored: u64 = sizes.iter().map(|s| s.stored).sum();
+    let header = header_len(table.len()) as u64;
+    assert_eq!(
+        stored + header,
+        bytes.len() as u64,
+        "sections and header are the block"
+    );
+    // A header whose table was damaged is refused, not misread.
+    let mut damaged = bytes.clone();
+    damaged[PREAMBLE_LEN + 3] ^= 0xff;
+    assert!(section_sizes(&damaged).is_err());
 }
