@@ -172,7 +172,7 @@ fn main() {
             },
             MergeLimits {
                 memory_bytes: budget,
-                output_bytes: u64::MAX,
+                output_held_bytes: u64::MAX,
             },
             &mut out,
         )

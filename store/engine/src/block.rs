@@ -7,6 +7,7 @@ pub mod format;
 mod memory;
 mod partial;
 mod query;
+mod ranged;
 mod rollup;
 pub(crate) mod source;
 mod tables;
@@ -17,6 +18,7 @@ use roaring::RoaringBitmap;
 
 pub use encode::{BlockSink, encode_block, encode_heads};
 pub use partial::BlockPartial;
+pub use ranged::{SharedBlockRanges, projected_ranged_hold};
 pub use source::BlockRanges;
 
 use crate::error::BlockError;
@@ -30,14 +32,16 @@ use format::{Container, SectionKind};
 pub(crate) const COLUMN_CHUNK_MS: i64 = 3_600_000;
 
 /// A decoded block. Symbols, series and the index are decoded eagerly;
-/// column, totals and rollup data stay compressed until a query needs them.
+/// column, totals and rollup data stay compressed until a query needs them,
+/// in memory ([`Block::decode`]) or in the stored block, read by range
+/// ([`Block::open_ranged`]).
 #[derive(Debug)]
 pub struct Block {
     meta: BlockMeta,
     pub(crate) symbols: SymbolTable,
     pub(crate) index: LabelIndex,
     pub(crate) series: Vec<BlockSeries>,
-    pub(crate) data: Vec<u8>,
+    pub(crate) data: ranged::BlockData,
 }
 
 /// Where a blob lives in the data section.
@@ -87,11 +91,8 @@ impl Block {
             label_sets: &label_sets,
         })?;
         let data = container.section(SectionKind::Data)?.into_owned();
-        let series = decode_series(
-            &container.section(SectionKind::Series)?,
-            &symbols,
-            data.len(),
-        )?;
+        let data_len = data.len();
+        let series = decode_series(&container.section(SectionKind::Series)?, &symbols, data_len)?;
         let index = decode_postings(
             &container.section(SectionKind::Postings)?,
             &symbols,
@@ -102,8 +103,13 @@ impl Block {
             symbols,
             index,
             series,
-            data,
+            data: ranged::BlockData::Loaded(data),
         })
+    }
+
+    /// Whether the data section is read by range rather than held.
+    pub fn reads_data_by_range(&self) -> bool {
+        matches!(self.data, ranged::BlockData::Ranged(_))
     }
 
     /// The block's metadata (as also written to `meta.json`).
@@ -127,11 +133,7 @@ impl Block {
     }
 
     pub(crate) fn blob(&self, blob: BlobRef) -> Result<std::borrow::Cow<'_, [u8]>, BlockError> {
-        let bytes = self
-            .data
-            .get(blob.offset..blob.offset.saturating_add(blob.len))
-            .ok_or(BlockError::Truncated { what: "data blob" })?;
-        format::read_blob(bytes)
+        self.data.blob(blob)
     }
 }
 

@@ -178,17 +178,20 @@ pub struct MergeOutput<'a> {
 pub struct MergeLimits {
     /// Heap bytes the merge may hold at once (its projected peak).
     pub memory_bytes: u64,
-    /// Bytes of sources one merge may take: the output is about their size
-    /// (0.87-1.02x measured), and a block larger than the store's block
-    /// cache is decoded whole by every cold query and never kept.
-    pub output_bytes: u64,
+    /// Heap one query may hold of the output once it is opened by range
+    /// ([`crate::Block::open_ranged`]: its tables, directory and index, not
+    /// its data): the sources are taken while the sum of theirs, projected
+    /// from their section tables, fits. Symbols and series the sources
+    /// share count once per source, so the output holds less. A store sets
+    /// its block cache here, so a merged block always fits in the cache.
+    pub output_held_bytes: u64,
 }
 
 impl MergeLimits {
     /// No limit: every source is merged.
     pub const NONE: MergeLimits = MergeLimits {
         memory_bytes: u64::MAX,
-        output_bytes: u64::MAX,
+        output_held_bytes: u64::MAX,
     };
 }
 
@@ -220,8 +223,8 @@ pub struct StreamedMerge {
 /// the series being written will take. A source whose projection does not
 /// fit ends the list: the sources before it are merged, and the caller
 /// merges the rest later. Symbols shared by sources are so charged once.
-/// Sources also stop where their total size would pass
-/// `limits.output_bytes`. `None` when not even two sources fit; nothing is
+/// Sources also stop where what they would hold opened by range would pass
+/// `limits.output_held_bytes`. `None` when not even two sources fit; nothing is
 /// written then.
 pub fn compact_streaming_within<R: BlockRanges>(
     mut sources: Vec<R>,
@@ -240,8 +243,8 @@ pub fn compact_streaming_within<R: BlockRanges>(
     let sized = headers
         .iter()
         .take_while(|h| {
-            taken_bytes = taken_bytes.saturating_add(h.meta.size_bytes);
-            taken_bytes <= limits.output_bytes
+            taken_bytes = taken_bytes.saturating_add(h.projected_ranged_hold());
+            taken_bytes <= limits.output_held_bytes
         })
         .count();
     if sized < 2.min(headers.len()) {

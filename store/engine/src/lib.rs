@@ -14,7 +14,10 @@ pub mod symbols;
 mod wire;
 
 pub use block::format::{BlockCompression, FORMAT_VERSION};
-pub use block::{Block, BlockPartial, BlockRanges, BlockSink, encode_block, encode_heads};
+pub use block::{
+    Block, BlockPartial, BlockRanges, BlockSink, SharedBlockRanges, encode_block, encode_heads,
+    projected_ranged_hold,
+};
 pub use compact::{
     CompactionError, MergeLimits, MergeOutput, StreamedMerge, compact_blocks, compact_streaming,
     compact_streaming_within,

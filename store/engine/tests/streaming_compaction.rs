@@ -12,66 +12,14 @@ use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::Path;
 
+use kiln_engine::block::format::section_sizes;
 use kiln_engine::{
-    Block, BlockCompression, BlockError, CompactionError, CompiledSelector, MatchOp, Matcher,
-    MergeLimits, MergeOutput, MergedProfile, Queryable, Selector, StreamedMerge, TimeRange,
-    Timeline, compact_blocks, compact_streaming, compact_streaming_within, compile_matchers,
+    Block, BlockCompression, BlockError, CompactionError, CompiledSelector, MergeLimits,
+    MergeOutput, MergedProfile, Queryable, Selector, StreamedMerge, TimeRange, compact_blocks,
+    compact_streaming, compact_streaming_within, projected_ranged_hold,
 };
+use support::content::{Content, content, everything};
 use support::streaming::{FileRanges, go_profiles, write_hour_blocks};
-
-fn everything() -> TimeRange {
-    TimeRange {
-        start_ms: i64::MIN / 4,
-        end_ms: i64::MAX / 4,
-    }
-}
-
-/// Per (profile type, series): totals per 10 s step and stacks with values.
-type Content = BTreeMap<(String, String), (Vec<i64>, Vec<(Vec<String>, i64)>)>;
-
-fn content(block: &Block) -> Content {
-    let meta = block.meta();
-    let range = TimeRange {
-        start_ms: meta.min_time_ms,
-        end_ms: meta.max_time_ms + 1,
-    };
-    let mut out = Content::new();
-    for profile_type in block.profile_types(everything()) {
-        for labels in block.series(&[], everything()).unwrap() {
-            let matchers: Vec<Matcher> = labels
-                .iter()
-                .map(|l| Matcher {
-                    name: l.name.clone(),
-                    op: MatchOp::Equal,
-                    value: l.value.clone(),
-                })
-                .collect();
-            compile_matchers(&matchers).unwrap();
-            let selector = CompiledSelector::new(&Selector {
-                profile_type: profile_type.clone(),
-                matchers,
-            })
-            .unwrap();
-            let mut merged = MergedProfile::new();
-            block.merge_into(&selector, range, &mut merged).unwrap();
-            let mut timeline = Timeline::new(range, 10_000).unwrap();
-            block
-                .timeline_into(&selector, range, &mut timeline)
-                .unwrap();
-            let mut stacks = merged.stacks();
-            stacks.retain(|(_, v)| *v != 0);
-            stacks.sort();
-            if stacks.is_empty() && timeline.total() == 0 {
-                continue;
-            }
-            out.insert(
-                (format!("{profile_type:?}"), format!("{labels:?}")),
-                (timeline.values, stacks),
-            );
-        }
-    }
-    out
-}
 
 fn streamed(
     paths: &[std::path::PathBuf],
@@ -284,7 +232,7 @@ fn stacks_in(blocks: &[&Block], range: TimeRange) -> BTreeMap<String, Vec<(Vec<S
 fn budgeted(
     paths: &[std::path::PathBuf],
     budget: u64,
-    output_bytes: u64,
+    output_held_bytes: u64,
     out: &mut Cursor<Vec<u8>>,
 ) -> Option<StreamedMerge> {
     let sources: Vec<FileRanges> = paths.iter().map(|p| FileRanges::open(p)).collect();
@@ -296,7 +244,7 @@ fn budgeted(
     };
     let limits = MergeLimits {
         memory_bytes: budget,
-        output_bytes,
+        output_held_bytes,
     };
     compact_streaming_within(sources, &output, limits, out).unwrap()
 }
@@ -384,15 +332,16 @@ fn a_budget_too_small_for_two_sources_merges_nothing() {
 }
 
 #[test]
-fn a_merge_stops_before_its_sources_pass_the_output_size() {
+fn a_merge_stops_before_what_its_sources_hold_opened_by_range_passes_the_limit() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(profiles) = go_profiles(tmp.path()) else {
         return;
     };
     let (paths, _) = write_hour_blocks(tmp.path(), &profiles, 4, 4, 60_000);
+    // What each source holds opened by range, projected from its sections.
     let sizes: Vec<u64> = paths
         .iter()
-        .map(|p| std::fs::metadata(p).unwrap().len())
+        .map(|p| projected_ranged_hold(&section_sizes(&std::fs::read(p).unwrap()).unwrap()))
         .collect();
     // Room for the first three sources, one byte short of the fourth.
     let room = sizes[..4].iter().sum::<u64>() - 1;

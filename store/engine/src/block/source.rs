@@ -29,7 +29,7 @@ pub trait BlockRanges {
 }
 
 /// Appends `len` bytes at `offset` to `buf`, refusing a short read.
-fn read_into<R: BlockRanges>(
+pub(crate) fn read_into<R: BlockRanges + ?Sized>(
     ranges: &mut R,
     offset: u64,
     len: usize,
@@ -92,7 +92,7 @@ impl SourceHeader {
         Ok(Self { meta, entries })
     }
 
-    fn entry(&self, kind: SectionKind) -> Result<SectionEntry, BlockError> {
+    pub(crate) fn entry(&self, kind: SectionKind) -> Result<SectionEntry, BlockError> {
         entry(&self.entries, kind)
     }
 
@@ -106,8 +106,14 @@ impl SourceHeader {
             .fold(0, u64::saturating_add)
     }
 
+    /// What the block holds once opened by range, projected from its
+    /// section table ([`super::ranged::projected_hold`]).
+    pub(crate) fn projected_ranged_hold(&self) -> u64 {
+        super::ranged::projected_hold(self.decompressed_bytes(&super::ranged::TABLE_SECTIONS))
+    }
+
     /// One whole section, checked and decompressed.
-    fn section<R: BlockRanges>(
+    pub(crate) fn section<R: BlockRanges>(
         &self,
         ranges: &mut R,
         kind: SectionKind,

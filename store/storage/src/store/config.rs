@@ -70,9 +70,11 @@ pub struct StoreConfig {
     pub retention_interval: Duration,
     /// Budget for decoded blocks kept in memory, counted by their decoded
     /// size (`Block::approx_decoded_bytes`). A single block larger than the
-    /// budget is still kept while it is the only entry. Compaction stops
-    /// merging sources before their total passes it, so that a cold query
-    /// never decodes a block the cache could not hold.
+    /// budget is still kept while it is the only entry. Blocks larger than
+    /// an eighth of it are opened by range: their tables, series directory
+    /// and index are held, and queries read the blobs they need from the
+    /// bucket. Compaction stops merging sources before what the merged
+    /// block would hold opened that way passes the budget.
     pub block_cache_bytes: u64,
     /// Memory one compaction may use: the merge takes a group's blocks,
     /// smallest first, while its projected peak fits

@@ -299,7 +299,7 @@ impl Store {
                 },
                 MergeLimits {
                     memory_bytes: shared.config.compaction_memory_bytes,
-                    output_bytes: shared.config.block_cache_bytes,
+                    output_held_bytes: shared.config.block_cache_bytes,
                 },
                 &mut spill.file,
             );

@@ -9,15 +9,41 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use kiln_engine::model::{BlockMeta, LabelSet, Matcher, ProfileType, Selector, TimeRange};
 use kiln_engine::{
-    Block, CompiledMatcher, CompiledSelector, MergedProfile, QueryError, Queryable, Timeline,
-    compile_matchers,
+    Block, BlockError, CompiledMatcher, CompiledSelector, MergedProfile, QueryError, Queryable,
+    Timeline, compile_matchers,
 };
 
 use super::cache::{Evicted, SpanKey, partial_key};
 use super::incomplete::{self, Incomplete};
+use super::spill::BucketRanges;
 use super::{Shared, Store, lock, read};
 use crate::bucket::CorruptBlock;
 use crate::error::StorageError;
+
+/// Bytes read from a block opened by range at a time: one request each
+/// from an object store, and what such a block holds beyond its tables.
+const RANGED_READ_WINDOW: usize = 1 << 20;
+
+/// Blocks larger than this are opened by range rather than fetched and held
+/// whole: an eighth of the block cache. A whole block costs the cache its
+/// size; one opened by range, its tables and directory, and a request per
+/// window read from an object store. Smaller blocks are one request.
+pub(super) fn ranged_read_threshold(block_cache_bytes: u64) -> u64 {
+    block_cache_bytes / 8
+}
+
+/// A read of a block opened by range that failed for its IO, not its bytes:
+/// gone (a compaction or retention deleted it after the view was taken) or
+/// unreadable for now. `None` for damage.
+fn read_failure(error: &BlockError) -> Option<Unavailable> {
+    match error {
+        BlockError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            Some(Unavailable::Gone)
+        }
+        BlockError::Io { source, .. } => Some(Unavailable::Skipped(source.to_string())),
+        _ => None,
+    }
+}
 
 fn overlaps(meta: &BlockMeta, range: &TimeRange) -> bool {
     meta.min_time_ms < range.end_ms && meta.max_time_ms >= range.start_ms
@@ -51,7 +77,9 @@ impl Shared {
         Ok(block)
     }
 
-    /// Fetches and decodes a block from the bucket.
+    /// Fetches and decodes a block from the bucket: whole when it is small
+    /// (one request), else opened by range, holding its tables and reading
+    /// the blobs queries ask for ([`ranged_read_threshold`]).
     fn fetch_block(
         &self,
         runtime: &tokio::runtime::Handle,
@@ -59,6 +87,9 @@ impl Shared {
     ) -> Result<Arc<Block>, Unavailable> {
         if let Some(error) = lock(&self.corrupt).get(&meta.id) {
             return Err(Unavailable::Skipped(error.clone()));
+        }
+        if meta.size_bytes > ranged_read_threshold(self.config.block_cache_bytes) {
+            return self.open_block_ranged(runtime, meta);
         }
         let bytes = match runtime.block_on(self.bucket.get_block_data(meta)) {
             Ok(bytes) => bytes,
@@ -78,6 +109,34 @@ impl Shared {
                 self.mark_corrupt(&meta.id, err.to_string());
                 Err(Unavailable::Skipped(err.to_string()))
             }
+        }
+    }
+
+    fn open_block_ranged(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        meta: &BlockMeta,
+    ) -> Result<Arc<Block>, Unavailable> {
+        let ranges = match BucketRanges::open(&self.bucket, meta, runtime) {
+            Ok(ranges) => ranges,
+            Err(StorageError::Bucket {
+                source: object_store::Error::NotFound { .. },
+                ..
+            }) => return Err(Unavailable::Gone),
+            Err(err) => {
+                tracing::warn!(block = %meta.id, error = %err, "skipping unreadable block");
+                return Err(Unavailable::Skipped(err.to_string()));
+            }
+        };
+        match Block::open_ranged(ranges, RANGED_READ_WINDOW) {
+            Ok(block) => Ok(Arc::new(block)),
+            Err(err) => match read_failure(&err) {
+                Some(unavailable) => Err(unavailable),
+                None => {
+                    self.mark_corrupt(&meta.id, err.to_string());
+                    Err(Unavailable::Skipped(err.to_string()))
+                }
+            },
         }
     }
 
@@ -593,6 +652,20 @@ where
         };
         match visit(block.as_ref(), &mut acc) {
             Ok(()) => {}
+            Err(QueryError::CorruptBlock { source, .. }) if read_failure(&source).is_some() => {
+                // Read by range, the block's object went away under the
+                // query or could not be read: nothing about its bytes is
+                // known to be wrong, so it is dropped from the cache, not
+                // marked corrupt.
+                lock(&shared.cache).remove(&meta.id);
+                match read_failure(&source) {
+                    Some(Unavailable::Gone) => return Ok(None),
+                    _ => skipped.push(CorruptBlock {
+                        id: meta.id.clone(),
+                        error: source.to_string(),
+                    }),
+                }
+            }
             Err(QueryError::CorruptBlock { .. }) => {
                 let error = "corrupt data found while querying".to_owned();
                 shared.mark_corrupt(&meta.id, error.clone());

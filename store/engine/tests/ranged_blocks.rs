@@ -1,0 +1,206 @@
+//! A block opened by range (`Block::open_ranged`: tables, directory and
+//! index held, blobs read from the stored block as queries ask) answers
+//! exactly as the block decoded whole, holds less than its data section,
+//! reads little for a narrow query, and refuses a damaged data section at
+//! open.
+
+#![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use kiln_engine::block::format::section_sizes;
+use kiln_engine::{
+    Block, BlockCompression, BlockError, BlockRanges, CompiledSelector, MatchOp, Matcher,
+    MergedProfile, Queryable, Selector, TimeRange, compact_streaming, projected_ranged_hold,
+};
+use support::content::{content, everything};
+use support::streaming::{FileRanges, HOUR, go_profiles, write_hour_blocks};
+
+/// The read window: small, so that the test's blocks are many windows long.
+const WINDOW: usize = 4096;
+
+/// A block file that counts the bytes read from it.
+struct Counted {
+    file: FileRanges,
+    read: Arc<AtomicU64>,
+}
+
+impl BlockRanges for Counted {
+    fn size(&self) -> u64 {
+        self.file.size()
+    }
+
+    fn read_range(&mut self, offset: u64, len: usize, buf: &mut Vec<u8>) -> std::io::Result<()> {
+        self.read.fetch_add(len as u64, Ordering::Relaxed);
+        self.file.read_range(offset, len, buf)
+    }
+}
+
+/// One block of 12 pods over 3 hours of real Go profiles (merged from hour
+/// blocks, as compaction writes it), or `None` (said in the output; a
+/// failure in CI) when Go is missing.
+fn merged_block(dir: &Path) -> Option<std::path::PathBuf> {
+    let profiles = go_profiles(dir)?;
+    let (paths, _) = write_hour_blocks(dir, &profiles, 12, 3, 60_000);
+    let sources: Vec<FileRanges> = paths.iter().map(|p| FileRanges::open(p)).collect();
+    let mut out = std::io::Cursor::new(Vec::new());
+    compact_streaming(
+        sources,
+        "merged",
+        "test",
+        64 << 10,
+        BlockCompression::Working,
+        &mut out,
+    )
+    .unwrap();
+    let path = dir.join("merged.block");
+    std::fs::write(&path, out.into_inner()).unwrap();
+    Some(path)
+}
+
+fn one_pod(block: &Block) -> CompiledSelector {
+    let profile_type = block
+        .profile_types(everything())
+        .into_iter()
+        .next()
+        .unwrap();
+    let labels = block.series(&[], everything()).unwrap();
+    let pod = labels[0].iter().find(|l| l.name == "pod").unwrap();
+    CompiledSelector::new(&Selector {
+        profile_type,
+        matchers: vec![Matcher {
+            name: "pod".into(),
+            op: MatchOp::Equal,
+            value: pod.value.clone(),
+        }],
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_block_read_by_range_answers_as_the_block_decoded_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(path) = merged_block(tmp.path()) else {
+        return;
+    };
+    let whole = Block::decode(&std::fs::read(&path).unwrap()).unwrap();
+    let ranged = Block::open_ranged(FileRanges::open(&path), WINDOW).unwrap();
+    assert!(ranged.reads_data_by_range() && !whole.reads_data_by_range());
+    assert_eq!(ranged.meta(), whole.meta());
+    let answers = content(&whole);
+    assert!(answers.len() >= 12, "every pod's series: {}", answers.len());
+    assert_eq!(content(&ranged), answers);
+    // Ranges that cut hours and minutes read raw chunks and rollups alike.
+    let meta = whole.meta();
+    for (from, to) in [
+        (0, HOUR),
+        (HOUR / 2 + 7_000, 2 * HOUR + 90_000),
+        (0, 3 * HOUR),
+    ] {
+        let range = TimeRange {
+            start_ms: meta.min_time_ms + from,
+            end_ms: meta.min_time_ms + to,
+        };
+        let selector = one_pod(&whole);
+        let (mut a, mut b) = (MergedProfile::new(), MergedProfile::new());
+        whole.merge_into(&selector, range, &mut a).unwrap();
+        ranged.merge_into(&selector, range, &mut b).unwrap();
+        let (mut a, mut b) = (a.stacks(), b.stacks());
+        a.sort();
+        b.sort();
+        assert!(!a.is_empty());
+        assert_eq!(a, b, "range {from}..{to}");
+    }
+    // What it holds: its tables, not its data.
+    let sections = section_sizes(&std::fs::read(&path).unwrap()).unwrap();
+    let data = sections.iter().find(|s| s.kind == "data").unwrap();
+    assert!(
+        data.stored > 4 * WINDOW as u64,
+        "the data section ({} bytes) is larger than a few windows",
+        data.stored
+    );
+    let (held, decoded) = (ranged.approx_decoded_bytes(), whole.approx_decoded_bytes());
+    assert!(
+        held as u64 + data.stored <= decoded as u64 + WINDOW as u64,
+        "read by range it holds {held} bytes, decoded whole {decoded}"
+    );
+    // The cache and compaction charge a large block what this projects.
+    let projected = projected_ranged_hold(&sections);
+    assert!(
+        held as u64 <= projected + WINDOW as u64,
+        "held {held} bytes, projected {projected}"
+    );
+}
+
+#[test]
+fn a_narrow_query_reads_a_window_not_the_block() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(path) = merged_block(tmp.path()) else {
+        return;
+    };
+    let read = Arc::new(AtomicU64::new(0));
+    let file = FileRanges::open(&path);
+    let size = file.size();
+    let block = Block::open_ranged(
+        Counted {
+            file,
+            read: Arc::clone(&read),
+        },
+        WINDOW,
+    )
+    .unwrap();
+    // Opening reads the block once (the data section's CRC included).
+    let at_open = read.load(Ordering::Relaxed);
+    assert!(
+        at_open >= size && at_open <= size + 4096,
+        "{at_open} of {size}"
+    );
+    let meta = block.meta();
+    let range = TimeRange {
+        start_ms: meta.min_time_ms,
+        end_ms: meta.min_time_ms + HOUR,
+    };
+    let mut merged = MergedProfile::new();
+    block
+        .merge_into(&one_pod(&block), range, &mut merged)
+        .unwrap();
+    assert!(!merged.stacks().is_empty());
+    let by_query = read.load(Ordering::Relaxed) - at_open;
+    assert!(
+        by_query <= 2 * WINDOW as u64 && by_query < size / 4,
+        "one pod's hour read {by_query} bytes of a {size}-byte block"
+    );
+}
+
+#[test]
+fn a_damaged_data_section_is_refused_at_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(path) = merged_block(tmp.path()) else {
+        return;
+    };
+    let mut bytes = std::fs::read(&path).unwrap();
+    let data = section_sizes(&bytes)
+        .unwrap()
+        .into_iter()
+        .find(|s| s.kind == "data")
+        .unwrap();
+    let at = usize::try_from(data.offset + data.stored / 2).unwrap();
+    bytes[at] ^= 0x40;
+    let damaged = tmp.path().join("damaged.block");
+    std::fs::write(&damaged, &bytes).unwrap();
+    let opened = Block::open_ranged(FileRanges::open(&damaged), WINDOW);
+    assert!(
+        matches!(
+            opened,
+            Err(BlockError::ChecksumMismatch { section: "data" })
+        ),
+        "{opened:?}"
+    );
+    // A block cut short is refused too.
+    std::fs::write(&damaged, &bytes[..bytes.len() / 2]).unwrap();
+    assert!(Block::open_ranged(FileRanges::open(&damaged), WINDOW).is_err());
+}
