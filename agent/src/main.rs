@@ -15,7 +15,7 @@ use kiln_agent::cli_targets::StaticTargets;
 use kiln_agent::collector::{Collector, CollectorConfig, CollectorParts};
 use kiln_agent::cri_discovery::{AgentTargets, KubernetesConfig, KubernetesTargets, run_discovery};
 use kiln_agent::kallsyms::KernelSymbols;
-use kiln_agent::metrics::{AgentMetrics, serve_metrics};
+use kiln_agent::metrics::{AgentMetrics, spawn_metrics_thread};
 use kiln_agent::preflight;
 use kiln_agent::process_info::ProcessTable;
 use kiln_agent::python::{PythonUnwinder, PythonUnwinderConfig};
@@ -235,21 +235,21 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async move {
-        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-        if cli.metrics_addr != "off" {
-            let listener = tokio::net::TcpListener::bind(&cli.metrics_addr)
-                .await
-                .with_context(|| format!("binding /metrics to {}", cli.metrics_addr))?;
-            if let Ok(address) = listener.local_addr() {
-                tracing::info!(%address, "serving /metrics");
-            }
-            tokio::spawn(serve_metrics(
-                listener,
-                Arc::clone(&metrics),
-                shutdown_rx.clone(),
-            ));
+    let metrics_server = if cli.metrics_addr == "off" {
+        None
+    } else {
+        let listener = std::net::TcpListener::bind(&cli.metrics_addr)
+            .with_context(|| format!("binding /metrics to {}", cli.metrics_addr))?;
+        if let Ok(address) = listener.local_addr() {
+            tracing::info!(%address, "serving /metrics");
         }
+        Some(
+            spawn_metrics_thread(listener, Arc::clone(&metrics))
+                .context("starting the metrics thread")?,
+        )
+    };
+    let result = runtime.block_on(async move {
+        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
         if let Some(config) = kubernetes_config {
             tokio::spawn(run_discovery(
                 config,
@@ -273,7 +273,11 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
             tracing::warn!("gave up shipping the last profiles after 15 s");
         }
         Ok(())
-    })
+    });
+    if let Some(server) = metrics_server {
+        server.stop();
+    }
+    result
 }
 
 async fn wait_for_stop(duration: Option<Duration>) {

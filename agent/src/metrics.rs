@@ -11,7 +11,7 @@ pub mod http;
 
 pub use exposition::CONTENT_TYPE;
 use exposition::Family;
-pub use http::serve_metrics;
+pub use http::{MetricsThread, serve_metrics, spawn_metrics_thread};
 
 /// A monotonically increasing counter (or a gauge set from elsewhere).
 #[derive(Debug, Default)]

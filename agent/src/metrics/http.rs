@@ -9,6 +9,12 @@
 //!   within `header_read_timeout` and fit hyper's smallest read buffer
 //!   (8 KiB; larger heads get 431);
 //! - a whole connection, request and response, ends within `connection_timeout`.
+//!
+//! The agent serves it from a thread of its own ([`spawn_metrics_thread`]):
+//! a kubelet's liveness probe must reflect the collector's progress, which
+//! `/healthz` reports, not how busy the runtime that ships profiles and
+//! watches the CRI is. On a loaded node that runtime's turn can come late,
+//! and a probe answered late gets a healthy agent restarted.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,6 +85,49 @@ async fn health(State(metrics): State<Arc<AgentMetrics>>) -> Response {
         )
             .into_response(),
     }
+}
+
+/// The endpoint running on its own thread and runtime.
+#[derive(Debug)]
+pub struct MetricsThread {
+    stop: watch::Sender<bool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl MetricsThread {
+    /// Stops serving and waits for the thread to end.
+    pub fn stop(self) {
+        let _ = self.stop.send(true);
+        if self.thread.join().is_err() {
+            tracing::error!("the metrics thread panicked");
+        }
+    }
+}
+
+/// Serves `/metrics` and `/healthz` on `listener` with the default limits,
+/// from a new thread with a single-threaded runtime of its own, so no other
+/// task of the agent can delay an answer.
+pub fn spawn_metrics_thread(
+    listener: std::net::TcpListener,
+    metrics: Arc<AgentMetrics>,
+) -> std::io::Result<MetricsThread> {
+    listener.set_nonblocking(true)?;
+    // Built here, not on the thread, so that a failure is the caller's.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (stop, stopped) = watch::channel(false);
+    let thread = std::thread::Builder::new()
+        .name("kiln-metrics".to_owned())
+        .spawn(move || {
+            runtime.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(listener) => serve_metrics(listener, metrics, stopped).await,
+                    Err(error) => tracing::error!(%error, "serving /metrics failed"),
+                }
+            });
+        })?;
+    Ok(MetricsThread { stop, thread })
 }
 
 /// Serves `/metrics` and `/healthz` with the default limits until
@@ -219,6 +268,40 @@ mod tests {
         )
         .await;
         assert_eq!(status, 405);
+    }
+
+    /// The old agent served the endpoint on the runtime that ships and
+    /// discovers: a task holding that runtime's thread held every probe.
+    #[test]
+    fn healthz_answers_while_the_agent_runtime_is_held() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let address = listener.local_addr().expect("address");
+        let server =
+            spawn_metrics_thread(listener, Arc::new(AgentMetrics::default())).expect("spawn");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        // This runtime's one thread is held by blocking IO for the whole
+        // exchange, as a stuck task would hold it.
+        let response = runtime.block_on(async {
+            let mut stream = std::net::TcpStream::connect(address).expect("connect");
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                .expect("send");
+            let mut response = String::new();
+            let _ = stream.read_to_string(&mut response);
+            response
+        });
+        assert!(
+            response.starts_with("HTTP/1.1 200") && response.ends_with("\r\n\r\nok\n"),
+            "{response:?}"
+        );
+        server.stop();
     }
 
     #[tokio::test]
