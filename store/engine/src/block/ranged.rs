@@ -18,7 +18,7 @@ use std::sync::Mutex;
 
 use super::format::{SectionKind, read_blob};
 use super::source::{SourceHeader, read_into};
-use super::{BlobRef, Block, decode_postings, decode_series, tables};
+use super::{BlobRef, Block, decode_postings, decode_series};
 use crate::error::BlockError;
 
 /// Heap bytes a block opened by range holds, at most, per decompressed
@@ -186,22 +186,7 @@ impl Block {
     ) -> Result<Block, BlockError> {
         let window = window.max(MIN_WINDOW);
         let header = SourceHeader::read(&mut ranges)?;
-        let symbols = {
-            let strings = header.section(&mut ranges, SectionKind::Strings)?;
-            let mappings = header.section(&mut ranges, SectionKind::Mappings)?;
-            let functions = header.section(&mut ranges, SectionKind::Functions)?;
-            let locations = header.section(&mut ranges, SectionKind::Locations)?;
-            let stacks = header.section(&mut ranges, SectionKind::Stacks)?;
-            let label_sets = header.section(&mut ranges, SectionKind::LabelSets)?;
-            tables::decode_tables(&tables::TableSections {
-                strings: &strings,
-                mappings: &mappings,
-                functions: &functions,
-                locations: &locations,
-                stacks: &stacks,
-                label_sets: &label_sets,
-            })?
-        };
+        let symbols = header.decode_symbols(&mut ranges)?;
         let directory = header.section(&mut ranges, SectionKind::Series)?;
         let postings = header.section(&mut ranges, SectionKind::Postings)?;
         let entry = header.entry(SectionKind::Data)?;

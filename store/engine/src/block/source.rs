@@ -112,6 +112,27 @@ impl SourceHeader {
         super::ranged::projected_hold(self.decompressed_bytes(&super::ranged::TABLE_SECTIONS))
     }
 
+    /// The block's symbol tables, read by range and decoded.
+    pub(crate) fn decode_symbols<R: BlockRanges>(
+        &self,
+        ranges: &mut R,
+    ) -> Result<SymbolTable, BlockError> {
+        let strings = self.section(ranges, SectionKind::Strings)?;
+        let mappings = self.section(ranges, SectionKind::Mappings)?;
+        let functions = self.section(ranges, SectionKind::Functions)?;
+        let locations = self.section(ranges, SectionKind::Locations)?;
+        let stacks = self.section(ranges, SectionKind::Stacks)?;
+        let label_sets = self.section(ranges, SectionKind::LabelSets)?;
+        tables::decode_tables(&tables::TableSections {
+            strings: &strings,
+            mappings: &mappings,
+            functions: &functions,
+            locations: &locations,
+            stacks: &stacks,
+            label_sets: &label_sets,
+        })
+    }
+
     /// One whole section, checked and decompressed.
     pub(crate) fn section<R: BlockRanges>(
         &self,
@@ -206,22 +227,7 @@ pub(crate) fn open_source<R: BlockRanges>(
     output: &mut SymbolTable,
     window: usize,
 ) -> Result<(SeriesCursor, SourceData<R>, usize), BlockError> {
-    let symbols = {
-        let strings = header.section(&mut ranges, SectionKind::Strings)?;
-        let mappings = header.section(&mut ranges, SectionKind::Mappings)?;
-        let functions = header.section(&mut ranges, SectionKind::Functions)?;
-        let locations = header.section(&mut ranges, SectionKind::Locations)?;
-        let stacks = header.section(&mut ranges, SectionKind::Stacks)?;
-        let label_sets = header.section(&mut ranges, SectionKind::LabelSets)?;
-        tables::decode_tables(&tables::TableSections {
-            strings: &strings,
-            mappings: &mappings,
-            functions: &functions,
-            locations: &locations,
-            stacks: &stacks,
-            label_sets: &label_sets,
-        })?
-    };
+    let symbols = header.decode_symbols(&mut ranges)?;
     let data = header.entry(SectionKind::Data)?;
     let data_len = if data.is_raw() {
         data.len

@@ -32,6 +32,21 @@ pub(super) fn ranged_read_threshold(block_cache_bytes: u64) -> u64 {
     block_cache_bytes / 8
 }
 
+/// A block the bucket did not give: gone (deleted after the view was
+/// taken), or unreadable now, possibly transient (network), so skipped
+/// for this answer and tried again by the next query.
+fn unreadable(meta: &BlockMeta, err: StorageError) -> Unavailable {
+    if let StorageError::Bucket {
+        source: object_store::Error::NotFound { .. },
+        ..
+    } = err
+    {
+        return Unavailable::Gone;
+    }
+    tracing::warn!(block = %meta.id, error = %err, "skipping unreadable block");
+    Unavailable::Skipped(err.to_string())
+}
+
 /// A read of a block opened by range that failed for its IO, not its bytes:
 /// gone (a compaction or retention deleted it after the view was taken) or
 /// unreadable for now. `None` for damage.
@@ -91,18 +106,9 @@ impl Shared {
         if meta.size_bytes > ranged_read_threshold(self.config.block_cache_bytes) {
             return self.open_block_ranged(runtime, meta);
         }
-        let bytes = match runtime.block_on(self.bucket.get_block_data(meta)) {
-            Ok(bytes) => bytes,
-            Err(StorageError::Bucket {
-                source: object_store::Error::NotFound { .. },
-                ..
-            }) => return Err(Unavailable::Gone),
-            Err(err) => {
-                // Possibly transient (network): skip now, retry next query.
-                tracing::warn!(block = %meta.id, error = %err, "skipping unreadable block");
-                return Err(Unavailable::Skipped(err.to_string()));
-            }
-        };
+        let bytes = runtime
+            .block_on(self.bucket.get_block_data(meta))
+            .map_err(|err| unreadable(meta, err))?;
         match Block::decode(&bytes) {
             Ok(block) => Ok(Arc::new(block)),
             Err(err) => {
@@ -117,17 +123,8 @@ impl Shared {
         runtime: &tokio::runtime::Handle,
         meta: &BlockMeta,
     ) -> Result<Arc<Block>, Unavailable> {
-        let ranges = match BucketRanges::open(&self.bucket, meta, runtime) {
-            Ok(ranges) => ranges,
-            Err(StorageError::Bucket {
-                source: object_store::Error::NotFound { .. },
-                ..
-            }) => return Err(Unavailable::Gone),
-            Err(err) => {
-                tracing::warn!(block = %meta.id, error = %err, "skipping unreadable block");
-                return Err(Unavailable::Skipped(err.to_string()));
-            }
-        };
+        let ranges =
+            BucketRanges::open(&self.bucket, meta, runtime).map_err(|err| unreadable(meta, err))?;
         match Block::open_ranged(ranges, RANGED_READ_WINDOW) {
             Ok(block) => Ok(Arc::new(block)),
             Err(err) => match read_failure(&err) {
@@ -652,28 +649,31 @@ where
         };
         match visit(block.as_ref(), &mut acc) {
             Ok(()) => {}
-            Err(QueryError::CorruptBlock { source, .. }) if read_failure(&source).is_some() => {
+            Err(QueryError::CorruptBlock { source, .. }) => match read_failure(&source) {
                 // Read by range, the block's object went away under the
                 // query or could not be read: nothing about its bytes is
-                // known to be wrong, so it is dropped from the cache, not
-                // marked corrupt.
-                lock(&shared.cache).remove(&meta.id);
-                match read_failure(&source) {
-                    Some(Unavailable::Gone) => return Ok(None),
-                    _ => skipped.push(CorruptBlock {
-                        id: meta.id.clone(),
-                        error: source.to_string(),
-                    }),
+                // known to be wrong, so it leaves the cache, not marked
+                // corrupt.
+                Some(Unavailable::Gone) => {
+                    lock(&shared.cache).remove(&meta.id);
+                    return Ok(None);
                 }
-            }
-            Err(QueryError::CorruptBlock { .. }) => {
-                let error = "corrupt data found while querying".to_owned();
-                shared.mark_corrupt(&meta.id, error.clone());
-                skipped.push(CorruptBlock {
-                    id: meta.id.clone(),
-                    error,
-                });
-            }
+                Some(Unavailable::Skipped(error)) => {
+                    lock(&shared.cache).remove(&meta.id);
+                    skipped.push(CorruptBlock {
+                        id: meta.id.clone(),
+                        error,
+                    });
+                }
+                None => {
+                    let error = "corrupt data found while querying".to_owned();
+                    shared.mark_corrupt(&meta.id, error.clone());
+                    skipped.push(CorruptBlock {
+                        id: meta.id.clone(),
+                        error,
+                    });
+                }
+            },
             Err(source) => return Err(StorageError::Query { source }),
         }
     }
