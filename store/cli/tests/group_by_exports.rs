@@ -53,6 +53,11 @@ fn folded(text: &str) -> Vec<(Vec<String>, i64)> {
         .collect()
 }
 
+fn sorted(mut lines: Vec<(Vec<String>, i64)>) -> Vec<(Vec<String>, i64)> {
+    lines.sort();
+    lines
+}
+
 /// Sums folded values by their first (root) frame.
 fn by_root(lines: &[(Vec<String>, i64)]) -> BTreeMap<String, i64> {
     let mut sums = BTreeMap::new();
@@ -161,8 +166,9 @@ fn group_by_pod_exports_carry_each_pods_untrimmed_totals() {
         assert_eq!(response.status().as_u16(), 200);
     }
 
-    // Each pod's own untrimmed total, one query per pod.
+    // Each pod's own untrimmed stacks and total, one query per pod.
     let mut expected = BTreeMap::new();
+    let mut expected_stacks = BTreeMap::new();
     for (service, _) in &profiles {
         let path = work.path().join(format!("{service}.folded"));
         let selector = format!("{CPU}{{pod=\"{service}-1\"}}");
@@ -174,6 +180,7 @@ fn group_by_pod_exports_carry_each_pods_untrimmed_totals() {
         assert!(!lines.is_empty(), "{service} has samples");
         let total: i64 = lines.iter().map(|(_, v)| v).sum();
         expected.insert(format!("pod={service}-1"), total);
+        expected_stacks.insert(format!("pod={service}-1"), sorted(lines));
     }
     let grand_total: i64 = expected.values().sum();
 
@@ -203,8 +210,23 @@ fn group_by_pod_exports_carry_each_pods_untrimmed_totals() {
 
     let grouped = folded(&std::fs::read_to_string(&folded_path).expect("folded written"));
     assert_eq!(by_root(&grouped), expected, "folded: one root per pod");
-    assert!(
-        grouped.iter().all(|(frames, _)| frames.len() > 2),
+    // Under its pod root, every stack is the one the pod's own query
+    // returns: grouping adds a root and drops or merges nothing. (Depth
+    // alone says nothing: a Go profile taken on a busy machine holds the
+    // one-frame stack `runtime/pprof.lostProfileEvent` for dropped samples.)
+    let mut under_pods: BTreeMap<String, Vec<(Vec<String>, i64)>> = BTreeMap::new();
+    for (frames, value) in &grouped {
+        under_pods
+            .entry(frames[0].clone())
+            .or_default()
+            .push((frames[1..].to_vec(), *value));
+    }
+    let under_pods: BTreeMap<_, _> = under_pods
+        .into_iter()
+        .map(|(root, lines)| (root, sorted(lines)))
+        .collect();
+    assert_eq!(
+        under_pods, expected_stacks,
         "every stack keeps its frames under the pod"
     );
 
