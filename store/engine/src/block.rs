@@ -18,6 +18,7 @@ use roaring::RoaringBitmap;
 
 pub use encode::{BlockSink, encode_block, encode_heads};
 pub use partial::BlockPartial;
+pub(crate) use ranged::projected_hold;
 pub use ranged::{SharedBlockRanges, projected_ranged_hold};
 pub use source::BlockRanges;
 

@@ -28,11 +28,11 @@ use crate::wire::Reader;
 
 mod budget;
 
-use budget::PeakProjection;
 pub use budget::{
     MERGE_BYTES_PER_HOUR_VALUE, MERGE_BYTES_PER_OUTPUT_SERIES, MERGE_BYTES_PER_SOURCE_SERIES,
     MERGE_BYTES_PER_SYMBOL_SECTION_BYTE, MERGE_FIXED_BYTES,
 };
+use budget::{OutputHold, PeakProjection};
 
 fn corrupt(what: &'static str) -> BlockError {
     BlockError::Corrupt { what }
@@ -180,10 +180,11 @@ pub struct MergeLimits {
     pub memory_bytes: u64,
     /// Heap one query may hold of the output once it is opened by range
     /// ([`crate::Block::open_ranged`]: its tables, directory and index, not
-    /// its data): the sources are taken while the sum of theirs, projected
-    /// from their section tables, fits. Symbols and series the sources
-    /// share count once per source, so the output holds less. A store sets
-    /// its block cache here, so a merged block always fits in the cache.
+    /// its data): the sources are taken while the output's projection
+    /// fits, its symbols counted in the output's table as sources are
+    /// opened (shared ones once) and the sources' directories summed. A
+    /// store sets its block cache here, so a merged block always fits in
+    /// the cache.
     pub output_held_bytes: u64,
 }
 
@@ -207,6 +208,9 @@ pub struct StreamedMerge {
     pub held_after_open: u64,
     /// The largest projection the budget was checked against.
     pub projected_peak: u64,
+    /// What the output was projected to hold opened by range, checked
+    /// against `output_held_bytes`.
+    pub projected_output_hold: u64,
     /// Decompressed bytes of the merged sources' symbol sections, and the
     /// heap their decoded tables took (summed; each was held alone): what
     /// [`MERGE_BYTES_PER_SYMBOL_SECTION_BYTE`] is measured from.
@@ -223,9 +227,9 @@ pub struct StreamedMerge {
 /// the series being written will take. A source whose projection does not
 /// fit ends the list: the sources before it are merged, and the caller
 /// merges the rest later. Symbols shared by sources are so charged once.
-/// Sources also stop where what they would hold opened by range would pass
-/// `limits.output_held_bytes`. `None` when not even two sources fit; nothing is
-/// written then.
+/// Sources also stop where what the output would hold opened by range,
+/// projected the same way, would pass `limits.output_held_bytes`. `None`
+/// when not even two sources fit; nothing is written then.
 pub fn compact_streaming_within<R: BlockRanges>(
     mut sources: Vec<R>,
     output: &MergeOutput<'_>,
@@ -238,34 +242,27 @@ pub fn compact_streaming_within<R: BlockRanges>(
     for (index, ranges) in sources.iter_mut().enumerate() {
         headers.push(SourceHeader::read(ranges).map_err(source_err(index))?);
     }
-    // How many sources the output size allows, known before any is opened.
-    let mut taken_bytes = 0u64;
-    let sized = headers
-        .iter()
-        .take_while(|h| {
-            taken_bytes = taken_bytes.saturating_add(h.projected_ranged_hold());
-            taken_bytes <= limits.output_held_bytes
-        })
-        .count();
-    if sized < 2.min(headers.len()) {
-        return Ok(None);
-    }
     let window = output.read_window as u64;
     let mut symbols = SymbolTable::new();
     let mut cursors: Vec<SeriesCursor> = Vec::with_capacity(sources.len());
     let mut readers: Vec<SourceData<R>> = Vec::with_capacity(sources.len());
     let mut projection = PeakProjection::default();
-    let mut projected_peak = 0;
+    let mut output_hold = OutputHold::default();
+    let (mut projected_peak, mut projected_output_hold) = (0, 0);
     let (mut symbol_section_bytes, mut decoded_symbol_bytes) = (0u64, 0u64);
     for (index, (ranges, header)) in sources.into_iter().zip(&headers).enumerate() {
-        let next = projection.with(header, symbols.approx_bytes() as u64, window);
-        if index >= sized || next.peak > limits.memory_bytes {
+        let output_symbols = symbols.approx_bytes() as u64;
+        let next = projection.with(header, output_symbols, window);
+        let next_output = output_hold.with(header, output_symbols);
+        if next.peak > limits.memory_bytes || next_output.hold > limits.output_held_bytes {
             if index < 2 {
                 return Ok(None);
             }
             break;
         }
         projected_peak = projected_peak.max(next.peak);
+        projected_output_hold = next_output.hold;
+        output_hold.taken(next_output);
         let (cursor, reader, decoded) =
             open_source(ranges, header, &mut symbols, output.read_window)
                 .map_err(source_err(index))?;
@@ -359,6 +356,7 @@ pub fn compact_streaming_within<R: BlockRanges>(
         sources_merged: merged.len(),
         held_after_open,
         projected_peak,
+        projected_output_hold,
         symbol_section_bytes,
         decoded_symbol_bytes,
     }))

@@ -233,7 +233,7 @@ fn budgeted(
     paths: &[std::path::PathBuf],
     budget: u64,
     output_held_bytes: u64,
-    out: &mut Cursor<Vec<u8>>,
+    out: &mut dyn kiln_engine::BlockSink,
 ) -> Option<StreamedMerge> {
     let sources: Vec<FileRanges> = paths.iter().map(|p| FileRanges::open(p)).collect();
     let output = MergeOutput {
@@ -332,25 +332,50 @@ fn a_budget_too_small_for_two_sources_merges_nothing() {
 }
 
 #[test]
-fn a_merge_stops_before_what_its_sources_hold_opened_by_range_passes_the_limit() {
+fn a_merge_stops_before_what_its_output_holds_opened_by_range_passes_the_limit() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(profiles) = go_profiles(tmp.path()) else {
         return;
     };
     let (paths, _) = write_hour_blocks(tmp.path(), &profiles, 4, 4, 60_000);
-    // What each source holds opened by range, projected from its sections.
-    let sizes: Vec<u64> = paths
-        .iter()
-        .map(|p| projected_ranged_hold(&section_sizes(&std::fs::read(p).unwrap()).unwrap()))
-        .collect();
-    // Room for the first three sources, one byte short of the fourth.
-    let room = sizes[..4].iter().sum::<u64>() - 1;
-    let mut out = Cursor::new(Vec::new());
-    let merge = budgeted(&paths, u64::MAX, room, &mut out).unwrap();
+    // What the output of the first two, three and four sources projects.
+    let hold = |taken: usize| {
+        budgeted(
+            &paths[..taken],
+            u64::MAX,
+            u64::MAX,
+            &mut Cursor::new(Vec::new()),
+        )
+        .unwrap()
+        .projected_output_hold
+    };
+    let (two, three, four) = (hold(2), hold(3), hold(4));
+    assert!(two < three && three < four, "{two} {three} {four}");
+
+    // One byte short of the fourth source: the first three are merged.
+    let path = tmp.path().join("merged-three");
+    let mut out = std::fs::File::create(&path).unwrap();
+    let merge = budgeted(&paths, u64::MAX, four - 1, &mut out).unwrap();
     assert_eq!(merge.sources_merged, 3);
     assert_eq!(merge.meta.sources.len(), 3);
+    assert_eq!(merge.projected_output_hold, three);
+    drop(out);
+    // The projection holds for the block written: opened by range, the
+    // output holds no more than projected.
+    let opened = Block::open_ranged(FileRanges::open(&path), 64 << 10).unwrap();
+    let held = opened.approx_decoded_bytes() as u64;
+    assert!(held <= three, "the output holds {held}, projected {three}");
+
+    // The hour blocks share their symbols: the output is charged them once,
+    // so it projects less than the four sources opened by range each.
+    let each: u64 = paths
+        .iter()
+        .map(|p| projected_ranged_hold(&section_sizes(&std::fs::read(p).unwrap()).unwrap()))
+        .sum();
+    assert!(four < each, "output {four} against sources {each}");
+
     // Not even two: nothing is opened or written.
     let mut out = Cursor::new(Vec::new());
-    assert!(budgeted(&paths, u64::MAX, sizes[0] + sizes[1] - 1, &mut out).is_none());
+    assert!(budgeted(&paths, u64::MAX, two - 1, &mut out).is_none());
     assert!(out.into_inner().is_empty());
 }

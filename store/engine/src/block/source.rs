@@ -106,12 +106,6 @@ impl SourceHeader {
             .fold(0, u64::saturating_add)
     }
 
-    /// What the block holds once opened by range, projected from its
-    /// section table ([`super::ranged::projected_hold`]).
-    pub(crate) fn projected_ranged_hold(&self) -> u64 {
-        super::ranged::projected_hold(self.decompressed_bytes(&super::ranged::TABLE_SECTIONS))
-    }
-
     /// The block's symbol tables, read by range and decoded.
     pub(crate) fn decode_symbols<R: BlockRanges>(
         &self,
