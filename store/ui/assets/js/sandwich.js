@@ -33,16 +33,24 @@ function mergeInto(target, source) {
   }
 }
 
-// Largest total first, like the store's trees; drops the lookup maps and
-// counts the nodes.
-function finish(root) {
+// Largest total first, like the store's trees, equal totals by name;
+// drops the lookup maps and counts the nodes.
+//
+// NB: ties were broken by name index, which is the order the store's
+// answer happened to list names in: reloading a sandwich's link could
+// list two equal callers the other way round.
+function finish(root, names) {
+  const byName = (a, b) => {
+    const [x, y] = [String(names[a.name] ?? ''), String(names[b.name] ?? '')];
+    return x < y ? -1 : x > y ? 1 : 0;
+  };
   let count = 0;
   const pending = [root];
   while (pending.length) {
     const node = pending.pop();
     count += 1;
     delete node.index;
-    node.children.sort((a, b) => b.total - a.total || a.name - b.name);
+    node.children.sort((a, b) => b.total - a.total || byName(a, b));
     for (const child of node.children) pending.push(child);
   }
   return count;
@@ -85,8 +93,8 @@ export function sandwichGraphs(graph, functionName) {
       for (let i = children.length - 1; i >= 0; i -= 1) pending.push({ node: children[i], depth: depth + 1 });
     }
   }
-  const callerCount = finish(callersRoot);
-  const calleeCount = finish(calleesRoot);
+  const callerCount = finish(callersRoot, names);
+  const calleeCount = finish(calleesRoot, names);
   return {
     total: calleesRoot.total,
     callers: { names, root: callersRoot, node_count: callerCount },

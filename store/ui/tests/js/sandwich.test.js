@@ -53,3 +53,25 @@ test('a recursive function counts once and an absent one gives empty trees', () 
   assert.equal(callees.root.children[0].total, 8);
   assert.equal(sandwichGraphs(graph, 'nowhere').total, 0);
 });
+
+test('equal callers are listed by name, whatever order the answer lists names in', () => {
+  // The same tree twice, its names table in two orders.
+  const tree = (names) => {
+    const id = (name) => names.indexOf(name);
+    const leaf = { name: id('f'), total: 5, self: 5, children: [] };
+    return {
+      names,
+      root: {
+        name: id('total'), total: 10, self: 0,
+        children: [
+          { name: id('b.caller'), total: 5, self: 0, children: [{ ...leaf }] },
+          { name: id('a.caller'), total: 5, self: 0, children: [{ ...leaf }] },
+        ],
+      },
+    };
+  };
+  for (const names of [['total', 'f', 'a.caller', 'b.caller'], ['total', 'b.caller', 'f', 'a.caller']]) {
+    const { callers } = sandwichGraphs(tree(names), 'f');
+    assert.deepEqual(callers.root.children.map((c) => named(callers, c)), ['a.caller', 'b.caller']);
+  }
+});
