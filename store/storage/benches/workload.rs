@@ -17,8 +17,10 @@
 //! default: the cores; how many ingests decode or apply at once).
 #![allow(clippy::print_stdout)]
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -165,6 +167,67 @@ fn vm_hwm_kib() -> u64 {
 /// next reading is the peak of the stage that follows.
 fn reset_hwm() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
+    HEAP_PEAK.store(HEAP_LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+/// Counts the heap the bench's allocations hold and its peak since the
+/// last [`reset_hwm`], over the system allocator: a stage's heap peak next
+/// to its resident peak tells heap over a budget from memory the allocator
+/// kept after frees.
+struct CountingAllocator;
+
+static HEAP_LIVE: AtomicUsize = AtomicUsize::new(0);
+static HEAP_PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn heap_grew(bytes: usize) {
+    let live = HEAP_LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    HEAP_PEAK.fetch_max(live, Ordering::Relaxed);
+}
+
+// SAFETY: every call is forwarded to `System` unchanged; the counters
+// only observe sizes.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract for `alloc`, passed on.
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            heap_grew(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract for `alloc_zeroed`, passed on.
+        let ptr = unsafe { System.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            heap_grew(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract for `dealloc`, passed on.
+        unsafe { System.dealloc(ptr, layout) };
+        HEAP_LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's contract for `realloc`, passed on.
+        let moved = unsafe { System.realloc(ptr, layout, new_size) };
+        if !moved.is_null() {
+            HEAP_LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+            heap_grew(new_size);
+        }
+        moved
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// The heap peak since the last [`reset_hwm`], in bytes.
+fn heap_peak_bytes() -> u64 {
+    HEAP_PEAK.load(Ordering::Relaxed) as u64
 }
 
 /// Bytes the allocator has handed out and not had back (glibc
@@ -232,10 +295,11 @@ fn print_largest_blocks_sections(bucket_dir: &Path, count: usize) {
 fn mem_trace(stage: &str, store: &Store) {
     let stats = store.stats();
     println!(
-        "  mem [{stage}]: RSS {:.0} MiB, stage peak {:.0} MiB, heap in use {:.0} MiB | cache {:.0} MiB in {} blocks, head {:.0} MiB",
+        "  mem [{stage}]: RSS {:.0} MiB, stage peak {:.0} MiB, heap in use {:.0} MiB, stage heap peak {:.0} MiB | cache {:.0} MiB in {} blocks, head {:.0} MiB",
         status_kib("VmRSS") as f64 / 1024.0,
         vm_hwm_kib() as f64 / 1024.0,
         heap_in_use_bytes() as f64 / 1048576.0,
+        heap_peak_bytes() as f64 / 1048576.0,
         stats.cache_bytes as f64 / 1048576.0,
         stats.cache_blocks,
         stats.head_bytes as f64 / 1048576.0,
