@@ -77,20 +77,7 @@ impl Block {
         let container = Container::parse(bytes)?;
         let mut meta = decode_meta(&container.section(SectionKind::Meta)?)?;
         meta.size_bytes = bytes.len() as u64;
-        let strings = container.section(SectionKind::Strings)?;
-        let mappings = container.section(SectionKind::Mappings)?;
-        let functions = container.section(SectionKind::Functions)?;
-        let locations = container.section(SectionKind::Locations)?;
-        let stacks = container.section(SectionKind::Stacks)?;
-        let label_sets = container.section(SectionKind::LabelSets)?;
-        let symbols = tables::decode_tables(&tables::TableSections {
-            strings: &strings,
-            mappings: &mappings,
-            functions: &functions,
-            locations: &locations,
-            stacks: &stacks,
-            label_sets: &label_sets,
-        })?;
+        let symbols = tables::decode_symbol_sections(|kind| container.section(kind))?;
         let data = container.section(SectionKind::Data)?.into_owned();
         let data_len = data.len();
         let series = decode_series(&container.section(SectionKind::Series)?, &symbols, data_len)?;

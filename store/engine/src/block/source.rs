@@ -111,20 +111,7 @@ impl SourceHeader {
         &self,
         ranges: &mut R,
     ) -> Result<SymbolTable, BlockError> {
-        let strings = self.section(ranges, SectionKind::Strings)?;
-        let mappings = self.section(ranges, SectionKind::Mappings)?;
-        let functions = self.section(ranges, SectionKind::Functions)?;
-        let locations = self.section(ranges, SectionKind::Locations)?;
-        let stacks = self.section(ranges, SectionKind::Stacks)?;
-        let label_sets = self.section(ranges, SectionKind::LabelSets)?;
-        tables::decode_tables(&tables::TableSections {
-            strings: &strings,
-            mappings: &mappings,
-            functions: &functions,
-            locations: &locations,
-            stacks: &stacks,
-            label_sets: &label_sets,
-        })
+        tables::decode_symbol_sections(|kind| self.section(ranges, kind))
     }
 
     /// One whole section, checked and decompressed.

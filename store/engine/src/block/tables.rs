@@ -109,6 +109,28 @@ pub(crate) struct TableSections<'a> {
     pub(crate) label_sets: &'a [u8],
 }
 
+/// Reads a block's six symbol sections through `section` and decodes them:
+/// the one path for a block decoded whole and one opened by range.
+pub(crate) fn decode_symbol_sections<S: AsRef<[u8]>>(
+    mut section: impl FnMut(super::format::SectionKind) -> Result<S, BlockError>,
+) -> Result<SymbolTable, BlockError> {
+    use super::format::SectionKind;
+    let strings = section(SectionKind::Strings)?;
+    let mappings = section(SectionKind::Mappings)?;
+    let functions = section(SectionKind::Functions)?;
+    let locations = section(SectionKind::Locations)?;
+    let stacks = section(SectionKind::Stacks)?;
+    let label_sets = section(SectionKind::LabelSets)?;
+    decode_tables(&TableSections {
+        strings: strings.as_ref(),
+        mappings: mappings.as_ref(),
+        functions: functions.as_ref(),
+        locations: locations.as_ref(),
+        stacks: stacks.as_ref(),
+        label_sets: label_sets.as_ref(),
+    })
+}
+
 pub(crate) fn decode_tables(sections: &TableSections<'_>) -> Result<SymbolTable, BlockError> {
     let strings = decode_strings(sections.strings)?;
     let string_ok = |id: u32| (id as usize) < strings.len();
