@@ -1,7 +1,8 @@
 //! Turning untrusted bytes into a validated [`Profile`].
 
+mod gunzip;
+
 use std::borrow::Cow;
-use std::io::Read;
 
 use prost::Message;
 
@@ -10,6 +11,7 @@ use crate::flat::FlatProfile;
 use crate::prescan::TableCounts;
 use crate::profile::Profile;
 use crate::proto;
+use gunzip::inflated_size_hint;
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
@@ -68,41 +70,7 @@ pub fn maybe_gunzip(
     if !is_gzip(input) {
         return Ok(Cow::Borrowed(input));
     }
-    let mut decoder = flate2::read::MultiGzDecoder::new(input);
-    // One byte over the cap, so a bomb stops at the cap without regrowing.
-    let mut out =
-        Vec::with_capacity(inflated_size_hint(input).min(max_decompressed_bytes.saturating_add(1)));
-    // Read one byte past the limit so that "exactly at the limit" and "over it" differ.
-    let cap = u64::try_from(max_decompressed_bytes)
-        .unwrap_or(u64::MAX)
-        .saturating_add(1);
-    (&mut decoder)
-        .take(cap)
-        .read_to_end(&mut out)
-        .map_err(|source| PprofError::Gzip { source })?;
-    if out.len() > max_decompressed_bytes {
-        return Err(PprofError::DecompressedTooLarge {
-            limit: max_decompressed_bytes,
-        });
-    }
-    Ok(Cow::Owned(out))
-}
-
-/// How much to reserve for inflating `gzip`: the size its trailer records
-/// (ISIZE, exact for the usual single-member file). Callers cap it at the
-/// inflate limit; the trailer is untrusted, but a lie only costs address
-/// space (untouched capacity is not resident) up to that cap.
-///
-/// NB: pprof protobuf typically inflates 5 to 10 times, and hostile input
-/// a thousand times, so guessing from the input size made the buffer regrow
-/// (and copy) until the peak was three times the inflated size: 96 MiB for
-/// the audit's 32 MiB R2 reproduction.
-fn inflated_size_hint(gzip: &[u8]) -> usize {
-    gzip.len()
-        .checked_sub(4)
-        .and_then(|at| gzip.get(at..))
-        .and_then(|tail| <[u8; 4]>::try_from(tail).ok())
-        .map_or(0, |trailer| u32::from_le_bytes(trailer) as usize)
+    gunzip::gunzip(input, max_decompressed_bytes).map(Cow::Owned)
 }
 
 /// Decodes a pprof profile (gzipped or plain protobuf) and validates it.
