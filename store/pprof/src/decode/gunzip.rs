@@ -9,7 +9,9 @@
 //! corrupt or truncated stream, several members, an empty output, output
 //! over the limit) goes to the streaming decoder, whose errors and limit
 //! are the ones callers and tests have always seen. So libdeflate changes
-//! how fast a good upload inflates, never what is accepted or refused.
+//! how fast a good upload inflates, never what is accepted or refused. A
+//! hostile input costs at most two inflates up to the cap, one buffer at a
+//! time: the first is freed before the stream starts.
 
 use std::io::Read;
 
