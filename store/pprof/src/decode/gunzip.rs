@@ -191,4 +191,35 @@ mod tests {
         trailing.extend_from_slice(b"junk");
         assert_eq!(whole_member(&trailing, plain.len()), None);
     }
+
+    proptest::proptest! {
+        /// Whatever bytes are flipped, cut or appended, the two-decoder path
+        /// gives the stream's own verdict: the same output, or an error
+        /// where the stream errs.
+        #[test]
+        fn damaged_gzip_gets_the_streams_verdict(
+            flips in proptest::collection::vec((0usize..1 << 16, 1u8..), 0..4),
+            cut in 0usize..64,
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..12),
+            limit in 40_000usize..60_000,
+        ) {
+            let mut packed = gzip(&plain());
+            for (at, mask) in flips {
+                let at = at % packed.len();
+                packed[at] ^= mask;
+            }
+            packed.truncate(packed.len().saturating_sub(cut));
+            packed.extend_from_slice(&tail);
+            match (gunzip(&packed, limit), streaming(&packed, limit)) {
+                (Ok(fast), Ok(stream)) => proptest::prop_assert_eq!(fast, stream),
+                (Err(_), Err(_)) => {}
+                (fast, stream) => proptest::prop_assert!(
+                    false,
+                    "two-decoder path {:?} against the stream's {:?}",
+                    fast.map(|out| out.len()),
+                    stream.map(|out| out.len())
+                ),
+            }
+        }
+    }
 }
