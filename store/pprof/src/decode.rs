@@ -179,38 +179,7 @@ pub fn validate_message(
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-
     use super::*;
-
-    fn gzip(plain: &[u8]) -> Vec<u8> {
-        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(2));
-        encoder
-            .write_all(plain)
-            .expect("writing to a Vec cannot fail");
-        encoder.finish().expect("writing to a Vec cannot fail")
-    }
-
-    #[test]
-    fn size_hint_is_the_trailer_size() {
-        let plain: Vec<u8> = (0..5000u32).map(|i| (i * i % 251) as u8).collect();
-        let packed = gzip(&plain);
-        assert_eq!(inflated_size_hint(&packed), 5000);
-        let mut lying = packed.clone();
-        let at = lying.len() - 4;
-        lying[at..].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert_eq!(inflated_size_hint(&lying), u32::MAX as usize);
-        assert_eq!(inflated_size_hint(&[0x1f, 0x8b]), 0);
-        // A lying trailer is reported as a gzip error, never trusted.
-        assert!(matches!(
-            maybe_gunzip(&lying, 1 << 20),
-            Err(PprofError::Gzip { .. })
-        ));
-        assert_eq!(
-            maybe_gunzip(&packed, 1 << 20).expect("valid gzip").as_ref(),
-            plain.as_slice()
-        );
-    }
 
     /// A decoded profile handed back as a message, edited and checked
     /// again, encodes to bytes that decode to the same profile: what the

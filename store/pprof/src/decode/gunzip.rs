@@ -145,6 +145,27 @@ mod tests {
     }
 
     #[test]
+    fn size_hint_is_the_trailer_size() {
+        let plain: Vec<u8> = (0..5000u32).map(|i| (i * i % 251) as u8).collect();
+        let packed = gzip(&plain);
+        assert_eq!(inflated_size_hint(&packed), 5000);
+        let mut lying = packed.clone();
+        let at = lying.len() - 4;
+        lying[at..].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(inflated_size_hint(&lying), u32::MAX as usize);
+        assert_eq!(inflated_size_hint(&[0x1f, 0x8b]), 0);
+        // A lying trailer is reported as a gzip error, never trusted.
+        assert!(matches!(
+            gunzip(&lying, 1 << 20),
+            Err(PprofError::Gzip { .. })
+        ));
+        assert_eq!(
+            gunzip(&packed, 1 << 20).expect("valid gzip"),
+            plain.as_slice()
+        );
+    }
+
+    #[test]
     fn one_member_inflates_whole_and_matches_the_stream() {
         let plain = plain();
         let packed = gzip(&plain);
