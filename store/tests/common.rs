@@ -161,9 +161,26 @@ impl HttpResponse {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
+    /// The body as JSON. Flame graph trees nest one object per frame, and
+    /// real stacks run past serde_json's default depth of 128 (a peer agent
+    /// once sent over a thousand `[unknown]` frames), so the limit is lifted
+    /// and the parse gets a stack of its own, as the CLI's does.
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        let body = self.body.clone();
+        let parsed = std::thread::Builder::new()
+            .name("test-json".to_owned())
+            .stack_size(256 << 20)
+            .spawn(move || {
+                let mut deserializer = serde_json::Deserializer::from_slice(&body);
+                deserializer.disable_recursion_limit();
+                let value = serde::Deserialize::deserialize(&mut deserializer)
+                    .and_then(|value: serde_json::Value| deserializer.end().map(|()| value));
+                value.map_err(|e| e.to_string())
+            })
+            .expect("JSON decoder thread")
+            .join()
+            .expect("JSON decoder thread panicked");
+        parsed.unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
