@@ -9,6 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Seconds since the Unix epoch, as `/ingest`'s `from` and `until` take them.
+pub fn now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
 /// A running `kiln-store`; killed and cleaned up on drop.
 #[derive(Debug)]
 pub struct StoreProcess {

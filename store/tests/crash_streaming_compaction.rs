@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use common::{enc, get, http};
+use common::{enc, get, http, now_s};
 use kiln_pprof::{FunctionSpec, MappingSpec, ProfileBuilder, encode_gzip};
 
 const PODS: usize = 12;
@@ -61,12 +61,6 @@ fn profile(seed: usize, stacks: usize) -> (Vec<u8>, i64) {
         total += value;
     }
     (encode_gzip(&b.finish()), total)
-}
-
-fn now_s() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// A store on `data_dir`, ready; killed (SIGKILL) when dropped.

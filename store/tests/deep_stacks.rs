@@ -5,16 +5,9 @@
 
 mod common;
 
-use common::{StoreProcess, enc, get, http};
+use common::{StoreProcess, enc, get, http, now_s};
 
 const FRAMES: usize = 1_500;
-
-fn now_s() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs() as i64
-}
 
 #[test]
 fn a_stack_of_1500_frames_comes_back_whole_in_the_flame_graph() {

@@ -19,9 +19,9 @@ mod limited;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use common::{enc, http, in_ci};
+use common::{enc, http, in_ci, now_s};
 use kiln_api::push::v1::{PushRequest, RawProfileSeries, RawSample};
 use kiln_api::types::v1::LabelPair;
 use kiln_engine::model::{Label, LabelSet};
@@ -33,12 +33,6 @@ use prost::Message;
 const BUDGET: u64 = 192 << 20;
 /// Past this, the well-behaved client counts as starved by an attack.
 const STARVED: Duration = Duration::from_secs(5);
-
-pub(crate) fn now_s() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
 
 fn gzip(plain: &[u8]) -> Vec<u8> {
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());

@@ -17,9 +17,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use common::{enc, get, http, in_ci};
+use common::{enc, get, http, in_ci, now_s};
 use kiln_pprof::{FunctionSpec, MappingSpec, ProfileBuilder, encode_gzip};
 use limited::{Limited, LimitedCgroup, status_kib};
 
@@ -65,12 +65,6 @@ fn profile(seed: usize, stacks: usize) -> (Vec<u8>, i64) {
         total += value;
     }
     (encode_gzip(&b.finish()), total)
-}
-
-fn now_s() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// Blocks in the bucket (under `blocks/<replica>/`) as (id, compaction level).

@@ -4,19 +4,12 @@
 
 mod common;
 
-use common::{StoreProcess, http};
+use common::{StoreProcess, http, now_s};
 use kiln_api::parca::profilestore::v1alpha1::profile_store_service_client::ProfileStoreServiceClient;
 use kiln_api::parca::profilestore::v1alpha1::{
     Label, LabelSet, RawProfileSeries, RawSample, WriteRawRequest,
 };
 use kiln_pprof::{FunctionSpec, ProfileBuilder, encode_gzip};
-
-fn now_s() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs() as i64
-}
 
 fn folded_ingest(store: &StoreProcess, from_s: i64) -> (u16, String) {
     let target = format!(
