@@ -14,7 +14,11 @@
 //! (bytes; the store sized as kiln-store sizes it from --memory-budget),
 //! KILN_BENCH_FLUSH_S (the store's flush interval, 60 s: how often the
 //! simulated clock cuts the head), KILN_BENCH_INGEST_WORKERS (the store's
-//! default: the cores; how many ingests decode or apply at once).
+//! default: the cores; how many ingests decode or apply at once),
+//! KILN_BENCH_QUERY_DIR (keep the run's store in this directory; run again
+//! on a directory that holds a finished run, it only opens the store and
+//! runs the merges, cold from a fresh process: an A/B of two builds'
+//! queries on the same blocks).
 #![allow(clippy::print_stdout)]
 
 #[path = "workload/measure.rs"]
@@ -275,6 +279,157 @@ async fn timed_merge(store: &Store, selector: &Selector, range: TimeRange) -> Me
     }
 }
 
+/// Cold and warm merges over 1 h, 24 h and 7 d before `end_ms`, for one
+/// pod and for all pods, printed and added to `summary`; returns the peak
+/// RSS (KiB) seen meanwhile.
+async fn merge_latencies(store: &Store, end_ms: i64, summary: &mut Vec<String>) -> u64 {
+    let mut peak_kib = 0;
+    println!(
+        "\n== merge latency (cold = first query, blocks fetched + decoded; warm = median of 5)"
+    );
+    let one = Selector {
+        profile_type: cpu_type(),
+        matchers: vec![Matcher {
+            name: "pod".into(),
+            op: MatchOp::Equal,
+            value: pod_name(42),
+        }],
+    };
+    let all = Selector {
+        profile_type: cpu_type(),
+        matchers: vec![],
+    };
+    for (name, span) in [("1 h", HOUR_MS), ("24 h", DAY_MS), ("7 d", 7 * DAY_MS)] {
+        let range = TimeRange {
+            start_ms: end_ms - span,
+            end_ms,
+        };
+        for (who, selector) in [("one pod", &one), ("all pods", &all)] {
+            let t = timed_merge(store, selector, range).await;
+            println!(
+                "{name:>5} {who:<9} cold {:>8.2} ms wall {:>8.2} ms CPU | warm {:>8.2} ms wall {:>8.2} ms CPU  (total {})",
+                t.cold_wall.as_secs_f64() * 1000.0,
+                t.cold_cpu * 1000.0,
+                t.warm_wall.as_secs_f64() * 1000.0,
+                t.warm_cpu * 1000.0,
+                t.total
+            );
+            summary.push(format!(
+                "merge_{}_{}_ms_cpu cold={:.2} warm={:.2}",
+                name.replace(' ', ""),
+                who.replace(' ', "_"),
+                t.cold_cpu * 1000.0,
+                t.warm_cpu * 1000.0
+            ));
+            mem_trace(&format!("after {name} {who} queries"), store);
+            peak_kib = peak_kib.max(vm_hwm_kib());
+            reset_hwm();
+        }
+    }
+    peak_kib
+}
+
+/// The store's configuration for a run kept under `root` (data dir and
+/// bucket), and the memory budget it was sized from, if any.
+fn store_config(root: &Path, concurrency: usize) -> (StoreConfig, Option<u64>) {
+    let mut config = StoreConfig::new(root.join("data"), "bench");
+    config.background = false;
+    // The workload's profiles carry fixed 2023 timestamps.
+    config.accepted_times = kiln_storage::AcceptedTimes::Any;
+    config.max_inflight_ingests = concurrency * 2;
+    // KILN_BENCH_MEMORY_BUDGET (bytes): the store sized from one memory
+    // budget as kiln-store sizes it from --memory-budget, and a head that
+    // reaches its cap flushed at once, as the server's background loop
+    // does. Without it: StoreConfig's defaults (a 256 MiB head) and room
+    // for every block in the cache, so warm queries measure merging.
+    let memory_budget = std::env::var("KILN_BENCH_MEMORY_BUDGET")
+        .ok()
+        .map(|v| v.parse::<u64>().expect("KILN_BENCH_MEMORY_BUDGET is bytes"));
+    match memory_budget {
+        Some(budget) => config.apply_memory_budget(budget),
+        None => config.block_cache_bytes = 1 << 30,
+    }
+    println!(
+        "memory: head cap {} MiB, block cache {} MiB, compaction budget {} MiB",
+        config.max_head_bytes >> 20,
+        config.block_cache_bytes >> 20,
+        config.compaction_memory_bytes >> 20
+    );
+    if let Ok(shards) = std::env::var("KILN_BENCH_HEAD_SHARDS") {
+        config.head_shards = shards.parse().expect("KILN_BENCH_HEAD_SHARDS is a number");
+    }
+    println!("head shards: {}", config.head_shards);
+    if let Ok(workers) = std::env::var("KILN_BENCH_INGEST_WORKERS") {
+        config.ingest_workers = workers
+            .parse()
+            .expect("KILN_BENCH_INGEST_WORKERS is a number");
+    }
+    println!("ingest workers: {}", config.ingest_workers);
+    if let Ok(seconds) = std::env::var("KILN_BENCH_FLUSH_S") {
+        let seconds = seconds.parse().expect("KILN_BENCH_FLUSH_S is seconds");
+        config.flush_interval = Duration::from_secs(seconds);
+    }
+    (config, memory_budget)
+}
+
+/// Where a run keeps its store: a temporary directory, or the one
+/// KILN_BENCH_QUERY_DIR names, kept for later query-only runs.
+enum Root {
+    Temp(tempfile::TempDir),
+    Kept(PathBuf),
+}
+
+impl Root {
+    fn path(&self) -> &Path {
+        match self {
+            Self::Temp(dir) => dir.path(),
+            Self::Kept(dir) => dir,
+        }
+    }
+}
+
+/// The file a finished run leaves in a kept directory: the simulated end
+/// of its time axis (unix ms), which the queries are relative to.
+const RUN_END_FILE: &str = "workload-end-ms";
+
+/// Queries a store an earlier run left in `root`, from this fresh process:
+/// the same merges as after ingest, on the same blocks, so two builds (or
+/// two tries of one) compare cold merges without ingesting again.
+fn query_only(root: &Path, end_ms: i64, concurrency: usize) {
+    let (config, _) = store_config(root, concurrency);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async move {
+        let object_store = BucketConfig::Local {
+            dir: root.join("bucket"),
+        }
+        .build()
+        .expect("bucket");
+        let store = Store::open(config, object_store).await.expect("open");
+        let blocks = store.blocks();
+        println!(
+            "query only: {} blocks, {:.2} MiB, left by an earlier run in {}",
+            blocks.len(),
+            blocks.iter().map(|b| b.size_bytes).sum::<u64>() as f64 / 1048576.0,
+            root.display()
+        );
+        reset_hwm();
+        let mut summary = Vec::new();
+        let peak_kib = merge_latencies(&store, end_ms, &mut summary).await;
+        println!(
+            "\npeak RSS (VmHWM) of the queries: {:.0} MiB",
+            peak_kib as f64 / 1024.0
+        );
+        println!();
+        for line in summary {
+            println!("SUMMARY {line}");
+        }
+    });
+}
+
 /// Single-threaded cost of each ingest stage on the same payloads, to show
 /// where the full path's time goes: pprof decode (kiln-pprof, the flat
 /// decoder the store's ingest uses), head ingest (kiln-engine) and block
@@ -376,6 +531,13 @@ fn main() {
     let day_step_ms = env_or("KILN_BENCH_DAY_STEP_S", 600) * 1000;
     let week_step_ms = env_or("KILN_BENCH_WEEK_STEP_S", 3600) * 1000;
     let concurrency = env_or("KILN_BENCH_CONCURRENCY", 32) as usize;
+    if let Some(dir) = std::env::var_os("KILN_BENCH_QUERY_DIR").map(PathBuf::from)
+        && let Ok(end) = std::fs::read_to_string(dir.join(RUN_END_FILE))
+    {
+        let end_ms = end.trim().parse().expect("a run's end in ms");
+        query_only(&dir, end_ms, concurrency);
+        return;
+    }
 
     // Workload: SERVICES services x VARIANTS distinct 10 s profiles each,
     // reshaped from the fixtures; pod p runs service p % SERVICES.
@@ -432,45 +594,12 @@ fn main() {
         total_profiles
     );
 
-    let root = tempfile::tempdir().expect("tempdir");
+    let root = match std::env::var_os("KILN_BENCH_QUERY_DIR").map(PathBuf::from) {
+        Some(dir) => Root::Kept(dir),
+        None => Root::Temp(tempfile::tempdir().expect("tempdir")),
+    };
     let bucket_dir = root.path().join("bucket");
-    let mut config = StoreConfig::new(root.path().join("data"), "bench");
-    config.background = false;
-    // The workload's profiles carry fixed 2023 timestamps.
-    config.accepted_times = kiln_storage::AcceptedTimes::Any;
-    config.max_inflight_ingests = concurrency * 2;
-    // KILN_BENCH_MEMORY_BUDGET (bytes): the store sized from one memory
-    // budget as kiln-store sizes it from --memory-budget, and a head that
-    // reaches its cap flushed at once, as the server's background loop
-    // does. Without it: StoreConfig's defaults (a 256 MiB head) and room
-    // for every block in the cache, so warm queries measure merging.
-    let memory_budget = std::env::var("KILN_BENCH_MEMORY_BUDGET")
-        .ok()
-        .map(|v| v.parse::<u64>().expect("KILN_BENCH_MEMORY_BUDGET is bytes"));
-    match memory_budget {
-        Some(budget) => config.apply_memory_budget(budget),
-        None => config.block_cache_bytes = 1 << 30,
-    }
-    println!(
-        "memory: head cap {} MiB, block cache {} MiB, compaction budget {} MiB",
-        config.max_head_bytes >> 20,
-        config.block_cache_bytes >> 20,
-        config.compaction_memory_bytes >> 20
-    );
-    if let Ok(shards) = std::env::var("KILN_BENCH_HEAD_SHARDS") {
-        config.head_shards = shards.parse().expect("KILN_BENCH_HEAD_SHARDS is a number");
-    }
-    println!("head shards: {}", config.head_shards);
-    if let Ok(workers) = std::env::var("KILN_BENCH_INGEST_WORKERS") {
-        config.ingest_workers = workers
-            .parse()
-            .expect("KILN_BENCH_INGEST_WORKERS is a number");
-    }
-    println!("ingest workers: {}", config.ingest_workers);
-    if let Ok(seconds) = std::env::var("KILN_BENCH_FLUSH_S") {
-        let seconds = seconds.parse().expect("KILN_BENCH_FLUSH_S is seconds");
-        config.flush_interval = Duration::from_secs(seconds);
-    }
+    let (config, memory_budget) = store_config(root.path(), concurrency);
     let flush_ms = i64::try_from(config.flush_interval.as_millis())
         .expect("flush interval fits")
         .max(1);
@@ -676,36 +805,7 @@ fn main() {
                 cpu - flush_cpu - compact_cpu
             ),
         ];
-        println!("\n== merge latency (cold = first query, blocks fetched + decoded; warm = median of 5)");
-        let one = Selector {
-            profile_type: cpu_type(),
-            matchers: vec![Matcher { name: "pod".into(), op: MatchOp::Equal, value: pod_name(42) }],
-        };
-        let all = Selector { profile_type: cpu_type(), matchers: vec![] };
-        for (name, span) in [("1 h", HOUR_MS), ("24 h", DAY_MS), ("7 d", 7 * DAY_MS)] {
-            let range = TimeRange { start_ms: end_ms - span, end_ms };
-            for (who, selector) in [("one pod", &one), ("all pods", &all)] {
-                let t = timed_merge(&store, selector, range).await;
-                println!(
-                    "{name:>5} {who:<9} cold {:>8.2} ms wall {:>8.2} ms CPU | warm {:>8.2} ms wall {:>8.2} ms CPU  (total {})",
-                    t.cold_wall.as_secs_f64() * 1000.0,
-                    t.cold_cpu * 1000.0,
-                    t.warm_wall.as_secs_f64() * 1000.0,
-                    t.warm_cpu * 1000.0,
-                    t.total
-                );
-                summary.push(format!(
-                    "merge_{}_{}_ms_cpu cold={:.2} warm={:.2}",
-                    name.replace(' ', ""),
-                    who.replace(' ', "_"),
-                    t.cold_cpu * 1000.0,
-                    t.warm_cpu * 1000.0
-                ));
-                mem_trace(&format!("after {name} {who} queries"), &store);
-                peak_kib = peak_kib.max(vm_hwm_kib());
-                reset_hwm();
-            }
-        }
+        peak_kib = peak_kib.max(merge_latencies(&store, end_ms, &mut summary).await);
         println!("\npeak RSS (VmHWM) at end: {:.0} MiB", peak_kib.max(vm_hwm_kib()) as f64 / 1024.0);
         println!("peak RSS of one hourly/daily compaction (ingest phase): {:.0} MiB", compact_peak_kib as f64 / 1024.0);
         let stats = store.stats();
@@ -713,6 +813,10 @@ fn main() {
         println!();
         for line in summary {
             println!("SUMMARY {line}");
+        }
+        if let Root::Kept(dir) = &root {
+            std::fs::write(dir.join(RUN_END_FILE), end_ms.to_string()).expect("run end written");
+            println!("kept for query-only runs: {}", dir.display());
         }
     });
 }
