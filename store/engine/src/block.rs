@@ -12,8 +12,10 @@ mod rollup;
 pub(crate) mod source;
 mod tables;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
 use roaring::RoaringBitmap;
 
 pub use encode::{BlockSink, encode_block, encode_heads};
@@ -66,6 +68,14 @@ pub(crate) struct BlockSeries {
     pub(crate) rollups: Vec<(u8, i64, BlobRef)>,
 }
 
+/// `part` as a slice of `whole` sharing its buffer, when `part` lies
+/// within it (a section the container parsed out of `whole` does).
+fn slice_of(whole: &Bytes, part: &[u8]) -> Option<Bytes> {
+    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    let end = start.checked_add(part.len())?;
+    (end <= whole.len()).then(|| whole.slice(start..end))
+}
+
 fn corrupt(what: &'static str) -> impl Fn(WireError) -> BlockError {
     move |_| BlockError::Corrupt { what }
 }
@@ -74,11 +84,42 @@ impl Block {
     /// Decodes and verifies a block; corrupt or truncated bytes give a
     /// [`BlockError`], never a panic.
     pub fn decode(bytes: &[u8]) -> Result<Block, BlockError> {
+        Self::decode_with(bytes, |data, check| {
+            ranged::BlockData::loaded(data.into_owned(), check)
+        })
+    }
+
+    /// [`Block::decode`] of a fetched block that the decoded one may keep:
+    /// a data section stored uncompressed (every writer's) is held as a
+    /// slice of `bytes`, not copied, and the block is charged all of
+    /// `bytes`.
+    ///
+    /// NB: copying the section out of the fetched buffer was a tenth of a
+    /// cold merge's CPU (the workload bench), most of it the kernel zeroing
+    /// the copy's fresh pages.
+    pub fn decode_shared(bytes: Bytes) -> Result<Block, BlockError> {
+        Self::decode_with(&bytes, |data, check| match data {
+            Cow::Borrowed(section) => match slice_of(&bytes, section) {
+                Some(data) => ranged::BlockData::Loaded {
+                    data,
+                    held: bytes.len(),
+                    check,
+                },
+                None => ranged::BlockData::loaded(section.to_vec(), check),
+            },
+            Cow::Owned(section) => ranged::BlockData::loaded(section, check),
+        })
+    }
+
+    fn decode_with(
+        bytes: &[u8],
+        hold: impl FnOnce(Cow<'_, [u8]>, format::BlobCheck) -> ranged::BlockData,
+    ) -> Result<Block, BlockError> {
         let container = Container::parse(bytes)?;
         let mut meta = decode_meta(&container.section(SectionKind::Meta)?)?;
         meta.size_bytes = bytes.len() as u64;
         let symbols = tables::decode_symbol_sections(|kind| container.section(kind))?;
-        let data = container.section(SectionKind::Data)?.into_owned();
+        let data = container.section(SectionKind::Data)?;
         let data_len = data.len();
         let series = decode_series(&container.section(SectionKind::Series)?, &symbols, data_len)?;
         let index = decode_postings(
@@ -91,7 +132,7 @@ impl Block {
             symbols,
             index,
             series,
-            data: ranged::BlockData::Loaded(data),
+            data: hold(data, container.blob_check),
         })
     }
 

@@ -117,12 +117,14 @@ pub enum BlockError {
     #[error("not a kiln block: bad magic")]
     BadMagic,
     /// The block was written by a format version this build does not read.
-    #[error("unsupported block format version {version} (this build reads {supported})")]
+    #[error("unsupported block format version {version} (this build reads {oldest} to {newest})")]
     UnsupportedVersion {
         /// Version found in the block.
         version: u32,
-        /// Version this build reads.
-        supported: u32,
+        /// The oldest version this build reads.
+        oldest: u32,
+        /// The newest version this build reads (the one it writes).
+        newest: u32,
     },
     /// The bytes end before a structure they announce.
     #[error("block truncated while reading {what}")]

@@ -13,7 +13,7 @@ pub mod query;
 pub mod symbols;
 mod wire;
 
-pub use block::format::{BlockCompression, FORMAT_VERSION};
+pub use block::format::{BLOB_CRC_VERSION, BlockCompression, FORMAT_VERSION};
 pub use block::{
     Block, BlockPartial, BlockRanges, BlockSink, SharedBlockRanges, encode_block, encode_heads,
     projected_ranged_hold,

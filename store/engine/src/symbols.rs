@@ -12,7 +12,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 
-pub(crate) use content_key::{ContentKey, ContentKeyer};
+pub(crate) use content_key::{ContentKey, ContentKeyer, content_hasher};
 pub(crate) use translate::SymbolTranslator;
 
 /// Marks a location without a mapping.

@@ -9,6 +9,13 @@
 //! All integers little-endian. Offsets are from the start of the block;
 //! sections may lie in any order (blocks written by `BlockWriter` put the
 //! data section first, right after the header, so it is never copied).
+//!
+//! The data section is a sequence of blobs, `codec byte [raw len] payload`,
+//! each one series' column chunk, totals or rollup chunk. From format
+//! version 2 on, every blob also ends with the CRC32 of its other bytes, so
+//! a query that reads one pod's blobs of a block by range checks what it
+//! read without reading (and checking) the whole data section. Version 1
+//! blocks, whose blobs have only the section's CRC, are still read.
 
 use std::borrow::Cow;
 use std::io::Read;
@@ -17,8 +24,15 @@ use crate::error::BlockError;
 use crate::wire::{Reader, Writer};
 
 pub(crate) const MAGIC: &[u8; 8] = b"KILNBLK\x01";
-/// The block format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The block format this build writes, and the newest it reads.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest block format this build reads.
+const OLDEST_FORMAT_VERSION: u32 = 1;
+/// The first format whose blobs carry their own CRC: a block of it opened
+/// by range reads no data at open.
+pub const BLOB_CRC_VERSION: u32 = 2;
+/// Bytes of a blob's trailing CRC.
+const BLOB_CRC_BYTES: usize = 4;
 const ENTRY_BYTES: usize = 4 + 1 + 8 + 8 + 8 + 4;
 const MAX_SECTIONS: u32 = 64;
 const COMPRESSION_NONE: u8 = 0;
@@ -290,9 +304,38 @@ impl SectionEntry {
     }
 }
 
+/// How a block's data blobs are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BlobCheck {
+    /// Format 1: only by the data section's CRC, so a reader must read the
+    /// whole section to trust any blob of it.
+    BySection,
+    /// Format 2 on: each blob ends with its own CRC.
+    ByBlob,
+}
+
+impl BlobCheck {
+    fn of_version(version: u32) -> Self {
+        if version >= BLOB_CRC_VERSION {
+            Self::ByBlob
+        } else {
+            Self::BySection
+        }
+    }
+}
+
+/// What a block's preamble says: how many sections its table lists and
+/// how its blobs are checked.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Preamble {
+    pub(crate) sections: u32,
+    pub(crate) blob_check: BlobCheck,
+}
+
 /// Checks the magic and version at the start of a block and returns its
-/// section count; `bytes` needs only the first [`PREAMBLE_LEN`] bytes.
-pub(crate) fn parse_preamble(bytes: &[u8]) -> Result<u32, BlockError> {
+/// section count and blob check; `bytes` needs only the first
+/// [`PREAMBLE_LEN`] bytes.
+pub(crate) fn parse_preamble(bytes: &[u8]) -> Result<Preamble, BlockError> {
     let mut reader = Reader::new(bytes);
     let magic = reader.take(MAGIC.len()).map_err(|_| BlockError::BadMagic)?;
     if magic != MAGIC {
@@ -300,10 +343,11 @@ pub(crate) fn parse_preamble(bytes: &[u8]) -> Result<u32, BlockError> {
     }
     let truncated = |_| BlockError::Truncated { what: "header" };
     let version = reader.u32_le().map_err(truncated)?;
-    if version != FORMAT_VERSION {
+    if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(BlockError::UnsupportedVersion {
             version,
-            supported: FORMAT_VERSION,
+            oldest: OLDEST_FORMAT_VERSION,
+            newest: FORMAT_VERSION,
         });
     }
     let count = reader.u32_le().map_err(truncated)?;
@@ -312,7 +356,10 @@ pub(crate) fn parse_preamble(bytes: &[u8]) -> Result<u32, BlockError> {
             what: "too many sections",
         });
     }
-    Ok(count)
+    Ok(Preamble {
+        sections: count,
+        blob_check: BlobCheck::of_version(version),
+    })
 }
 
 /// One section's size, as a block's header records it.
@@ -333,7 +380,7 @@ pub struct SectionSize {
 /// the table lists them. For benchmarks and diagnostics: which part of a
 /// block its bytes go to.
 pub fn section_sizes(header: &[u8]) -> Result<Vec<SectionSize>, BlockError> {
-    let count = parse_preamble(header)?;
+    let count = parse_preamble(header)?.sections;
     Ok(parse_section_table(header, count)?
         .into_iter()
         .map(|entry| SectionSize {
@@ -401,13 +448,15 @@ pub(crate) fn parse_section_table(
 #[derive(Debug)]
 pub(crate) struct Container<'a> {
     sections: Vec<(SectionKind, u8, &'a [u8], u64)>,
+    /// How the data section's blobs are checked.
+    pub(crate) blob_check: BlobCheck,
 }
 
 impl<'a> Container<'a> {
     /// Parses the header and verifies every checksum.
     pub(crate) fn parse(bytes: &'a [u8]) -> Result<Self, BlockError> {
-        let count = parse_preamble(bytes)?;
-        let entries = parse_section_table(bytes, count)?;
+        let preamble = parse_preamble(bytes)?;
+        let entries = parse_section_table(bytes, preamble.sections)?;
         let mut sections = Vec::with_capacity(entries.len());
         for entry in entries {
             let kind = entry.kind;
@@ -421,7 +470,10 @@ impl<'a> Container<'a> {
             entry.verify(stored)?;
             sections.push((kind, entry.compression, stored, entry.raw_len));
         }
-        Ok(Self { sections })
+        Ok(Self {
+            sections,
+            blob_check: preamble.blob_check,
+        })
     }
 
     /// The (decompressed) bytes of section `kind`.
@@ -514,8 +566,23 @@ impl BlobCompressor {
     }
 }
 
-/// Compresses a blob inside the data section: `codec byte [raw len] payload`.
+/// Compresses a blob inside the data section: `codec byte [raw len]
+/// payload crc32`, the CRC of the bytes before it ([`FORMAT_VERSION`]'s
+/// layout).
 pub(crate) fn write_blob(
+    raw: &[u8],
+    compressor: &mut BlobCompressor,
+    out: &mut Vec<u8>,
+) -> Result<(), BlockError> {
+    let start = out.len();
+    write_blob_body(raw, compressor, out)?;
+    let crc = crc32fast::hash(&out[start..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
+/// A blob without its CRC, as format 1 laid it out.
+fn write_blob_body(
     raw: &[u8],
     compressor: &mut BlobCompressor,
     out: &mut Vec<u8>,
@@ -542,8 +609,27 @@ pub(crate) fn write_blob(
     Ok(())
 }
 
-/// Reads a blob written by [`write_blob`].
-pub(crate) fn read_blob(blob: &[u8]) -> Result<Cow<'_, [u8]>, BlockError> {
+/// Reads a blob written by [`write_blob`] (or, for [`BlobCheck::BySection`],
+/// by a format 1 writer), checking its CRC where it has one.
+pub(crate) fn read_blob(blob: &[u8], check: BlobCheck) -> Result<Cow<'_, [u8]>, BlockError> {
+    let blob = match check {
+        BlobCheck::BySection => blob,
+        BlobCheck::ByBlob => {
+            let body_len = blob
+                .len()
+                .checked_sub(BLOB_CRC_BYTES)
+                .ok_or(BlockError::Truncated { what: "data blob" })?;
+            let (body, crc) = blob.split_at(body_len);
+            let mut stored = [0u8; BLOB_CRC_BYTES];
+            stored.copy_from_slice(crc);
+            if crc32fast::hash(body) != u32::from_le_bytes(stored) {
+                return Err(BlockError::ChecksumMismatch {
+                    section: "data blob",
+                });
+            }
+            body
+        }
+    };
     let mut reader = Reader::new(blob);
     let codec = reader
         .byte()

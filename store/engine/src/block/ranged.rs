@@ -9,14 +9,19 @@
 //! budget), and compaction had to keep blocks small for it. Read by range,
 //! a block costs its tables and directory, whatever its data.
 //!
-//! The data section's CRC is checked once, as the block is opened, by
-//! reading the section through the window; queries then read the bytes
-//! that were checked (blocks are immutable).
+//! Each blob of a block of format 2 on carries its own CRC, checked as a
+//! query reads it, so opening such a block reads only its tables,
+//! directory and index: a query for one pod then reads that pod's blobs and
+//! no others. A format 1 block's data section has only the section's CRC,
+//! so it is read once through the window as the block is opened, and
+//! queries then read the bytes that were checked (blocks are immutable).
 
 use std::borrow::Cow;
 use std::sync::Mutex;
 
-use super::format::{SectionKind, read_blob};
+use bytes::Bytes;
+
+use super::format::{BlobCheck, SectionKind, read_blob};
 use super::source::{SourceHeader, read_into};
 use super::{BlobRef, Block, decode_postings, decode_series};
 use crate::error::BlockError;
@@ -69,8 +74,14 @@ const MIN_WINDOW: usize = 4096;
 
 /// Where a decoded block's data section is.
 pub(crate) enum BlockData {
-    /// In memory, as [`Block::decode`] leaves it.
-    Loaded(Vec<u8>),
+    /// In memory, as [`Block::decode`] leaves it: `data` keeps alive a
+    /// buffer of `held` bytes (the whole fetched block, for
+    /// [`Block::decode_shared`]).
+    Loaded {
+        data: Bytes,
+        held: usize,
+        check: BlobCheck,
+    },
     /// In the stored block, read by range.
     Ranged(Mutex<RangedData>),
 }
@@ -78,7 +89,7 @@ pub(crate) enum BlockData {
 impl std::fmt::Debug for BlockData {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Loaded(data) => write!(f, "Loaded({} bytes)", data.len()),
+            Self::Loaded { data, .. } => write!(f, "Loaded({} bytes)", data.len()),
             Self::Ranged(_) => f.write_str("Ranged"),
         }
     }
@@ -98,6 +109,7 @@ pub(crate) struct RangedData {
     buf: Vec<u8>,
     buf_at: u64,
     window: usize,
+    check: BlobCheck,
 }
 
 impl RangedData {
@@ -127,18 +139,29 @@ impl RangedData {
             }
         }
         let from = (start - self.buf_at) as usize;
-        Ok(read_blob(&self.buf[from..from + blob.len])?.into_owned())
+        Ok(read_blob(&self.buf[from..from + blob.len], self.check)?.into_owned())
     }
 }
 
 impl BlockData {
+    /// A data section held in memory, in a buffer of its own, whose blobs
+    /// are checked as `check` says.
+    pub(crate) fn loaded(data: Vec<u8>, check: BlobCheck) -> Self {
+        let held = data.capacity();
+        Self::Loaded {
+            data: Bytes::from(data),
+            held,
+            check,
+        }
+    }
+
     pub(crate) fn blob(&self, blob: BlobRef) -> Result<Cow<'_, [u8]>, BlockError> {
         match self {
-            Self::Loaded(data) => {
+            Self::Loaded { data, check, .. } => {
                 let bytes = data
                     .get(blob.offset..blob.offset.saturating_add(blob.len))
                     .ok_or(BlockError::Truncated { what: "data blob" })?;
-                read_blob(bytes)
+                read_blob(bytes, *check)
             }
             Self::Ranged(ranged) => {
                 // A query that panicked mid-read left at worst a window
@@ -157,7 +180,7 @@ impl BlockData {
     #[cfg(test)]
     pub(crate) fn loaded_bytes(&self) -> Option<&[u8]> {
         match self {
-            Self::Loaded(data) => Some(data),
+            Self::Loaded { data, .. } => Some(data),
             Self::Ranged(_) => None,
         }
     }
@@ -165,7 +188,7 @@ impl BlockData {
     /// Heap bytes held: the whole section, or the window.
     pub(crate) fn held_bytes(&self) -> usize {
         match self {
-            Self::Loaded(data) => data.capacity(),
+            Self::Loaded { held, .. } => *held,
             Self::Ranged(ranged) => ranged.lock().map_or(0, |r| r.buf.capacity().max(r.window)),
         }
     }
@@ -176,8 +199,8 @@ impl Block {
     /// [`Block::decode`] decodes is read and checked, the data section's CRC
     /// included, but only its tables, series directory and index are held;
     /// the blobs queries ask for are read by range when asked, at least
-    /// `window` bytes at a time (the check at open reads that much at a
-    /// time too). Answers are those of the decoded block. A block whose data
+    /// `window` bytes at a time (the check at open of a format 1 block's
+    /// data section reads that much at a time too). Answers are those of the decoded block. A block whose data
     /// section is stored compressed as a whole (no writer does so today) is
     /// read whole.
     pub fn open_ranged(
@@ -190,8 +213,11 @@ impl Block {
         let directory = header.section(&mut ranges, SectionKind::Series)?;
         let postings = header.section(&mut ranges, SectionKind::Postings)?;
         let entry = header.entry(SectionKind::Data)?;
+        let check = header.blob_check;
         let (data, data_len) = if entry.is_raw() {
-            check_data_crc(&mut ranges, entry.offset, entry.len, entry.crc, window)?;
+            if check == BlobCheck::BySection {
+                check_data_crc(&mut ranges, entry.offset, entry.len, entry.crc, window)?;
+            }
             let len =
                 usize::try_from(entry.len).map_err(|_| BlockError::Truncated { what: "data" })?;
             let ranged = RangedData {
@@ -201,12 +227,13 @@ impl Block {
                 buf: Vec::new(),
                 buf_at: 0,
                 window,
+                check,
             };
             (BlockData::Ranged(Mutex::new(ranged)), len)
         } else {
             let bytes = header.section(&mut ranges, SectionKind::Data)?;
             let len = bytes.len();
-            (BlockData::Loaded(bytes), len)
+            (BlockData::loaded(bytes, check), len)
         };
         let series = decode_series(&directory, &symbols, data_len)?;
         let index = decode_postings(&postings, &symbols, series.len())?;

@@ -9,8 +9,8 @@
 use std::borrow::Cow;
 
 use super::format::{
-    PREAMBLE_LEN, SectionEntry, SectionKind, header_len, parse_preamble, parse_section_table,
-    read_blob,
+    BlobCheck, PREAMBLE_LEN, SectionEntry, SectionKind, header_len, parse_preamble,
+    parse_section_table, read_blob,
 };
 use super::{BlobRef, BlockSeries, decode_meta, read_series_entry, tables};
 use crate::error::BlockError;
@@ -56,6 +56,8 @@ pub(crate) fn read_into<R: BlockRanges + ?Sized>(
 pub(crate) struct SourceHeader {
     pub(crate) meta: BlockMeta,
     entries: Vec<SectionEntry>,
+    /// How the block's data blobs are checked.
+    pub(crate) blob_check: BlobCheck,
 }
 
 impl SourceHeader {
@@ -69,7 +71,8 @@ impl SourceHeader {
             PREAMBLE_LEN.min(usize::try_from(size).unwrap_or(PREAMBLE_LEN)),
             &mut buf,
         )?;
-        let count = parse_preamble(&buf)?;
+        let preamble = parse_preamble(&buf)?;
+        let count = preamble.sections;
         let len = header_len(count as usize);
         if len as u64 > size {
             return Err(BlockError::Truncated {
@@ -89,7 +92,11 @@ impl SourceHeader {
         }
         let mut meta = decode_meta(&section(&entries, ranges, SectionKind::Meta)?)?;
         meta.size_bytes = size;
-        Ok(Self { meta, entries })
+        Ok(Self {
+            meta,
+            entries,
+            blob_check: preamble.blob_check,
+        })
     }
 
     pub(crate) fn entry(&self, kind: SectionKind) -> Result<SectionEntry, BlockError> {
@@ -236,7 +243,7 @@ pub(crate) fn open_source<R: BlockRanges>(
         data_len,
         strings,
     };
-    let data = DataWindow::open(ranges, data, window)?;
+    let data = DataWindow::open(ranges, data, window, header.blob_check)?;
     Ok((
         series,
         SourceData {
@@ -321,10 +328,17 @@ struct DataWindow<R> {
     window: usize,
     /// A compressed section is held whole, already checked.
     whole: bool,
+    /// How the blobs are checked (the section's CRC is checked as well).
+    check: BlobCheck,
 }
 
 impl<R: BlockRanges> DataWindow<R> {
-    fn open(ranges: R, entry: SectionEntry, window: usize) -> Result<Self, BlockError> {
+    fn open(
+        ranges: R,
+        entry: SectionEntry,
+        window: usize,
+        check: BlobCheck,
+    ) -> Result<Self, BlockError> {
         let mut reader = Self {
             section_at: entry.offset,
             section_len: entry.len,
@@ -335,6 +349,7 @@ impl<R: BlockRanges> DataWindow<R> {
             read_to: 0,
             window: window.max(4096),
             whole: false,
+            check,
             ranges,
         };
         if !entry.is_raw() {
@@ -369,7 +384,7 @@ impl<R: BlockRanges> DataWindow<R> {
                     blob.len,
                     &mut bytes,
                 )?;
-                return Ok(Cow::Owned(read_blob(&bytes)?.into_owned()));
+                return Ok(Cow::Owned(read_blob(&bytes, self.check)?.into_owned()));
             }
             if start >= self.read_to {
                 self.buf.clear();
@@ -396,7 +411,7 @@ impl<R: BlockRanges> DataWindow<R> {
             }
         }
         let from = (start - self.buf_at) as usize;
-        read_blob(&self.buf[from..from + blob.len])
+        read_blob(&self.buf[from..from + blob.len], self.check)
     }
 
     /// Reads (and hashes) the section up to `target` without keeping it.
@@ -492,7 +507,7 @@ mod tests {
         let mut order: Vec<usize> = (0..100).flat_map(|i| [i, i]).collect();
         order.extend((100..200).step_by(7));
         order.extend([5, 199, 198]);
-        let mut window = DataWindow::open(block, entry, 4096).expect("open");
+        let mut window = DataWindow::open(block, entry, 4096, BlobCheck::ByBlob).expect("open");
         // The window is at least 4096 bytes; the section must span several.
         assert!(entry.len > 3 * 4096, "section of {} bytes", entry.len);
         for i in order {
@@ -508,7 +523,7 @@ mod tests {
         let (mut block, entry, blobs) = data_section(60);
         let last = block.0.len() - 1;
         block.0[last] ^= 0xFF;
-        let mut window = DataWindow::open(block, entry, 4096).expect("open");
+        let mut window = DataWindow::open(block, entry, 4096, BlobCheck::ByBlob).expect("open");
         let (blob, _) = &blobs[0];
         window.blob(*blob).expect("the first blob is intact");
         assert!(matches!(

@@ -6,16 +6,16 @@
 //! stack with one lookup instead of translating it frame by frame through
 //! that block's tables, once per block.
 //!
-//! Keys are two SipHash values under random keys drawn once per process,
-//! so they agree across every block a process reads and cannot be aimed at
-//! a collision from outside. Where a table refers to an entry it lacks
+//! Keys are SipHash-1-3 with a 128-bit output under keys drawn once per
+//! process, so they agree across every block a process reads and cannot be
+//! aimed at a collision from outside. Where a table refers to an entry it lacks
 //! (only in a corrupt table), there is no key and the caller translates.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hash};
+use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::OnceLock;
 
 use hashbrown::HashMap;
+use siphasher::sip128::{Hasher128, SipHasher13};
 
 use super::{NO_MAPPING, ROOT_NODE, SymbolTable};
 
@@ -25,14 +25,28 @@ pub type ContentKey = u128;
 /// The key of the root node (the empty stack).
 const ROOT_KEY: ContentKey = 0;
 
-fn hashers() -> &'static (RandomState, RandomState) {
-    static HASHERS: OnceLock<(RandomState, RandomState)> = OnceLock::new();
-    HASHERS.get_or_init(|| (RandomState::new(), RandomState::new()))
+/// A SipHash-1-3 hasher under this process's content-key keys: the one
+/// keyed hash behind every content key of the engine (stack nodes and label
+/// sets here, a profile's locations at ingest).
+///
+/// NB: one 128-bit pass, not two 64-bit ones under two keys: keying a
+/// stack node was a third of a cold merge's CPU (the workload bench), half
+/// of it the second pass.
+pub(crate) fn content_hasher() -> SipHasher13 {
+    static KEYS: OnceLock<(u64, u64)> = OnceLock::new();
+    let &(k0, k1) = KEYS.get_or_init(|| {
+        // std's RandomState is seeded from the OS once per process; two of
+        // its hashes are two random words.
+        let state = RandomState::new();
+        (state.hash_one(0u8), state.hash_one(1u8))
+    });
+    SipHasher13::new_with_keys(k0, k1)
 }
 
 fn key_of<T: Hash + ?Sized>(value: &T) -> ContentKey {
-    let (high, low) = hashers();
-    (u128::from(high.hash_one(value)) << 64) | u128::from(low.hash_one(value))
+    let mut hasher = content_hasher();
+    value.hash(&mut hasher);
+    hasher.finish128().as_u128()
 }
 
 /// Computes keys of one table's entries, memoized so that stacks sharing

@@ -200,3 +200,34 @@ fn section_sizes_match_the_section_table_and_add_up_to_the_block() {
     damaged[PREAMBLE_LEN + 3] ^= 0xff;
     assert!(section_sizes(&damaged).is_err());
 }
+
+/// A block decoded from a fetched buffer it may keep holds its data section
+/// in that buffer, not in a copy, is charged the whole buffer, and answers
+/// exactly as one decoded from a borrowed slice.
+#[test]
+fn a_shared_decode_holds_the_fetched_buffer_and_reads_alike() {
+    let bytes = bytes::Bytes::from(block_bytes());
+    let shared = Block::decode_shared(bytes.clone()).expect("shared decode");
+    let copied = Block::decode(&bytes).expect("decode");
+    let data = shared.data.loaded_bytes().expect("data held");
+    let within = bytes.as_ptr_range();
+    assert!(within.contains(&data.as_ptr()), "the section is not a copy");
+    assert_eq!(Some(data), copied.data.loaded_bytes());
+    assert_eq!(shared.data.held_bytes(), bytes.len());
+    assert!(copied.data.held_bytes() < bytes.len());
+    let totals = |block: &Block| -> Vec<(i64, i64, u64)> {
+        block
+            .series
+            .iter()
+            .flat_map(|s| block.totals(s).expect("totals read"))
+            .collect()
+    };
+    assert!(!totals(&shared).is_empty());
+    assert_eq!(totals(&shared), totals(&copied));
+    // A damaged buffer is refused the same way either way.
+    let mut damaged = bytes.to_vec();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0xff;
+    assert!(Block::decode_shared(bytes::Bytes::from(damaged.clone())).is_err());
+    assert!(Block::decode(&damaged).is_err());
+}

@@ -13,13 +13,14 @@
 //! functions and mappings compared by their strings' content), except for
 //! a collision that nobody outside the process can aim at.
 
-use std::hash::{BuildHasher, Hasher, RandomState};
-use std::sync::OnceLock;
+use std::hash::Hasher;
 
 use hashbrown::HashMap;
 use kiln_pprof::ProfileView;
 use kiln_pprof::flat::LocationRef;
-use siphasher::sip128::{Hasher128, SipHasher13};
+use siphasher::sip128::Hasher128;
+
+use crate::symbols::content_hasher;
 
 /// The content key of a location.
 pub(crate) type LocationContentKey = u128;
@@ -27,19 +28,8 @@ pub(crate) type LocationContentKey = u128;
 /// Marks a memo slot not computed yet. A real key of 0 is only recomputed.
 const NOT_YET: u128 = 0;
 
-fn hasher() -> SipHasher13 {
-    static KEYS: OnceLock<(u64, u64)> = OnceLock::new();
-    let &(k0, k1) = KEYS.get_or_init(|| {
-        // std's RandomState is seeded from the OS once per process; two of
-        // its hashes are two random words.
-        let state = RandomState::new();
-        (state.hash_one(0u8), state.hash_one(1u8))
-    });
-    SipHasher13::new_with_keys(k0, k1)
-}
-
 fn key_of(bytes: &[u8]) -> u128 {
-    let mut h = hasher();
+    let mut h = content_hasher();
     h.write(bytes);
     h.finish128().as_u128()
 }
@@ -76,7 +66,7 @@ impl LocationKeys {
         }
         // Every input starts with a byte naming its kind ('s', 'f', 'm',
         // 'n', 'l'), so a string never hashes as the record of another kind.
-        let mut h = hasher();
+        let mut h = content_hasher();
         h.write_u8(b's');
         h.write(profile.string(index).as_bytes());
         let key = h.finish128().as_u128();
