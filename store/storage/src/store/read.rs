@@ -697,3 +697,38 @@ where
     }
     Ok(Some(acc))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(format_version: u32, size_bytes: u64) -> BlockMeta {
+        BlockMeta {
+            format_version,
+            id: "b".into(),
+            min_time_ms: 0,
+            max_time_ms: 1,
+            compaction_level: 1,
+            replica: "r".into(),
+            sources: vec![],
+            series: 1,
+            samples: 1,
+            profiles: 1,
+            size_bytes,
+        }
+    }
+
+    /// A block whose blobs carry CRCs is read by range past a few windows,
+    /// whatever the cache; a format 1 block only past an eighth of the
+    /// cache, since opening it by range reads its whole data anyway.
+    #[test]
+    fn blocks_with_blob_crcs_are_opened_by_range_past_a_few_windows() {
+        let cache = 1 << 30;
+        let v2 = kiln_engine::BLOB_CRC_VERSION;
+        assert!(!opens_by_range(&meta(v2, WHOLE_FETCH_MAX_BYTES), cache));
+        assert!(opens_by_range(&meta(v2, WHOLE_FETCH_MAX_BYTES + 1), cache));
+        assert!(!opens_by_range(&meta(1, 86 << 20), cache));
+        assert!(opens_by_range(&meta(1, (cache / 8) + 1), cache));
+        assert!(opens_by_range(&meta(v2, 86 << 20), cache));
+    }
+}
