@@ -94,9 +94,9 @@ impl Block {
     /// slice of `bytes`, not copied, and the block is charged all of
     /// `bytes`.
     ///
-    /// NB: copying the section out of the fetched buffer was a tenth of a
-    /// cold merge's CPU (the workload bench), most of it the kernel zeroing
-    /// the copy's fresh pages.
+    /// NB: copying the section out of the fetched buffer was a third of the
+    /// CPU of the workload bench's cold 7-day one-pod merge at 2,000 pods
+    /// (perf), most of it the kernel zeroing the copy's fresh pages.
     pub fn decode_shared(bytes: Bytes) -> Result<Block, BlockError> {
         Self::decode_with(&bytes, |data, check| match data {
             Cow::Borrowed(section) => match slice_of(&bytes, section) {

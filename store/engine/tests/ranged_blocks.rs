@@ -41,6 +41,19 @@ impl BlockRanges for Counted {
     }
 }
 
+/// The block at `path` opened by range, the count of bytes read from it
+/// (so far: what opening it read) and its size.
+fn open_counted(path: &Path) -> (Block, Arc<AtomicU64>, u64) {
+    let read = Arc::new(AtomicU64::new(0));
+    let file = FileRanges::open(path);
+    let size = file.size();
+    let counted = Counted {
+        file,
+        read: Arc::clone(&read),
+    };
+    (Block::open_ranged(counted, WINDOW).unwrap(), read, size)
+}
+
 /// One block of 12 pods over 3 hours of real Go profiles (merged from hour
 /// blocks, as compaction writes it), or `None` (said in the output; a
 /// failure in CI) when Go is missing.
@@ -143,18 +156,8 @@ fn a_narrow_query_reads_a_window_not_the_block() {
     let Some(path) = merged_block(tmp.path()) else {
         return;
     };
-    let read = Arc::new(AtomicU64::new(0));
-    let file = FileRanges::open(&path);
-    let size = file.size();
     let data = data_section(&std::fs::read(&path).unwrap());
-    let block = Block::open_ranged(
-        Counted {
-            file,
-            read: Arc::clone(&read),
-        },
-        WINDOW,
-    )
-    .unwrap();
+    let (block, read, size) = open_counted(&path);
     // Its blobs carry their own CRCs, so opening reads the header, tables,
     // directory and index, and none of the data section.
     let at_open = read.load(Ordering::Relaxed);
@@ -272,17 +275,7 @@ fn a_format_1_block_with_a_damaged_data_section_is_refused_at_open() {
     bytes[header_len..header_len + 4].copy_from_slice(&crc.to_le_bytes());
     let relabelled = tmp.path().join("format-1.block");
     std::fs::write(&relabelled, &bytes).unwrap();
-    let read = Arc::new(AtomicU64::new(0));
-    let file = FileRanges::open(&relabelled);
-    let size = file.size();
-    Block::open_ranged(
-        Counted {
-            file,
-            read: Arc::clone(&read),
-        },
-        WINDOW,
-    )
-    .unwrap();
+    let (_, read, size) = open_counted(&relabelled);
     let at_open = read.load(Ordering::Relaxed);
     assert!(
         at_open >= size,

@@ -23,17 +23,22 @@
 
 #[path = "workload/measure.rs"]
 mod measure;
+#[path = "workload/merges.rs"]
+mod merges;
+#[path = "workload/payloads.rs"]
+mod payloads;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kiln_engine::model::{Label, LabelSet, MatchOp, Matcher, ProfileType, Selector, TimeRange};
-use kiln_pprof::{DecodeLimits, FunctionSpec, MappingSpec, ProfileBuilder, encode_gzip};
+use kiln_engine::model::{Label, LabelSet, ProfileType};
+use kiln_pprof::DecodeLimits;
 use kiln_storage::planner::{DAY_MS, HOUR_MS};
 use kiln_storage::{BucketConfig, IngestRequest, Store, StoreConfig};
 use measure::{heap_in_use_bytes, mem_trace, process_cpu, reset_hwm, status_kib, vm_hwm_kib};
+use merges::{merge_latencies, query_only};
+use payloads::{Frame, Rng, fixture_stacks, reshape};
 
 const STEP_MS: i64 = 10_000;
 const FIXTURES: [&str; 4] = [
@@ -50,106 +55,6 @@ fn env_or(name: &str, default: i64) -> i64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// splitmix64: deterministic, dependency-free randomness for the workload.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
-/// A frame as resolved from a fixture: (mapping index, address, lines).
-#[derive(Clone)]
-struct Frame {
-    mapping: Option<MappingSpec>,
-    address: u64,
-    lines: Vec<(FunctionSpec, i64)>,
-}
-
-/// All stacks of one fixture, resolved to frames, leaf first.
-fn fixture_stacks(path: &Path) -> Vec<Vec<Frame>> {
-    let bytes = std::fs::read(path).expect("read fixture");
-    let profile = kiln_pprof::decode(&bytes, &DecodeLimits::default()).expect("fixture decodes");
-    let mut stacks = Vec::new();
-    for sample in profile.samples() {
-        let mut frames = Vec::new();
-        for &loc_id in &sample.location_id {
-            let Some(loc) = profile.location(loc_id) else {
-                continue;
-            };
-            let mapping = profile.mapping(loc.mapping_id).map(|m| MappingSpec {
-                memory_start: m.memory_start,
-                memory_limit: m.memory_limit,
-                file_offset: m.file_offset,
-                filename: profile.string(m.filename).to_string(),
-                build_id: profile.string(m.build_id).to_string(),
-                has_functions: m.has_functions,
-            });
-            let lines = loc
-                .line
-                .iter()
-                .filter_map(|line| {
-                    let f = profile.function(line.function_id)?;
-                    Some((
-                        FunctionSpec {
-                            name: profile.string(f.name).to_string(),
-                            system_name: profile.string(f.system_name).to_string(),
-                            filename: profile.string(f.filename).to_string(),
-                            start_line: f.start_line,
-                        },
-                        line.line,
-                    ))
-                })
-                .collect();
-            frames.push(Frame {
-                mapping,
-                address: loc.address,
-                lines,
-            });
-        }
-        if !frames.is_empty() {
-            stacks.push(frames);
-        }
-    }
-    stacks
-}
-
-/// A 10 s CPU profile drawing `samples` stacks from `stacks`.
-fn reshape(stacks: &[Vec<Frame>], samples: usize, rng: &mut Rng) -> Vec<u8> {
-    let mut b = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
-    b.period("cpu", "nanoseconds", 10_000_000);
-    b.time(0, 10_000_000_000);
-    let mut mapping_ids: HashMap<MappingSpec, u64> = HashMap::new();
-    for _ in 0..samples {
-        let stack = &stacks[rng.below(stacks.len())];
-        let mut locations = Vec::with_capacity(stack.len());
-        for frame in stack {
-            let mapping_id = match &frame.mapping {
-                Some(spec) => *mapping_ids
-                    .entry(spec.clone())
-                    .or_insert_with(|| b.mapping(spec)),
-                None => 0,
-            };
-            let lines: Vec<(u64, i64)> = frame
-                .lines
-                .iter()
-                .map(|(f, line)| (b.function(f), *line))
-                .collect();
-            locations.push(b.location(mapping_id, frame.address, &lines));
-        }
-        let count = 1 + rng.below(5) as i64;
-        b.sample(&locations, &[count, count * 10_000_000], &[]);
-    }
-    encode_gzip(&b.finish())
 }
 
 /// Every file under `dir`, recursively, with its size.
@@ -242,93 +147,6 @@ fn schedule(end_ms: i64, full_hours: i64, day_step_ms: i64, week_step_ms: i64) -
     times
 }
 
-/// Cold and warm (median of 5) latency of one merge, each in wall time and
-/// in this process's CPU time.
-struct MergeTiming {
-    cold_wall: Duration,
-    cold_cpu: f64,
-    warm_wall: Duration,
-    warm_cpu: f64,
-    total: i64,
-}
-
-async fn timed_merge(store: &Store, selector: &Selector, range: TimeRange) -> MergeTiming {
-    let cpu = process_cpu();
-    let start = Instant::now();
-    let merged = store.merge(selector, range).await.expect("merge");
-    let cold_wall = start.elapsed();
-    let cold_cpu = process_cpu() - cpu;
-    let mut walls = Vec::new();
-    let mut cpus = Vec::new();
-    for _ in 0..5 {
-        let cpu = process_cpu();
-        let start = Instant::now();
-        let m = store.merge(selector, range).await.expect("merge");
-        walls.push(start.elapsed());
-        cpus.push(process_cpu() - cpu);
-        assert_eq!(m.total(), merged.total(), "repeat merge is stable");
-    }
-    walls.sort();
-    cpus.sort_by(f64::total_cmp);
-    MergeTiming {
-        cold_wall,
-        cold_cpu,
-        warm_wall: walls[walls.len() / 2],
-        warm_cpu: cpus[cpus.len() / 2],
-        total: merged.total(),
-    }
-}
-
-/// Cold and warm merges over 1 h, 24 h and 7 d before `end_ms`, for one
-/// pod and for all pods, printed and added to `summary`; returns the peak
-/// RSS (KiB) seen meanwhile.
-async fn merge_latencies(store: &Store, end_ms: i64, summary: &mut Vec<String>) -> u64 {
-    let mut peak_kib = 0;
-    println!(
-        "\n== merge latency (cold = first query, blocks fetched + decoded; warm = median of 5)"
-    );
-    let one = Selector {
-        profile_type: cpu_type(),
-        matchers: vec![Matcher {
-            name: "pod".into(),
-            op: MatchOp::Equal,
-            value: pod_name(42),
-        }],
-    };
-    let all = Selector {
-        profile_type: cpu_type(),
-        matchers: vec![],
-    };
-    for (name, span) in [("1 h", HOUR_MS), ("24 h", DAY_MS), ("7 d", 7 * DAY_MS)] {
-        let range = TimeRange {
-            start_ms: end_ms - span,
-            end_ms,
-        };
-        for (who, selector) in [("one pod", &one), ("all pods", &all)] {
-            let t = timed_merge(store, selector, range).await;
-            println!(
-                "{name:>5} {who:<9} cold {:>8.2} ms wall {:>8.2} ms CPU | warm {:>8.2} ms wall {:>8.2} ms CPU  (total {})",
-                t.cold_wall.as_secs_f64() * 1000.0,
-                t.cold_cpu * 1000.0,
-                t.warm_wall.as_secs_f64() * 1000.0,
-                t.warm_cpu * 1000.0,
-                t.total
-            );
-            summary.push(format!(
-                "merge_{}_{}_ms_cpu cold={:.2} warm={:.2}",
-                name.replace(' ', ""),
-                who.replace(' ', "_"),
-                t.cold_cpu * 1000.0,
-                t.warm_cpu * 1000.0
-            ));
-            mem_trace(&format!("after {name} {who} queries"), store);
-            peak_kib = peak_kib.max(vm_hwm_kib());
-            reset_hwm();
-        }
-    }
-    peak_kib
-}
-
 /// The store's configuration for a run kept under `root` (data dir and
 /// bucket), and the memory budget it was sized from, if any.
 fn store_config(root: &Path, concurrency: usize) -> (StoreConfig, Option<u64>) {
@@ -372,6 +190,26 @@ fn store_config(root: &Path, concurrency: usize) -> (StoreConfig, Option<u64>) {
     (config, memory_budget)
 }
 
+/// The runtime every run drives its store on: two workers, as the VM the
+/// figures of record come from has two cores.
+fn bench_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The store kept under `root` (its local bucket in `root/bucket`), opened.
+async fn open_store(root: &Path, config: StoreConfig) -> Store {
+    let object_store = BucketConfig::Local {
+        dir: root.join("bucket"),
+    }
+    .build()
+    .expect("bucket");
+    Store::open(config, object_store).await.expect("open")
+}
+
 /// Where a run keeps its store: a temporary directory, or the one
 /// KILN_BENCH_QUERY_DIR names, kept for later query-only runs.
 enum Root {
@@ -391,44 +229,6 @@ impl Root {
 /// The file a finished run leaves in a kept directory: the simulated end
 /// of its time axis (unix ms), which the queries are relative to.
 const RUN_END_FILE: &str = "workload-end-ms";
-
-/// Queries a store an earlier run left in `root`, from this fresh process:
-/// the same merges as after ingest, on the same blocks, so two builds (or
-/// two tries of one) compare cold merges without ingesting again.
-fn query_only(root: &Path, end_ms: i64, concurrency: usize) {
-    let (config, _) = store_config(root, concurrency);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async move {
-        let object_store = BucketConfig::Local {
-            dir: root.join("bucket"),
-        }
-        .build()
-        .expect("bucket");
-        let store = Store::open(config, object_store).await.expect("open");
-        let blocks = store.blocks();
-        println!(
-            "query only: {} blocks, {:.2} MiB, left by an earlier run in {}",
-            blocks.len(),
-            blocks.iter().map(|b| b.size_bytes).sum::<u64>() as f64 / 1048576.0,
-            root.display()
-        );
-        reset_hwm();
-        let mut summary = Vec::new();
-        let peak_kib = merge_latencies(&store, end_ms, &mut summary).await;
-        println!(
-            "\npeak RSS (VmHWM) of the queries: {:.0} MiB",
-            peak_kib as f64 / 1024.0
-        );
-        println!();
-        for line in summary {
-            println!("SUMMARY {line}");
-        }
-    });
-}
 
 /// Single-threaded cost of each ingest stage on the same payloads, to show
 /// where the full path's time goes: pprof decode (kiln-pprof, the flat
@@ -604,16 +404,8 @@ fn main() {
         .expect("flush interval fits")
         .max(1);
     println!("flush every {} s of simulated time", flush_ms / 1000);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async move {
-        let object_store = BucketConfig::Local { dir: bucket_dir.clone() }
-            .build()
-            .expect("bucket");
-        let store = Store::open(config, object_store).await.expect("open");
+    bench_runtime().block_on(async move {
+        let store = open_store(root.path(), config).await;
         // Under a memory budget, what the server's flush loop does on
         // `flush_now`: cut and upload a head that reached its cap. (Its CPU
         // counts as ingest's.)

@@ -36,6 +36,15 @@ fn block_bytes() -> Vec<u8> {
     encode_block(&head, "01LAYOUT", "test").expect("encode").1
 }
 
+/// Every totals row of every series of `block`.
+fn totals(block: &Block) -> Vec<(i64, i64, u64)> {
+    block
+        .series
+        .iter()
+        .flat_map(|s| block.totals(s).expect("totals read"))
+        .collect()
+}
+
 /// The section table: `(kind, compression, offset, len, raw len, crc)`.
 fn entries(bytes: &[u8]) -> Vec<(u32, u8, u64, u64, u64, u32)> {
     let mut r = Reader::new(&bytes[MAGIC.len() + 4..]);
@@ -164,13 +173,6 @@ fn data_section_comes_first_and_blocks_with_it_last_still_read_alike() {
         format!("{:?}", new.symbols.nodes),
         format!("{:?}", old.symbols.nodes)
     );
-    let totals = |block: &Block| -> Vec<(i64, i64, u64)> {
-        block
-            .series
-            .iter()
-            .flat_map(|s| block.totals(s).expect("totals read"))
-            .collect()
-    };
     assert_eq!(totals(&new), totals(&old));
     assert!(!totals(&new).is_empty());
 }
@@ -215,13 +217,6 @@ fn a_shared_decode_holds_the_fetched_buffer_and_reads_alike() {
     assert_eq!(Some(data), copied.data.loaded_bytes());
     assert_eq!(shared.data.held_bytes(), bytes.len());
     assert!(copied.data.held_bytes() < bytes.len());
-    let totals = |block: &Block| -> Vec<(i64, i64, u64)> {
-        block
-            .series
-            .iter()
-            .flat_map(|s| block.totals(s).expect("totals read"))
-            .collect()
-    };
     assert!(!totals(&shared).is_empty());
     assert_eq!(totals(&shared), totals(&copied));
     // A damaged buffer is refused the same way either way.
