@@ -24,6 +24,9 @@ use support::streaming::{FileRanges, HOUR, go_profiles, write_hour_blocks};
 /// The read window: small, so that the test's blocks are many windows long.
 const WINDOW: usize = 4096;
 
+/// The smallest rollup window.
+const MINUTE: i64 = 60_000;
+
 /// A block file that counts the bytes read from it.
 struct Counted {
     file: FileRanges,
@@ -215,9 +218,9 @@ fn a_damaged_blob_is_refused_by_the_query_that_reads_it() {
         Err(BlockError::ChecksumMismatch { section: "data" })
     ));
     // Opened by range, it opens (its data is not read). Between them, a
-    // merge from rollups, one from raw columns only and a timeline (from
-    // totals) read every blob; the one that reaches the damaged blob is
-    // refused, never answered from it.
+    // merge from raw columns only, a timeline (from totals) and merges of
+    // every rollup window read every blob; the one that reaches the
+    // damaged blob is refused, never answered from it.
     let block = Block::open_ranged(FileRanges::open(&damaged), WINDOW).unwrap();
     let meta = block.meta();
     let span = TimeRange {
@@ -231,10 +234,23 @@ fn a_damaged_blob_is_refused_by_the_query_that_reads_it() {
             matchers: vec![],
         })
         .unwrap();
-        answers.push(block.merge_into(&selector, span, &mut MergedProfile::new()));
         answers.push(block.merge_into_without_rollups(&selector, span, &mut MergedProfile::new()));
         let mut timeline = kiln_engine::Timeline::new(span, 60_000).unwrap();
         answers.push(block.timeline_into(&selector, span, &mut timeline));
+        // Every aligned minute and hour of the span on its own: each one
+        // is answered from its rollup window, so every rollup chunk of
+        // every level is read by one of them.
+        for window in [MINUTE, HOUR] {
+            let mut start = span.start_ms - span.start_ms.rem_euclid(window);
+            while start < span.end_ms {
+                let range = TimeRange {
+                    start_ms: start,
+                    end_ms: start + window,
+                };
+                answers.push(block.merge_into(&selector, range, &mut MergedProfile::new()));
+                start += window;
+            }
+        }
     }
     let refused = |answer: &Result<(), kiln_engine::QueryError>| {
         matches!(
