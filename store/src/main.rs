@@ -1,10 +1,8 @@
 //! The `kiln-store` binary: configuration, storage, serving, shutdown.
 
-use std::sync::Arc;
-
 use anyhow::Context as _;
 use clap::CommandFactory as _;
-use kiln_storage::bucket::BucketConfig;
+use kiln_storage::bucket::{Bucket, BucketConfig};
 use kiln_storage::{Store, StoreConfig};
 use kiln_store::config::{BucketSettings, Config, ObjectStoreKind, StoreSettings};
 use kiln_store::server;
@@ -54,9 +52,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
 
     // Recovery runs while the port is already up: /healthz answers and
     // /readyz says 503 until the WAL is replayed and the bucket listed.
-    let object_store = object_store(&config)?;
+    let bucket = bucket(&config)?;
     let store = tokio::select! {
-        opened = Store::open(store_config(&config), object_store) => {
+        opened = Store::open(store_config(&config), bucket) => {
             opened.context("opening the store")?
         }
         _ = stopped(stop_rx.clone()) => {
@@ -149,17 +147,10 @@ fn store_config(config: &Config) -> StoreConfig {
     store
 }
 
-fn object_store(config: &Config) -> anyhow::Result<Arc<dyn object_store::ObjectStore>> {
-    let store = bucket_config(&config.bucket)?
-        .build()
-        .context("configuring object storage")?;
-    Ok(match &config.bucket.prefix {
-        Some(prefix) => Arc::new(object_store::prefix::PrefixStore::new(
-            store,
-            prefix.trim_matches('/'),
-        )),
-        None => store,
-    })
+fn bucket(config: &Config) -> anyhow::Result<Bucket> {
+    bucket_config(&config.bucket)?
+        .open(config.bucket.prefix.as_deref())
+        .context("configuring object storage")
 }
 
 fn bucket_config(bucket: &BucketSettings) -> anyhow::Result<BucketConfig> {

@@ -202,12 +202,12 @@ fn bench_runtime() -> tokio::runtime::Runtime {
 
 /// The store kept under `root` (its local bucket in `root/bucket`), opened.
 async fn open_store(root: &Path, config: StoreConfig) -> Store {
-    let object_store = BucketConfig::Local {
+    let bucket = BucketConfig::Local {
         dir: root.join("bucket"),
     }
-    .build()
+    .open(None)
     .expect("bucket");
-    Store::open(config, object_store).await.expect("open")
+    Store::open(config, bucket).await.expect("open")
 }
 
 /// Where a run keeps its store: a temporary directory, or the one

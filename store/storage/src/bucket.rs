@@ -24,6 +24,10 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::error::StorageError;
 
+mod local_files;
+
+use local_files::LocalFiles;
+
 const BLOCKS_PREFIX: &str = "blocks";
 const DATA_FILE: &str = "data";
 const META_FILE: &str = "meta.json";
@@ -102,26 +106,12 @@ pub enum BucketConfig {
 impl BucketConfig {
     /// Builds the object store this configuration names.
     pub fn build(&self) -> Result<Arc<dyn ObjectStore>, StorageError> {
+        #[cfg(any(feature = "aws", feature = "gcp", feature = "azure"))]
         let config_err = |source: object_store::Error| StorageError::Config {
             message: source.to_string(),
         };
         match self {
-            Self::Local { dir } => {
-                std::fs::create_dir_all(dir).map_err(|e| StorageError::Config {
-                    message: format!("cannot create bucket directory {}: {e}", dir.display()),
-                })?;
-                // NB: without fsync a block's files and directory entries
-                // may still be only in the page cache when the flush that
-                // uploaded it deletes the WAL segments it replaces, and a
-                // power cut then loses acknowledged writes. With it, every
-                // put syncs the file, and the directories it creates or
-                // renames into, before it returns.
-                let store = object_store::local::LocalFileSystem::new_with_prefix(dir)
-                    .map_err(config_err)?
-                    .with_automatic_cleanup(true)
-                    .with_fsync(true);
-                Ok(Arc::new(store))
-            }
+            Self::Local { dir } => Ok(Arc::new(local_file_system(dir)?)),
             #[cfg(feature = "aws")]
             Self::S3 {
                 bucket,
@@ -166,6 +156,50 @@ impl BucketConfig {
             )),
         }
     }
+
+    /// The bucket this configuration names, its objects under `prefix`
+    /// when one is given. A local directory's block files are read by
+    /// range from disk directly (see `local_files`); every other
+    /// operation goes through the object store.
+    pub fn open(&self, prefix: Option<&str>) -> Result<Bucket, StorageError> {
+        let prefix = prefix
+            .map(|p| p.trim_matches('/'))
+            .filter(|p| !p.is_empty());
+        let store = self.build()?;
+        let store: Arc<dyn ObjectStore> = match prefix {
+            Some(prefix) => Arc::new(object_store::prefix::PrefixStore::new(store, prefix)),
+            None => store,
+        };
+        let mut bucket = Bucket::new(store);
+        // Irrefutable in a build without a cloud backend.
+        #[allow(irrefutable_let_patterns)]
+        if let Self::Local { dir } = self {
+            let files = LocalFiles::new(local_file_system(dir)?, prefix.map(Path::from));
+            bucket.files = Some(Arc::new(files));
+        }
+        Ok(bucket)
+    }
+}
+
+/// The object store over local directory `dir`, created if missing.
+fn local_file_system(
+    dir: &std::path::Path,
+) -> Result<object_store::local::LocalFileSystem, StorageError> {
+    std::fs::create_dir_all(dir).map_err(|e| StorageError::Config {
+        message: format!("cannot create bucket directory {}: {e}", dir.display()),
+    })?;
+    // NB: without fsync a block's files and directory entries may still be
+    // only in the page cache when the flush that uploaded it deletes the
+    // WAL segments it replaces, and a power cut then loses acknowledged
+    // writes. With it, every put syncs the file, and the directories it
+    // creates or renames into, before it returns.
+    let store = object_store::local::LocalFileSystem::new_with_prefix(dir)
+        .map_err(|source| StorageError::Config {
+            message: source.to_string(),
+        })?
+        .with_automatic_cleanup(true)
+        .with_fsync(true);
+    Ok(store)
 }
 
 /// Retries inside one bucket request. The store retries every failed
@@ -235,6 +269,14 @@ pub struct Bucket {
     /// block lives under its replica's prefix. Only ever learnt from
     /// listings, since no block is written at the old layout any more.
     legacy: Arc<Mutex<BTreeSet<String>>>,
+    /// A local directory's files, read by range without the object store.
+    files: Option<Arc<LocalFiles>>,
+}
+
+impl From<Arc<dyn ObjectStore>> for Bucket {
+    fn from(store: Arc<dyn ObjectStore>) -> Self {
+        Self::new(store)
+    }
 }
 
 /// Where a block's files are: under its owner's prefix, or at the old
@@ -293,6 +335,7 @@ impl Bucket {
         Self {
             store,
             legacy: Arc::default(),
+            files: None,
         }
     }
 
@@ -362,6 +405,21 @@ impl Bucket {
             .get_range(&path, range)
             .await
             .map_err(bucket_err("get", &path))
+    }
+
+    /// Appends `len` bytes of a block's data object at `offset` to `buf`
+    /// from a local directory's file, on the calling thread; `None` when
+    /// the bucket is not a local directory (ask [`Self::get_block_range`]).
+    pub fn read_local_block_range(
+        &self,
+        meta: &BlockMeta,
+        offset: u64,
+        len: usize,
+        buf: &mut Vec<u8>,
+    ) -> Option<std::io::Result<()>> {
+        let files = self.files.as_ref()?;
+        let path = block_path(self.owner_of(meta), &meta.id, DATA_FILE);
+        Some(files.read_range(&path, offset, len, buf))
     }
 
     /// Uploads a block whose data lies in the local file `data` (a

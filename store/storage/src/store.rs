@@ -261,9 +261,13 @@ impl Store {
     /// anyway: it takes writes and answers from the WAL, keeps the WAL
     /// ranges whose upload it cannot confirm, and lists again in the
     /// background; [`Store::health`] says what is missing meanwhile.
+    ///
+    /// `bucket` is a [`Bucket`] ([`crate::bucket::BucketConfig::open`]
+    /// reads a local directory's blocks without the object store) or any
+    /// object store.
     pub async fn open(
         config: StoreConfig,
-        object_store: Arc<dyn object_store::ObjectStore>,
+        bucket: impl Into<Bucket>,
     ) -> Result<Store, StorageError> {
         config.validate()?;
         allocator::bound_allocator_retention();
@@ -271,7 +275,7 @@ impl Store {
         // Merges a killed process left half-written; their sources remain.
         spill::reset_spill_dir(&config.data_dir)?;
         let holder = ownership::holder_id(&config)?;
-        let bucket = Bucket::new(object_store);
+        let bucket = bucket.into();
         let replica_lease = ownership::replica_lease(&bucket, &config, &holder);
         ownership::claim_replica_name(&replica_lease, &config).await?;
         let retention_lease = ownership::retention_lease(&bucket, &config, &holder);

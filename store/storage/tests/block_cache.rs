@@ -7,14 +7,18 @@ mod profiles;
 use std::path::Path;
 
 use kiln_storage::Store;
+use kiln_storage::bucket::{Bucket, BucketConfig};
 use profiles::*;
 
 async fn store_with_two_blocks(root: &Path, cache_budget: u64) -> (Store, i64) {
+    let bucket = local_bucket(&root.join("bucket"));
+    store_with_two_blocks_in(root, cache_budget, bucket.into()).await
+}
+
+async fn store_with_two_blocks_in(root: &Path, cache_budget: u64, bucket: Bucket) -> (Store, i64) {
     let mut config = config(&root.join("data"), "r1");
     config.block_cache_bytes = cache_budget;
-    let store = Store::open(config, local_bucket(&root.join("bucket")))
-        .await
-        .expect("open store");
+    let store = Store::open(config, bucket).await.expect("open store");
     let mut expected = 0;
     for (i, pod) in ["pod-a", "pod-b"].into_iter().enumerate() {
         let (pprof, total) = cpu_profile(i as u64 + 1, 200);
@@ -75,6 +79,61 @@ async fn compaction_leaves_no_source_block_in_the_cache_and_the_result_answers_e
     assert_eq!(store.stats().cache_blocks, 0);
     assert_eq!(total(&store, &all_selector(), everything()).await, expected);
     assert_eq!(store.stats().cache_blocks, 1);
+}
+
+/// A local directory opened from its configuration is read by range from
+/// its files (under the bucket's prefix), not through the object store:
+/// with a cache too small to hold a block, every block is opened by range
+/// and compaction reads its sources so. A file looked for in the wrong
+/// place reads as a missing block, and the totals would fall short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_bucket_reads_its_block_files_by_range_under_its_prefix() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("bucket");
+    let bucket = BucketConfig::Local { dir: dir.clone() }
+        .open(Some("/tenant a/kiln/"))
+        .expect("bucket");
+    let (store, expected) = store_with_two_blocks_in(root.path(), 1, bucket).await;
+    let data_files = walk_files(&dir.join("tenant a/kiln/blocks"))
+        .into_iter()
+        .filter(|path| path.ends_with("data"))
+        .count();
+    assert_eq!(data_files, 2, "both blocks were written under the prefix");
+    for _ in 0..2 {
+        assert_eq!(total(&store, &all_selector(), everything()).await, expected);
+        assert_eq!(
+            total(&store, &pod_selector("pod-b"), everything()).await,
+            expected - cpu_profile(1, 200).1
+        );
+    }
+    store.shutdown().await.expect("shutdown");
+
+    // Compaction needs room for its output's tables in the cache budget.
+    let mut config = config(&root.path().join("data"), "r1");
+    config.block_cache_bytes = 256 << 20;
+    let bucket = BucketConfig::Local { dir }
+        .open(Some("tenant a/kiln"))
+        .expect("bucket");
+    let store = Store::open(config, bucket).await.expect("reopen");
+    let report = store
+        .compact(BASE_MS + 3 * kiln_storage::planner::DAY_MS)
+        .await
+        .expect("compact");
+    assert!(!report.written.is_empty(), "the two blocks were compacted");
+    assert_eq!(total(&store, &all_selector(), everything()).await, expected);
+}
+
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read_dir") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            files.extend(walk_files(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }
 
 /// Merges keep each block's partial (its selection summed, in its own

@@ -100,6 +100,12 @@ impl BlockRanges for BucketRanges {
     }
 
     fn read_range(&mut self, offset: u64, len: usize, buf: &mut Vec<u8>) -> std::io::Result<()> {
+        if let Some(read) = self
+            .bucket
+            .read_local_block_range(&self.meta, offset, len, buf)
+        {
+            return read;
+        }
         let end = offset.saturating_add(len as u64);
         match self
             .runtime
