@@ -117,19 +117,32 @@ impl Block {
         // the same selection.
         let mut sums: Vec<((u32, u32), i64)> = sums.into_iter().collect();
         sums.sort_unstable_by_key(|&(key, _)| key);
-        let mut keyer = ContentKeyer::new(&self.symbols);
         let mut translator = SymbolTranslator::new(&self.symbols);
         let mut symbols = SymbolTable::new();
-        let entries: Vec<PartialEntry> = sums
+        let translated: Vec<(u32, u32, i64)> = sums
             .into_iter()
-            .map(|((stack, labels), value)| PartialEntry {
-                stack: translator.node(&self.symbols, &mut symbols, stack),
-                labels: translator.label_set(&self.symbols, &mut symbols, labels),
+            .map(|((stack, labels), value)| {
+                let stack = translator.node(&self.symbols, &mut symbols, stack);
+                let labels = translator.label_set(&self.symbols, &mut symbols, labels);
+                (stack, labels, value)
+            })
+            .collect();
+        drop(translator);
+        // Keyed in the partial's own table: keys follow content, so they
+        // are those of the block's entries, and the partial's table holds
+        // only what the selection reaches, every entry of it keyed.
+        let mut keyer = ContentKeyer::new(&symbols);
+        let entries: Vec<PartialEntry> = translated
+            .into_iter()
+            .map(|(stack, labels, value)| PartialEntry {
+                stack,
+                labels,
                 value,
                 stack_key: keyer.node(stack),
                 labels_key: keyer.label_set(labels),
             })
             .collect();
+        drop(keyer);
         symbols.drop_lookups();
         Ok(BlockPartial { symbols, entries })
     }
