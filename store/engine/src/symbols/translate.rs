@@ -5,7 +5,28 @@
 
 use super::{Function, Line, Mapping, NO_MAPPING, ROOT_NODE, SampleLabel, SymbolTable};
 
-const UNSEEN: u32 = u32::MAX;
+/// A memo slot holds the destination id plus one, so that a slot not yet
+/// seen is zero.
+///
+/// NB: memos are sized to the source's tables, which for a query's block
+/// are every pod's, while a one-pod merge touches a few entries. Zeroed
+/// vectors come from the allocator as untouched pages (the store's large
+/// allocations are fresh mmaps); filled with `u32::MAX` they were written
+/// whole for every block a query read.
+const UNSEEN: u32 = 0;
+
+fn slot(id: u32) -> u32 {
+    id.wrapping_add(1)
+}
+
+fn seen(slot: u32) -> Option<u32> {
+    slot.checked_sub(1)
+}
+
+/// Destination ids of a filled memo (an unseen slot reads as `u32::MAX`).
+fn ids(memo: Vec<u32>) -> Vec<u32> {
+    memo.into_iter().map(|s| s.wrapping_sub(1)).collect()
+}
 
 /// Memo of source id -> destination id for every table.
 #[derive(Debug)]
@@ -26,7 +47,7 @@ impl SymbolTranslator {
     pub(crate) fn new(src: &SymbolTable) -> Self {
         let mut nodes = vec![UNSEEN; src.nodes.len()];
         if let Some(root) = nodes.first_mut() {
-            *root = ROOT_NODE;
+            *root = slot(ROOT_NODE);
         }
         Self {
             strings: vec![UNSEEN; src.strings.len()],
@@ -42,13 +63,13 @@ impl SymbolTranslator {
     }
 
     fn string(&mut self, src: &SymbolTable, dst: &mut SymbolTable, id: u32) -> u32 {
-        let Some(slot) = self.strings.get_mut(id as usize) else {
+        let Some(memo) = self.strings.get_mut(id as usize) else {
             return 0;
         };
-        if *slot == UNSEEN {
-            *slot = dst.intern_string(src.string(id));
+        if *memo == UNSEEN {
+            *memo = slot(dst.intern_string(src.string(id)));
         }
-        *slot
+        memo.wrapping_sub(1)
     }
 
     fn mapping(&mut self, src: &SymbolTable, dst: &mut SymbolTable, id: u32) -> u32 {
@@ -61,9 +82,9 @@ impl SymbolTranslator {
                 build_id: self.string(src, dst, mapping.build_id),
                 ..mapping
             };
-            self.mappings[id as usize] = dst.intern_mapping(translated);
+            self.mappings[id as usize] = slot(dst.intern_mapping(translated));
         }
-        self.mappings[id as usize]
+        self.mappings[id as usize].wrapping_sub(1)
     }
 
     fn function(&mut self, src: &SymbolTable, dst: &mut SymbolTable, id: u32) -> u32 {
@@ -77,9 +98,9 @@ impl SymbolTranslator {
                 filename: self.string(src, dst, function.filename),
                 start_line: function.start_line,
             };
-            self.functions[id as usize] = dst.intern_function(translated);
+            self.functions[id as usize] = slot(dst.intern_function(translated));
         }
-        self.functions[id as usize]
+        self.functions[id as usize].wrapping_sub(1)
     }
 
     pub(crate) fn location(&mut self, src: &SymbolTable, dst: &mut SymbolTable, id: u32) -> u32 {
@@ -96,10 +117,11 @@ impl SymbolTranslator {
                     line: line.line,
                 });
             }
-            self.locations[id as usize] = dst.intern_location(mapping, location.address, &lines);
+            self.locations[id as usize] =
+                slot(dst.intern_location(mapping, location.address, &lines));
             self.lines = lines;
         }
-        self.locations[id as usize]
+        self.locations[id as usize].wrapping_sub(1)
     }
 
     /// Translates every entry of `src` into `dst` and returns the id
@@ -119,7 +141,7 @@ impl SymbolTranslator {
         for set in 0..src.label_sets.len() {
             self.label_set(src, dst, set as u32);
         }
-        (self.strings, self.nodes, self.label_sets)
+        (ids(self.strings), ids(self.nodes), ids(self.label_sets))
     }
 
     /// Translates stack node `node` of `src` into `dst`.
@@ -132,8 +154,8 @@ impl SymbolTranslator {
         loop {
             match self.nodes.get(current as usize) {
                 None => break,
-                Some(&translated) if translated != UNSEEN => {
-                    base = translated;
+                Some(&memo) if memo != UNSEEN => {
+                    base = memo.wrapping_sub(1);
                     break;
                 }
                 Some(_) => {
@@ -151,7 +173,7 @@ impl SymbolTranslator {
         for &src_node in chain.iter().rev() {
             let location = self.location(src, dst, src.nodes[src_node as usize].location);
             translated = dst.intern_node(translated, location);
-            self.nodes[src_node as usize] = translated;
+            self.nodes[src_node as usize] = slot(translated);
         }
         self.chain = chain;
         translated
@@ -159,11 +181,11 @@ impl SymbolTranslator {
 
     /// Translates sample label set `id` of `src` into `dst`.
     pub(crate) fn label_set(&mut self, src: &SymbolTable, dst: &mut SymbolTable, id: u32) -> u32 {
-        let Some(&slot) = self.label_sets.get(id as usize) else {
+        let Some(&memo) = self.label_sets.get(id as usize) else {
             return super::EMPTY_LABEL_SET;
         };
-        if slot != UNSEEN {
-            return slot;
+        if let Some(translated) = seen(memo) {
+            return translated;
         }
         let mut labels = std::mem::take(&mut self.labels);
         labels.clear();
@@ -177,7 +199,7 @@ impl SymbolTranslator {
         }
         labels.sort_unstable();
         let translated = dst.intern_label_set(&labels);
-        self.label_sets[id as usize] = translated;
+        self.label_sets[id as usize] = slot(translated);
         self.labels = labels;
         translated
     }
