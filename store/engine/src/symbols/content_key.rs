@@ -50,10 +50,10 @@ fn key_of<T: Hash + ?Sized>(value: &T) -> ContentKey {
 
 /// Keys memoized by table id, one slot per entry of the table.
 ///
-/// NB: keyers are run over a partial's own table, every entry of which
+/// NB: keyers are run over a partial's own table, nearly every entry of which
 /// is keyed, so slots are dense; a hash map of `Option` keys (48 bytes an
 /// entry, grown by doubling into fresh pages under the store's mmap
-/// threshold) was 6 % of a cold all-pods merge at 2,000 pods (perf). The
+/// threshold) was 6 % of a query-only run's CPU at 2,000 pods (perf). The
 /// slots start zeroed, so the allocator hands over untouched pages.
 #[derive(Debug)]
 struct KeyMemo {

@@ -5,10 +5,10 @@
 //! fresh zeroed buffer of the range's size. The store caps glibc's mmap
 //! threshold at 256 KiB (`store::allocator`), so every 1 MiB window a
 //! ranged block or a compaction source reads came from fresh pages the
-//! kernel cleared, and was then copied into the window: a cold merge of
-//! all pods over 7 days at 2,000 pods spent 8 % of its CPU clearing those
-//! pages and 2 % copying them (perf, docs/benchmarks.md). Reading into the
-//! window the reader keeps costs neither.
+//! kernel cleared, and was then copied into the window: in a query-only
+//! run of the 2,000-pod workload (all six merges, cold and warm), clearing
+//! those pages was 7.8 % of the CPU (perf, docs/benchmarks.md). Reading
+//! into the window the reader keeps clears no fresh pages.
 
 use std::fs::File;
 use std::io;
