@@ -146,6 +146,18 @@ impl CheckedIngest {
         series_labels::count_new_series(census, &self.plan.name, &self.plan.slot_labels, limits)
     }
 
+    /// True when `census` holds every series this profile writes, so it
+    /// creates none and no series limit can refuse it. One lookup per
+    /// series; a sharded head asks the profile's own shard first and
+    /// counts against every shard only when this is false.
+    pub fn writes_only_held_series(&self, census: &impl SeriesCensus) -> bool {
+        self.plan
+            .slot_labels
+            .iter()
+            .flatten()
+            .all(|labels| census.holds_series(labels))
+    }
+
     /// The profile that was checked.
     pub fn profile(&self) -> &DecodedProfile {
         &self.profile

@@ -9,15 +9,16 @@
 //! (docs/benchmarks.md). A flush encodes every shard into one block
 //! (`kiln_engine::encode_heads`), so shards never show in the bucket.
 //!
-//! Lock order: shards in index order, always all of them for a cut or a
-//! query snapshot, one at a time for an apply; never the view first.
+//! Lock order: shards in index order, always all of them for a cut, a
+//! query snapshot or a profile's count of new series; one at a time for an
+//! apply or a check of series its shard holds; never the view first.
 
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use kiln_engine::Head;
 use kiln_engine::model::LabelSet;
+use kiln_engine::{CheckedIngest, Head, IngestError, IngestLimits, ShardCensus};
 
 use super::{read, write};
 
@@ -90,6 +91,25 @@ impl LiveHead {
     /// head between two cuts: a query snapshots the view under them.
     pub(super) fn read_all(&self) -> Vec<RwLockReadGuard<'_, Head>> {
         self.shards.iter().map(read).collect()
+    }
+
+    /// Counts the series `checked` would create in shard `shard` against
+    /// `limits`. Most profiles write only series their shard holds already:
+    /// those read that one shard, so a check waits for no apply in another
+    /// shard. A profile with a new series counts against every shard, as
+    /// the limits are the store's. The answer is the same either way.
+    pub(super) fn count_series(
+        &self,
+        shard: usize,
+        checked: &CheckedIngest,
+        limits: &IngestLimits,
+    ) -> Result<(), IngestError> {
+        let index = shard.min(self.shards.len() - 1);
+        if checked.writes_only_held_series(&*read(&self.shards[index])) {
+            return Ok(());
+        }
+        let shards = self.read_all();
+        checked.count_series(&ShardCensus(&shards), limits)
     }
 
     /// Applies `change` to shard `shard` under its write lock, then records
@@ -178,6 +198,80 @@ mod tests {
             live.shard_of(&LabelSet::new(set)) != live.shard_of(&labels(i, 0, "process_cpu"))
         });
         assert!(moved, "the container label is part of the workload");
+    }
+
+    /// A one-stack CPU profile.
+    fn cpu_profile() -> kiln_pprof::Profile {
+        let mut b = kiln_pprof::ProfileBuilder::new(&[("cpu", "nanoseconds")]);
+        let f = b.function(&kiln_pprof::FunctionSpec {
+            name: "main".into(),
+            ..Default::default()
+        });
+        let loc = b.location(0, 0x1000, &[(f, 1)]);
+        b.sample(&[loc], &[10], &[]);
+        let bytes = kiln_pprof::encode_gzip(&b.finish());
+        kiln_pprof::decode(&bytes, &kiln_pprof::DecodeLimits::default()).expect("decodes")
+    }
+
+    fn checked(labels: &LabelSet, limits: &IngestLimits) -> CheckedIngest {
+        CheckedIngest::prepare(cpu_profile(), labels, 10_000_000_000, limits).expect("prepare")
+    }
+
+    /// Two workloads whose requests apply to different shards of `live`.
+    fn workloads_in_two_shards(live: &LiveHead) -> (LabelSet, LabelSet) {
+        let first = labels(0, 0, "process_cpu");
+        let other = (1..64)
+            .map(|service| labels(service, 0, "process_cpu"))
+            .find(|l| live.shard_of(l) != live.shard_of(&first))
+            .expect("64 workloads span more than one of 4 shards");
+        (first, other)
+    }
+
+    #[test]
+    fn a_profile_of_held_series_is_counted_while_another_shard_is_write_locked() {
+        let live = std::sync::Arc::new(LiveHead::new(4, Head::new(), 1));
+        let limits = IngestLimits::default();
+        let (held, busy) = workloads_in_two_shards(&live);
+        let shard = live.shard_of(&held);
+        live.count_series(shard, &checked(&held, &limits), &limits)
+            .expect("a first series is within the limits");
+        live.apply(shard, |head| {
+            head.apply_checked(checked(&held, &limits), 1_000)
+        });
+        // An apply in another shard holds its write lock all the while.
+        let _apply = write(&live.shards[live.shard_of(&busy)]);
+        let (sender, answer) = std::sync::mpsc::channel();
+        let counter = std::sync::Arc::clone(&live);
+        std::thread::spawn(move || {
+            let result = counter.count_series(shard, &checked(&held, &limits), &limits);
+            let _ = sender.send(result.is_ok());
+        });
+        let counted = answer.recv_timeout(std::time::Duration::from_secs(10));
+        assert_eq!(
+            counted,
+            Ok(true),
+            "a check of a held series waited on another shard's apply"
+        );
+    }
+
+    #[test]
+    fn a_new_series_counts_against_every_shard() {
+        let live = LiveHead::new(4, Head::new(), 1);
+        let limits = IngestLimits {
+            max_series: 1,
+            ..IngestLimits::default()
+        };
+        let (first, second) = workloads_in_two_shards(&live);
+        let shard = live.shard_of(&first);
+        live.apply(shard, |head| {
+            head.apply_checked(checked(&first, &limits), 1_000)
+        });
+        live.count_series(shard, &checked(&first, &limits), &limits)
+            .expect("the held series is not new");
+        let err = live
+            .count_series(live.shard_of(&second), &checked(&second, &limits), &limits)
+            .expect_err("a second series is over a store-wide limit of one");
+        assert!(err.to_string().contains("series"), "{err}");
     }
 
     #[test]

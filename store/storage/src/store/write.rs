@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use kiln_engine::{CheckedIngest, IngestStats, ShardCensus};
+use kiln_engine::{CheckedIngest, IngestStats};
 use kiln_pprof::{DecodeLimits, DecodedProfile, FlatProfile, ProfileView};
 
 use super::AcceptedTimes;
@@ -199,12 +199,13 @@ impl Store {
             // What the checks resolve is kept and applied after logging,
             // so a shard's write lock covers only the apply. All but the
             // series count read no head, so they hold no lock; the count
-            // reads every shard, briefly.
+            // reads the profile's shard, and every shard only for a new
+            // series.
             let checked =
                 CheckedIngest::prepare(profile, &labels, duration_nanos, &config.ingest_limits)
                     .and_then(|checked| {
-                        let shards = checker.head.read_all();
-                        checked.count_series(&ShardCensus(&shards), &config.ingest_limits)?;
+                        let limits = &config.ingest_limits;
+                        checker.head.count_series(shard, &checked, limits)?;
                         Ok(checked)
                     })
                     .map_err(|source| StorageError::Rejected { source })?;
