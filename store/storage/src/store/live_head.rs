@@ -15,10 +15,12 @@
 
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use kiln_engine::model::LabelSet;
 use kiln_engine::{CheckedIngest, Head, IngestError, IngestLimits, ShardCensus};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{read, write};
 
@@ -33,6 +35,10 @@ pub(super) struct LiveHead {
     /// Each shard's `approx_bytes` after its last change, so the size checks
     /// every ingest makes take no lock.
     shard_bytes: Box<[AtomicUsize]>,
+    /// One apply turn per shard: an apply waits here, asleep in the
+    /// runtime, for the applies ahead of it in its shard, so it waits
+    /// holding no ingest turn and no thread.
+    apply_turns: Box<[Arc<Semaphore>]>,
     /// The first WAL segment whose records the live head holds. Moves only
     /// in a cut, which holds every shard's write lock.
     first_segment: AtomicU64,
@@ -56,6 +62,7 @@ impl LiveHead {
         Self {
             shards: heads.into_boxed_slice(),
             shard_bytes: bytes.into_boxed_slice(),
+            apply_turns: (0..count).map(|_| Arc::new(Semaphore::new(1))).collect(),
             first_segment: AtomicU64::new(first_segment),
             hasher: std::hash::RandomState::new(),
         }
@@ -110,6 +117,17 @@ impl LiveHead {
         }
         let shards = self.read_all();
         checked.count_series(&ShardCensus(&shards), limits)
+    }
+
+    /// Waits for shard `shard`'s apply turn: the applies queued ahead in
+    /// that shard have finished, so its write lock is free but for cuts,
+    /// queries and checks, which hold it briefly.
+    pub(super) async fn apply_turn(&self, shard: usize) -> Option<OwnedSemaphorePermit> {
+        let index = shard.min(self.apply_turns.len() - 1);
+        Arc::clone(&self.apply_turns[index])
+            .acquire_owned()
+            .await
+            .ok()
     }
 
     /// Applies `change` to shard `shard` under its write lock, then records
@@ -272,6 +290,30 @@ mod tests {
             .count_series(live.shard_of(&second), &checked(&second, &limits), &limits)
             .expect_err("a second series is over a store-wide limit of one");
         assert!(err.to_string().contains("series"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_apply_turn_waits_only_for_applies_in_its_own_shard() {
+        let live = LiveHead::new(4, Head::new(), 1);
+        let (first, other) = workloads_in_two_shards(&live);
+        let (shard, other_shard) = (live.shard_of(&first), live.shard_of(&other));
+        let held = live.apply_turn(shard).await.expect("a free turn");
+        let wait = std::time::Duration::from_millis(100);
+        assert!(
+            tokio::time::timeout(wait, live.apply_turn(shard))
+                .await
+                .is_err(),
+            "two applies in one shard had turns at once"
+        );
+        let _other = tokio::time::timeout(wait, live.apply_turn(other_shard))
+            .await
+            .expect("another shard's apply waited")
+            .expect("a turn");
+        drop(held);
+        let _again = tokio::time::timeout(wait, live.apply_turn(shard))
+            .await
+            .expect("the turn came back")
+            .expect("a turn");
     }
 
     #[test]

@@ -230,11 +230,18 @@ impl Store {
             return Err(StorageError::ShuttingDown);
         }
         shared.wal.append(&record).await?;
-        // The WAL wait held no turn; the apply takes one again.
+        // The WAL wait held no turn; the apply takes one again, once the
+        // applies ahead of it in its shard are done: a turn is a core, and
+        // one held while asleep on a shard's lock is a core left idle.
+        let shard_turn = shared
+            .head
+            .apply_turn(shard)
+            .await
+            .ok_or(StorageError::ShuttingDown)?;
         let turn = self.ingest_turn().await?;
         let applier = Arc::clone(shared);
         let stats = tokio::task::spawn_blocking(move || {
-            let _turn = turn;
+            let _turns = (turn, shard_turn);
             applier
                 .head
                 .apply(shard, |head| head.apply_checked(checked, time_ms))
