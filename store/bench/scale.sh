@@ -10,6 +10,7 @@
 #   KILN_SCALE_PODS      pod counts to run the workload at (default "500 2000")
 #   KILN_SCALE_WRITERS   HTTP client counts (default "1 2 4 8")
 #   KILN_SCALE_SECONDS   seconds of HTTP load per client count (default 10)
+#   KILN_BENCH_WORKLOADS workloads the HTTP load's pods belong to (default 10)
 #   KILN_SCALE_SKIP_HTTP set to skip the HTTP part
 #   KILN_BENCH_*         passed to the workload (its time axis: see workload.rs)
 # Raw outputs are kept in the directory printed at the end.
@@ -56,14 +57,15 @@ done
 
 if [ -z "${KILN_SCALE_SKIP_HTTP:-}" ]; then
   echo
-  echo "| HTTP clients | accepted profiles/s | p99 | store CPU busy (cores) | profiles per store CPU-second |"
-  echo "|---|---|---|---|---|"
+  echo "| HTTP clients | accepted profiles/s | p99 | store CPU busy (cores) | profiles per store CPU-second | client CPU (cores) |"
+  echo "|---|---|---|---|---|---|"
   for writers in $writers_list; do
     awk -v writers="$writers" '
       /^protocol=/ { for (i = 1; i <= NF; i++) if ($i ~ /^seconds=/) { split($i, a, "="); secs = a[2] } }
       /^accepted=/ { for (i = 1; i <= NF; i++) { split($i, a, "="); v[a[1]] = a[2] } }
       /^server cpu=/ { split($2, a, "="); cpu = a[2] + 0; split($NF, b, "="); per = b[2] }
-      END { printf "| %s | %s | %s | %.2f | %s |\n", writers, v["profiles/s"], v["p99"], cpu / secs, per }
+      /^client cpu=/ { split($2, a, "="); client = a[2] + 0 }
+      END { printf "| %s | %s | %s | %.2f | %s | %.2f |\n", writers, v["profiles/s"], v["p99"], cpu / secs, per, client / secs }
     ' "$out/http-$writers.txt"
   done
 fi

@@ -14,6 +14,10 @@
 //! KILN_BENCH_CLIENT_PROCESSES=1 (with `ingest`): each writer is a process
 //! of its own (this binary again), so client-side locks and allocators are
 //! not shared and the store sees independent clients, as from many agents.
+//! KILN_BENCH_WORKLOADS (default 10): the workloads (namespaces) the 500
+//! pods are spread over; the store's head shards by workload. The clients'
+//! own CPU time is reported too: on one machine they share its cores with
+//! the store.
 
 // Printing the measured numbers is this benchmark's job.
 #![allow(clippy::print_stdout)]
@@ -126,16 +130,21 @@ fn client_process(spec: &str, samples: usize) {
         .iter()
         .map(|d| d.as_micros().to_string())
         .collect();
-    println!("CLIENT errors={errors} latencies_us={}", micros.join(","));
+    let cpu = process_cpu_seconds(std::process::id());
+    println!(
+        "CLIENT errors={errors} cpu_s={cpu:.3} latencies_us={}",
+        micros.join(",")
+    );
 }
 
-/// Runs `writers` client processes against `addr`; collects their results.
+/// Runs `writers` client processes against `addr`; collects their results
+/// and the CPU seconds they used.
 fn client_processes(
     addr: std::net::SocketAddr,
     form: IngestForm,
     writers: usize,
     seconds: u64,
-) -> (Vec<Duration>, u64) {
+) -> (Vec<Duration>, u64, f64) {
     let exe = std::env::current_exe().expect("this benchmark's path");
     let form = match form {
         IngestForm::Pprof => "pprof",
@@ -155,6 +164,7 @@ fn client_processes(
         .collect();
     let mut latencies = Vec::new();
     let mut errors = 0;
+    let mut cpu_seconds = 0.0;
     for child in children {
         let output = child.wait_with_output().expect("client process");
         assert!(output.status.success(), "a client process failed");
@@ -166,6 +176,8 @@ fn client_processes(
         for field in line.split_whitespace() {
             if let Some(n) = field.strip_prefix("errors=") {
                 errors += n.parse::<u64>().expect("errors");
+            } else if let Some(n) = field.strip_prefix("cpu_s=") {
+                cpu_seconds += n.parse::<f64>().expect("cpu seconds");
             } else if let Some(list) = field.strip_prefix("latencies_us=") {
                 latencies.extend(
                     list.split(',')
@@ -175,7 +187,7 @@ fn client_processes(
             }
         }
     }
-    (latencies, errors)
+    (latencies, errors, cpu_seconds)
 }
 
 fn main() {
@@ -207,8 +219,15 @@ fn main() {
         .collect();
     let profile_bytes = profiles[0].len();
     let protocol = std::env::var("KILN_BENCH_PROTOCOL").unwrap_or_else(|_| "write_raw".into());
-    let (mut latencies, errors, elapsed, cpu_seconds) = match protocol.as_str() {
-        "write_raw" => write_raw_load(addr, child.id(), writers, seconds, profiles),
+    let own_cpu_before = process_cpu_seconds(std::process::id());
+    let (mut latencies, errors, elapsed, cpu_seconds, client_processes_cpu) = match protocol
+        .as_str()
+    {
+        "write_raw" => {
+            let (latencies, errors, elapsed, cpu) =
+                write_raw_load(addr, child.id(), writers, seconds, profiles);
+            (latencies, errors, elapsed, cpu, 0.0)
+        }
         "ingest" | "ingest_multipart" => {
             let form = if protocol == "ingest" {
                 IngestForm::Pprof
@@ -223,13 +242,15 @@ fn main() {
             let cpu_before = process_cpu_seconds(child.id());
             let start = Instant::now();
             let end = start + Duration::from_secs(seconds);
-            let (latencies, errors) = if std::env::var_os("KILN_BENCH_CLIENT_PROCESSES").is_some() {
-                client_processes(addr, form, writers, seconds)
-            } else {
-                ingest_http::run(addr, form, writers, &profiles, end)
-            };
+            let (latencies, errors, clients_cpu) =
+                if std::env::var_os("KILN_BENCH_CLIENT_PROCESSES").is_some() {
+                    client_processes(addr, form, writers, seconds)
+                } else {
+                    let (latencies, errors) = ingest_http::run(addr, form, writers, &profiles, end);
+                    (latencies, errors, 0.0)
+                };
             let cpu = process_cpu_seconds(child.id()) - cpu_before;
-            (latencies, errors, start.elapsed(), cpu)
+            (latencies, errors, start.elapsed(), cpu, clients_cpu)
         }
         other => {
             panic!("KILN_BENCH_PROTOCOL={other}: expected write_raw, ingest or ingest_multipart")
@@ -266,6 +287,14 @@ fn main() {
     println!(
         "server cpu={cpu_seconds:.2}s profiles per server CPU-second={:.0}",
         accepted as f64 / cpu_seconds.max(f64::MIN_POSITIVE)
+    );
+    // Client threads run in this process (with its setup); client
+    // processes report their own.
+    let client_cpu =
+        process_cpu_seconds(std::process::id()) - own_cpu_before + client_processes_cpu;
+    println!(
+        "client cpu={client_cpu:.2}s ({:.2} cores)",
+        client_cpu / elapsed.as_secs_f64()
     );
 }
 
@@ -376,7 +405,10 @@ fn series(target: usize, profile: Vec<u8>) -> RawProfileSeries {
         labels: Some(LabelSet {
             labels: vec![
                 label("__name__", "parca_agent".into()),
-                label("namespace", format!("team-{}", target % 10)),
+                label(
+                    "namespace",
+                    format!("team-{}", target % ingest_http::workloads()),
+                ),
                 label("pod", format!("checkout-{target}")),
                 label("container", "app".into()),
                 label("node", format!("node-{}", target % 7)),

@@ -19,17 +19,29 @@ pub enum IngestForm {
 
 const BOUNDARY: &str = "kiln-bench-boundary-7f3a";
 
-/// One request's head and body for series `target`.
+/// How many workloads (namespaces `team-N`) the pods are spread over:
+/// `KILN_BENCH_WORKLOADS`, default 10. The store shards its head by
+/// workload, so few workloads leave some shards idle and others shared.
+pub fn workloads() -> usize {
+    std::env::var("KILN_BENCH_WORKLOADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(10)
+}
+
+/// One request's head and body for series `target` of a workload among
+/// `workloads`.
 fn request(
     addr: SocketAddr,
     form: IngestForm,
-    target: usize,
+    (target, workloads): (usize, usize),
     profile: &[u8],
     prev: &[u8],
 ) -> Vec<u8> {
     let name = format!(
         "checkout-service%7Bnamespace%3Dteam-{}%2Cpod%3Dcheckout-{target}%2Cnode%3Dnode-{}%7D",
-        target % 10,
+        target % workloads,
         target % 7
     );
     let (query, content_type, body) = match form {
@@ -118,6 +130,7 @@ pub fn run_writers(
     end: Instant,
 ) -> (Vec<Duration>, u64) {
     let writers = of;
+    let workloads = workloads();
     std::thread::scope(|scope| {
         let tasks: Vec<_> = ids
             .map(|writer| {
@@ -132,7 +145,7 @@ pub fn run_writers(
                     while Instant::now() < end {
                         let profile = &profiles[i % profiles.len()];
                         let prev = &profiles[(i + 1) % profiles.len()];
-                        let bytes = request(addr, form, i % 500, profile, prev);
+                        let bytes = request(addr, form, (i % 500, workloads), profile, prev);
                         let sent = Instant::now();
                         sender.write_all(&bytes).expect("send");
                         match read_response(&mut reader) {
@@ -167,7 +180,7 @@ pub fn warm_up(addr: SocketAddr, form: IngestForm, profile: &[u8]) -> bool {
     };
     let mut reader = BufReader::new(stream);
     sender
-        .write_all(&request(addr, form, 0, profile, profile))
+        .write_all(&request(addr, form, (0, workloads()), profile, profile))
         .is_ok()
         && matches!(read_response(&mut reader), Ok(200))
 }
