@@ -324,6 +324,7 @@ fn write_raw_load(
         .enable_all()
         .build()
         .expect("runtime");
+    let workloads = ingest_http::workloads();
     runtime.block_on(async move {
         let url = format!("http://{addr}");
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -342,7 +343,7 @@ fn write_raw_load(
         };
         // Wait for readiness with a cheap request that must succeed.
         let warmup = WriteRawRequest {
-            series: vec![series(0, profiles[0].clone())],
+            series: vec![series(0, workloads, profiles[0].clone())],
             ..Default::default()
         };
         loop {
@@ -366,7 +367,11 @@ fn write_raw_load(
                 let mut i = writer;
                 while Instant::now() < end {
                     let request = WriteRawRequest {
-                        series: vec![series(i % 500, profiles[i % profiles.len()].clone())],
+                        series: vec![series(
+                            i % 500,
+                            workloads,
+                            profiles[i % profiles.len()].clone(),
+                        )],
                         ..Default::default()
                     };
                     let sent = Instant::now();
@@ -396,7 +401,7 @@ fn write_raw_load(
     })
 }
 
-fn series(target: usize, profile: Vec<u8>) -> RawProfileSeries {
+fn series(target: usize, workloads: usize, profile: Vec<u8>) -> RawProfileSeries {
     let label = |name: &str, value: String| Label {
         name: name.into(),
         value,
@@ -405,10 +410,7 @@ fn series(target: usize, profile: Vec<u8>) -> RawProfileSeries {
         labels: Some(LabelSet {
             labels: vec![
                 label("__name__", "parca_agent".into()),
-                label(
-                    "namespace",
-                    format!("team-{}", target % ingest_http::workloads()),
-                ),
+                label("namespace", format!("team-{}", target % workloads)),
                 label("pod", format!("checkout-{target}")),
                 label("container", "app".into()),
                 label("node", format!("node-{}", target % 7)),

@@ -35,7 +35,8 @@ pub fn workloads() -> usize {
 fn request(
     addr: SocketAddr,
     form: IngestForm,
-    (target, workloads): (usize, usize),
+    target: usize,
+    workloads: usize,
     profile: &[u8],
     prev: &[u8],
 ) -> Vec<u8> {
@@ -145,7 +146,7 @@ pub fn run_writers(
                     while Instant::now() < end {
                         let profile = &profiles[i % profiles.len()];
                         let prev = &profiles[(i + 1) % profiles.len()];
-                        let bytes = request(addr, form, (i % 500, workloads), profile, prev);
+                        let bytes = request(addr, form, i % 500, workloads, profile, prev);
                         let sent = Instant::now();
                         sender.write_all(&bytes).expect("send");
                         match read_response(&mut reader) {
@@ -180,7 +181,7 @@ pub fn warm_up(addr: SocketAddr, form: IngestForm, profile: &[u8]) -> bool {
     };
     let mut reader = BufReader::new(stream);
     sender
-        .write_all(&request(addr, form, (0, workloads()), profile, profile))
+        .write_all(&request(addr, form, 0, workloads(), profile, profile))
         .is_ok()
         && matches!(read_response(&mut reader), Ok(200))
 }

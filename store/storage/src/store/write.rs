@@ -233,11 +233,7 @@ impl Store {
         // The WAL wait held no turn; the apply takes one again, once the
         // applies ahead of it in its shard are done: a turn is a core, and
         // one held while asleep on a shard's lock is a core left idle.
-        let shard_turn = shared
-            .head
-            .apply_turn(shard)
-            .await
-            .ok_or(StorageError::ShuttingDown)?;
+        let shard_turn = shared.head.apply_turn(shard).await;
         let turn = self.ingest_turn().await?;
         let applier = Arc::clone(shared);
         let stats = tokio::task::spawn_blocking(move || {
