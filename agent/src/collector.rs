@@ -22,8 +22,8 @@ use crate::process_info::{ProcessSnapshot, ProcessTable};
 use crate::profile_build::{self, PROFILE_NAME, ResolvedSample, WindowMeta};
 use crate::python::PythonUnwinder;
 use crate::python::frames::{is_python_frame, native_entries};
-use crate::sample_source::SampleSource;
-use crate::sampler::{Sampler, SamplerError};
+use crate::sample_source::{SampleSource, SamplerError};
+use crate::sampler::Sampler;
 use crate::ship::{ShipItem, ShipQueue};
 use crate::symbolize::{Frame, StackSymbolizer, SymbolizationStats};
 use crate::target_set::{TargetSet, TargetSource};
@@ -489,7 +489,8 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
         }
         labels.insert(label::NODE.to_owned(), self.config.node.clone());
         // A process's `pid` and `comm` are on its samples only: as series
-        // labels they would make a series per process (audit R6).
+        // labels they would make a series per process, and one fork-heavy
+        // pod would spend the store's series limits for every other pod.
         let stem = match group {
             GroupKey::Process {
                 pid,

@@ -294,8 +294,9 @@ impl ProcessTable {
         {
             return Some(Arc::clone(known));
         }
-        // Open files are bounded whatever holds them (audit G4): a process
-        // mapping 60,000 files gets its first files opened, the rest none.
+        // Open files are bounded whatever holds them, so no process can
+        // exhaust the agent's descriptors: a process mapping 60,000 files
+        // gets its first files opened, the rest none.
         if self.open_files.load(Ordering::Relaxed) >= self.max_open_files {
             self.refused_files += 1;
             return None;

@@ -2,7 +2,8 @@
 //! pressure, exponential backoff between retries (both pure), and the sinks
 //! that write pprof files or call WriteRaw. A WriteRaw batch is settled per
 //! series (`series_ack`): what the store stored is never sent again, what it
-//! refused is dropped, only the rest is retried (audit G7).
+//! refused is dropped, only the rest is retried, so one bad profile does not
+//! lose its neighbours' data and a retry does not store a profile twice.
 
 mod series_ack;
 

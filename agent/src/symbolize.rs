@@ -415,7 +415,9 @@ impl StackSymbolizer {
                 // A file the agent refused or could not open (over a cap, not
                 // a regular file, the open-file budget spent) stays unnamed:
                 // handing it to blazesym would open and parse it past every
-                // check of `process_info` (audit G1-G4).
+                // check of `process_info`, and a hostile container could then
+                // hang the collector on a FIFO, reach host files through a
+                // symlink, or exhaust memory or descriptors with a huge ELF.
                 Some(_) => {}
             }
         }

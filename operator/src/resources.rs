@@ -41,11 +41,12 @@ pub struct BuildDefaults {
     /// Other agent images a ProfileStore may ask for: exact references, or
     /// prefixes ending in `*`. Agents run privileged on every node, so the
     /// cluster admin who installs the operator chooses them, not whoever
-    /// may create a ProfileStore (audit O4).
+    /// may create a ProfileStore: an image of that user's choosing would get
+    /// root on every node.
     pub allowed_agent_images: Vec<String>,
     /// Taint keys agents may tolerate, or `*` for any taint. For the same
     /// reason as the images: where a privileged agent runs (control-plane
-    /// nodes, dedicated pools) is the installer's choice (audit O4).
+    /// nodes, dedicated pools) is the installer's choice, not a store author's.
     pub allowed_agent_tolerations: Vec<String>,
     /// `imagePullPolicy` of the store and agent containers; `None` leaves
     /// Kubernetes' default (`IfNotPresent` for a tagged image). `Never` runs

@@ -1,5 +1,8 @@
 //! What a store's per-series answer to a WriteRaw batch means for each
-//! profile of it (audit G7). Pure, so every rule is unit-tested.
+//! profile of it. One refused profile must not cost the rest of the batch
+//! (other pods' data on the same node), and a retry after a partial success
+//! must not store twice what was already stored. Pure, so every rule is
+//! unit-tested.
 //!
 //! The agent sends one series per profile and asks for per-series statuses
 //! (`kiln-series-status: 1`); Kiln lists the series it did not store

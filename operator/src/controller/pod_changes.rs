@@ -1,6 +1,7 @@
 //! Which pod events are worth a store reconcile. Every reconcile LISTs all ProfilingTargets,
 //! ProfileStores and running pods, so an event that changes nothing the reconcile reads from a
-//! pod (status churn, probes, labels, a node assignment) must not trigger one (audit O2).
+//! pod (status churn, probes, labels, a node assignment) must not trigger one: a busy pod
+//! would otherwise turn its status updates into cluster-wide LISTs on the API server.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};

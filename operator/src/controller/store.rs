@@ -56,7 +56,8 @@ pub async fn reconcile(
     // The finalizer guarded the cluster-scoped agent binding that the first release created.
     // Agents need no API access, so no store gets it any more, and a store that still carries
     // it loses it as soon as its binding is gone: while it stays, deleting the store (or its
-    // namespace) hangs whenever the operator is not running (audit O3).
+    // namespace) hangs whenever the operator is not running, as when `kubectl delete -k`
+    // removes the operator together with the stores.
     let result = if deleting && has_finalizer {
         finalizer(&api, STORE_FINALIZER, store.clone(), |event| async {
             match event {
@@ -159,7 +160,7 @@ pub async fn cleanup(store: Arc<ProfileStore>, ctx: &Context) -> Result<Action, 
         Ok(()) => {}
         // The operator's own RBAC can go before its stores (`kubectl delete -k` removes its
         // ClusterRole too), and no retry brings it back: keeping the finalizer would hold the
-        // store, and its namespace, in Terminating forever (audit O3). The binding's labels
+        // store, and its namespace, in Terminating forever. The binding's labels
         // still name the store for whoever cleans up by hand.
         Err(error) if error.is_forbidden() => tracing::warn!(
             binding = %names.agent_binding,
@@ -294,8 +295,9 @@ async fn apply_children(
         observed.targets_left_out = (fitted.relays_left_out, fitted.targets_left_out);
         observed.pods_left_out = relays.left_out.clone();
         // One tenant's oversized or rejected entries must not hold back the agents' own
-        // objects (audit O1): a failed targets apply is reported and retried, and the agents
-        // keep reading the last file that was written.
+        // objects, or one namespace's annotations would stall every store's DaemonSet: a
+        // failed targets apply is reported and retried, and the agents keep reading the last
+        // file that was written.
         let targets_applied = match targets::config_map(store, names, &fitted.file) {
             Ok(targets_map) => match apply_if_changed(&config_maps, &targets_map, ctx).await {
                 Ok(Applied::Written(_)) => {

@@ -9,7 +9,8 @@
 //! binary's clap command then takes its value from the leaf of the same name;
 //! values equal to the flag's declared default are left out, so a newer
 //! binary's defaults hold. A set value with no flag (the store's token
-//! lists, which must never reach a command line: audit A1) is an error.
+//! lists, which must never reach a command line, where every user of the
+//! node reads them in `/proc/*/cmdline`) is an error.
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,6 @@
 //! The store's NetworkPolicy (`spec.networkPolicy.enabled`): ingress to the store's port only
-//! from this store's agents and the clients the spec lists (audit A1).
+//! from this store's agents and the clients the spec lists, so any other pod in the cluster
+//! can neither read every namespace's profiles nor write profiles with spoofed labels.
 
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,

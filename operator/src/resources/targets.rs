@@ -140,11 +140,12 @@ pub fn aggregate(names: &StoreNames, targets: &[ProfilingTarget]) -> Aggregation
 pub const MAX_RELAYED_PODS: usize = 2000;
 
 /// Most pods relayed from one namespace, so one tenant's 3,000 annotated pods cannot take every
-/// slot from another's ten (audit O1).
+/// slot from another's ten.
 pub const MAX_RELAYED_PODS_PER_NAMESPACE: usize = 500;
 
 /// Most bytes of `profiles.kiln.dev/` annotation keys and values relayed for one pod; a pod with
-/// more is left out rather than growing everyone's targets file (audit O2).
+/// more is left out rather than growing everyone's targets file past the 1 MiB ConfigMap limit,
+/// which would freeze every store's targets.
 pub const MAX_RELAYED_ANNOTATION_BYTES: usize = 1024;
 
 /// Relay entries go in this rate; agents ignore it (see `kiln_targets::Target::pod_annotations`).
@@ -304,7 +305,7 @@ pub struct FittedTargets {
 
 /// [`with_relays`], cut to [`MAX_TARGETS_FILE_BYTES`]: relay entries go first, then targets,
 /// each time from the namespace with the most entries, so one tenant's volume cannot push
-/// the others out or make the whole file unwritable (audit O2).
+/// the others out or make the whole file unwritable.
 pub fn fit_targets(file: &TargetsFile, relays: &[Target]) -> FittedTargets {
     let mut targets = file.targets.clone();
     let mut relays = relays.to_vec();

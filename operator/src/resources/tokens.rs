@@ -2,7 +2,8 @@
 //! it, and the agents' read-only mount of the write token.
 //!
 //! Tokens reach the processes through `secretKeyRef` environment variables and files, never
-//! through flags, because arguments show in every node user's `/proc/*/cmdline` (audit A1).
+//! through flags, because arguments show in every node user's `/proc/*/cmdline`, where any
+//! local user could read a token and write or read profiles with it.
 //! The random bytes come from the caller (the controller reads the OS RNG), so these builders
 //! stay pure and testable.
 

@@ -19,7 +19,9 @@ use crate::resources::{BuildDefaults, StoreNames};
 pub const AGENTS_OWNED_ELSEWHERE: &str = "AgentsOwnedByOtherStore";
 /// Reason of `Reconciled` when the targets file had to be cut to its cap.
 pub const TARGETS_FILE_CAPPED: &str = "TargetsFileCapped";
-/// Reason of `Reconciled` when opted-in pods were over the relay budgets (audit O1).
+/// Reason of `Reconciled` when opted-in pods were over the relay budgets (the per-pod
+/// annotation bytes, the per-namespace share or the total), which keep one tenant from
+/// crowding others out of the targets file.
 pub const ANNOTATED_PODS_LEFT_OUT: &str = "AnnotatedPodsLeftOut";
 /// Reason of `AgentsReady=False` when `spec.agent.image` is not allowed.
 pub const AGENT_IMAGE_NOT_ALLOWED: &str = "AgentImageNotAllowed";

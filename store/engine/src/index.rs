@@ -19,7 +19,8 @@ pub struct LabelIndex {
 }
 
 /// Longest `=~`/`!~` pattern accepted, in bytes. The regex crate matches in
-/// linear time, but compile time and memory grow with the pattern (audit R8).
+/// linear time, but compile time and memory grow with the pattern, so an
+/// unauthenticated query could otherwise occupy a core and its memory.
 pub const MAX_REGEX_BYTES: usize = 1024;
 /// Most memory one compiled regex may take (its program and lazy DFA
 /// cache each); `(\w{1,80}){1,80}` needs far more and is refused.
@@ -266,7 +267,8 @@ mod tests {
         assert_eq!(error.reason(), "invalid_regex");
     }
 
-    /// Audit R8: patterns are capped in length and in compiled size.
+    /// Patterns are capped in length and in compiled size, so a hostile
+    /// pattern cannot make compiling it the query's cost.
     #[test]
     fn long_or_huge_patterns_are_refused_and_ordinary_ones_compile() {
         let long = "a".repeat(MAX_REGEX_BYTES + 1);

@@ -33,7 +33,8 @@ use crate::model::{
 ///
 /// Matchers arrive compiled: a query visits the head, every head awaiting
 /// upload and every block in its range, and compiling each `=~`/`!~` per
-/// visit multiplied the cost of a heavy pattern by their number (audit R8).
+/// visit multiplied the cost of a heavy pattern by their number, which let
+/// one query with a costly pattern over a long range take a core for long.
 pub trait Queryable {
     /// Profile types with data in `range`, sorted.
     fn profile_types(&self, range: TimeRange) -> Vec<ProfileType>;

@@ -5,11 +5,11 @@
 //! wire and 72 decoded, an empty `Label` 2 and 32, a packed location id 1
 //! and 8, an empty `Line` 2 and 24. Counting only top-level entries missed
 //! the nested ones: a 32 KB gzip holding one sample with 16M empty labels
-//! raised a store's RSS from 12 MB to 586 MB before validation refused it
-//! (audit R2). So the scan descends into samples and locations, enforces
-//! the per-sample and per-location limits there, and bounds the estimated
-//! decoded size of the whole profile. Malformed framing is left for prost
-//! to report; the scan only stops early.
+//! raised a store's RSS from 12 MB to 586 MB before validation refused it,
+//! and a few hundred KB could allocate gigabytes. So the scan descends into
+//! samples and locations, enforces the per-sample and per-location limits
+//! there, and bounds the estimated decoded size of the whole profile.
+//! Malformed framing is left for prost to report; the scan only stops early.
 
 use crate::decode::DecodeLimits;
 use crate::error::PprofError;

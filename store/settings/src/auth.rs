@@ -1,5 +1,6 @@
 //! `[auth]`: bearer tokens. A token never travels on the command line, which
-//! every user of the machine can read in `/proc/*/cmdline` (audit A1): the
+//! every user of the machine can read in `/proc/*/cmdline`, so any local user
+//! could take a token from it: the
 //! lists come from the `KILN_WRITE_TOKENS` / `KILN_READ_TOKENS` variables or
 //! the config file, or from files named by `--write-tokens-file` /
 //! `--read-tokens-file` (a path is no secret).

@@ -1,5 +1,6 @@
-//! `[server]`: the listeners, the main port's connection limits (audit R4)
-//! and logging.
+//! `[server]`: the listeners, the main port's connection limits (a cap and
+//! header, body and idle timeouts, so slow or idle connections
+//! cannot hold every slot) and logging.
 
 use std::net::SocketAddr;
 

@@ -38,7 +38,7 @@ pub(super) fn gunzip(gzip: &[u8], max_decompressed_bytes: usize) -> Result<Vec<u
 /// NB: pprof protobuf typically inflates 5 to 10 times, and hostile input
 /// a thousand times, so guessing from the input size made the buffer regrow
 /// (and copy) until the peak was three times the inflated size: 96 MiB for
-/// the audit's 32 MiB R2 reproduction.
+/// a hostile 32 MiB profile (one sample with millions of empty labels).
 pub(super) fn inflated_size_hint(gzip: &[u8]) -> usize {
     gzip.len()
         .checked_sub(4)

@@ -36,7 +36,8 @@ pub struct IngestLimits {
     /// Most bytes of series label sets one profile may create (an upper
     /// estimate, checked before any set is built). Without it, every
     /// distinct promoted sample label copies the request's labels once:
-    /// 20k signatures over 46 labels of 4 KiB come to 3.7 GiB (audit D1).
+    /// 20k signatures over 46 labels of 4 KiB come to 3.7 GiB, enough to
+    /// kill the store on ingest and again on every replay of its WAL.
     pub max_series_label_bytes_per_profile: usize,
 }
 
@@ -128,7 +129,8 @@ pub(super) fn label_bytes(name: &str, value: &str) -> usize {
 }
 
 /// The series a profile would create, counted against the head's limits
-/// per profile name, per namespace and in all (audit R6).
+/// per profile name, per namespace and in all, so one tenant (or anyone
+/// posting random labels) cannot take every other tenant's room.
 pub(super) struct SeriesBudget<'a> {
     name: &'a str,
     limits: &'a IngestLimits,

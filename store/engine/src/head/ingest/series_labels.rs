@@ -25,7 +25,8 @@ pub(super) fn resolve(
 
     // Resolve every used slot's series labels and check limits. Sizes
     // are checked before each set is built, so a hostile profile fails
-    // before it allocates (audit D1).
+    // before it allocates; the same check runs before the WAL append, so
+    // no record can out-allocate the store on replay and crash-loop it.
     let base_bytes: usize = labels.iter().map(|l| label_bytes(&l.name, &l.value)).sum();
     let type_label_bytes = types
         .iter()

@@ -31,7 +31,8 @@ impl Signatures {
         let mut scratch: Vec<(i64, i64)> = Vec::new();
         let per_sample_keys: Vec<bool> = (0..profile.string_count())
             // Ids with a value per request, process or thread would make a
-            // series each (audit R6).
+            // series each, and one busy client would spend everyone's
+            // series limits.
             .map(|i| kiln_contract::sample_labels::stays_per_sample(profile.string(i as i64)))
             .collect();
         for index in 0..samples {

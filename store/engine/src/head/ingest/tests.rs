@@ -33,7 +33,8 @@ fn long_labels(count: usize, bytes: usize) -> LabelSet {
     LabelSet::new(labels)
 }
 
-/// Audit D1: 46 labels of 2 KiB names and values times 20k distinct
+/// A WAL record that out-allocates the store crash-loops it on replay:
+/// 46 labels of 2 KiB names and values times 20k distinct
 /// promoted labels is 3.7 GiB of label sets; it is refused before the
 /// first set beyond the budget is built, by the same check the store runs
 /// before logging.
@@ -104,8 +105,9 @@ fn labels_in(namespace: &str, pod: &str) -> LabelSet {
     ])
 }
 
-/// Audit R6: a tenant at its limit cannot add series, keeps ingesting
-/// into those it has, and leaves other tenants' room alone.
+/// Series cardinality is per tenant: a tenant at its limit cannot add
+/// series, keeps ingesting into those it has, and leaves other tenants'
+/// room alone.
 #[test]
 fn a_namespace_at_its_series_limit_gets_no_new_series_but_keeps_its_own() {
     let limits = IngestLimits {
