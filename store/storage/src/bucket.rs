@@ -2,8 +2,10 @@
 //! `blocks/<replica>/<ulid>/meta.json`, written last, so a block without
 //! `meta.json` is incomplete (an upload in progress or interrupted) and is
 //! not listed. The replica in the path owns the block: only that replica
-//! cleans up its incomplete uploads (audit D5), and it can tell them apart
-//! from a listing alone.
+//! cleans up its incomplete uploads, and it can tell them apart from a
+//! listing alone. Another replica cannot know whether an upload is still
+//! being retried: deleting one it took for abandoned (after an outage of
+//! more than an hour) would lose data whose WAL segments were already gone.
 //!
 //! Migration: buckets written before per-replica prefixes hold
 //! `blocks/<ulid>/...`. Those blocks stay readable by every replica, and

@@ -121,8 +121,9 @@ pub enum StorageError {
         limit: usize,
     },
     /// Data waits for the bucket (uploads keep failing) up to the upload
-    /// budget; writes are refused until uploads drain, so memory stays
-    /// bounded (audit D3).
+    /// budget; writes are refused until uploads drain, so a long bucket
+    /// outage cannot grow memory until the store is killed, nor the WAL a
+    /// restart must replay.
     #[error(
         "store overloaded: {unuploaded_bytes} bytes ({pending} cut heads and the live head) wait for upload to the bucket, the budget is {budget_bytes}; retry later"
     )]
@@ -183,7 +184,8 @@ pub enum StorageError {
         /// The id inside meta.json.
         found: String,
     },
-    /// A lease object in the bucket could not be used (audit D5).
+    /// A lease object in the bucket could not be used; while it cannot, this
+    /// process does not clean up, compact or apply retention.
     #[error("lease {path}: {message}")]
     Lease {
         /// The lease's bucket path.
@@ -193,7 +195,7 @@ pub enum StorageError {
     },
     /// Another live process holds this replica name's lease in the bucket:
     /// two processes acting for one name would compact the same blocks and
-    /// count their data twice (audit D5).
+    /// count their data twice.
     #[error(
         "replica name {replica:?} is held by another live store (process {holder}, which renewed its lease while this one waited); give each replica sharing a bucket its own --replica"
     )]

@@ -1,6 +1,8 @@
-//! Leases in the bucket (audit D5): which process may act for a replica
-//! name (clean up and compact that replica's blocks), and which one process
-//! of all replicas runs retention.
+//! Leases in the bucket: which process may act for a replica name (clean
+//! up and compact that replica's blocks), and which one process of all
+//! replicas runs retention. Without them two processes under one name
+//! compact the same sources twice, and every replica applies its own
+//! retention to every block.
 //!
 //! A lease is a chain of objects `leases/<scope>/<generation>.json`, each
 //! created with `PutMode::Create` (an `If-None-Match: *` put on S3, a hard

@@ -3,7 +3,10 @@
 //! body's bytes in the ingest memory budget before the body is read;
 //! decoding reserves more in the same budget (`memory_gate`), step by
 //! step. The server admits each write request here, once, and holds the
-//! admission until the store has answered (audit R4, R5).
+//! admission until the store has answered. Counting requests alone let many
+//! large bodies together take more memory than the store has, and admitting
+//! after the body was read or decoded let that memory be taken before any
+//! limit applied.
 //!
 //! An admitted write then takes a turn (`ingest_workers` of them) for each
 //! step that keeps a core busy: the server's inflating or converting, the

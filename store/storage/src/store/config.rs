@@ -8,7 +8,8 @@ use kiln_pprof::DecodeLimits;
 
 use crate::error::StorageError;
 
-/// Which profile times ingest accepts (audit R9).
+/// Which profile times ingest accepts. A profile time far in the future
+/// would keep its block, and every block compacted from it, past retention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcceptedTimes {
     /// `[now - retention, now + max_future_skew]` on the store's clock: a
@@ -89,8 +90,8 @@ pub struct StoreConfig {
     /// head's `max_head_bytes`. Once the live head and the waiting heads
     /// together reach both, ingest is refused as overload (retryable) until
     /// uploads drain, so a bucket outage cannot grow memory without bound
-    /// (audit D3). It also bounds what the WAL holds beyond the bucket, and
-    /// so what a replay rebuilds.
+    /// until the store is killed. It also bounds what the WAL holds beyond
+    /// the bucket, and so what a replay rebuilds.
     pub max_pending_upload_bytes: u64,
     /// How long `Store::open` waits for the bucket's first listing. Past it
     /// (or when the listing fails) the store opens with the WAL replayed and

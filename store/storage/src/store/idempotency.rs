@@ -1,6 +1,7 @@
-//! Idempotency keys (audit G7): a client that did not hear whether a
-//! profile was stored (the connection broke, the store restarted) sends it
-//! again with the same key, and the store stores it once.
+//! Idempotency keys: a client that did not hear whether a profile was
+//! stored (the connection broke, the store restarted) sends it again with
+//! the same key, and the store stores it once. Without them, resending a
+//! batch after a partial success stores its first profiles twice.
 //!
 //! The keys acknowledged within [`WINDOW_MS`] are remembered, at most
 //! [`MAX_KEYS`] of them. They survive a restart twice over: a key is logged

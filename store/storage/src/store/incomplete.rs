@@ -1,7 +1,8 @@
 //! What a query could not read, handed back beside its answer so the server
 //! can mark the answer partial instead of passing off missing data as
-//! complete (audit D5): blocks skipped as unreadable, a bucket never listed,
-//! WAL ranges held back until the bucket answers.
+//! complete (a 200 with data silently missing is worse than an error):
+//! blocks skipped as unreadable, a bucket never listed, WAL ranges held
+//! back until the bucket answers.
 //!
 //! The store's query methods keep their plain return types; a caller that
 //! wants to know wraps its work in [`record_incomplete`], and every query

@@ -115,7 +115,8 @@ impl Store {
                 shared.bucket.delete_incomplete(&upload).await?;
             }
         }
-        // The bucket answers again: settle what open could not (audit D4).
+        // The bucket answers again: settle the flush markers open could not
+        // (their segments are neither replayed nor deleted until then).
         self.settle_held_markers().await;
         Ok(())
     }
@@ -203,7 +204,7 @@ impl Store {
         if !self.hold_replica_lease().await {
             // Another live process acts for this replica name (or the
             // bucket cannot be reached): compacting here too would write a
-            // second block from the same sources (audit D5).
+            // second block from the same sources, and both would count.
             return Ok(report);
         }
         // Hours first, then days over the fresh hour blocks.
@@ -377,7 +378,8 @@ impl Store {
     /// budget, when this process holds the retention lease: one replica at
     /// a time applies its retention settings to the whole bucket, so two
     /// replicas configured differently (a rollout) do not each delete by
-    /// their own (audit D5). Returns the deleted ids.
+    /// their own, the shortest retention deleting what the others keep.
+    /// Returns the deleted ids.
     pub async fn enforce_retention(&self, now_ms: i64) -> Result<Vec<String>, StorageError> {
         let shared = &self.shared;
         let _maintenance = shared.maintenance.lock().await;

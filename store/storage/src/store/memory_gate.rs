@@ -1,4 +1,4 @@
-//! Byte-based admission for ingest (audit R5): every request reserves the
+//! Byte-based admission for ingest: every request reserves the
 //! memory its decode will take, step by step, before taking it, from one
 //! budget derived from the store's memory budget. A request that finds the
 //! budget spent is refused as overload (429 / RESOURCE_EXHAUSTED) instead

@@ -1,6 +1,9 @@
-//! Who may do what in a shared bucket (audit D5): one process per replica
-//! name (cleaning up and compacting that replica's blocks), one process of
-//! all replicas for retention. Both through [`crate::lease::Lease`].
+//! Who may do what in a shared bucket: one process per replica name
+//! (cleaning up and compacting that replica's blocks), one process of all
+//! replicas for retention. Both through [`crate::lease::Lease`]. Two
+//! processes under one name would compact the same sources into two blocks
+//! and count their data twice, and replicas applying their own retention
+//! (different during a rollout) would delete data the others keep.
 //!
 //! A process's holder id is kept in its data directory (`store-id`), so a
 //! store restarted on the same disk after a crash takes its name back at

@@ -1,6 +1,7 @@
 //! Records that replay could not apply are set aside here instead of
-//! stopping recovery (audit D1: one poison record used to crash-loop the
-//! store until someone deleted the WAL segment by hand).
+//! stopping recovery: one record that fails or panics the engine would
+//! otherwise fail every restart the same way, a crash loop that lasts until
+//! someone deletes the WAL segment by hand.
 //!
 //! Each one is written, intact, to `<data dir>/wal-quarantine/` as
 //! `<segment>-<ordinal>.payload` (the frame payload exactly as logged, which

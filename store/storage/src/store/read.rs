@@ -168,18 +168,20 @@ impl Store {
     ///
     /// `compile` runs once, on that thread, before any head or block is
     /// visited: a query's `=~` patterns are compiled once, not once per
-    /// head and block (audit R8), and never on an async worker.
+    /// head and block (a large pattern over two weeks of blocks would cost
+    /// its compile thousands of times), and never on an async worker.
     ///
     /// At most `max_running_queries` run at once; a query waits for its
-    /// turn within its deadline, so queries cannot take every core from
-    /// ingest (audit R8), and is refused as overload if it never gets one.
+    /// turn within its deadline, so a flood of expensive queries cannot
+    /// take every core from ingest (and make it refuse writes), and is
+    /// refused as overload if it never gets one.
     ///
     /// A block deleted between the view's snapshot and its read was replaced
     /// by a compaction (whose output holds its data and some already
     /// visited) or removed by retention, here or by another replica: the
     /// answer would silently miss or double data, so the bucket is listed
     /// again and the whole query runs again on the new view; it fails with
-    /// `QueryRaced` rather than answer partially (audit D5).
+    /// `QueryRaced` rather than answer partially.
     async fn visit_all<C, T, F>(
         &self,
         range: TimeRange,
@@ -231,7 +233,8 @@ impl Store {
         let timeout = shared.config.query_timeout;
         let runner = self.query_runner().await?;
         // Checked between parts, so a query over many blocks stops within
-        // one block's work of its deadline instead of running on (audit R8).
+        // one block's work of its deadline instead of holding its turn (and
+        // a core) for as long as its range and selector make it run.
         let check_deadline = move |visited: usize, total: usize| {
             if started.elapsed() > timeout {
                 return Err(StorageError::QueryTimeout {

@@ -95,8 +95,8 @@ enum MarkerBlock {
 /// Asks the bucket about a marker's block. A block missing from a listing
 /// may only have had its `meta.json` fail to load just then; guessing
 /// "absent" would replay segments whose block exists and count their data
-/// twice (audit D4), so the block is asked for directly, and an error other
-/// than "not found" leaves the answer unknown.
+/// twice, so the block is asked for directly, and an error other than "not
+/// found" leaves the answer unknown.
 async fn marker_block(
     bucket: &Bucket,
     replica: &str,

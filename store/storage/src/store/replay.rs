@@ -32,7 +32,8 @@ pub(super) struct ReplayedHead {
 /// One replay into heads, with the records set aside so far. The head is
 /// cut whenever it has reached `cut_bytes` and a new segment begins, so a
 /// long WAL becomes heads of a block's size waiting for upload instead of
-/// one head of any size (audit D3).
+/// one head of any size: after a long bucket outage, one head would need
+/// more memory than the store has, and every restart would run out of it.
 pub(super) struct ReplayPass<'r> {
     replayer: &'r Replayer,
     head: Head,

@@ -1,4 +1,4 @@
-//! Which profile times ingest accepts (audit R9): a time far in the future
+//! Which profile times ingest accepts: a time far in the future
 //! would give its block a `max_time` that retention never reaches, and so
 //! would every block compacted from it; a time older than retention would
 //! be deleted at the next retention pass, so it is refused while the client

@@ -95,7 +95,8 @@ impl Store {
     /// idempotency key (at most 128 bytes): a profile with a key stored in
     /// the last 15 minutes is not stored again, and the answer is success
     /// (with empty stats), so a client that resends what it did not hear
-    /// acknowledged stores it once (audit G7).
+    /// acknowledged (a batch cut short by a restart) stores it once instead
+    /// of doubling the profiles that did arrive.
     pub async fn ingest_once(
         &self,
         request: IngestRequest,
@@ -138,9 +139,11 @@ impl Store {
         if shared.closed.load(Ordering::SeqCst) {
             return Err(StorageError::ShuttingDown);
         }
-        // A byte budget for data not yet in the bucket (audit D3): while
-        // uploads fail, the live head and the heads waiting for upload grow
-        // only up to it, then writes are refused (retryably) until they drain.
+        // A byte budget for data not yet in the bucket: while uploads fail,
+        // the live head and the heads waiting for upload grow only up to it,
+        // then writes are refused (retryably) until they drain. Without it
+        // a long bucket outage grows memory until the store is killed, and
+        // the restart replays the same WAL into the same memory.
         let (pending, frozen_bytes) = {
             let view = read(&shared.view);
             let bytes: u64 = view.frozen.iter().map(|f| f.bytes).sum();
@@ -156,7 +159,8 @@ impl Store {
             });
         }
         // The body's bytes are the admission's (`Store::admit_ingest`); the
-        // decode reserves what it allocates, step by step (audit R5).
+        // decode reserves what it allocates, step by step, so many large
+        // requests at once cannot decode into more memory than the store has.
         let mut reservation = Reservation::default();
         let checker = Arc::clone(shared);
         let pprof = request.pprof.clone();
@@ -165,7 +169,8 @@ impl Store {
         let shard = shared.head.shard_of(&labels);
         let turn = self.ingest_turn().await?;
         // Decode and run every engine check before the record is logged, so
-        // nothing in the WAL can be refused on replay (audit D1).
+        // nothing in the WAL can be refused on replay: a logged record that
+        // replay cannot apply would stop every restart the same way.
         let (checked, labels, time_ms, reservation) = tokio::task::spawn_blocking(move || {
             let _turn = turn;
             let config = &checker.config;

@@ -33,7 +33,9 @@ pub struct WalRecord {
     /// The pprof payload exactly as received.
     pub pprof: Vec<u8>,
     /// The client's idempotency key, if it sent one: a retry with the same
-    /// key is not stored again (audit G7).
+    /// key is not stored again, so a client that resends a batch after an
+    /// answer it could not judge (a restart, a broken connection) does not
+    /// store the profiles that did arrive twice.
     pub idempotency_key: Option<String>,
 }
 
