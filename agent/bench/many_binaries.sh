@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Agent memory with many distinct binaries (docs/benchmarks.md, "Agent:
-# unwinding without frame pointers"): compiles N copies of a small C program
+# Agent memory with many distinct binaries (docs/benchmarks.md, row
+# binaries.rss): compiles N copies of a small C program
 # without frame pointers, each with its own build id, runs them all (niced)
 # next to Debian's xz and python3 keeping both cores busy, and profiles the
 # whole host with the release agent's default .eh_frame unwinder. Reports

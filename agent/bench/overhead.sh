@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Agent overhead benchmark (docs/benchmarks.md, section "Agent").
+# Agent overhead benchmark (docs/benchmarks.md, row agent.overhead).
 #
 # Keeps every core busy with a frame-pointer workload, runs the release agent
 # in --all mode (every process on the host is sampled and symbolized) at each

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Agent cost with Python frames (docs/benchmarks.md, "Agent: Python frames"):
+# Agent cost with Python frames (docs/benchmarks.md, row python.cpu):
 # runs N CPython processes (each a different module file with its own
 # functions, three calls deep, niced so they share the two cores with
 # everything else) under the interpreter given (Debian's python3 by

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Unwinding benchmark (docs/benchmarks.md, section "Agent: unwinding without
-# frame pointers"): one run, side by side, on the same workloads.
+# Unwinding benchmark (docs/benchmarks.md, rows
+# unwinding.19hz and unwinding.99hz): one run, side by side, on the same workloads.
 #
 # Keeps both cores busy with programs built without frame pointers: Debian's
 # `xz -6` (in a loop) and Debian's `python3` running a busy loop. Then, for

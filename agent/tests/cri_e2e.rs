@@ -5,7 +5,8 @@
 //! Needs root, containerd, runc, gcc with a static libc and kernel BTF. In CI
 //! (`CI=true`) a missing prerequisite fails; elsewhere the tests print a skip.
 //! The 50-pod churn measurement is `#[ignore]`d (it is a benchmark, see
-//! docs/benchmarks.md): `cargo test -p kiln-agent --test cri_e2e -- --ignored --nocapture`.
+//! docs/benchmarks.md, row `k8s-agent.churn`):
+//! `cargo test -p kiln-agent --test cri_e2e -- --ignored --nocapture`.
 
 #[path = "cri_harness/node.rs"]
 mod node;
@@ -454,7 +455,7 @@ fn rss_and_cpu(pid: u32) -> (u64, u64) {
     (rss, cpu)
 }
 
-/// Benchmark (docs/benchmarks.md, "Agent on Kubernetes"): agent RSS and CPU
+/// Benchmark (docs/benchmarks/log/2026-11-22-agent-kubernetes.md): agent RSS and CPU
 /// while 50 annotated pods are created and deleted in 5 rounds of 10
 /// (`KILN_BENCH_ROUNDS` changes the number of rounds).
 #[test]

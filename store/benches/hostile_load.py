@@ -1,5 +1,6 @@
 """A well-behaved client's latency and the store's peak RSS (VmHWM) while
-one of issue 15's floods runs, for docs/benchmarks.md before/after numbers.
+one of issue 15's floods runs, for the before/after numbers in
+docs/benchmarks/log/2026-11-25-store-hostile-requests.md.
 
 usage: python3 store/benches/hostile_load.py <kiln-store binary> <r4|r6|r8> [flags...]
 

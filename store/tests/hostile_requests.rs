@@ -198,7 +198,8 @@ impl Suite {
             response.text()
         );
         // A starvation bound, not a speed target (those live in
-        // docs/benchmarks.md, which records the 1-73 ms these take): well
+        // docs/benchmarks/log/2026-11-25-store-hostile-requests.md, which
+        // records the 1-73 ms these take): well
         // under the 10 s header and 60 s body timeouts a client stuck
         // behind the attack would wait out, and far over a loaded CI VM's
         // scheduling noise.

@@ -5,7 +5,8 @@
 //! `upload_backlog`; its peak RSS stays within the budget and nothing is
 //! OOM-killed. When moto answers again the backlog drains, and a second
 //! store with an empty disk finds every acknowledged sample in the bucket.
-//! The numbers it prints are recorded in `docs/benchmarks.md`.
+//! The numbers it prints are recorded in
+//! `docs/benchmarks/log/2026-11-25-store-hostile-requests.md`.
 
 mod common;
 #[path = "support/limited.rs"]

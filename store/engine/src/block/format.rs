@@ -50,7 +50,8 @@ pub enum BlockCompression {
     Working,
     /// A higher zstd level for a complete day's merge, which stays as it
     /// is until retention deletes it: written once, stored and read for
-    /// days (docs/benchmarks.md has the levels measured).
+    /// days (docs/benchmarks/log/2026-11-27-store-zstd-levels.md has the
+    /// levels measured).
     Archive,
 }
 

@@ -9,8 +9,8 @@ use crate::block::format::SectionKind;
 use crate::block::source::SourceHeader;
 
 /// What a merge holds whatever its sources (zstd contexts, encoders,
-/// buffers): the smallest merges measured peaked near it (docs/benchmarks.md,
-/// "Compaction memory").
+/// buffers): the smallest merges measured peaked near it
+/// (docs/benchmarks/log/2026-11-23-store-memory-compaction-durability.md).
 pub const MERGE_FIXED_BYTES: u64 = 8 << 20;
 
 /// Heap bytes one source's symbol tables take per decompressed section
@@ -137,7 +137,8 @@ impl PeakProjection {
 /// NB: charging every source its own projected hold, summed, counted the
 /// symbols a day's hour blocks share 24 times: a day of 2,000 pods fitted
 /// five blocks to a 128 MiB cache, and the store kept 15 blocks where 10
-/// held the same (2.86 bytes per value against 2.54; docs/benchmarks.md).
+/// held the same (2.86 bytes per value against 2.54;
+/// docs/benchmarks/log/2026-12-01-store-merge-cap-output-table.md).
 #[derive(Debug, Default)]
 pub(super) struct OutputHold {
     directory_bytes: u64,

@@ -7,7 +7,8 @@
 //! ranged block or a compaction source reads came from fresh pages the
 //! kernel cleared, and was then copied into the window: in a query-only
 //! run of the 2,000-pod workload (all six merges, cold and warm), clearing
-//! those pages was 7.8 % of the CPU (perf, docs/benchmarks.md). Reading
+//! those pages was 7.8 % of the CPU (perf,
+//! docs/benchmarks/log/2026-12-03-store-cold-merges-fresh-pages.md). Reading
 //! into the window the reader keeps clears no fresh pages.
 
 use std::fs::File;

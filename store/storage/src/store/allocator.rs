@@ -1,6 +1,7 @@
 //! Handing freed heap memory back to the operating system.
 //!
-//! Measured with the workload benchmark (docs/benchmarks.md, "Store engine"):
+//! Measured with the workload benchmark
+//! (docs/benchmarks/log/2026-11-22-store-workload.md):
 //! after ingest and compaction the store's live heap was ~20 MiB while RSS
 //! grew past 2.9 GiB. glibc's allocator keeps freed memory in per-thread
 //! arenas (ingest, flush and compaction run on many blocking-pool threads)
