@@ -14,6 +14,8 @@
 #            about 15 minutes (store-2000, budget, e2e): figures not
 #            comparable with the logs'
 #   --list   the groups and the command behind each
+# Each group builds what it runs (release builds; fuzz: the AFL++ build in
+# store/fuzz/run.sh's target directory), so a first run takes longer.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
@@ -38,8 +40,8 @@ declare -A command_of=(
   [unwinding]="agent/bench/unwinding.sh 30 19 99 (root, perf, profile-bee)"
   [python]="agent/bench/python_processes.sh 20 60 19; agent/bench/python_peer_otel.sh 20 60 19 (root, go)"
   [binaries]="agent/bench/many_binaries.sh 200 60 19 (root)"
-  [reach]="CI=true cargo test -p kiln-agent --test privileged_python --test privileged_unwinding -- --nocapture --test-threads 1 (root)"
-  [k8s-agent]="KILN_BENCH_ROUNDS=12 cargo test -p kiln-agent --test cri_e2e -- --ignored --nocapture fifty_pods_churn (root, containerd)"
+  [reach]="CI=true cargo test -p kiln-agent --test privileged -- --nocapture --test-threads 1 python_frames:: unwinding:: (root)"
+  [k8s-agent]="KILN_BENCH_ROUNDS=12 cargo test -p kiln-agent --test privileged -- --ignored --nocapture fifty_pods_churn (root, containerd)"
   [ui]="cargo build -p kiln-store; cargo test -p kiln-ui --test browser -- --nocapture (chromium)"
   [e2e]="./kiln-dev e2e"
 )
@@ -78,7 +80,7 @@ run_workload() { # log [ENV=V ...]
 }
 run_store() { run_workload "$out/store.txt" KILN_BENCH_PODS=500; }
 run_store-2000() {
-  $quick && { echo "--quick leaves it out (about 15 min of 2 vCPUs)"; return; }
+  $quick && { echo "--quick leaves it out (12 to 50 min of 2 vCPUs in the logs)"; return; }
   run_workload "$out/store-2000.txt" KILN_BENCH_PODS=2000
 }
 run_budget() {
@@ -151,15 +153,15 @@ run_python() {
 run_binaries() { run_agent_script binaries agent/bench/many_binaries.sh 200 "$(secs 60 20)" 19; }
 run_reach() {
   is_root || { echo "needs root (eBPF)"; return; }
-  logged "$out/reach.txt" env CI=true cargo test -p kiln-agent --test privileged_python \
-    --test privileged_unwinding -- --nocapture --test-threads 1 || echo "the tests failed (see $out/reach.txt)"
+  logged "$out/reach.txt" env CI=true cargo test -p kiln-agent --test privileged \
+    -- --nocapture --test-threads 1 python_frames:: unwinding:: || echo "the tests failed (see $out/reach.txt)"
 }
 run_k8s-agent() {
   is_root || { echo "needs root (containerd)"; return; }
   logged "$out/k8s-agent.txt" cargo build -p kiln-store || { echo "kiln-store build failed"; return; }
-  logged "$out/k8s-agent.txt" env KILN_BENCH_ROUNDS="$(secs 12 5)" cargo test -p kiln-agent --test cri_e2e \
+  logged "$out/k8s-agent.txt" env KILN_BENCH_ROUNDS="$(secs 12 5)" cargo test -p kiln-agent --test privileged \
     -- --ignored --nocapture fifty_pods_churn || { echo "the test failed (see $out/k8s-agent.txt)"; return; }
-  grep -q 'skipping CRI' "$out/k8s-agent.txt" && grep -m1 'skipping CRI' "$out/k8s-agent.txt"
+  grep -q 'SKIPPED: CRI' "$out/k8s-agent.txt" && grep -m1 'SKIPPED: CRI' "$out/k8s-agent.txt"
 }
 run_ui() {
   logged "$out/ui.txt" cargo build -p kiln-store || { echo "kiln-store build failed"; return; }
@@ -167,7 +169,7 @@ run_ui() {
   grep -q 'measured:' "$out/ui.txt" || echo "the browser test measured nothing (no Chromium?)"
 }
 run_e2e() {
-  $quick && { echo "--quick leaves it out (images, a cluster, about 15 min)"; return; }
+  $quick && { echo "--quick leaves it out (images, a cluster and checks 1-8: over 10 min)"; return; }
   is_root || { echo "needs root (a Kubernetes node)"; return; }
   logged "$out/e2e.txt" ./kiln-dev e2e || echo "./kiln-dev e2e failed (see $out/e2e.txt)"
 }
