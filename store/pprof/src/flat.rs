@@ -9,8 +9,8 @@
 mod read;
 mod wire;
 
-use crate::decode::DecodeLimits;
 use crate::error::PprofError;
+use crate::limits::DecodeLimits;
 use crate::prescan::TableCounts;
 use crate::profile::{IdIndex, check_limit, check_string};
 use crate::proto;

@@ -11,8 +11,8 @@
 //! there, and bounds the estimated decoded size of the whole profile.
 //! Malformed framing is left for prost to report; the scan only stops early.
 
-use crate::decode::DecodeLimits;
 use crate::error::PprofError;
+use crate::limits::DecodeLimits;
 use crate::proto;
 
 /// In-memory sizes of decoded prost messages on 64-bit targets (a `Vec`

@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 
-use crate::decode::DecodeLimits;
 use crate::error::PprofError;
+use crate::limits::DecodeLimits;
 use crate::proto;
 
 /// Maps pprof ids to positions in their table. Producers almost always number
