@@ -200,6 +200,27 @@ impl BlockError {
     }
 }
 
+/// Why a `=~`/`!~` pattern was not compiled (by
+/// [`crate::index::compile_anchored_regex`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RegexRejection {
+    /// The pattern is longer than allowed.
+    #[error("pattern of {len} bytes is over the limit of {limit}")]
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The regex crate refused it (syntax, or compiled size over the limit).
+    #[error("the regex compiler refused it")]
+    Invalid {
+        /// The regex crate's error.
+        #[source]
+        source: regex::Error,
+    },
+}
+
 /// Why a query could not be answered.
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
@@ -212,7 +233,7 @@ pub enum QueryError {
         pattern: String,
         /// Why it was refused: too long, invalid, or too large compiled.
         #[source]
-        source: crate::index::RegexRejection,
+        source: RegexRejection,
     },
     /// The timeline step is zero or negative.
     #[error("timeline step must be positive, got {step_ms} ms")]

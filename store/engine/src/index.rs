@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use roaring::RoaringBitmap;
 
-use crate::error::QueryError;
+use crate::error::{QueryError, RegexRejection};
 use crate::model::{LabelSet, MatchOp, Matcher};
 
 /// Postings for every label of every series.
@@ -41,26 +41,6 @@ pub fn compile_anchored_regex(pattern: &str) -> Result<regex::Regex, RegexReject
         .dfa_size_limit(REGEX_SIZE_LIMIT)
         .build()
         .map_err(|source| RegexRejection::Invalid { source })
-}
-
-/// Why a pattern was not compiled.
-#[derive(Debug, thiserror::Error)]
-pub enum RegexRejection {
-    /// The pattern is longer than allowed.
-    #[error("pattern of {len} bytes is over the limit of {limit}")]
-    TooLong {
-        /// Its length in bytes.
-        len: usize,
-        /// The limit.
-        limit: usize,
-    },
-    /// The regex crate refused it (syntax, or compiled size over the limit).
-    #[error("the regex compiler refused it")]
-    Invalid {
-        /// The regex crate's error.
-        #[source]
-        source: regex::Error,
-    },
 }
 
 /// A matcher ready to evaluate: regexes compiled once, fully anchored.

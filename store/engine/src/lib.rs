@@ -22,7 +22,7 @@ pub use compact::{
     CompactionError, MergeLimits, MergeOutput, StreamedMerge, compact_blocks, compact_streaming,
     compact_streaming_within,
 };
-pub use error::{BlockError, IngestError, QueryError};
+pub use error::{BlockError, IngestError, QueryError, RegexRejection};
 pub use head::{CheckedIngest, Head, IngestLimits, IngestStats, SeriesCensus, ShardCensus};
 pub use index::{CompiledMatcher, LabelIndex, compile_matchers};
 pub use model::{
