@@ -14,32 +14,14 @@
 //! 4. The rate is the annotation `profiles.kiln.dev/sampling-hz` when valid, else the highest rate
 //!    among matching targets. Extra labels merge in target order; the first target setting a key wins.
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::BuildHasher;
+use std::collections::BTreeMap;
 
 use crate::file::{Target, TargetsFile};
+use crate::selector::LabelSource;
 use crate::{
     ANNOTATION_ENABLED, ANNOTATION_SAMPLING_HZ, ANNOTATION_SERVICE_NAME, MAX_SAMPLING_HZ,
     MIN_SAMPLING_HZ,
 };
-
-/// Read access to a string map of labels or annotations, whatever map type the caller holds.
-pub trait LabelSource {
-    /// The value stored under `key`, if any.
-    fn label(&self, key: &str) -> Option<&str>;
-}
-
-impl<S: BuildHasher> LabelSource for HashMap<String, String, S> {
-    fn label(&self, key: &str) -> Option<&str> {
-        self.get(key).map(String::as_str)
-    }
-}
-
-impl LabelSource for BTreeMap<String, String> {
-    fn label(&self, key: &str) -> Option<&str> {
-        self.get(key).map(String::as_str)
-    }
-}
 
 /// What the agent knows about a container from CRI: the pod sandbox's namespace, labels and
 /// annotations (kubelet copies the pod's onto the sandbox) and the container name.
@@ -231,6 +213,8 @@ fn target_matches(target: &Target, pod: &PodView<'_>, annotated: bool) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
     use crate::file::Target;
     use crate::selector::LabelSelector;

@@ -5,10 +5,10 @@ pub mod error;
 pub mod file;
 pub mod selector;
 
-pub use decision::{Decision, LabelSource, PodView, ProfilingPlan, SkipReason};
+pub use decision::{Decision, PodView, ProfilingPlan, SkipReason};
 pub use error::TargetsError;
 pub use file::{Target, TargetsFile};
-pub use selector::{LabelSelector, SelectorOperator, SelectorRequirement};
+pub use selector::{LabelSelector, LabelSource, SelectorOperator, SelectorRequirement};
 
 use kiln_contract::{labels, sample_labels};
 

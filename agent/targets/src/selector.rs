@@ -1,10 +1,27 @@
 //! Kubernetes label selectors (`matchLabels` + `matchExpressions`) with the API server's semantics.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher;
 
 use serde::{Deserialize, Serialize};
 
-use crate::decision::LabelSource;
+/// Read access to a string map of labels or annotations, whatever map type the caller holds.
+pub trait LabelSource {
+    /// The value stored under `key`, if any.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl<S: BuildHasher> LabelSource for HashMap<String, String, S> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
+impl LabelSource for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
 
 /// A label selector as in `metav1.LabelSelector`. An empty selector matches every pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
