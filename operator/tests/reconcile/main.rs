@@ -1,17 +1,11 @@
 //! Reconcile scenarios against an in-memory API server (tower-test), in the spirit of kube-rs'
 //! controller-rs: create, update, no-op, status patch, finalizer add and cleanup, error backoff.
 
-#[path = "reconcile/agent_nudge.rs"]
 mod agent_nudge;
-#[path = "reconcile/budgets.rs"]
 mod budgets;
-#[path = "reconcile/fake_api.rs"]
 mod fake_api;
-#[path = "reconcile/namespace_deletion.rs"]
 mod namespace_deletion;
-#[path = "reconcile/network_policy.rs"]
 mod network_policy;
-#[path = "reconcile/tokens.rs"]
 mod tokens;
 
 use std::sync::Arc;

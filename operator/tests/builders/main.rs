@@ -1,12 +1,8 @@
 //! The pure builders: a ProfileStore (and targets) in, Kubernetes objects out.
 
-#[path = "builders/command_lines.rs"]
 mod command_lines;
-#[path = "builders/network_policy.rs"]
 mod network_policy;
-#[path = "builders/pull_policy.rs"]
 mod pull_policy;
-#[path = "builders/tokens.rs"]
 mod tokens;
 
 use std::collections::BTreeMap;

@@ -5,14 +5,8 @@
 //! `kubernetes-validate`, every store namespace gets config's Role, and the ProfileStore it
 //! creates passes the CRD schema.
 
-#[path = "manifests/kustomize.rs"]
-mod kustomize;
-#[path = "chart/parity.rs"]
 mod parity;
-#[path = "manifests/schema_check.rs"]
-mod schema_check;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -21,40 +15,10 @@ use kube::CustomResourceExt;
 use parity::{Expect, INTENDED_DIFFERENCES, Intended};
 use serde_json::{Value, json};
 
+use super::{installed_tool, kustomize, repo_root, schema_check, tools_dir, write_stream};
+
 /// The namespace config/default installs into, and the one the chart is rendered for.
 const NAMESPACE: &str = "kiln-system";
-
-fn repo_root() -> PathBuf {
-    std::fs::canonicalize(env!("CARGO_MANIFEST_DIR"))
-        .expect("manifest dir exists")
-        .parent()
-        .expect("operator/ has a parent")
-        .to_path_buf()
-}
-
-fn tools_dir() -> PathBuf {
-    std::env::var_os("KILN_TOOLS_DIR")
-        .map_or_else(|| PathBuf::from("/var/tmp/kiln-tools"), PathBuf::from)
-}
-
-/// `Some(path)` when the tool is there; otherwise a visible skip, or a failure in CI, where
-/// `./kiln-dev test` has installed it.
-fn installed_tool(path: PathBuf, hint: &str) -> Option<PathBuf> {
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{} is missing in CI; {hint}",
-        path.display()
-    );
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED: {} not found; {hint}",
-        path.display()
-    );
-    None
-}
 
 /// The helm that `e2e/cluster/helm/go.mod` pins, where `build.sh` puts it.
 fn helm() -> Option<PathBuf> {
@@ -256,15 +220,6 @@ fn the_comparison_reports_every_other_difference() {
             .any(|p| p.contains("no longer as documented")),
         "{problems:?}"
     );
-}
-
-fn write_stream(objects: &[Value], path: &Path) {
-    let mut text = String::new();
-    for object in objects {
-        text.push_str("---\n");
-        text.push_str(&serde_yaml::to_string(object).expect("object renders"));
-    }
-    std::fs::write(path, text).expect("write rendered chart");
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! The packaged manifests: samples against the generated CRD schemas, the kustomize layout,
-//! offline validation with `kubernetes-validate`, the chart's values schema, and RBAC coverage.
+//! offline validation with `kubernetes-validate`, the chart's values schema, and RBAC coverage;
+//! and, in [`chart`], the Helm chart against `config/default`. They are one test target because
+//! both read the manifests with the same kustomize renderer and CRD schema checker.
 
-#[path = "manifests/kustomize.rs"]
+mod chart;
 mod kustomize;
-#[path = "manifests/schema_check.rs"]
 mod schema_check;
 
 use std::io::Write;
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kiln_operator::api::{ProfileStore, ProfilingTarget};
+use kiln_testkit::prerequisites::{in_ci, visible_skip};
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
@@ -460,30 +462,28 @@ fn chart_passes_the_operator_every_flag_config_does() {
     }
 }
 
-fn tools_venv() -> PathBuf {
-    let dir = std::env::var_os("KILN_TOOLS_DIR")
-        .map_or_else(|| PathBuf::from("/var/tmp/kiln-tools"), PathBuf::from);
-    dir.join("venv/bin")
+fn tools_dir() -> PathBuf {
+    std::env::var_os("KILN_TOOLS_DIR")
+        .map_or_else(|| PathBuf::from("/var/tmp/kiln-tools"), PathBuf::from)
+}
+
+/// `Some(path)` when the tool is there; otherwise a visible skip, or a failure in CI, where
+/// `./kiln-dev test` has installed it.
+fn installed_tool(path: PathBuf, hint: &str) -> Option<PathBuf> {
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(!in_ci(), "{} is missing in CI; {hint}", path.display());
+    visible_skip(&format!("{} not found; {hint}", path.display()));
+    None
 }
 
 /// The path of a Python tool, or None (skip with a message) outside CI; in CI a missing tool fails.
 fn python_tool(name: &str) -> Option<PathBuf> {
-    let path = tools_venv().join(name);
-    if path.exists() {
-        return Some(path);
-    }
-    let hint = "install it with ./kiln-dev test (pip install kubernetes-validate==1.37.0)";
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{} is missing in CI; {hint}",
-        path.display()
-    );
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIP: {} not found; {hint}",
-        path.display()
-    );
-    None
+    installed_tool(
+        tools_dir().join("venv/bin").join(name),
+        "install it with ./kiln-dev test (pip install kubernetes-validate==1.37.0)",
+    )
 }
 
 fn write_stream(objects: &[Value], path: &Path) {
