@@ -1,14 +1,15 @@
 //! The seam between the kernel side and the collector: everything the
-//! collector asks of the sampler, as a trait. [`crate::sampler::Sampler`]
-//! (aya, needs root) is the implementation the agent runs; tests feed the
-//! same drain → unwind → symbolize → build path from samples recorded from
-//! a real process, without privileges.
+//! collector asks of the sampler, as a trait, with the error and the counts
+//! it answers in. [`crate::sampler::Sampler`] (aya, needs root) is the
+//! implementation the agent runs; tests feed the same drain → unwind →
+//! symbolize → build path from samples recorded from a real process,
+//! without privileges.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::abi::{KernelCounter, NewProcess, PythonProcess, StackSnapshot};
 use crate::aggregate::DrainedWindow;
-use crate::sampler::{SamplerError, SnapshotBatch};
 use crate::target_set::TargetSet;
 
 /// Where the collector's samples come from, and the kernel state it keeps
@@ -50,4 +51,99 @@ pub trait SampleSource {
 
     /// Cumulative `(run time, runs)` of the sampling program, when known.
     fn program_stats(&self) -> Option<(Duration, u64)>;
+}
+
+/// Why the kernel side failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SamplerError {
+    /// The kernel BTF file could not be read or parsed.
+    #[error(
+        "cannot use kernel BTF at {path}: the agent needs a kernel built with CONFIG_DEBUG_INFO_BTF=y \
+         (5.4+; /sys/kernel/btf/vmlinux) or a BTF file for this kernel passed with --btf-path"
+    )]
+    Btf {
+        /// The BTF file.
+        path: PathBuf,
+        /// The parse error.
+        #[source]
+        source: aya::BtfError,
+    },
+    /// The BPF object could not be prepared or its maps created.
+    #[error("cannot load the BPF object into the kernel")]
+    Load {
+        /// aya's error.
+        #[source]
+        source: aya::EbpfError,
+    },
+    /// The kernel refused the program.
+    #[error(
+        "the kernel refused the BPF sampler ({io_error}); it needs Linux 5.8+ with BTF, and CAP_BPF + \
+         CAP_PERFMON (or CAP_SYS_ADMIN); the verifier log is printed with --log kiln_agent=debug"
+    )]
+    ProgramRejected {
+        /// The syscall error.
+        io_error: std::io::Error,
+    },
+    /// Another program operation failed.
+    #[error("BPF program operation failed")]
+    Program {
+        /// aya's error.
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    /// The object lacks a map or program it must have (a build problem).
+    #[error("the BPF object has no {name}")]
+    Missing {
+        /// The map or program.
+        name: &'static str,
+    },
+    /// A map operation failed.
+    #[error("BPF map {name} operation failed")]
+    Map {
+        /// The map.
+        name: &'static str,
+        /// aya's error.
+        #[source]
+        source: aya::maps::MapError,
+    },
+    /// No CPU could be attached.
+    #[error("could not attach a cpu-clock perf event on any online CPU: {failures}")]
+    NoCpuAttached {
+        /// Per-CPU failures.
+        failures: String,
+    },
+    /// The online CPU list could not be read.
+    #[error("cannot read {path}")]
+    OnlineCpus {
+        /// The sysfs file.
+        path: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl SamplerError {
+    /// A fixed name for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SamplerError::Btf { .. } => "btf",
+            SamplerError::Load { .. } => "load",
+            SamplerError::ProgramRejected { .. } => "program_rejected",
+            SamplerError::Program { .. } => "program",
+            SamplerError::Missing { .. } => "missing",
+            SamplerError::Map { .. } => "map",
+            SamplerError::NoCpuAttached { .. } => "no_cpu_attached",
+            SamplerError::OnlineCpus { .. } => "online_cpus",
+        }
+    }
+}
+
+/// What one [`SampleSource::take_snapshots`] call read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotBatch {
+    /// Records handed on.
+    pub read: u64,
+    /// Records too short to be a snapshot.
+    pub malformed: u64,
 }

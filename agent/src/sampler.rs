@@ -16,7 +16,7 @@ use crate::abi::{
     Config, CountKey, CountValue, KernelCounter, NewProcess, StackSnapshot, TargetValue, UnwindMode,
 };
 use crate::aggregate::DrainedWindow;
-use crate::sample_source::SampleSource;
+use crate::sample_source::{SampleSource, SamplerError, SnapshotBatch};
 use crate::target_set::{AllowListChanges, TargetSet};
 
 /// The compiled BPF object (built from `bpf/profile.bpf.c` by build.rs).
@@ -45,92 +45,6 @@ pub struct SamplerConfig {
     pub snapshot_ring_bytes: u32,
     /// Kernel BTF for CO-RE relocations.
     pub btf_path: PathBuf,
-}
-
-/// Why the kernel side failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SamplerError {
-    /// The kernel BTF file could not be read or parsed.
-    #[error(
-        "cannot use kernel BTF at {path}: the agent needs a kernel built with CONFIG_DEBUG_INFO_BTF=y \
-         (5.4+; /sys/kernel/btf/vmlinux) or a BTF file for this kernel passed with --btf-path"
-    )]
-    Btf {
-        /// The BTF file.
-        path: PathBuf,
-        /// The parse error.
-        #[source]
-        source: aya::BtfError,
-    },
-    /// The BPF object could not be prepared or its maps created.
-    #[error("cannot load the BPF object into the kernel")]
-    Load {
-        /// aya's error.
-        #[source]
-        source: aya::EbpfError,
-    },
-    /// The kernel refused the program.
-    #[error(
-        "the kernel refused the BPF sampler ({io_error}); it needs Linux 5.8+ with BTF, and CAP_BPF + \
-         CAP_PERFMON (or CAP_SYS_ADMIN); the verifier log is printed with --log kiln_agent=debug"
-    )]
-    ProgramRejected {
-        /// The syscall error.
-        io_error: std::io::Error,
-    },
-    /// Another program operation failed.
-    #[error("BPF program operation failed")]
-    Program {
-        /// aya's error.
-        #[source]
-        source: ProgramError,
-    },
-    /// The object lacks a map or program it must have (a build problem).
-    #[error("the BPF object has no {name}")]
-    Missing {
-        /// The map or program.
-        name: &'static str,
-    },
-    /// A map operation failed.
-    #[error("BPF map {name} operation failed")]
-    Map {
-        /// The map.
-        name: &'static str,
-        /// aya's error.
-        #[source]
-        source: aya::maps::MapError,
-    },
-    /// No CPU could be attached.
-    #[error("could not attach a cpu-clock perf event on any online CPU: {failures}")]
-    NoCpuAttached {
-        /// Per-CPU failures.
-        failures: String,
-    },
-    /// The online CPU list could not be read.
-    #[error("cannot read {path}")]
-    OnlineCpus {
-        /// The sysfs file.
-        path: &'static str,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-impl SamplerError {
-    /// A fixed name for metrics.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            SamplerError::Btf { .. } => "btf",
-            SamplerError::Load { .. } => "load",
-            SamplerError::ProgramRejected { .. } => "program_rejected",
-            SamplerError::Program { .. } => "program",
-            SamplerError::Missing { .. } => "missing",
-            SamplerError::Map { .. } => "map",
-            SamplerError::NoCpuAttached { .. } => "no_cpu_attached",
-            SamplerError::OnlineCpus { .. } => "online_cpus",
-        }
-    }
 }
 
 fn map_error(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> SamplerError {
@@ -519,15 +433,6 @@ impl SampleSource for Sampler {
     fn program_stats(&self) -> Option<(Duration, u64)> {
         Sampler::program_stats(self)
     }
-}
-
-/// What one [`Sampler::take_snapshots`] call read.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SnapshotBatch {
-    /// Records handed on.
-    pub read: u64,
-    /// Records too short to be a snapshot.
-    pub malformed: u64,
 }
 
 /// Whether a kernel BTF file exists at `path`.
