@@ -28,9 +28,11 @@ use crate::error::StorageError;
 
 mod config;
 mod local_files;
+mod ranges;
 
 pub use config::BucketConfig;
 use local_files::LocalFiles;
+pub(crate) use ranges::BucketRanges;
 
 const BLOCKS_PREFIX: &str = "blocks";
 const DATA_FILE: &str = "data";

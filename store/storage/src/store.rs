@@ -1,50 +1,95 @@
 //! The `Store` facade: durable ingest into the engine's head, blocks in a
 //! bucket, queries over both, and the background loops that keep it tidy.
 //!
-//! Concurrency: the head is sharded (`live_head`), each shard behind a std
-//! `RwLock` that is never held across an `.await`; CPU work (decode, ingest,
-//! encode, query) runs on the blocking pool. A tokio `RwLock` (the cut gate) spans each ingest's WAL append and
-//! head apply, so a head cut sees every logged record either entirely before
-//! or entirely after it: a block holds exactly the WAL segments it replaces.
+//! What the store's clones share (`Shared`) is split by concern, one
+//! module each, and the `impl Store` files live under the concern they
+//! serve:
+//! - `ingest`: the write-ahead log, the live head and its shards, the
+//!   turns and memory budget writes take, and the idempotency keys;
+//! - `catalog`: what queries see (the view of cut heads and blocks), the
+//!   decoded-block cache, listing the bucket, and what is known of it;
+//! - `upkeep`: the leases, the background tasks, flushes and the
+//!   maintenance that compacts, cleans up and applies retention.
+//!
+//! Opening (`recovery`), health, the configuration and the allocator
+//! serve all three.
+//!
+//! # Concurrency
+//!
+//! CPU work (decode, ingest, encode, query) runs on the blocking pool. The
+//! head is sharded (`ingest::live_head`), each shard behind a std `RwLock`.
+//! A tokio `RwLock`, the cut gate, spans each ingest's WAL append and head
+//! apply, so a head cut sees every logged record either entirely before or
+//! entirely after it: a block holds exactly the WAL segments it replaces.
+//!
+//! # Lock order
+//!
+//! This is the one place the lock order is written down; `ingest`,
+//! `catalog` and `upkeep` point here. A task or thread that holds a lock
+//! of one step never waits for a lock of an earlier step:
+//!
+//! 1. An ingest's admission: its in-flight slot (`ingest.inflight`), then
+//!    its ingest memory (`ingest.memory`). Both are tried, never waited
+//!    for: a write that finds them spent is refused.
+//! 2. `upkeep.maintenance` (tokio mutex), held across bucket IO by a
+//!    flush's uploads, a re-listing with its cleanup, a compaction or a
+//!    retention pass; or a query's turn (`catalog.query_runners`), held for
+//!    its whole pass on the blocking pool. The two are never held together.
+//! 3. `catalog.listing` (tokio mutex): one re-listing at a time; taken
+//!    under `maintenance` by `Store::refresh_blocks`, under a query's turn
+//!    by a query that found a block gone.
+//! 4. `ingest.cut_gate` (tokio `RwLock`): read by an ingest from before its
+//!    WAL append until its apply is done; written by a head cut (under
+//!    `maintenance` when a flush's backlog has drained) and once by
+//!    shutdown.
+//! 5. The WAL's own lock, inside [`Wal`](crate::wal::Wal): an append or
+//!    a rotation, under the cut gate; never held across an `.await`.
+//! 6. A shard's apply turn (tokio mutex, one per shard), waited for under
+//!    the cut gate's read.
+//! 7. An ingest turn (`ingest.turns`, a semaphore): held around a decode,
+//!    or around an apply after its shard's apply turn; never held while
+//!    waiting for another turn.
+//! 8. The head's shards (std `RwLock`s): in index order, all of them for a
+//!    cut (write) or a query's snapshot (read), one at a time for an apply
+//!    or a profile's series count.
+//! 9. `catalog.view` (std `RwLock`): under every shard for a cut (write)
+//!    and a query's snapshot (read); never held while waiting for a shard.
+//! 10. `catalog.cache` and `catalog.corrupt` (std mutexes): either may be
+//!     taken under the view; neither while holding the other.
+//! 11. The leaves, each held for a few statements and never while taking
+//!     another lock: `catalog.bucket_state`, `upkeep.held`,
+//!     `ingest.recent_keys`, `upkeep.tasks` and `Shared::data_dir_lock`.
+//!
+//! No std lock (steps 5 and 8 to 11) is held across an `.await`: std locks
+//! are taken on the blocking pool or for a few statements on a runtime
+//! thread. Atomics (sizes, counters, the leases' expiry) need no order.
 
-mod admission;
 mod allocator;
-mod cache;
+mod catalog;
 mod config;
 mod health;
-mod idempotency;
-mod incomplete;
-mod live_head;
-mod maintenance;
-mod memory_gate;
-mod ownership;
-mod quarantine;
-mod read;
+mod ingest;
 mod recovery;
-mod replay;
-mod spill;
-mod time_window;
-mod write;
+mod upkeep;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use kiln_engine::Head;
 use kiln_engine::model::{BlockMeta, LabelSet};
-use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinHandle;
 
 use crate::bucket::{Bucket, CorruptBlock};
 use crate::error::StorageError;
-use crate::lease::Lease;
-use crate::wal::{ReplayReport, Wal};
-pub use admission::{IngestAdmission, IngestTurn};
-use cache::BlockCache;
+use crate::wal::ReplayReport;
+use catalog::{Catalog, View};
+pub use catalog::{Incomplete, record_incomplete};
 pub use config::{AcceptedTimes, StoreConfig};
 pub use health::{HealthProblem, StoreHealth};
-pub use incomplete::{Incomplete, record_incomplete};
-pub use maintenance::CompactionReport;
+use ingest::Ingest;
+pub use ingest::{IngestAdmission, IngestTurn};
+pub use upkeep::CompactionReport;
+use upkeep::Upkeep;
 
 /// One profile to ingest, as a client sent it.
 #[derive(Debug, Clone)]
@@ -101,120 +146,25 @@ pub struct StoreStats {
     pub retention_deleted: u64,
 }
 
-#[derive(Debug, Default)]
-struct Counters {
-    profiles: AtomicU64,
-    samples: AtomicU64,
-    bytes: AtomicU64,
-    blocks_written: AtomicU64,
-    flush_failures: AtomicU64,
-    compactions: AtomicU64,
-    retention_deleted: AtomicU64,
-    /// Records set aside while replaying WAL ranges held at open.
-    late_quarantined: AtomicU64,
-}
-
-/// A head that was cut and awaits upload, as the shards it was cut from
-/// (one head for what WAL replay cut); still queried until its block is
-/// visible. `id` is fixed at cut time so retried uploads are idempotent.
-#[derive(Debug)]
-struct Frozen {
-    id: String,
-    heads: Vec<Head>,
-    first_segment: u64,
-    end_segment: u64,
-    /// The heads' size when they were cut, for the upload budget.
-    bytes: u64,
-}
-
-impl Frozen {
-    fn new(heads: Vec<Head>, first_segment: u64, end_segment: u64) -> Self {
-        Self {
-            id: ulid::Ulid::new().to_string(),
-            bytes: heads.iter().map(|h| h.approx_bytes() as u64).sum(),
-            heads,
-            first_segment,
-            end_segment,
-        }
-    }
-
-    /// True when no head holds a value (its segments held only refused records).
-    fn is_empty(&self) -> bool {
-        self.heads.iter().all(Head::is_empty)
-    }
-}
-
-/// What queries see besides the live head. Replaced as a whole under one
-/// lock, so a head moving to a block is never seen twice or not at all.
-#[derive(Debug, Default, Clone)]
-struct View {
-    frozen: Vec<Arc<Frozen>>,
-    /// Every complete block in the bucket by id.
-    blocks: BTreeMap<String, BlockMeta>,
-    /// Blocks superseded by a compacted block that lists them as sources.
-    hidden: BTreeSet<String>,
-}
-
-impl View {
-    fn set_blocks(&mut self, blocks: BTreeMap<String, BlockMeta>) {
-        self.hidden = crate::planner::superseded_blocks(&blocks);
-        self.blocks = blocks;
-    }
-
-    fn visible(&self) -> impl Iterator<Item = &BlockMeta> {
-        self.blocks
-            .values()
-            .filter(|b| !self.hidden.contains(&b.id))
-    }
-}
-
+/// What every clone of a [`Store`] shares: the three concerns, each
+/// guarding its own state (see the module documentation for the order
+/// their locks are taken in), and what all three use alike.
 #[derive(Debug)]
 struct Shared {
+    /// Read by all three parts; never changes.
     config: StoreConfig,
+    /// A cheap handle to the object store. The catalog lists it and
+    /// queries read blocks from it; upkeep uploads, compacts and deletes
+    /// blocks in it and keeps its leases there; opening reads both.
     bucket: Bucket,
-    wal: Wal,
-    cut_gate: tokio::sync::RwLock<()>,
-    head: live_head::LiveHead,
-    view: RwLock<View>,
-    cache: Mutex<BlockCache>,
-    corrupt: Mutex<BTreeMap<String, String>>,
-    /// What the store last learned of its bucket, for health.
-    bucket_state: Mutex<health::BucketState>,
-    /// Flush markers whose block's state was unknown at open (the bucket
-    /// did not answer): their WAL segments are neither replayed nor
-    /// deleted until a listing says (audit D4).
-    held: Mutex<Vec<recovery::Marker>>,
-    /// Serializes bucket listing, uploads, compaction and retention, so a
-    /// listing never overwrites a block added while it ran.
-    maintenance: tokio::sync::Mutex<()>,
-    /// Serializes re-listings.
-    listing: tokio::sync::Mutex<()>,
-    /// Re-listings completed, so queries that found a block gone at once
-    /// share one re-listing (read without waiting for one in progress).
-    listings_done: AtomicU64,
-    /// This process's claim on its replica name (audit D5).
-    replica_lease: Lease,
-    /// Whether this process runs retention for the bucket (audit D5).
-    retention_lease: Lease,
-    /// Idempotency keys of recently stored profiles (audit G7).
-    recent_keys: Mutex<idempotency::RecentKeys>,
-    /// The data directory's lock, held open until shutdown.
+    /// The data directory's lock, held open until shutdown. The directory
+    /// holds the WAL (ingest) and the compaction spill files (upkeep); the
+    /// lock keeps a second process away from both, so it belongs to the
+    /// store as a whole.
     data_dir_lock: Mutex<Option<std::fs::File>>,
-    /// Write slots (`max_inflight_ingests`), taken by `admit_ingest`.
-    inflight: Arc<Semaphore>,
-    /// Turns to decode or apply an ingest (`ingest_workers`), taken by
-    /// `ingest_turn`.
-    ingest_turns: Arc<Semaphore>,
-    /// Queries reading heads and blocks now (`max_running_queries`).
-    query_runners: Arc<Semaphore>,
-    /// Bytes reserved by ingests being decoded and applied.
-    ingest_memory: memory_gate::MemoryGate,
-    closed: AtomicBool,
-    shutdown_tx: watch::Sender<bool>,
-    flush_now: Notify,
-    counters: Counters,
-    replay: ReplayReport,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    ingest: Ingest,
+    catalog: Catalog,
+    upkeep: Upkeep,
 }
 
 impl Shared {
@@ -223,13 +173,13 @@ impl Shared {
     fn unuploaded_budget(&self) -> u64 {
         (self.config.max_head_bytes as u64).saturating_add(self.config.max_pending_upload_bytes)
     }
+}
 
-    /// True for a WAL segment held back at open; never deleted.
-    fn is_held(&self, segment: u64) -> bool {
-        lock(&self.held)
-            .iter()
-            .any(|m| m.first <= segment && segment < m.end)
-    }
+/// The wall clock in unix ms (0 before 1970, saturating far ahead).
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
@@ -271,17 +221,16 @@ impl Store {
     ) -> Result<Store, StorageError> {
         config.validate()?;
         allocator::bound_allocator_retention();
-        let data_dir_lock = ownership::lock_data_dir(&config)?;
+        let data_dir_lock = upkeep::lock_data_dir(&config)?;
         // Merges a killed process left half-written; their sources remain.
-        spill::reset_spill_dir(&config.data_dir)?;
-        let holder = ownership::holder_id(&config)?;
+        upkeep::reset_spill_dir(&config.data_dir)?;
+        let holder = upkeep::holder_id(&config)?;
         let bucket = bucket.into();
-        let replica_lease = ownership::replica_lease(&bucket, &config, &holder);
-        ownership::claim_replica_name(&replica_lease, &config).await?;
-        let retention_lease = ownership::retention_lease(&bucket, &config, &holder);
+        let replica_lease = upkeep::replica_lease(&bucket, &config, &holder);
+        upkeep::claim_replica_name(&replica_lease, &config).await?;
+        let retention_lease = upkeep::retention_lease(&bucket, &config, &holder);
         let recovered = recovery::recover(&config, &bucket).await?;
-        let recent_keys = write::recover_keys(&config).await?;
-        let (shutdown_tx, _) = watch::channel(false);
+        let recent_keys = ingest::recover_keys(&config).await?;
         let mut view = View::default();
         let listed = recovered.listing.is_some();
         let listing = recovered.listing.unwrap_or_default();
@@ -293,44 +242,32 @@ impl Store {
             .into_iter()
             .map(|c| (c.id, c.error))
             .collect();
-        let head =
-            live_head::LiveHead::new(config.head_shards, recovered.head, recovered.first_segment);
         let shared = Arc::new(Shared {
-            inflight: Arc::new(Semaphore::new(config.max_inflight_ingests)),
-            ingest_turns: Arc::new(Semaphore::new(config.ingest_workers)),
-            query_runners: Arc::new(Semaphore::new(config.max_running_queries)),
-            ingest_memory: memory_gate::MemoryGate::new(config.ingest_memory_bytes),
-            cache: Mutex::new(BlockCache::new(config.block_cache_bytes)),
+            ingest: Ingest::new(
+                &config,
+                recovered.wal,
+                recovered.report,
+                ingest::LiveHead::new(config.head_shards, recovered.head, recovered.first_segment),
+                recent_keys,
+            ),
+            catalog: Catalog::new(
+                &config,
+                view,
+                corrupt,
+                catalog::BucketState::new(listed, recovered.listing_error),
+            ),
+            upkeep: Upkeep::new(replica_lease, retention_lease, recovered.held),
             config,
             bucket,
-            wal: recovered.wal,
-            cut_gate: tokio::sync::RwLock::new(()),
-            head,
-            view: RwLock::new(view),
-            corrupt: Mutex::new(corrupt),
-            bucket_state: Mutex::new(health::BucketState::new(listed, recovered.listing_error)),
-            held: Mutex::new(recovered.held),
-            maintenance: tokio::sync::Mutex::new(()),
-            listing: tokio::sync::Mutex::new(()),
-            listings_done: AtomicU64::new(0),
-            replica_lease,
-            retention_lease,
-            recent_keys: Mutex::new(recent_keys),
             data_dir_lock: Mutex::new(Some(data_dir_lock)),
-            closed: AtomicBool::new(false),
-            shutdown_tx,
-            flush_now: Notify::new(),
-            counters: Counters::default(),
-            replay: recovered.report,
-            tasks: Mutex::new(Vec::new()),
         });
         let store = Store { shared };
         if store.shared.config.background {
-            maintenance::spawn_loops(&store);
+            upkeep::spawn_loops(&store);
             if upload_now {
                 // Heads cut during replay go to the bucket now, not a
                 // flush interval later.
-                store.shared.flush_now.notify_one();
+                store.shared.upkeep.flush_now.notify_one();
             }
         }
         Ok(store)
@@ -343,12 +280,12 @@ impl Store {
 
     /// What WAL replay found at open.
     pub fn replay_report(&self) -> &ReplayReport {
-        &self.shared.replay
+        &self.shared.ingest.replay
     }
 
     /// Blocks that were skipped because they could not be read or decoded.
     pub fn corrupt_blocks(&self) -> Vec<CorruptBlock> {
-        lock(&self.shared.corrupt)
+        lock(&self.shared.catalog.corrupt)
             .iter()
             .map(|(id, error)| CorruptBlock {
                 id: id.clone(),
@@ -359,20 +296,22 @@ impl Store {
 
     /// Metadata of the blocks queries currently read, oldest id first.
     pub fn blocks(&self) -> Vec<BlockMeta> {
-        read(&self.shared.view).visible().cloned().collect()
+        read(&self.shared.catalog.view).visible().cloned().collect()
     }
 
     /// A snapshot of counters and sizes for metrics.
     pub fn stats(&self) -> StoreStats {
         let shared = &self.shared;
-        let (head_bytes, head_profiles) =
-            (shared.head.approx_bytes() as u64, shared.head.profiles());
+        let (head_bytes, head_profiles) = (
+            shared.ingest.head.approx_bytes() as u64,
+            shared.ingest.head.profiles(),
+        );
         let (cache_bytes, cache_blocks) = {
-            let cache = lock(&shared.cache);
+            let cache = lock(&shared.catalog.cache);
             (cache.used_bytes(), cache.len() as u64)
         };
-        let view = read(&shared.view);
-        let c = &shared.counters;
+        let view = read(&shared.catalog.view);
+        let (ingested, upkept) = (&shared.ingest.counters, &shared.upkeep.counters);
         StoreStats {
             head_bytes,
             head_profiles,
@@ -380,18 +319,18 @@ impl Store {
             pending_upload_bytes: view.frozen.iter().map(|f| f.bytes).sum(),
             blocks: view.visible().count() as u64,
             block_bytes: view.visible().map(|b| b.size_bytes).sum(),
-            corrupt_blocks: lock(&shared.corrupt).len() as u64,
-            ingest_memory_reserved_bytes: shared.ingest_memory.reserved_bytes(),
+            corrupt_blocks: lock(&shared.catalog.corrupt).len() as u64,
+            ingest_memory_reserved_bytes: shared.ingest.memory.reserved_bytes(),
             cache_bytes,
             cache_blocks,
-            profiles_ingested: c.profiles.load(Ordering::Relaxed),
-            samples_ingested: c.samples.load(Ordering::Relaxed),
-            bytes_ingested: c.bytes.load(Ordering::Relaxed),
-            wal_replayed: shared.replay.records,
-            blocks_written: c.blocks_written.load(Ordering::Relaxed),
-            flush_failures: c.flush_failures.load(Ordering::Relaxed),
-            compactions: c.compactions.load(Ordering::Relaxed),
-            retention_deleted: c.retention_deleted.load(Ordering::Relaxed),
+            profiles_ingested: ingested.profiles.load(Ordering::Relaxed),
+            samples_ingested: ingested.samples.load(Ordering::Relaxed),
+            bytes_ingested: ingested.bytes.load(Ordering::Relaxed),
+            wal_replayed: shared.ingest.replay.records,
+            blocks_written: upkept.blocks_written.load(Ordering::Relaxed),
+            flush_failures: upkept.flush_failures.load(Ordering::Relaxed),
+            compactions: upkept.compactions.load(Ordering::Relaxed),
+            retention_deleted: upkept.retention_deleted.load(Ordering::Relaxed),
         }
     }
 
@@ -399,16 +338,16 @@ impl Store {
     /// head to the bucket. Data that cannot be uploaded stays in the WAL
     /// and is recovered at the next open.
     pub async fn shutdown(&self) -> Result<(), StorageError> {
-        self.shared.closed.store(true, Ordering::SeqCst);
-        self.shared.shutdown_tx.send_replace(true);
-        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&self.shared.tasks));
+        self.shared.ingest.closed.store(true, Ordering::SeqCst);
+        self.shared.upkeep.shutdown_tx.send_replace(true);
+        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&self.shared.upkeep.tasks));
         for task in tasks {
             if let Err(err) = task.await {
                 tracing::warn!(error = %err, "background task ended abnormally");
             }
         }
         // Wait for in-flight ingests: they hold the gate while logging.
-        drop(self.shared.cut_gate.write().await);
+        drop(self.shared.ingest.cut_gate.write().await);
         let flushed = self.flush().await;
         self.release_leases().await;
         // Nothing writes to the data directory any more.

@@ -1,63 +1,12 @@
 //! What the store can say about its own health: whether its write-ahead log
 //! still accepts writes and whether its bucket answers. The server turns
-//! this into `/readyz`; the state kept here is only ever set from the
-//! outcomes of real WAL and bucket operations.
+//! this into `/readyz`. It reads all three parts of the store; what it
+//! reports of the bucket (the catalog's `BucketState`) is only ever set
+//! from the outcomes of real bucket operations.
 
 use std::sync::atomic::Ordering;
 
-use super::{Shared, Store, lock, read};
-use crate::error::StorageError;
-
-/// What the store last learned of its bucket.
-#[derive(Debug, Default)]
-pub(super) struct BucketState {
-    /// A listing has succeeded since the store opened, so queries see every
-    /// block (before that they see none).
-    listed: bool,
-    /// The latest bucket operation's failure; the next success clears it.
-    last_error: Option<String>,
-}
-
-impl BucketState {
-    pub(super) fn new(listed: bool, last_error: Option<String>) -> Self {
-        Self { listed, last_error }
-    }
-}
-
-impl Shared {
-    /// True once a listing has succeeded since open.
-    pub(super) fn bucket_listed(&self) -> bool {
-        lock(&self.bucket_state).listed
-    }
-
-    /// Records a listing's outcome and hands the result on.
-    pub(super) fn note_listing<T>(
-        &self,
-        result: Result<T, StorageError>,
-    ) -> Result<T, StorageError> {
-        let mut state = lock(&self.bucket_state);
-        match &result {
-            Ok(_) => {
-                state.listed = true;
-                state.last_error = None;
-            }
-            Err(err) => state.last_error = Some(err.to_string()),
-        }
-        result
-    }
-
-    /// Records the outcome of any other bucket operation (an upload, a
-    /// block's metadata): a success shows the bucket answers again.
-    pub(super) fn note_bucket<T>(&self, result: &Result<T, StorageError>) {
-        let mut state = lock(&self.bucket_state);
-        match result {
-            Ok(_) => state.last_error = None,
-            Err(err @ StorageError::Bucket { .. }) => state.last_error = Some(err.to_string()),
-            // Encoding, the local disk: not the bucket's doing.
-            Err(_) => {}
-        }
-    }
-}
+use super::{Store, lock, read};
 
 /// One reason the store cannot do its job now.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -99,7 +48,7 @@ impl Store {
     pub fn health(&self) -> StoreHealth {
         let shared = &self.shared;
         let mut problems = Vec::new();
-        if let Some(message) = shared.wal.poisoned() {
+        if let Some(message) = shared.ingest.wal.poisoned() {
             problems.push(HealthProblem {
                 reason: "wal_poisoned",
                 message: format!(
@@ -109,7 +58,7 @@ impl Store {
             });
         }
         {
-            let state = lock(&shared.bucket_state);
+            let state = lock(&shared.catalog.bucket_state);
             if let Some(error) = &state.last_error {
                 problems.push(HealthProblem {
                     reason: "bucket_unreachable",
@@ -125,7 +74,7 @@ impl Store {
                 });
             }
         }
-        let held = lock(&shared.held).len();
+        let held = lock(&shared.upkeep.held).len();
         if held > 0 {
             problems.push(HealthProblem {
                 reason: "wal_held",
@@ -136,13 +85,13 @@ impl Store {
             });
         }
         let (pending_uploads, frozen_bytes) = {
-            let view = read(&shared.view);
+            let view = read(&shared.catalog.view);
             (
                 view.frozen.len() as u64,
                 view.frozen.iter().map(|f| f.bytes).sum::<u64>(),
             )
         };
-        let head_bytes = shared.head.approx_bytes() as u64;
+        let head_bytes = shared.ingest.head.approx_bytes() as u64;
         let unuploaded_bytes = frozen_bytes + head_bytes;
         if unuploaded_bytes >= shared.unuploaded_budget() {
             problems.push(HealthProblem {
@@ -156,10 +105,13 @@ impl Store {
         }
         StoreHealth {
             problems,
-            wal_quarantined_records: shared
-                .replay
-                .quarantined_records
-                .saturating_add(shared.counters.late_quarantined.load(Ordering::Relaxed)),
+            wal_quarantined_records: shared.ingest.replay.quarantined_records.saturating_add(
+                shared
+                    .upkeep
+                    .counters
+                    .late_quarantined
+                    .load(Ordering::Relaxed),
+            ),
             pending_uploads,
             unuploaded_bytes,
             unuploaded_budget_bytes: shared.unuploaded_budget(),

@@ -19,9 +19,9 @@ use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::Store;
 use super::memory_gate::Reservation;
 use crate::error::StorageError;
+use crate::store::Store;
 
 /// One turn to decode or apply an ingest, given back on drop. Hold it only
 /// around work that keeps a core busy, never across a wait on another turn.
@@ -45,13 +45,13 @@ impl Store {
     /// could never hold the body), so overload never queues.
     pub fn admit_ingest(&self, body_bytes: usize) -> Result<IngestAdmission, StorageError> {
         let shared = &self.shared;
-        let slot = Arc::clone(&shared.inflight)
+        let slot = Arc::clone(&shared.ingest.inflight)
             .try_acquire_owned()
             .map_err(|_| StorageError::Overloaded {
                 limit: shared.config.max_inflight_ingests,
             })?;
         let mut memory = Reservation::default();
-        shared.ingest_memory.reserve(&mut memory, body_bytes)?;
+        shared.ingest.memory.reserve(&mut memory, body_bytes)?;
         Ok(IngestAdmission {
             _slot: slot,
             memory,
@@ -67,7 +67,8 @@ impl Store {
         bytes: usize,
     ) -> Result<(), StorageError> {
         self.shared
-            .ingest_memory
+            .ingest
+            .memory
             .reserve(&mut admission.memory, bytes)
     }
 
@@ -75,7 +76,7 @@ impl Store {
     /// (or refused) before they wait here, so the queue is bounded by
     /// `max_inflight_ingests`.
     pub async fn ingest_turn(&self) -> Result<IngestTurn, StorageError> {
-        Arc::clone(&self.shared.ingest_turns)
+        Arc::clone(&self.shared.ingest.turns)
             .acquire_owned()
             .await
             .map(|turn| IngestTurn { _turn: turn })
@@ -87,6 +88,6 @@ impl Store {
         self.shared
             .config
             .max_inflight_ingests
-            .saturating_sub(self.shared.inflight.available_permits())
+            .saturating_sub(self.shared.ingest.inflight.available_permits())
     }
 }

@@ -15,10 +15,9 @@ use kiln_engine::{
 
 use super::cache::{Evicted, SpanKey, partial_key};
 use super::incomplete::{self, Incomplete};
-use super::spill::BucketRanges;
-use super::{Shared, Store, lock, read};
-use crate::bucket::CorruptBlock;
+use crate::bucket::{BucketRanges, CorruptBlock};
 use crate::error::StorageError;
+use crate::store::{Shared, Store, allocator, lock, read};
 
 /// Bytes read from a block opened by range at a time: one request each
 /// from an object store, and what such a block holds beyond its tables.
@@ -100,12 +99,12 @@ impl Shared {
         runtime: &tokio::runtime::Handle,
         meta: &BlockMeta,
     ) -> Result<Arc<Block>, Unavailable> {
-        if let Some(block) = lock(&self.cache).get(&meta.id) {
+        if let Some(block) = lock(&self.catalog.cache).get(&meta.id) {
             return Ok(block);
         }
         let block = self.fetch_block(runtime, meta)?;
         let bytes = block.approx_decoded_bytes() as u64;
-        let evicted = lock(&self.cache).insert(meta.id.clone(), Arc::clone(&block), bytes);
+        let evicted = lock(&self.catalog.cache).insert(meta.id.clone(), Arc::clone(&block), bytes);
         free_evicted(evicted);
         Ok(block)
     }
@@ -118,7 +117,7 @@ impl Shared {
         runtime: &tokio::runtime::Handle,
         meta: &BlockMeta,
     ) -> Result<Arc<Block>, Unavailable> {
-        if let Some(error) = lock(&self.corrupt).get(&meta.id) {
+        if let Some(error) = lock(&self.catalog.corrupt).get(&meta.id) {
             return Err(Unavailable::Skipped(error.clone()));
         }
         if opens_by_range(meta, self.config.block_cache_bytes) {
@@ -155,10 +154,10 @@ impl Shared {
         }
     }
 
-    pub(super) fn mark_corrupt(&self, id: &str, error: String) {
+    pub(in crate::store) fn mark_corrupt(&self, id: &str, error: String) {
         tracing::warn!(block = %id, %error, "skipping corrupt block");
-        lock(&self.cache).remove(id);
-        lock(&self.corrupt).insert(id.to_string(), error);
+        lock(&self.catalog.cache).remove(id);
+        lock(&self.catalog.corrupt).insert(id.to_string(), error);
     }
 }
 
@@ -277,8 +276,8 @@ impl Store {
         })
         .await
         .map_err(|e| StorageError::task("query", e))??;
-        missed.bucket_not_listed = !self.shared.bucket_listed();
-        missed.held_wal_ranges = lock(&self.shared.held).len();
+        missed.bucket_not_listed = !self.shared.catalog.bucket_listed();
+        missed.held_wal_ranges = lock(&self.shared.upkeep.held).len();
         incomplete::note(missed);
         Ok(acc)
     }
@@ -289,7 +288,7 @@ impl Store {
         let timeout = self.shared.config.query_timeout;
         match tokio::time::timeout(
             timeout,
-            Arc::clone(&self.shared.query_runners).acquire_owned(),
+            Arc::clone(&self.shared.catalog.query_runners).acquire_owned(),
         )
         .await
         {
@@ -489,7 +488,7 @@ impl MergeInProgress {
             let partial = Arc::new(span.merged.into_partial());
             merged.add_partial(&partial);
             if complete {
-                let evicted = lock(&shared.cache).insert_span_partial(span.key, partial);
+                let evicted = lock(&shared.catalog.cache).insert_span_partial(span.key, partial);
                 free_evicted(evicted);
             }
         }
@@ -527,7 +526,7 @@ fn answer_from_cache(
     let mut answered = vec![false; metas.len()];
     if let Some(ids) = settled_span(metas, range) {
         let key: SpanKey = (selector.clone(), ids);
-        let cached = lock(&shared.cache).span_partial(&key);
+        let cached = lock(&shared.catalog.cache).span_partial(&key);
         match cached {
             Some(partial) => {
                 acc.merged.add_partial(&partial);
@@ -551,7 +550,7 @@ fn answer_from_cache(
         // A partial cached for the block answers without the block, which
         // may have been evicted long since.
         let key = partial_key(meta, selector, range);
-        let cached = lock(&shared.cache).partial(&meta.id, &key);
+        let cached = lock(&shared.catalog.cache).partial(&meta.id, &key);
         if let Some(partial) = cached {
             acc.target_for(&meta.id).add_partial(&partial);
             answered[i] = true;
@@ -575,12 +574,12 @@ fn merge_block(
 ) -> Result<(), QueryError> {
     let id = &block.meta().id;
     let key = partial_key(block.meta(), selector, range);
-    let cached = lock(&shared.cache).partial(id, &key);
+    let cached = lock(&shared.catalog.cache).partial(id, &key);
     let partial = match cached {
         Some(partial) => partial,
         None => {
             let partial = Arc::new(block.merge_partial(compiled, range)?);
-            let evicted = lock(&shared.cache).insert_partial(id, key, Arc::clone(&partial));
+            let evicted = lock(&shared.catalog.cache).insert_partial(id, key, Arc::clone(&partial));
             free_evicted(evicted);
             partial
         }
@@ -602,7 +601,7 @@ fn free_evicted(evicted: Evicted) {
     let bytes = evicted.bytes;
     drop(evicted);
     if bytes >= TRIM_AFTER_EVICTED_BYTES {
-        super::allocator::release_free_memory_now();
+        allocator::release_free_memory_now();
     }
 }
 
@@ -628,8 +627,8 @@ where
         // The view is snapshotted under every shard's read lock: a cut
         // (which holds every write lock) moves data head -> frozen
         // atomically with respect to this.
-        let shards = shared.head.read_all();
-        let view = read(&shared.view);
+        let shards = shared.ingest.head.read_all();
+        let view = read(&shared.catalog.view);
         let frozen = view.frozen.clone();
         let metas: Vec<BlockMeta> = view
             .visible()
@@ -676,11 +675,11 @@ where
                 // known to be wrong, so it leaves the cache, not marked
                 // corrupt.
                 Some(Unavailable::Gone) => {
-                    lock(&shared.cache).remove(&meta.id);
+                    lock(&shared.catalog.cache).remove(&meta.id);
                     return Ok(None);
                 }
                 Some(Unavailable::Skipped(error)) => {
-                    lock(&shared.cache).remove(&meta.id);
+                    lock(&shared.catalog.cache).remove(&meta.id);
                     skipped.push(CorruptBlock {
                         id: meta.id.clone(),
                         error,

@@ -11,8 +11,8 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use super::lock;
 use crate::bucket::CorruptBlock;
+use crate::store::lock;
 
 /// Why an answer may lack data. Empty (`is_complete`) when nothing was
 /// missed.

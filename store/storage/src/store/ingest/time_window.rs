@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use super::config::millis;
 use crate::error::StorageError;
+use crate::store::config::millis;
 
 /// The accepted window `[now - retention, now + max_future_skew]`, in unix ms.
 pub(super) fn check_profile_time(

@@ -6,12 +6,12 @@
 //! same code, so their stacks are interned once, in one shard; by the full
 //! label set, every shard interned nearly every stack of every workload,
 //! and two shards cost 16 % more ingest CPU and 56 % more flush CPU than one
-//! (docs/benchmarks.md). A flush encodes every shard into one block
-//! (`kiln_engine::encode_heads`), so shards never show in the bucket.
+//! (docs/benchmarks/log/2026-11-27-store-cpu-allocators-shards.md). A
+//! flush encodes every shard into one block (`kiln_engine::encode_heads`),
+//! so shards never show in the bucket.
 //!
-//! Lock order: shards in index order, always all of them for a cut or a
-//! query snapshot; one at a time for an apply or a profile's series check;
-//! never the view first.
+//! Where the shards' locks and apply turns sit in the store's lock order is
+//! written once, in the `store` module's documentation.
 
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -22,15 +22,15 @@ use kiln_engine::{CheckedIngest, Head, IngestError, IngestLimits, SeriesCensus};
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use super::{read, write};
+use crate::store::{read, write};
 
 /// The most shards a store uses, whatever its core count: past this the
 /// symbols repeated in every shard cost more memory than the lock saves.
-pub(super) const MAX_SHARDS: usize = 16;
+pub(in crate::store) const MAX_SHARDS: usize = 16;
 
 /// The live head's shards and the WAL segment they start at.
 #[derive(Debug)]
-pub(super) struct LiveHead {
+pub(in crate::store) struct LiveHead {
     shards: Box<[RwLock<Head>]>,
     /// Each shard's `approx_bytes` after its last change, so the size checks
     /// every ingest makes take no lock.
@@ -49,7 +49,7 @@ pub(super) struct LiveHead {
 impl LiveHead {
     /// `shards` shards (at least 1, at most [`MAX_SHARDS`]); shard 0 starts
     /// with `head` (what WAL replay left), the others empty.
-    pub(super) fn new(shards: usize, head: Head, first_segment: u64) -> Self {
+    pub(in crate::store) fn new(shards: usize, head: Head, first_segment: u64) -> Self {
         let count = shards.clamp(1, MAX_SHARDS);
         let mut heads = Vec::with_capacity(count);
         let mut bytes = Vec::with_capacity(count);
@@ -70,13 +70,13 @@ impl LiveHead {
 
     /// How many shards there are.
     #[cfg(test)]
-    pub(super) fn shard_count(&self) -> usize {
+    pub(in crate::store) fn shard_count(&self) -> usize {
         self.shards.len()
     }
 
     /// The shard a request with these labels applies to: the same for
     /// every replica of a workload.
-    pub(super) fn shard_of(&self, labels: &LabelSet) -> usize {
+    pub(in crate::store) fn shard_of(&self, labels: &LabelSet) -> usize {
         let mut hasher = self.hasher.build_hasher();
         for label in labels.workload_labels() {
             label.hash(&mut hasher);
@@ -87,7 +87,7 @@ impl LiveHead {
     }
 
     /// Approximate bytes of every shard together, without a lock.
-    pub(super) fn approx_bytes(&self) -> usize {
+    pub(in crate::store) fn approx_bytes(&self) -> usize {
         self.shard_bytes
             .iter()
             .map(|b| b.load(Ordering::Relaxed))
@@ -101,7 +101,7 @@ impl LiveHead {
 
     /// Read locks on every shard, in order. Held together, they see the
     /// head between two cuts: a query snapshots the view under them.
-    pub(super) fn read_all(&self) -> Vec<RwLockReadGuard<'_, Head>> {
+    pub(in crate::store) fn read_all(&self) -> Vec<RwLockReadGuard<'_, Head>> {
         self.shards.iter().map(read).collect()
     }
 
@@ -110,7 +110,7 @@ impl LiveHead {
     /// those read that one shard, so a check waits for no apply in another
     /// shard. A profile with a new series counts against every shard, as
     /// the limits are the store's, reading one shard at a time.
-    pub(super) fn count_series(
+    pub(in crate::store) fn count_series(
         &self,
         shard: usize,
         checked: &CheckedIngest,
@@ -125,7 +125,7 @@ impl LiveHead {
     /// Waits for shard `shard`'s apply turn: the applies queued ahead in
     /// that shard have finished, so its write lock is free but for cuts,
     /// queries and checks, which hold it briefly.
-    pub(super) async fn apply_turn(&self, shard: usize) -> OwnedMutexGuard<()> {
+    pub(in crate::store) async fn apply_turn(&self, shard: usize) -> OwnedMutexGuard<()> {
         Arc::clone(&self.apply_turns[self.index(shard)])
             .lock_owned()
             .await
@@ -134,7 +134,11 @@ impl LiveHead {
     /// Applies `change` to shard `shard` under its write lock, then records
     /// the shard's new size; returns what `change` returned and that size
     /// summed over all shards.
-    pub(super) fn apply<T>(&self, shard: usize, change: impl FnOnce(&mut Head) -> T) -> (T, usize) {
+    pub(in crate::store) fn apply<T>(
+        &self,
+        shard: usize,
+        change: impl FnOnce(&mut Head) -> T,
+    ) -> (T, usize) {
         let index = self.index(shard);
         let mut head = write(&self.shards[index]);
         let result = change(&mut head);
@@ -144,12 +148,12 @@ impl LiveHead {
     }
 
     /// True when no shard holds a value.
-    pub(super) fn is_empty(&self) -> bool {
+    pub(in crate::store) fn is_empty(&self) -> bool {
         self.read_all().iter().all(|h| h.is_empty())
     }
 
     /// Profiles in every shard.
-    pub(super) fn profiles(&self) -> u64 {
+    pub(in crate::store) fn profiles(&self) -> u64 {
         self.read_all().iter().map(|h| h.profiles()).sum()
     }
 
@@ -158,7 +162,11 @@ impl LiveHead {
     /// they started at. `publish` runs while every shard is still
     /// write-locked, so whatever it makes visible (the frozen head) appears
     /// in the same instant the data leaves the live head.
-    pub(super) fn cut(&self, new_first_segment: u64, publish: impl FnOnce(Vec<Head>, u64)) {
+    pub(in crate::store) fn cut(
+        &self,
+        new_first_segment: u64,
+        publish: impl FnOnce(Vec<Head>, u64),
+    ) {
         let mut guards: Vec<RwLockWriteGuard<'_, Head>> = self.shards.iter().map(write).collect();
         let heads: Vec<Head> = guards
             .iter_mut()

@@ -4,29 +4,29 @@
 
 use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use kiln_engine::{Head, IngestLimits};
-use kiln_pprof::DecodeLimits;
+use kiln_pprof::{DecodeLimits, FlatProfile};
 
-use super::quarantine;
-use super::write::decode_profile;
+use super::quarantine::{self, quarantine_dir};
 use crate::error::StorageError;
+use crate::store::StoreConfig;
 use crate::wal::Replayed;
 
 /// What replay needs to apply records.
-pub(super) struct Replayer {
-    pub(super) decode_limits: DecodeLimits,
-    pub(super) ingest_limits: IngestLimits,
-    pub(super) quarantine_dir: PathBuf,
+pub(in crate::store) struct Replayer {
+    pub(in crate::store) decode_limits: DecodeLimits,
+    pub(in crate::store) ingest_limits: IngestLimits,
+    pub(in crate::store) quarantine_dir: PathBuf,
 }
 
 /// A head filled by replay and cut at a segment boundary: it holds exactly
 /// the records of segments `[first_segment, end_segment)`.
-pub(super) struct ReplayedHead {
-    pub(super) head: Head,
-    pub(super) first_segment: u64,
-    pub(super) end_segment: u64,
+pub(in crate::store) struct ReplayedHead {
+    pub(in crate::store) head: Head,
+    pub(in crate::store) first_segment: u64,
+    pub(in crate::store) end_segment: u64,
 }
 
 /// One replay into heads, with the records set aside so far. The head is
@@ -34,7 +34,7 @@ pub(super) struct ReplayedHead {
 /// long WAL becomes heads of a block's size waiting for upload instead of
 /// one head of any size: after a long bucket outage, one head would need
 /// more memory than the store has, and every restart would run out of it.
-pub(super) struct ReplayPass<'r> {
+pub(in crate::store) struct ReplayPass<'r> {
     replayer: &'r Replayer,
     head: Head,
     /// The first segment of `head`'s range.
@@ -64,7 +64,11 @@ enum Refusal {
 
 impl<'r> ReplayPass<'r> {
     /// A pass whose first head starts at segment `start_segment`.
-    pub(super) fn new(replayer: &'r Replayer, start_segment: u64, cut_bytes: usize) -> Self {
+    pub(in crate::store) fn new(
+        replayer: &'r Replayer,
+        start_segment: u64,
+        cut_bytes: usize,
+    ) -> Self {
         Self {
             replayer,
             head: Head::new(),
@@ -80,7 +84,7 @@ impl<'r> ReplayPass<'r> {
     }
 
     /// Applies one record, or sets it aside.
-    pub(super) fn replay(&mut self, replayed: Replayed<'_>) {
+    pub(in crate::store) fn replay(&mut self, replayed: Replayed<'_>) {
         let key = (replayed.segment, replayed.ordinal);
         if self.damaged || self.error.is_some() || self.quarantined.contains(&key) {
             return;
@@ -148,12 +152,12 @@ impl<'r> ReplayPass<'r> {
     }
 
     /// True when a record panicked and the head must be rebuilt.
-    pub(super) fn head_damaged(&self) -> bool {
+    pub(in crate::store) fn head_damaged(&self) -> bool {
         self.damaged && self.error.is_none()
     }
 
     /// Starts over with an empty head, keeping the records set aside.
-    pub(super) fn restart(&mut self) {
+    pub(in crate::store) fn restart(&mut self) {
         self.head = Head::new();
         self.head_first = self.start_segment;
         self.last_segment = None;
@@ -163,7 +167,9 @@ impl<'r> ReplayPass<'r> {
 
     /// The heads cut on the way (oldest first), the last head with the
     /// first segment of its range, and how many records were set aside.
-    pub(super) fn finish(self) -> Result<(Vec<ReplayedHead>, Head, u64, u64), StorageError> {
+    pub(in crate::store) fn finish(
+        self,
+    ) -> Result<(Vec<ReplayedHead>, Head, u64, u64), StorageError> {
         match self.error {
             Some(err) => Err(err),
             None => Ok((
@@ -174,6 +180,37 @@ impl<'r> ReplayPass<'r> {
             )),
         }
     }
+}
+
+pub(in crate::store) fn replayer(config: &StoreConfig) -> Replayer {
+    Replayer {
+        decode_limits: config.decode_limits.clone(),
+        // Every logged record passed the head-dependent checks before it
+        // was logged; replay must not refuse what was acknowledged.
+        ingest_limits: config.ingest_limits.for_logged_records(),
+        quarantine_dir: quarantine_dir(config),
+    }
+}
+
+/// Replays what `pass` has taken in again into fresh heads while a record
+/// panicked mid-apply, skipping every record set aside so far. Each round
+/// sets aside at least one more record, so this ends.
+pub(in crate::store) fn replay_until_clean(
+    pass: &mut ReplayPass<'_>,
+    dir: &Path,
+    segments: &[u64],
+) -> Result<(), StorageError> {
+    while pass.head_damaged() {
+        pass.restart();
+        crate::wal::reread(dir, segments, |replayed| pass.replay(replayed))?;
+    }
+    Ok(())
+}
+
+/// Decodes and validates pprof bytes (gzipped or not), straight from the
+/// wire into flat tables.
+fn decode_profile(bytes: &[u8], limits: &DecodeLimits) -> Result<FlatProfile, StorageError> {
+    kiln_pprof::decode_flat(bytes, limits).map_err(|source| StorageError::InvalidProfile { source })
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

@@ -21,8 +21,7 @@ use std::time::Duration;
 use crate::error::StorageError;
 use crate::lease::{Lease, LeaseState};
 
-use super::write::now_ms;
-use super::{Store, StoreConfig};
+use crate::store::{Store, StoreConfig, now_ms};
 
 const HOLDER_FILE: &str = "store-id";
 const LOCK_FILE: &str = "lock";
@@ -34,7 +33,7 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Stora
 
 /// Locks the data directory for this process; the lock lasts as long as the
 /// returned file is open.
-pub(super) fn lock_data_dir(config: &StoreConfig) -> Result<fs::File, StorageError> {
+pub(in crate::store) fn lock_data_dir(config: &StoreConfig) -> Result<fs::File, StorageError> {
     let dir = &config.data_dir;
     fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
     let path = dir.join(LOCK_FILE);
@@ -59,7 +58,7 @@ pub(super) fn lock_data_dir(config: &StoreConfig) -> Result<fs::File, StorageErr
 
 /// This process's holder id: read from the data directory, or drawn and
 /// stored there durably on first start.
-pub(super) fn holder_id(config: &StoreConfig) -> Result<String, StorageError> {
+pub(in crate::store) fn holder_id(config: &StoreConfig) -> Result<String, StorageError> {
     let path = config.data_dir.join(HOLDER_FILE);
     match fs::read_to_string(&path) {
         Ok(text) if ulid::Ulid::from_string(text.trim()).is_ok() => {
@@ -83,7 +82,7 @@ pub(super) fn holder_id(config: &StoreConfig) -> Result<String, StorageError> {
 }
 
 /// The lease of one replica name.
-pub(super) fn replica_lease(
+pub(in crate::store) fn replica_lease(
     bucket: &crate::bucket::Bucket,
     config: &StoreConfig,
     holder: &str,
@@ -98,7 +97,7 @@ pub(super) fn replica_lease(
 }
 
 /// The lease of retention, shared by every replica.
-pub(super) fn retention_lease(
+pub(in crate::store) fn retention_lease(
     bucket: &crate::bucket::Bucket,
     config: &StoreConfig,
     holder: &str,
@@ -119,7 +118,7 @@ pub(super) fn retention_lease(
 /// the store from opening (its WAL and uploads need no lease); the
 /// maintenance loop takes the lease later, and nothing destructive happens
 /// before it does.
-pub(super) async fn claim_replica_name(
+pub(in crate::store) async fn claim_replica_name(
     lease: &Lease,
     config: &StoreConfig,
 ) -> Result<(), StorageError> {
@@ -163,15 +162,20 @@ impl Store {
     /// True when this process holds its replica name's lease with at least
     /// half its time left, renewing it first if needed: the check before
     /// anything that deletes or compacts this replica's blocks.
-    pub(super) async fn hold_replica_lease(&self) -> bool {
-        hold(&self.shared.replica_lease, &self.shared.config, "replica").await
+    pub(in crate::store) async fn hold_replica_lease(&self) -> bool {
+        hold(
+            &self.shared.upkeep.replica_lease,
+            &self.shared.config,
+            "replica",
+        )
+        .await
     }
 
     /// Like [`Store::hold_replica_lease`] for the retention lease, which any
     /// replica may take once it lapses.
-    pub(super) async fn hold_retention_lease(&self) -> bool {
+    pub(in crate::store) async fn hold_retention_lease(&self) -> bool {
         hold(
-            &self.shared.retention_lease,
+            &self.shared.upkeep.retention_lease,
             &self.shared.config,
             "retention",
         )
@@ -180,17 +184,20 @@ impl Store {
 
     /// Renews the leases this process holds (the replica lease always, so a
     /// name lost during an outage is taken back once nobody else has it).
-    pub(super) async fn renew_leases(&self) {
+    pub(in crate::store) async fn renew_leases(&self) {
         let shared = &self.shared;
-        renew(&shared.replica_lease, "replica").await;
-        if shared.retention_lease.is_held(now_ms()) {
-            renew(&shared.retention_lease, "retention").await;
+        renew(&shared.upkeep.replica_lease, "replica").await;
+        if shared.upkeep.retention_lease.is_held(now_ms()) {
+            renew(&shared.upkeep.retention_lease, "retention").await;
         }
     }
 
     /// Gives both leases up, at shutdown, so the next holder need not wait.
-    pub(super) async fn release_leases(&self) {
-        for lease in [&self.shared.replica_lease, &self.shared.retention_lease] {
+    pub(in crate::store) async fn release_leases(&self) {
+        for lease in [
+            &self.shared.upkeep.replica_lease,
+            &self.shared.upkeep.retention_lease,
+        ] {
             if let Err(err) = lease.release().await {
                 tracing::warn!(error = %err, "cannot release a lease; it will lapse");
             }

@@ -1,5 +1,5 @@
-//! Keeping the bucket tidy and the view current: re-listing (to see other
-//! replicas' blocks), compaction, retention, and the loops that run them.
+//! Keeping the bucket tidy: re-listing with this replica's cleanup,
+//! compaction and retention. (The listing itself is the catalog's.)
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -8,19 +8,14 @@ use std::sync::atomic::Ordering;
 use kiln_engine::model::BlockMeta;
 use kiln_engine::{BlockCompression, BlockError, CompactionError, MergeLimits, MergeOutput};
 
-use super::config::millis;
-use super::spill::{BucketRanges, SpillFile};
-use super::write::now_ms;
-use super::{Store, lock, read, write};
-use crate::bucket::IncompleteUpload;
+use super::spill::SpillFile;
+use crate::bucket::{BucketRanges, IncompleteUpload};
 use crate::error::StorageError;
 use crate::planner::{
     CompactionGroup, order_smallest_first, plan_compaction, plan_retention, read_window_bytes,
-    unexplained_gaps,
 };
-
-/// Listings taken again, at most, while known blocks vanish unexplained.
-const GAP_RELISTS: usize = 2;
+use crate::store::config::millis;
+use crate::store::{Store, lock, now_ms, read, write};
 
 /// This replica's incomplete uploads (data without meta.json, not being
 /// uploaded now) older than this are garbage from a crashed process.
@@ -58,11 +53,11 @@ impl Store {
     /// retention would have deleted anyway (see `bucket`'s migration rule).
     pub async fn refresh_blocks(&self) -> Result<(), StorageError> {
         let shared = &self.shared;
-        let _maintenance = shared.maintenance.lock().await;
+        let _maintenance = shared.upkeep.maintenance.lock().await;
         let incomplete = self.relist().await?;
         let own = &shared.config.replica;
         let leftovers: Vec<BlockMeta> = {
-            let view = read(&shared.view);
+            let view = read(&shared.catalog.view);
             view.hidden
                 .iter()
                 .filter_map(|id| view.blocks.get(id))
@@ -71,7 +66,7 @@ impl Store {
                 .collect()
         };
         let now = now_ms();
-        let in_flight: BTreeSet<String> = read(&shared.view)
+        let in_flight: BTreeSet<String> = read(&shared.catalog.view)
             .frozen
             .iter()
             .map(|f| f.id.clone())
@@ -102,7 +97,7 @@ impl Store {
             for meta in leftovers {
                 tracing::info!(block = %meta.id, "deleting a block superseded by compaction");
                 shared.bucket.delete_block(&meta).await?;
-                write(&shared.view).blocks.remove(&meta.id);
+                write(&shared.catalog.view).blocks.remove(&meta.id);
             }
             for upload in abandoned {
                 tracing::info!(block = %upload.id, "deleting an abandoned upload");
@@ -121,85 +116,12 @@ impl Store {
         Ok(())
     }
 
-    /// Lists the bucket and replaces the view's blocks with what it holds;
-    /// returns the incomplete uploads found. Needs no maintenance lock: a
-    /// block that reached the view while the bucket was being listed (a
-    /// flush or a compaction here) is kept, or it would vanish from queries
-    /// until the next listing; blocks known before the listing and missing
-    /// from it are gone.
-    async fn relist(&self) -> Result<Vec<IncompleteUpload>, StorageError> {
-        let shared = &self.shared;
-        let _listing = shared.listing.lock().await;
-        let known = read(&shared.view).blocks.clone();
-        let skip: BTreeSet<String> = lock(&shared.corrupt)
-            .keys()
-            .filter(|id| !known.contains_key(*id))
-            .cloned()
-            .collect();
-        let mut listing = shared.note_listing(shared.bucket.list_blocks(&known, &skip).await)?;
-        // A known block missing with nothing naming it as a source may be a
-        // compaction elsewhere caught half-way by a listing that is not a
-        // snapshot (`unexplained_gaps`); a listing started after its sources'
-        // deletion holds its output. Retention's deletions look the same:
-        // each costs GAP_RELISTS extra listings, in one relist only.
-        for _ in 0..GAP_RELISTS {
-            let gaps = unexplained_gaps(&known, &listing.blocks);
-            if gaps.is_empty() {
-                break;
-            }
-            tracing::debug!(?gaps, "known blocks vanished unexplained; listing again");
-            listing = shared.note_listing(shared.bucket.list_blocks(&known, &skip).await)?;
-        }
-        {
-            let mut view = write(&shared.view);
-            for (id, meta) in &view.blocks {
-                if !known.contains_key(id) && !listing.blocks.contains_key(id) {
-                    listing.blocks.insert(id.clone(), meta.clone());
-                }
-            }
-            view.set_blocks(listing.blocks);
-        }
-        {
-            let view = read(&shared.view);
-            lock(&shared.cache).retain(|id| view.blocks.contains_key(id));
-        }
-        {
-            let mut corrupt = lock(&shared.corrupt);
-            for c in listing.corrupt {
-                corrupt.entry(c.id).or_insert(c.error);
-            }
-        }
-        shared.listings_done.fetch_add(1, Ordering::SeqCst);
-        Ok(listing.incomplete)
-    }
-
-    /// How many listings have completed; see [`Store::relist_after`].
-    pub(super) fn listings_done(&self) -> u64 {
-        self.shared.listings_done.load(Ordering::SeqCst)
-    }
-
-    /// Lists the bucket again unless a listing completed since `seen`
-    /// (another query that found a block gone did it already, or is doing
-    /// it: this waits for it).
-    pub(super) async fn relist_after(&self, seen: u64) -> Result<(), StorageError> {
-        if self.listings_done() != seen {
-            return Ok(());
-        }
-        {
-            let _wait = self.shared.listing.lock().await;
-            if self.listings_done() != seen {
-                return Ok(());
-            }
-        }
-        self.relist().await.map(drop)
-    }
-
     /// Compacts this replica's blocks: level-0 blocks of each complete hour
     /// into one, then blocks of each complete day into one. `now_ms` is a
     /// parameter so simulated-time benchmarks and tests can drive it.
     pub async fn compact(&self, now_ms: i64) -> Result<CompactionReport, StorageError> {
         let shared = &self.shared;
-        let _maintenance = shared.maintenance.lock().await;
+        let _maintenance = shared.upkeep.maintenance.lock().await;
         let mut report = CompactionReport::default();
         if !self.hold_replica_lease().await {
             // Another live process acts for this replica name (or the
@@ -209,10 +131,10 @@ impl Store {
         }
         // Hours first, then days over the fresh hour blocks.
         for _stage in 0..2 {
-            let own: Vec<BlockMeta> = read(&shared.view)
+            let own: Vec<BlockMeta> = read(&shared.catalog.view)
                 .visible()
                 .filter(|m| m.replica == shared.config.replica)
-                .filter(|m| !lock(&shared.corrupt).contains_key(&m.id))
+                .filter(|m| !lock(&shared.catalog.corrupt).contains_key(&m.id))
                 .cloned()
                 .collect();
             let groups: Vec<CompactionGroup> =
@@ -236,12 +158,13 @@ impl Store {
             }
         }
         shared
+            .upkeep
             .counters
             .compactions
             .fetch_add(report.written.len() as u64, Ordering::Relaxed);
         if !report.written.is_empty() {
             // Sources and merge state are freed by now.
-            super::allocator::release_free_memory().await;
+            crate::store::allocator::release_free_memory().await;
         }
         Ok(report)
     }
@@ -262,7 +185,7 @@ impl Store {
         let replica = shared.config.replica.clone();
         let encoded = tokio::task::spawn_blocking(move || {
             let metas: Vec<BlockMeta> = {
-                let view = read(&shared.view);
+                let view = read(&shared.catalog.view);
                 ids.iter()
                     .filter_map(|id| view.blocks.get(id).cloned())
                     .collect()
@@ -276,7 +199,7 @@ impl Store {
             }
             let mut sources = Vec::with_capacity(metas.len());
             for meta in &metas {
-                if lock(&shared.corrupt).contains_key(&meta.id) {
+                if lock(&shared.catalog.corrupt).contains_key(&meta.id) {
                     return Ok(None);
                 }
                 match BucketRanges::open(&shared.bucket, meta, &runtime) {
@@ -349,19 +272,19 @@ impl Store {
         shared.bucket.put_block_file(&meta, &spill.path).await?;
         drop(spill);
         {
-            let mut view = write(&shared.view);
+            let mut view = write(&shared.catalog.view);
             let mut blocks = view.blocks.clone();
             blocks.insert(meta.id.clone(), meta.clone());
             view.set_blocks(blocks);
         }
         let mut deleted = 0;
         for source in &meta.sources {
-            let Some(source_meta) = read(&shared.view).blocks.get(source).cloned() else {
+            let Some(source_meta) = read(&shared.catalog.view).blocks.get(source).cloned() else {
                 continue;
             };
             shared.bucket.delete_block(&source_meta).await?;
-            write(&shared.view).blocks.remove(source);
-            lock(&shared.cache).remove(source);
+            write(&shared.catalog.view).blocks.remove(source);
+            lock(&shared.catalog.cache).remove(source);
             deleted += 1;
         }
         tracing::info!(
@@ -382,11 +305,15 @@ impl Store {
     /// Returns the deleted ids.
     pub async fn enforce_retention(&self, now_ms: i64) -> Result<Vec<String>, StorageError> {
         let shared = &self.shared;
-        let _maintenance = shared.maintenance.lock().await;
+        let _maintenance = shared.upkeep.maintenance.lock().await;
         if !self.hold_retention_lease().await {
             return Ok(Vec::new());
         }
-        let metas: Vec<BlockMeta> = read(&shared.view).blocks.values().cloned().collect();
+        let metas: Vec<BlockMeta> = read(&shared.catalog.view)
+            .blocks
+            .values()
+            .cloned()
+            .collect();
         let doomed = plan_retention(
             &metas,
             now_ms,
@@ -399,102 +326,22 @@ impl Store {
             };
             shared.bucket.delete_block(meta).await?;
             {
-                let mut view = write(&shared.view);
+                let mut view = write(&shared.catalog.view);
                 let mut blocks = view.blocks.clone();
                 blocks.remove(id);
                 view.set_blocks(blocks);
             }
-            lock(&shared.cache).remove(id);
-            lock(&shared.corrupt).remove(id);
+            lock(&shared.catalog.cache).remove(id);
+            lock(&shared.catalog.corrupt).remove(id);
         }
         if !doomed.is_empty() {
             tracing::info!(blocks = doomed.len(), "retention deleted blocks");
         }
         shared
+            .upkeep
             .counters
             .retention_deleted
             .fetch_add(doomed.len() as u64, Ordering::Relaxed);
         Ok(doomed)
-    }
-}
-
-/// Starts the flush loop, the maintenance loop and the lease heartbeat.
-pub(super) fn spawn_loops(store: &Store) {
-    let flush = tokio::spawn(flush_loop(store.clone()));
-    let maintain = tokio::spawn(maintenance_loop(store.clone()));
-    let heartbeat = tokio::spawn(lease_loop(store.clone()));
-    lock(&store.shared.tasks).extend([flush, maintain, heartbeat]);
-}
-
-/// Renews the leases every third of their time, so a store waiting for
-/// this replica name sees it live, and a lease survives a missed renewal.
-async fn lease_loop(store: Store) {
-    let mut shutdown = store.shared.shutdown_tx.subscribe();
-    let mut tick = tokio::time::interval(store.shared.config.lease_ttl / 3);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        if *shutdown.borrow() {
-            return;
-        }
-        tokio::select! {
-            _ = shutdown.changed() => return,
-            _ = tick.tick() => {}
-        }
-        store.renew_leases().await;
-    }
-}
-
-async fn flush_loop(store: Store) {
-    let mut shutdown = store.shared.shutdown_tx.subscribe();
-    let mut tick = tokio::time::interval(store.shared.config.flush_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        if *shutdown.borrow() {
-            return;
-        }
-        tokio::select! {
-            _ = shutdown.changed() => return,
-            _ = tick.tick() => {}
-            () = store.shared.flush_now.notified() => {}
-        }
-        if let Err(err) = store.flush().await {
-            tracing::warn!(error = %err, reason = err.reason(), "flush failed; retrying next interval");
-        }
-    }
-}
-
-async fn maintenance_loop(store: Store) {
-    let config = &store.shared.config;
-    let mut shutdown = store.shared.shutdown_tx.subscribe();
-    let mut tick = tokio::time::interval(config.relist_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    let mut last_compaction = tokio::time::Instant::now();
-    let mut last_retention: Option<tokio::time::Instant> = None;
-    loop {
-        if *shutdown.borrow() {
-            return;
-        }
-        tokio::select! {
-            _ = shutdown.changed() => return,
-            _ = tick.tick() => {}
-        }
-        if let Err(err) = store.refresh_blocks().await {
-            tracing::warn!(error = %err, "re-listing the bucket failed");
-        }
-        if last_compaction.elapsed() >= config.compaction_interval {
-            last_compaction = tokio::time::Instant::now();
-            if let Err(err) = store.compact(now_ms()).await {
-                tracing::warn!(error = %err, "compaction failed");
-            }
-        }
-        if last_retention.is_none_or(|t| t.elapsed() >= config.retention_interval) {
-            last_retention = Some(tokio::time::Instant::now());
-            if let Err(err) = store.enforce_retention(now_ms()).await {
-                tracing::warn!(error = %err, "retention failed");
-            }
-        }
     }
 }

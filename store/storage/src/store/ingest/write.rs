@@ -1,35 +1,18 @@
-//! The write path: ingest (decode, log, apply) and flush (cut, encode,
-//! upload, drop the WAL segments the block replaces).
+//! The write path: ingest (decode, check, log, apply).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use kiln_engine::{CheckedIngest, IngestStats};
-use kiln_pprof::{DecodeLimits, DecodedProfile, FlatProfile, ProfileView};
+use kiln_pprof::{DecodedProfile, ProfileView};
 
-use super::AcceptedTimes;
+use super::idempotency;
 use super::memory_gate::Reservation;
-use super::recovery::{wal_dir, write_marker};
 use super::time_window::check_profile_time;
-use super::{Frozen, IngestRequest, Store, idempotency, lock, read, write};
+use super::wal_dir;
 use crate::error::StorageError;
+use crate::store::{AcceptedTimes, IngestRequest, Store, StoreConfig, lock, now_ms, read};
 use crate::wal::WalRecord;
-
-/// Decodes and validates pprof bytes (gzipped or not), straight from the
-/// wire into flat tables.
-pub(super) fn decode_profile(
-    bytes: &[u8],
-    limits: &DecodeLimits,
-) -> Result<FlatProfile, StorageError> {
-    kiln_pprof::decode_flat(bytes, limits).map_err(|source| StorageError::InvalidProfile { source })
-}
-
-pub(super) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
 
 /// The request's time, else the profile's, else now.
 fn resolve_time_ms(request: Option<i64>, profile: &impl ProfileView) -> i64 {
@@ -42,8 +25,8 @@ fn resolve_time_ms(request: Option<i64>, profile: &impl ProfileView) -> i64 {
 
 /// The keys of profiles stored recently, at open: the keys file written by
 /// the last flush, plus the keys of every record still in the WAL.
-pub(super) async fn recover_keys(
-    config: &super::StoreConfig,
+pub(in crate::store) async fn recover_keys(
+    config: &StoreConfig,
 ) -> Result<idempotency::RecentKeys, StorageError> {
     let dir = wal_dir(config);
     tokio::task::spawn_blocking(move || {
@@ -111,7 +94,7 @@ impl Store {
                 ),
             });
         }
-        match lock(&self.shared.recent_keys).begin(key, now_ms()) {
+        match lock(&self.shared.ingest.recent_keys).begin(key, now_ms()) {
             idempotency::Begin::Stored => return Ok(IngestStats::default()),
             idempotency::Begin::InFlight => {
                 return Err(StorageError::IdempotencyKeyInFlight {
@@ -121,7 +104,7 @@ impl Store {
             idempotency::Begin::New => {}
         }
         let result = self.ingest_profile(request, None, Some(key)).await;
-        let mut keys = lock(&self.shared.recent_keys);
+        let mut keys = lock(&self.shared.ingest.recent_keys);
         match &result {
             Ok(_) => keys.commit(key, now_ms()),
             Err(_) => keys.abort(key),
@@ -136,7 +119,7 @@ impl Store {
         idempotency_key: Option<&str>,
     ) -> Result<IngestStats, StorageError> {
         let shared = &self.shared;
-        if shared.closed.load(Ordering::SeqCst) {
+        if shared.ingest.closed.load(Ordering::SeqCst) {
             return Err(StorageError::ShuttingDown);
         }
         // A byte budget for data not yet in the bucket: while uploads fail,
@@ -145,11 +128,11 @@ impl Store {
         // a long bucket outage grows memory until the store is killed, and
         // the restart replays the same WAL into the same memory.
         let (pending, frozen_bytes) = {
-            let view = read(&shared.view);
+            let view = read(&shared.catalog.view);
             let bytes: u64 = view.frozen.iter().map(|f| f.bytes).sum();
             (view.frozen.len(), bytes)
         };
-        let unuploaded_bytes = frozen_bytes + shared.head.approx_bytes() as u64;
+        let unuploaded_bytes = frozen_bytes + shared.ingest.head.approx_bytes() as u64;
         let budget_bytes = shared.unuploaded_budget();
         if unuploaded_bytes >= budget_bytes {
             return Err(StorageError::UploadBacklog {
@@ -166,7 +149,7 @@ impl Store {
         let pprof = request.pprof.clone();
         let request_time_ms = request.time_ms;
         let labels = request.labels;
-        let shard = shared.head.shard_of(&labels);
+        let shard = shared.ingest.head.shard_of(&labels);
         let turn = self.ingest_turn().await?;
         // Decode and run every engine check before the record is logged, so
         // nothing in the WAL can be refused on replay: a logged record that
@@ -188,7 +171,7 @@ impl Store {
                 Some(profile) => profile,
                 None => {
                     kiln_pprof::decode_flat_reserving(&pprof, &config.decode_limits, |bytes| {
-                        checker.ingest_memory.reserve(&mut reservation, bytes)
+                        checker.ingest.memory.reserve(&mut reservation, bytes)
                     })?
                     .map_err(|source| StorageError::InvalidProfile { source })?
                     .into()
@@ -210,12 +193,13 @@ impl Store {
                 CheckedIngest::prepare(profile, &labels, duration_nanos, &config.ingest_limits)
                     .and_then(|checked| {
                         let limits = &config.ingest_limits;
-                        checker.head.count_series(shard, &checked, limits)?;
+                        checker.ingest.head.count_series(shard, &checked, limits)?;
                         Ok(checked)
                     })
                     .map_err(|source| StorageError::Rejected { source })?;
             checker
-                .ingest_memory
+                .ingest
+                .memory
                 .reserve(&mut reservation, checked.approx_plan_bytes())?;
             Ok::<_, StorageError>((checked, labels, time_ms, reservation))
         })
@@ -230,20 +214,21 @@ impl Store {
             pprof: request.pprof.to_vec(),
             idempotency_key: idempotency_key.map(str::to_string),
         };
-        let gate = shared.cut_gate.read().await;
-        if shared.closed.load(Ordering::SeqCst) {
+        let gate = shared.ingest.cut_gate.read().await;
+        if shared.ingest.closed.load(Ordering::SeqCst) {
             return Err(StorageError::ShuttingDown);
         }
-        shared.wal.append(&record).await?;
+        shared.ingest.wal.append(&record).await?;
         // The WAL wait held no turn; the apply takes one again, once the
         // applies ahead of it in its shard are done: a turn is a core, and
         // one held while asleep on a shard's lock is a core left idle.
-        let shard_turn = shared.head.apply_turn(shard).await;
+        let shard_turn = shared.ingest.head.apply_turn(shard).await;
         let turn = self.ingest_turn().await?;
         let applier = Arc::clone(shared);
         let stats = tokio::task::spawn_blocking(move || {
             let _turns = (turn, shard_turn);
             applier
+                .ingest
                 .head
                 .apply(shard, |head| head.apply_checked(checked, time_ms))
         })
@@ -253,157 +238,24 @@ impl Store {
         // The decoded profile is gone; so is what it reserved.
         drop(reservation);
         let (stats, head_bytes) = stats;
-        shared.counters.profiles.fetch_add(1, Ordering::Relaxed);
         shared
+            .ingest
+            .counters
+            .profiles
+            .fetch_add(1, Ordering::Relaxed);
+        shared
+            .ingest
             .counters
             .samples
             .fetch_add(stats.samples, Ordering::Relaxed);
         shared
+            .ingest
             .counters
             .bytes
             .fetch_add(request.pprof.len() as u64, Ordering::Relaxed);
         if head_bytes >= shared.config.max_head_bytes {
-            shared.flush_now.notify_one();
+            shared.upkeep.flush_now.notify_one();
         }
         Ok(stats)
-    }
-
-    /// Cuts the head into a block, uploads every pending block, and deletes
-    /// the WAL segments they replace. A failed upload leaves the data in
-    /// memory (still queried) and in the WAL, and is retried next flush.
-    pub async fn flush(&self) -> Result<(), StorageError> {
-        let shared = &self.shared;
-        // While earlier heads wait for upload (the bucket is failing), the
-        // live head is cut only once full: one block per failed attempt
-        // would leave hundreds of tiny blocks after a long outage.
-        let backlog = !read(&shared.view).frozen.is_empty();
-        let cut_first = !backlog || shared.head.approx_bytes() >= shared.config.max_head_bytes;
-        if cut_first {
-            self.cut_head().await?;
-        }
-        let _maintenance = shared.maintenance.lock().await;
-        let mut result = self.upload_pending().await;
-        if result.is_ok() && !cut_first {
-            // The backlog drained: the live head goes up too.
-            self.cut_head().await?;
-            result = self.upload_pending().await;
-        }
-        // The cut head and its encoded block are freed by now.
-        super::allocator::release_free_memory().await;
-        if result.is_err() {
-            shared
-                .counters
-                .flush_failures
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        result
-    }
-
-    /// Moves the head's contents into a new frozen head awaiting upload.
-    async fn cut_head(&self) -> Result<(), StorageError> {
-        let shared = &self.shared;
-        if shared.head.is_empty() {
-            return Ok(());
-        }
-        // No ingest is between its WAL append and head apply while we hold
-        // this: the frozen head holds exactly segments [first, new).
-        let _gate = shared.cut_gate.write().await;
-        let rotator = Arc::clone(shared);
-        let new_segment = tokio::task::spawn_blocking(move || rotator.wal.rotate())
-            .await
-            .map_err(|e| StorageError::task("WAL rotate", e))??;
-        // Pushed while every shard's write lock is held, so a query that
-        // snapshots the view under the shards' read locks sees the data
-        // exactly once.
-        shared.head.cut(new_segment, |heads, first_segment| {
-            let frozen = Frozen::new(heads, first_segment, new_segment);
-            write(&shared.view).frozen.push(Arc::new(frozen));
-        });
-        Ok(())
-    }
-
-    /// Uploads frozen heads oldest first; stops at the first failure so WAL
-    /// segments are only ever deleted in order. Caller holds `maintenance`.
-    async fn upload_pending(&self) -> Result<(), StorageError> {
-        let shared = &self.shared;
-        loop {
-            let Some(frozen) = read(&shared.view).frozen.first().cloned() else {
-                return Ok(());
-            };
-            if frozen.is_empty() {
-                // Its segments hold only records the engine refused.
-                write(&shared.view)
-                    .frozen
-                    .retain(|f| !Arc::ptr_eq(f, &frozen));
-                let cleaner = Arc::clone(shared);
-                let (first, end) = (frozen.first_segment, frozen.end_segment);
-                tokio::task::spawn_blocking(move || {
-                    cleaner
-                        .wal
-                        .remove_segments(|id| first <= id && id < end && !cleaner.is_held(id))
-                })
-                .await
-                .map_err(|e| StorageError::task("WAL cleanup", e))??;
-                continue;
-            }
-            let encoder = Arc::clone(&frozen);
-            let replica = shared.config.replica.clone();
-            let dir = wal_dir(&shared.config);
-            let (meta, data, marker) = tokio::task::spawn_blocking(move || {
-                let marker = write_marker(
-                    &dir,
-                    &encoder.id,
-                    encoder.first_segment,
-                    encoder.end_segment,
-                )?;
-                let heads: Vec<&kiln_engine::Head> =
-                    encoder.heads.iter().filter(|h| !h.is_empty()).collect();
-                let (meta, data) = kiln_engine::encode_heads(&heads, &encoder.id, &replica)
-                    .map_err(|source| StorageError::Block {
-                        id: encoder.id.clone(),
-                        source,
-                    })?;
-                Ok::<_, StorageError>((meta, data, marker))
-            })
-            .await
-            .map_err(|e| StorageError::task("block encode", e))??;
-            let put = shared.bucket.put_block(&meta, data.into()).await;
-            shared.note_bucket(&put);
-            if let Err(err) = put {
-                tracing::warn!(block = %meta.id, error = %err, "block upload failed; will retry");
-                return Err(err);
-            }
-            {
-                let mut view = write(&shared.view);
-                view.frozen.retain(|f| !Arc::ptr_eq(f, &frozen));
-                let mut blocks = view.blocks.clone();
-                blocks.insert(meta.id.clone(), meta.clone());
-                view.set_blocks(blocks);
-            }
-            shared
-                .counters
-                .blocks_written
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(block = %meta.id, bytes = meta.size_bytes, "block uploaded");
-            let cleaner = Arc::clone(shared);
-            let (first, end) = (frozen.first_segment, frozen.end_segment);
-            // The keys logged in these segments outlive them in the keys
-            // file, so a restart still knows them.
-            let keys = lock(&shared.recent_keys).encode(now_ms());
-            let keys_dir = wal_dir(&shared.config);
-            tokio::task::spawn_blocking(move || {
-                idempotency::save(&keys_dir, &keys)?;
-                cleaner
-                    .wal
-                    .remove_segments(|id| first <= id && id < end && !cleaner.is_held(id))?;
-                std::fs::remove_file(&marker).map_err(|source| StorageError::Wal {
-                    op: "remove marker",
-                    path: marker.clone(),
-                    source,
-                })
-            })
-            .await
-            .map_err(|e| StorageError::task("WAL cleanup", e))??;
-        }
     }
 }

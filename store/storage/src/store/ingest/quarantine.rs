@@ -13,8 +13,8 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::StoreConfig;
 use crate::error::StorageError;
+use crate::store::StoreConfig;
 
 /// The quarantine directory of a store.
 pub(super) fn quarantine_dir(config: &StoreConfig) -> PathBuf {

@@ -17,7 +17,7 @@ const UNIT_BYTES: u64 = 1024;
 
 /// The shared budget.
 #[derive(Debug)]
-pub(super) struct MemoryGate {
+pub(in crate::store) struct MemoryGate {
     semaphore: Arc<Semaphore>,
     budget_bytes: u64,
 }
@@ -29,7 +29,7 @@ pub struct Reservation {
 }
 
 impl MemoryGate {
-    pub(super) fn new(budget_bytes: u64) -> Self {
+    pub(in crate::store) fn new(budget_bytes: u64) -> Self {
         let units = usize::try_from(budget_bytes.div_ceil(UNIT_BYTES))
             .unwrap_or(usize::MAX)
             .min(Semaphore::MAX_PERMITS);
@@ -41,7 +41,7 @@ impl MemoryGate {
 
     /// Adds `bytes` to `reservation`, or refuses at once when the budget
     /// cannot hold them now (or ever).
-    pub(super) fn reserve(
+    pub(in crate::store) fn reserve(
         &self,
         reservation: &mut Reservation,
         bytes: usize,
@@ -75,7 +75,7 @@ impl MemoryGate {
     }
 
     /// Bytes reserved right now, for metrics.
-    pub(super) fn reserved_bytes(&self) -> u64 {
+    pub(in crate::store) fn reserved_bytes(&self) -> u64 {
         let total = self.budget_bytes.div_ceil(UNIT_BYTES);
         total.saturating_sub(self.semaphore.available_permits() as u64) * UNIT_BYTES
     }
