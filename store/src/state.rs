@@ -1,19 +1,19 @@
 //! State shared by every handler: the store (once recovered), limits,
 //! tokens, metrics and the in-flight slots (ingest and queries apart).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use kiln_pprof::DecodeLimits;
+use kiln_pprof::{DecodeLimits, DecodedProfile};
 use kiln_storage::store::IngestRequest;
 use kiln_storage::{IngestAdmission, IngestTurn, StorageError, Store};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{Config, Limits};
 use crate::error::ApiError;
-use crate::ingest::ProfileUpload;
+use crate::ingest::series_batch::{BatchReport, SeriesFailure, SeriesUploads};
+use crate::ingest::upload::ProfileUpload;
 use crate::metrics::{Metrics, StorageGauges};
-use crate::series_batch::{BatchReport, SeriesFailure, SeriesUploads};
 
 /// What a write request holds while it runs: the store's admission, one
 /// in-flight slot and its body's share of the ingest memory budget.
@@ -29,6 +29,29 @@ impl WritePermit {
     pub fn reserve_more(&mut self, bytes: usize) -> Result<(), StorageError> {
         self.store
             .reserve_more_ingest_memory(&mut self.admission, bytes)
+    }
+}
+
+/// A [`WritePermit`] shared by the layer that admitted a request and the
+/// handler that stores it: gRPC ingest is admitted before tonic runs the
+/// handler, which finds the permit in the request's extensions. What it
+/// holds is given back when the last holder drops it.
+#[derive(Debug, Clone)]
+pub struct SharedPermit(Arc<Mutex<WritePermit>>);
+
+impl SharedPermit {
+    /// Shares `permit`.
+    pub fn new(permit: WritePermit) -> Self {
+        Self(Arc::new(Mutex::new(permit)))
+    }
+
+    /// [`WritePermit::reserve_more`] on the shared permit.
+    pub fn reserve_more(&self, bytes: usize) -> Result<(), StorageError> {
+        // A holder that panicked while reserving left the count as it was.
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .reserve_more(bytes)
     }
 }
 
@@ -48,10 +71,12 @@ struct Shared {
     metrics: Metrics,
     body_read_timeout: Duration,
     /// Queries have their own slots, apart from the store's write slots,
-    /// so a flood of one cannot starve the other (audit R4, R8).
+    /// so a flood of slow uploads cannot turn every query away, and a
+    /// flood of costly queries cannot turn every write away.
     query_slots: Arc<Semaphore>,
     /// The store listens on loopback only, so requests must name it by a
-    /// loopback name or an address (DNS rebinding, audit A2).
+    /// loopback name or an address: a web page that points its own name
+    /// at 127.0.0.1 (DNS rebinding) would otherwise read it as same-origin.
     loopback_only: bool,
 }
 
@@ -169,10 +194,11 @@ impl AppState {
     }
 
     /// Takes an in-flight slot and reserves the body's memory in the store's
-    /// ingest budget before the body is read (audit R5): its declared
-    /// length, else the largest allowed, twice (the body and one decoded
-    /// copy: content-encoding, multipart or text conversion). Refused with
-    /// 429 when the budget is in use.
+    /// ingest budget before the body is read, so that every slot at its
+    /// largest body cannot add up to more memory than the pod has: its
+    /// declared length, else the largest allowed, twice (the body and one
+    /// decoded copy: content-encoding, multipart or text conversion).
+    /// Refused with 429 when the budget is in use.
     pub fn admit_write(&self, headers: &axum::http::HeaderMap) -> Result<WritePermit, ApiError> {
         let limit = self.shared.limits.max_request_bytes;
         let declared = headers
@@ -183,11 +209,12 @@ impl AppState {
         self.admit_write_bytes(declared.saturating_mul(2))
     }
 
-    /// Stores a WriteRaw or Push request series by series (audit G7): a
-    /// series refused as a client error (its labels, one of its profiles)
-    /// stops that series only; a failure that retrying may fix (the store
-    /// is overloaded, shutting down, or failing) stops the request, and the
-    /// series from there on are reported as not stored.
+    /// Stores a WriteRaw or Push request series by series, so that one
+    /// pod's bad labels cannot lose the profiles of the other pods batched
+    /// with it: a series refused as a client error (its labels, one of its
+    /// profiles) stops that series only; a failure that retrying may fix
+    /// (the store is overloaded, shutting down, or failing) stops the
+    /// request, and the series from there on are reported as not stored.
     pub async fn ingest_series(
         &self,
         protocol: &'static str,
@@ -220,14 +247,11 @@ impl AppState {
             let mut keys = series.keys.into_iter();
             for upload in uploads {
                 let bytes = upload.pprof.len() as u64;
-                let request = IngestRequest {
-                    labels: Arc::unwrap_or_clone(upload.labels),
-                    time_ms: upload.time_ms,
-                    duration_nanos: upload.duration_nanos,
-                    pprof: upload.pprof,
-                };
+                // WriteRaw and Push hand the store bytes, never a profile.
+                let (request, _) = store_request(upload);
                 // A keyed profile resent within the window is answered as
-                // stored without being stored again (audit G7).
+                // stored without being stored again, so a client's retry of
+                // a batch stored in part does not count profiles twice.
                 let outcome = match keys.next().flatten() {
                     Some(key) => store.ingest_once(request, &key).await,
                     None => store.ingest(request).await,
@@ -259,8 +283,8 @@ impl AppState {
     /// Stores every upload, in order; stops at the first refusal (earlier
     /// uploads of the same request stay stored). The request was admitted
     /// ([`AppState::admit_write`]) and its series labels checked where its
-    /// uploads were built (`crate::ingest`); the store runs the engine's
-    /// checks of what the profile adds.
+    /// uploads were built (`crate::ingest::upload`); the store runs the
+    /// engine's checks of what the profile adds.
     pub async fn ingest(
         &self,
         protocol: &'static str,
@@ -269,14 +293,8 @@ impl AppState {
         let store = self.store()?;
         for upload in uploads {
             let bytes = upload.pprof.len() as u64;
-            let request = IngestRequest {
-                // One copy at a time, for the profile being stored.
-                labels: Arc::unwrap_or_clone(upload.labels),
-                time_ms: upload.time_ms,
-                duration_nanos: upload.duration_nanos,
-                pprof: upload.pprof,
-            };
-            let stats = match upload.decoded {
+            let (request, decoded) = store_request(upload);
+            let stats = match decoded {
                 Some(profile) => store.ingest_decoded(request, profile).await?,
                 None => store.ingest(request).await?,
             };
@@ -324,13 +342,27 @@ impl AppState {
     }
 }
 
+/// The store's request for `upload`, and the profile its pprof decodes to
+/// when the server decoded or built it.
+fn store_request(upload: ProfileUpload) -> (IngestRequest, Option<DecodedProfile>) {
+    let request = IngestRequest {
+        // One copy at a time, for the profile being stored.
+        labels: Arc::unwrap_or_clone(upload.labels),
+        time_ms: upload.time_ms,
+        duration_nanos: upload.duration_nanos,
+        pprof: upload.pprof,
+    };
+    (request, upload.decoded)
+}
+
 /// pprof decode limits: the defaults, tightened by the request limits.
 ///
 /// NB: the inflate cap is the decoder's default (64 MiB) and no longer grows
 /// with `--max-request-bytes` (it was 4x, 128 MiB by default): one request
 /// may cost its body, the inflated protobuf and the decoded profile (itself
 /// bounded by `max_decoded_bytes`, estimated before decoding), and 128 MiB of
-/// empty labels decode to gigabytes (audit R2).
+/// empty labels decode to gigabytes: a small gzipped body must not be
+/// able to allocate more than the pod has.
 pub fn decode_limits(limits: &Limits) -> DecodeLimits {
     let defaults = DecodeLimits::default();
     DecodeLimits {

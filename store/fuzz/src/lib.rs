@@ -9,8 +9,8 @@
 use kiln_engine::model::{Label, LabelSet};
 use kiln_pprof::{DecodeLimits, FunctionSpec, MappingSpec, ProfileBuilder};
 use kiln_storage::wal::record::{WalRecord, decode_payload, encode_frame, parse_segment};
-use kiln_store::otlp::{OtlpLimits, decode_export};
-use kiln_store::pyroscope::{IngestBody, MultipartParts, build_upload, parse_ingest_params};
+use kiln_store::ingest::otlp::{OtlpLimits, decode_export};
+use kiln_store::ingest::pyroscope::{IngestBody, MultipartParts, build_upload, parse_ingest_params};
 use prost::Message;
 
 /// The fuzz targets, by the name `--target` takes.
@@ -100,7 +100,7 @@ fn ingest(query: &str, body: IngestBody) {
 
 /// `push.v1.PushRequest` in JSON (Connect with `application/json`).
 pub fn push_json(data: &[u8]) {
-    if let Err(error) = kiln_store::push_json::push_request_from_json(data) {
+    if let Err(error) = kiln_store::ingest::push_json::push_request_from_json(data) {
         assert!(!error.to_string().is_empty());
     }
 }
@@ -277,7 +277,7 @@ mod tests {
     fn seeds_are_valid_inputs_not_just_bytes() {
         let pprof = &seeds("pprof")[0];
         assert!(kiln_pprof::decode(pprof, &DecodeLimits::default()).is_ok());
-        assert!(kiln_store::push_json::push_request_from_json(&seeds("push_json")[0]).is_ok());
+        assert!(kiln_store::ingest::push_json::push_request_from_json(&seeds("push_json")[0]).is_ok());
         for body in seeds("otlp") {
             assert!(decode_export(&body, &OtlpLimits::default()).is_ok());
         }

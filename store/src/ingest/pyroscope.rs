@@ -10,15 +10,16 @@ use kiln_pprof::folded::{FoldedError, FoldedFormat, FoldedSpec, folded_to_profil
 use kiln_pprof::{DecodeLimits, PprofError};
 use prost::Message;
 
-use crate::ingest::{ProfileUpload, SERVICE_NAME_LABEL};
-use crate::timespec::{TimeError, parse_time_ms};
+use crate::ingest::upload::{ProfileUpload, SERVICE_NAME_LABEL};
+use crate::wire::time::{TimeError, parse_time_ms};
 use app_name::{AppName, LegacyKind, parse_app_name};
 
 /// The label Grafana Pyroscope stores `spyName` under.
 pub const SPY_LABEL: &str = "pyroscope_spy";
 
 /// Asks the store's ingest memory budget for bytes before a decode step
-/// allocates them (audit R5); see `kiln_pprof::decode_reserving`.
+/// allocates them, so many bodies decoding at once cannot add up to more
+/// memory than the pod has; see `kiln_pprof::decode_reserving`.
 pub type Reserve<'a> = &'a mut dyn FnMut(usize) -> Result<(), kiln_storage::StorageError>;
 
 /// Why a legacy ingest request was refused.

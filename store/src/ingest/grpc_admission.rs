@@ -1,4 +1,5 @@
-//! gRPC ingest admitted before tonic decodes it (audit R4). tonic buffers
+//! gRPC ingest admitted before tonic decodes it, so many streams cannot
+//! take unbounded memory before any limit is applied. tonic buffers
 //! and decodes a whole message (up to `--max-request-bytes`, inflated if
 //! gzipped) before a handler runs, so a handler's admission came after the
 //! memory was spent, and many streams could add up to anything.
@@ -21,7 +22,7 @@ use http_body_util::BodyExt as _;
 use tower::ServiceExt as _;
 
 use crate::error::ApiError;
-use crate::state::{AppState, WritePermit};
+use crate::state::{AppState, SharedPermit, WritePermit};
 
 /// The length-prefixed message framing: a compressed flag and a u32 length.
 const FRAME_HEADER_BYTES: usize = 5;
@@ -44,7 +45,10 @@ where
     B::Error: Into<axum::BoxError>,
 {
     match admit(state, request).await {
-        Ok((permit, request)) => {
+        Ok((permit, mut request)) => {
+            // The handler may reserve more for what it decodes (OTLP).
+            let permit = SharedPermit::new(permit);
+            request.extensions_mut().insert(permit.clone());
             let response = match service.oneshot(request).await {
                 Ok(response) => response,
                 Err(never) => match never {},

@@ -7,8 +7,10 @@
 //! say which release sent them, and it does not matter); when they disagree
 //! the request is refused as ambiguous. Each decoded request becomes the
 //! revision-independent [`model::Batch`], which [`model::uploads_from_batch`]
-//! turns into one pprof per OTLP profile with series labels from the resource
-//! and scope attributes. The IO edges are in [`service`].
+//! turns into one checked pprof profile per OTLP profile, with series labels
+//! from the resource and scope attributes. The store gets each profile as
+//! decoded, with its encoding to log, as from every other ingest path. The
+//! IO edges are in [`service`].
 
 pub mod model;
 pub mod revisions;

@@ -10,7 +10,7 @@ use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status};
 
 use crate::error::ApiError;
-use crate::series_batch::{
+use crate::ingest::series_batch::{
     BatchReport, SERIES_STATUS_METADATA, SeriesFailure, series_from_push, series_from_write_raw,
 };
 use crate::state::AppState;
@@ -28,11 +28,11 @@ pub struct IngestService {
 
 impl IngestService {
     /// Runs one call. Its ingest slot and memory were taken before tonic
-    /// decoded the message ([`crate::grpc_admission`]), and are held until
-    /// this returns. A request stored in part answers, per series, what was
-    /// not stored (audit G7): in the response when the client sent
-    /// `kiln-series-status: 1`, else as one gRPC status like Parca's and
-    /// Pyroscope's.
+    /// decoded the message ([`crate::ingest::grpc_admission`]), and are
+    /// held until this returns. A request stored in part answers, per
+    /// series, what was not stored, so the client resends only that: in
+    /// the response when the client sent `kiln-series-status: 1`, else as
+    /// one gRPC status like Parca's and Pyroscope's.
     async fn run(
         &self,
         endpoint: &'static str,
@@ -123,7 +123,7 @@ impl PusherService for IngestService {
 }
 
 /// Builds both tonic servers with the request size limit and gzip accepted.
-/// Serve them through [`crate::grpc_admission::serve_admitted`], which
+/// Serve them through [`crate::ingest::grpc_admission::serve_admitted`], which
 /// admits each message before it is decoded.
 pub fn ingest_servers(state: &AppState) -> (WriteRawServer, PushServer) {
     let service = IngestService {

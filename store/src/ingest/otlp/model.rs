@@ -1,15 +1,18 @@
 //! The revision-independent form of an OTLP profiles export, and its
-//! conversion into pprof uploads with series labels.
+//! conversion into decoded profiles with series labels.
 
 use std::collections::HashMap;
 
 use kiln_engine::model::NAME_LABEL;
-use kiln_pprof::{FunctionSpec, LabelValue, MappingSpec, ProfileBuilder};
+use kiln_pprof::{DecodeLimits, FunctionSpec, LabelValue, MappingSpec, ProfileBuilder};
+use kiln_storage::StorageError;
 use prost::Message;
 
 use super::{OtlpError, OtlpLimits};
 use crate::config::Limits;
-use crate::ingest::{ProfileUpload, SERVICE_NAME_LABEL, checked_labels};
+use crate::error::ApiError;
+use crate::ingest::pyroscope::Reserve;
+use crate::ingest::upload::{ProfileUpload, SERVICE_NAME_LABEL, checked_labels};
 
 /// A decoded export request; every index has been checked against its table.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -284,17 +287,27 @@ fn series_labels(
     labels
 }
 
-/// Turns a batch into one pprof upload per profile with samples. Labels are
-/// checked against `limits`; samples keep string attributes as pprof string
-/// labels and integer ones as numeric labels.
+/// One profile of a batch ready for the store, or why it cannot be stored.
+/// A profile the pprof checks refuse is refused alone, as when the store
+/// decoded it, so the profiles before it are still stored.
+pub type Converted = Result<ProfileUpload, ApiError>;
+
+/// Turns a batch into one upload per profile with samples, each checked by
+/// the pprof limits and handed to the store decoded, with its encoding for
+/// the store to log. Series labels are checked against `limits` (a bad
+/// label set refuses the batch); samples keep string attributes as pprof
+/// string labels and integer ones as numeric labels. `reserve` is asked
+/// for each profile's memory, which is held until the store has it.
 pub fn uploads_from_batch(
     batch: &Batch,
     limits: &Limits,
     otlp_limits: &OtlpLimits,
-) -> Result<Vec<ProfileUpload>, crate::error::ApiError> {
+    decode_limits: &DecodeLimits,
+    reserve: Reserve<'_>,
+) -> Result<Vec<Converted>, ApiError> {
     let mut uploads = Vec::new();
     let mut profile_index = 0;
-    for resource in &batch.resources {
+    'batch: for resource in &batch.resources {
         for scope in &resource.scopes {
             for profile in &scope.profiles {
                 let index = profile_index;
@@ -314,20 +327,34 @@ pub fn uploads_from_batch(
                 let text = |i: i32| dictionary_string(dictionary, i);
                 let type_names: Vec<&str> =
                     profile.sample_types.iter().map(|(t, _)| text(*t)).collect();
-                let name = crate::pyroscope::profile_name_for_sample_types(&type_names);
+                let name = crate::ingest::pyroscope::profile_name_for_sample_types(&type_names);
                 let labels = checked_labels(
                     index,
                     series_labels(&resource.attributes, &scope.attributes, name),
                     limits,
                 )?;
                 let pprof = profile_to_pprof(dictionary, profile);
-                uploads.push(ProfileUpload {
+                let encoded = pprof.encode_to_vec();
+                let (decoded, decoded_bytes) =
+                    match kiln_pprof::validate_message(pprof, decode_limits) {
+                        Ok(checked) => checked,
+                        Err(source) => {
+                            uploads.push(Err(StorageError::InvalidProfile { source }.into()));
+                            continue;
+                        }
+                    };
+                if let Err(err) = reserve(decoded_bytes.saturating_add(encoded.len())) {
+                    // Out of memory budget: the rest would be refused too.
+                    uploads.push(Err(err.into()));
+                    break 'batch;
+                }
+                uploads.push(Ok(ProfileUpload {
                     labels: std::sync::Arc::new(labels),
                     time_ms: None,
                     duration_nanos: None,
-                    pprof: pprof.encode_to_vec().into(),
-                    decoded: None,
-                });
+                    pprof: encoded.into(),
+                    decoded: Some(decoded.into()),
+                }));
             }
         }
     }

@@ -5,6 +5,7 @@ use kiln_api::push::v1::{PushRequest, RawProfileSeries, RawSample};
 use kiln_api::types::v1::LabelPair;
 
 use crate::error::ApiError;
+use crate::wire::base64;
 
 #[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -49,7 +50,7 @@ pub fn push_request_from_json(body: &[u8]) -> Result<PushRequest, ApiError> {
     for (series_index, s) in parsed.series.into_iter().enumerate() {
         let mut samples = Vec::with_capacity(s.samples.len());
         for (sample_index, sample) in s.samples.into_iter().enumerate() {
-            let raw_profile = decode_base64(&sample.raw_profile).ok_or_else(|| {
+            let raw_profile = base64::decode(&sample.raw_profile).ok_or_else(|| {
                 bad(format!(
                     "series {series_index}, sample {sample_index}: rawProfile is not base64"
                 ))
@@ -74,44 +75,9 @@ pub fn push_request_from_json(body: &[u8]) -> Result<PushRequest, ApiError> {
     Ok(PushRequest { series })
 }
 
-/// Standard or URL-safe base64, padding optional (protobuf JSON accepts both).
-pub(crate) fn decode_base64(text: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let mut buffer = 0u32;
-    let mut bits = 0u32;
-    for byte in text.bytes() {
-        let value = match byte {
-            b'A'..=b'Z' => byte - b'A',
-            b'a'..=b'z' => byte - b'a' + 26,
-            b'0'..=b'9' => byte - b'0' + 52,
-            b'+' | b'-' => 62,
-            b'/' | b'_' => 63,
-            b'=' => break,
-            b'\n' | b'\r' | b' ' => continue,
-            _ => return None,
-        };
-        buffer = (buffer << 6) | u32::from(value);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((buffer >> bits) as u8);
-            buffer &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_variants_decode() {
-        assert_eq!(decode_base64("aGVsbG8=").unwrap(), b"hello");
-        assert_eq!(decode_base64("aGVsbG8").unwrap(), b"hello");
-        assert_eq!(decode_base64("-_8=").unwrap(), [0xfb, 0xff]);
-        assert!(decode_base64("a*b").is_none());
-    }
 
     #[test]
     fn json_push_request_maps_fields() {

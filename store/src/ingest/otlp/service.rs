@@ -18,8 +18,9 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder};
 use super::model::uploads_from_batch;
 use super::{OtlpLimits, decode_export};
 use crate::error::ApiError;
-use crate::http_ingest::{decode_content_encoding, media_type, read_body};
-use crate::state::AppState;
+use crate::state::{AppState, SharedPermit};
+use crate::wire::body::{decode_content_encoding, read_body};
+use crate::wire::content_type::media_type;
 
 /// Limits for OTLP decoding derived from the server's.
 fn otlp_limits(state: &AppState) -> OtlpLimits {
@@ -29,21 +30,30 @@ fn otlp_limits(state: &AppState) -> OtlpLimits {
     }
 }
 
-/// Decodes, converts and stores one export request. Profiles are stored in
-/// order; when a later one is refused by the store after earlier ones were
-/// kept, the answer is a partial success naming how many were rejected.
+/// Decodes, converts and stores one export request, reserving what it
+/// decodes on `permit`. Profiles are stored in order; when a later one is
+/// refused after earlier ones were kept, the answer is a partial success
+/// naming how many were rejected.
 async fn export(
     state: &AppState,
     protocol: &'static str,
     body: Bytes,
+    permit: SharedPermit,
 ) -> Result<ExportProfilesServiceResponse, ApiError> {
     let limits = state.limits().clone();
     let otlp_limits = otlp_limits(state);
+    let decode_limits = state.decode_limits().clone();
     let turn = state.ingest_turn().await?;
     let (uploads, revision) = tokio::task::spawn_blocking(move || {
         let _turn = turn;
         let decoded = decode_export(&body, &otlp_limits)?;
-        let uploads = uploads_from_batch(&decoded.batch, &limits, &otlp_limits)?;
+        let uploads = uploads_from_batch(
+            &decoded.batch,
+            &limits,
+            &otlp_limits,
+            &decode_limits,
+            &mut |bytes| permit.reserve_more(bytes),
+        )?;
         Ok::<_, ApiError>((uploads, decoded.revision_label()))
     })
     .await
@@ -55,7 +65,11 @@ async fn export(
     state.metrics().record_otlp_revision(revision);
     let total = uploads.len();
     for (stored, upload) in uploads.into_iter().enumerate() {
-        if let Err(err) = state.ingest(protocol, vec![upload]).await {
+        let result = match upload {
+            Ok(upload) => state.ingest(protocol, vec![upload]).await,
+            Err(err) => Err(err),
+        };
+        if let Err(err) = result {
             let client_fault = err.http_status().is_client_error();
             if stored == 0 || !client_fault {
                 return Err(err);
@@ -91,7 +105,7 @@ async fn export_http_inner(
     state: &AppState,
     request: Request,
 ) -> Result<ExportProfilesServiceResponse, ApiError> {
-    let _permit = state.admit_write(request.headers())?;
+    let permit = SharedPermit::new(state.admit_write(request.headers())?);
     let content_type = media_type(request.headers());
     if content_type != "application/x-protobuf" && content_type != "application/protobuf" {
         return Err(ApiError::UnsupportedMediaType {
@@ -103,7 +117,7 @@ async fn export_http_inner(
     let headers = request.headers().clone();
     let raw = read_body(request.into_body(), limit, state.body_read_timeout()).await?;
     let body = decode_content_encoding(&headers, raw, limit)?;
-    export(state, "otlp_http", body.into()).await
+    export(state, "otlp_http", body.into(), permit).await
 }
 
 /// `ProfilesService/Export` over gRPC.
@@ -120,7 +134,7 @@ pub async fn export_grpc(state: AppState, request: Request) -> Response {
             Ok::<_, std::convert::Infallible>(grpc.unary(ExportGrpc { state }, request).await)
         }
     });
-    crate::grpc_admission::serve_admitted(&admitting, "otlp_grpc", service, request).await
+    crate::ingest::grpc_admission::serve_admitted(&admitting, "otlp_grpc", service, request).await
 }
 
 /// The unary handler tonic calls with the raw request bytes.
@@ -141,8 +155,16 @@ impl tonic::server::UnaryService<Bytes> for ExportGrpc {
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let state = self.state.clone();
         Box::pin(async move {
-            // Admitted before tonic decoded it (`grpc_admission`).
-            let result = export(&state, "otlp_grpc", request.into_inner()).await;
+            // Admitted before tonic decoded it (`grpc_admission`), which
+            // left the permit for what the export decodes.
+            let permit = request.extensions().get::<SharedPermit>().cloned();
+            let result = match permit {
+                Some(permit) => export(&state, "otlp_grpc", request.into_inner(), permit).await,
+                None => Err(ApiError::Worker {
+                    work: "storing the OTLP export",
+                    message: "the request was not admitted".to_owned(),
+                }),
+            };
             result.map(tonic::Response::new).map_err(|err| {
                 state.metrics().record_rejection("otlp_grpc", err.reason());
                 tracing::debug!(error = %err, "otlp grpc export refused");

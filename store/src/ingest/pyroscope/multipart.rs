@@ -119,7 +119,7 @@ pub fn merge_parts(
 ///
 /// NB: sample keys used to hold every frame's function name bytes, so 10
 /// samples of 4096 frames with 64 KiB names came to 2.7 GB from a 20 KB
-/// upload (audit R3). Now each location and label is interned once per
+/// upload. Now each location and label is interned once per
 /// table (borrowing the profiles' strings), and a sample key is one `u32`
 /// per frame and label.
 #[derive(Default)]
@@ -319,7 +319,7 @@ mod tests {
         assert_eq!(values(&again), [400, 300]);
     }
 
-    /// The audit's R3 input: 4096 frames of one function with a 60 KB name,
+    /// A key blowup: 4096 frames of one function with a 60 KB name,
     /// ten samples apart only by a numeric label. Keys holding name bytes
     /// came to 245 MB per sample; interned keys are 4 bytes per frame.
     fn deep_heap(alloc: i64) -> Vec<u8> {

@@ -1,4 +1,4 @@
-//! Partial batches of WriteRaw and Push (audit G7): each series of a request
+//! Partial batches of WriteRaw and Push: each series of a request
 //! is stored or refused on its own, so one tenant's bad labels never cost
 //! the other series of the batch, and a client that asked for per-series
 //! statuses learns exactly which series were stored, so its retry resends
@@ -12,7 +12,7 @@ use kiln_api::push::v1::PushRequest;
 
 use crate::config::Limits;
 use crate::error::ApiError;
-use crate::ingest::{ProfileUpload, UploadError, checked_labels};
+use crate::ingest::upload::{ProfileUpload, UploadError, checked_labels};
 
 /// The gRPC metadata with which a client asks for per-series statuses in
 /// the response instead of one gRPC status for the whole request.
