@@ -7,7 +7,7 @@
 //! with `"`, `'` or backticks; `"` and `'` strings take `\"`, `\\`, `\n`, `\t`
 //! escapes. Errors carry the 1-based character position of the mistake.
 
-use kiln_engine::index::RegexRejection;
+use kiln_engine::error::RegexRejection;
 use kiln_engine::model::{MatchOp, Matcher, ProfileType, Selector};
 
 /// A selector that cannot be parsed or resolved.
@@ -564,8 +564,9 @@ mod tests {
         );
     }
 
-    /// Audit R8: the audit's heavy pattern and an over-long one are refused
-    /// when the selector is parsed, before any query work.
+    /// A pattern costly to compile (nested counted repetitions) and an
+    /// over-long one are refused when the selector is parsed, before any
+    /// query work: many of them at once could otherwise take every core.
     #[test]
     fn heavy_and_long_regexes_are_refused_at_parse_time() {
         let err = parse_selector(r#"cpu{pod=~"(\\w{1,80}){1,80}"}"#).unwrap_err();

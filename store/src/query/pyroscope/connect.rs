@@ -14,8 +14,9 @@ use serde_json::Value;
 
 use super::json;
 use crate::error::ApiError;
-use crate::http_ingest::{decode_content_encoding, media_type, read_body};
 use crate::state::AppState;
+use crate::wire::body::{decode_content_encoding, read_body};
+use crate::wire::content_type::media_type;
 
 /// The body encodings Connect unary calls use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,8 +23,8 @@ use kiln_engine::model::{MatchOp, Matcher, PROFILE_TYPE_LABEL, Selector, TimeRan
 use kiln_storage::Store;
 
 use crate::error::ApiError;
-use crate::grpc_query::{matchers as selector_matchers, resolve};
-use crate::timespec::{inclusive_range_ms, now_ms};
+use crate::query::selection::{matchers as selector_matchers, resolve};
+use crate::wire::time::{inclusive_range_ms, now_ms};
 
 /// Flame graph node budget when the request sets none (Pyroscope's default).
 pub const DEFAULT_MAX_NODES: usize = 8192;
@@ -451,7 +451,7 @@ pub async fn profile_stats(store: &Store) -> Result<t::GetProfileStatsResponse, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::timespec::DEFAULT_RANGE_MS;
+    use crate::wire::time::DEFAULT_RANGE_MS;
 
     #[test]
     fn max_nodes_follows_pyroscope() {

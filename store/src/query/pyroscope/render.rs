@@ -2,8 +2,6 @@
 //! and older Grafana versions call them: `GET /pyroscope/render` (a
 //! flamebearer profile plus a timeline) and `GET /pyroscope/label-values`.
 
-use std::collections::HashMap;
-
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
@@ -13,46 +11,21 @@ use serde_json::{Value, json};
 
 use super::{flamebearer, max_nodes};
 use crate::error::ApiError;
-use crate::grpc_query::{matchers, resolve};
-use crate::http_query::timed;
+use crate::query::http::timed;
+use crate::query::params::Params;
+use crate::query::selection::{matchers, resolve};
 use crate::state::AppState;
-use crate::timespec::{DEFAULT_RANGE_MS, now_ms, parse_time_ms};
+use crate::wire::time::{DEFAULT_RANGE_MS, now_ms};
 
-/// Query parameters, last occurrence wins.
-struct Params(HashMap<String, String>);
-
-impl Params {
-    fn parse(query: Option<&str>) -> Self {
-        Self(
-            form_urlencoded::parse(query.unwrap_or("").as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .filter(|(_, v)| !v.is_empty())
-                .collect(),
-        )
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str)
-    }
-
-    /// `from` (default now-1h) and `until` (default now), in any Kiln time
-    /// form (Pyroscope's `now-1h` and unix seconds included).
-    fn range(&self) -> Result<TimeRange, ApiError> {
-        let now = now_ms();
-        let time = |name: &'static str| -> Result<Option<i64>, ApiError> {
-            self.get(name)
-                .map(|text| {
-                    parse_time_ms(text, now).map_err(|source| ApiError::Time {
-                        parameter: name,
-                        source,
-                    })
-                })
-                .transpose()
-        };
-        let end = time("until")?.unwrap_or(now);
-        let start = time("from")?.unwrap_or(end - DEFAULT_RANGE_MS);
-        super::range_ms(start, end)
-    }
+/// `from` (default: an hour before the end) and `until` (default: now),
+/// with Pyroscope's inclusive end.
+fn pyroscope_range(params: &Params) -> Result<TimeRange, ApiError> {
+    let now = now_ms();
+    let end = params.time(&["until"], now)?.unwrap_or(now);
+    let start = params
+        .time(&["from"], now)?
+        .unwrap_or(end - DEFAULT_RANGE_MS);
+    super::range_ms(start, end)
 }
 
 /// Flamebearer `units` and `sampleRate` for a profile type: time in
@@ -80,7 +53,7 @@ pub async fn render(State(state): State<AppState>, RawQuery(query): RawQuery) ->
             parameter: "query",
             message: "a query such as process_cpu:cpu:nanoseconds:cpu:nanoseconds{service_name=\"app\"} is required".to_owned(),
         })?;
-        let range = params.range()?;
+        let range = pyroscope_range(&params)?;
         let budget = match params.get("maxNodes").or_else(|| params.get("max-nodes")) {
             None => max_nodes(None),
             Some(text) => max_nodes(Some(text.parse::<i64>().map_err(|_| ApiError::BadParameter {
@@ -144,7 +117,7 @@ pub async fn label_values(State(state): State<AppState>, RawQuery(query): RawQue
                 parameter: "label",
                 message: "the label name is required".to_owned(),
             })?;
-            let range = params.range()?;
+            let range = pyroscope_range(&params)?;
             let selected = match params.get("query") {
                 Some(text) => matchers(store, text, range).await?,
                 None => Vec::new(),

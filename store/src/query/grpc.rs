@@ -8,17 +8,15 @@ use kiln_api::kiln::query::v1::{
     ProfileTypesRequest, ProfileTypesResponse, SelectMergePprofRequest, SelectMergePprofResponse,
     TimeRange as WireRange,
 };
-use kiln_engine::model::{Matcher, Selector, TimeRange};
+use kiln_engine::model::TimeRange;
 use kiln_storage::Store;
 use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status};
 
 use crate::error::ApiError;
-use crate::http_query::{
-    merged_pprof_gzip, parse_selector_off_workers, resolve_parsed, selector_matchers,
-};
+use crate::query::selection::{matchers, merged_pprof_gzip, resolve};
 use crate::state::AppState;
-use crate::timespec::inclusive_range_ms;
+use crate::wire::time::inclusive_range_ms;
 
 /// The tonic server for the query service.
 pub type QueryServer = QueryServiceServer<QueryGrpc>;
@@ -74,28 +72,6 @@ fn time_range(range: Option<WireRange>) -> Result<TimeRange, ApiError> {
             message: format!("end_ms ({end_ms}) must be after start_ms ({start_ms})"),
         }
     })
-}
-
-/// Resolves a selector that needs a profile type.
-pub(crate) async fn resolve(
-    store: &Store,
-    text: &str,
-    range: TimeRange,
-) -> Result<Selector, ApiError> {
-    let parsed = parse_selector_off_workers(store, text, "selector").await?;
-    resolve_parsed(store, &parsed, "selector", range).await
-}
-
-/// Matchers of an optional selector (matchers alone allowed).
-pub(crate) async fn matchers(
-    store: &Store,
-    text: &str,
-    range: TimeRange,
-) -> Result<Vec<Matcher>, ApiError> {
-    if text.trim().is_empty() {
-        return Ok(Vec::new());
-    }
-    selector_matchers(store, text, "selector", range).await
 }
 
 #[tonic::async_trait]

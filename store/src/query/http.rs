@@ -1,6 +1,5 @@
 //! The query API under `/api/v1/` (documented in `docs/api.md`).
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use axum::Json;
@@ -11,87 +10,20 @@ use kiln_contract::query_json::{
     DiffResponse, FlameGraphResponse, LabelNames, LabelValues, PROFILE_TYPE_HEADER,
     ProfileTypeEntry, ProfileTypes, SeriesList, Timeline, TimelineResponse, TopResponse,
 };
-use kiln_engine::model::{MatchOp, Matcher, PROFILE_TYPE_LABEL, Selector, TimeRange};
+use kiln_engine::model::{Matcher, Selector, TimeRange};
 use kiln_storage::Store;
 
 use crate::error::ApiError;
-use crate::group_by::{merge_grouped, parse_group_by};
-use crate::selector::{ParsedSelector, parse_selector};
+use crate::query::group_by::{merge_grouped, parse_group_by};
+use crate::query::params::Params;
+use crate::query::selection::{
+    merged_pprof_gzip, parse_selector_off_workers, resolve_parsed, selector_matchers,
+};
 use crate::state::AppState;
-use crate::timespec::{DEFAULT_RANGE_MS, now_ms, parse_time_ms};
 
 /// Default and largest `max_nodes` of flame graphs.
 const DEFAULT_MAX_NODES: usize = 8192;
 const MAX_MAX_NODES: usize = 1 << 20;
-
-/// Query string parameters, last occurrence wins.
-#[derive(Debug, Default)]
-struct Params(HashMap<String, String>);
-
-impl Params {
-    fn parse(query: Option<&str>) -> Self {
-        Self(
-            form_urlencoded::parse(query.unwrap_or("").as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect(),
-        )
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .get(name)
-            .map(String::as_str)
-            .filter(|v| !v.is_empty())
-    }
-
-    fn time(&self, names: &[&'static str], now_ms: i64) -> Result<Option<i64>, ApiError> {
-        for &name in names {
-            if let Some(text) = self.get(name) {
-                return parse_time_ms(text, now_ms)
-                    .map(Some)
-                    .map_err(|source| ApiError::Time {
-                        parameter: name,
-                        source,
-                    });
-            }
-        }
-        Ok(None)
-    }
-
-    /// `from` (default now-1h) and `to`/`until` (default now); `prefix`
-    /// selects `left_`/`right_` variants for diffs.
-    fn range(&self, from: &'static str, to: [&'static str; 2]) -> Result<TimeRange, ApiError> {
-        let now = now_ms();
-        let end_ms = self.time(&to, now)?.unwrap_or(now);
-        let start_ms = self
-            .time(&[from], now)?
-            .unwrap_or(end_ms - DEFAULT_RANGE_MS);
-        if end_ms <= start_ms {
-            return Err(ApiError::BadParameter {
-                parameter: to[0],
-                message: format!("the end ({end_ms} ms) must be after `{from}` ({start_ms} ms)"),
-            });
-        }
-        // The end is inclusive for users (`to=now` must include now).
-        Ok(TimeRange {
-            start_ms,
-            end_ms: end_ms.saturating_add(1),
-        })
-    }
-
-    fn number(&self, name: &'static str, default: usize, max: usize) -> Result<usize, ApiError> {
-        match self.get(name) {
-            None => Ok(default),
-            Some(text) => match text.parse::<usize>() {
-                Ok(n) if (1..=max).contains(&n) => Ok(n),
-                _ => Err(ApiError::BadParameter {
-                    parameter: name,
-                    message: format!("{text:?} is not a whole number from 1 to {max}"),
-                }),
-            },
-        }
-    }
-}
 
 /// Runs `work`, timing it and counting failures, and renders errors.
 pub(crate) async fn timed<T: IntoResponse>(
@@ -115,41 +47,6 @@ pub(crate) async fn timed<T: IntoResponse>(
             err.into_response()
         }
     }
-}
-
-/// Parses the selector `text` of parameter `parameter` as query work:
-/// checking its `=~` patterns compiles them, milliseconds for a heavy one,
-/// which on the async workers would stall ingest served by the same
-/// workers, and on unbounded blocking threads would take every core
-/// (audit R8).
-pub(crate) async fn parse_selector_off_workers(
-    store: &Store,
-    text: &str,
-    parameter: &'static str,
-) -> Result<ParsedSelector, ApiError> {
-    let text = text.to_owned();
-    store
-        .run_query_work(move || parse_selector(&text))
-        .await?
-        .map_err(|source| ApiError::Selector { parameter, source })
-}
-
-/// Resolves a parsed selector of parameter `parameter` against the stored
-/// types.
-pub(crate) async fn resolve_parsed(
-    store: &Store,
-    parsed: &ParsedSelector,
-    parameter: &'static str,
-    range: TimeRange,
-) -> Result<Selector, ApiError> {
-    let known = if parsed.profile_type_parts.len() >= 5 {
-        Vec::new()
-    } else {
-        store.profile_types(range).await?
-    };
-    parsed
-        .resolve(&known)
-        .map_err(|source| ApiError::Selector { parameter, source })
 }
 
 /// Resolves the selector in parameter `name` against the stored types.
@@ -177,28 +74,6 @@ async fn optional_matchers(
         Some(text) => selector_matchers(store, text, "query", range).await,
         None => Ok(Vec::new()),
     }
-}
-
-/// Matchers of the selector `text` of parameter `parameter`, including its
-/// profile type when it names one (matchers alone are allowed).
-pub(crate) async fn selector_matchers(
-    store: &Store,
-    text: &str,
-    parameter: &'static str,
-    range: TimeRange,
-) -> Result<Vec<Matcher>, ApiError> {
-    let parsed = parse_selector_off_workers(store, text, parameter).await?;
-    if parsed.profile_type_parts.is_empty() {
-        return Ok(parsed.matchers);
-    }
-    let selector = resolve_parsed(store, &parsed, parameter, range).await?;
-    let mut matchers = selector.matchers;
-    matchers.push(Matcher {
-        name: PROFILE_TYPE_LABEL.to_owned(),
-        op: MatchOp::Equal,
-        value: selector.profile_type.to_string(),
-    });
-    Ok(matchers)
 }
 
 /// `GET /api/v1/profile-types`.
@@ -229,7 +104,8 @@ const DEFAULT_LISTING_LIMIT: usize = 10_000;
 const MAX_LISTING_LIMIT: usize = 1_000_000;
 
 /// Keeps the first `limit` entries (the listing is sorted) and says whether
-/// any were left out, so a listing is complete or marked partial (audit R8).
+/// any were left out, so a listing is complete or marked partial, and a
+/// store with millions of series cannot be made to answer all of them.
 fn truncate_listing<T>(entries: &mut Vec<T>, params: &Params) -> Result<bool, ApiError> {
     let limit = params.number("limit", DEFAULT_LISTING_LIMIT, MAX_LISTING_LIMIT)?;
     let truncated = entries.len() > limit;
@@ -324,20 +200,6 @@ pub async fn flamegraph(State(state): State<AppState>, RawQuery(query): RawQuery
         }))
     })
     .await
-}
-
-/// Encodes a merge as gzipped pprof on the blocking pool (compression must
-/// not stall the async workers); shared by the HTTP and gRPC query APIs.
-pub(crate) async fn merged_pprof_gzip(
-    merged: kiln_engine::MergedProfile,
-    profile_type: kiln_engine::model::ProfileType,
-) -> Result<Vec<u8>, ApiError> {
-    tokio::task::spawn_blocking(move || kiln_pprof::encode_gzip(&merged.to_pprof(&profile_type)))
-        .await
-        .map_err(|e| ApiError::Worker {
-            work: "encoding the profile",
-            message: e.to_string(),
-        })
 }
 
 /// `GET /api/v1/pprof`: the merged profile, gzipped.

@@ -1,0 +1,19 @@
+//! Every way profiles are read back.
+//!
+//! The APIs:
+//! - [`http`]: Kiln's own `/api/v1/` (documented in `docs/api.md`);
+//! - [`grpc`]: `kiln.query.v1.QueryService`, the gRPC form of part of it;
+//! - [`pyroscope`]: Grafana Pyroscope's `querier.v1` over Connect and its
+//!   older `/pyroscope/render` endpoints.
+//!
+//! What they share: [`params`] reads an HTTP query string, [`selector`]
+//! parses a selector (pure), [`selection`] resolves it against the store
+//! off the async workers, and [`group_by`] merges by label.
+
+pub mod group_by;
+pub mod grpc;
+pub mod http;
+pub mod params;
+pub mod pyroscope;
+pub mod selection;
+pub mod selector;
