@@ -6,11 +6,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kiln_storage::error::{ErrorClass, StorageError};
 
-use crate::ingest::UploadError;
-use crate::otlp::OtlpError;
-use crate::pyroscope::IngestError;
-use crate::selector::SelectorError;
-use crate::timespec::TimeError;
+use crate::ingest::otlp::OtlpError;
+use crate::ingest::pyroscope::IngestError;
+use crate::ingest::upload::UploadError;
+use crate::query::selector::SelectorError;
+use crate::wire::time::TimeError;
 
 /// A failed API request.
 #[derive(Debug, thiserror::Error)]

@@ -1,36 +1,33 @@
 //! `kiln-store`: the Kiln profile store server.
 //!
 //! One port serves gRPC (Parca's `WriteRaw`, Pyroscope's `Push`, OTLP
-//! profiles `Export`) and HTTP (Pyroscope's `/ingest`, Push over Connect,
-//! OTLP/HTTP, the `/api/v1/` query API, Pyroscope's `querier.v1` over Connect
-//! and `/pyroscope/render`, `/healthz`, `/readyz`, `/metrics`). Storage is
+//! profiles `Export`, Kiln's query service) and HTTP (Pyroscope's
+//! `/ingest`, Push over Connect, OTLP/HTTP, the `/api/v1/` query API,
+//! Pyroscope's `querier.v1` over Connect and `/pyroscope/render`,
+//! `/healthz`, `/readyz`, `/metrics`, the web UI). Storage is
 //! `kiln-storage`'s `Store`.
 //!
-//! Pure request parsing lives in [`selector`], [`timespec`], [`pyroscope`],
-//! [`ingest`], [`otlp`] (but `otlp::service`), [`pyroscope_query::json`],
-//! [`pyroscope_query::flamebearer`] and [`config`]; the IO edges are
-//! [`server`], [`http_ingest`], [`http_query`], [`grpc_ingest`],
-//! [`grpc_admission`], [`grpc_query`], `otlp::service` and
-//! [`pyroscope_query`].
+//! The modules are grouped by what they do. Pure parsing (`wire`, the
+//! `/ingest` and OTLP decoders, selectors, `config`) is kept apart from the
+//! handlers that do IO.
 
-pub mod auth;
+/// Settings: flags, environment, the config file and their checks.
 pub mod config;
+/// `ApiError`: every refusal, with its HTTP status, gRPC code and reason.
 pub mod error;
-pub mod group_by;
-pub mod grpc_admission;
-pub mod grpc_ingest;
-pub mod grpc_query;
-pub mod http_ingest;
-pub mod http_query;
+/// Every way a profile comes in: HTTP, gRPC, Pyroscope, OTLP, Push, and the
+/// one path they share to the store.
 pub mod ingest;
+/// The store server's own Prometheus metrics.
 pub mod metrics;
-pub mod otlp;
-pub mod push_json;
-pub mod pyroscope;
-pub mod pyroscope_query;
-pub mod selector;
-pub mod series_batch;
+/// Every way profiles are read back: `/api/v1/`, gRPC, Pyroscope's
+/// `querier.v1`, with selectors, group-by and one query-string parser.
+pub mod query;
+/// The port: one route table with each route's access, the accept loop,
+/// auth and the web guard.
 pub mod server;
+/// What every handler shares: the store, limits, tokens, metrics, slots.
 pub mod state;
-pub mod timespec;
-pub mod web_guard;
+/// What both sides read off the wire: content types, bodies and their
+/// encodings, base64, and time.
+pub mod wire;

@@ -4,89 +4,52 @@ use std::net::SocketAddr;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
-use kiln_api::{OTLP_PROFILES_EXPORT_PATH, PUSH_PATH, WRITE_RAW_PATH};
-use kiln_contract::endpoints::{HEALTHZ_PATH, METRICS_PATH, READYZ_PATH};
+use axum::routing::{MethodRouter, any, any_service, get, post};
+use kiln_contract::endpoints::METRICS_PATH;
 
-use crate::auth::require_token;
-use crate::grpc_ingest::ingest_servers;
+use crate::ingest::grpc::{PushServer, WriteRawServer, ingest_servers};
+use crate::ingest::{grpc_admission, http as http_ingest, otlp};
+use crate::query::grpc::QueryServer;
+use crate::query::{http as http_query, pyroscope};
 use crate::state::AppState;
-use crate::{http_ingest, http_query};
+use auth::require_token;
+use routes::{Endpoint, ROUTES};
 
 mod accept;
+pub mod auth;
+pub mod routes;
+pub mod web_guard;
 
 pub use accept::{MAX_HEADER_BUFFER_BYTES, serve};
 
-/// Every route of the main port.
+/// The tonic services some routes hand their requests to.
+struct Services {
+    write_raw: WriteRawServer,
+    push: PushServer,
+    query: QueryServer,
+}
+
+/// Every route of the main port: [`ROUTES`], then the web UI off the
+/// table, behind the auth and web guard layers.
 pub fn router(state: AppState) -> Router {
-    let (write_raw, push_grpc) = ingest_servers(&state);
-    let query_grpc = crate::grpc_query::query_server(&state);
-    let push_state = state.clone();
-    let write_raw_state = state.clone();
-    let otlp_state = state.clone();
-    Router::new()
-        .route(HEALTHZ_PATH, get(|| async { "ok\n" }))
-        .route(READYZ_PATH, get(readyz))
-        .route(METRICS_PATH, get(metrics))
-        .route("/ingest", post(http_ingest::pyroscope_ingest))
-        .route("/pyroscope/ingest", post(http_ingest::pyroscope_ingest))
-        .route(
-            PUSH_PATH,
-            post(move |request: Request| {
-                http_ingest::push(push_state.clone(), push_grpc.clone(), request)
-            }),
-        )
-        .route(
-            WRITE_RAW_PATH,
-            any(move |request: Request| {
-                let (state, write_raw) = (write_raw_state.clone(), write_raw.clone());
-                async move {
-                    crate::grpc_admission::serve_admitted(&state, "write_raw", write_raw, request)
-                        .await
-                }
-            }),
-        )
-        .route(
-            OTLP_PROFILES_EXPORT_PATH,
-            post(move |request: Request| {
-                crate::otlp::service::export_grpc(otlp_state.clone(), request)
-            }),
-        )
-        .route(
-            "/v1development/profiles",
-            post(crate::otlp::service::export_http),
-        )
-        .route_service("/kiln.query.v1.QueryService/{*method}", query_grpc)
-        .route(
-            "/querier.v1.QuerierService/{method}",
-            post(crate::pyroscope_query::connect::querier),
-        )
-        .route(
-            "/pyroscope/render",
-            get(crate::pyroscope_query::render::render),
-        )
-        .route(
-            "/pyroscope/label-values",
-            get(crate::pyroscope_query::render::label_values),
-        )
-        .route("/api/v1/profile-types", get(http_query::profile_types))
-        .route("/api/v1/labels", get(http_query::label_names))
-        .route(
-            "/api/v1/labels/{name}/values",
-            get(http_query::label_values),
-        )
-        .route("/api/v1/series", get(http_query::series))
-        .route("/api/v1/flamegraph", get(http_query::flamegraph))
-        .route("/api/v1/pprof", get(http_query::pprof))
-        .route("/api/v1/folded", get(http_query::folded))
-        .route("/api/v1/top", get(http_query::top))
-        .route("/api/v1/timeline", get(http_query::timeline))
-        .route("/api/v1/diff", get(http_query::diff))
+    let (write_raw, push) = ingest_servers(&state);
+    let services = Services {
+        write_raw,
+        push,
+        query: crate::query::grpc::query_server(&state),
+    };
+    let mut router = Router::new();
+    for route in ROUTES {
+        router = router.route(route.path, handler(route.endpoint, &services, &state));
+    }
+    router
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(mark_partial))
+        // Sees the route the router matched (`MatchedPath`), to refuse a
+        // path in no route and to ask for the route's tokens.
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_token,
@@ -95,11 +58,53 @@ pub fn router(state: AppState) -> Router {
         // anything else, and every response gets the security headers.
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            crate::web_guard::guard,
+            web_guard::guard,
         ))
         // Bodies are read with explicit limits in the handlers.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state)
+}
+
+/// The handler of `endpoint`, with the methods it answers.
+fn handler(endpoint: Endpoint, services: &Services, state: &AppState) -> MethodRouter<AppState> {
+    match endpoint {
+        Endpoint::Healthz => get(|| async { "ok\n" }),
+        Endpoint::Readyz => get(readyz),
+        Endpoint::Metrics => get(metrics),
+        Endpoint::PyroscopeIngest => post(http_ingest::pyroscope_ingest),
+        Endpoint::Push => {
+            let (state, push) = (state.clone(), services.push.clone());
+            post(move |request: Request| http_ingest::push(state.clone(), push.clone(), request))
+        }
+        Endpoint::WriteRaw => {
+            let (state, write_raw) = (state.clone(), services.write_raw.clone());
+            any(move |request: Request| {
+                let (state, write_raw) = (state.clone(), write_raw.clone());
+                async move {
+                    grpc_admission::serve_admitted(&state, "write_raw", write_raw, request).await
+                }
+            })
+        }
+        Endpoint::OtlpGrpc => {
+            let state = state.clone();
+            post(move |request: Request| otlp::service::export_grpc(state.clone(), request))
+        }
+        Endpoint::OtlpHttp => post(otlp::service::export_http),
+        Endpoint::QueryGrpc => any_service(services.query.clone()),
+        Endpoint::Querier => post(pyroscope::connect::querier),
+        Endpoint::PyroscopeRender => get(pyroscope::render::render),
+        Endpoint::PyroscopeLabelValues => get(pyroscope::render::label_values),
+        Endpoint::ProfileTypes => get(http_query::profile_types),
+        Endpoint::LabelNames => get(http_query::label_names),
+        Endpoint::LabelValues => get(http_query::label_values),
+        Endpoint::Series => get(http_query::series),
+        Endpoint::Flamegraph => get(http_query::flamegraph),
+        Endpoint::Pprof => get(http_query::pprof),
+        Endpoint::Folded => get(http_query::folded),
+        Endpoint::Top => get(http_query::top),
+        Endpoint::Timeline => get(http_query::timeline),
+        Endpoint::Diff => get(http_query::diff),
+    }
 }
 
 /// Only `/metrics`, for the optional separate metrics port.
@@ -144,10 +149,11 @@ async fn readyz(State(state): State<AppState>) -> Response {
 /// lacks; absent when it is complete.
 pub const PARTIAL_HEADER: &str = "kiln-partial";
 
-/// Marks an answer that lacks data the store holds (audit D5): every query
-/// the request runs notes the blocks it could not read, and the response
-/// says so in `Kiln-Partial` instead of passing a short answer off as
-/// whole. gRPC clients see the header as response metadata.
+/// Marks an answer that lacks data the store holds (a block compacted
+/// away under a running query, a bucket that could not be listed): every
+/// query the request runs notes the blocks it could not read, and the
+/// response says so in `Kiln-Partial` instead of passing a short answer off
+/// as whole. gRPC clients see the header as response metadata.
 async fn mark_partial(request: Request, next: axum::middleware::Next) -> Response {
     let (mut response, incomplete) =
         kiln_storage::store::record_incomplete(next.run(request)).await;
@@ -192,9 +198,10 @@ async fn method_not_allowed(request: Request) -> Response {
     (StatusCode::METHOD_NOT_ALLOWED, axum::Json(body)).into_response()
 }
 
-/// Serves the embedded web UI for GETs it knows, else a JSON 404.
+/// Serves the embedded web UI for GETs it knows; the auth layer refused
+/// every other path that matched no route, so anything else is a 404.
 async fn not_found(request: Request) -> Response {
-    if request.method() == axum::http::Method::GET
+    if request.method() == Method::GET
         && let Some(asset) = kiln_ui::asset(request.uri().path())
     {
         return (
@@ -206,8 +213,13 @@ async fn not_found(request: Request) -> Response {
         )
             .into_response();
     }
+    no_such_endpoint(request.method(), request.uri().path())
+}
+
+/// The JSON 404 of a path that no route serves.
+pub(crate) fn no_such_endpoint(method: &Method, path: &str) -> Response {
     let body = serde_json::json!({
-        "error": format!("no such endpoint: {} {}", request.method(), request.uri().path()),
+        "error": format!("no such endpoint: {method} {path}"),
         "reason": "not_found",
     });
     (StatusCode::NOT_FOUND, axum::Json(body)).into_response()

@@ -1,10 +1,10 @@
 //! Arbitrary input never panics the request parsers: it parses or it gets
 //! an error (with a message).
 
-use kiln_store::pyroscope::app_name::parse_app_name;
-use kiln_store::pyroscope::{IngestBody, build_upload, parse_ingest_params};
-use kiln_store::selector::parse_selector;
-use kiln_store::timespec::parse_time_ms;
+use kiln_store::ingest::pyroscope::app_name::parse_app_name;
+use kiln_store::ingest::pyroscope::{IngestBody, build_upload, parse_ingest_params};
+use kiln_store::query::selector::parse_selector;
+use kiln_store::wire::time::parse_time_ms;
 use proptest::prelude::*;
 
 const NOW: i64 = 1_795_310_560_000;

@@ -1,4 +1,5 @@
-//! Limits on the main port's connections (audit R4): how many may be open,
+//! Limits on the main port's connections, so that slow or idle clients
+//! cannot hold every socket or slot: how many may be open,
 //! and how long a client may take to send a request's headers and body, or
 //! keep a connection open with nothing in flight. The settings are in
 //! `[server]` ([`ServerOptions`]).

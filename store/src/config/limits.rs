@@ -117,7 +117,8 @@ impl Limits {
 /// Queries in flight by default: one per 32 MiB of the memory budget.
 /// Query scratch has no byte reservation of its own; it shares the budget's
 /// last eighth with the runtime, and one query with a heavy `=~` pattern
-/// can hold a few MiB of compiled regex and DFA cache (audit R8).
+/// can hold a few MiB of compiled regex and DFA cache, so the slots bound
+/// what many heavy queries at once can take.
 fn default_query_slots(memory_budget: u64) -> usize {
     usize::try_from(memory_budget >> 25)
         .unwrap_or(usize::MAX)

@@ -1,4 +1,6 @@
-//! Bearer tokens (audit A1): never flags. The lists come from
+//! Bearer tokens, without which any pod in the cluster could read every
+//! namespace's profiles and write spoofed ones. Never flags, which any
+//! local user can read in the process list. The lists come from
 //! `KILN_WRITE_TOKENS` / `KILN_READ_TOKENS` or the config file, or from the
 //! files `--write-tokens-file` / `--read-tokens-file` name, read once at
 //! start-up.

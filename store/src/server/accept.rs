@@ -1,4 +1,5 @@
-//! The accept loop and each connection's watch (audit R4). `axum::serve`
+//! The accept loop and each connection's watch, so that slow or idle
+//! clients cannot hold the port's sockets and memory. `axum::serve`
 //! has no connection cap and no header, idle or "first request" timeouts,
 //! so slow clients could hold sockets, tasks and buffers for ever.
 //!

@@ -1,4 +1,6 @@
-//! Defences against web pages in a user's browser (audit A2).
+//! Defences against web pages in a user's browser: a page of any site
+//! can make the browser send requests to a store on the user's machine,
+//! to write into it or, through DNS rebinding, to read its profiles.
 //!
 //! - **Cross-site writes (CSRF).** A page on another site can make the
 //!   browser POST to the store (an `<form>` or `fetch` with `no-cors`). A

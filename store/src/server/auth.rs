@@ -1,48 +1,19 @@
 //! Optional bearer-token auth: one token list for writes, one for reads.
-//! An empty list leaves that side open (the default). Health, readiness and
-//! metrics are always open.
+//! An empty list leaves that side open (the default). Which side a request
+//! is on is its route's [`Access`] in the route table; health, readiness,
+//! metrics and the web UI are always open, and a path that no route serves
+//! is refused here, before any token is asked for or any handler runs.
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::routes::{self, Access};
 use crate::error::ApiError;
 use crate::state::AppState;
-
-/// What a path needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Ingest endpoints.
-    Write,
-    /// Query endpoints.
-    Read,
-    /// Health, readiness, metrics.
-    Open,
-}
-
-/// Classifies a request path.
-pub fn access_for_path(path: &str) -> Access {
-    if path == "/ingest"
-        || path == "/pyroscope/ingest"
-        || path.starts_with("/push.v1.PusherService/")
-        || path.starts_with("/parca.profilestore.v1alpha1.ProfileStoreService/")
-        || path.starts_with("/opentelemetry.proto.collector.profiles.")
-        || path == "/v1development/profiles"
-    {
-        Access::Write
-    } else if path.starts_with("/api/")
-        || path.starts_with("/kiln.query.v1.QueryService/")
-        || path.starts_with("/querier.v1.QuerierService/")
-        || path.starts_with("/pyroscope/render")
-        || path == "/pyroscope/label-values"
-    {
-        Access::Read
-    } else {
-        Access::Open
-    }
-}
+use crate::wire::content_type::{content_type, is_grpc};
 
 /// True when `header_value` carries one of `tokens`: `Bearer <token>`, or
 /// `Basic base64(<any user>:<token>)` for clients that only speak basic auth
@@ -60,7 +31,7 @@ pub fn bearer_matches(header_value: Option<&str>, tokens: &[String]) -> bool {
         .strip_prefix("Basic ")
         .or_else(|| value.strip_prefix("basic "))
     {
-        let Some(decoded) = crate::push_json::decode_base64(encoded.trim()) else {
+        let Some(decoded) = crate::wire::base64::decode(encoded.trim()) else {
             return false;
         };
         match decoded.iter().position(|&b| b == b':') {
@@ -83,13 +54,26 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The middleware.
+/// The access the request's route needs, from the route the router
+/// matched; `None` when no route serves it.
+pub fn access_for(request: &Request) -> Option<Access> {
+    match request.extensions().get::<MatchedPath>() {
+        Some(matched) => routes::access_of(matched.as_str()),
+        None => routes::fallback_access(request.method(), request.uri().path()),
+    }
+}
+
+/// The middleware: refuses a path that no route serves, then asks for the
+/// route's tokens, if any are configured.
 pub async fn require_token(
     State(state): State<AppState>,
     request: Request,
     next: Next,
 ) -> Response {
-    let (tokens, access_name) = match access_for_path(request.uri().path()) {
+    let Some(access) = access_for(&request) else {
+        return super::no_such_endpoint(request.method(), request.uri().path());
+    };
+    let (tokens, access_name) = match access {
         Access::Write => (state.write_tokens(), "writes"),
         Access::Read => (state.read_tokens(), "reads"),
         Access::Open => return next.run(request).await,
@@ -108,12 +92,7 @@ pub async fn require_token(
         access: access_name,
     };
     state.metrics().record_rejection("auth", err.reason());
-    let content_type = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if content_type.starts_with("application/grpc") {
+    if is_grpc(&content_type(request.headers())) {
         err.to_status().into_http::<Body>().map(Body::new)
     } else if request.uri().path().starts_with("/push.v1.")
         || request.uri().path().starts_with("/querier.v1.")
@@ -127,36 +106,6 @@ pub async fn require_token(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn paths_are_classified() {
-        assert_eq!(access_for_path("/ingest"), Access::Write);
-        assert_eq!(
-            access_for_path(kiln_api::OTLP_PROFILES_EXPORT_PATH),
-            Access::Write
-        );
-        assert_eq!(access_for_path("/v1development/profiles"), Access::Write);
-        assert_eq!(
-            access_for_path("/querier.v1.QuerierService/LabelNames"),
-            Access::Read
-        );
-        assert_eq!(access_for_path("/pyroscope/render"), Access::Read);
-        assert_eq!(
-            access_for_path("/push.v1.PusherService/Push"),
-            Access::Write
-        );
-        assert_eq!(
-            access_for_path("/parca.profilestore.v1alpha1.ProfileStoreService/WriteRaw"),
-            Access::Write
-        );
-        assert_eq!(access_for_path("/api/v1/flamegraph"), Access::Read);
-        assert_eq!(
-            access_for_path("/kiln.query.v1.QueryService/SelectMergePprof"),
-            Access::Read
-        );
-        assert_eq!(access_for_path("/metrics"), Access::Open);
-        assert_eq!(access_for_path("/readyz"), Access::Open);
-    }
 
     #[test]
     fn only_listed_bearer_tokens_pass() {
