@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -14,6 +14,7 @@ use kiln_api::parca::profilestore::v1alpha1::profile_store_service_server::{
 };
 use kiln_api::parca::profilestore::v1alpha1::{WriteRawRequest, WriteRawResponse};
 use kiln_pprof::DecodeLimits;
+use kiln_testkit::process::KillOnDrop;
 
 #[derive(Default, Clone)]
 struct Recorder {
@@ -46,15 +47,6 @@ impl ProfileStoreService for Recorder {
             .expect("not poisoned")
             .push((now, request.into_inner()));
         Ok(tonic::Response::new(WriteRawResponse::default()))
-    }
-}
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

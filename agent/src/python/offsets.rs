@@ -2,7 +2,7 @@
 //!
 //! Every number comes from the compiler: `agent/tests/python/offsets_probe.c`
 //! prints `offsetof`/`sizeof` against that version's own internal headers,
-//! and `agent/tests/python_offsets.rs` compiles it for each version and
+//! and `agent/tests/privileged/python_offsets.rs` compiles it for each version and
 //! compares with [`VersionOffsets::probe_lines`]. Within a minor version
 //! CPython keeps these layouts (they are read by debuggers and profilers).
 

@@ -1,29 +1,15 @@
-//! Helpers shared by the privileged agent tests: prerequisites (root, BTF,
-//! gcc), workloads, running the real agent binary, and flattening the pprof
-//! it writes. Each test crate uses a subset, hence the dead-code allowance.
-#![allow(dead_code)]
+//! Helpers of the privileged agent tests: prerequisites (root, BTF, gcc),
+//! workloads, running the real agent binary, and flattening the pprof it
+//! writes.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use kiln_pprof::{DecodeLimits, Profile};
-
-/// The sampling tests compete for two cores; run them one at a time so each
-/// gets its share of samples.
-pub static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Says that a test is skipped where a person running `cargo test` sees
-/// it: libtest captures `eprintln!` of passing tests, not direct writes.
-pub fn visible_skip(message: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{message}");
-}
-
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
+use kiln_testkit::prerequisites::{in_ci, visible_skip};
+use kiln_testkit::process::KillOnDrop;
 
 /// Whether the privileged prerequisites hold; panics in CI when not.
 #[track_caller]
@@ -48,19 +34,9 @@ pub fn privileged_prerequisites() -> bool {
         None => true,
         Some(problem) if in_ci() => panic!("privileged agent test cannot run in CI: {problem}"),
         Some(problem) => {
-            visible_skip(&format!("skipping privileged agent test: {problem}"));
+            visible_skip(&format!("privileged agent test: {problem}"));
             false
         }
-    }
-}
-
-/// A child process killed when the guard drops.
-pub struct KillOnDrop(pub Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -124,6 +100,50 @@ pub fn run_agent(args: &[&str], output_dir: &Path) -> Vec<Profile> {
         !profiles.is_empty(),
         "agent wrote no profiles; stderr: {stderr}"
     );
+    profiles
+}
+
+/// How long a test may keep sampling to collect the samples it needs: many
+/// times each test's nominal window. The agent samples on-CPU stacks, so a
+/// workload that gets less CPU on a busy machine yields fewer samples per
+/// second; the test then takes longer, but judges as many samples as on an
+/// idle machine, and fails only if they do not come at all.
+pub const SAMPLING_DEADLINE: Duration = Duration::from_secs(120);
+
+/// The samples in `profiles` (the sum of the first value, the sample count).
+pub fn sample_count(profiles: &[Profile]) -> i64 {
+    profiles
+        .iter()
+        .flat_map(|p| p.samples())
+        .map(|s| s.value[0])
+        .sum()
+}
+
+/// [`run_agent`] round after round, each round writing under its own
+/// directory in `output_dir`, until the profiles hold at least `min_samples`
+/// samples or `deadline` has passed since the first round began; returns
+/// the profiles of every round. `args` carry the agent's `--duration`, the
+/// length of one round.
+#[track_caller]
+pub fn run_agent_for_samples(
+    args: &[&str],
+    output_dir: &Path,
+    min_samples: i64,
+    deadline: Duration,
+) -> Vec<Profile> {
+    let began = Instant::now();
+    let mut profiles = Vec::new();
+    for round in 0.. {
+        profiles.extend(run_agent(args, &output_dir.join(format!("round-{round}"))));
+        let so_far = sample_count(&profiles);
+        eprintln!(
+            "round {round}: {so_far} samples after {:?}",
+            began.elapsed()
+        );
+        if so_far >= min_samples || began.elapsed() >= deadline {
+            break;
+        }
+    }
     profiles
 }
 

@@ -1,5 +1,5 @@
 //! Python frames of a containerized program: the program of
-//! `privileged_python.rs`, run by Debian's CPython inside a pod created
+//! `python_frames.rs`, run by Debian's CPython inside a pod created
 //! through CRI on a real containerd (its own mount and PID namespaces, the
 //! interpreter at paths only the container sees), found by the real agent in
 //! Kubernetes mode through its opt-in annotation, must be profiled the same
@@ -7,18 +7,15 @@
 //!
 //! Needs what `cri_e2e.rs` needs; in CI a missing prerequisite fails.
 
-#[path = "cri_harness/node.rs"]
-#[allow(dead_code)]
-mod node;
-#[path = "privileged_harness/python_program.rs"]
-mod python_program;
-
 use std::path::Path;
 use std::process::Command;
 
-use kiln_pprof::DecodeLimits;
-use node::{Containerd, connect, create_pod_running, remove_pod};
-use python_program::{MAIN, MODULE, samples_of};
+use kiln_testkit::prerequisites::{in_ci, visible_skip};
+
+use crate::SERIAL;
+use crate::agent_run::{SAMPLING_DEADLINE, run_agent_for_samples};
+use crate::cri_node::{self, Containerd, connect, create_pod_running, remove_pod};
+use crate::python_program::{MAIN, MIN_SAMPLES, MODULE, samples_of};
 
 const NAMESPACE: &str = "kiln-python";
 const PYTHON: &str = "/usr/bin/python3.11";
@@ -72,16 +69,17 @@ fn add_python(rootfs: &Path) {
 
 #[test]
 fn a_python_program_in_a_pod_is_profiled_with_its_python_frames() {
-    if !node::prerequisites() {
+    if !cri_node::prerequisites() {
         return;
     }
     if !Path::new(PYTHON).is_file() {
-        assert!(!node::in_ci(), "{PYTHON} is needed in CI");
-        eprintln!("skipping: {PYTHON} is not installed");
+        assert!(!in_ci(), "{PYTHON} is needed in CI");
+        visible_skip(&format!("{PYTHON} is not installed"));
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let work = tempfile::tempdir().expect("temp dir");
-    let archive = node::build_image_with(&work.path().join("image"), add_python);
+    let archive = cri_node::build_image_with(&work.path().join("image"), add_python);
     let containerd = Containerd::start(&work.path().join("containerd"));
     containerd.import(&archive);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -102,50 +100,34 @@ fn a_python_program_in_a_pod_is_profiled_with_its_python_frames() {
         &[("profiles.kiln.dev/enabled", "true")],
     ));
 
-    let out = work.path().join("profiles");
-    let agent = Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
-        .arg("--cri-socket")
-        .arg(&containerd.socket)
-        .args([
-            "--node-name",
-            "python-node",
-            "--frequency",
-            "99",
-            "--drain-interval",
-            "4s",
-        ])
-        .args([
-            "--resync-interval",
-            "1s",
-            "--duration",
-            "14s",
-            "--metrics-addr",
-            "off",
-        ])
-        .arg("--targets-file")
-        .arg(work.path().join("no-targets.json"))
-        .arg("--output-dir")
-        .arg(&out)
-        .output()
-        .expect("agent runs");
-    rt.block_on(remove_pod(&mut client, &pod));
-    let stderr = String::from_utf8_lossy(&agent.stderr);
-    assert!(agent.status.success(), "agent failed: {stderr}");
-
-    let mut profiles = Vec::new();
-    for entry in std::fs::read_dir(&out).expect("profiles written") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|e| e == "gz") {
-            let bytes = std::fs::read(&path).expect("readable");
-            profiles
-                .push(kiln_pprof::decode(&bytes, &DecodeLimits::default()).expect("valid pprof"));
-        }
-    }
-    assert!(
-        !profiles.is_empty(),
-        "no profile of the pod; agent log:\n{stderr}"
+    let socket = containerd.socket.to_str().expect("a UTF-8 socket path");
+    let targets_file = work.path().join("no-targets.json");
+    let args = [
+        "--cri-socket",
+        socket,
+        "--node-name",
+        "python-node",
+        "--frequency",
+        "99",
+        "--drain-interval",
+        "4s",
+        "--resync-interval",
+        "1s",
+        "--duration",
+        "14s",
+        "--targets-file",
+        targets_file.to_str().expect("a UTF-8 temp path"),
+    ];
+    // Rounds of 14 s until there are enough samples: a busy machine gives
+    // the pod's interpreter less CPU, and so fewer samples per round.
+    let profiles = run_agent_for_samples(
+        &args,
+        &work.path().join("profiles"),
+        MIN_SAMPLES,
+        SAMPLING_DEADLINE,
     );
+    rt.block_on(remove_pod(&mut client, &pod));
     let samples = samples_of(&profiles);
     let version = "Python 3.11 in a pod";
-    python_program::assert_python_frames(version, &samples);
+    crate::python_program::assert_python_frames(version, &samples);
 }

@@ -15,13 +15,10 @@ use kiln_cri::runtime::v1::{
     PodSandboxMetadata, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
     StopPodSandboxRequest,
 };
+use kiln_testkit::prerequisites::{in_ci, visible_skip};
 
 /// The image both the sandboxes (as pause) and the workloads run.
 pub const IMAGE: &str = "docker.io/kiln/cri-e2e:1";
-
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
 
 /// Whether root, containerd, ctr, runc, gcc with a static libc and BTF are here;
 /// panics in CI when not, prints a skip otherwise.
@@ -63,7 +60,7 @@ pub fn prerequisites() -> bool {
         None => true,
         Some(problem) if in_ci() => panic!("CRI end-to-end test cannot run in CI: {problem}"),
         Some(problem) => {
-            eprintln!("skipping CRI end-to-end test: {problem}");
+            visible_skip(&format!("CRI end-to-end test: {problem}"));
             false
         }
     }

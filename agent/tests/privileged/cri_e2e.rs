@@ -6,36 +6,23 @@
 //! (`CI=true`) a missing prerequisite fails; elsewhere the tests print a skip.
 //! The 50-pod churn measurement is `#[ignore]`d (it is a benchmark, see
 //! docs/benchmarks.md, row `k8s-agent.churn`):
-//! `cargo test -p kiln-agent --test cri_e2e -- --ignored --nocapture`.
-
-#[path = "cri_harness/node.rs"]
-mod node;
+//! `cargo test -p kiln-agent --test privileged cri_e2e:: -- --ignored --nocapture`.
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kiln_agent::cri_discovery::{KubernetesConfig, KubernetesTargets, run_discovery};
 use kiln_agent::target_set::{TargetSet, TargetSource as _};
-use node::{Containerd, connect, create_pod, remove_pod};
+use kiln_testkit::prerequisites::{in_ci, visible_skip};
+use kiln_testkit::process::KillOnDrop;
 
-/// One containerd at a time: the machine has two cores.
-static SERIAL: Mutex<()> = Mutex::new(());
+use crate::SERIAL;
+use crate::cri_node::{self, Containerd, connect, create_pod, remove_pod};
 
 const NAMESPACE: &str = "kiln-e2e";
-
-/// A child process killed when the guard drops.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// `kiln-store` next to this test's binary; `cargo test --workspace` builds it.
 fn store_binary() -> Option<PathBuf> {
@@ -48,8 +35,8 @@ fn store_binary() -> Option<PathBuf> {
         "{} is missing: run `cargo build -p kiln-store` first",
         candidate.display()
     );
-    assert!(!node::in_ci(), "{problem}");
-    eprintln!("skipping CRI end-to-end test: {problem}");
+    assert!(!in_ci(), "{problem}");
+    visible_skip(&format!("CRI end-to-end test: {problem}"));
     None
 }
 
@@ -209,14 +196,14 @@ fn annotated_pod_is_profiled_through_cri_and_the_other_only_once_a_reloaded_targ
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if !node::prerequisites() {
+    if !cri_node::prerequisites() {
         return;
     }
     let Some(store_bin) = store_binary() else {
         return;
     };
     let work = tempfile::tempdir().expect("temp dir");
-    let archive = node::build_image(&work.path().join("image"));
+    let archive = cri_node::build_image(&work.path().join("image"));
     let containerd = Containerd::start(&work.path().join("containerd"));
     containerd.import(&archive);
     let (_store, store_addr) = start_store(&work.path().join("store"), &store_bin);
@@ -269,7 +256,7 @@ fn annotated_pod_is_profiled_through_cri_and_the_other_only_once_a_reloaded_targ
             encode(&format!(r#"{{namespace="{NAMESPACE}"}}"#))
         ),
     );
-    let running = rt.block_on(node::running_containers(&mut client));
+    let running = rt.block_on(cri_node::running_containers(&mut client));
 
     // A late opt-in as the operator relays it: a target naming the running,
     // unannotated pod by kubelet's sandbox label. The agent picks the file up
@@ -354,11 +341,11 @@ fn discovery_survives_a_runtime_socket_that_disappears_and_comes_back() {
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if !node::prerequisites() {
+    if !cri_node::prerequisites() {
         return;
     }
     let work = tempfile::tempdir().expect("temp dir");
-    let archive = node::build_image(&work.path().join("image"));
+    let archive = cri_node::build_image(&work.path().join("image"));
     let containerd_dir = work.path().join("containerd");
     let socket = containerd_dir.join("containerd.sock");
 
@@ -464,14 +451,14 @@ fn fifty_pods_churn_agent_memory_and_cpu() {
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if !node::prerequisites() {
+    if !cri_node::prerequisites() {
         return;
     }
     let Some(store_bin) = store_binary() else {
         return;
     };
     let work = tempfile::tempdir().expect("temp dir");
-    let archive = node::build_image(&work.path().join("image"));
+    let archive = cri_node::build_image(&work.path().join("image"));
     let containerd = Containerd::start(&work.path().join("containerd"));
     containerd.import(&archive);
     let (_store, store_addr) = start_store(&work.path().join("store"), &store_bin);

@@ -21,8 +21,7 @@ use kiln_agent::collector::{Collector, CollectorConfig, CollectorParts};
 use kiln_agent::kallsyms::KernelSymbols;
 use kiln_agent::metrics::AgentMetrics;
 use kiln_agent::process_info::{ProcessTable, parse_stat_start_ticks};
-use kiln_agent::sample_source::SampleSource;
-use kiln_agent::sampler::{SamplerError, SnapshotBatch};
+use kiln_agent::sample_source::{SampleSource, SamplerError, SnapshotBatch};
 use kiln_agent::ship::{ShipItem, ShipQueue};
 use kiln_agent::symbolize::StackSymbolizer;
 use kiln_agent::target_set::{TargetEntry, TargetSet, TargetSource, TargetSourceError};
@@ -30,10 +29,7 @@ use kiln_agent::unwind::{StackUnwinder, StackUnwinderConfig};
 use kiln_contract::sample_labels::{COMM, PER_SAMPLE_LABELS, PID, TID};
 use kiln_pprof::{DecodeLimits, Profile};
 
-#[path = "recorded/own_stack.rs"]
-mod own_stack;
-
-use own_stack::{CapturedStack, capture_own_stack};
+use crate::capture::{CapturedStack, capture_own_stack};
 
 const FREQUENCY_HZ: u32 = 19;
 const PERIOD_NS: i64 = 1_000_000_000 / FREQUENCY_HZ as i64;

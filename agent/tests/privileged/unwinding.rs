@@ -7,16 +7,16 @@
 //! They need root. In CI (`CI=true`) a missing prerequisite fails the test;
 //! elsewhere it prints why it is skipped.
 
-#[path = "privileged_harness/agent_run.rs"]
-mod agent_run;
-
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use agent_run::{
-    FlatSample, KillOnDrop, SERIAL, flatten, in_ci, privileged_prerequisites, run_agent,
-    visible_skip,
+use kiln_testkit::prerequisites::{in_ci, visible_skip};
+use kiln_testkit::process::KillOnDrop;
+
+use crate::SERIAL;
+use crate::agent_run::{
+    FlatSample, SAMPLING_DEADLINE, flatten, privileged_prerequisites, run_agent_for_samples,
 };
 
 /// A program the test needs; fails in CI when missing, skips visibly elsewhere.
@@ -30,13 +30,18 @@ fn require_program(path: &str, why: &str) -> bool {
         .is_ok();
     if !found {
         assert!(!in_ci(), "{path} is needed in CI ({why})");
-        visible_skip(&format!("skipping: {path} is not installed ({why})"));
+        visible_skip(&format!("{path} is not installed ({why})"));
     }
     found
 }
 
-/// Samples the process for `seconds` at 99 Hz with the default unwinder and
-/// returns its flattened samples, checking their `language` label.
+/// The samples each test judges its shares on.
+const MIN_SAMPLES: i64 = 200;
+
+/// Samples the process in rounds of `seconds` at 99 Hz with the default
+/// unwinder, until there are [`MIN_SAMPLES`] (more rounds when a busy machine
+/// gives the process less CPU), and returns its flattened samples, checking
+/// their `language` label.
 fn profile_pid(pid: u32, seconds: u32, dir: &Path, language: &str) -> Vec<FlatSample> {
     let pid = pid.to_string();
     let duration = format!("{seconds}s");
@@ -50,7 +55,13 @@ fn profile_pid(pid: u32, seconds: u32, dir: &Path, language: &str) -> Vec<FlatSa
         "--duration",
         duration.as_str(),
     ];
-    let samples = flatten(&run_agent(&args, &dir.join(format!("profiles-{pid}"))));
+    let profiles = run_agent_for_samples(
+        &args,
+        &dir.join(format!("profiles-{pid}")),
+        MIN_SAMPLES,
+        SAMPLING_DEADLINE,
+    );
+    let samples = flatten(&profiles);
     assert!(
         samples.iter().all(|s| s.labels.get("pid") == Some(&pid)),
         "only the target process is sampled"
@@ -93,7 +104,10 @@ fn assert_reach(samples: &[FlatSample], callers: &[&str], floor: f64, what: &str
         "{what}: {total} samples, {:.1} % reach {callers:?}, median depth {median_depth}",
         share * 100.0
     );
-    assert!(total >= 200, "{what}: too few samples ({total}) to judge");
+    assert!(
+        total >= MIN_SAMPLES,
+        "{what}: too few samples ({total}) to judge"
+    );
     if share < floor {
         let mut shallow: Vec<&FlatSample> = samples
             .iter()
@@ -269,7 +283,7 @@ fn node_perf_map_frames_keep_their_javascript_names() {
         .map(|s| s.count)
         .sum();
     eprintln!("node: {named} of {total} samples name kilnHotJs");
-    assert!(total >= 200, "too few samples ({total})");
+    assert!(total >= MIN_SAMPLES, "too few samples ({total})");
     assert!(
         named as f64 >= 0.8 * total as f64,
         "only {named} of {total} samples name the JS function"
@@ -334,7 +348,7 @@ fn java_frames_are_named_from_the_hotspot_perf_map() {
         .map(|s| s.count)
         .sum();
     eprintln!("java: {named} of {total} samples name KilnHot.kilnHotJava");
-    assert!(total >= 200, "too few samples ({total})");
+    assert!(total >= MIN_SAMPLES, "too few samples ({total})");
     assert!(
         named as f64 >= 0.8 * total as f64,
         "only {named} of {total} samples name the Java method"

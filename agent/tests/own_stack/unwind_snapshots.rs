@@ -13,10 +13,7 @@ use kiln_agent::unwind_info::{
 };
 use proptest::prelude::*;
 
-#[path = "recorded/own_stack.rs"]
-mod own_stack;
-
-use own_stack::{CapturedStack as Captured, capture_own_stack as capture};
+use crate::capture::{CapturedStack as Captured, capture_own_stack as capture};
 
 #[inline(never)]
 fn middle_frame(depth: u32) -> (Captured, u64) {

@@ -1,6 +1,5 @@
 //! The Python program the Python-frame tests profile, and what its profile
-//! must show (shared by `privileged_python.rs` and `cri_python.rs`).
-#![allow(dead_code)]
+//! must show (shared by `python_frames.rs` and `cri_python.rs`).
 
 use kiln_pprof::Profile;
 
@@ -27,6 +26,10 @@ sys.path.insert(0, sys.argv[1])
 import kiln_work
 kiln_work.kiln_py_outer()
 ";
+
+/// The samples [`assert_python_frames`] needs to judge shares: the tests
+/// sample until they have this many (see `agent_run::SAMPLING_DEADLINE`).
+pub const MIN_SAMPLES: i64 = 300;
 
 /// One frame of a sample: (mapping file, function, function file, line).
 #[derive(Debug, Clone)]
@@ -100,7 +103,7 @@ fn position(frames: &[Frame], function: &str) -> Option<usize> {
 #[track_caller]
 pub fn assert_python_frames(version: &str, samples: &[Sample]) {
     let total: i64 = samples.iter().map(|s| s.count).sum();
-    assert!(total >= 300, "{version}: too few samples ({total})");
+    assert!(total >= MIN_SAMPLES, "{version}: too few samples ({total})");
     assert!(
         samples.iter().all(|s| s.language == "python"),
         "{version}: language=python"

@@ -5,8 +5,6 @@
 //! under `$KILN_TOOLS_DIR/debian-python` (never installed): bullseye's 3.9,
 //! which runs here, and the 3.9 and 3.13 development headers. Debian has
 //! never shipped 3.10 or 3.12, so their headers are not to be had here.
-//! Each test crate uses a subset, hence the dead-code allowance.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 

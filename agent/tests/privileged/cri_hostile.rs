@@ -14,7 +14,7 @@ use kiln_cri::runtime::v1::{ContainerFilter, ContainerStatusRequest, ListContain
 use kiln_pprof::DecodeLimits;
 
 use crate::agent_run::{FlatSample, flatten};
-use crate::node::{Containerd, Pod, connect, create_pod_running, remove_pod};
+use crate::cri_node::{Containerd, Pod, connect, create_pod_running, remove_pod};
 
 pub const NAMESPACE: &str = "kiln-hostile";
 
@@ -43,7 +43,7 @@ pub fn compile_static(source: &str, output: &Path, extra: &[&str]) {
 /// scenario inflates (built differently from `/control`, so its build id,
 /// the symbol cache's key, differs).
 fn build_hostile_image(work: &Path) -> PathBuf {
-    crate::node::build_image_with(work, |rootfs| {
+    crate::cri_node::build_image_with(work, |rootfs| {
         std::fs::create_dir_all(rootfs.join("tmp")).expect("rootfs /tmp");
         compile_static("control_spin.c", &rootfs.join("control"), &["-O2"]);
         compile_static("jit_spin.c", &rootfs.join("jit"), &["-O1"]);
@@ -146,6 +146,53 @@ async fn container_pid(client: &mut CriClient, pod: &Pod) -> u32 {
     ContainerDetails::from_status_info(&status.info)
         .pid
         .expect("the runtime reports the container's PID")
+}
+
+/// The CPU time `pid` has used so far, user and system (0 once it is gone).
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which may hold spaces and ends at
+    // the last ')': utime and stime, fields 14 and 15, are the 12th and 13th.
+    let ticks: u64 = stat.rsplit_once(')').map_or(0, |(_, rest)| {
+        rest.split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|field| field.parse::<u64>().ok())
+            .sum()
+    });
+    // SAFETY: sysconf has no preconditions.
+    let per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .unwrap_or(100)
+        .max(1);
+    Duration::from_nanos(ticks * (1_000_000_000 / per_second))
+}
+
+/// `wanted` samples, or fewer when the process got too little CPU for them:
+/// a quarter of what `cpu` of CPU time gives at the agent's 99 Hz. On an
+/// idle machine the pods get the CPU for `wanted`; on a busy one they get
+/// less, and fewer samples prove the same, that the agent profiles them.
+pub fn floor(wanted: i64, cpu: Duration) -> i64 {
+    let possible = cpu.as_secs_f64() * 99.0;
+    wanted.min((possible / 4.0) as i64).max(1)
+}
+
+/// The CPU time processes use from the moment it starts.
+pub struct CpuMeter(Vec<(u32, Duration)>);
+
+impl CpuMeter {
+    pub fn start(pids: &[u32]) -> CpuMeter {
+        CpuMeter(pids.iter().map(|&pid| (pid, cpu_time(pid))).collect())
+    }
+
+    /// The CPU time `pid`, one of the meter's, has used since the start.
+    pub fn used(&self, pid: u32) -> Duration {
+        let before = self
+            .0
+            .iter()
+            .find(|(p, _)| *p == pid)
+            .map_or(Duration::ZERO, |(_, before)| *before);
+        cpu_time(pid).saturating_sub(before)
+    }
 }
 
 /// Waits up to `limit` for `path` to exist.
@@ -349,6 +396,20 @@ impl Finished {
             (last_end - end(window)) / 1_000_000
         );
         window
+    }
+
+    /// The part of `cpu`, used over the whole run, that falls in the last
+    /// full window, taking the pace as even.
+    pub fn in_last_full_window(&self, cpu: Duration) -> Duration {
+        let first = self.windows.iter().map(|w| w.start_ns).min().unwrap_or(0);
+        let last_end = self
+            .windows
+            .iter()
+            .map(|w| w.start_ns + w.duration_ns)
+            .max()
+            .unwrap_or(0);
+        let span = (last_end - first).max(1) as f64;
+        cpu.mul_f64((self.last_full_window().duration_ns as f64 / span).min(1.0))
     }
 
     /// Samples of `pid` per window, for the report.

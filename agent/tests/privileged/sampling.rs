@@ -4,16 +4,18 @@
 //! They need root (BPF and perf events). In CI (`CI=true`) a missing
 //! prerequisite fails the test; elsewhere it prints why it is skipped.
 
-#[path = "privileged_harness/agent_run.rs"]
-mod agent_run;
-
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use agent_run::{
-    FlatSample, KillOnDrop, SERIAL, build_workload, canonical, flatten, in_ci, inclusive_count,
-    privileged_prerequisites, run_agent, spawn, visible_skip,
+use kiln_testkit::prerequisites::{in_ci, visible_skip};
+use kiln_testkit::process::KillOnDrop;
+
+use crate::SERIAL;
+use crate::agent_run::{
+    FlatSample, build_workload, canonical, flatten, inclusive_count, privileged_prerequisites,
+    run_agent, run_agent_for_samples, spawn,
 };
 use kiln_pprof::DecodeLimits;
 
@@ -45,27 +47,20 @@ fn pid_mode_names_both_hot_functions_in_their_cpu_ratio_and_nothing_else() {
 
     // ±5 % on a 3:1 ratio needs about 20 000 samples (ebpf-notes.md): the
     // ratio's relative error is then about 1.5 %. Other load on the machine
-    // slows the target down, so sample in 30 s rounds until there are enough.
-    let mut profiles = Vec::new();
-    for round in 0..6 {
-        let out = dir.path().join(format!("profiles-{round}"));
-        let args = [
-            "--pid",
-            &pid,
-            "--frequency",
-            "999",
-            "--drain-interval",
-            "10s",
-            "--duration",
-            "30s",
-        ];
-        profiles.extend(run_agent(&args, &out));
-        let so_far: i64 = flatten(&profiles).iter().map(|s| s.count).sum();
-        eprintln!("round {round}: {so_far} samples");
-        if so_far >= 20_000 {
-            break;
-        }
-    }
+    // slows the target down, so sample in 30 s rounds until there are enough
+    // (an idle core gives them in one), within ten rounds' time.
+    let args = [
+        "--pid",
+        &pid,
+        "--frequency",
+        "999",
+        "--drain-interval",
+        "10s",
+        "--duration",
+        "30s",
+    ];
+    let deadline = Duration::from_secs(300);
+    let profiles = run_agent_for_samples(&args, &dir.path().join("profiles"), 20_000, deadline);
     let samples = flatten(&profiles);
     let total: i64 = samples.iter().map(|s| s.count).sum();
     let three = inclusive_count(&samples, "hot_three_parts");
@@ -73,7 +68,7 @@ fn pid_mode_names_both_hot_functions_in_their_cpu_ratio_and_nothing_else() {
     eprintln!("samples: total {total}, hot_three_parts {three}, hot_one_part {one}");
     assert!(
         total >= 20_000,
-        "too few samples ({total}) to check a ratio after 6 rounds"
+        "too few samples ({total}) to check a ratio within {deadline:?}"
     );
     assert!(one > 0, "hot_one_part never sampled");
     let ratio = three as f64 / one as f64;
@@ -198,7 +193,7 @@ fn cgroup_mode_samples_only_processes_in_the_target_cgroup() {
         if in_ci() {
             panic!("no cgroup2 mount on this host");
         }
-        visible_skip("skipping: no cgroup2 mount");
+        visible_skip("no cgroup2 mount");
         return;
     };
     let cgroup = root.join(format!("kiln-agent-test-{}", std::process::id()));

@@ -5,30 +5,24 @@
 //! This test compiles `tests/python/offsets_probe.c` against the internal
 //! headers of each CPython version it can find (Debian's 3.11, and the 3.9
 //! and 3.13 headers `./kiln-dev test` unpacks from Debian's archive; see
-//! `tests/python/interpreters.rs`) and compares what the compiler says with
+//! `interpreters.rs`) and compares what the compiler says with
 //! the table. In CI a version Debian ships must be there; 3.10 and 3.12,
 //! which Debian never shipped, are skipped with a message.
-
-#[path = "python/interpreters.rs"]
-mod interpreters;
 
 use std::path::Path;
 use std::process::Command;
 
-use interpreters::{HEADERS_FROM_DEBIAN, header_flags, required_interpreters};
 use kiln_agent::python::line_table::{LineTableFormat, line_of};
 use kiln_agent::python::offsets::{SUPPORTED, for_minor};
+use kiln_testkit::prerequisites::{in_ci, visible_skip};
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
+use crate::interpreters::{HEADERS_FROM_DEBIAN, header_flags, required_interpreters};
 
 /// Says what was skipped where libtest's capture cannot hide it; in CI a
 /// skip of something `./kiln-dev test` provides fails the test.
 fn skip(message: &str, required: bool) {
-    use std::io::Write;
     assert!(!(required && in_ci()), "{message} (needed in CI)");
-    let _ = writeln!(std::io::stderr(), "skipping: {message}");
+    visible_skip(message);
 }
 
 fn probe(flags: &[String], out_dir: &Path) -> Vec<(String, u64)> {

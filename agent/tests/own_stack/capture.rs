@@ -1,7 +1,6 @@
 //! The calling thread's user registers and the top of its stack, copied the
 //! way the BPF program copies a sampled thread's (shared by the rootless
 //! unwinding and collector tests).
-#![allow(dead_code)]
 
 use kiln_agent::abi::STACK_SNAPSHOT_BYTES;
 
