@@ -11,16 +11,48 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sort"
+	"syscall"
 	"time"
 )
 
 var sink []byte
 var kept [][]int
 
+// deadline ends a burn after an amount of this process's CPU time, not of
+// the wall clock: on a busy machine the program gets the CPU later but not
+// less, so its profile holds as many samples as on an idle one. A minute of
+// wall time bounds it all the same.
+type deadline struct {
+	cpu  time.Duration
+	wall time.Time
+}
+
+// cpuNow is a deadline that has just passed; Add moves it later.
+func cpuNow() deadline {
+	return deadline{cpu: cpuTime(), wall: time.Now().Add(time.Minute)}
+}
+
+func (d deadline) Add(work time.Duration) deadline {
+	return deadline{cpu: d.cpu + work, wall: d.wall}
+}
+
+func (d deadline) passed() bool {
+	return cpuTime() >= d.cpu || time.Now().After(d.wall)
+}
+
+// cpuTime is the CPU time the process has used, in user and kernel mode.
+func cpuTime() time.Duration {
+	var usage syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
+		panic(err)
+	}
+	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
+}
+
 // burnHash hashes in a loop: one recognisable CPU-bound frame.
-func burnHash(until time.Time) {
+func burnHash(until deadline) {
 	sum := sha256.Sum256([]byte("kiln"))
-	for time.Now().Before(until) {
+	for !until.passed() {
 		for i := 0; i < 1000; i++ {
 			sum = sha256.Sum256(sum[:])
 		}
@@ -29,8 +61,8 @@ func burnHash(until time.Time) {
 }
 
 // burnSort sorts fresh slices: a second CPU frame that also allocates.
-func burnSort(until time.Time) {
-	for time.Now().Before(until) {
+func burnSort(until deadline) {
+	for !until.passed() {
 		values := make([]int, 4096)
 		for i := range values {
 			values[i] = (i * 7919) % 4099
@@ -55,7 +87,7 @@ func main() {
 	if err := pprof.StartCPUProfile(cpu); err != nil {
 		panic(err)
 	}
-	until := time.Now().Add(700 * time.Millisecond)
+	until := cpuNow().Add(700 * time.Millisecond)
 	burnHash(until)
 	burnSort(until.Add(700 * time.Millisecond))
 	pprof.StopCPUProfile()

@@ -13,16 +13,48 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sort"
+	"syscall"
 	"time"
 )
 
 var sink []byte
 var kept [][]int
 
+// deadline ends a burn after an amount of this process's CPU time, not of
+// the wall clock: on a busy machine the program gets the CPU later but not
+// less, so its profile holds as many samples as on an idle one. A minute of
+// wall time bounds it all the same.
+type deadline struct {
+	cpu  time.Duration
+	wall time.Time
+}
+
+// cpuNow is a deadline that has just passed; Add moves it later.
+func cpuNow() deadline {
+	return deadline{cpu: cpuTime(), wall: time.Now().Add(time.Minute)}
+}
+
+func (d deadline) Add(work time.Duration) deadline {
+	return deadline{cpu: d.cpu + work, wall: d.wall}
+}
+
+func (d deadline) passed() bool {
+	return cpuTime() >= d.cpu || time.Now().After(d.wall)
+}
+
+// cpuTime is the CPU time the process has used, in user and kernel mode.
+func cpuTime() time.Duration {
+	var usage syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
+		panic(err)
+	}
+	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
+}
+
 // spinHash hashes in a loop: a CPU-bound frame the test looks for.
-func spinHash(until time.Time) {
+func spinHash(until deadline) {
 	sum := sha256.Sum256([]byte("kiln-pprof"))
-	for time.Now().Before(until) {
+	for !until.passed() {
 		for i := 0; i < 1000; i++ {
 			sum = sha256.Sum256(sum[:])
 		}
@@ -31,8 +63,8 @@ func spinHash(until time.Time) {
 }
 
 // sortFresh sorts new slices and keeps some: CPU and heap in one frame.
-func sortFresh(until time.Time) {
-	for time.Now().Before(until) {
+func sortFresh(until deadline) {
+	for !until.passed() {
 		values := make([]int, 2048)
 		for i := range values {
 			values[i] = (i * 7919) % 2053
@@ -70,9 +102,9 @@ func main() {
 		}
 		// The label is carried on each sample of the labelled work.
 		pprof.Do(context.Background(), pprof.Labels("phase", "hash"), func(context.Context) {
-			spinHash(time.Now().Add(600 * time.Millisecond))
+			spinHash(cpuNow().Add(600 * time.Millisecond))
 		})
-		sortFresh(time.Now().Add(600 * time.Millisecond))
+		sortFresh(cpuNow().Add(600 * time.Millisecond))
 		pprof.StopCPUProfile()
 		return nil
 	})

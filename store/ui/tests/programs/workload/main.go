@@ -12,10 +12,42 @@ import (
 	"os"
 	"runtime/pprof"
 	"sort"
+	"syscall"
 	"time"
 )
 
 var sink []byte
+
+// deadline ends a burn after an amount of this process's CPU time, not of
+// the wall clock: on a busy machine the program gets the CPU later but not
+// less, so its profile holds as many samples as on an idle one. A minute of
+// wall time bounds it all the same.
+type deadline struct {
+	cpu  time.Duration
+	wall time.Time
+}
+
+// cpuNow is a deadline that has just passed; Add moves it later.
+func cpuNow() deadline {
+	return deadline{cpu: cpuTime(), wall: time.Now().Add(time.Minute)}
+}
+
+func (d deadline) Add(work time.Duration) deadline {
+	return deadline{cpu: d.cpu + work, wall: d.wall}
+}
+
+func (d deadline) passed() bool {
+	return cpuTime() >= d.cpu || time.Now().After(d.wall)
+}
+
+// cpuTime is the CPU time the process has used, in user and kernel mode.
+func cpuTime() time.Duration {
+	var usage syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
+		panic(err)
+	}
+	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
+}
 
 // hashItems is the shared hot function.
 //
@@ -29,22 +61,22 @@ func hashItems(rounds int) {
 }
 
 //go:noinline
-func auditLog(until time.Time) {
-	for time.Now().Before(until) {
+func auditLog(until deadline) {
+	for !until.passed() {
 		hashItems(2000)
 	}
 }
 
 //go:noinline
-func handleCheckout(until time.Time) {
-	for time.Now().Before(until) {
+func handleCheckout(until deadline) {
+	for !until.passed() {
 		hashItems(2000)
 	}
 }
 
 //go:noinline
-func handleSearch(until time.Time) {
-	for time.Now().Before(until) {
+func handleSearch(until deadline) {
+	for !until.passed() {
 		hashItems(500)
 		values := make([]int, 2048)
 		for i := range values {
@@ -55,9 +87,9 @@ func handleSearch(until time.Time) {
 }
 
 //go:noinline
-func handleIngest(until time.Time) {
+func handleIngest(until deadline) {
 	buffer := make([]byte, 1<<16)
-	for time.Now().Before(until) {
+	for !until.passed() {
 		for i := range buffer {
 			buffer[i] = byte(i * 31)
 		}
@@ -70,7 +102,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: workload <checkout|search|ingest> <cpu.pprof>")
 		os.Exit(2)
 	}
-	handlers := map[string]func(time.Time){
+	handlers := map[string]func(deadline){
 		"checkout": handleCheckout,
 		"search":   handleSearch,
 		"ingest":   handleIngest,
@@ -87,7 +119,7 @@ func main() {
 	if err := pprof.StartCPUProfile(out); err != nil {
 		panic(err)
 	}
-	start := time.Now()
+	start := cpuNow()
 	handler(start.Add(800 * time.Millisecond))
 	auditLog(start.Add(1200 * time.Millisecond))
 	pprof.StopCPUProfile()
