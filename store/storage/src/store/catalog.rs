@@ -6,6 +6,7 @@
 //! in the `store` module's documentation.
 //!
 //! - `read`: the queries, over the live head, the view and the cache;
+//! - `merge`: merges, answered from cached partials where they can be;
 //! - `listing`: listing the bucket again into the view;
 //! - `cache`: decoded blocks and merge partials, within a byte budget;
 //! - `incomplete`: what a query could not read, beside its answer.
@@ -13,6 +14,7 @@
 mod cache;
 mod incomplete;
 mod listing;
+mod merge;
 mod read;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -9,11 +9,11 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use kiln_engine::model::{BlockMeta, LabelSet, Matcher, ProfileType, Selector, TimeRange};
 use kiln_engine::{
-    Block, BlockError, CompiledMatcher, CompiledSelector, MergedProfile, QueryError, Queryable,
-    Timeline, compile_matchers,
+    Block, BlockError, CompiledMatcher, CompiledSelector, QueryError, Queryable, Timeline,
+    compile_matchers,
 };
 
-use super::cache::{Evicted, SpanKey, partial_key};
+use super::cache::Evicted;
 use super::incomplete::{self, Incomplete};
 use crate::bucket::{BucketRanges, CorruptBlock};
 use crate::error::StorageError;
@@ -209,7 +209,7 @@ impl Store {
     /// of the blocks to visit; it returns, per block, whether it answered
     /// it (the others are loaded and visited). `finish` turns the result
     /// into the answer on the same blocking thread.
-    async fn visit_all_cached<C, T, R, F, K>(
+    pub(super) async fn visit_all_cached<C, T, R, F, K>(
         &self,
         range: TimeRange,
         compile: impl FnOnce() -> Result<C, QueryError> + Send + 'static,
@@ -395,41 +395,6 @@ impl Store {
         .await
     }
 
-    /// Merges every sample selected by `selector` in `range`.
-    ///
-    /// Blocks come from their cached partials where the cache has them,
-    /// and the settled blocks the range covers whole (see [`settled_span`])
-    /// from one partial of them all: a warm merge over a week then adds
-    /// one partial for the finished days, not one per block, and the cache
-    /// holds their common symbols once.
-    pub async fn merge(
-        &self,
-        selector: &Selector,
-        range: TimeRange,
-    ) -> Result<MergedProfile, StorageError> {
-        let selector = selector.clone();
-        let compiled = selector.clone();
-        let cached_selector = selector.clone();
-        let shared = Arc::clone(&self.shared);
-        let cache_shared = Arc::clone(&self.shared);
-        let finish_shared = Arc::clone(&self.shared);
-        self.visit_all_cached(
-            range,
-            move || CompiledSelector::new(&compiled),
-            MergeInProgress::default,
-            move |s, q, acc| match q.as_block() {
-                Some(block) => {
-                    let target = acc.target_for(&block.meta().id);
-                    merge_block(&shared, block, &selector, s, range, target)
-                }
-                None => q.merge_into(s, range, &mut acc.merged),
-            },
-            move |metas, acc| answer_from_cache(&cache_shared, metas, &cached_selector, range, acc),
-            move |acc| acc.finish(&finish_shared),
-        )
-        .await
-    }
-
     /// Per-step totals of the selection.
     pub async fn timeline(
         &self,
@@ -450,144 +415,6 @@ impl Store {
     }
 }
 
-/// A merge while its blocks are visited.
-#[derive(Default)]
-struct MergeInProgress {
-    merged: MergedProfile,
-    /// The settled span's partial, built from its blocks on a cache miss.
-    span: Option<SpanInProgress>,
-}
-
-struct SpanInProgress {
-    key: SpanKey,
-    merged: MergedProfile,
-    /// Blocks of the span added so far (a skipped corrupt block leaves the
-    /// span incomplete, and then it is not cached).
-    added: usize,
-}
-
-impl MergeInProgress {
-    /// Where block `id`'s share goes: the span being built if `id` is in
-    /// it, else the merge.
-    fn target_for(&mut self, id: &str) -> &mut MergedProfile {
-        match &mut self.span {
-            Some(span) if span.key.1.iter().any(|b| b == id) => {
-                span.added += 1;
-                &mut span.merged
-            }
-            _ => &mut self.merged,
-        }
-    }
-
-    /// The answer: the merge plus the span built meanwhile, which is
-    /// cached when every block of it was read.
-    fn finish(self, shared: &Shared) -> MergedProfile {
-        let Self { mut merged, span } = self;
-        if let Some(span) = span {
-            let complete = span.added == span.key.1.len();
-            let partial = Arc::new(span.merged.into_partial());
-            merged.add_partial(&partial);
-            if complete {
-                let evicted = lock(&shared.catalog.cache).insert_span_partial(span.key, partial);
-                free_evicted(evicted);
-            }
-        }
-        merged
-    }
-}
-
-/// The settled blocks among `metas` that `range` covers whole: those of
-/// the days before the newest block's day, which only a day compaction or
-/// retention changes, so a span of them keeps its key while newer blocks
-/// come and go. None for fewer than two blocks.
-fn settled_span(metas: &[BlockMeta], range: TimeRange) -> Option<Vec<String>> {
-    let newest = metas.iter().map(|m| m.max_time_ms).max()?;
-    let settled_before = newest - newest.rem_euclid(crate::planner::DAY_MS);
-    let mut ids: Vec<String> = metas
-        .iter()
-        .filter(|m| m.max_time_ms < settled_before)
-        .filter(|m| m.min_time_ms >= range.start_ms && m.max_time_ms < range.end_ms)
-        .map(|m| m.id.clone())
-        .collect();
-    ids.sort_unstable();
-    (ids.len() >= 2).then_some(ids)
-}
-
-/// Answers what the cache can of `metas` for a merge: the settled span
-/// from its partial (or starts building it), then single blocks from
-/// theirs. Returns which blocks were answered.
-fn answer_from_cache(
-    shared: &Shared,
-    metas: &[BlockMeta],
-    selector: &Selector,
-    range: TimeRange,
-    acc: &mut MergeInProgress,
-) -> Vec<bool> {
-    let mut answered = vec![false; metas.len()];
-    if let Some(ids) = settled_span(metas, range) {
-        let key: SpanKey = (selector.clone(), ids);
-        let cached = lock(&shared.catalog.cache).span_partial(&key);
-        match cached {
-            Some(partial) => {
-                acc.merged.add_partial(&partial);
-                for (i, meta) in metas.iter().enumerate() {
-                    answered[i] = key.1.contains(&meta.id);
-                }
-            }
-            None => {
-                acc.span = Some(SpanInProgress {
-                    key,
-                    merged: MergedProfile::new(),
-                    added: 0,
-                });
-            }
-        }
-    }
-    for (i, meta) in metas.iter().enumerate() {
-        if answered[i] {
-            continue;
-        }
-        // A partial cached for the block answers without the block, which
-        // may have been evicted long since.
-        let key = partial_key(meta, selector, range);
-        let cached = lock(&shared.catalog.cache).partial(&meta.id, &key);
-        if let Some(partial) = cached {
-            acc.target_for(&meta.id).add_partial(&partial);
-            answered[i] = true;
-        }
-    }
-    answered
-}
-
-/// Adds `block`'s share of a merge to `acc` from the partial cached for
-/// the block, this selection and the range's clip to the block, or
-/// computes it and caches it. A warm merge over many blocks then translates
-/// each block's distinct stacks once instead of reading every series of
-/// every block again.
-fn merge_block(
-    shared: &Shared,
-    block: &Block,
-    selector: &Selector,
-    compiled: &CompiledSelector,
-    range: TimeRange,
-    acc: &mut MergedProfile,
-) -> Result<(), QueryError> {
-    let id = &block.meta().id;
-    let key = partial_key(block.meta(), selector, range);
-    let cached = lock(&shared.catalog.cache).partial(id, &key);
-    let partial = match cached {
-        Some(partial) => partial,
-        None => {
-            let partial = Arc::new(block.merge_partial(compiled, range)?);
-            let evicted = lock(&shared.catalog.cache).insert_partial(id, key, Arc::clone(&partial));
-            free_evicted(evicted);
-            partial
-        }
-    };
-    acc.add_partial(&partial);
-    Ok(())
-}
-
 /// Evicted bytes past which a query hands free memory back to the OS.
 /// Measured with the workload bench under a 512 MiB budget: each decoded
 /// block a long-range query evicted left its hundreds of thousands of small
@@ -597,7 +424,7 @@ const TRIM_AFTER_EVICTED_BYTES: u64 = 8 << 20;
 
 /// Frees what the cache evicted (outside its lock, on a query's blocking
 /// thread) and, when that was much, returns the free pages to the OS.
-fn free_evicted(evicted: Evicted) {
+pub(super) fn free_evicted(evicted: Evicted) {
     let bytes = evicted.bytes;
     drop(evicted);
     if bytes >= TRIM_AFTER_EVICTED_BYTES {
