@@ -10,7 +10,9 @@ use kiln_engine::model::{Label, LabelSet};
 use kiln_pprof::{DecodeLimits, FunctionSpec, MappingSpec, ProfileBuilder};
 use kiln_storage::wal::record::{WalRecord, decode_payload, encode_frame, parse_segment};
 use kiln_store::ingest::otlp::{OtlpLimits, decode_export};
-use kiln_store::ingest::pyroscope::{IngestBody, MultipartParts, build_upload, parse_ingest_params};
+use kiln_store::ingest::pyroscope::{
+    IngestBody, MultipartParts, build_upload, parse_ingest_params,
+};
 use prost::Message;
 
 /// The fuzz targets, by the name `--target` takes.
@@ -277,7 +279,9 @@ mod tests {
     fn seeds_are_valid_inputs_not_just_bytes() {
         let pprof = &seeds("pprof")[0];
         assert!(kiln_pprof::decode(pprof, &DecodeLimits::default()).is_ok());
-        assert!(kiln_store::ingest::push_json::push_request_from_json(&seeds("push_json")[0]).is_ok());
+        assert!(
+            kiln_store::ingest::push_json::push_request_from_json(&seeds("push_json")[0]).is_ok()
+        );
         for body in seeds("otlp") {
             assert!(decode_export(&body, &OtlpLimits::default()).is_ok());
         }
