@@ -41,8 +41,11 @@ echo "building helm $version with $(go version) into $prefix (first run only)" >
 started=$SECONDS
 mkdir -p "$prefix/bin"
 # Built next to its final name and renamed, so an interrupted build leaves no helm behind.
+# The partial name is this process's own: ./kiln-dev test may build helm in the background
+# and in the foreground at once, and each rename then puts a whole binary in place.
+partial="$prefix/bin/helm.partial.$$"
 (cd "$module_dir" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" \
-  -o "$prefix/bin/helm.partial" helm.sh/helm/v3/cmd/helm)
-mv "$prefix/bin/helm.partial" "$prefix/bin/helm"
+  -o "$partial" helm.sh/helm/v3/cmd/helm)
+mv -f "$partial" "$prefix/bin/helm"
 echo "built helm $version in $((SECONDS - started)) s" >&2
 echo "$prefix/bin/helm"
