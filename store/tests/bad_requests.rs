@@ -1,17 +1,19 @@
 //! Every kind of bad request gets a 4xx (or a gRPC error status) whose
 //! message says what is wrong, and none of them takes the server down.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{StoreProcess, enc, get, http};
 use kiln_api::push::v1::pusher_service_client::PusherServiceClient;
 use kiln_api::push::v1::{PushRequest, RawProfileSeries, RawSample};
 use kiln_api::types::v1::LabelPair;
+use kiln_testkit::http::{enc, get, http};
+use kiln_testkit::store_process::StoreProcess;
 use prost::Message;
+
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 fn gzip(data: &[u8]) -> Vec<u8> {
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -67,7 +69,7 @@ fn case(
 
 #[test]
 fn bad_http_requests_get_4xx_with_a_message_naming_the_problem() {
-    let store = StoreProcess::start(&["--max-request-bytes", "4096"]);
+    let store = StoreProcess::start(KILN_STORE, &["--max-request-bytes", "4096"]);
     let proto = [("Content-Type", "application/proto")];
     let mut gzip_junk = gzip(b"hello world, this is not going to survive");
     gzip_junk.truncate(20);
@@ -385,7 +387,7 @@ fn bad_http_requests_get_4xx_with_a_message_naming_the_problem() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_grpc_push_gets_invalid_argument_and_oversized_messages_are_refused() {
-    let store = StoreProcess::start(&["--max-request-bytes", "4096"]);
+    let store = StoreProcess::start(KILN_STORE, &["--max-request-bytes", "4096"]);
     let channel = tonic::transport::Endpoint::from_shared(store.url())
         .expect("url")
         .connect()
@@ -416,11 +418,12 @@ async fn bad_grpc_push_gets_invalid_argument_and_oversized_messages_are_refused(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bearer_tokens_guard_writes_and_reads_when_configured() {
     // The write token from a file (as the operator mounts a Secret), the
-    // read token from the environment: tokens are never flags (audit A1).
+    // read token from the environment: tokens are never flags (a flag shows in `/proc/*/cmdline` to every process on the host).
     let token_dir = tempfile::tempdir().expect("temp dir");
     let write_token_file = token_dir.path().join("write-token");
     std::fs::write(&write_token_file, "w-secret\n").expect("write token file");
     let store = StoreProcess::start_with_env(
+        KILN_STORE,
         tempfile::tempdir().expect("temp dir"),
         &[
             "--write-tokens-file",
@@ -481,7 +484,7 @@ async fn bearer_tokens_guard_writes_and_reads_when_configured() {
 
 #[test]
 fn overload_answers_429_instead_of_queueing() {
-    let store = StoreProcess::start(&["--max-inflight", "1"]);
+    let store = StoreProcess::start(KILN_STORE, &["--max-inflight", "1"]);
     // Hold the only slot: a request whose body never finishes arriving.
     let mut slow = TcpStream::connect(store.addr).expect("connect");
     slow.write_all(
@@ -526,11 +529,11 @@ fn overload_answers_429_instead_of_queueing() {
     }
 }
 
-/// Audit R4: a body that trickles holds its ingest slot only until the
+/// Slowloris: a body that trickles holds its ingest slot only until the
 /// body read timeout, then is refused with 408.
 #[test]
 fn a_body_that_does_not_arrive_within_the_body_read_timeout_gets_408() {
-    let store = StoreProcess::start(&["--body-read-timeout", "1s"]);
+    let store = StoreProcess::start(KILN_STORE, &["--body-read-timeout", "1s"]);
     let mut slow = TcpStream::connect(store.addr).expect("connect");
     slow.set_read_timeout(Some(Duration::from_secs(60)))
         .expect("read timeout");

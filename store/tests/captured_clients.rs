@@ -1,20 +1,21 @@
 //! The exact requests real Pyroscope clients send, replayed byte for byte
 //! against a real `kiln-store`, then queried back: requests the real
-//! `pyroscope-io` clients (0.8 and 1.x) send at test time to a recorder in
-//! the test, and, where `../shared/testdata/clients` is checked out, the
+//! `pyroscope-io` clients (0.8 and 1.x) and the pyroscope-go SDK send at
+//! test time to a recorder in the test, and, where `../shared/testdata/clients` is checked out, the
 //! captures there (Node and Rust clients too).
-
-mod common;
-
-#[path = "support/recorder.rs"]
-mod recorder;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{StoreProcess, enc, flamegraph_names, get, http, missing_prerequisite, testdata_dir};
-use recorder::{Recorded, Recorder};
+use kiln_testkit::fixtures::shared_testdata;
+use kiln_testkit::http::{enc, flamegraph_names, get, http};
+use kiln_testkit::recorder::{Recorded, Recorder};
+use kiln_testkit::store_process::StoreProcess;
+use kiln_testkit::tools::venv_python;
+
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 /// The capture machine's clock read November 2026: query a fixed window
 /// around the captures, independent of today's clock.
@@ -117,17 +118,17 @@ fn label_values_in(store: &StoreProcess, name: &str, window: &str) -> Vec<String
 
 #[test]
 fn every_captured_client_request_is_accepted_and_queryable() {
-    let Some(testdata) = testdata_dir() else {
+    let Some(clients) = shared_testdata("clients") else {
         let _ = writeln!(
             std::io::stderr(),
             "SKIPPED: the ../shared client captures (Node, Rust, Python) were not replayed; \
-             live_pyroscope_io_requests_replay_byte_for_byte_and_query_back covers Python"
+             live_pyroscope_io_requests_replay_byte_for_byte_and_query_back covers Python, \
+             live_pyroscope_go_requests_replay_byte_for_byte_and_query_back an SDK with tags in name="
         );
         return;
     };
-    let clients = testdata.join("clients");
     // The captures carry their own (fixed) times; keep them accepted.
-    let store = StoreProcess::start(&["--retention", "36500d"]);
+    let store = StoreProcess::start(KILN_STORE, &["--retention", "36500d"]);
     let mut sent = 0;
     for client in [
         "python-pyroscope-io-1.4.0",
@@ -185,19 +186,6 @@ fn every_captured_client_request_is_accepted_and_queryable() {
     let endpoints = label_values(&store, "endpoint");
     assert!(endpoints.contains(&"/a".to_owned()), "{endpoints:?}");
     assert!(endpoints.contains(&"/b".to_owned()), "{endpoints:?}");
-}
-
-/// The `pyroscope-io` client in `$KILN_TOOLS_DIR/<venv>` (created by
-/// `./kiln-dev test`), or `None` after a visible note (a failure in CI).
-fn venv_python(venv: &str) -> Option<PathBuf> {
-    let tools = std::env::var("KILN_TOOLS_DIR").unwrap_or_else(|_| "/var/tmp/kiln-tools".into());
-    let python = PathBuf::from(tools).join(venv).join("bin/python");
-    if python.is_file() {
-        Some(python)
-    } else {
-        missing_prerequisite(&format!("{} (pyroscope-io venv)", python.display()));
-        None
-    }
 }
 
 /// Runs the capture program with the client in `venv` against a recorder
@@ -280,7 +268,7 @@ fn live_pyroscope_io_requests_replay_byte_for_byte_and_query_back() {
         ingest.iter().map(|r| &r.target).collect::<Vec<_>>()
     );
 
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     for request in push.iter().chain(&ingest) {
         replay(&store, request);
     }
@@ -328,4 +316,67 @@ fn live_pyroscope_io_requests_replay_byte_for_byte_and_query_back() {
         label_values_in(&store, "otel.scope.name", window)
             .contains(&"com.grafana.pyroscope/python".to_owned())
     );
+}
+
+/// A twin of `every_captured_client_request_is_accepted_and_queryable` for
+/// what the Python twin above leaves out: a real SDK that puts its static
+/// tags in `name=app{k=v,...}`, a `/` in a value among them, as the Node
+/// client's captures do, and uploads heap types beside CPU. pyroscope-go
+/// sends its multipart `/ingest` requests now, and they are replayed
+/// byte for byte.
+#[test]
+fn live_pyroscope_go_requests_replay_byte_for_byte_and_query_back() {
+    use kiln_testkit::real_inputs::pyroscope_go::{FUNCTIONS, STATIC_TAGS, run_pyroscope_go_app};
+    let work = tempfile::tempdir().expect("temporary directory");
+    let recorder = Recorder::start();
+    let app = "kiln.capture.go";
+    if run_pyroscope_go_app(work.path(), recorder.url(), app, 3.0).is_none() {
+        return;
+    }
+    let requests = recorder.requests();
+    assert!(
+        !requests.is_empty() && requests.iter().all(|r| r.target.starts_with("/ingest?")),
+        "pyroscope-go targets: {:?}",
+        requests.iter().map(|r| &r.target).collect::<Vec<_>>()
+    );
+    let store = StoreProcess::start(KILN_STORE, &[]);
+    for request in &requests {
+        replay(&store, request);
+    }
+
+    let window = "from=now-10m";
+    let types = profile_types_in(&store, window);
+    let cpu_type = types
+        .iter()
+        .find(|t| t.starts_with("process_cpu:cpu:nanoseconds:cpu:nanoseconds"))
+        .unwrap_or_else(|| panic!("no CPU type in {types:?}"));
+    for heap in ["memory:alloc_space:bytes", "memory:inuse_space:bytes"] {
+        assert!(
+            types.iter().any(|t| t.starts_with(heap)),
+            "{heap} missing from {types:?}"
+        );
+    }
+    // Static tags came inside `name=`, dotted name and `/` included.
+    assert!(label_values_in(&store, "service_name", window).contains(&app.to_owned()));
+    for (key, value) in STATIC_TAGS {
+        let values = label_values_in(&store, key, window);
+        assert!(values.contains(&value.to_owned()), "{key}: {values:?}");
+    }
+    // Dynamic tags were pprof sample labels, and split the time by endpoint.
+    for (endpoint, function) in [("/a", FUNCTIONS[0]), ("/b", FUNCTIONS[1])] {
+        let graph = flamegraph_in(
+            &store,
+            &format!(r#"{cpu_type}{{service_name="{app}", endpoint="{endpoint}"}}"#),
+            window,
+        );
+        assert!(
+            graph["total"].as_i64().unwrap_or(0) > 0,
+            "{endpoint}: {graph}"
+        );
+        let names = flamegraph_names(&graph);
+        assert!(
+            names.iter().any(|n| n == function),
+            "{endpoint}: {function} is missing from {names:?}"
+        );
+    }
 }

@@ -1,14 +1,17 @@
 //! The real binary layers its settings (defaults < `--config` file < environment < flags) and
 //! takes tokens only from the environment, the config file or token files, never from flags,
-//! which show in `/proc/*/cmdline` (audit A1).
-
-mod common;
+//! which show in `/proc/*/cmdline` to every user and pod on the host, so a token
+//! there would let anyone who can list processes write or read profiles.
 
 use std::net::TcpStream;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{StoreProcess, free_port, http};
+use kiln_testkit::http::{free_port, get, http};
+use kiln_testkit::store_process::StoreProcess;
+
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 /// `kiln-store` with `args` and `envs` on a fresh data directory, expected to refuse its
 /// configuration and exit before serving; a store still running after 30 s is killed and
@@ -74,6 +77,7 @@ fn flags_beat_the_environment_which_beats_the_file() {
     .expect("write config");
     // StoreProcess passes --listen, and waits for /readyz there.
     let store = StoreProcess::start_with_env(
+        KILN_STORE,
         tempfile::tempdir().expect("temp dir"),
         &["--config", config.to_str().expect("utf-8 path")],
         &[("KILN_WRITE_TOKENS", "env-writer")],
@@ -138,8 +142,11 @@ fn the_retention_in_effect_shows_in_metrics() {
             .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
             .map(str::to_owned)
     };
-    let store = StoreProcess::start(&["--retention", "3h", "--retention-bytes", "1073741824"]);
-    let text = common::get(store.addr, "/metrics").text();
+    let store = StoreProcess::start(
+        KILN_STORE,
+        &["--retention", "3h", "--retention-bytes", "1073741824"],
+    );
+    let text = get(store.addr, "/metrics").text();
     assert_eq!(
         gauge(&text, "kiln_retention_seconds").as_deref(),
         Some("10800")
@@ -150,11 +157,12 @@ fn the_retention_in_effect_shows_in_metrics() {
     );
     drop(store);
     let store = StoreProcess::start_with_env(
+        KILN_STORE,
         tempfile::tempdir().expect("temp dir"),
         &[],
         &[("KILN_RETENTION", "2d")],
     );
-    let text = common::get(store.addr, "/metrics").text();
+    let text = get(store.addr, "/metrics").text();
     assert_eq!(
         gauge(&text, "kiln_retention_seconds").as_deref(),
         Some("172800")

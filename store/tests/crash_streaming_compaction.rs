@@ -8,16 +8,15 @@
 //! nothing lost, nothing counted twice, and the killed merge's spill file
 //! gone; then once it has compacted undisturbed, again.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{enc, get, http, now_s};
 use kiln_pprof::{FunctionSpec, MappingSpec, ProfileBuilder, encode_gzip};
+use kiln_testkit::clock::now_s;
+use kiln_testkit::http::{enc, free_port, get, http};
 
 const PODS: usize = 12;
 const PROFILES: usize = 480;
@@ -71,7 +70,7 @@ struct Running {
 
 impl Running {
     fn start(data_dir: &Path, compaction_interval: &str) -> Running {
-        let addr = common::free_port();
+        let addr = free_port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_kiln-store"))
             .arg(format!("--listen={addr}"))
             .arg(format!("--data-dir={}", data_dir.display()))

@@ -3,15 +3,18 @@
 //! is stored whole and comes back whole in the flame graph's nested JSON,
 //! which a JSON reader with a depth limit of 128 would refuse.
 
-mod common;
+use kiln_testkit::clock::now_s;
+use kiln_testkit::http::{enc, get, http};
+use kiln_testkit::store_process::StoreProcess;
 
-use common::{StoreProcess, enc, get, http, now_s};
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 const FRAMES: usize = 1_500;
 
 #[test]
 fn a_stack_of_1500_frames_comes_back_whole_in_the_flame_graph() {
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     let stack: Vec<String> = (0..FRAMES).map(|i| format!("frame_{i}")).collect();
     let body = format!("{} 7\nshallow;leaf 3\n", stack.join(";"));
     let now = now_s();

@@ -1,20 +1,21 @@
 //! `go tool pprof` (Debian `golang-go`) reads a merged profile straight from
 //! the store's HTTP API.
 
-mod common;
-
 use std::process::Command;
 
-use common::{StoreProcess, enc, http, missing_prerequisite};
 use kiln_pprof::{FunctionSpec, ProfileBuilder};
+use kiln_testkit::clock::now_nanos;
+use kiln_testkit::http::{enc, http};
+use kiln_testkit::prerequisites::missing;
+use kiln_testkit::store_process::StoreProcess;
 use prost::Message;
+
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 /// A Push (Connect, binary) of a CPU profile with one hot function.
 fn push_profile(store: &StoreProcess, service: &str, hot_ms: i64) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as i64;
+    let now = now_nanos();
     let mut builder = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
     builder
         .period("cpu", "nanoseconds", 10_000_000)
@@ -64,10 +65,10 @@ fn push_profile(store: &StoreProcess, service: &str, hot_ms: i64) {
 #[test]
 fn go_tool_pprof_reads_the_merged_profile_over_http() {
     if Command::new("go").arg("version").output().is_err() {
-        missing_prerequisite("go (Debian golang-go)");
+        missing::<()>("go (Debian golang-go)");
         return;
     }
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     push_profile(&store, "svc", 30);
     push_profile(&store, "svc", 50);
     let url = format!(

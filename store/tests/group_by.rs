@@ -3,12 +3,15 @@
 //! group, nested in the order given, on the flame graph, top and folded
 //! queries; a bad `group_by` names the mistake.
 
-mod common;
-
-use common::{StoreProcess, enc, get, http};
 use kiln_pprof::{FunctionSpec, LabelValue, ProfileBuilder};
+use kiln_testkit::clock::now_nanos;
+use kiln_testkit::http::{HttpResponse, enc, get, http};
+use kiln_testkit::store_process::StoreProcess;
 use prost::Message;
 use serde_json::Value;
+
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 const MS: i64 = 1_000_000;
 
@@ -16,10 +19,7 @@ const MS: i64 = 1_000_000;
 /// `main;idle` 10 ms (thread io, span b2), `main;work` 5 ms (thread worker,
 /// no span).
 fn push_profile(store: &StoreProcess) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as i64;
+    let now = now_nanos();
     let mut builder = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
     builder
         .period("cpu", "nanoseconds", 10 * MS)
@@ -77,7 +77,7 @@ fn push_profile(store: &StoreProcess) {
     assert_eq!(response.status, 200, "{}", response.text());
 }
 
-fn query(store: &StoreProcess, endpoint: &str, group_by: &str) -> common::HttpResponse {
+fn query(store: &StoreProcess, endpoint: &str, group_by: &str) -> HttpResponse {
     get(
         store.addr,
         &format!(
@@ -108,7 +108,7 @@ fn children(graph: &Value, node: &Value) -> Vec<(String, i64)> {
 
 #[test]
 fn series_and_sample_labels_group_flame_graphs_top_and_folded() {
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     push_profile(&store);
 
     let answer = query(&store, "flamegraph", "span_id");

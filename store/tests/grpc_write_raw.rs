@@ -2,9 +2,6 @@
 //! then every query endpoint over HTTP, and a graceful restart that keeps
 //! the data.
 
-mod common;
-
-use common::{StoreProcess, enc, flamegraph_names, get};
 use kiln_api::kiln::query::v1::query_service_client::QueryServiceClient;
 use kiln_api::kiln::query::v1::{
     LabelNamesRequest, LabelValuesRequest, ProfileTypesRequest, SelectMergePprofRequest,
@@ -14,13 +11,12 @@ use kiln_api::parca::profilestore::v1alpha1::{
     Label, LabelSet, RawProfileSeries, RawSample, WriteRawRequest,
 };
 use kiln_pprof::{FunctionSpec, LabelValue, ProfileBuilder, encode_gzip};
+use kiln_testkit::clock::now_nanos;
+use kiln_testkit::http::{enc, flamegraph_names, get};
+use kiln_testkit::store_process::StoreProcess;
 
-fn now_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_nanos() as i64
-}
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 /// A CPU profile: `main -> hot_loop` (30 ms) and `main -> cold_path` (10 ms).
 fn cpu_profile(time_nanos: i64) -> Vec<u8> {
@@ -84,7 +80,7 @@ async fn client(store: &StoreProcess) -> ProfileStoreServiceClient<tonic::transp
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_raw_profiles_are_queryable_and_survive_a_graceful_restart() {
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     let mut client = client(&store).await;
     let now = now_nanos();
     client
@@ -258,7 +254,7 @@ async fn write_raw_profiles_are_queryable_and_survive_a_graceful_restart() {
 
     // SIGTERM flushes; a new process on the same directory still answers.
     let data_dir = store.stop();
-    let store = StoreProcess::start_in(data_dir, &[]);
+    let store = StoreProcess::start_in(KILN_STORE, data_dir, &[]);
     let graph = get(
         store.addr,
         &format!("/api/v1/flamegraph?query={query}&from=now-1h"),
@@ -269,7 +265,7 @@ async fn write_raw_profiles_are_queryable_and_survive_a_graceful_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_write_raw_requests_get_invalid_argument_with_the_reason() {
-    let store = StoreProcess::start(&["--max-labels-per-series", "4"]);
+    let store = StoreProcess::start(KILN_STORE, &["--max-labels-per-series", "4"]);
     let mut client = client(&store).await;
     let now = now_nanos();
     let cases: Vec<(WriteRawRequest, &str)> = vec![
@@ -346,7 +342,7 @@ fn pod_total(store: &StoreProcess, pod: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_refused_series_does_not_cost_the_others_and_is_reported_per_series() {
-    let store = StoreProcess::start(&["--max-label-bytes", "64"]);
+    let store = StoreProcess::start(KILN_STORE, &["--max-label-bytes", "64"]);
     let mut client = client(&store).await;
     let now = now_nanos();
     let long = "x".repeat(65);
@@ -356,7 +352,8 @@ async fn one_refused_series_does_not_cost_the_others_and_is_reported_per_series(
                 &[("__name__", "process_cpu"), ("pod", pods[0])],
                 vec![cpu_profile(now)],
             ),
-            // One tenant's oversized annotation (audit G7).
+            // One tenant's oversized annotation: it must fail alone, not take the
+            // rest of the batch (other tenants' profiles) down with it.
             series(
                 &[
                     ("__name__", "process_cpu"),
@@ -425,7 +422,7 @@ async fn one_refused_series_does_not_cost_the_others_and_is_reported_per_series(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_resent_with_its_idempotency_keys_is_stored_once() {
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     let mut writer = client(&store).await;
     let now = now_nanos();
     let batch = |keys: &[&str]| WriteRawRequest {
@@ -454,7 +451,7 @@ async fn a_batch_resent_with_its_idempotency_keys_is_stored_once() {
     assert_eq!(pod_total(&store, "once-b"), 80_000_000);
     // Across a restart too (the keys are in the WAL and the keys file).
     let data_dir = store.stop();
-    let store = StoreProcess::start_in(data_dir, &[]);
+    let store = StoreProcess::start_in(KILN_STORE, data_dir, &[]);
     let mut writer = client(&store).await;
     writer
         .write_raw(batch(&["agent-1/1", "agent-1/2"]))

@@ -2,13 +2,15 @@
 //! with `prev_profile` and `sample_type_config`, `format=lines`, and Push
 //! over Connect with a JSON body and gzip content encoding.
 
-mod common;
-
 use std::io::Write;
 
-use common::{StoreProcess, enc, get, http};
 use kiln_pprof::{FunctionSpec, ProfileBuilder, encode_gzip};
+use kiln_testkit::http::{enc, get, http};
+use kiln_testkit::store_process::StoreProcess;
 use prost::Message;
+
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 fn heap_profile(alloc_space: i64, inuse_space: i64) -> Vec<u8> {
     let mut builder = ProfileBuilder::new(&[("alloc_space", "bytes"), ("inuse_space", "bytes")]);
@@ -48,7 +50,7 @@ fn total(store: &StoreProcess, selector: &str) -> i64 {
 
 #[test]
 fn go_style_multipart_stores_the_growth_of_cumulative_types() {
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     let config = br#"{"alloc_space":{"units":"bytes","cumulative":true},"inuse_space":{"units":"bytes","aggregation":"average"}}"#;
     let body = multipart(&[
         ("profile", &heap_profile(10_000, 4_000)),
@@ -84,7 +86,7 @@ fn go_style_multipart_stores_the_growth_of_cumulative_types() {
 
 #[test]
 fn lines_format_counts_each_stack_line_once() {
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     let response = http(
         store.addr,
         "POST",
@@ -102,7 +104,7 @@ fn lines_format_counts_each_stack_line_once() {
 
 #[test]
 fn connect_push_accepts_json_and_gzipped_protobuf() {
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     let mut builder = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
     builder.period("cpu", "nanoseconds", 10_000_000);
     let f = builder.function(&FunctionSpec {

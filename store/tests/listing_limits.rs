@@ -1,14 +1,17 @@
-//! Audit R8: label and series listings are bounded by `limit` (default
+//! One query must not cost the store unbounded work or memory: label and
+//! series listings are bounded by `limit` (default
 //! 10,000) and say whether they were cut, so a listing is either complete or
 //! marked partial.
 
-mod common;
+use kiln_testkit::http::{get, http};
+use kiln_testkit::store_process::StoreProcess;
 
-use common::{StoreProcess, get, http};
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 #[test]
 fn listings_stop_at_the_limit_and_say_they_are_truncated() {
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     for app in ["alpha", "beta", "gamma"] {
         let response = http(
             store.addr,

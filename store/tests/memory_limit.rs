@@ -8,20 +8,18 @@
 //! Only the store's own shell wrapper joins it, before it execs the store;
 //! no process is moved out of the cgroup it started in.
 
-mod common;
-#[path = "support/limited.rs"]
-mod limited;
-
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{enc, get, http, in_ci, now_s};
 use kiln_pprof::{FunctionSpec, MappingSpec, ProfileBuilder, encode_gzip};
-use limited::{Limited, LimitedCgroup, status_kib};
+use kiln_testkit::clock::now_s;
+use kiln_testkit::http::{enc, free_port, get, http};
+use kiln_testkit::memory_cgroup::{LimitedCgroup, status_kib};
+use kiln_testkit::process::KillOnDrop;
 
 const BUDGET: u64 = 192 << 20;
 /// Gzipped pprof sent: more than the budget.
@@ -90,25 +88,13 @@ fn blocks(bucket: &Path) -> Vec<(String, u64)> {
 
 #[test]
 fn store_ingests_and_compacts_more_than_its_budget_inside_a_cgroup_of_that_size() {
-    let cgroup = match LimitedCgroup::create(BUDGET) {
-        Ok(group) => group,
-        Err(why) => {
-            assert!(!in_ci(), "memory cgroup needed in CI: {why}");
-            eprintln!(
-                "SKIP: no memory cgroup can be created here ({why}); the memory limit was not tested"
-            );
-            return;
-        }
+    let Some(cgroup) = LimitedCgroup::create_or_skip(BUDGET) else {
+        return;
     };
     let data_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
-    let addr: SocketAddr = common::free_port();
-    // The wrapper shell joins the limited group, then becomes the store.
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(r#"echo $$ > "$1" && shift && exec "$@""#)
-        .arg("sh")
-        .arg(cgroup.procs_file())
-        .arg(env!("CARGO_BIN_EXE_kiln-store"))
+    let addr: SocketAddr = free_port();
+    let mut child = cgroup
+        .command(env!("CARGO_BIN_EXE_kiln-store"))
         .arg(format!("--listen={addr}"))
         .arg(format!("--data-dir={}", data_dir.path().display()))
         .arg(format!("--memory-budget={BUDGET}"))
@@ -133,7 +119,7 @@ fn store_ingests_and_compacts_more_than_its_budget_inside_a_cgroup_of_that_size(
         assert!(Instant::now() < deadline, "kiln-store not ready in 60 s");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let store = Limited { child };
+    let store = KillOnDrop(child);
 
     // Profiles 3 to 5 hours ago, so their hours are complete and compaction
     // (which waits for an hour to settle) merges their blocks.

@@ -8,19 +8,19 @@
 //! The numbers it prints are recorded in
 //! `docs/benchmarks/log/2026-11-25-store-hostile-requests.md`.
 
-mod common;
-#[path = "support/limited.rs"]
-mod limited;
-#[path = "support/moto.rs"]
-mod moto;
-
 use std::io::Write;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{StoreProcess, enc, get, http, in_ci};
-use limited::{Limited, LimitedCgroup, status_kib};
+use kiln_testkit::http::{HttpResponse, enc, free_port, get, http};
+use kiln_testkit::memory_cgroup::{LimitedCgroup, status_kib};
+use kiln_testkit::moto::{AWS_ENV, start_moto};
+use kiln_testkit::process::KillOnDrop;
+use kiln_testkit::store_process::StoreProcess;
+
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 const BUDGET: u64 = 192 << 20;
 /// Folded lines per request, each its own new stack (so the head grows),
@@ -38,7 +38,7 @@ fn body(request: u64) -> Vec<u8> {
     text.into_bytes()
 }
 
-fn ingest(addr: SocketAddr, request: u64) -> common::HttpResponse {
+fn ingest(addr: SocketAddr, request: u64) -> HttpResponse {
     http(
         addr,
         "POST",
@@ -68,42 +68,30 @@ fn stored_total(addr: SocketAddr) -> i64 {
 
 #[test]
 fn a_bucket_outage_under_load_stays_within_budget_refuses_with_503_and_loses_nothing() {
-    let Some(moto) = moto::start_moto() else {
+    let Some(moto) = start_moto() else {
         return;
     };
-    let cgroup = match LimitedCgroup::create(BUDGET) {
-        Ok(group) => group,
-        Err(why) => {
-            assert!(!in_ci(), "memory cgroup needed in CI: {why}");
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: no memory cgroup can be created here ({why}); the outage test did not run"
-            );
-            return;
-        }
+    let Some(cgroup) = LimitedCgroup::create_or_skip(BUDGET) else {
+        return;
     };
     moto.create_bucket("kiln-outage");
     let data_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
-    let addr = common::free_port();
-    let child = Command::new("sh")
-        .arg("-c")
-        .arg(r#"echo $$ > "$1" && shift && exec "$@""#)
-        .arg("sh")
-        .arg(cgroup.procs_file())
-        .arg(env!("CARGO_BIN_EXE_kiln-store"))
+    let addr = free_port();
+    let child = cgroup
+        .command(env!("CARGO_BIN_EXE_kiln-store"))
         .arg(format!("--listen={addr}"))
         .arg(format!("--data-dir={}", data_dir.path().display()))
         .arg(format!("--memory-budget={BUDGET}"))
         .args(moto.store_flags("kiln-outage"))
         .args(["--flush-interval=1s", "--relist-interval=1s"])
-        .envs(moto::AWS_ENV)
+        .envs(AWS_ENV)
         .env("KILN_LOG", "error")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn kiln-store in the limited cgroup");
     let pid = child.id();
-    let mut store = Limited { child };
+    let mut store = KillOnDrop(child);
     let deadline = Instant::now() + Duration::from_secs(60);
     while http(addr, "GET", "/readyz", &[], b"").map_or(true, |r| r.status != 200) {
         assert!(Instant::now() < deadline, "kiln-store not ready in 60 s");
@@ -202,15 +190,16 @@ fn a_bucket_outage_under_load_stays_within_budget_refuses_with_503_and_loses_not
     // SAFETY: kill(2) on the child we spawned and have not reaped.
     let rc = unsafe { libc::kill(i32::try_from(pid).expect("pid"), libc::SIGTERM) };
     assert_eq!(rc, 0);
-    let status = store.child.wait().expect("wait for the store");
+    let status = store.0.wait().expect("wait for the store");
     assert!(status.success(), "kiln-store exited with {status}");
     let mut flags = moto.store_flags("kiln-outage");
     flags.push("--replica=reader".to_owned());
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let reader = StoreProcess::start_with_env(
+        KILN_STORE,
         tempfile::tempdir().expect("temp dir"),
         &flags,
-        &moto::AWS_ENV,
+        &AWS_ENV,
     );
     assert_eq!(
         stored_total(reader.addr),

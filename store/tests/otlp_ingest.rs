@@ -4,26 +4,22 @@
 //! with a reason, and malformed bodies (gzip bomb, truncation, huge
 //! dictionaries, out-of-range indices) hit the existing limits and auth.
 
-mod common;
-
 use std::io::Write;
 
-use common::{StoreProcess, enc, flamegraph_names, get, http};
 use kiln_api::kiln::otlp::{v1_7, v1_8, v1_9, v1_10};
 use kiln_api::opentelemetry::proto::collector::profiles::v1development::ExportProfilesServiceResponse;
 use kiln_api::opentelemetry::proto::common::v1::{AnyValue, KeyValue, any_value};
 use kiln_api::opentelemetry::proto::resource::v1::Resource;
+use kiln_testkit::clock::now_nanos;
+use kiln_testkit::http::{HttpResponse, enc, flamegraph_names, get, http};
+use kiln_testkit::store_process::StoreProcess;
 use prost::Message;
+
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 /// Total of the test profile: `main -> hot_loop` 30 ms, `main -> cold_path` 10 ms.
 const TOTAL: i64 = 40_000_000;
-
-fn now_nanos() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_nanos() as u64
-}
 
 /// Strings shared by every layout's dictionary.
 const STRINGS: [&str; 7] = [
@@ -109,7 +105,7 @@ fn body_v1_7(service: &str) -> Vec<u8> {
                     sample_type: vec![vt],
                     sample: vec![sample(0, 30_000_000), sample(2, 10_000_000)],
                     location_indices: vec![2, 1, 3, 1],
-                    time_nanos: now_nanos() as i64,
+                    time_nanos: now_nanos(),
                     duration_nanos: 10_000_000_000,
                     period_type: Some(vt),
                     period: 10_000_000,
@@ -200,7 +196,7 @@ fn body_v1_8(service: &str) -> Vec<u8> {
                 profiles: vec![v1_8::Profile {
                     sample_type: vt_v1_8(),
                     sample: samples_v1_8(),
-                    time_unix_nano: now_nanos(),
+                    time_unix_nano: now_nanos() as u64,
                     duration_nano: 10_000_000_000,
                     period_type: vt_v1_8(),
                     period: 10_000_000,
@@ -224,7 +220,7 @@ fn body_v1_9(service: &str) -> Vec<u8> {
                 profiles: vec![v1_9::Profile {
                     sample_type: vt_v1_8(),
                     samples: samples_v1_8(),
-                    time_unix_nano: now_nanos(),
+                    time_unix_nano: now_nanos() as u64,
                     duration_nano: 10_000_000_000,
                     period_type: vt_v1_8(),
                     period: 10_000_000,
@@ -250,7 +246,7 @@ fn body_v1_10(service: &str, samples: Vec<v1_10::Sample>) -> Vec<u8> {
                 profiles: vec![v1_10::Profile {
                     sample_type: vt_v1_8(),
                     samples,
-                    time_unix_nano: now_nanos(),
+                    time_unix_nano: now_nanos() as u64,
                     duration_nano: 10_000_000_000,
                     period_type: vt_v1_8(),
                     period: 10_000_000,
@@ -301,7 +297,7 @@ fn body_v1_5() -> Vec<u8> {
     request
 }
 
-fn post_otlp(store: &StoreProcess, body: &[u8], extra: &[(&str, &str)]) -> common::HttpResponse {
+fn post_otlp(store: &StoreProcess, body: &[u8], extra: &[(&str, &str)]) -> HttpResponse {
     let mut headers = vec![("Content-Type", "application/x-protobuf")];
     headers.extend_from_slice(extra);
     http(
@@ -332,7 +328,7 @@ fn flamegraph_total(store: &StoreProcess, service: &str) -> (i64, Vec<String>) {
 
 #[test]
 fn every_supported_revision_ingests_with_the_same_totals() {
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     let bodies = [
         ("svc-1-7", body_v1_7("svc-1-7"), "1.7"),
         ("svc-1-8", body_v1_8("svc-1-8"), "1.8"),
@@ -369,7 +365,7 @@ fn every_supported_revision_ingests_with_the_same_totals() {
 
 #[test]
 fn a_body_of_an_unsupported_revision_is_refused_with_a_reason() {
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     let response = post_otlp(&store, &body_v1_5(), &[]);
     assert_eq!(response.status, 400, "{}", response.text());
     let json = response.json();
@@ -384,6 +380,7 @@ fn a_body_of_an_unsupported_revision_is_refused_with_a_reason() {
 #[test]
 fn malformed_otlp_bodies_get_clear_errors_under_limits_and_auth() {
     let store = StoreProcess::start_with_env(
+        KILN_STORE,
         tempfile::tempdir().expect("temp dir"),
         &["--max-request-bytes", "4000000"],
         &[("KILN_WRITE_TOKENS", "secret")],
@@ -447,7 +444,7 @@ fn malformed_otlp_bodies_get_clear_errors_under_limits_and_auth() {
 
 #[tokio::test]
 async fn grpc_export_stores_and_refuses_like_http() {
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     let channel = tonic::transport::Endpoint::from_shared(store.url())
         .unwrap()
         .connect()
@@ -494,6 +491,7 @@ async fn grpc_export_stores_and_refuses_like_http() {
 #[tokio::test]
 async fn grpc_export_is_bounded_after_gzip_and_needs_the_write_token() {
     let store = StoreProcess::start_with_env(
+        KILN_STORE,
         tempfile::tempdir().expect("temp dir"),
         &["--max-request-bytes", "4000000"],
         &[("KILN_WRITE_TOKENS", "secret")],
@@ -551,7 +549,7 @@ async fn grpc_export_is_bounded_after_gzip_and_needs_the_write_token() {
 #[test]
 fn a_profile_the_store_refuses_after_others_were_kept_is_a_partial_success() {
     // One series per profile name: the second resource's series is over it.
-    let store = StoreProcess::start(&["--max-series-per-profile-name", "1"]);
+    let store = StoreProcess::start(KILN_STORE, &["--max-series-per-profile-name", "1"]);
     let mut request =
         v1_10::ExportRequest::decode(body_v1_10("svc-kept", samples_v1_10()).as_slice()).unwrap();
     let mut second = request.resource_profiles[0].clone();
@@ -573,7 +571,7 @@ fn a_profile_the_store_refuses_after_others_were_kept_is_a_partial_success() {
 #[test]
 fn bodies_from_the_official_python_classes_ingest_with_the_same_totals() {
     // The fixtures carry fixed times; keep them accepted as time passes.
-    let store = StoreProcess::start(&["--retention", "36500d"]);
+    let store = StoreProcess::start(KILN_STORE, &["--retention", "36500d"]);
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/otlp");
     for (layout, revisions) in [("v1_7", "1.7"), ("v1_9", "1.8+1.9"), ("v1_10", "1.10-1.11")] {
         let body = std::fs::read(dir.join(format!("{layout}.bin"))).expect("fixture");

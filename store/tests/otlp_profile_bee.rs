@@ -5,13 +5,16 @@
 //! `service_name` given with `--otlp-service-name`. Needs root (eBPF) and
 //! tracefs, which the test mounts when absent.
 
-mod common;
-
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{StoreProcess, enc, flamegraph_names, get, missing_prerequisite};
+use kiln_testkit::http::{enc, flamegraph_names, get};
+use kiln_testkit::prerequisites::missing;
+use kiln_testkit::store_process::StoreProcess;
+
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 const HOT_FUNCTION: &str = "kiln_otlp_hot_spin";
 const SERVICE: &str = "kiln-otlp-profile-bee";
@@ -59,11 +62,11 @@ fn profile_bee_exports_a_hot_function_that_kiln_shows() {
         return;
     }
     let Some(probee) = probee() else {
-        missing_prerequisite("profile-bee (cargo install profile-bee --features otlp)");
+        missing::<()>("profile-bee (cargo install profile-bee --features otlp)");
         return;
     };
     if !tracefs_ready() {
-        missing_prerequisite("tracefs at /sys/kernel/tracing");
+        missing::<()>("tracefs at /sys/kernel/tracing");
         return;
     }
     let work = tempfile::tempdir().unwrap();
@@ -76,11 +79,11 @@ fn profile_bee_exports_a_hot_function_that_kiln_shows() {
         .arg(&source)
         .status();
     if !compiled.is_ok_and(|s| s.success()) {
-        missing_prerequisite("a C compiler (cc)");
+        missing::<()>("a C compiler (cc)");
         return;
     }
 
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     let output = Command::new(&probee)
         .arg("--otlp-endpoint")
         .arg(store.addr.to_string())

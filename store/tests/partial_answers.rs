@@ -1,13 +1,16 @@
 //! A query whose range holds a block the store cannot read answers what it
 //! could read with 200, and says it is partial: `Kiln-Partial` over HTTP,
-//! `kiln-partial` response metadata over gRPC (audit D5). A complete
-//! answer carries neither.
+//! `kiln-partial` response metadata over gRPC, so that a block another
+//! replica or a compaction removed never makes an answer silently short. A
+//! complete answer carries neither.
 
-mod common;
-
-use common::{StoreProcess, enc, get, http};
 use kiln_api::kiln::query::v1::SelectMergePprofRequest;
 use kiln_api::kiln::query::v1::query_service_client::QueryServiceClient;
+use kiln_testkit::http::{HttpResponse, enc, get, http};
+use kiln_testkit::store_process::StoreProcess;
+
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 fn ingest(store: &StoreProcess, app: &str) {
     let response = http(
@@ -21,7 +24,7 @@ fn ingest(store: &StoreProcess, app: &str) {
     assert_eq!(response.status, 200, "{}", response.text());
 }
 
-fn flamegraph(store: &StoreProcess, app: &str) -> common::HttpResponse {
+fn flamegraph(store: &StoreProcess, app: &str) -> HttpResponse {
     let query = enc(&format!(r#"process_cpu{{service_name="{app}"}}"#));
     get(
         store.addr,
@@ -31,7 +34,7 @@ fn flamegraph(store: &StoreProcess, app: &str) -> common::HttpResponse {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_missing_an_unreadable_block_is_marked_partial_over_http_and_grpc() {
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     ingest(&store, "flushed");
     let complete = flamegraph(&store, "flushed");
     assert_eq!(complete.json()["total"], 70_000_000);
@@ -53,7 +56,7 @@ async fn an_answer_missing_an_unreadable_block_is_marked_partial_over_http_and_g
         .path();
     std::fs::write(block.join("data"), b"not a block").expect("damage the block");
 
-    let store = StoreProcess::start_in(data_dir, &[]);
+    let store = StoreProcess::start_in(KILN_STORE, data_dir, &[]);
     ingest(&store, "live");
     let whole = flamegraph(&store, "live");
     assert_eq!(whole.status, 200, "{}", whole.text());

@@ -5,13 +5,16 @@
 //! `searchProfileTypes`, `searchLabelNames`, `searchLabelValues`,
 //! `searchServices` and `searchProfiles` must all return the stored data.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{StoreProcess, enc, get, http, missing_prerequisite};
+use kiln_testkit::http::{enc, get, http};
+use kiln_testkit::prerequisites::missing;
+use kiln_testkit::store_process::StoreProcess;
 use serde_json::Value;
+
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 fn plugin_dir() -> Option<PathBuf> {
     let tools = std::env::var_os("KILN_TOOLS_DIR")
@@ -32,14 +35,14 @@ fn strings(value: &Value) -> Vec<&str> {
 #[test]
 fn the_perses_pyroscope_client_reads_what_kiln_stores() {
     let Some(plugin) = plugin_dir() else {
-        missing_prerequisite("@perses-dev/pyroscope-plugin in $KILN_TOOLS_DIR/node_modules");
+        missing::<()>("@perses-dev/pyroscope-plugin in $KILN_TOOLS_DIR/node_modules");
         return;
     };
     if Command::new("node").arg("--version").output().is_err() {
-        missing_prerequisite("node");
+        missing::<()>("node");
         return;
     }
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     for (env, body) in [
         ("prod", "main;work 30\nmain;idle 10"),
         ("dev", "main;work 5"),

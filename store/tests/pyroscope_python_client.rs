@@ -3,23 +3,15 @@
 //! program against a real `kiln-store`. The venvs are created by
 //! `./kiln-dev test` under `$KILN_TOOLS_DIR` (default /var/tmp/kiln-tools).
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{StoreProcess, enc, flamegraph_names, get, missing_prerequisite};
+use kiln_testkit::http::{enc, flamegraph_names, get};
+use kiln_testkit::store_process::StoreProcess;
+use kiln_testkit::tools::venv_python;
 
-fn venv_python(name: &str) -> Option<PathBuf> {
-    let tools = std::env::var("KILN_TOOLS_DIR").unwrap_or_else(|_| "/var/tmp/kiln-tools".into());
-    let python = PathBuf::from(tools).join(name).join("bin/python");
-    if python.is_file() {
-        Some(python)
-    } else {
-        missing_prerequisite(&format!("{} (pyroscope-io venv)", python.display()));
-        None
-    }
-}
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 /// Runs the hot program with the client in `venv`, then checks that the
 /// hot function and the tags come back from the query API.
@@ -29,11 +21,12 @@ fn profile_python_program(venv: &str, app: &str, seconds: &str, write_token: Opt
     };
     let store = match write_token {
         Some(token) => StoreProcess::start_with_env(
+            KILN_STORE,
             tempfile::tempdir().expect("temp dir"),
             &[],
             &[("KILN_WRITE_TOKENS", token)],
         ),
-        None => StoreProcess::start(&[]),
+        None => StoreProcess::start(KILN_STORE, &[]),
     };
     let program =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/pyroscope_hot_app.py");

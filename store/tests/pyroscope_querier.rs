@@ -5,18 +5,21 @@
 //! Connect binary), answering the same totals as Kiln's own `/api/v1` for
 //! the same selection; plus `/pyroscope/render`, errors and auth.
 
-mod common;
-
-use common::{StoreProcess, enc, get, http};
 use kiln_api::querier::v1 as q;
+use kiln_testkit::clock::now_ms;
+use kiln_testkit::http::{enc, get, http};
+use kiln_testkit::store_process::StoreProcess;
 use prost::Message;
 use serde_json::{Value, json};
+
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 /// Seeds two series of one service: env=prod (`main;work` 30 + `main;idle`
 /// 10 samples) and env=dev (`main;work` 5), folded at 100 Hz.
 fn seeded_store(envs: &[(&str, &str)], token: Option<&str>) -> StoreProcess {
     let data_dir = tempfile::tempdir().expect("temp dir");
-    let store = StoreProcess::start_with_env(data_dir, &[], envs);
+    let store = StoreProcess::start_with_env(KILN_STORE, data_dir, &[], envs);
     let auth = token.map(|t| format!("Bearer {t}"));
     for (env, body) in [
         ("prod", "main;work 30\nmain;idle 10"),
@@ -65,13 +68,6 @@ fn int(value: &Value) -> i64 {
         Value::String(s) => s.parse().expect("int64 string"),
         other => other.as_i64().expect("int64"),
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as i64
 }
 
 #[test]

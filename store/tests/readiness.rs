@@ -4,19 +4,20 @@
 //! that came back answers. `/healthz` (liveness) stays 200 throughout, so
 //! Kubernetes does not restart a store that waits for its bucket.
 
-mod common;
-#[path = "support/moto.rs"]
-mod moto;
-
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{StoreProcess, enc, get, http};
+use kiln_testkit::http::{HttpResponse, enc, get, http};
+use kiln_testkit::moto::{AWS_ENV, start_moto};
+use kiln_testkit::store_process::StoreProcess;
 
-fn post_folded(store: &StoreProcess, app: &str) -> common::HttpResponse {
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
+
+fn post_folded(store: &StoreProcess, app: &str) -> HttpResponse {
     http(
         store.addr,
         "POST",
@@ -66,6 +67,7 @@ fn a_store_that_cannot_list_its_bucket_is_live_and_not_ready_and_serves_from_its
     let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
     let endpoint = format!("http://{}", silent.local_addr().expect("addr"));
     let store = StoreProcess::start_live(
+        KILN_STORE,
         &[
             "--object-store",
             "s3",
@@ -112,7 +114,7 @@ fn a_store_that_cannot_list_its_bucket_is_live_and_not_ready_and_serves_from_its
 
 #[test]
 fn an_unreachable_bucket_makes_readyz_fail_with_the_reason_until_it_answers_again() {
-    let Some(moto) = moto::start_moto() else {
+    let Some(moto) = start_moto() else {
         return;
     };
     moto.create_bucket("kiln-readiness");
@@ -120,9 +122,10 @@ fn an_unreachable_bucket_makes_readyz_fail_with_the_reason_until_it_answers_agai
     flags.extend(["--flush-interval", "1s", "--relist-interval", "1s"].map(str::to_owned));
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let store = StoreProcess::start_with_env(
+        KILN_STORE,
         tempfile::tempdir().expect("temp dir"),
         &flags,
-        &moto::AWS_ENV,
+        &AWS_ENV,
     );
     assert_eq!(post_folded(&store, "before").status, 200);
 
@@ -213,7 +216,7 @@ fn a_wal_that_failed_a_write_makes_readyz_fail_with_the_reason_while_healthz_sta
     };
     let data_dir = tempfile::tempdir().expect("temp dir");
     std::os::unix::fs::symlink(wal_disk.path(), data_dir.path().join("wal")).expect("symlink");
-    let store = StoreProcess::start_in(data_dir, &[]);
+    let store = StoreProcess::start_in(KILN_STORE, data_dir, &[]);
     let ready = get(store.addr, "/readyz");
     assert_eq!(ready.status, 200, "{}", ready.text());
     assert_eq!(post_folded(&store, "before").status, 200);

@@ -3,13 +3,8 @@
 //! local disk, replicas sharing the bucket answer for each other's data
 //! after the flush interval, compaction racing queries and a long-retried
 //! upload neither loses nor doubles anything, and a replica name is held
-//! by one live store at a time (audit D5).
-
-mod common;
-#[path = "support/moto.rs"]
-mod moto;
-#[path = "support/s3_proxy.rs"]
-mod s3_proxy;
+//! by one live store at a time, so that replicas sharing a bucket cannot
+//! delete, duplicate or hide each other's data.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -17,12 +12,18 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{StoreProcess, enc, get, http};
-use moto::{AWS_ENV, Moto, start_moto};
+use kiln_testkit::buckets::s3_proxy::S3Proxy;
+use kiln_testkit::http::{enc, free_port, get, http};
+use kiln_testkit::moto::{AWS_ENV, Moto, start_moto};
+use kiln_testkit::store_process::StoreProcess;
+
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 fn s3_store(moto: &Moto, bucket: &str, replica: &str) -> StoreProcess {
     let endpoint = format!("http://127.0.0.1:{}", moto.port);
     StoreProcess::start_with_env(
+        KILN_STORE,
         tempfile::tempdir().expect("temp dir"),
         &[
             "--object-store",
@@ -77,7 +78,12 @@ fn s3_args(port: u16, bucket: &str, replica: &str, extra: &[&str]) -> Vec<String
 fn s3_store_at(port: u16, bucket: &str, replica: &str, extra: &[&str]) -> StoreProcess {
     let args = s3_args(port, bucket, replica, extra);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    StoreProcess::start_with_env(tempfile::tempdir().expect("temp dir"), &args, &AWS_ENV)
+    StoreProcess::start_with_env(
+        KILN_STORE,
+        tempfile::tempdir().expect("temp dir"),
+        &args,
+        &AWS_ENV,
+    )
 }
 
 fn ingest_folded(store: &StoreProcess, app: &str) {
@@ -249,17 +255,14 @@ fn compaction_racing_queries_and_a_long_retried_upload_loses_and_doubles_nothing
     // Both read blocks' data slowly, so a query is still reading the blocks
     // it listed when a compaction (its own replica's, or the other's)
     // deletes some of them.
-    let proxy = s3_proxy::S3Proxy::start(moto.port);
+    let proxy = S3Proxy::start(moto.port);
     proxy.data_get_delay_ms.store(150, Ordering::SeqCst);
-    let slow = s3_proxy::S3Proxy::start(moto.port);
+    let slow = S3Proxy::start(moto.port);
     slow.data_get_delay_ms.store(150, Ordering::SeqCst);
     let fast = ["--compaction-interval", "1s"];
     let a = s3_store_at(proxy.port, "kiln-server-race", "a", &fast);
     let b = s3_store_at(slow.port, "kiln-server-race", "b", &fast);
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs() as i64;
+    let now_s = kiln_testkit::clock::now_s();
     // Three hours ago: a complete, settled hour that compaction merges.
     let time_s = now_s - 3 * 3600;
     let (from_a, from_b) = (Sent::default(), Sent::default());
@@ -405,7 +408,7 @@ fn a_second_store_with_a_live_replica_name_exits_instead_of_starting() {
     moto.create_bucket("kiln-server-names");
     let first = s3_store(&moto, "kiln-server-names", "shared-name");
     let data_dir = tempfile::tempdir().expect("temp dir");
-    let listen = common::free_port();
+    let listen = free_port();
     let mut second = Command::new(env!("CARGO_BIN_EXE_kiln-store"))
         .arg("--listen")
         .arg(listen.to_string())

@@ -1,15 +1,19 @@
-//! Audit R9: a profile time outside [now - retention, now + max future
-//! skew] is refused with the reason, on HTTP (`/ingest`) and gRPC
+//! A profile stamped far in the future would never age out, and would keep
+//! every block compacted with it past retention too. So a profile time
+//! outside [now - retention, now + max future skew] is refused with the reason, on HTTP (`/ingest`) and gRPC
 //! (WriteRaw), and the env variable sets the skew like the flag does.
 
-mod common;
-
-use common::{StoreProcess, http, now_s};
 use kiln_api::parca::profilestore::v1alpha1::profile_store_service_client::ProfileStoreServiceClient;
 use kiln_api::parca::profilestore::v1alpha1::{
     Label, LabelSet, RawProfileSeries, RawSample, WriteRawRequest,
 };
 use kiln_pprof::{FunctionSpec, ProfileBuilder, encode_gzip};
+use kiln_testkit::clock::now_s;
+use kiln_testkit::http::http;
+use kiln_testkit::store_process::StoreProcess;
+
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 fn folded_ingest(store: &StoreProcess, from_s: i64) -> (u16, String) {
     let target = format!(
@@ -37,6 +41,7 @@ fn pprof_at(time_nanos: i64) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn times_outside_retention_and_skew_are_refused_with_a_reason() {
     let store = StoreProcess::start_with_env(
+        KILN_STORE,
         tempfile::tempdir().expect("temp dir"),
         &["--retention", "1d"],
         &[("KILN_MAX_FUTURE_SKEW", "2m")],

@@ -1,15 +1,19 @@
-//! Audit A2 against the real binary on loopback: a web page's cross-site
+//! A web page the user visits must not write into, or read from, a store
+//! on the user's loopback, by a cross-site request or by rebinding a DNS
+//! name to 127.0.0.1. Against the real binary on loopback: a cross-site
 //! write is refused, a DNS-rebound name is refused, well-behaved clients
 //! pass, and every response forbids framing and sniffing and carries the
 //! UI's CSP.
-
-mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{StoreProcess, http};
+use kiln_testkit::http::http;
+use kiln_testkit::store_process::StoreProcess;
+
+/// The store binary cargo built for these tests.
+const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 /// One raw HTTP/1.1 request with exactly these headers; returns the status
 /// and the response text.
@@ -47,7 +51,7 @@ const FOLDED: &[u8] = b"main;work 7\n";
 
 #[test]
 fn a_browser_page_of_another_site_cannot_write_and_a_rebound_name_cannot_read() {
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     let host = format!("Host: {}", store.addr);
     let ingest = "/ingest?name=guard.cpu&format=folded";
 
@@ -84,7 +88,7 @@ fn a_browser_page_of_another_site_cannot_write_and_a_rebound_name_cannot_read() 
 
 #[test]
 fn every_response_forbids_framing_and_sniffing_and_the_ui_gets_a_csp() {
-    let store = StoreProcess::start(&[]);
+    let store = StoreProcess::start(KILN_STORE, &[]);
     for path in ["/", "/api/v1/profile-types", "/no-such-path"] {
         let response = http(store.addr, "GET", path, &[], b"").expect("request");
         assert_eq!(response.header("x-frame-options"), Some("DENY"), "{path}");

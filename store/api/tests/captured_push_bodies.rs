@@ -3,24 +3,18 @@
 //! listener here, and, where present, the ones captured in
 //! `../shared/testdata/clients`.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::mpsc;
 
 use kiln_api::push::v1::PushRequest;
+use kiln_testkit::fixtures::shared_testdata;
+use kiln_testkit::recorder::Recorder;
+use kiln_testkit::tools::venv_python;
 use prost::Message;
 
 fn capture_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/testdata/clients/python-pyroscope-io-1.4.0");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        let _ = writeln!(std::io::stderr(), "SKIPPED: {} is absent", dir.display());
-        None
-    }
+    shared_testdata("clients/python-pyroscope-io-1.4.0")
 }
 
 fn decode_capture(dir: &std::path::Path, name: &str) -> PushRequest {
@@ -111,76 +105,20 @@ fn write_raw_request_round_trips_through_protobuf() {
     );
 }
 
-/// Answers HTTP/1.1 requests on one connection with an empty 200, sending
-/// each request's path and body to `bodies`, until the client closes it.
-fn serve_connection(stream: TcpStream, bodies: &mpsc::Sender<(String, Vec<u8>)>) {
-    let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
-    let mut writer = stream;
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-            return;
-        }
-        let path = request_line.split(' ').nth(1).unwrap_or("").to_owned();
-        let mut length = 0usize;
-        loop {
-            let mut header = String::new();
-            reader.read_line(&mut header).expect("read a header");
-            if header.trim().is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                length = value.trim().parse().expect("a content-length number");
-            }
-        }
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).expect("read the body");
-        // Sent before answering: the client waits for the answer, so every
-        // body is in the channel by the time the client exits.
-        let _ = bodies.send((path, body));
-        writer
-            .write_all(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/proto\r\ncontent-length: 0\r\n\r\n",
-            )
-            .expect("answer");
-    }
-}
-
 /// The same checks on what the client sends now, so they do not depend on
 /// `../shared` being checked out (issue 13). The venv is created by
 /// `./kiln-dev test` under `$KILN_TOOLS_DIR`.
 #[test]
 fn live_python_client_push_decodes_to_cpu_and_memory_series_with_pprof_samples() {
-    let tools = std::env::var("KILN_TOOLS_DIR").unwrap_or_else(|_| "/var/tmp/kiln-tools".into());
-    let python = PathBuf::from(tools).join("pyroscope-io-1/bin/python");
-    if !python.is_file() {
-        assert!(
-            std::env::var("CI").is_err(),
-            "{} is required in CI: ./kiln-dev test creates it",
-            python.display()
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: {} is absent; no live pyroscope-io Push body was checked",
-            python.display()
-        );
+    let Some(python) = venv_python("pyroscope-io-1") else {
         return;
-    }
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("address"));
-    let (sender, bodies) = mpsc::channel();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            serve_connection(stream, &sender);
-        }
-    });
+    };
+    let recorder = Recorder::start();
     let program =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/pyroscope_push_app.py");
     let output = Command::new(&python)
         .arg(&program)
-        .arg(&url)
+        .arg(recorder.url())
         .arg("kiln.api.live.app")
         .arg("3")
         .output()
@@ -190,13 +128,24 @@ fn live_python_client_push_decodes_to_cpu_and_memory_series_with_pprof_samples()
         "the client program failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let requests: Vec<(String, Vec<u8>)> = bodies.try_iter().collect();
+    let requests = recorder.requests();
     assert!(!requests.is_empty(), "the client sent nothing");
     let mut cpu_series = 0;
     let mut memory_series = 0;
-    for (path, body) in &requests {
-        assert_eq!(path, "/push.v1.PusherService/Push");
-        let request = decode_gzipped_push(body);
+    let mut requests_with_both = 0;
+    for recorded in &requests {
+        assert_eq!(recorded.target, "/push.v1.PusherService/Push");
+        let request = decode_gzipped_push(&recorded.body);
+        // As push-cpu-mem-001 in ../shared: one request carries both series.
+        let mut names: Vec<&str> = request
+            .series
+            .iter()
+            .flat_map(|s| &s.labels)
+            .filter(|l| l.name == "__name__")
+            .map(|l| l.value.as_str())
+            .collect();
+        names.sort_unstable();
+        requests_with_both += usize::from(names == ["memory", "process_cpu"]);
         for series in &request.series {
             let label = |name: &str| {
                 series
@@ -227,5 +176,9 @@ fn live_python_client_push_decodes_to_cpu_and_memory_series_with_pprof_samples()
     assert!(
         cpu_series > 0 && memory_series > 0,
         "cpu {cpu_series}, memory {memory_series}"
+    );
+    assert!(
+        requests_with_both > 0,
+        "no request carried the memory and CPU series together"
     );
 }

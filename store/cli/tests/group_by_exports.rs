@@ -6,20 +6,15 @@
 //! JSON tree is trimmed to a few nodes on purpose: the exports must not be.
 //! `kiln diff -o x.folded` is checked the same way against both pods.
 
-#[path = "../../ui/tests/support/go_workloads.rs"]
-mod go_workloads;
-#[path = "../../ui/tests/support/prerequisites.rs"]
-mod prerequisites;
-#[path = "../../ui/tests/support/store_process.rs"]
-mod store_process;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use kiln_contract::query_json::FlameGraphResponse;
-use store_process::StoreProcess;
+use kiln_testkit::binaries::built_binary;
+use kiln_testkit::clock::now_s;
+use kiln_testkit::go_programs::workload_cpu_profiles;
+use kiln_testkit::store_process::StoreProcess;
 
 const CPU: &str = "process_cpu:cpu";
 
@@ -139,18 +134,15 @@ fn svg_frame_count(svg: &str, frame: &str) -> Option<i64> {
 
 #[test]
 fn group_by_pod_exports_carry_each_pods_untrimmed_totals() {
-    let Some(binary) = prerequisites::built_binary("kiln-store", "KILN_STORE_BIN") else {
+    let Some(binary) = built_binary("kiln-store", "KILN_STORE_BIN") else {
         return;
     };
     let work = tempfile::tempdir().expect("temporary directory");
-    let Some(profiles) = go_workloads::cpu_profiles(work.path()) else {
+    let Some(profiles) = workload_cpu_profiles(work.path()) else {
         return;
     };
-    let store = StoreProcess::start(&binary);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs();
+    let store = StoreProcess::start(&binary, &[]);
+    let now = now_s();
     for (service, path) in &profiles {
         let body = std::fs::read(path).expect("profile written");
         let response = ureq::post(format!("{}/ingest", store.url()))

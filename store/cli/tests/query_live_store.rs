@@ -1,25 +1,21 @@
 //! `kiln` against a live `kiln-store` on 127.0.0.1 seeded with real pprof
-//! fixtures: the SVG names the expected frame, the pprof reads in
-//! `go tool pprof`, and bad input gets clear errors.
+//! profiles: the SVG names the expected frame, the pprof reads in
+//! `go tool pprof`, and bad input gets clear errors. Each check runs on CPU
+//! profiles a Go workload writes at test time, and again on the `../shared`
+//! fixtures where they are present.
 
-#[path = "../../ui/tests/support/prerequisites.rs"]
-mod prerequisites;
-#[path = "../../ui/tests/support/store_process.rs"]
-mod store_process;
-
+use kiln_testkit::binaries::built_binary;
+use kiln_testkit::clock::now_s;
+use kiln_testkit::fixtures::shared_testdata;
+use kiln_testkit::prerequisites::missing;
+use kiln_testkit::store_process::StoreProcess;
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use store_process::StoreProcess;
 
 const CHECKOUT: &str = "process_cpu:cpu{pod=\"checkout-1\"}";
 
 fn ingest(store: &StoreProcess, fixture: &Path, labels: &str) {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs();
+    let now = now_s();
     let body = std::fs::read(fixture).expect("fixture is readable");
     let response = ureq::post(format!("{}/ingest", store.url()))
         .query("format", "pprof")
@@ -46,10 +42,28 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-fn seeded_store() -> Option<StoreProcess> {
-    let fixtures = prerequisites::profile_fixtures()?;
-    let binary = prerequisites::built_binary("kiln-store", "KILN_STORE_BIN")?;
-    let store = StoreProcess::start(&binary);
+/// A store seeded with CPU profiles of two pods, `checkout-1` and
+/// `search-1`, and the frames the checks look for in them.
+struct Seeded {
+    store: StoreProcess,
+    /// A function on checkout-1's stacks only, wide in its flame graph.
+    hot: &'static str,
+    /// A function on search-1's stacks only.
+    other_only: &'static str,
+    /// (Part of the name of) a function with flat time on search-1's
+    /// stacks only, which the diff table lists.
+    other_flat: &'static str,
+    /// (Part of the name of) checkout-1's largest flat function.
+    top_flat: &'static str,
+    /// A search-1 frame wide enough to be drawn, named, in the diff SVG.
+    compared_drawn: &'static str,
+}
+
+/// Seeded with the `../shared` fixtures, when present.
+fn seeded_store() -> Option<Seeded> {
+    let fixtures = shared_testdata("profiles")?;
+    let binary = built_binary("kiln-store", "KILN_STORE_BIN")?;
+    let store = StoreProcess::start(&binary, &[]);
     ingest(
         &store,
         &fixtures.join("google-pprof/sample.cpu.pb.gz"),
@@ -60,13 +74,62 @@ fn seeded_store() -> Option<StoreProcess> {
         &fixtures.join("google-pprof/large.cpu.pb.gz"),
         "pod=search-1",
     );
-    Some(store)
+    Some(Seeded {
+        store,
+        hot: "main.busyLoop",
+        other_only: "time.Now",
+        other_flat: "time.Now",
+        top_flat: "runtime.mapiternext",
+        compared_drawn: "main.next",
+    })
+}
+
+/// Seeded with CPU profiles the UI's Go workload writes now, so that a
+/// clone without `../shared` runs every check: its `checkout` service as
+/// checkout-1 and its `search` service as search-1.
+fn store_seeded_with_go_workloads(work: &Path) -> Option<Seeded> {
+    let profiles = kiln_testkit::go_programs::workload_cpu_profiles(work)?;
+    let binary = built_binary("kiln-store", "KILN_STORE_BIN")?;
+    let store = StoreProcess::start(&binary, &[]);
+    for (service, pod) in [("checkout", "checkout-1"), ("search", "search-1")] {
+        let (_, profile) = profiles
+            .iter()
+            .find(|(s, _)| *s == service)
+            .expect("the workload plays every service");
+        ingest(&store, profile, &format!("pod={pod}"));
+    }
+    Some(Seeded {
+        store,
+        hot: "main.handleCheckout",
+        other_only: "main.handleSearch",
+        // Sorting's (slices.partitionOrdered and its kin) holds a third of
+        // search's time; main.handleSearch itself has little flat time.
+        other_flat: "slices.",
+        // SHA-256's block function (blockSHANI, blockAVX2, ... by CPU)
+        // holds half of checkout's time.
+        top_flat: "sha256.block",
+        compared_drawn: "main.handleSearch",
+    })
 }
 
 #[test]
 fn query_writes_svg_pprof_json_and_a_top_table_from_a_live_store() {
-    let Some(store) = seeded_store() else { return };
-    let url = store.url();
+    if let Some(seeded) = seeded_store() {
+        query_writes_svg_pprof_json_and_a_top_table(&seeded);
+    }
+}
+
+/// Twin of the test above that needs no `../shared`.
+#[test]
+fn query_writes_svg_pprof_json_and_a_top_table_from_go_profiles_made_now() {
+    let work = tempfile::tempdir().expect("temporary directory");
+    if let Some(seeded) = store_seeded_with_go_workloads(work.path()) {
+        query_writes_svg_pprof_json_and_a_top_table(&seeded);
+    }
+}
+
+fn query_writes_svg_pprof_json_and_a_top_table(seeded: &Seeded) {
+    let url = seeded.store.url();
     let out = tempfile::tempdir().expect("temporary directory");
 
     let svg_path = out.path().join("flamegraph.svg");
@@ -88,11 +151,11 @@ fn query_writes_svg_pprof_json_and_a_top_table_from_a_live_store() {
         "not an SVG: {}",
         &svg[..80.min(svg.len())]
     );
+    assert!(svg.contains(seeded.hot), "the SVG names the hot function");
     assert!(
-        svg.contains("main.busyLoop"),
-        "the SVG names the hot function"
+        !svg.contains(seeded.other_only),
+        "the other pod's frames stay out"
     );
-    assert!(!svg.contains("time.Now"), "the other pod's frames stay out");
 
     let pprof_path = out.path().join("profile.pb.gz");
     let pprof_arg = pprof_path.to_str().expect("utf-8 path");
@@ -118,11 +181,11 @@ fn query_writes_svg_pprof_json_and_a_top_table_from_a_live_store() {
                 text(&go.stderr)
             );
             assert!(
-                text(&go.stdout).contains("main.busyLoop"),
+                text(&go.stdout).contains(seeded.hot),
                 "pprof -raw lists the hot function"
             );
         }
-        Err(_) => prerequisites::missing::<()>("go (golang-go) is not installed").unwrap_or(()),
+        Err(_) => missing::<()>("go (golang-go) is not installed").unwrap_or(()),
     }
 
     let run = kiln(
@@ -139,7 +202,7 @@ fn query_writes_svg_pprof_json_and_a_top_table_from_a_live_store() {
     assert!(
         json["flamegraph"]["names"]
             .as_array()
-            .is_some_and(|n| n.iter().any(|v| v == "main.busyLoop"))
+            .is_some_and(|n| n.iter().any(|v| v == seeded.hot))
     );
 
     let run = kiln(
@@ -154,7 +217,7 @@ fn query_writes_svg_pprof_json_and_a_top_table_from_a_live_store() {
     let table = text(&run.stdout);
     let first_row = table.lines().nth(2).unwrap_or_default();
     assert!(
-        first_row.contains("runtime.mapiternext"),
+        first_row.contains(seeded.top_flat),
         "largest flat function first:\n{table}"
     );
     assert_eq!(
@@ -166,8 +229,22 @@ fn query_writes_svg_pprof_json_and_a_top_table_from_a_live_store() {
 
 #[test]
 fn labels_series_and_diff_read_the_live_store() {
-    let Some(store) = seeded_store() else { return };
-    let url = store.url();
+    if let Some(seeded) = seeded_store() {
+        labels_series_and_diff_read(&seeded);
+    }
+}
+
+/// Twin of the test above that needs no `../shared`.
+#[test]
+fn labels_series_and_diff_read_a_store_of_go_profiles_made_now() {
+    let work = tempfile::tempdir().expect("temporary directory");
+    if let Some(seeded) = store_seeded_with_go_workloads(work.path()) {
+        labels_series_and_diff_read(&seeded);
+    }
+}
+
+fn labels_series_and_diff_read(seeded: &Seeded) {
+    let url = seeded.store.url();
 
     let run = kiln(&url, &["labels", "--from", "now-15m", "pod"]);
     assert!(
@@ -207,7 +284,7 @@ fn labels_series_and_diff_read_the_live_store() {
     );
     let diff = text(&run.stdout);
     assert!(
-        diff.contains("time.Now") && diff.contains("runtime.mapiternext"),
+        diff.contains(seeded.other_flat) && diff.contains(seeded.top_flat),
         "{diff}"
     );
 
@@ -234,14 +311,28 @@ fn labels_series_and_diff_read_the_live_store() {
     let svg = std::fs::read_to_string(&svg_path).expect("diff SVG written");
     // Differential flame graphs take their shape from the compared side.
     assert!(
-        svg.contains("main.next"),
+        svg.contains(seeded.compared_drawn),
         "the compared side's frames are drawn"
     );
 }
 
 #[test]
 fn bad_selectors_show_the_stores_error_with_its_position() {
-    let Some(store) = seeded_store() else { return };
+    if let Some(seeded) = seeded_store() {
+        bad_selectors_show_the_stores_error(&seeded.store);
+    }
+}
+
+/// Twin of the test above that needs no `../shared`.
+#[test]
+fn bad_selectors_show_the_stores_error_with_its_position_on_go_profiles_made_now() {
+    let work = tempfile::tempdir().expect("temporary directory");
+    if let Some(seeded) = store_seeded_with_go_workloads(work.path()) {
+        bad_selectors_show_the_stores_error(&seeded.store);
+    }
+}
+
+fn bad_selectors_show_the_stores_error(store: &StoreProcess) {
     let run = kiln(
         &store.url(),
         &["query", "--from", "now-15m", "process_cpu:cpu{pod=}"],

@@ -1,12 +1,10 @@
 //! `kiln up` starts a real kiln-store (found next to `kiln`), prints the
 //! UI address, serves the UI there, and stops the store on Ctrl-C.
 
-#[path = "../../ui/tests/support/prerequisites.rs"]
-mod prerequisites;
-#[path = "../../ui/tests/support/store_process.rs"]
-mod store_process;
-
+use kiln_testkit::binaries::built_binary;
+use kiln_testkit::http::{http_get, http_status};
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -14,7 +12,7 @@ use std::time::Duration;
 #[test]
 fn kiln_up_serves_the_ui_and_stops_the_store_on_ctrl_c() {
     // kiln up looks beside itself, so only the binary in the build directory counts.
-    if prerequisites::built_binary("kiln-store", "KILN_UP_TEST_UNUSED").is_none() {
+    if built_binary("kiln-store", "KILN_UP_TEST_UNUSED").is_none() {
         return;
     }
     let data = tempfile::tempdir().expect("temporary data directory");
@@ -54,7 +52,7 @@ fn kiln_up_serves_the_ui_and_stops_the_store_on_ctrl_c() {
         }
     }
 
-    let (status, body) = store_process::http_get(port, "/").expect("the store answers");
+    let (status, body) = http_get(port, "/").expect("the store answers");
     assert_eq!(status, 200);
     assert_eq!(
         body,
@@ -73,7 +71,7 @@ fn kiln_up_serves_the_ui_and_stops_the_store_on_ctrl_c() {
         "kiln up exits cleanly after Ctrl-C: {status}"
     );
     assert_eq!(
-        store_process::http_status(port, "/healthz"),
+        http_status(port, "/healthz"),
         None,
         "the store stopped with it"
     );
@@ -81,6 +79,6 @@ fn kiln_up_serves_the_ui_and_stops_the_store_on_ctrl_c() {
 
 /// The index page as embedded in the store, fetched from the UI crate's file.
 fn kiln_ui_index() -> Vec<u8> {
-    std::fs::read(prerequisites::crate_dir().join("../ui/assets/index.html"))
+    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../ui/assets/index.html"))
         .expect("index.html is readable")
 }

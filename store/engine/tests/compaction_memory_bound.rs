@@ -8,8 +8,6 @@
 
 #![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
 
-mod support;
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
 use std::sync::Mutex;
@@ -17,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kiln_engine::model::BlockMeta;
 use kiln_engine::{BlockCompression, compact_streaming};
-use support::streaming::{FileRanges, go_profiles, wide_profile, write_hour_blocks};
+use kiln_testkit::blocks::streaming::{FileRanges, go_profiles, wide_profile, write_hour_blocks};
 
 struct Counting;
 

@@ -154,7 +154,8 @@ fn string_labels_are_promoted_and_span_and_numeric_labels_stay_per_sample() {
 }
 
 /// The agent's profiles carry `pid`, `tid` and `comm` on every sample: they
-/// stay per sample, so a host's processes share one series (audit R6).
+/// stay per sample, so a host's processes share one series (a label per
+/// pid would let one busy host use up everyone's series budget).
 #[test]
 fn the_agents_process_labels_stay_per_sample_and_make_no_series() {
     use kiln_contract::sample_labels::{COMM, PER_SAMPLE_LABELS, PID, TID};

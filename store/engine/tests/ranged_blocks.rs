@@ -7,8 +7,6 @@
 
 #![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
 
-mod support;
-
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,8 +16,8 @@ use kiln_engine::{
     Block, BlockCompression, BlockError, BlockRanges, CompiledSelector, MatchOp, Matcher,
     MergedProfile, Queryable, Selector, TimeRange, compact_streaming, projected_ranged_hold,
 };
-use support::content::{content, everything};
-use support::streaming::{FileRanges, HOUR, go_profiles, write_hour_blocks};
+use kiln_testkit::blocks::content::{content, everything};
+use kiln_testkit::blocks::streaming::{FileRanges, HOUR, go_profiles, write_hour_blocks};
 
 /// The read window: small, so that the test's blocks are many windows long.
 const WINDOW: usize = 4096;

@@ -6,7 +6,6 @@
 #![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -15,6 +14,9 @@ use kiln_engine::{
     TimeRange, encode_block,
 };
 use kiln_pprof::{DecodeLimits, Profile, decode, encode_gzip};
+use kiln_testkit::fixtures::shared_testdata;
+use kiln_testkit::prerequisites::visible_skip;
+use kiln_testkit::{go_programs, tools};
 
 const VALID: &[&str] = &[
     "google-pprof/large.cpu.pb.gz",
@@ -47,20 +49,13 @@ const VALID: &[&str] = &[
 const TIME_MS: i64 = 1_700_000_000_000;
 
 fn fixtures_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/profiles");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        // Written to stderr directly, not through `eprintln!`, which the
-        // test harness captures and hides for passing tests: a skip must
-        // show in the normal output.
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIP: ../shared/testdata/profiles is not present; the fixture round trips \
-             ran only on the live Go program's profiles"
+    let dir = shared_testdata("profiles");
+    if dir.is_none() {
+        visible_skip(
+            "the fixture round trips ran only on the live Go program's profiles, not on ../shared",
         );
-        None
     }
+    dir
 }
 
 type Stacks = BTreeMap<Vec<String>, i64>;
@@ -146,22 +141,10 @@ fn everything() -> TimeRange {
     }
 }
 
+/// Whether Go is installed (a failure in CI); without it the go tool pprof
+/// and live Go profile checks do not run.
 fn go_available() -> bool {
-    let ok = Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var("CI").is_err(),
-            "go (golang-go) is required in CI: ./kiln-dev installs it"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIP: go is not installed; the go tool pprof and live Go profile checks did not run"
-        );
-    }
-    ok
+    tools::go().is_some()
 }
 
 /// Runs `go tool pprof -raw` and parses samples into stacks of names.
@@ -171,6 +154,12 @@ fn go_pprof_stacks(path: &Path, home: &Path) -> (Stacks, i64) {
         .arg(path)
         .env("HOME", home)
         .env("PPROF_TMPDIR", home)
+        // `go tool pprof` is built into the Go build cache on first use: a
+        // fresh cache under `home` would rebuild it each time (a minute).
+        .env(
+            "GOCACHE",
+            kiln_testkit::binaries::target_dir().join("tmp/go-build-cache"),
+        )
         .output()
         .expect("running go tool pprof");
     assert!(
@@ -315,23 +304,7 @@ fn go_runtime_profiles(tmp: &Path) -> Option<Vec<(String, Vec<u8>)>> {
         return None;
     }
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/burner/main.go");
-    let binary = tmp.join("burner");
-    // The build cache lives in the target directory so reruns are quick.
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go-build-cache");
-    let build = Command::new("go")
-        .arg("build")
-        .arg("-o")
-        .arg(&binary)
-        .arg(&source)
-        .env("GOCACHE", &cache)
-        .env("HOME", tmp)
-        .output()
-        .expect("running go build");
-    assert!(
-        build.status.success(),
-        "go build failed: {}",
-        String::from_utf8_lossy(&build.stderr)
-    );
+    let binary = go_programs::build(&source, tmp, "burner")?;
     let (cpu, heap) = (tmp.join("cpu.pprof"), tmp.join("heap.pprof"));
     let run = Command::new(&binary).arg(&cpu).arg(&heap).output().unwrap();
     assert!(
@@ -452,7 +425,14 @@ fn exported_pprof_keeps_unsymbolized_mappings_and_build_ids() {
     let Some(dir) = fixtures_dir() else { return };
     let bytes = std::fs::read(dir.join("parca/stripped-cpu.stripped.pprof")).unwrap();
     let profile = decode(&bytes, &DecodeLimits::default()).unwrap();
-    let head = ingest(&profile);
+    assert_export_keeps_mappings_and_build_ids(&profile);
+}
+
+/// Ingests the unsymbolized `profile`, merges and exports it, and checks
+/// that the export keeps every build ID and gives every location its
+/// address and mapping.
+fn assert_export_keeps_mappings_and_build_ids(profile: &Profile) {
+    let head = ingest(profile);
     let profile_type = head.profile_types(everything()).remove(0);
     let exported = merge(&head, &profile_type).to_pprof(&profile_type);
     let reread = Profile::validate(exported, &DecodeLimits::default()).unwrap();
@@ -478,4 +458,96 @@ fn exported_pprof_keeps_unsymbolized_mappings_and_build_ids() {
             .iter()
             .all(|l| l.address != 0 && l.mapping_id != 0)
     );
+}
+
+/// The stacks of a stripped C program as `perf` recorded them, as an eBPF
+/// agent reports them: addresses in mappings with build IDs, and no
+/// symbols. Kernel frames, outside the process's mappings, are left out.
+fn unsymbolized_profile_from_perf(
+    recording: &kiln_testkit::real_inputs::perf_recordings::PerfRecording,
+) -> Profile {
+    let mut builder =
+        kiln_pprof::ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
+    let period = recording.samples.first().map_or(1, |s| s.period);
+    builder
+        .period("cpu", "nanoseconds", i64::try_from(period).unwrap())
+        .time(TIME_MS * 1_000_000, 10_000_000_000);
+    // Only the mappings that samples land in, as an agent reports them (an
+    // export keeps no mapping without a location either).
+    let mut mappings = BTreeMap::new();
+    for sample in &recording.samples {
+        let locations: Vec<u64> = sample
+            .frames
+            .iter()
+            .filter_map(|frame| recording.resolve(frame))
+            .map(|(index, address)| {
+                let mapping = *mappings.entry(index).or_insert_with(|| {
+                    let m = &recording.mappings[index];
+                    builder.mapping(&kiln_pprof::MappingSpec {
+                        memory_start: m.start,
+                        memory_limit: m.start + m.len,
+                        file_offset: m.file_offset,
+                        filename: m.filename.clone(),
+                        build_id: m.build_id.clone(),
+                        has_functions: false,
+                    })
+                });
+                builder.location(mapping, address, &[])
+            })
+            .collect();
+        if !locations.is_empty() {
+            let cpu = i64::try_from(sample.period).unwrap();
+            builder.sample(&locations, &[1, cpu], &[]);
+        }
+    }
+    Profile::validate(builder.finish(), &DecodeLimits::default()).unwrap()
+}
+
+/// Twin of `exported_pprof_keeps_unsymbolized_mappings_and_build_ids` that
+/// needs no `../shared`: instead of parca's stripped Go profile, a stripped
+/// C program that `perf` records now, whose build ID perf reads from the
+/// file.
+#[test]
+fn exported_pprof_keeps_the_mappings_and_build_ids_of_a_stripped_program_recorded_now() {
+    use kiln_testkit::real_inputs::perf_recordings::record_busy_c_program;
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(recording) = record_busy_c_program(tmp.path(), true, 0.3) else {
+        return;
+    };
+    let binary = recording.binary.display().to_string();
+    assert!(
+        recording
+            .mappings
+            .iter()
+            .any(|m| m.filename == binary && !m.build_id.is_empty()),
+        "perf read no build ID of {binary}: {:?}",
+        recording.mappings
+    );
+    let profile = unsymbolized_profile_from_perf(&recording);
+    assert!(profile.functions().is_empty(), "stripped: no symbols");
+    assert!(!profile.samples().is_empty(), "no sample in the program");
+    assert_export_keeps_mappings_and_build_ids(&profile);
+}
+
+/// Twin of `every_valid_fixture_keeps_totals_and_stacks_through_head_block_and_go_pprof`
+/// that needs no `../shared`: Go profiles of every kind made now (CPU with
+/// labels, inlined frames and a label that is not UTF-8; heap with four
+/// types, thousands of stacks and truncated deep ones; block; mutex;
+/// goroutine), and the unsymbolized stacks of a stripped program that
+/// `perf` records now, through the head, a block and `go tool pprof -raw`.
+#[test]
+fn real_inputs_made_now_keep_totals_and_stacks_through_head_block_and_go_pprof() {
+    use kiln_testkit::real_inputs::{go_profiles, perf_recordings};
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(go) = go_profiles::write_go_profiles(tmp.path()) else {
+        return;
+    };
+    for (name, path) in go.pprof_files() {
+        check_round_trip(name, &std::fs::read(path).unwrap(), true, tmp.path());
+    }
+    if let Some(recording) = perf_recordings::record_busy_c_program(tmp.path(), true, 0.3) {
+        let profile = unsymbolized_profile_from_perf(&recording);
+        let bytes = encode_gzip(&profile.into_raw());
+        check_round_trip("perf, stripped", &bytes, true, tmp.path());
+    }
 }

@@ -6,8 +6,6 @@
 
 #![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::Path;
@@ -18,8 +16,8 @@ use kiln_engine::{
     MergeOutput, MergedProfile, Queryable, Selector, StreamedMerge, TimeRange, compact_blocks,
     compact_streaming, compact_streaming_within, projected_ranged_hold,
 };
-use support::content::{Content, content, everything};
-use support::streaming::{FileRanges, go_profiles, write_hour_blocks};
+use kiln_testkit::blocks::content::{Content, content, everything};
+use kiln_testkit::blocks::streaming::{FileRanges, go_profiles, write_hour_blocks};
 
 fn streamed(
     paths: &[std::path::PathBuf],

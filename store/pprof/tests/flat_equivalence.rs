@@ -16,6 +16,9 @@ use kiln_pprof::{
     DecodeLimits, LabelValue, PprofError, ProfileBuilder, ProfileView, decode, decode_flat,
     encode_gzip,
 };
+use kiln_testkit::fixtures::shared_testdata;
+use kiln_testkit::go_programs;
+use kiln_testkit::prerequisites::visible_skip;
 use proptest::prelude::*;
 use prost::Message;
 
@@ -67,34 +70,8 @@ fn assert_same_verdict(name: &str, input: &[u8], limits: &DecodeLimits) -> bool 
 }
 
 fn go_profiles(tmp: &Path) -> Option<Vec<(String, Vec<u8>)>> {
-    let go = Command::new("go").arg("version").output();
-    if !go.is_ok_and(|o| o.status.success()) {
-        assert!(
-            std::env::var("CI").is_err(),
-            "go (golang-go) is required in CI: ./kiln-dev installs it"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: go is not installed; the decoders were compared on built profiles only"
-        );
-        return None;
-    }
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/profiled/main.go");
-    let binary = tmp.join("profiled");
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go-build-cache");
-    let build = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .env("GOCACHE", &cache)
-        .env("HOME", tmp)
-        .output()
-        .unwrap();
-    assert!(
-        build.status.success(),
-        "go build failed: {}",
-        String::from_utf8_lossy(&build.stderr)
-    );
+    let binary = go_programs::build(&source, tmp, "profiled")?;
     let run = Command::new(&binary).arg(tmp).output().unwrap();
     assert!(
         run.status.success(),
@@ -151,14 +128,10 @@ fn real_go_profiles_decode_to_the_same_profile_both_ways() {
 /// and invalid UTF-8 alike.
 #[test]
 fn shared_fixtures_get_the_same_verdict_both_ways() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/profiles");
-    if !dir.is_dir() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: ../shared/testdata/profiles is not present; compared on live Go profiles only"
-        );
+    let Some(dir) = shared_testdata("profiles") else {
+        visible_skip("the decoders were compared on live Go profiles only");
         return;
-    }
+    };
     let mut compared = 0;
     for entry in walk(&dir) {
         let bytes = std::fs::read(&entry).unwrap();
@@ -351,4 +324,51 @@ proptest! {
         }
         prop_assert!(assert_same_verdict("built", &encode_gzip(&builder.finish()), &DecodeLimits::default()));
     }
+}
+
+/// Twin of `shared_fixtures_get_the_same_verdict_both_ways` that needs no
+/// `../shared`: every kind of real input made now, valid and not. Go's
+/// CPU (with a label that is not UTF-8), heap, block, mutex and goroutine
+/// profiles, gzipped and not; its legacy text profiles; a Java Flight
+/// Recorder file, plain and gzipped; and a `perf.data` recording.
+#[test]
+fn real_inputs_made_now_get_the_same_verdict_both_ways() {
+    use kiln_testkit::real_inputs::{go_profiles, jfr_recordings, perf_recordings};
+    let tmp = tempfile::tempdir().unwrap();
+    let limits = DecodeLimits::default();
+    let (mut valid, mut refused) = (0, 0);
+    let mut compare = |name: &str, bytes: &[u8]| {
+        if assert_same_verdict(name, bytes, &limits) {
+            valid += 1;
+        } else {
+            refused += 1;
+        }
+    };
+    let mut expected = (0, 0);
+    if let Some(go) = go_profiles::write_go_profiles(tmp.path()) {
+        for (name, path) in go.pprof_files() {
+            let gzipped = std::fs::read(path).unwrap();
+            compare(name, &gzipped);
+            compare(
+                name,
+                &kiln_pprof::maybe_gunzip(&gzipped, usize::MAX).unwrap(),
+            );
+        }
+        for path in &go.legacy_text {
+            compare(&path.display().to_string(), &std::fs::read(path).unwrap());
+        }
+        expected.0 += 10;
+        expected.1 += 2;
+    }
+    if let Some(jfr) = jfr_recordings::record_jfr(tmp.path()) {
+        let bytes = std::fs::read(&jfr).unwrap();
+        compare("jfr", &bytes);
+        compare("jfr, gzipped", &encode_gzip_bytes(&bytes));
+        expected.1 += 2;
+    }
+    if let Some(perf) = perf_recordings::record_busy_c_program(tmp.path(), false, 0.2) {
+        compare("perf.data", &std::fs::read(&perf.data).unwrap());
+        expected.1 += 1;
+    }
+    assert_eq!((valid, refused), expected, "(decoded, refused)");
 }

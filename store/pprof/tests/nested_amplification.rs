@@ -1,4 +1,5 @@
-//! Audit R2, measured: nested repeated fields amplify when prost decodes
+//! A small upload must not make the decoder allocate gigabytes. Measured:
+//! nested repeated fields amplify when prost decodes
 //! them (an empty `Label` is 2 bytes on the wire, 32 decoded). The audit's
 //! confirmed case, one sample with 16M empty labels in a 32 KB gzip, raised
 //! a store's RSS from 12 MB to 586 MB before validation refused it. The
@@ -88,7 +89,7 @@ fn sixteen_million_empty_labels_are_refused_with_a_peak_heap_near_the_inflated_s
     );
     // The inflated protobuf is 32 MiB; decoding the labels would add 512 MiB.
     eprintln!(
-        "R2 reproduction: {} byte gzip, peak heap during decode {} MiB",
+        "nested labels: {} byte gzip, peak heap during decode {} MiB",
         input.len(),
         peak >> 20
     );

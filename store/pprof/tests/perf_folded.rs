@@ -143,3 +143,45 @@ fn perf_collapsed_stacks_of_a_real_compiler_convert_with_their_totals_and_frame_
     validate_message(message, &DecodeLimits::default())
         .unwrap_or_else(|e| panic!("perf folded: {e}"));
 }
+
+/// Twin of `folded::tests::inferno_fixtures_convert_with_their_recorded_totals`
+/// that needs no `../shared`: folded stacks whose counts are perf's event
+/// periods (nanoseconds of `cpu-clock`), so the totals are large, as in the
+/// perf-rust-Yamakaky fixture, from a recording made now. The totals come
+/// from perf's samples, read apart from the folded text.
+#[test]
+fn perf_samples_folded_by_period_convert_with_their_large_totals() {
+    use kiln_testkit::real_inputs::perf_recordings::{
+        FUNCTIONS, fold_by_period, record_busy_c_program,
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(recording) = record_busy_c_program(tmp.path(), false, 0.3) else {
+        return;
+    };
+    let expected = i64::try_from(recording.total_period()).unwrap();
+    // Each sample weighs about a million (nanoseconds at 999 Hz).
+    assert!(
+        expected > 1_000_000 * 10,
+        "perf recorded {expected} over {} samples",
+        recording.samples.len()
+    );
+    let folded = fold_by_period(&recording.samples);
+    assert_eq!(folded_count_sum(&folded), expected);
+
+    let (message, stats) = folded_to_profile(folded.as_bytes(), &FoldedSpec::default())
+        .unwrap_or_else(|e| panic!("perf folded by period: {e}"));
+    assert_eq!(stats.total_count, expected);
+    let sum: i64 = message.sample.iter().map(|s| s.value[0]).sum();
+    assert_eq!(sum, expected);
+    let names: HashSet<&[u8]> = message
+        .function
+        .iter()
+        .filter_map(|f| message.string_table.get(f.name as usize))
+        .map(Vec::as_slice)
+        .collect();
+    for function in FUNCTIONS {
+        assert!(names.contains(function.as_bytes()), "{function} missing");
+    }
+    validate_message(message, &DecodeLimits::default())
+        .unwrap_or_else(|e| panic!("perf folded by period: {e}"));
+}

@@ -12,19 +12,16 @@ use std::process::Command;
 
 use kiln_pprof::folded::{FoldedSpec, folded_to_profile};
 use kiln_pprof::{DecodeLimits, PprofError, Profile, decode, encode_gzip, validate_message};
+use kiln_testkit::fixtures::shared_testdata;
+use kiln_testkit::go_programs;
+use kiln_testkit::prerequisites::visible_skip;
 
 fn fixtures_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/profiles");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: ../shared/testdata/profiles is not present; the real-profile checks \
-             ran only on the live Go program's profiles"
-        );
-        None
+    let dir = shared_testdata("profiles");
+    if dir.is_none() {
+        visible_skip("the real-profile checks ran only on the live Go program's profiles");
     }
+    dir
 }
 
 const VALID: &[&str] = &[
@@ -121,37 +118,8 @@ fn legacy_and_foreign_formats_are_refused_as_not_protobuf() {
 /// Builds `tests/programs/profiled` with the Go toolchain into `tmp`, or
 /// returns `None` (said so on stderr) when Go is missing outside CI.
 fn build_go_program(tmp: &Path) -> Option<PathBuf> {
-    let go = Command::new("go").arg("version").output();
-    if !go.is_ok_and(|o| o.status.success()) {
-        assert!(
-            std::env::var("CI").is_err(),
-            "go (golang-go) is required in CI: ./kiln-dev installs it"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: go is not installed; no live runtime/pprof profiles were checked"
-        );
-        return None;
-    }
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/profiled/main.go");
-    let binary = tmp.join("profiled");
-    // The build cache lives in the target directory so reruns are quick.
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go-build-cache");
-    let build = Command::new("go")
-        .arg("build")
-        .arg("-o")
-        .arg(&binary)
-        .arg(&source)
-        .env("GOCACHE", &cache)
-        .env("HOME", tmp)
-        .output()
-        .unwrap();
-    assert!(
-        build.status.success(),
-        "go build failed: {}",
-        String::from_utf8_lossy(&build.stderr)
-    );
-    Some(binary)
+    go_programs::build(&source, tmp, "profiled")
 }
 
 /// Builds and runs the Go program, which writes CPU, heap and goroutine
@@ -332,6 +300,166 @@ fn profile_bee_output_of_the_go_program_decodes_and_folds_with_its_totals() {
         assert!(
             line.starts_with("profiled;") || line.starts_with("profiled "),
             "a stack from another process: {line}"
+        );
+    }
+}
+
+/// The deepest stack of `profile`, in locations.
+fn max_depth(profile: &Profile) -> usize {
+    profile
+        .samples()
+        .iter()
+        .map(|s| s.location_id.len())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Twin of `every_valid_fixture_decodes_validates_and_round_trips` that
+/// needs no `../shared`: the traits those fixtures bring come from profiles
+/// a Go program writes now. Inlined frames (sample.cpu), labels
+/// (labels, go.cpu.labels), a label that is not UTF-8 (invalid_utf8), four
+/// heap types with a numeric `bytes` label (alloc_objects, heap),
+/// thousands of samples (large.cpu), stacks truncated at the runtime's
+/// depth (heap_go_truncated_3, profile_rust's deep stacks), contention
+/// types, and bodies that are not gzipped (dotnet.labels).
+#[test]
+fn go_profiles_of_every_kind_decode_validate_and_round_trip() {
+    use kiln_testkit::real_inputs::go_profiles::{expect, write_go_profiles};
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(go) = write_go_profiles(tmp.path()) else {
+        return;
+    };
+    let mut decoded = Vec::new();
+    for (name, path) in go.pprof_files() {
+        let gzipped = std::fs::read(path).unwrap();
+        let profile = check_real_profile(name, &gzipped);
+        let plain = kiln_pprof::maybe_gunzip(&gzipped, usize::MAX).unwrap();
+        assert_ne!(plain, gzipped, "{name}: Go gzips its profiles");
+        let from_plain = check_real_profile(&format!("{name}, not gzipped"), &plain);
+        assert!(
+            from_plain.into_raw() == profile.clone().into_raw(),
+            "{name}"
+        );
+        decoded.push(profile);
+    }
+    let [cpu, heap, block, mutex, _goroutine] = &decoded[..] else {
+        unreachable!("five profiles")
+    };
+
+    // An inlined call shares its caller's location, one line each.
+    let inlined = cpu.locations().iter().any(|location| {
+        let names: Vec<&str> = location
+            .line
+            .iter()
+            .map(|l| cpu.string(cpu.function(l.function_id).unwrap().name))
+            .collect();
+        names == [expect::INLINED_FUNCTION, expect::CPU_FUNCTION]
+    });
+    assert!(inlined, "no location holds the inlined call");
+    let labelled = functions_on_stacks(cpu, |s| {
+        s.label
+            .iter()
+            .any(|l| (cpu.string(l.key), cpu.string(l.str)) == expect::LABEL)
+    });
+    assert!(labelled.contains(&expect::CPU_FUNCTION), "{labelled:?}");
+    // Bytes that are not UTF-8 are replaced, not refused.
+    let raw: Vec<&str> = cpu
+        .samples()
+        .iter()
+        .flat_map(|s| &s.label)
+        .filter(|l| cpu.string(l.key) == expect::RAW_LABEL_KEY)
+        .map(|l| cpu.string(l.str))
+        .collect();
+    assert!(!raw.is_empty(), "the raw label is missing");
+    assert!(raw.iter().all(|v| v.contains('\u{fffd}')), "{raw:?}");
+
+    let heap_types: Vec<(&str, &str)> = heap
+        .sample_types()
+        .iter()
+        .map(|t| (heap.string(t.r#type), heap.string(t.unit)))
+        .collect();
+    assert_eq!(
+        heap_types,
+        [
+            ("alloc_objects", "count"),
+            ("alloc_space", "bytes"),
+            ("inuse_objects", "count"),
+            ("inuse_space", "bytes")
+        ]
+    );
+    assert!(
+        heap.samples().len() >= expect::MIN_HEAP_SAMPLES,
+        "{} heap samples",
+        heap.samples().len()
+    );
+    let with_bytes = heap
+        .samples()
+        .iter()
+        .filter(|s| {
+            s.label
+                .iter()
+                .any(|l| heap.string(l.key) == "bytes" && l.num > 0)
+        })
+        .count();
+    assert!(with_bytes >= expect::MIN_HEAP_SAMPLES, "{with_bytes}");
+    let heap_functions = functions_on_stacks(heap, |_| true);
+    for function in expect::HEAP_FUNCTIONS
+        .iter()
+        .chain([&expect::DEEP_FUNCTION])
+    {
+        assert!(heap_functions.contains(function), "{function} missing");
+    }
+    assert!(
+        max_depth(heap) >= expect::MIN_TRUNCATED_DEPTH,
+        "deepest heap stack: {}",
+        max_depth(heap)
+    );
+
+    for contention in [block, mutex] {
+        let types: Vec<(&str, &str)> = contention
+            .sample_types()
+            .iter()
+            .map(|t| (contention.string(t.r#type), contention.string(t.unit)))
+            .collect();
+        assert_eq!(types, [("contentions", "count"), ("delay", "nanoseconds")]);
+        assert!(
+            functions_on_stacks(contention, |_| true).contains(&expect::CONTENDED_FUNCTION),
+            "{types:?}"
+        );
+    }
+}
+
+/// Twin of `legacy_and_foreign_formats_are_refused_as_not_protobuf` that
+/// needs no `../shared`: real profiles in formats that are not pprof, made
+/// now. Go's legacy text profiles (as cppbench.cpu.legacy is gperftools'
+/// legacy format), a Java Flight Recorder file, plain and gzipped (as
+/// dump2.jfr.gz), and a `perf.data` recording.
+#[test]
+fn legacy_and_foreign_formats_made_now_are_refused_as_not_protobuf() {
+    use kiln_testkit::real_inputs::{go_profiles, jfr_recordings, perf_recordings};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut inputs: Vec<(String, Vec<u8>)> = Vec::new();
+    if let Some(go) = go_profiles::write_go_profiles(tmp.path()) {
+        for path in &go.legacy_text {
+            inputs.push((path.display().to_string(), std::fs::read(path).unwrap()));
+        }
+    }
+    if let Some(jfr) = jfr_recordings::record_jfr(tmp.path()) {
+        let bytes = std::fs::read(&jfr).unwrap();
+        assert_eq!(&bytes[..4], b"FLR\0", "a JFR file");
+        let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gzip.write_all(&bytes).unwrap();
+        inputs.push(("jfr, gzipped".into(), gzip.finish().unwrap()));
+        inputs.push(("jfr".into(), bytes));
+    }
+    if let Some(perf) = perf_recordings::record_busy_c_program(tmp.path(), false, 0.2) {
+        inputs.push(("perf.data".into(), std::fs::read(&perf.data).unwrap()));
+    }
+    for (name, bytes) in &inputs {
+        let error = decode(bytes, &DecodeLimits::default()).unwrap_err();
+        assert!(
+            matches!(error, PprofError::Protobuf { .. }),
+            "{name}: {error}"
         );
     }
 }

@@ -1,14 +1,11 @@
 //! The decoded-block cache: its size is reported in `Store::stats()`, it is
 //! counted in decoded bytes, and it stays within its budget.
 
-#[path = "support/profiles.rs"]
-mod profiles;
-
 use std::path::Path;
 
 use kiln_storage::Store;
 use kiln_storage::bucket::{Bucket, BucketConfig};
-use profiles::*;
+use kiln_testkit::profiles::*;
 
 async fn store_with_two_blocks(root: &Path, cache_budget: u64) -> (Store, i64) {
     let bucket = local_bucket(&root.join("bucket"));

@@ -1,20 +1,18 @@
-//! Object-store outages (audit D3, D4): the store opens and serves while its
+//! Object-store outages must neither take the store down (uploads piling
+//! up in memory until an OOM, and an OOM again in every recovery) nor
+//! duplicate data (a WAL segment replayed although its block was
+//! uploaded): the store opens and serves while its
 //! bucket cannot be listed, holds WAL segments whose block it cannot confirm
 //! instead of guessing, bounds what waits for upload by bytes, and cuts a
 //! long WAL replay into heads of a block's size.
 
-#[path = "support/faulty_bucket.rs"]
-mod faulty_bucket;
-#[path = "support/profiles.rs"]
-mod profiles;
-
 use std::path::Path;
 use std::sync::Arc;
 
-use faulty_bucket::FaultyBucket;
 use kiln_storage::store::record_incomplete;
 use kiln_storage::{Store, StoreConfig};
-use profiles::*;
+use kiln_testkit::buckets::faulty::FaultyBucket;
+use kiln_testkit::profiles::*;
 
 fn reasons(store: &Store) -> Vec<&'static str> {
     store.health().problems.iter().map(|p| p.reason).collect()
@@ -225,7 +223,8 @@ async fn a_transient_meta_error_holds_the_wal_it_covers_instead_of_replaying_it_
     let bucket = FaultyBucket::new(local_bucket(&root.path().join("bucket")));
     let (saved, block, total_a) = flushed_block(root.path(), &bucket).await;
     // A crash between upload and WAL cleanup, and on restart the block's
-    // meta.json answers 503 (audit D4's reproduction).
+    // meta.json answers 503: a transient error read as "no block" would
+    // replay the segment into a second copy of its data.
     restore_pre_cleanup_state(root.path(), &saved, &block);
     bucket.fail_gets_of(&format!("{block}/meta.json"));
     let store = open_with(config(&root.path().join("data"), "r1"), &bucket).await;

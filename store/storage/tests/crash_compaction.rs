@@ -5,9 +5,6 @@
 //! merged block, deleting sources), the reopened store must hold every
 //! value exactly once.
 
-#[path = "support/profiles.rs"]
-mod profiles;
-
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -15,7 +12,7 @@ use std::time::Duration;
 
 use kiln_engine::model::{Label, LabelSet, Selector};
 use kiln_storage::{IngestRequest, Store};
-use profiles::*;
+use kiln_testkit::profiles::*;
 
 const CHILD_DIR_ENV: &str = "KILN_CRASH_COMPACTION_DIR";
 const CHILD_TEST: &str = "child_process_entry_point";

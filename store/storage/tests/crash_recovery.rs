@@ -3,9 +3,6 @@
 //! id; the parent kills it with SIGKILL mid-stream, twice, and then checks
 //! that every acknowledged profile is in the reopened store exactly once.
 
-#[path = "support/profiles.rs"]
-mod profiles;
-
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -14,7 +11,7 @@ use std::time::Duration;
 
 use kiln_engine::model::{Label, LabelSet, MatchOp, Matcher, Selector};
 use kiln_storage::{IngestRequest, Store};
-use profiles::*;
+use kiln_testkit::profiles::*;
 
 const CHILD_DIR_ENV: &str = "KILN_CRASH_CHILD_DIR";
 const CHILD_START_ENV: &str = "KILN_CRASH_CHILD_START";

@@ -7,9 +7,6 @@
 //! supersedes, was deleted (issue 13). Page-cache-only block files would
 //! lose acknowledged writes on a power cut after the WAL was trimmed.
 
-#[path = "support/profiles.rs"]
-mod profiles;
-
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
@@ -17,7 +14,7 @@ use std::process::Command;
 
 use kiln_engine::model::{Label, LabelSet};
 use kiln_storage::{IngestRequest, Store};
-use profiles::*;
+use kiln_testkit::profiles::*;
 
 const CHILD_DIR_ENV: &str = "KILN_DURABILITY_CHILD_DIR";
 const CHILD_TEST: &str = "child_process_entry_point";

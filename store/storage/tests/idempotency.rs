@@ -1,12 +1,9 @@
-//! Audit G7: a profile resent with the same idempotency key (the client did
+//! A client that retries must not double its data: a profile resent with the same idempotency key (the client did
 //! not hear the first answer) is stored once, also across a restart, both
 //! before and after its WAL segment became a block.
 
-#[path = "support/profiles.rs"]
-mod profiles;
-
 use kiln_storage::StorageError;
-use profiles::*;
+use kiln_testkit::profiles::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resent_profile_is_stored_once_across_restarts_and_flushes() {

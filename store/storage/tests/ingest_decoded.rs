@@ -2,12 +2,9 @@
 //! is stored without a second decode, and the bytes logged for it replay
 //! to the same data.
 
-#[path = "support/profiles.rs"]
-mod profiles;
-
 use kiln_pprof::DecodeLimits;
 use kiln_storage::{StorageError, Store};
-use profiles::*;
+use kiln_testkit::profiles::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_profile_is_stored_as_decoded_and_replays_from_its_logged_bytes() {

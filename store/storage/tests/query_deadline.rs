@@ -1,13 +1,11 @@
-//! Audit R8: a query that runs past its deadline stops between blocks with
+//! One query must not hold the store's query slots and CPU without bound:
+//! a query that runs past its deadline stops between blocks with
 //! an error saying how far it got; it never answers a partial result.
-
-#[path = "support/profiles.rs"]
-mod profiles;
 
 use std::time::Duration;
 
 use kiln_storage::{ErrorClass, StorageError, Store};
-use profiles::*;
+use kiln_testkit::profiles::*;
 
 async fn store_with_a_block_and_a_head(root: &std::path::Path, timeout: Duration) -> Store {
     let mut config = config(&root.join("data"), "r1");

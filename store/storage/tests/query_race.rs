@@ -1,13 +1,11 @@
-//! Audit D5: a block deleted between a query's snapshot of the blocks and
+//! Replicas and compaction delete blocks under running queries. A block
+//! deleted between a query's snapshot of the blocks and
 //! its read (a compaction replaced it, or retention or another replica
 //! removed it) makes the query list the bucket again and start over on the
 //! new view; it never answers with that block's data silently missing.
 
-#[path = "support/profiles.rs"]
-mod profiles;
-
 use kiln_storage::{ErrorClass, StorageError, Store};
-use profiles::*;
+use kiln_testkit::profiles::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_block_deleted_under_a_query_makes_it_list_the_bucket_again() {

@@ -1,16 +1,14 @@
-//! Audit D5, replicas sharing a bucket: a replica cleans up only what is
+//! Replicas sharing a bucket must not delete or duplicate each other's
+//! data: a replica cleans up only what is
 //! under its own prefix, one process at a time acts for a replica name, and
 //! one replica at a time runs retention.
-
-#[path = "support/profiles.rs"]
-mod profiles;
 
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
 use kiln_storage::{StorageError, Store, StoreConfig};
-use profiles::*;
+use kiln_testkit::profiles::*;
 
 /// An id whose time is `age` ago: an upload cut that long ago.
 fn id_aged(age: Duration) -> String {

@@ -3,18 +3,12 @@
 //! `$KILN_TOOLS_DIR/venv`). Skips with a message when moto is missing,
 //! except under `CI=true`, where a missing moto fails the test.
 
-#[path = "support/profiles.rs"]
-mod profiles;
-// Shared with the server tests in `store/tests`.
-#[path = "../../tests/support/moto.rs"]
-mod moto;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kiln_storage::{BucketConfig, Store};
-use moto::{Moto, start_moto};
-use profiles::*;
+use kiln_testkit::moto::{Moto, start_moto};
+use kiln_testkit::profiles::*;
 
 fn s3(moto: &Moto, bucket: &str) -> Arc<dyn object_store::ObjectStore> {
     BucketConfig::S3 {

@@ -3,15 +3,12 @@
 //! head, and a query racing cuts and parallel ingests never sees a value
 //! twice or loses an acknowledged one.
 
-#[path = "support/profiles.rs"]
-mod profiles;
-
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use kiln_storage::Store;
-use profiles::*;
+use kiln_testkit::profiles::*;
 
 async fn open_sharded(root: &Path, shards: usize) -> Store {
     open_with(root, shards, 4).await

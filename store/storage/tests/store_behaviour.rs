@@ -1,16 +1,13 @@
 //! Store behaviour on a local bucket: persistence across reopen, corrupt
 //! blocks, torn WAL tails, retention and compaction.
 
-#[path = "support/profiles.rs"]
-mod profiles;
-
 use std::io::Write;
 use std::time::Duration;
 
 use kiln_engine::model::TimeRange;
 use kiln_storage::planner::HOUR_MS;
 use kiln_storage::{ErrorClass, IngestRequest, StorageError, Store};
-use profiles::*;
+use kiln_testkit::profiles::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_survives_flush_and_reopen_from_blocks_and_wal() {

@@ -1,15 +1,13 @@
-//! Audit D1: a record in the write-ahead log that the engine cannot apply
-//! used to fail (or crash) every recovery. Now replay sets it aside in
+//! A record in the write-ahead log that the engine cannot apply (written
+//! by a bug, a disk error or a hostile upload) used to fail, or crash,
+//! every recovery: a crash loop that kept the store down for good. Now replay sets it aside in
 //! `<data dir>/wal-quarantine/`, counts it, and goes on with the records
 //! after it.
-
-#[path = "support/profiles.rs"]
-mod profiles;
 
 use kiln_engine::model::{Label, LabelSet};
 use kiln_storage::wal::record::decode_payload;
 use kiln_storage::wal::{Wal, WalRecord};
-use profiles::*;
+use kiln_testkit::profiles::*;
 
 /// Appends `records` to the store's WAL with the real writer, as a store
 /// that logged them would have.

@@ -2,11 +2,8 @@
 //! slots and reserves each body in the ingest memory budget; the server
 //! admits every write request there and nowhere else.
 
-#[path = "support/profiles.rs"]
-mod profiles;
-
 use kiln_storage::{ErrorClass, StorageError, Store};
-use profiles::*;
+use kiln_testkit::profiles::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_are_admitted_up_to_the_slots_and_the_memory_budget() {

@@ -1,9 +1,41 @@
-//! Kiln's test kit: the helpers that more than one test crate needs, in one
-//! place. It is a dev-dependency only; no shipped crate may import it.
+//! Kiln's test kit: the helpers that more than one test crate or test file
+//! needs, in one place. It is a dev-dependency only; no shipped crate may
+//! import it (`.ci/crate-boundaries` checks).
 //!
 //! - [`prerequisites`]: the house rule for missing tools (skip visibly
-//!   outside CI, fail under `CI=true`).
+//!   outside CI, fail under `CI=true`); [`tools`] finds node, Go and the
+//!   tools directory, [`binaries`] the binaries cargo built.
 //! - [`process`]: guards that end child processes when a test ends.
+//! - [`store_process`]: a real `kiln-store` on a free loopback port.
+//! - [`http`]: free ports and a minimal HTTP/1.1 client.
+//! - [`clock`]: the wall clock in seconds, milliseconds and nanoseconds.
+//! - [`fixtures`]: the real fixtures in `../shared/testdata`, when present.
+//! - [`moto`]: a pausable `moto_server` (S3); [`buckets`]: buckets that
+//!   fail on request; [`memory_cgroup`]: a memory cgroup to run a store in.
+//! - [`go_programs`]: Go programs built and run for real `runtime/pprof`
+//!   profiles; [`recorder`]: a listener that keeps what a real client sends.
+//! - [`real_inputs`]: real inputs made at test time, the twins of the
+//!   `../shared` fixtures: Go `runtime/pprof` profiles of every kind, `perf`
+//!   recordings and their folded stacks, a Java Flight Recorder file.
+//! - With the `engine` feature, [`blocks`]: engine blocks for compaction
+//!   tests; with `storage`, [`profiles`]: synthetic profiles and `Store`
+//!   helpers.
 
+pub mod binaries;
+#[cfg(feature = "engine")]
+pub mod blocks;
+pub mod buckets;
+pub mod clock;
+pub mod fixtures;
+pub mod go_programs;
+pub mod http;
+pub mod memory_cgroup;
+pub mod moto;
 pub mod prerequisites;
 pub mod process;
+#[cfg(feature = "storage")]
+pub mod profiles;
+pub mod real_inputs;
+pub mod recorder;
+pub mod store_process;
+pub mod tools;

@@ -13,18 +13,16 @@
 //! by name.
 //! Regenerate with `KILN_BLESS=1 cargo test -p kiln-ui --test api_fixtures`.
 
-#[path = "support/prerequisites.rs"]
-mod prerequisites;
-#[path = "support/store_process.rs"]
-mod store_process;
-
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::path::Path;
 
 use kiln_contract::query_json::{
     DiffResponse, ErrorResponse, FlameGraphResponse, LabelValues, TopResponse,
 };
+use kiln_testkit::binaries::built_binary;
+use kiln_testkit::clock::now_s;
+use kiln_testkit::http::{http_get, http_post};
+use kiln_testkit::store_process::StoreProcess;
 use serde_json::Value;
-use store_process::StoreProcess;
 
 /// Where the shifted range of every fixture starts (2025-11-22T02:00:00Z).
 const FIXED_FROM_MS: i64 = 1_763_776_800_000;
@@ -54,14 +52,6 @@ const PROFILES: &[(&str, &str)] = &[
         "main.main;main.search;crypto.hash 200\nmain.main;main.search;sort.Ints 200\n",
     ),
 ];
-
-fn now_s() -> i64 {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs();
-    i64::try_from(secs).expect("seconds fit i64")
-}
 
 /// Percent-encodes a query parameter value.
 fn encode(text: &str) -> String {
@@ -161,10 +151,10 @@ fn canonical_names(graph: &mut Value) {
 
 #[test]
 fn ui_fixtures_are_what_the_real_store_answers() {
-    let Some(binary) = prerequisites::built_binary("kiln-store", "KILN_STORE_BIN") else {
+    let Some(binary) = built_binary("kiln-store", "KILN_STORE_BIN") else {
         return;
     };
-    let store = StoreProcess::start(&binary);
+    let store = StoreProcess::start(&binary, &[]);
     let now = now_s();
     for (labels, folded) in PROFILES {
         let name = encode(&format!("process_cpu{{{labels}}}"));
@@ -173,7 +163,7 @@ fn ui_fixtures_are_what_the_real_store_answers() {
             now - 120,
             now - 110
         );
-        let answer = store_process::http_post(store.port(), &path, folded.as_bytes());
+        let answer = http_post(store.port(), &path, folded.as_bytes());
         assert!(
             matches!(answer, Some((200, _))),
             "ingest of {labels} failed: {answer:?}\n{}",
@@ -230,10 +220,10 @@ fn ui_fixtures_are_what_the_real_store_answers() {
         ),
     ];
     let bless = std::env::var_os("KILN_BLESS").is_some();
-    let dir = prerequisites::crate_dir().join("tests/fixtures");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let mut stale = Vec::new();
     for (file, path) in &fixtures {
-        let (status, body) = store_process::http_get(store.port(), path)
+        let (status, body) = http_get(store.port(), path)
             .unwrap_or_else(|| panic!("{path} got no answer\n{}", store.log()));
         let expected_status = if *file == "error.json" { 400 } else { 200 };
         assert_eq!(

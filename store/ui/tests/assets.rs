@@ -2,9 +2,7 @@
 //! and the modules reference is served, every file in `assets/` is
 //! embedded, every module parses, and the pure modules' unit tests pass.
 
-#[path = "support/prerequisites.rs"]
-mod prerequisites;
-
+use kiln_testkit::tools::node;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
@@ -93,7 +91,7 @@ fn every_module_import_is_served() {
 
 #[test]
 fn every_file_in_the_assets_folder_is_embedded() {
-    let root = prerequisites::crate_dir().join("assets");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets");
     let mut on_disk = BTreeSet::new();
     let mut dirs = vec![root.clone()];
     while let Some(dir) = dirs.pop() {
@@ -115,10 +113,10 @@ fn every_file_in_the_assets_folder_is_embedded() {
 
 #[test]
 fn every_javascript_module_parses_under_node() {
-    let Some(node) = prerequisites::node() else {
+    let Some(node) = node() else {
         return;
     };
-    let root = prerequisites::crate_dir().join("assets");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets");
     for path in kiln_ui::asset_paths().filter(|p| p.ends_with(".js")) {
         let output = Command::new(&node)
             .arg("--check")
@@ -135,10 +133,10 @@ fn every_javascript_module_parses_under_node() {
 
 #[test]
 fn pure_module_unit_tests_pass_under_node() {
-    let Some(node) = prerequisites::node() else {
+    let Some(node) = node() else {
         return;
     };
-    let dir = prerequisites::crate_dir().join("tests/js");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .expect("tests/js is readable")
         .map(|e| e.expect("directory entry").path())

@@ -1,20 +1,21 @@
 //! The UI in a real browser: starts `kiln-store` on 127.0.0.1 with an
 //! empty data directory and drives Debian's Chromium headless with
-//! playwright-core. `tests/browser/ui_flow.mjs`, on real pprof fixtures of
-//! two pods from ../shared: select a pod, see the flame graph, zoom, search,
-//! brush the timeline, download pprof, compare. `tests/browser/host_view.mjs`,
+//! playwright-core. `tests/browser/ui_flow.mjs`, on real CPU profiles of
+//! two pods, made at test time by `tests/programs/pods` and, where present,
+//! the fixtures in ../shared: select a pod, see the flame graph, zoom,
+//! search, brush the timeline, download pprof, compare. `tests/browser/host_view.mjs`,
 //! on real CPU profiles of three processes made at test time: the host view
 //! grouped by `comm`, the sandwich view, downloads, and every view restored
 //! from its link. Screenshots land in `<target>/ui-artifacts/`.
 
-#[path = "support/go_workloads.rs"]
-mod go_workloads;
-#[path = "support/prerequisites.rs"]
-mod prerequisites;
-#[path = "support/store_process.rs"]
-mod store_process;
-
-use std::path::PathBuf;
+use kiln_testkit::binaries::{built_binary, target_dir};
+use kiln_testkit::fixtures::shared_testdata;
+use kiln_testkit::go_programs::workload_cpu_profiles;
+use kiln_testkit::http::http_get;
+use kiln_testkit::prerequisites::missing;
+use kiln_testkit::store_process::StoreProcess;
+use kiln_testkit::tools::node;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn chromium() -> Option<PathBuf> {
@@ -24,7 +25,7 @@ fn chromium() -> Option<PathBuf> {
     if path.is_file() {
         Some(path)
     } else {
-        prerequisites::missing(&format!("Chromium is not installed at {}", path.display()))
+        missing(&format!("Chromium is not installed at {}", path.display()))
     }
 }
 
@@ -34,7 +35,7 @@ fn playwright() -> Option<PathBuf> {
     if package.join("package.json").is_file() {
         Some(package)
     } else {
-        prerequisites::missing(&format!(
+        missing(&format!(
             "playwright-core is not installed in {}",
             package.display()
         ))
@@ -43,20 +44,79 @@ fn playwright() -> Option<PathBuf> {
 
 #[test]
 fn ui_shows_selects_zooms_searches_and_compares_profiles_in_chromium() {
-    let Some(fixtures) = prerequisites::profile_fixtures() else {
+    let Some(fixtures) = shared_testdata("profiles") else {
         return;
     };
     run_flow(
         "ui_flow.mjs",
         &[],
-        &[("KILN_FIXTURES", fixtures.into_os_string())],
+        &[
+            (
+                "KILN_PROFILE_CHECKOUT",
+                fixtures.join("google-pprof/sample.cpu.pb.gz").into(),
+            ),
+            (
+                "KILN_PROFILE_SEARCH",
+                fixtures.join("google-pprof/large.cpu.pb.gz").into(),
+            ),
+        ],
+    );
+}
+
+/// Twin of the test above that needs no `../shared`: the same flow on the
+/// CPU profiles of two pods that `tests/programs/pods` writes now.
+#[test]
+fn ui_shows_selects_zooms_searches_and_compares_go_profiles_made_now_in_chromium() {
+    let work = tempfile::tempdir().expect("temporary directory");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/pods/main.go");
+    let Some(binary) = kiln_testkit::go_programs::build(&source, work.path(), "pods") else {
+        return;
+    };
+    let runs: Vec<_> = ["checkout", "search"]
+        .iter()
+        .map(|pod| {
+            let profile = work.path().join(format!("{pod}.pprof"));
+            let child = Command::new(&binary)
+                .arg(pod)
+                .arg(&profile)
+                .spawn()
+                .expect("the pods program starts");
+            (pod, profile, child)
+        })
+        .collect();
+    let mut profiles = Vec::new();
+    for (pod, profile, mut child) in runs {
+        let status = child.wait().expect("the pods program runs");
+        assert!(status.success(), "pods {pod} failed: {status}");
+        profiles.push(profile);
+    }
+    // The frames `pods` puts on its stacks (see its main.go). The shares
+    // are not checked: a rare sample of the profiler's own goroutine would
+    // move them.
+    let expected = serde_json::json!({
+        "top": "main.hashRound",
+        "hot": "main.busyLoop",
+        "hotShare": null,
+        "other": "main.scanIndex",
+        "zoom": "main.shuffle",
+        "zoomShare": null,
+        "zoomPath": ["All", "runtime.main", "main.main", "main.busyLoop", "main.shuffle"],
+    });
+    run_flow(
+        "ui_flow.mjs",
+        &[],
+        &[
+            ("KILN_PROFILE_CHECKOUT", profiles[0].clone().into()),
+            ("KILN_PROFILE_SEARCH", profiles[1].clone().into()),
+            ("KILN_EXPECT", expected.to_string().into()),
+        ],
     );
 }
 
 #[test]
 fn ui_groups_a_host_by_process_opens_a_sandwich_and_restores_each_view_from_its_link() {
     let work = tempfile::tempdir().expect("temporary directory");
-    let Some(profiles) = go_workloads::cpu_profiles(work.path()) else {
+    let Some(profiles) = workload_cpu_profiles(work.path()) else {
         return;
     };
     // Like the agent: every sample names its process (`comm`, `pid`), which
@@ -118,23 +178,23 @@ fn label_every_sample(profile: &[u8], labels: &[(&str, &str)]) -> Vec<u8> {
 /// Starts a store with `store_args` and runs `tests/browser/<script>`
 /// against it with `env`.
 fn run_flow(script: &str, store_args: &[&str], env: &[(&str, std::ffi::OsString)]) {
-    let Some(node) = prerequisites::node() else {
+    let Some(node) = node() else {
         return;
     };
     let Some(chromium) = chromium() else { return };
     let Some(playwright) = playwright() else {
         return;
     };
-    let Some(store_binary) = prerequisites::built_binary("kiln-store", "KILN_STORE_BIN") else {
+    let Some(store_binary) = built_binary("kiln-store", "KILN_STORE_BIN") else {
         return;
     };
 
-    let store = store_process::StoreProcess::start_with(&store_binary, store_args);
+    let store = StoreProcess::start(&store_binary, store_args);
     // The store must serve exactly the assets in this checkout; a stale
     // binary would test an old UI.
     for path in kiln_ui::asset_paths() {
         let embedded = kiln_ui::asset(path).expect("listed assets are served");
-        let served = store_process::http_get(store.port(), &format!("/{path}"));
+        let served = http_get(store.port(), &format!("/{path}"));
         assert!(
             served
                 .as_ref()
@@ -143,11 +203,11 @@ fn run_flow(script: &str, store_args: &[&str], env: &[(&str, std::ffi::OsString)
             store_binary.display()
         );
     }
-    let artifacts = prerequisites::target_dir().join("ui-artifacts");
+    let artifacts = target_dir().join("ui-artifacts");
     std::fs::create_dir_all(&artifacts).expect("artifact directory can be created");
     eprintln!("UI screenshots: {}", artifacts.display());
 
-    let script = prerequisites::crate_dir()
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/browser")
         .join(script);
     let output = Command::new(node)

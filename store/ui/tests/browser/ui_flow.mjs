@@ -1,7 +1,9 @@
 // Drives the Kiln UI in headless Chromium against a real kiln-store.
 // Started by store/ui/tests/browser.rs, which starts the store and passes:
 //   KILN_URL         the store's base URL (UI at /)
-//   KILN_FIXTURES    ../shared/testdata/profiles
+//   KILN_PROFILE_CHECKOUT, KILN_PROFILE_SEARCH
+//                    the CPU profiles of the two pods (gzipped pprof)
+//   KILN_EXPECT      optional JSON: what those profiles hold (see `expected`)
 //   KILN_ARTIFACTS   where screenshots go
 //   KILN_CHROMIUM    the Chromium binary
 //   KILN_PLAYWRIGHT  the playwright-core package directory
@@ -19,7 +21,23 @@ const env = (name) => {
   return value;
 };
 const base = env('KILN_URL');
-const fixtures = env('KILN_FIXTURES');
+const profiles = { checkout: env('KILN_PROFILE_CHECKOUT'), search: env('KILN_PROFILE_SEARCH') };
+// The functions the flow looks for. The defaults are what ../shared's
+// sample.cpu (checkout) and large.cpu (search) hold; browser.rs passes the
+// frames of the Go profiles it makes when it seeds those instead. A share
+// of null is not checked.
+const expected = {
+  top: 'runtime.mapiternext', // checkout's largest flat function
+  hot: 'main.busyLoop', // on all of checkout's stacks; first by name of those
+  hotShare: '100(\\.0)?% of total',
+  other: 'time.Now', // on search's stacks only
+  zoom: 'runtime.mapassign_fast64', // below hot
+  zoomShare: '7\\.39% of total',
+  zoomPath: ['All', 'runtime.main', 'main.main', 'main.busyLoop', 'runtime.mapassign_fast64'],
+  ...JSON.parse(process.env.KILN_EXPECT || '{}'),
+};
+// A pattern that matches `text` as it is.
+const literally = (text) => new RegExp(text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
 const artifacts = env('KILN_ARTIFACTS');
 const require = createRequire(import.meta.url);
 const { chromium } = require(env('KILN_PLAYWRIGHT'));
@@ -30,11 +48,11 @@ let step = 'start';
 let currentPage = null;
 const log = (message) => console.log(`[ui-test] ${message}`);
 
-async function ingest(file, labels, fromSec, untilSec) {
+async function ingest(path, labels, fromSec, untilSec) {
   const name = `process_cpu{${labels}}`;
   const url = `${base}/ingest?format=pprof&name=${encodeURIComponent(name)}&from=${fromSec}&until=${untilSec}`;
-  const response = await fetch(url, { method: 'POST', body: readFileSync(join(fixtures, file)) });
-  assert.equal(response.status, 200, `ingest of ${file} answered ${response.status}: ${await response.text()}`);
+  const response = await fetch(url, { method: 'POST', body: readFileSync(path) });
+  assert.equal(response.status, 200, `ingest of ${path} answered ${response.status}: ${await response.text()}`);
 }
 
 async function screenshot(page, name) {
@@ -76,9 +94,9 @@ async function highlightedPoint(page) {
 async function main() {
   step = 'seed the store';
   const now = Math.floor(Date.now() / 1000);
-  await ingest('google-pprof/sample.cpu.pb.gz', 'pod=checkout-1,namespace=shop', now - 600, now - 590);
-  await ingest('google-pprof/sample.cpu.pb.gz', 'pod=checkout-1,namespace=shop', now - 300, now - 290);
-  await ingest('google-pprof/large.cpu.pb.gz', 'pod=search-1,namespace=shop', now - 240, now - 230);
+  await ingest(profiles.checkout, 'pod=checkout-1,namespace=shop', now - 600, now - 590);
+  await ingest(profiles.checkout, 'pod=checkout-1,namespace=shop', now - 300, now - 290);
+  await ingest(profiles.search, 'pod=search-1,namespace=shop', now - 240, now - 230);
 
   step = 'launch chromium';
   // A fresh profile directory per run, so no state leaks between runs.
@@ -151,9 +169,9 @@ async function main() {
 
     step = 'see the flame graph and top table with the expected function';
     const firstRow = page.locator('#top-table tbody tr').first();
-    assert.match(await firstRow.textContent(), /runtime\.mapiternext/);
-    assert.ok(await page.locator('#top-table tbody tr', { hasText: 'main.busyLoop' }).count(), 'main.busyLoop in the table');
-    assert.doesNotMatch(await page.locator('#top-table').textContent(), /time\.Now/, 'search-1 frames stay out');
+    assert.match(await firstRow.textContent(), literally(expected.top));
+    assert.ok(await page.locator('#top-table tbody tr', { hasText: expected.hot }).count(), `${expected.hot} in the table`);
+    assert.doesNotMatch(await page.locator('#top-table').textContent(), literally(expected.other), 'search-1 frames stay out');
     const flameBox = await page.locator('#flame').boundingBox();
     assert.ok(flameBox.height >= 5 * 20, `flame graph canvas is ${flameBox.height}px tall`);
     // Hover the root frame: the tooltip shows total, self and percent.
@@ -168,34 +186,30 @@ async function main() {
     step = 'sort the top table by cumulative value';
     await page.locator('#top-table th', { hasText: /^Cum\.( ▼| ▲)?$/ }).click();
     assert.match(await page.locator('#top-table th.sorted').textContent(), /Cum\. ▼/);
-    assert.match(await page.locator('#top-table tbody tr').first().textContent(), /main\.busyLoop/);
+    assert.match(await page.locator('#top-table tbody tr').first().textContent(), literally(expected.hot));
     await page.locator('#top-table th', { hasText: /^Cum\. ▼$/ }).click();
     assert.match(await page.locator('#top-table th.sorted').textContent(), /Cum\. ▲/);
     await page.locator('#top-table th', { hasText: /^Flat( ▼| ▲)?$/ }).click();
 
     step = 'search highlights the expected function';
-    await page.locator('#search').fill('main.busyLoop');
+    await page.locator('#search').fill(expected.hot);
     await page.waitForFunction(() => / frames? /.test(document.querySelector('#search-summary').textContent));
-    assert.match(await page.locator('#search-summary').textContent(), /100(\.0)?% of total/);
+    if (expected.hotShare) assert.match(await page.locator('#search-summary').textContent(), new RegExp(expected.hotShare));
     const point = await highlightedPoint(page);
     assert.ok(point, 'the search highlight is drawn on the canvas');
-    assert.ok(await page.locator('#top-table tr.match', { hasText: 'main.busyLoop' }).count(), 'the table marks the match');
+    assert.ok(await page.locator('#top-table tr.match', { hasText: expected.hot }).count(), 'the table marks the match');
     await screenshot(page, '04-search');
 
     step = 'click to zoom into a matched frame';
-    await page.locator('#search').fill('runtime.mapassign_fast64');
-    await page.waitForFunction(() => /7\.39% of total/.test(document.querySelector('#search-summary').textContent));
+    await page.locator('#search').fill(expected.zoom);
+    // The search is applied once the link carries it.
+    await page.waitForFunction((term) => new URLSearchParams(location.search).get('search') === term, expected.zoom);
+    if (expected.zoomShare) assert.match(await page.locator('#search-summary').textContent(), new RegExp(expected.zoomShare));
     const target = await highlightedPoint(page);
-    assert.ok(target, 'runtime.mapassign_fast64 is highlighted');
+    assert.ok(target, `${expected.zoom} is highlighted`);
     await page.mouse.click(flameBox.x + target.x, flameBox.y + target.y);
-    await page.waitForFunction(() => new URLSearchParams(location.search).get('zoom')?.endsWith('runtime.mapassign_fast64'));
-    assert.deepEqual(await page.locator('#breadcrumbs button').allTextContents(), [
-      'All',
-      'runtime.main',
-      'main.main',
-      'main.busyLoop',
-      'runtime.mapassign_fast64',
-    ]);
+    await page.waitForFunction((zoom) => new URLSearchParams(location.search).get('zoom')?.endsWith(zoom), expected.zoom);
+    assert.deepEqual(await page.locator('#breadcrumbs button').allTextContents(), expected.zoomPath);
     await page.mouse.move(flameBox.x + 5, flameBox.y + flameBox.height + 40);
     await screenshot(page, '05-zoomed');
 
@@ -205,8 +219,8 @@ async function main() {
     copy.on('pageerror', (err) => problems.push(`page error (shared link): ${err.message}`));
     await afterRun(copy, () => copy.goto(shared));
     assert.equal(await copy.locator('#selection-a input.matchers').inputValue(), 'pod="checkout-1"');
-    assert.equal(await copy.locator('#search').inputValue(), 'runtime.mapassign_fast64');
-    assert.ok(await copy.locator('#breadcrumbs button', { hasText: 'runtime.mapassign_fast64' }).count(), 'zoom restored');
+    assert.equal(await copy.locator('#search').inputValue(), expected.zoom);
+    assert.ok(await copy.locator('#breadcrumbs button', { hasText: expected.zoom }).count(), 'zoom restored');
     await copy.close();
 
     step = 'reset zoom and clear the search';
@@ -225,7 +239,7 @@ async function main() {
     const params = new URL(page.url()).searchParams;
     assert.match(params.get('from'), /^\d{13}$/, `from after brushing: ${params.get('from')}`);
     assert.match(params.get('to'), /^\d{13}$/);
-    assert.ok(await page.locator('#top-table tbody tr', { hasText: 'main.busyLoop' }).count(), 'the narrowed range still has the profile');
+    assert.ok(await page.locator('#top-table tbody tr', { hasText: expected.hot }).count(), 'the narrowed range still has the profile');
     await screenshot(page, '06-brushed');
 
     step = 'set an absolute range';
@@ -242,7 +256,7 @@ async function main() {
     await absolute.locator('input').first().fill(local);
     await afterRun(page, () => absolute.locator('button', { hasText: 'Apply' }).click());
     assert.equal(new URL(page.url()).searchParams.get('from'), String(new Date(local).getTime()));
-    assert.ok(await page.locator('#top-table tbody tr', { hasText: 'main.busyLoop' }).count(), 'the absolute range has the profile');
+    assert.ok(await page.locator('#top-table tbody tr', { hasText: expected.hot }).count(), 'the absolute range has the profile');
 
     step = 'download the merged pprof';
     const href = await page.locator('#download-a').getAttribute('href');

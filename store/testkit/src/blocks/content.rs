@@ -8,6 +8,7 @@ use kiln_engine::{
     Timeline, compile_matchers,
 };
 
+/// A range that covers every time a test writes.
 pub fn everything() -> TimeRange {
     TimeRange {
         start_ms: i64::MIN / 4,
@@ -18,6 +19,7 @@ pub fn everything() -> TimeRange {
 /// Per (profile type, series): totals per 10 s step and stacks with values.
 pub type Content = BTreeMap<(String, String), (Vec<i64>, Vec<(Vec<String>, i64)>)>;
 
+/// Everything `block` answers, for comparing two blocks.
 pub fn content(block: &Block) -> Content {
     let meta = block.meta();
     let range = TimeRange {
@@ -26,7 +28,7 @@ pub fn content(block: &Block) -> Content {
     };
     let mut out = Content::new();
     for profile_type in block.profile_types(everything()) {
-        for labels in block.series(&[], everything()).unwrap() {
+        for labels in block.series(&[], everything()).expect("series") {
             let matchers: Vec<Matcher> = labels
                 .iter()
                 .map(|l| Matcher {
@@ -35,18 +37,20 @@ pub fn content(block: &Block) -> Content {
                     value: l.value.clone(),
                 })
                 .collect();
-            compile_matchers(&matchers).unwrap();
+            compile_matchers(&matchers).expect("matchers compile");
             let selector = CompiledSelector::new(&Selector {
                 profile_type: profile_type.clone(),
                 matchers,
             })
-            .unwrap();
+            .expect("selector compiles");
             let mut merged = MergedProfile::new();
-            block.merge_into(&selector, range, &mut merged).unwrap();
-            let mut timeline = Timeline::new(range, 10_000).unwrap();
+            block
+                .merge_into(&selector, range, &mut merged)
+                .expect("merge");
+            let mut timeline = Timeline::new(range, 10_000).expect("timeline");
             block
                 .timeline_into(&selector, range, &mut timeline)
-                .unwrap();
+                .expect("timeline");
             let mut stacks = merged.stacks();
             stacks.retain(|(_, v)| *v != 0);
             stacks.sort();

@@ -11,6 +11,8 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// The proxy, listening on 127.0.0.1:`port` until the test process ends.
+#[derive(Debug)]
 pub struct S3Proxy {
     pub port: u16,
     /// While set, `PUT .../meta.json` is answered 503 without reaching moto.
@@ -22,6 +24,8 @@ pub struct S3Proxy {
 }
 
 impl S3Proxy {
+    /// Starts forwarding to `127.0.0.1:<upstream_port>` (moto), with no
+    /// fault switched on.
     pub fn start(upstream_port: u16) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
         let port = listener.local_addr().expect("proxy addr").port();

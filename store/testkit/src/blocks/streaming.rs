@@ -1,25 +1,30 @@
-//! Shared by the streaming compaction tests: real profiles from a Go
-//! program built and run at test time (`tests/programs/burner`), hour
-//! blocks of them written to files, and block files read by range.
+//! Shared by the engine's streaming compaction tests: real profiles from a
+//! Go program built and run at test time (`store/engine/tests/programs/
+//! burner`), hour blocks of them written to files, and block files read by
+//! range.
 
 use std::fs::File;
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::go_programs::build;
+
 use kiln_engine::{BlockRanges, Head, IngestLimits, Label, LabelSet, encode_block};
 use kiln_pprof::{DecodeLimits, FunctionSpec, Profile, ProfileBuilder, decode, encode_gzip};
 
+/// An hour in milliseconds.
 pub const HOUR: i64 = 3_600_000;
 
 /// A block file read at offsets, as the store reads a local one.
+#[derive(Debug)]
 pub struct FileRanges {
     file: File,
     size: u64,
 }
 
 impl FileRanges {
+    /// Opens the block file at `path`.
     pub fn open(path: &Path) -> FileRanges {
         let file = File::open(path).expect("block file opens");
         let size = file.metadata().expect("block file metadata").len();
@@ -43,35 +48,9 @@ impl BlockRanges for FileRanges {
 /// while burning CPU and allocating, or `None` (said on stderr; a failure
 /// in CI) when Go is not installed.
 pub fn go_profiles(tmp: &Path) -> Option<Vec<Profile>> {
-    let go = Command::new("go").arg("version").output();
-    if !go.is_ok_and(|o| o.status.success()) {
-        assert!(
-            std::env::var("CI").is_err(),
-            "go (golang-go) is required in CI: ./kiln-dev installs it"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: go is not installed; no real profiles to compact"
-        );
-        return None;
-    }
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/burner/main.go");
-    let binary = tmp.join("burner");
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go-build-cache");
-    let build = Command::new("go")
-        .arg("build")
-        .arg("-o")
-        .arg(&binary)
-        .arg(&source)
-        .env("GOCACHE", &cache)
-        .env("HOME", tmp)
-        .output()
-        .expect("running go build");
-    assert!(
-        build.status.success(),
-        "go build failed: {}",
-        String::from_utf8_lossy(&build.stderr)
-    );
+    let source =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/programs/burner/main.go");
+    let binary = build(&source, tmp, "burner")?;
     let (cpu, heap) = (tmp.join("cpu.pprof"), tmp.join("heap.pprof"));
     let run = Command::new(&binary)
         .arg(&cpu)

@@ -1,13 +1,16 @@
 //! A memory cgroup a test creates inside its own (v2 `memory.max`, or v1
-//! `memory.limit_in_bytes` on hybrid hosts), and the store process run in
-//! it. Shared by the tests that hold `kiln-store` to its `--memory-budget`.
+//! `memory.limit_in_bytes` on hybrid hosts), for the tests that hold
+//! `kiln-store` to its `--memory-budget`: the store runs inside a group of
+//! that size, so going over its budget is an OOM kill the test sees.
 
-#![allow(dead_code)] // Each test binary uses its own subset.
-
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::process::Command;
+
+use crate::prerequisites::missing;
 
 /// A memory cgroup created for this test, removed on drop.
+#[derive(Debug)]
 pub struct LimitedCgroup {
     dir: PathBuf,
     v2: bool,
@@ -66,8 +69,33 @@ impl LimitedCgroup {
         Ok(group)
     }
 
+    /// [`LimitedCgroup::create`], or a missing prerequisite (a failure in
+    /// CI, a visible skip elsewhere) when no group can be made here.
+    #[track_caller]
+    pub fn create_or_skip(limit: u64) -> Option<Self> {
+        match Self::create(limit) {
+            Ok(group) => Some(group),
+            Err(why) => missing(&format!("a memory cgroup ({why})")),
+        }
+    }
+
+    /// The file a process writes its pid to to join the group.
     pub fn procs_file(&self) -> PathBuf {
         self.dir.join("cgroup.procs")
+    }
+
+    /// A command that runs `program` inside the group: a wrapper shell
+    /// joins it, then becomes the program (so the child's pid is the
+    /// program's). Add the program's arguments to it.
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(r#"echo $$ > "$1" && shift && exec "$@""#)
+            .arg("sh")
+            .arg(self.procs_file())
+            .arg(program);
+        command
     }
 
     /// OOM kills inside the group so far.
@@ -94,18 +122,7 @@ impl Drop for LimitedCgroup {
     }
 }
 
-/// The store process; killed and reaped on drop.
-pub struct Limited {
-    pub child: Child,
-}
-
-impl Drop for Limited {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
+/// A `kB` field of `/proc/<pid>/status` (`VmHWM:`, `VmRSS:`), in KiB.
 pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     text.lines()

@@ -21,11 +21,8 @@
 //! queries on the same blocks).
 #![allow(clippy::print_stdout)]
 
-#[path = "workload/measure.rs"]
 mod measure;
-#[path = "workload/merges.rs"]
 mod merges;
-#[path = "workload/payloads.rs"]
 mod payloads;
 
 use std::path::{Path, PathBuf};
@@ -312,17 +309,11 @@ async fn ingest_retrying(
     }
 }
 
-fn testdata() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/profiles");
-    dir.is_dir().then_some(dir)
-}
-
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let Some(testdata) = testdata() else {
-        println!("SKIP: ../shared/testdata/profiles not found");
+    let Some(testdata) = kiln_testkit::fixtures::shared_testdata("profiles") else {
         return;
     };
     let pods = env_or("KILN_BENCH_PODS", 500) as usize;

@@ -22,20 +22,19 @@
 // Printing the measured numbers is this benchmark's job.
 #![allow(clippy::print_stdout)]
 
+mod ingest_http;
+
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ingest_http::IngestForm;
 use kiln_api::parca::profilestore::v1alpha1::profile_store_service_client::ProfileStoreServiceClient;
 use kiln_api::parca::profilestore::v1alpha1::{
     Label, LabelSet, RawProfileSeries, RawSample, WriteRawRequest,
 };
 use kiln_pprof::{FunctionSpec, ProfileBuilder, encode_gzip};
-
-#[path = "write_load/ingest_http.rs"]
-mod ingest_http;
-
-use ingest_http::IngestForm;
+use kiln_testkit::clock::now_nanos;
 
 fn env_number(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -47,10 +46,7 @@ fn env_number(name: &str, default: usize) -> usize {
 /// An agent-like 10 s CPU profile: `samples` distinct stacks, 16 to 40
 /// frames deep over a pool of 400 functions, with mappings and addresses.
 fn agent_like_profile(samples: usize, seed: u64) -> Vec<u8> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as i64;
+    let now = now_nanos();
     let mut builder = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
     builder
         .period("cpu", "nanoseconds", 52_631_578)

@@ -16,6 +16,7 @@ use object_store::{
     PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
 };
 
+/// The switchable bucket; every operation goes to `inner` unless failed.
 #[derive(Debug)]
 pub struct FaultyBucket {
     inner: Arc<dyn ObjectStore>,
@@ -33,6 +34,7 @@ fn unavailable(what: &str) -> object_store::Error {
 }
 
 impl FaultyBucket {
+    /// Wraps `inner`, with no fault switched on.
     pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
         Arc::new(Self {
             inner,
@@ -41,10 +43,12 @@ impl FaultyBucket {
         })
     }
 
+    /// While `down`, every operation fails (the endpoint is unreachable).
     pub fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::SeqCst);
     }
 
+    /// From now on, GETs of paths containing `path_part` fail.
     pub fn fail_gets_of(&self, path_part: &str) {
         self.failing_gets
             .lock()
@@ -52,6 +56,7 @@ impl FaultyBucket {
             .push(path_part.to_owned());
     }
 
+    /// GETs succeed again.
     pub fn heal_gets(&self) {
         self.failing_gets.lock().expect("lock").clear();
     }

@@ -1,5 +1,6 @@
-//! The hostile suite's floods (issue 15, audit R4, R6, R8), run by
-//! `hostile_requests.rs` on its store after the single-request steps.
+//! The hostile suite's floods (issue 15): series cardinality, costly
+//! queries and connections that hold the store's slots, run by
+//! `main.rs` on its store after the single-request steps.
 //! Loops are bounded in count and time; nothing asserts on durations but
 //! the suite's own one-second check of the good client.
 
@@ -7,10 +8,11 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use super::common::{enc, http};
-use super::{Suite, now_s};
+use super::Suite;
+use kiln_testkit::clock::now_s;
+use kiln_testkit::http::{enc, http};
 
-/// Series limits for R6 (the head is not cut during the suite: a cut
+/// Series limits for the cardinality flood (the head is not cut during the suite: a cut
 /// starts the counts again).
 pub const SERIES_PER_NAMESPACE: usize = 64;
 pub const SERIES_IN_ALL: usize = 160;
@@ -60,7 +62,7 @@ fn burst(
     })
 }
 
-/// R6: new series past the namespace and store-wide limits are refused;
+/// Cardinality: new series past the namespace and store-wide limits are refused;
 /// series that exist still ingest, and other namespaces keep their room.
 pub fn cardinality_burst(suite: &mut Suite) {
     let results = burst(suite, 2 * SERIES_PER_NAMESPACE, |i| {
@@ -92,11 +94,11 @@ pub fn cardinality_burst(suite: &mut Suite) {
     let (status, text) = suite.post(&burst_target("quiet", "pod-0"), &[], b"main;work 1\n");
     assert_eq!(status, 200, "another namespace still adds series: {text}");
     eprintln!(
-        "R6: {} of {} new series in namespace churn accepted (limit {SERIES_PER_NAMESPACE})",
+        "cardinality: {} of {} new series in namespace churn accepted (limit {SERIES_PER_NAMESPACE})",
         accepted.len(),
         results.len()
     );
-    suite.check_after("R6: 128 new series in one namespace limited to 64");
+    suite.check_after("cardinality: 128 new series in one namespace limited to 64");
 
     // One new namespace per profile: only the store-wide limit applies.
     let results = burst(suite, SERIES_IN_ALL, |i| {
@@ -122,14 +124,14 @@ pub fn cardinality_burst(suite: &mut Suite) {
         assert_eq!(status, 200, "existing series in {namespace}: {text}");
     }
     eprintln!(
-        "R6: {} of {} new namespaces accepted before the store-wide limit of {SERIES_IN_ALL} series",
+        "cardinality: {} of {} new namespaces accepted before the store-wide limit of {SERIES_IN_ALL} series",
         accepted.len(),
         results.len()
     );
-    suite.check_after("R6: new series past the store-wide limit");
+    suite.check_after("cardinality: new series past the store-wide limit");
 }
 
-/// R8: 256 heavy regex queries at once. Queries have their own slots, so
+/// Query cost: 256 heavy regex queries at once. Queries have their own slots, so
 /// those over them are refused at once (429) and ingest is never starved;
 /// each admitted one compiles its pattern once, not per head and block.
 pub fn heavy_regex_queries(suite: &mut Suite) {
@@ -175,10 +177,10 @@ pub fn heavy_regex_queries(suite: &mut Suite) {
     }
     assert!(answered > 0, "no heavy query was answered");
     eprintln!(
-        "R8: 256 heavy regex queries: {answered} answered, {} refused as overload",
+        "query cost: 256 heavy regex queries: {answered} answered, {} refused as overload",
         statuses.len() - answered
     );
-    suite.check_after("R8: 256 concurrent flame graphs with a heavy =~ pattern");
+    suite.check_after("query cost: 256 concurrent flame graphs with a heavy =~ pattern");
 }
 
 /// The value of an unlabelled gauge or counter line in `/metrics`.
@@ -222,7 +224,7 @@ fn closed_by_server(stream: &mut TcpStream) -> bool {
     }
 }
 
-/// R4: 300 connections hold partial requests: half an HTTP/1 head, half
+/// Slowloris: 300 connections hold partial requests: half an HTTP/1 head, half
 /// three bytes (too few to tell HTTP/1 from HTTP/2). A good client is
 /// served meanwhile; the store closes them all after its header timeout.
 pub fn slowloris(suite: &mut Suite) {
@@ -241,7 +243,7 @@ pub fn slowloris(suite: &mut Suite) {
         .collect();
     let addr = suite.addr;
     wait_for_metric(addr, "kiln_open_connections", |open| open >= 300);
-    suite.check_after("R4: during 300 slowloris connections");
+    suite.check_after("slowloris: during 300 slowloris connections");
     assert!(
         metric(addr, "kiln_open_connections") >= 300,
         "the attack was still on while the good client was served"
@@ -262,10 +264,10 @@ pub fn slowloris(suite: &mut Suite) {
     wait_for_metric(addr, "kiln_open_connections", |open| {
         open <= open_before + 1
     });
-    suite.check_after("R4: after the store closed 300 slowloris connections");
+    suite.check_after("slowloris: after the store closed 300 slowloris connections");
 }
 
-/// R4: slow bodies holding every ingest slot (--max-inflight, 256) make
+/// Slowloris: slow bodies holding every ingest slot (--max-inflight, 256) make
 /// ingest answer 429 at once, never queue; queries have their own slots.
 pub fn ingest_flood_leaves_queries_alone(suite: &mut Suite) {
     let addr = suite.addr;
@@ -297,5 +299,5 @@ pub fn ingest_flood_leaves_queries_alone(suite: &mut Suite) {
     assert!(text.contains("ingest requests already in flight"), "{text}");
     drop(slow);
     wait_for_metric(addr, "kiln_inflight_requests", |n| n == 0);
-    suite.check_after("R4: 256 slow ingest bodies, then closed");
+    suite.check_after("slowloris: 256 slow ingest bodies, then closed");
 }

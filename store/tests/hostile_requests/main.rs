@@ -1,33 +1,33 @@
 //! Issue 15's hostile-input suite: the real `kiln-store`, in a memory cgroup
-//! limited to its `--memory-budget`, receives the audit's reproductions one
-//! after the other: a WAL record that fails replay (D1), Push label
-//! amplification (R1), nested pprof amplification up to the inflate cap
-//! (R2), the multipart `prev_profile` key blowup (R3), future times (R9),
-//! a burst of new series past the cardinality limits (R6), 256 concurrent
-//! heavy regex queries (R8), 300 slowloris connections and an ingest flood
-//! holding every ingest slot (R4). After each (and during R4's): the store
+//! limited to its `--memory-budget`, receives one request after another
+//! that once crashed or froze a store: a WAL record that fails replay (a
+//! crash loop on every recovery), Push label amplification (a small upload
+//! cloned into gigabytes), nested pprof amplification up to the inflate
+//! cap, the multipart `prev_profile` key blowup, future times (data that
+//! retention never removes), a burst of new series past the cardinality
+//! limits (one tenant using up everyone's budget), 256 concurrent heavy
+//! regex queries, 300 slowloris connections and an ingest flood holding
+//! every ingest slot. After each (and during the slow connections): the store
 //! is alive, the cgroup saw no OOM kill, its peak RSS (VmHWM) is within the
 //! budget, and a well-behaved client's ingest and query each succeed within
 //! a second.
 
-mod common;
-#[path = "support/hostile_floods.rs"]
 mod floods;
-#[path = "support/limited.rs"]
-mod limited;
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{enc, http, in_ci, now_s};
 use kiln_api::push::v1::{PushRequest, RawProfileSeries, RawSample};
 use kiln_api::types::v1::LabelPair;
 use kiln_engine::model::{Label, LabelSet};
 use kiln_pprof::{FunctionSpec, LabelValue, ProfileBuilder, encode_gzip};
 use kiln_storage::wal::{Wal, WalRecord};
-use limited::{Limited, LimitedCgroup, status_kib};
+use kiln_testkit::clock::now_s;
+use kiln_testkit::http::{enc, free_port, http};
+use kiln_testkit::memory_cgroup::{LimitedCgroup, status_kib};
+use kiln_testkit::process::KillOnDrop;
 use prost::Message;
 
 const BUDGET: u64 = 192 << 20;
@@ -48,7 +48,7 @@ fn push_varint(out: &mut Vec<u8>, mut value: usize) {
     out.push(value as u8);
 }
 
-/// R2: a valid header and one sample whose empty `label` repeats `labels` times.
+/// Nested pprof amplification: a valid header and one sample whose empty `label` repeats `labels` times.
 fn nested_label_bomb(labels: usize) -> Vec<u8> {
     let mut sample = vec![0x10, 0x01];
     sample.reserve(labels * 2);
@@ -66,7 +66,7 @@ fn nested_label_bomb(labels: usize) -> Vec<u8> {
     gzip(&plain)
 }
 
-/// R3: 4096 frames of one function with a 60 KB name, ten samples apart
+/// The `prev_profile` key blowup: 4096 frames of one function with a 60 KB name, ten samples apart
 /// only by a numeric label.
 fn deep_heap(alloc: i64) -> Vec<u8> {
     let mut builder = ProfileBuilder::new(&[("alloc_space", "bytes"), ("inuse_space", "bytes")]);
@@ -149,7 +149,7 @@ fn log_poison_record(data_dir: &std::path::Path) {
 }
 
 pub(crate) struct Suite {
-    store: Limited,
+    store: KillOnDrop,
     cgroup: LimitedCgroup,
     pub(crate) addr: SocketAddr,
     pid: u32,
@@ -161,7 +161,7 @@ impl Suite {
     /// well-behaved client is served, not starved. Returns VmHWM in MiB.
     #[track_caller]
     pub(crate) fn check_after(&mut self, what: &str) -> u64 {
-        if let Ok(Some(status)) = self.store.child.try_wait() {
+        if let Ok(Some(status)) = self.store.0.try_wait() {
             panic!("kiln-store died after {what}: {status}");
         }
         assert_eq!(self.cgroup.oom_kills(), 0, "OOM kill after {what}");
@@ -229,25 +229,14 @@ impl Suite {
 
 #[test]
 fn the_audits_reproductions_leave_the_store_alive_within_its_budget_and_serving() {
-    let cgroup = match LimitedCgroup::create(BUDGET) {
-        Ok(group) => group,
-        Err(why) => {
-            assert!(!in_ci(), "memory cgroup needed in CI: {why}");
-            eprintln!(
-                "SKIP: no memory cgroup can be created here ({why}); the hostile-input suite did not run"
-            );
-            return;
-        }
+    let Some(cgroup) = LimitedCgroup::create_or_skip(BUDGET) else {
+        return;
     };
     let data_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
     log_poison_record(data_dir.path());
-    let addr: SocketAddr = common::free_port();
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(r#"echo $$ > "$1" && shift && exec "$@""#)
-        .arg("sh")
-        .arg(cgroup.procs_file())
-        .arg(env!("CARGO_BIN_EXE_kiln-store"))
+    let addr: SocketAddr = free_port();
+    let mut child = cgroup
+        .command(env!("CARGO_BIN_EXE_kiln-store"))
         .arg(format!("--listen={addr}"))
         .arg(format!("--data-dir={}", data_dir.path().display()))
         .arg(format!("--memory-budget={BUDGET}"))
@@ -277,20 +266,20 @@ fn the_audits_reproductions_leave_the_store_alive_within_its_budget_and_serving(
         std::thread::sleep(Duration::from_millis(100));
     };
     let mut suite = Suite {
-        store: Limited { child },
+        store: KillOnDrop(child),
         cgroup,
         addr,
         pid,
         good_ingests: 0,
     };
-    // D1: the poison record is set aside and counted; the store serves.
+    // A WAL record that fails replay: the poison record is set aside and counted; the store serves.
     assert!(
         ready.contains("wal_quarantined_records 1"),
         "readyz: {ready}"
     );
-    suite.check_after("D1: a WAL record that fails replay");
+    suite.check_after("a WAL record that fails replay");
 
-    // R1: 48 labels of 2 KiB and 100k one-byte samples (was 19 GiB).
+    // Label amplification: 48 labels of 2 KiB and 100k one-byte samples (was 19 GiB).
     let mut labels = vec![pair("__name__".into(), "process_cpu".into())];
     labels.extend((0..47).map(|i| pair(format!("l{i}"), "v".repeat(2048))));
     let (status, text) = suite.post(
@@ -300,8 +289,8 @@ fn the_audits_reproductions_leave_the_store_alive_within_its_budget_and_serving(
     );
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("more than 1024 profiles"), "{text}");
-    suite.check_after("R1: Push with 100k samples under 94 KiB of labels");
-    // R1: a million distinct label names (was a quadratic check).
+    suite.check_after("label amplification: Push with 100k samples under 94 KiB of labels");
+    // Label amplification: a million distinct label names (was a quadratic check).
     let labels = (0..1_000_000)
         .map(|i| pair(format!("l{i}"), String::new()))
         .collect();
@@ -311,9 +300,9 @@ fn the_audits_reproductions_leave_the_store_alive_within_its_budget_and_serving(
         &push_body(labels, 1),
     );
     assert_eq!(status, 400, "{text}");
-    suite.check_after("R1: Push with a million label names");
+    suite.check_after("label amplification: Push with a million label names");
 
-    // R2: 16M empty labels on one sample (32 KB gzip): inflated (32 MiB fits
+    // Nested amplification: 16M empty labels on one sample (32 KB gzip): inflated (32 MiB fits
     // the 48 MiB ingest budget), then refused by the wire pre-scan. Up to the
     // inflate cap (33M labels, 66 MB): refused before inflating, since the
     // gzip trailer announces more than the ingest budget.
@@ -328,10 +317,12 @@ fn the_audits_reproductions_leave_the_store_alive_within_its_budget_and_serving(
         );
         assert!(status == 400 || status == 422, "{status}: {text}");
         assert!(text.contains(refusal), "{text}");
-        suite.check_after(&format!("R2: one sample with {labels} empty labels"));
+        suite.check_after(&format!(
+            "nested amplification: one sample with {labels} empty labels"
+        ));
     }
 
-    // R3: prev_profile keys (was 2.7 GB from a 20 KB upload); now stored.
+    // The prev_profile key blowup (was 2.7 GB from a 20 KB upload); now stored.
     let body = multipart(&[
         ("profile", &deep_heap(1000)),
         ("prev_profile", &deep_heap(600)),
@@ -342,9 +333,9 @@ fn the_audits_reproductions_leave_the_store_alive_within_its_budget_and_serving(
         &body,
     );
     assert_eq!(status, 200, "{text}");
-    suite.check_after("R3: multipart prev_profile with 4096 frames of 60 KB names");
+    suite.check_after("key blowup: multipart prev_profile with 4096 frames of 60 KB names");
 
-    // R9: a time a century ahead is refused; retention would never reach it.
+    // Future times: a time a century ahead is refused; retention would never reach it.
     let (status, text) = suite.post(
         &format!(
             "/ingest?name=future.cpu&format=folded&from={}&until={}",
@@ -356,7 +347,7 @@ fn the_audits_reproductions_leave_the_store_alive_within_its_budget_and_serving(
     );
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("in the future"), "{text}");
-    suite.check_after("R9: a profile 100 years ahead");
+    suite.check_after("future times: a profile 100 years ahead");
 
     floods::cardinality_burst(&mut suite);
     floods::heavy_regex_queries(&mut suite);

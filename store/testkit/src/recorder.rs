@@ -18,6 +18,7 @@ pub struct Recorded {
 }
 
 /// A listening recorder on 127.0.0.1.
+#[derive(Debug)]
 pub struct Recorder {
     url: String,
     requests: mpsc::Receiver<Recorded>,

@@ -2,16 +2,17 @@
 //! (installed by `./kiln-dev test`), that can be paused like a bucket
 //! that stops answering and resumed with everything it held.
 
-#![allow(dead_code)] // Each test binary uses its own subset.
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use crate::prerequisites::missing;
+use crate::tools::tools_dir;
+
 /// A `moto_server` child, killed on drop.
+#[derive(Debug)]
 pub struct Moto {
     child: Child,
     pub port: u16,
@@ -40,11 +41,9 @@ pub const AWS_ENV: [(&str, &str); 5] = [
 /// second moto lose the port, this one connect to the first, and find it
 /// gone when that test ended).
 pub fn start_moto() -> Option<Moto> {
-    let tools = std::env::var("KILN_TOOLS_DIR").unwrap_or_else(|_| "/var/tmp/kiln-tools".into());
-    let binary = PathBuf::from(tools).join("venv/bin/moto_server");
+    let binary = tools_dir().join("venv/bin/moto_server");
     if !binary.is_file() {
-        moto_missing(&binary);
-        return None;
+        return missing(&format!("{} (moto[server])", binary.display()));
     }
     let mut child = Command::new(binary)
         .args(["-H", "127.0.0.1", "-p", "0"])
@@ -79,19 +78,6 @@ fn listening_port(line: &str) -> Option<u16> {
     let (_, address) = line.split_once("Running on http://")?;
     let (_, port) = address.trim().rsplit_once(':')?;
     port.trim_end_matches('/').parse().ok()
-}
-
-/// Fails under `CI=true`, where every prerequisite must be installed; says
-/// visibly that the test checked nothing elsewhere.
-fn moto_missing(binary: &Path) {
-    let what = format!("{} (moto[server])", binary.display());
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("prerequisite missing in CI: {what} (./kiln-dev test installs it)");
-    }
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED: {what} is missing (./kiln-dev test installs it)"
-    );
 }
 
 impl Moto {

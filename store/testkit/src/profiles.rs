@@ -1,5 +1,6 @@
-//! Synthetic pprof profiles with known totals, and small Store helpers.
-#![allow(dead_code)]
+//! Synthetic pprof profiles with known totals, and the small `Store`
+//! helpers the storage tests share: a config without background loops, a
+//! local bucket, selectors and ingest requests for one pod.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,10 +14,7 @@ use kiln_storage::{BucketConfig, IngestRequest, Store, StoreConfig};
 pub const BASE_MS: i64 = 1_700_000_000_000;
 /// A minute ago, for tests where background retention runs on the real clock.
 pub fn recent_ms() -> i64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970");
-    now.as_millis() as i64 - 60_000
+    crate::clock::now_ms() - 60_000
 }
 
 pub const DURATION_NANOS: i64 = 10_000_000_000;
