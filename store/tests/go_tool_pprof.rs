@@ -4,6 +4,7 @@
 use std::process::Command;
 
 use kiln_pprof::{FunctionSpec, ProfileBuilder};
+use kiln_testkit::binaries::target_dir;
 use kiln_testkit::clock::now_nanos;
 use kiln_testkit::http::{enc, http};
 use kiln_testkit::prerequisites::missing;
@@ -81,6 +82,9 @@ fn go_tool_pprof_reads_the_merged_profile_over_http() {
         .args(["tool", "pprof", "-raw", "-symbolize=none", &url])
         .env("PPROF_TMPDIR", tmp.path())
         .env("HOME", tmp.path())
+        // The target's Go build cache, which the kit's Go builds share: with HOME in a
+        // temporary folder, go would otherwise rebuild its pprof tool on every run.
+        .env("GOCACHE", target_dir().join("tmp").join("go-build-cache"))
         .output()
         .expect("run go tool pprof");
     let stdout = String::from_utf8_lossy(&output.stdout);
