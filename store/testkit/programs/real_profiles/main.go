@@ -117,15 +117,25 @@ func run(dir string) error {
 		descend(12, path)
 	}
 	deepRecursion(300)
+	// The contention is made certain, not left to the scheduler: on a busy machine the
+	// four goroutines could otherwise each run their rounds alone and never wait. The
+	// lock is held until every goroutine has started and had time to park in contend's
+	// Lock; from then on, each unlock in contend has waiters behind it.
 	var mu sync.Mutex
-	var wg sync.WaitGroup
+	var wg, started sync.WaitGroup
+	mu.Lock()
 	for i := 0; i < 4; i++ {
 		wg.Add(1)
+		started.Add(1)
 		go func() {
 			defer wg.Done()
+			started.Done()
 			contend(&mu, 2000)
 		}()
 	}
+	started.Wait()
+	time.Sleep(50 * time.Millisecond)
+	mu.Unlock()
 	wg.Wait()
 	pprof.StopCPUProfile()
 	if err := cpu.Close(); err != nil {
