@@ -1,4 +1,5 @@
-//! A WriteRaw batch the store stores only in part (audit G7): the agent's
+//! A WriteRaw batch the store stores only in part. Such a batch is not atomic, so a retry of
+//! the whole batch would double what was stored and a drop would lose the rest. The agent's
 //! shipper, against a real tonic server on loopback that answers per-series
 //! statuses, drops the profile the store refused, sends the one it could not
 //! store again alone, and never sends a stored profile twice.

@@ -198,7 +198,7 @@ async fn profiles_made_while_the_store_is_down_are_delivered_when_it_comes_up() 
     }
     assert!(
         !labels.iter().any(|(n, _)| n == "pid" || n == "comm"),
-        "pid and comm stay per sample, off the series (audit R6): {labels:?}"
+        "pid and comm stay per sample, off the series, or a fork-heavy pod exhausts the store's series budget: {labels:?}"
     );
     let profile = kiln_pprof::decode(&series.samples[0].raw_profile, &DecodeLimits::default())
         .expect("a valid pprof");

@@ -76,7 +76,8 @@ fn target_with_label(name: String) -> ProfilingTarget {
     ProfilingTarget::new("web", spec)
 }
 
-/// Audit O1: label names are bounded by a CEL rule (a structural schema cannot bound map keys).
+/// Label names are bounded by a CEL rule (a structural schema cannot bound map keys), so one
+/// target cannot bloat the targets file that every tenant shares.
 #[test]
 fn label_names_longer_than_63_characters_are_rejected() {
     kube::core::cel::validate_cel(&target_with_label("n".repeat(MAX_LABEL_NAME_LENGTH)))

@@ -1,5 +1,5 @@
-"""Peak RSS (VmHWM) of a fresh kiln-store after one of the audit's hostile
-requests (issue 15), for the before/after numbers in
+"""Peak RSS (VmHWM) of a fresh kiln-store after one of the hostile
+requests of issue 15, for the before/after numbers in
 docs/benchmarks/log/2026-11-25-store-hostile-requests.md.
 
 usage: python3 store/benches/hostile_rss.py <kiln-store binary> <r2|r3>

@@ -300,7 +300,7 @@ fn recorded_snapshots_become_one_pprof_with_named_callers_labels_and_values() {
     for name in PER_SAMPLE_LABELS {
         assert!(
             !labels.contains_key(name),
-            "{name} stays on the samples, never on the series (audit R6): {labels:?}"
+            "{name} stays on the samples, never on the series, or a fork-heavy pod exhausts the store's series budget: {labels:?}"
         );
     }
 

@@ -1,5 +1,6 @@
 //! Hostile pods on a real containerd against the real agent in Kubernetes
-//! (CRI) mode (audit G1-G5). Each hostile workload runs in an opted-in pod
+//! (CRI) mode. A pod that hangs, starves or exhausts the node's agent stops profiling for
+//! every other pod on the node. Each hostile workload runs in an opted-in pod
 //! (its own mount and PID namespaces, an overlay root), next to a pod
 //! running a well-behaved spinner, `kiln_hostile_control`:
 //! - JIT-like processes whose perf map is a FIFO, a symlink to a host file

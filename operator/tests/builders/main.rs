@@ -107,7 +107,8 @@ fn agent_uses_host_pid_and_mounts_what_ebpf_needs() {
     ] {
         assert_eq!(volumes.get(name).map(String::as_str), Some(path), "{name}");
     }
-    // Unused by the agent, so not granted (audit G6). Not /lib/modules either: the agent
+    // Unused by the agent, so not granted: each needless mount brings capabilities mode closer
+    // to root on the node. Not /lib/modules either: the agent
     // never reads it, and a `Directory` hostPath missing on the node (as on this machine's
     // kernel without modules) keeps every agent pod from starting.
     assert_eq!(volumes.len(), 2, "only these host paths: {volumes:?}");
@@ -478,7 +479,8 @@ fn unknown_selector_operator_is_rejected_not_dropped() {
     assert!(aggregation.rejected[0].problem.contains("Near"));
 }
 
-/// Targets stored before the CRD bounded label lengths are held to the same bounds (audit O1).
+/// Targets stored before the CRD bounded label lengths are held to the same bounds, so an old
+/// target cannot bloat the targets file that every tenant shares.
 #[test]
 fn labels_past_the_crd_length_bounds_are_rejected_not_published() {
     let object = profile_store(serde_json::json!({}));

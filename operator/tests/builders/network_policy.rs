@@ -1,5 +1,6 @@
-//! Audit A1: the opt-in NetworkPolicy admits this store's agents and the listed clients to the
-//! store's port, and nothing else.
+//! Any pod can reach a store's Service, so its reads are open to the whole cluster. The
+//! opt-in NetworkPolicy admits this store's agents and the listed clients to the store's
+//! port, and nothing else.
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kiln_operator::resources::StoreNames;

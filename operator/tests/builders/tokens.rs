@@ -1,6 +1,7 @@
-//! Issue 15 / audit A1: the store reads its tokens from the `<store>-tokens` Secret through
-//! `secretKeyRef` env, the agents get only the write token as a read-only file, and no token
-//! ever appears in a command line.
+//! Issue 15. A store with no tokens lets any pod in the cluster read every namespace's
+//! profiles and write spoofed ones. So the store reads its tokens from the `<store>-tokens`
+//! Secret through `secretKeyRef` env, the agents get only the write token as a read-only
+//! file, and no token ever appears in a command line, where every user of the node reads it.
 
 use k8s_openapi::api::core::v1::{Container, EnvVar};
 use kiln_operator::resources::tokens::{self, StoreTokens, TOKEN_BYTES};

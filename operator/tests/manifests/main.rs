@@ -113,7 +113,7 @@ fn schema_check_rejects_typos_bad_types_patterns_and_ranges() {
             json!({"retention": {"duration": "a week"}}),
             "does not match",
         ),
-        // Zero retention would delete everything (audit O4).
+        // Zero retention would delete everything, and the store refuses it and crash-loops.
         (json!({"retention": {"duration": "0s"}}), "does not match"),
         // Only the known runtimes' sockets can be mounted into agents.
         (
@@ -146,7 +146,7 @@ fn schema_check_rejects_typos_bad_types_patterns_and_ranges() {
         errors.iter().any(|e| e.contains("containers[0]")),
         "{errors:?}"
     );
-    // Label values are bounded so one target cannot bloat the shared targets file (audit O1).
+    // Label values are bounded so one target cannot bloat the shared targets file.
     let labelled = |value: String| {
         json!({"apiVersion": "kiln.dev/v1alpha1", "kind": "ProfilingTarget",
                "metadata": {"name": "x"}, "spec": {"storeRef": {"name": "s"},

@@ -1,6 +1,6 @@
-//! Issue 16 / audit O1: one tenant's annotated pods can neither push another tenant's pods out of
-//! the agents' targets file nor make that file too big to write, and the store's status says
-//! whose pods were left out.
+//! Issue 16. All tenants share one targets file, so one tenant could break it for everyone.
+//! Its annotated pods can neither push another tenant's pods out of the agents' targets file
+//! nor make that file too big to write, and the store's status says whose pods were left out.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

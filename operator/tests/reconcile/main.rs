@@ -466,7 +466,7 @@ async fn api_failure_is_reported_in_status_and_backs_off_exponentially() {
     assert_eq!(after, Action::requeue(Duration::from_secs(5)));
 }
 
-/// Audit O1: a targets file the API server refuses (here as over 1 MiB would be, 422) no longer
+/// A targets file the API server refuses (here as over 1 MiB would be, 422) no longer
 /// stops the ServiceAccount and DaemonSet from being applied; it is reported and retried.
 #[tokio::test]
 async fn a_refused_targets_file_still_applies_the_agents_and_is_retried() {

@@ -1,4 +1,5 @@
-//! Issue 16 / audit O3: deleting the operator's own namespace (`kubectl delete namespace`, or
+//! Issue 16. A finalizer the operator can no longer remove would leave the namespace
+//! Terminating forever. These tests delete the operator's own namespace (`kubectl delete namespace`, or
 //! `kubectl delete -k config/default`) while a ProfileStore lives there. The fake does what the
 //! API server does: the namespace turns Terminating, creates in it are refused, objects without
 //! finalizers go at once, the rest get a deletionTimestamp and go with their last finalizer, and

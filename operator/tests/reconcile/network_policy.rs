@@ -1,4 +1,5 @@
-//! Audit A1: the store's NetworkPolicy exists exactly while `spec.networkPolicy.enabled`.
+//! The NetworkPolicy that keeps other pods away from a store exists exactly while
+//! `spec.networkPolicy.enabled`.
 
 use kiln_operator::controller::store;
 use serde_json::json;

@@ -1,4 +1,5 @@
-//! Issue 15 / audit A1: the store's `<store>-tokens` Secret is created once with random tokens,
+//! Issue 15. Without tokens, any pod could read and write every namespace's profiles. The
+//! store's `<store>-tokens` Secret is created once with random tokens,
 //! owned by the store, and never written again, so users may rotate the tokens themselves.
 
 use http::Method;

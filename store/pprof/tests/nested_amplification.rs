@@ -1,7 +1,7 @@
 //! A small upload must not make the decoder allocate gigabytes. Measured:
 //! nested repeated fields amplify when prost decodes
-//! them (an empty `Label` is 2 bytes on the wire, 32 decoded). The audit's
-//! confirmed case, one sample with 16M empty labels in a 32 KB gzip, raised
+//! them (an empty `Label` is 2 bytes on the wire, 32 decoded). A confirmed
+//! case, one sample with 16M empty labels in a 32 KB gzip, raised
 //! a store's RSS from 12 MB to 586 MB before validation refused it. The
 //! wire pre-scan now refuses it before prost allocates, so the peak heap of
 //! the whole decode is the inflated buffer. This binary counts its heap with
