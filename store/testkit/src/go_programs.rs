@@ -14,17 +14,29 @@ pub const SERVICES: [&str; 3] = ["checkout", "search", "ingest"];
 
 /// Builds the Go program `source` (a `main.go`) into `dir/<name>` and
 /// returns the binary, or `None` (a missing prerequisite) without Go. The
-/// build cache lives in the target directory, so reruns are quick.
+/// program is compiled together with the kit's `programs/cpu_deadline.go`
+/// (its `deadline` burns CPU time, not wall time), so no program carries a
+/// copy. The build cache lives in the target directory, so reruns are quick.
 #[track_caller]
 pub fn build(source: &Path, dir: &Path, name: &str) -> Option<PathBuf> {
     let go = go()?;
     let binary = dir.join(name);
+    // `go build` takes named files from one directory only.
+    let sources = dir.join(format!("{name}.src"));
+    std::fs::create_dir_all(&sources).unwrap_or_else(|e| panic!("{}: {e}", sources.display()));
+    let main = sources.join("main.go");
+    std::fs::copy(source, &main).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+    let shared = sources.join("cpu_deadline.go");
+    let kit_deadline = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/cpu_deadline.go");
+    std::fs::copy(&kit_deadline, &shared)
+        .unwrap_or_else(|e| panic!("{}: {e}", kit_deadline.display()));
     let cache = target_dir().join("tmp").join("go-build-cache");
     let build = Command::new(go)
         .arg("build")
         .arg("-o")
         .arg(&binary)
-        .arg(source)
+        .arg(&main)
+        .arg(&shared)
         .env("GOCACHE", &cache)
         .env("HOME", dir)
         .output()
