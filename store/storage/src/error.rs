@@ -149,11 +149,12 @@ pub enum StorageError {
         #[source]
         source: std::io::Error,
     },
-    /// An earlier fsync of the write-ahead log failed; the log can no longer
-    /// promise durability, so every write is refused until restart.
-    #[error("write-ahead log is unusable after an earlier failure: {message}")]
-    WalPoisoned {
-        /// The original failure.
+    /// A write or fsync of the write-ahead log failed: this write was not
+    /// logged, and writes are refused until the log has started a fresh
+    /// segment (at the next write, and every second meanwhile).
+    #[error("write-ahead log refuses writes after a failed write or fsync: {message}")]
+    WalFailed {
+        /// What failed.
         message: String,
     },
     /// An object-store operation failed.
@@ -273,7 +274,7 @@ impl StorageError {
             Self::UploadBacklog { .. } => "upload_backlog",
             Self::ShuttingDown => "shutting_down",
             Self::Wal { .. } => "wal_io",
-            Self::WalPoisoned { .. } => "wal_poisoned",
+            Self::WalFailed { .. } => "wal_failed",
             Self::Bucket { .. } => "bucket",
             Self::BlockMeta { .. } => "block_meta",
             Self::MetaMismatch { .. } => "meta_mismatch",
@@ -305,7 +306,7 @@ impl StorageError {
             | Self::IdempotencyKeyInFlight { .. }
             | Self::ShuttingDown => ErrorClass::Overloaded,
             Self::Wal { .. }
-            | Self::WalPoisoned { .. }
+            | Self::WalFailed { .. }
             | Self::Bucket { .. }
             | Self::BlockMeta { .. }
             | Self::MetaMismatch { .. }
@@ -337,6 +338,7 @@ impl StorageError {
                 | Self::Lease { .. }
                 | Self::ShuttingDown
                 | Self::Wal { .. }
+                | Self::WalFailed { .. }
                 | Self::Bucket { .. }
                 | Self::Task { .. }
         )

@@ -144,6 +144,14 @@ pub struct StoreStats {
     pub compactions: u64,
     /// Blocks deleted by retention in this process.
     pub retention_deleted: u64,
+    /// WAL writes and fsyncs that failed since open (each refused its
+    /// writes until a fresh segment was started).
+    pub wal_failed_writes: u64,
+    /// Damaged WAL segments moved to the quarantine directory at open.
+    pub wal_quarantined_segments: u64,
+    /// Compactions skipped because the data directory had too little free
+    /// space for their spill file.
+    pub compactions_skipped_low_disk: u64,
 }
 
 /// What every clone of a [`Store`] shares: the three concerns, each
@@ -331,6 +339,9 @@ impl Store {
             flush_failures: upkept.flush_failures.load(Ordering::Relaxed),
             compactions: upkept.compactions.load(Ordering::Relaxed),
             retention_deleted: upkept.retention_deleted.load(Ordering::Relaxed),
+            wal_failed_writes: shared.ingest.wal.failed_writes(),
+            wal_quarantined_segments: shared.ingest.replay.quarantined_segments as u64,
+            compactions_skipped_low_disk: upkept.compactions_skipped_low_disk.load(Ordering::Relaxed),
         }
     }
 

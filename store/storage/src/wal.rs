@@ -1,20 +1,29 @@
 //! The write-ahead log: every ingest request is framed, appended to the
-//! current segment and fsynced before it is acknowledged. Concurrent writers
-//! share one fsync (group commit): whoever finds no sync running becomes the
-//! leader and syncs everything written so far; the others wait for it.
+//! current segment and fsynced before it is acknowledged. One thread owns
+//! the open segment (`writer`): concurrent appends queue for it and share
+//! one fsync (group commit), and no async worker ever waits on the disk.
+//! A failed write or fsync refuses writes only until a fresh segment can
+//! be started (see `writer`); a damaged segment found at open is set aside
+//! whole (see `damaged`).
 
+mod damaged;
 pub mod record;
+mod writer;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+use std::sync::mpsc;
 
-use tokio::sync::watch;
+use tokio::sync::oneshot;
 
 use crate::error::StorageError;
+pub use damaged::quarantine_dir;
 pub use record::{RecordError, WalRecord};
-use record::{SEGMENT_MAGIC, TailProblem, decode_payload, encode_frame, parse_segment};
+use record::{SEGMENT_MAGIC, decode_payload, encode_frame, parse_segment};
+use writer::{Command, Status, Writer};
+pub use writer::{REOPEN_EVERY, WalFailure};
 
 const SEGMENT_SUFFIX: &str = ".wal";
 
@@ -27,10 +36,14 @@ pub struct ReplayReport {
     pub records: u64,
     /// Records whose CRC matched but whose payload could not be parsed.
     pub unreadable_records: u64,
-    /// Bytes cut off torn or corrupt segment tails.
-    pub truncated_bytes: u64,
-    /// Segments that had a torn or corrupt tail.
+    /// Bytes at and after the damage in damaged segments: not replayed,
+    /// kept in the quarantined original.
+    pub skipped_bytes: u64,
+    /// Segments that had a torn or corrupt tail or no header.
     pub damaged_segments: usize,
+    /// Damaged segments moved to [`quarantine_dir`] (all of them, unless
+    /// moving one failed and open failed with it).
+    pub quarantined_segments: usize,
     /// Records the store set aside because they could not be parsed or
     /// applied (filled in by the store's recovery, not by the log itself).
     pub quarantined_records: u64,
@@ -49,38 +62,14 @@ pub struct Replayed<'a> {
     pub record: Result<WalRecord, RecordError>,
 }
 
-struct WalState {
-    file: Arc<File>,
-    segment: u64,
-    segment_len: u64,
-    /// Records written to the OS so far (a sequence number).
-    written: u64,
-    /// Records known to be on stable storage.
-    synced: u64,
-    /// A leader is running an fsync.
-    syncing: bool,
-    /// Set when an fsync failed: the page cache state is unknown afterwards,
-    /// so no later write may be acknowledged.
-    poisoned: Option<String>,
-}
-
-/// An open write-ahead log directory.
+/// An open write-ahead log directory. Dropping it stops its writer thread
+/// once the appends queued before are answered.
 #[derive(Debug)]
 pub struct Wal {
     dir: PathBuf,
-    max_segment_bytes: u64,
-    state: Mutex<WalState>,
-    synced_tx: watch::Sender<u64>,
-}
-
-impl std::fmt::Debug for WalState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WalState")
-            .field("segment", &self.segment)
-            .field("written", &self.written)
-            .field("synced", &self.synced)
-            .finish_non_exhaustive()
-    }
+    status: Arc<Status>,
+    commands: Option<mpsc::Sender<Command>>,
+    writer: Option<std::thread::JoinHandle<()>>,
 }
 
 fn segment_path(dir: &Path, id: u64) -> PathBuf {
@@ -145,7 +134,7 @@ pub fn reread(
         let path = segment_path(dir, id);
         let bytes = match fs::read(&path) {
             Ok(bytes) => bytes,
-            // Removed by `Wal::open` (bad magic): it held nothing.
+            // Moved aside by `Wal::open` (no header): it held nothing.
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
             Err(err) => return Err(wal_io("read segment", &path)(err)),
         };
@@ -163,8 +152,9 @@ pub fn reread(
 
 impl Wal {
     /// Opens (creating if needed) the log in `dir`, hands every frame whose
-    /// CRC holds to `on_record` (parsed or not, with its payload), truncates
-    /// torn or corrupt tails, and starts a fresh segment for new appends.
+    /// CRC holds to `on_record` (parsed or not, with its payload), sets
+    /// damaged segments aside (their good frames stay, see `damaged`), and
+    /// starts a fresh segment for new appends, with its writer thread.
     ///
     /// Blocking: call from a blocking context.
     pub fn open(
@@ -197,190 +187,93 @@ impl Wal {
                 });
             }
             if let Some(problem) = parsed.problem {
-                let cut = bytes.len() - parsed.valid_len;
-                report.truncated_bytes += cut as u64;
+                let skipped = bytes.len() - parsed.valid_len;
+                report.skipped_bytes += skipped as u64;
                 report.damaged_segments += 1;
-                let is_last = Some(&id) == segments.last();
+                let aside = damaged::set_aside(dir, id, &bytes, parsed.valid_len, problem)?;
+                report.quarantined_segments += 1;
                 tracing::warn!(
                     segment = id,
                     ?problem,
-                    truncated_bytes = cut,
-                    last_segment = is_last,
-                    "WAL segment has a damaged tail; truncating it (a torn tail is expected after a crash)"
+                    skipped_bytes = skipped,
+                    last_segment = Some(&id) == segments.last(),
+                    kept_at = %aside.display(),
+                    "WAL segment is damaged (a torn tail is expected after a crash); replayed the records before the damage and moved the original aside"
                 );
-                if problem == TailProblem::BadMagic {
-                    // Not ours or never got its header: keep nothing of it.
-                    fs::remove_file(&path).map_err(wal_io("remove segment", &path))?;
-                } else {
-                    let file = OpenOptions::new()
-                        .write(true)
-                        .open(&path)
-                        .map_err(wal_io("open segment", &path))?;
-                    file.set_len(parsed.valid_len as u64)
-                        .map_err(wal_io("truncate segment", &path))?;
-                    file.sync_all().map_err(wal_io("fsync", &path))?;
-                }
             }
         }
         let next = segments.last().map_or(1, |last| last + 1);
         let file = create_segment(dir, next)?;
-        let (synced_tx, _) = watch::channel(0);
+        let status = Arc::new(Status::new(next));
+        let writer = Writer::new(
+            dir.to_path_buf(),
+            max_segment_bytes,
+            Arc::clone(&status),
+            file,
+            next,
+        );
+        let (commands, receiver) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("kiln-wal".to_owned())
+            .spawn(move || writer.run(receiver))
+            .map_err(wal_io("start the writer thread", dir))?;
         let wal = Wal {
             dir: dir.to_path_buf(),
-            max_segment_bytes,
-            state: Mutex::new(WalState {
-                file: Arc::new(file),
-                segment: next,
-                segment_len: SEGMENT_MAGIC.len() as u64,
-                written: 0,
-                synced: 0,
-                syncing: false,
-                poisoned: None,
-            }),
-            synced_tx,
+            status,
+            commands: Some(commands),
+            writer: Some(thread),
         };
         Ok((wal, report))
     }
 
-    fn lock(&self) -> MutexGuard<'_, WalState> {
-        // A panic while holding this lock leaves only counters behind, which
-        // stay consistent; keep serving rather than cascading the panic.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn send(&self, command: Command) -> Result<(), StorageError> {
+        self.commands
+            .as_ref()
+            .and_then(|commands| commands.send(command).ok())
+            .ok_or_else(writer_gone)
     }
 
-    /// Why the log refuses writes, once a write or fsync failed: the
-    /// failure's message. `None` while it works.
-    pub fn poisoned(&self) -> Option<String> {
-        self.lock().poisoned.clone()
+    /// Why the log refuses writes now, after a write or fsync failed and a
+    /// fresh segment could not be started yet. `None` while it works.
+    pub fn failure(&self) -> Option<WalFailure> {
+        self.status.failure()
+    }
+
+    /// Writes and fsyncs that failed since open.
+    pub fn failed_writes(&self) -> u64 {
+        self.status.failures()
+    }
+
+    /// Times the log went on in a fresh segment after a failure since open.
+    pub fn reopens(&self) -> u64 {
+        self.status.reopens()
     }
 
     /// The segment new appends go to.
     pub fn current_segment(&self) -> u64 {
-        self.lock().segment
+        self.status.current()
     }
 
-    /// Closes the current segment (fsynced) and starts a new one. Returns the
-    /// new segment's id: every record appended before this call lives in a
-    /// lower-numbered segment.
+    /// Closes the current segment (fsynced) and starts a new one. Returns
+    /// the segment new appends go to: every record appended before this
+    /// call lives in a lower-numbered segment. While the log refuses
+    /// writes, it tries a fresh segment, and answers the id that one will
+    /// take even when it cannot be created yet (no append lands below it).
     ///
-    /// Blocking (one fsync and a file creation).
+    /// Blocking: waits for the writer thread.
     pub fn rotate(&self) -> Result<u64, StorageError> {
-        let mut state = self.lock();
-        self.rotate_locked(&mut state)?;
-        Ok(state.segment)
-    }
-
-    fn rotate_locked(&self, state: &mut WalState) -> Result<(), StorageError> {
-        if let Some(message) = &state.poisoned {
-            return Err(StorageError::WalPoisoned {
-                message: message.clone(),
-            });
-        }
-        let old = segment_path(&self.dir, state.segment);
-        if let Err(err) = state.file.sync_data() {
-            state.poisoned = Some(err.to_string());
-            return Err(wal_io("fsync", &old)(err));
-        }
-        // Everything written so far is durable now.
-        state.synced = state.written;
-        self.synced_tx.send_replace(state.synced);
-        let next = state.segment + 1;
-        state.file = Arc::new(create_segment(&self.dir, next)?);
-        state.segment = next;
-        state.segment_len = SEGMENT_MAGIC.len() as u64;
-        Ok(())
+        let (done, reply) = mpsc::sync_channel(1);
+        self.send(Command::Rotate { done })?;
+        reply.recv().map_err(|_| writer_gone())?
     }
 
     /// Appends one record and returns once it is on stable storage, with the
     /// id of the segment that holds it.
     pub async fn append(&self, record: &WalRecord) -> Result<u64, StorageError> {
         let frame = encode_frame(record);
-        let (seq, segment) = {
-            let mut state = self.lock();
-            if let Some(message) = &state.poisoned {
-                return Err(StorageError::WalPoisoned {
-                    message: message.clone(),
-                });
-            }
-            if state.segment_len + frame.len() as u64 > self.max_segment_bytes
-                && state.segment_len > SEGMENT_MAGIC.len() as u64
-            {
-                self.rotate_locked(&mut state)?;
-            }
-            let path = segment_path(&self.dir, state.segment);
-            // A short write leaves a torn frame that replay truncates; the
-            // log cannot promise anything about later frames, so poison it.
-            if let Err(err) = (&*state.file).write_all(&frame) {
-                state.poisoned = Some(err.to_string());
-                return Err(wal_io("append", &path)(err));
-            }
-            state.segment_len += frame.len() as u64;
-            state.written += 1;
-            (state.written, state.segment)
-        };
-        self.wait_synced(seq).await?;
-        Ok(segment)
-    }
-
-    async fn wait_synced(&self, seq: u64) -> Result<(), StorageError> {
-        loop {
-            let (mut rx, lead) = {
-                let mut state = self.lock();
-                if let Some(message) = &state.poisoned {
-                    return Err(StorageError::WalPoisoned {
-                        message: message.clone(),
-                    });
-                }
-                if state.synced >= seq {
-                    return Ok(());
-                }
-                if state.syncing {
-                    // Subscribing under the lock means the leader's result
-                    // cannot be published before we start watching.
-                    (Some(self.synced_tx.subscribe()), None)
-                } else {
-                    state.syncing = true;
-                    (
-                        None,
-                        Some((state.written, Arc::clone(&state.file), state.segment)),
-                    )
-                }
-            };
-            if let Some((target, file, segment)) = lead {
-                let result = tokio::task::spawn_blocking(move || file.sync_data()).await;
-                let mut state = self.lock();
-                state.syncing = false;
-                match result {
-                    Ok(Ok(())) => {
-                        state.synced = state.synced.max(target);
-                        self.synced_tx.send_replace(state.synced);
-                    }
-                    Ok(Err(err)) => {
-                        state.poisoned = Some(err.to_string());
-                        self.synced_tx.send_replace(state.synced);
-                        return Err(wal_io("fsync", &segment_path(&self.dir, segment))(err));
-                    }
-                    Err(join) => {
-                        state.poisoned = Some(join.to_string());
-                        self.synced_tx.send_replace(state.synced);
-                        return Err(StorageError::task("wal fsync", join));
-                    }
-                }
-            } else if let Some(rx) = rx.as_mut() {
-                // The sender lives as long as `self`, so this only errors if
-                // the log is being dropped, in which case we re-check state.
-                let _ = rx.changed().await;
-                // What is published is synced: a waiter it covers returns
-                // without the lock, which every waiter of one fsync would
-                // otherwise take at once, and which appends need (7 % of
-                // the store's context switches at 32 HTTP clients on 16
-                // cores). A failed fsync publishes no progress, so its
-                // waiters take the lock and find the log poisoned.
-                if *rx.borrow_and_update() >= seq {
-                    return Ok(());
-                }
-            }
-        }
+        let (done, reply) = oneshot::channel();
+        self.send(Command::Append { frame, done })?;
+        reply.await.map_err(|_| writer_gone())?
     }
 
     /// Deletes every segment with an id below `segment` (their records are
@@ -422,6 +315,26 @@ impl Wal {
             }
         }
         Ok((ids.len(), bytes))
+    }
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        // Closing the channel stops the writer once it has answered what
+        // was queued; waiting for it means no write of this log outlives
+        // the handle (a reopen of the same directory comes right after).
+        self.commands.take();
+        if let Some(writer) = self.writer.take()
+            && writer.join().is_err()
+        {
+            tracing::error!("the write-ahead log's writer thread panicked");
+        }
+    }
+}
+
+fn writer_gone() -> StorageError {
+    StorageError::WalFailed {
+        message: "the write-ahead log's writer thread stopped".to_owned(),
     }
 }
 
@@ -475,32 +388,103 @@ mod tests {
         assert_eq!(times, (0..64).collect::<Vec<_>>());
     }
 
+    /// The files in the quarantine of `dir`'s log with the extension `ext`.
+    fn quarantined(dir: &Path, ext: &str) -> Vec<PathBuf> {
+        let aside = quarantine_dir(dir);
+        let mut files: Vec<PathBuf> = match fs::read_dir(&aside) {
+            Ok(entries) => entries
+                .map(|e| e.expect("entry").path())
+                .filter(|p| p.extension().is_some_and(|e| e == ext))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        files.sort();
+        files
+    }
+
     #[tokio::test]
-    async fn a_torn_tail_is_truncated_and_earlier_records_survive() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (wal, _, _) = replay(dir.path());
+    async fn a_torn_tail_is_set_aside_whole_and_earlier_records_survive() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("wal");
+        let (wal, _, _) = replay(&dir);
         for n in 0..3 {
             wal.append(&record(n)).await.expect("append");
         }
         let segment = wal.current_segment();
         drop(wal);
         // Simulate a crash mid-write: half a frame at the end.
-        let path = segment_path(dir.path(), segment);
+        let path = segment_path(&dir, segment);
         let half = &encode_frame(&record(99))[..20];
         let mut file = OpenOptions::new().append(true).open(&path).expect("open");
         file.write_all(half).expect("write");
         drop(file);
-        let (wal, report, seen) = replay(dir.path());
+        let damaged = fs::read(&path).expect("read");
+        let (wal, report, seen) = replay(&dir);
         assert_eq!(report.records, 3);
-        assert_eq!(report.truncated_bytes, 20);
+        assert_eq!(report.skipped_bytes, 20);
         assert_eq!(report.damaged_segments, 1);
+        assert_eq!(report.quarantined_segments, 1);
         assert_eq!(seen.len(), 3);
-        // The truncated segment now parses cleanly, and new appends work.
+        // The original, torn tail included, is kept byte for byte; the log
+        // holds the records before the tear.
+        let kept = quarantined(&dir, "wal");
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(fs::read(&kept[0]).expect("read kept"), damaged);
+        assert_eq!(quarantined(&dir, "reason").len(), 1);
+        assert_eq!(
+            fs::read(&path).expect("read repaired").len(),
+            damaged.len() - 20
+        );
+        // New appends work, and the next open finds nothing damaged.
         wal.append(&record(4)).await.expect("append after recovery");
         drop(wal);
-        let (_, report, _) = replay(dir.path());
+        let (_, report, _) = replay(&dir);
         assert_eq!(report.records, 4);
         assert_eq!(report.damaged_segments, 0);
+        assert_eq!(quarantined(&dir, "wal").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_frame_mid_segment_keeps_the_records_before_it_and_the_bytes_after() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("wal");
+        let (wal, _, _) = replay(&dir);
+        for n in 0..3 {
+            wal.append(&record(n)).await.expect("append");
+        }
+        let segment = wal.current_segment();
+        drop(wal);
+        // A flipped bit in the second frame's payload: its CRC fails, and
+        // the third frame after it cannot be trusted to start where the
+        // second's length says.
+        let path = segment_path(&dir, segment);
+        let mut bytes = fs::read(&path).expect("read");
+        let second = SEGMENT_MAGIC.len() + encode_frame(&record(0)).len();
+        bytes[second + record::FRAME_HEADER_BYTES + 3] ^= 0x40;
+        fs::write(&path, &bytes).expect("write");
+        let (_, report, seen) = replay(&dir);
+        assert_eq!(report.records, 1);
+        assert_eq!(report.quarantined_segments, 1);
+        assert_eq!(seen.iter().map(|(_, r)| r.time_ms).collect::<Vec<_>>(), [0]);
+        let kept = quarantined(&dir, "wal");
+        assert_eq!(fs::read(&kept[0]).expect("read kept"), bytes);
+        assert_eq!(fs::read(&path).expect("read repaired").len(), second);
+    }
+
+    #[tokio::test]
+    async fn a_segment_without_a_header_is_moved_aside_not_deleted() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("wal");
+        fs::create_dir_all(&dir).expect("dir");
+        let foreign = b"not a kiln segment at all".to_vec();
+        fs::write(segment_path(&dir, 5), &foreign).expect("write");
+        let (wal, report, seen) = replay(&dir);
+        assert!(seen.is_empty());
+        assert_eq!(report.quarantined_segments, 1);
+        assert!(!segment_path(&dir, 5).exists());
+        let kept = quarantined(&dir, "wal");
+        assert_eq!(fs::read(&kept[0]).expect("read kept"), foreign);
+        assert_eq!(wal.current_segment(), 6);
     }
 
     #[tokio::test]

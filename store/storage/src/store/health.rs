@@ -1,6 +1,6 @@
 //! What the store can say about its own health: whether its write-ahead log
 //! still accepts writes and whether its bucket answers. The server turns
-//! this into `/readyz`. It reads all three parts of the store; what it
+//! this into `/readyz` and `/healthz`. It reads all three parts of the store; what it
 //! reports of the bucket (the catalog's `BucketState`) is only ever set
 //! from the outcomes of real bucket operations.
 
@@ -11,11 +11,14 @@ use super::{Store, lock, read};
 /// One reason the store cannot do its job now.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct HealthProblem {
-    /// A fixed name: `wal_poisoned`, `bucket_unreachable`,
+    /// A fixed name: `wal_failed`, `bucket_unreachable`,
     /// `bucket_not_listed`, `wal_held` or `upload_backlog`.
     pub reason: &'static str,
     /// What happened, for people.
     pub message: String,
+    /// True when waiting will not fix it and a restart may: the store
+    /// then reports itself not live, so an orchestrator restarts it.
+    pub fails_liveness: bool,
 }
 
 /// A snapshot of the store's health.
@@ -38,23 +41,49 @@ impl StoreHealth {
     pub fn is_ready(&self) -> bool {
         self.problems.is_empty()
     }
+
+    /// True unless a problem calls for a restart.
+    pub fn is_live(&self) -> bool {
+        !self.problems.iter().any(|p| p.fails_liveness)
+    }
 }
 
 impl Store {
     /// Whether the store can take writes and see its bucket now, and why
-    /// not. A poisoned WAL refuses every write until the store restarts and
-    /// replays it; a bucket problem clears by itself once an upload or a
-    /// listing (retried by the background loops) succeeds.
+    /// not. A write-ahead log that failed a write refuses writes until it
+    /// has started a fresh segment, which it tries at the next write and
+    /// every second; while that fails too (a full disk, a dead volume) the
+    /// store is not live either, so an orchestrator restarts it, which
+    /// also clears a compaction's spill files. A bucket problem clears by
+    /// itself once an upload or a listing (retried by the background
+    /// loops) succeeds, and a restart would not bring the bucket back.
     pub fn health(&self) -> StoreHealth {
         let shared = &self.shared;
         let mut problems = Vec::new();
-        if let Some(message) = shared.ingest.wal.poisoned() {
-            problems.push(HealthProblem {
-                reason: "wal_poisoned",
-                message: format!(
-                    "the write-ahead log refuses writes after a failed write or fsync ({message}); \
-                     restart the store to replay it"
+        if let Some(failure) = shared.ingest.wal.failure() {
+            let (message, fails_liveness) = match &failure.reopen_error {
+                None => (
+                    format!(
+                        "the write-ahead log refuses writes after a failed write or fsync ({}); \
+                         it starts a fresh segment at the next write",
+                        failure.message
+                    ),
+                    false,
                 ),
+                Some(reopen) => (
+                    format!(
+                        "the write-ahead log refuses writes after a failed write or fsync ({}), \
+                         and starting a fresh segment failed too ({reopen}); retried every {} s",
+                        failure.message,
+                        crate::wal::REOPEN_EVERY.as_secs()
+                    ),
+                    true,
+                ),
+            };
+            problems.push(HealthProblem {
+                reason: "wal_failed",
+                message,
+                fails_liveness,
             });
         }
         {
@@ -63,6 +92,7 @@ impl Store {
                 problems.push(HealthProblem {
                     reason: "bucket_unreachable",
                     message: error.clone(),
+                    fails_liveness: false,
                 });
             }
             if !state.listed {
@@ -71,6 +101,7 @@ impl Store {
                     message: "the bucket has not been listed since the store opened; \
                               queries see no blocks until it is"
                         .to_owned(),
+                    fails_liveness: false,
                 });
             }
         }
@@ -82,6 +113,7 @@ impl Store {
                     "{held} WAL segment ranges wait for the bucket to say whether their block \
                      was uploaded before they are replayed or deleted"
                 ),
+                fails_liveness: false,
             });
         }
         let (pending_uploads, frozen_bytes) = {
@@ -101,6 +133,7 @@ impl Store {
                      ingest is refused until uploads drain",
                     shared.unuploaded_budget()
                 ),
+                fails_liveness: false,
             });
         }
         StoreHealth {

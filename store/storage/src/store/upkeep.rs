@@ -69,6 +69,8 @@ pub(super) struct UpkeepCounters {
     pub(super) blocks_written: AtomicU64,
     pub(super) flush_failures: AtomicU64,
     pub(super) compactions: AtomicU64,
+    /// Compactions not started for want of free disk space.
+    pub(super) compactions_skipped_low_disk: AtomicU64,
     pub(super) retention_deleted: AtomicU64,
     /// Records set aside while replaying WAL ranges held at open.
     pub(super) late_quarantined: AtomicU64,

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use kiln_engine::model::BlockMeta;
 use kiln_engine::{BlockCompression, BlockError, CompactionError, MergeLimits, MergeOutput};
 
-use super::spill::SpillFile;
+use super::spill::{SpillFile, room_to_spill};
 use crate::bucket::{BucketRanges, IncompleteUpload};
 use crate::error::StorageError;
 use crate::planner::{
@@ -209,6 +209,24 @@ impl Store {
                         return Ok(None);
                     }
                 }
+            }
+            // The merged block is about its sources' size; the WAL keeps
+            // room for what may wait for the bucket besides.
+            let spill_bytes: u64 = metas.iter().map(|m| m.size_bytes).sum();
+            let reserve = shared.unuploaded_budget();
+            if !room_to_spill(&shared.config.data_dir, spill_bytes, reserve) {
+                shared
+                    .upkeep
+                    .counters
+                    .compactions_skipped_low_disk
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    blocks = ids.len(),
+                    spill_bytes,
+                    reserve_bytes = reserve,
+                    "compaction skipped: its spill file would leave the data directory's disk with less free space than the write-ahead log may need; retried next round"
+                );
+                return Ok(None);
             }
             let id = ulid::Ulid::new().to_string();
             let mut spill = SpillFile::create(&shared.config.data_dir, &id)?;

@@ -62,3 +62,30 @@ impl Drop for SpillFile {
         }
     }
 }
+
+/// Bytes free for this process on the filesystem of `data_dir`.
+fn free_bytes(data_dir: &Path) -> Result<u64, StorageError> {
+    let stats = nix::sys::statvfs::statvfs(data_dir).map_err(|errno| StorageError::Spill {
+        op: "statvfs",
+        path: data_dir.to_path_buf(),
+        source: std::io::Error::from(errno),
+    })?;
+    let (blocks, block_bytes): (u64, u64) = (stats.blocks_available(), stats.fragment_size());
+    Ok(blocks.saturating_mul(block_bytes))
+}
+
+/// Whether a spill file of about `spill_bytes` leaves `reserve_bytes` free
+/// on the data directory's disk. The write-ahead log shares that disk: a
+/// compaction that fills it makes every write fail, and a compaction can
+/// always wait for the next round. When the free space cannot be read,
+/// the compaction goes ahead (the check is a guard, not a gate that a
+/// statvfs quirk may close for good).
+pub(super) fn room_to_spill(data_dir: &Path, spill_bytes: u64, reserve_bytes: u64) -> bool {
+    match free_bytes(data_dir) {
+        Ok(free) => free >= spill_bytes.saturating_add(reserve_bytes),
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot read the data directory's free space; compacting anyway");
+            true
+        }
+    }
+}
