@@ -9,6 +9,16 @@
 //! in a block, and each flush writes the window's keys to
 //! `<data dir>/wal/idempotency-keys` before it deletes the WAL segments
 //! that held them.
+//!
+//! A key is client text, so nothing in it may steer how the file is read
+//! back: keys are 1 to [`MAX_KEY_BYTES`] bytes without control characters
+//! (refused as a client error otherwise), and the file holds one
+//! length-prefixed, checksummed entry per key after a format header
+//! ([`FILE_MAGIC`]), never a separator a key could contain. Earlier
+//! releases wrote one `"<ms> <key>\n"` line per key, into which a key with
+//! a newline could add entries (one dated far ahead stopped every later
+//! key from expiring); such a file is not trusted: it is discarded with a
+//! warning, and the keys still in the WAL are recovered from it as always.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
@@ -22,8 +32,30 @@ pub const WINDOW_MS: i64 = 15 * 60 * 1000;
 pub const MAX_KEYS: usize = 200_000;
 /// Longest key accepted.
 pub const MAX_KEY_BYTES: usize = 128;
+/// First bytes of the keys file, naming its format.
+pub const FILE_MAGIC: &[u8; 8] = b"KILNKEY2";
 
 const FILE: &str = "idempotency-keys";
+/// Bytes around each key in the file: its length (1), time (8), CRC (4).
+const ENTRY_OVERHEAD: usize = 1 + 8 + 4;
+
+/// Checks a client's key: 1 to [`MAX_KEY_BYTES`] bytes of text without
+/// control characters. Returns what is wrong, for the client.
+pub fn check_key(key: &str) -> Result<(), String> {
+    if key.is_empty() || key.len() > MAX_KEY_BYTES {
+        return Err(format!(
+            "{} bytes; a key is 1 to {MAX_KEY_BYTES} bytes",
+            key.len()
+        ));
+    }
+    if let Some((at, c)) = key.char_indices().find(|(_, c)| c.is_control()) {
+        return Err(format!(
+            "control character U+{:04X} at byte {at}; a key is printable text",
+            u32::from(c)
+        ));
+    }
+    Ok(())
+}
 
 /// What [`RecentKeys::begin`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,28 +130,70 @@ impl RecentKeys {
         }
     }
 
-    /// Keys remembered now, oldest first, as the keys file holds them.
-    pub fn encode(&mut self, now_ms: i64) -> String {
+    /// Keys remembered now, oldest first, as the keys file holds them:
+    /// [`FILE_MAGIC`], then per key its length (one byte), its time (i64
+    /// LE), the key, and a CRC32 of those three (u32 LE).
+    pub fn encode(&mut self, now_ms: i64) -> Vec<u8> {
         self.expire(now_ms);
-        let mut out = String::new();
+        let mut out = Vec::with_capacity(FILE_MAGIC.len() + self.order.len() * 64);
+        out.extend_from_slice(FILE_MAGIC);
         for (key, at) in &self.order {
-            out.push_str(&format!("{at} {key}\n"));
+            // Every key passed `check_key`; a longer one cannot be stored.
+            let Ok(len) = u8::try_from(key.len()) else {
+                continue;
+            };
+            let start = out.len();
+            out.push(len);
+            out.extend_from_slice(&at.to_le_bytes());
+            out.extend_from_slice(key.as_bytes());
+            let crc = crc32fast::hash(&out[start..]);
+            out.extend_from_slice(&crc.to_le_bytes());
         }
         out
     }
 
-    /// Reads what [`RecentKeys::encode`] wrote; lines that do not parse are
-    /// skipped (the file is rewritten whole at each flush).
-    pub fn decode(text: &str, now_ms: i64) -> Self {
+    /// Reads what [`RecentKeys::encode`] wrote. Reading stops at the first
+    /// entry that is cut short or fails its CRC (the file is replaced
+    /// whole at each flush, so only a damaged disk does that); a file
+    /// without the header (an earlier release's text) is not read at all.
+    /// A time ahead of `now_ms` (the clock went back) counts as now, so no
+    /// entry outlives its window.
+    pub fn decode(bytes: &[u8], now_ms: i64) -> Self {
         let mut keys = Self::default();
-        for line in text.lines() {
-            if let Some((at, key)) = line.split_once(' ')
-                && let Ok(at) = at.parse::<i64>()
-                && !key.is_empty()
-                && key.len() <= MAX_KEY_BYTES
+        if bytes.is_empty() {
+            return keys;
+        }
+        let Some(mut rest) = bytes.strip_prefix(FILE_MAGIC.as_slice()) else {
+            tracing::warn!(
+                bytes = bytes.len(),
+                "the idempotency keys file is in an earlier format, which a key could write entries into; discarding it (keys still in the WAL are kept)"
+            );
+            return keys;
+        };
+        while !rest.is_empty() {
+            let len = usize::from(rest[0]);
+            let Some(entry) = rest.get(..ENTRY_OVERHEAD + len) else {
+                tracing::warn!(
+                    "the idempotency keys file ends inside an entry; reading no further"
+                );
+                break;
+            };
+            let (body, crc) = entry.split_at(1 + 8 + len);
+            if crc32fast::hash(body).to_le_bytes().as_slice() != crc {
+                tracing::warn!(
+                    "an idempotency keys file entry fails its checksum; reading no further"
+                );
+                break;
+            }
+            let mut at = [0u8; 8];
+            at.copy_from_slice(&body[1..9]);
+            let at = i64::from_le_bytes(at).min(now_ms);
+            if let Ok(key) = std::str::from_utf8(&body[9..])
+                && check_key(key).is_ok()
             {
                 keys.remember(key.to_string(), at);
             }
+            rest = &rest[entry.len()..];
         }
         keys.expire(now_ms);
         keys
@@ -137,12 +211,11 @@ pub fn keys_file(wal_dir: &Path) -> PathBuf {
 }
 
 /// Writes the keys file durably (temp file, fsync, rename, fsync dir).
-pub fn save(wal_dir: &Path, text: &str) -> Result<(), StorageError> {
+pub fn save(wal_dir: &Path, bytes: &[u8]) -> Result<(), StorageError> {
     let path = keys_file(wal_dir);
     let tmp = path.with_extension("tmp");
     let mut file = std::fs::File::create(&tmp).map_err(keys_io("create keys", &tmp))?;
-    file.write_all(text.as_bytes())
-        .map_err(keys_io("write keys", &tmp))?;
+    file.write_all(bytes).map_err(keys_io("write keys", &tmp))?;
     file.sync_all().map_err(keys_io("fsync keys", &tmp))?;
     std::fs::rename(&tmp, &path).map_err(keys_io("rename keys", &path))?;
     std::fs::File::open(wal_dir)
@@ -150,12 +223,12 @@ pub fn save(wal_dir: &Path, text: &str) -> Result<(), StorageError> {
         .map_err(keys_io("fsync directory", wal_dir))
 }
 
-/// Reads the keys file; none when it does not exist yet.
-pub fn load(wal_dir: &Path) -> Result<String, StorageError> {
+/// Reads the keys file; empty when it does not exist yet.
+pub fn load(wal_dir: &Path) -> Result<Vec<u8>, StorageError> {
     let path = keys_file(wal_dir);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Ok(text),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+    match std::fs::read(&path) {
+        Ok(bytes) => Ok(bytes),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(err) => Err(keys_io("read keys", &path)(err)),
     }
 }
@@ -193,14 +266,83 @@ mod tests {
     }
 
     #[test]
-    fn keys_round_trip_through_the_file_text_and_expire_on_load() {
+    fn keys_round_trip_through_the_file_and_expire_on_load() {
         let mut keys = RecentKeys::default();
         keys.remember("old".into(), 0);
         keys.remember("new".into(), WINDOW_MS);
-        let text = keys.encode(WINDOW_MS);
-        assert_eq!(text, format!("0 old\n{WINDOW_MS} new\n"));
-        let mut loaded = RecentKeys::decode(&format!("{text}junk\n"), WINDOW_MS + 1);
+        let bytes = keys.encode(WINDOW_MS);
+        let mut loaded = RecentKeys::decode(&bytes, WINDOW_MS + 1);
         assert_eq!(loaded.begin("old", WINDOW_MS + 1), Begin::New);
         assert_eq!(loaded.begin("new", WINDOW_MS + 1), Begin::Stored);
+    }
+
+    #[test]
+    fn keys_with_control_characters_or_out_of_bounds_lengths_are_refused() {
+        for bad in [
+            String::new(),
+            "k".repeat(MAX_KEY_BYTES + 1),
+            "x\n9223372036854775807 victim".to_owned(),
+            "tab\there".to_owned(),
+            "nul\0".to_owned(),
+            "c1\u{85}".to_owned(),
+        ] {
+            assert!(check_key(&bad).is_err(), "{bad:?}");
+        }
+        let longest = "k".repeat(MAX_KEY_BYTES);
+        for good in ["agent-1/0001", "k", "日本語のキー", longest.as_str()] {
+            assert_eq!(check_key(good), Ok(()), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn no_key_text_can_add_an_entry_to_the_file() {
+        // Whatever bytes a key holds (here a newline, spaces and a time,
+        // as if checked by an older release), it comes back as one key.
+        let mut keys = RecentKeys::default();
+        let hostile = "x\n9223372036854775807 victim".to_owned();
+        keys.remember(hostile.clone(), 5);
+        keys.remember("plain".into(), 6);
+        let bytes = keys.encode(10);
+        // `decode` checks keys again: the hostile one is dropped, never
+        // split into two.
+        let mut loaded = RecentKeys::decode(&bytes, 10);
+        assert_eq!(loaded.begin("victim", 10), Begin::New);
+        assert_eq!(loaded.begin(&hostile, 10), Begin::New);
+        assert_eq!(loaded.begin("plain", 10), Begin::Stored);
+        // The one entry past it was read: an entry's length, not its
+        // text, says where the next begins.
+        assert_eq!(loaded.order.len(), 1);
+    }
+
+    #[test]
+    fn a_damaged_entry_stops_reading_and_an_old_text_file_is_discarded() {
+        let mut keys = RecentKeys::default();
+        keys.remember("a".into(), 1);
+        keys.remember("b".into(), 2);
+        let mut bytes = keys.encode(3);
+        // Flip a byte of the second key: its CRC fails.
+        let last_key = bytes.len() - 5;
+        bytes[last_key] ^= 0xff;
+        let mut loaded = RecentKeys::decode(&bytes, 3);
+        assert_eq!(loaded.begin("a", 3), Begin::Stored);
+        assert_eq!(loaded.begin("b", 3), Begin::New);
+        // Cut short inside the first entry.
+        let loaded = RecentKeys::decode(&bytes[..FILE_MAGIC.len() + 4], 3);
+        assert!(loaded.order.is_empty());
+        // An earlier release's text file, with an injected entry.
+        let old = format!("1 x\n{} victim\n", i64::MAX);
+        let mut loaded = RecentKeys::decode(old.as_bytes(), 3);
+        assert_eq!(loaded.begin("victim", 3), Begin::New);
+        assert!(loaded.order.is_empty());
+    }
+
+    #[test]
+    fn a_time_ahead_of_the_clock_expires_like_now() {
+        let mut keys = RecentKeys::default();
+        keys.remember("ahead".into(), i64::MAX);
+        let bytes = keys.encode(0);
+        let mut loaded = RecentKeys::decode(&bytes, 100);
+        assert_eq!(loaded.begin("ahead", 100 + WINDOW_MS), Begin::Stored);
+        assert_eq!(loaded.begin("ahead", 101 + WINDOW_MS), Begin::New);
     }
 }

@@ -75,7 +75,8 @@ impl Store {
     }
 
     /// Like [`Store::ingest`], for a profile the client named with an
-    /// idempotency key (at most 128 bytes): a profile with a key stored in
+    /// idempotency key (1 to 128 bytes, no control characters; else a
+    /// client error): a profile with a key stored in
     /// the last 15 minutes is not stored again, and the answer is success
     /// (with empty stats), so a client that resends what it did not hear
     /// acknowledged (a batch cut short by a restart) stores it once instead
@@ -85,15 +86,10 @@ impl Store {
         request: IngestRequest,
         key: &str,
     ) -> Result<IngestStats, StorageError> {
-        if key.is_empty() || key.len() > idempotency::MAX_KEY_BYTES {
-            return Err(StorageError::InvalidIdempotencyKey {
-                message: format!(
-                    "{} bytes; a key is 1 to {} bytes",
-                    key.len(),
-                    idempotency::MAX_KEY_BYTES
-                ),
-            });
-        }
+        // The key is client text kept in memory, in the WAL and in the
+        // keys file: bounded, and printable, so no key reads as more.
+        idempotency::check_key(key)
+            .map_err(|message| StorageError::InvalidIdempotencyKey { message })?;
         match lock(&self.shared.ingest.recent_keys).begin(key, now_ms()) {
             idempotency::Begin::Stored => return Ok(IngestStats::default()),
             idempotency::Begin::InFlight => {
