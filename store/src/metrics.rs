@@ -116,6 +116,12 @@ pub struct StorageGauges {
     pub ingest_memory_reserved_bytes: u64,
     /// WAL records set aside at recovery because they could not be replayed.
     pub quarantined_wal_records: u64,
+    /// Damaged WAL segments moved aside at recovery.
+    pub quarantined_wal_segments: u64,
+    /// WAL writes and fsyncs that failed since start.
+    pub wal_failed_writes: u64,
+    /// Compactions skipped for want of free disk space since start.
+    pub compactions_skipped_low_disk: u64,
     /// Heads cut but not uploaded yet.
     pub pending_uploads: u64,
     /// Requests in flight (ingest and queries).
@@ -129,7 +135,7 @@ pub struct StorageGauges {
 }
 
 /// Name and help of each storage gauge, in [`StorageGauges::values`] order.
-const STORAGE_GAUGES: [(&str, &str); 13] = [
+const STORAGE_GAUGES: [(&str, &str); 16] = [
     (
         "kiln_ready",
         "1 while /readyz is 200: recovered, the WAL takes writes, the bucket answers",
@@ -152,6 +158,18 @@ const STORAGE_GAUGES: [(&str, &str); 13] = [
     (
         "kiln_wal_quarantined_records",
         "WAL records set aside at recovery (under <data dir>/wal-quarantine) because they could not be replayed",
+    ),
+    (
+        "kiln_wal_quarantined_segments",
+        "Damaged WAL segments (torn or corrupt tail, no header) moved whole to <data dir>/wal-quarantine/segments at recovery; their records before the damage were replayed",
+    ),
+    (
+        "kiln_wal_failed_writes",
+        "WAL writes and fsyncs that failed since start; each refused writes until a fresh segment was started",
+    ),
+    (
+        "kiln_compactions_skipped_low_disk",
+        "Compactions skipped since start because their spill file would have left too little free space on the data directory's disk",
     ),
     ("kiln_pending_uploads", "Heads cut but not yet uploaded"),
     (
@@ -183,6 +201,9 @@ impl StorageGauges {
             self.corrupt_blocks,
             self.ingest_memory_reserved_bytes,
             self.quarantined_wal_records,
+            self.quarantined_wal_segments,
+            self.wal_failed_writes,
+            self.compactions_skipped_low_disk,
             self.pending_uploads,
             self.inflight_requests,
             self.inflight_queries,

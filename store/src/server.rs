@@ -19,6 +19,7 @@ use routes::{Endpoint, ROUTES};
 
 mod accept;
 pub mod auth;
+mod health;
 pub mod routes;
 pub mod web_guard;
 
@@ -68,8 +69,8 @@ pub fn router(state: AppState) -> Router {
 /// The handler of `endpoint`, with the methods it answers.
 fn handler(endpoint: Endpoint, services: &Services, state: &AppState) -> MethodRouter<AppState> {
     match endpoint {
-        Endpoint::Healthz => get(|| async { "ok\n" }),
-        Endpoint::Readyz => get(readyz),
+        Endpoint::Healthz => get(health::healthz),
+        Endpoint::Readyz => get(health::readyz),
         Endpoint::Metrics => get(metrics),
         Endpoint::PyroscopeIngest => post(http_ingest::pyroscope_ingest),
         Endpoint::Push => {
@@ -112,37 +113,6 @@ pub fn metrics_router(state: AppState) -> Router {
     Router::new()
         .route(METRICS_PATH, get(metrics))
         .with_state(state)
-}
-
-/// 200 only when the store is open, its write-ahead log takes writes and
-/// its bucket answers; else 503 with one `<reason>: <message>` line per
-/// problem. Liveness (`/healthz`) stays 200 either way: a store waiting for
-/// its bucket keeps serving what it has, and restarting it would not help.
-async fn readyz(State(state): State<AppState>) -> Response {
-    let Ok(store) = state.store() else {
-        return (StatusCode::SERVICE_UNAVAILABLE, "recovering\n").into_response();
-    };
-    let health = store.health();
-    let mut text = String::from(if health.is_ready() {
-        "ready\n"
-    } else {
-        "not ready\n"
-    });
-    // The records set aside do not block serving, but an operator probing
-    // readiness should see that some exist.
-    text.push_str(&format!(
-        "wal_quarantined_records {}\nunuploaded_bytes {} of {}\n",
-        health.wal_quarantined_records, health.unuploaded_bytes, health.unuploaded_budget_bytes
-    ));
-    for problem in &health.problems {
-        text.push_str(&format!("{}: {}\n", problem.reason, problem.message));
-    }
-    let status = if health.is_ready() {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (status, text).into_response()
 }
 
 /// The header (and gRPC response metadata) naming what a query answer
