@@ -89,7 +89,9 @@ pub fn http(
     parse_response(&raw)
 }
 
-fn parse_response(raw: &[u8]) -> std::io::Result<HttpResponse> {
+/// Parses a whole HTTP/1.1 response as read from its connection, for
+/// tests that write their requests themselves.
+pub fn parse_response(raw: &[u8]) -> std::io::Result<HttpResponse> {
     let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_owned());
     let split = raw
         .windows(4)

@@ -20,6 +20,7 @@
 //! - With the `engine` feature, [`blocks`]: engine blocks for compaction
 //!   tests; with `storage`, [`profiles`]: synthetic profiles and `Store`
 //!   helpers.
+//! - [`wire`]: gzip and protobuf varints for hand-made hostile bodies.
 
 pub mod binaries;
 #[cfg(feature = "engine")]
@@ -39,3 +40,4 @@ pub mod real_inputs;
 pub mod recorder;
 pub mod store_process;
 pub mod tools;
+pub mod wire;

@@ -6,6 +6,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::prerequisites::missing;
 
@@ -29,7 +30,14 @@ impl LimitedCgroup {
                 .any(|c| c == "memory")
                 .then(|| path.to_owned())
         });
-        let name = format!("kiln-memory-limit-{}", std::process::id());
+        // One test process may make a group per test, one after another: a
+        // group whose removal failed must not block the next one.
+        static MADE: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "kiln-memory-limit-{}-{}",
+            std::process::id(),
+            MADE.fetch_add(1, Ordering::Relaxed)
+        );
         let (parent, v2) = match v1_path {
             Some(path) => (
                 Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')),
@@ -110,6 +118,22 @@ impl LimitedCgroup {
             .find_map(|l| l.strip_prefix("oom_kill "))
             .and_then(|n| n.trim().parse().ok())
             .unwrap_or(0)
+    }
+
+    /// The most memory the group has used at once, in bytes (v1
+    /// `memory.max_usage_in_bytes`, v2 `memory.peak`, which kernels before
+    /// 5.19 lack), still readable after its process was killed.
+    pub fn peak_bytes(&self) -> Option<u64> {
+        let file = if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        };
+        std::fs::read_to_string(self.dir.join(file))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 }
 

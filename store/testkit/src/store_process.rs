@@ -8,10 +8,11 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::http::{free_port, http};
+use crate::memory_cgroup::LimitedCgroup;
 
 /// How long a store may take to answer its first probe. Generous: CI
 /// machines are shared, and a store recovering a WAL under load is slow.
@@ -63,9 +64,34 @@ impl StoreProcess {
         store
     }
 
+    /// Starts a store on `data_dir` inside a memory cgroup (its pid is the
+    /// store's, so [`StoreProcess::pid`] reads the store's own status) and
+    /// waits until `/readyz` is 200.
+    #[track_caller]
+    pub fn start_in_cgroup(
+        binary: impl AsRef<Path>,
+        cgroup: &LimitedCgroup,
+        data_dir: tempfile::TempDir,
+        extra: &[&str],
+    ) -> Self {
+        let mut store = Self::spawn_command(cgroup.command(binary.as_ref()), data_dir, extra, &[]);
+        store.wait_for("/readyz");
+        store
+    }
+
     #[track_caller]
     fn spawn(
         binary: &Path,
+        data_dir: tempfile::TempDir,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Self {
+        Self::spawn_command(Command::new(binary), data_dir, extra, envs)
+    }
+
+    #[track_caller]
+    fn spawn_command(
+        mut command: Command,
         data_dir: tempfile::TempDir,
         extra: &[&str],
         envs: &[(&str, &str)],
@@ -74,7 +100,7 @@ impl StoreProcess {
         // Apart from the data directory, which tests inspect and reuse.
         let log_dir = tempfile::tempdir().expect("temp dir for the store's log");
         let log = std::fs::File::create(log_dir.path().join("store.log")).expect("store log file");
-        let child = Command::new(binary)
+        let child = command
             .arg("--listen")
             .arg(addr.to_string())
             .arg("--data-dir")
@@ -85,7 +111,7 @@ impl StoreProcess {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", binary.display()));
+            .unwrap_or_else(|e| panic!("spawn {:?}: {e}", command.get_program()));
         Self {
             child: Some(child),
             addr,
@@ -116,6 +142,17 @@ impl StoreProcess {
             READY_WITHIN.as_secs(),
             self.log()
         );
+    }
+
+    /// The store's process id, while it has not been stopped.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// How the store exited, if it has (a store that should be serving and
+    /// is not shows here, killed or crashed).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut()?.try_wait().ok().flatten()
     }
 
     /// The loopback port.

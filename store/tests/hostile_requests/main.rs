@@ -14,7 +14,6 @@
 
 mod floods;
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -28,25 +27,12 @@ use kiln_testkit::clock::now_s;
 use kiln_testkit::http::{enc, free_port, http};
 use kiln_testkit::memory_cgroup::{LimitedCgroup, status_kib};
 use kiln_testkit::process::KillOnDrop;
+use kiln_testkit::wire::{gzip, push_varint};
 use prost::Message;
 
 const BUDGET: u64 = 192 << 20;
 /// Past this, the well-behaved client counts as starved by an attack.
 const STARVED: Duration = Duration::from_secs(5);
-
-fn gzip(plain: &[u8]) -> Vec<u8> {
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-    encoder.write_all(plain).expect("gzip into a Vec");
-    encoder.finish().expect("gzip into a Vec")
-}
-
-fn push_varint(out: &mut Vec<u8>, mut value: usize) {
-    while value >= 0x80 {
-        out.push((value as u8 & 0x7f) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
 
 /// Nested pprof amplification: a valid header and one sample whose empty `label` repeats `labels` times.
 fn nested_label_bomb(labels: usize) -> Vec<u8> {
