@@ -120,6 +120,31 @@ pub enum ApiError {
         /// The in-flight limit.
         limit: usize,
     },
+    /// A query request (every store visit it made together) ran past the
+    /// query deadline; nothing partial is answered.
+    #[error("query stopped after {timeout:?}; narrow the time range, the selector or the grouping")]
+    QueryDeadline {
+        /// The deadline.
+        timeout: std::time::Duration,
+    },
+    /// The query memory budget is held by queries in flight right now.
+    #[error(
+        "the store's query memory budget ({budget} bytes) is in use; {bytes} more bytes are not available now, retry later"
+    )]
+    QueryMemoryBusy {
+        /// Bytes the request asked for.
+        bytes: u64,
+        /// The budget.
+        budget: u64,
+    },
+    /// One query would need more than the whole query memory budget.
+    #[error("the query needs {bytes} bytes, more than the store's query memory budget of {budget}")]
+    QueryOverBudget {
+        /// Bytes the request would hold.
+        bytes: u64,
+        /// The budget.
+        budget: u64,
+    },
     /// The body did not arrive within the body read timeout.
     #[error("request body not received within {timeout:?}")]
     BodyTimeout {
@@ -171,6 +196,9 @@ impl ApiError {
             Self::TooLarge { .. } | Self::GrpcMessageTooLarge { .. } => "too_large",
             Self::Overloaded { .. } => "overloaded",
             Self::BodyTimeout { .. } => "body_timeout",
+            Self::QueryDeadline { .. } => "query_timeout",
+            Self::QueryMemoryBusy { .. } => "query_memory_busy",
+            Self::QueryOverBudget { .. } => "query_over_budget",
             Self::NotReady => "not_ready",
             Self::Unauthorized { .. } => "unauthorized",
             Self::Worker { .. } => "worker_failed",
@@ -205,7 +233,11 @@ impl ApiError {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
             Self::Unimplemented { .. } => StatusCode::NOT_IMPLEMENTED,
-            Self::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Overloaded { .. } | Self::QueryMemoryBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::QueryOverBudget { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            // As the store's own per-visit deadline: the request asked for
+            // too much, and the same request will time out again.
+            Self::QueryDeadline { .. } => StatusCode::BAD_REQUEST,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::NotReady => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,

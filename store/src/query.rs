@@ -6,10 +6,12 @@
 //! - [`pyroscope`]: Grafana Pyroscope's `querier.v1` over Connect and its
 //!   older `/pyroscope/render` endpoints.
 //!
-//! What they share: [`params`] reads an HTTP query string, [`selector`]
+//! What they share: [`budget`] is the memory their bodies hold,
+//! [`params`] reads an HTTP query string, [`selector`]
 //! parses a selector (pure), [`selection`] resolves it against the store
 //! off the async workers, and [`group_by`] merges by label.
 
+pub mod budget;
 pub mod group_by;
 pub mod grpc;
 pub mod http;

@@ -14,6 +14,7 @@ use crate::error::ApiError;
 use crate::ingest::series_batch::{BatchReport, SeriesFailure, SeriesUploads};
 use crate::ingest::upload::ProfileUpload;
 use crate::metrics::{Metrics, StorageGauges};
+use crate::query::budget::{QueryMemory, QueryReservation};
 
 /// What a write request holds while it runs: the store's admission, one
 /// in-flight slot and its body's share of the ingest memory budget.
@@ -74,6 +75,9 @@ struct Shared {
     /// so a flood of slow uploads cannot turn every query away, and a
     /// flood of costly queries cannot turn every write away.
     query_slots: Arc<Semaphore>,
+    /// What queries' bodies hold of memory, apart from ingest's budget for
+    /// the same reason as the slots.
+    query_memory: QueryMemory,
     /// The store listens on loopback only, so requests must name it by a
     /// loopback name or an address: a web page that points its own name
     /// at 127.0.0.1 (DNS rebinding) would otherwise read it as same-origin.
@@ -93,6 +97,7 @@ impl AppState {
                 metrics: Metrics::default(),
                 body_read_timeout: config.connections.body_read_timeout,
                 query_slots: Arc::new(Semaphore::new(config.limits.max_inflight_queries)),
+                query_memory: QueryMemory::new(config.limits.query_memory_bytes as u64),
                 loopback_only: config.listen.ip().is_loopback(),
             }),
         }
@@ -150,8 +155,22 @@ impl AppState {
         self.shared.body_read_timeout
     }
 
+    /// Reserves `bytes` more of the query memory budget for `reservation`
+    /// (a query's body as it arrives, and what is parsed from it), or
+    /// refuses at once: 429 while other queries hold the budget, 413 when
+    /// one query would need more than all of it.
+    pub fn reserve_query_memory(
+        &self,
+        reservation: &mut QueryReservation,
+        bytes: usize,
+    ) -> Result<(), ApiError> {
+        self.shared.query_memory.reserve(reservation, bytes)
+    }
+
     /// Takes a query slot, or refuses at once when all are taken, so
     /// overload turns into 429 / RESOURCE_EXHAUSTED instead of queueing.
+    /// Callers that read a body take the slot once it has arrived, so that
+    /// slow senders hold no slot while they send.
     pub fn admit_query(&self) -> Result<OwnedSemaphorePermit, ApiError> {
         Arc::clone(&self.shared.query_slots)
             .try_acquire_owned()
@@ -186,9 +205,13 @@ impl AppState {
         Ok(self.store()?.ingest_turn().await?)
     }
 
-    /// Takes an ingest slot with nothing reserved yet, for a body whose
-    /// size is unknown until it is read: the caller reserves as it reads
-    /// ([`WritePermit::reserve_more`]), before anything is decoded.
+    /// Takes an ingest slot with nothing reserved yet: the caller reserves
+    /// the body as it arrives, its inflated form as it grows and its
+    /// decoded form before decoding ([`WritePermit::reserve_more`]), so a
+    /// request holds of the ingest budget only what it has become. Taking
+    /// twice the declared length up front let a small gzip body inflate
+    /// far past its reservation, and a body without a length hold the
+    /// largest reservation for as long as it trickled in.
     pub fn admit_write_unsized(&self) -> Result<WritePermit, ApiError> {
         self.admit_write_bytes(0)
     }

@@ -42,4 +42,10 @@ pub struct LimitOptions {
     /// / 32 MiB, between 4 and 256].
     #[arg(long, env = "KILN_MAX_INFLIGHT_QUERIES")]
     pub max_inflight_queries: Option<usize>,
+    /// Memory, in bytes, all queries in flight may hold together for their
+    /// request bodies and what is parsed from them, reserved as the bytes
+    /// arrive; a query that does not fit now gets 429 [default:
+    /// --memory-budget / 16].
+    #[arg(long, env = "KILN_QUERY_MEMORY_BYTES")]
+    pub query_memory_bytes: Option<usize>,
 }

@@ -28,6 +28,8 @@ pub struct Limits {
     pub max_inflight: usize,
     /// Queries in flight.
     pub max_inflight_queries: usize,
+    /// Memory all queries in flight may hold for their bodies.
+    pub query_memory_bytes: usize,
 }
 
 impl Default for Limits {
@@ -44,6 +46,8 @@ impl Default for Limits {
             max_inflight: 256,
             // What the default 2 GiB memory budget derives.
             max_inflight_queries: 64,
+            // What the default 2 GiB memory budget derives.
+            query_memory_bytes: 128 << 20,
         }
     }
 }
@@ -110,6 +114,11 @@ impl Limits {
                 default_query_slots(memory_budget),
                 "limits.max_inflight_queries",
             )?,
+            query_memory_bytes: pick(
+                options.query_memory_bytes,
+                default_query_memory(memory_budget),
+                "limits.query_memory_bytes",
+            )?,
         })
     }
 }
@@ -123,4 +132,14 @@ fn default_query_slots(memory_budget: u64) -> usize {
     usize::try_from(memory_budget >> 25)
         .unwrap_or(usize::MAX)
         .clamp(4, 256)
+}
+
+/// Query memory by default: the sixteenth of the memory budget that the
+/// store leaves over for query scratch and the runtime
+/// (`StoreConfig::apply_memory_budget`), at least room for a few of the
+/// largest query bodies.
+fn default_query_memory(memory_budget: u64) -> usize {
+    usize::try_from(memory_budget / 16)
+        .unwrap_or(usize::MAX)
+        .max(4 << 20)
 }
