@@ -27,18 +27,7 @@ pub fn parse_group_by(text: Option<&str>) -> Result<Vec<String>, ApiError> {
     };
     let mut labels: Vec<String> = Vec::new();
     for name in text.split(',').map(str::trim) {
-        let valid = !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '/'));
-        if !valid {
-            return Err(ApiError::BadParameter {
-                parameter: "group_by",
-                message: format!(
-                    "{name:?} is not a label name; give label names separated by commas, e.g. group_by=namespace,pod"
-                ),
-            });
-        }
+        check_label_name(name)?;
         if labels.iter().any(|l| l == name) {
             return Err(ApiError::BadParameter {
                 parameter: "group_by",
@@ -46,34 +35,125 @@ pub fn parse_group_by(text: Option<&str>) -> Result<Vec<String>, ApiError> {
             });
         }
         labels.push(name.to_owned());
-    }
-    if labels.len() > MAX_GROUP_LABELS {
-        return Err(ApiError::BadParameter {
-            parameter: "group_by",
-            message: format!(
-                "{} labels given; group by at most {MAX_GROUP_LABELS}",
-                labels.len()
-            ),
-        });
+        check_label_count(labels.len())?;
     }
     Ok(labels)
 }
 
+/// Checks a list of `group_by` label names given as a list (Pyroscope's
+/// `SelectSeries`): repeats are dropped, keeping the first, so that a list
+/// of one name a million times costs one name per series, not a million;
+/// more than [`MAX_GROUP_LABELS`] distinct names are refused.
+pub fn group_by_list(names: Vec<String>) -> Result<Vec<String>, ApiError> {
+    let mut labels: Vec<String> = Vec::new();
+    for name in names {
+        check_label_name(&name)?;
+        if !labels.contains(&name) {
+            labels.push(name);
+            check_label_count(labels.len())?;
+        }
+    }
+    Ok(labels)
+}
+
+fn check_label_name(name: &str) -> Result<(), ApiError> {
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '/'));
+    if valid {
+        return Ok(());
+    }
+    Err(ApiError::BadParameter {
+        parameter: "group_by",
+        message: format!(
+            "{:?} is not a label name; give label names separated by commas, e.g. group_by=namespace,pod",
+            name.chars().take(64).collect::<String>()
+        ),
+    })
+}
+
+fn check_label_count(count: usize) -> Result<(), ApiError> {
+    if count > MAX_GROUP_LABELS {
+        return Err(ApiError::BadParameter {
+            parameter: "group_by",
+            message: format!(
+                "more than {MAX_GROUP_LABELS} labels given; group by at most {MAX_GROUP_LABELS}"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The distinct values of `group_by` over `series` (`""` where a series
-/// lacks the label), sorted.
-pub fn series_groups(series: &[LabelSet], group_by: &[String]) -> BTreeSet<Vec<String>> {
-    series
-        .iter()
-        .map(|labels| {
+/// lacks the label), sorted; refused as soon as they pass [`MAX_GROUPS`],
+/// since each group is a query of its own.
+pub fn series_groups(
+    series: &[LabelSet],
+    group_by: &[String],
+) -> Result<BTreeSet<Vec<String>>, ApiError> {
+    let mut groups = BTreeSet::new();
+    for labels in series {
+        groups.insert(
             group_by
                 .iter()
                 .map(|name| labels.get(name).unwrap_or("").to_owned())
-                .collect()
-        })
-        .collect()
+                .collect(),
+        );
+        if groups.len() > MAX_GROUPS {
+            return Err(ApiError::BadParameter {
+                parameter: "group_by",
+                message: format!(
+                    "grouping by {} makes more than {MAX_GROUPS} groups; narrow the selector or group by fewer labels",
+                    group_by.join(",")
+                ),
+            });
+        }
+    }
+    Ok(groups)
 }
 
-/// Merges the selection, grouped by `group_by` when it is not empty.
+/// The series matchers of `selector`: its matchers and its profile type.
+pub fn series_matchers(selector: &Selector) -> Vec<Matcher> {
+    let mut matchers = selector.matchers.clone();
+    matchers.push(Matcher {
+        name: PROFILE_TYPE_LABEL.to_owned(),
+        op: MatchOp::Equal,
+        value: selector.profile_type.to_string(),
+    });
+    matchers
+}
+
+/// `selector` narrowed to one group: `label=value` for each grouped label
+/// (`label=""` selects the series without the label).
+pub fn group_selector(selector: &Selector, group_by: &[String], values: &[String]) -> Selector {
+    let mut group = selector.clone();
+    group
+        .matchers
+        .extend(group_by.iter().zip(values).map(|(name, value)| Matcher {
+            name: name.clone(),
+            op: MatchOp::Equal,
+            value: value.clone(),
+        }));
+    group
+}
+
+/// Runs `query`, every visit of it together, within one query deadline
+/// (the store's query timeout): a grouped query makes a visit per group,
+/// and each visit's own deadline would let one request run for the
+/// deadline times its groups while it holds a query slot.
+pub async fn within_deadline<T>(
+    store: &Store,
+    query: impl Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    let timeout = store.config().query_timeout;
+    tokio::time::timeout(timeout, query)
+        .await
+        .map_err(|_| ApiError::QueryDeadline { timeout })?
+}
+
+/// Merges the selection, grouped by `group_by` when it is not empty, all
+/// groups within one deadline.
 pub async fn merge_grouped(
     store: &Store,
     selector: &Selector,
@@ -83,46 +163,26 @@ pub async fn merge_grouped(
     if group_by.is_empty() {
         return Ok(store.merge(selector, range).await?);
     }
-    let mut matchers = selector.matchers.clone();
-    matchers.push(Matcher {
-        name: PROFILE_TYPE_LABEL.to_owned(),
-        op: MatchOp::Equal,
-        value: selector.profile_type.to_string(),
-    });
-    let series = store.series(&matchers, range).await?;
-    let groups = series_groups(&series, group_by);
-    if groups.len() > MAX_GROUPS {
-        return Err(ApiError::BadParameter {
-            parameter: "group_by",
-            message: format!(
-                "grouping by {} makes {} groups, more than {MAX_GROUPS}; narrow the selector or group by fewer labels",
-                group_by.join(","),
-                groups.len()
-            ),
-        });
-    }
-    let mut grouped = MergedProfile::new();
-    for values in groups {
-        let mut group_selector = selector.clone();
-        // `label=""` selects the series without the label.
-        for (name, value) in group_by.iter().zip(&values) {
-            group_selector.matchers.push(Matcher {
-                name: name.clone(),
-                op: MatchOp::Equal,
-                value: value.clone(),
-            });
+    within_deadline(store, async {
+        let series = store.series(&series_matchers(selector), range).await?;
+        let groups = series_groups(&series, group_by)?;
+        drop(series);
+        let mut grouped = MergedProfile::new();
+        for values in groups {
+            let group_selector = group_selector(selector, group_by, &values);
+            let merged = store.merge(&group_selector, range).await?;
+            let group_by = group_by.to_vec();
+            grouped = store
+                .run_query_work(move || {
+                    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+                    grouped.add_grouped(&merged, &group_by, &values);
+                    grouped
+                })
+                .await?;
         }
-        let merged = store.merge(&group_selector, range).await?;
-        let group_by = group_by.to_vec();
-        grouped = store
-            .run_query_work(move || {
-                let values: Vec<&str> = values.iter().map(String::as_str).collect();
-                grouped.add_grouped(&merged, &group_by, &values);
-                grouped
-            })
-            .await?;
-    }
-    Ok(grouped)
+        Ok(grouped)
+    })
+    .await
 }
 
 #[cfg(test)]
@@ -144,6 +204,37 @@ mod tests {
         assert!(err.contains("named twice"), "{err}");
         let err = parse_group_by(Some("pod{x}")).unwrap_err().to_string();
         assert!(err.contains("not a label name"), "{err}");
+        let nine = "a,b,c,d,e,f,g,h,i";
+        let err = parse_group_by(Some(nine)).unwrap_err().to_string();
+        assert!(err.contains("at most 8"), "{err}");
+    }
+
+    #[test]
+    fn group_by_lists_drop_repeats_and_keep_the_label_cap() {
+        let repeats = vec!["pod".to_owned(); 1_000_000];
+        assert_eq!(group_by_list(repeats).unwrap(), ["pod"]);
+        let names = ["namespace", "pod", "namespace", "comm"].map(str::to_owned);
+        assert_eq!(
+            group_by_list(names.to_vec()).unwrap(),
+            ["namespace", "pod", "comm"]
+        );
+        let nine: Vec<String> = (0..=MAX_GROUP_LABELS).map(|i| format!("l{i}")).collect();
+        let err = group_by_list(nine).unwrap_err().to_string();
+        assert!(err.contains("at most 8"), "{err}");
+        let err = group_by_list(vec!["pod\n".to_owned()]).unwrap_err();
+        assert!(err.to_string().contains("not a label name"), "{err}");
+        assert!(group_by_list(vec![String::new()]).is_err());
+    }
+
+    #[test]
+    fn series_groups_stop_past_the_group_cap() {
+        let series: Vec<LabelSet> = (0..=MAX_GROUPS)
+            .map(|i| LabelSet::new(vec![Label::new("pod", &format!("p{i}"))]))
+            .collect();
+        let err = series_groups(&series, &["pod".to_owned()]).unwrap_err();
+        assert!(err.to_string().contains("more than 2000 groups"), "{err}");
+        let groups = series_groups(&series[..MAX_GROUPS], &["pod".to_owned()]).unwrap();
+        assert_eq!(groups.len(), MAX_GROUPS);
     }
 
     #[test]
@@ -159,7 +250,7 @@ mod tests {
             ]),
             LabelSet::new(vec![Label::new("pod", "b")]),
         ];
-        let groups = series_groups(&series, &["namespace".to_owned(), "pod".to_owned()]);
+        let groups = series_groups(&series, &["namespace".to_owned(), "pod".to_owned()]).unwrap();
         let groups: Vec<Vec<String>> = groups.into_iter().collect();
         assert_eq!(
             groups,

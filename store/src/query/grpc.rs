@@ -27,7 +27,8 @@ pub struct QueryGrpc {
     state: AppState,
 }
 
-/// Builds the query server (responses may be gzipped for clients that ask).
+/// Builds the query server (responses may be gzipped for clients that ask;
+/// requests at most 1 MiB, as sent and inflated).
 pub fn query_server(state: &AppState) -> QueryServer {
     QueryServiceServer::new(QueryGrpc {
         state: state.clone(),
@@ -35,6 +36,9 @@ pub fn query_server(state: &AppState) -> QueryServer {
     .accept_compressed(CompressionEncoding::Gzip)
     .send_compressed(CompressionEncoding::Gzip)
     .max_encoding_message_size(usize::MAX)
+    // A request is a selector and a range: the same cap as Connect's
+    // bodies, applied by tonic after inflating.
+    .max_decoding_message_size(crate::query::pyroscope::connect::MAX_QUERY_BODY_BYTES)
 }
 
 impl QueryGrpc {
@@ -66,11 +70,9 @@ impl QueryGrpc {
 /// The wire range with defaults applied; the end is inclusive.
 fn time_range(range: Option<WireRange>) -> Result<TimeRange, ApiError> {
     let range = range.unwrap_or_default();
-    inclusive_range_ms(range.start_ms, range.end_ms).map_err(|(start_ms, end_ms)| {
-        ApiError::BadParameter {
-            parameter: "range",
-            message: format!("end_ms ({end_ms}) must be after start_ms ({start_ms})"),
-        }
+    inclusive_range_ms(range.start_ms, range.end_ms).map_err(|err| ApiError::BadParameter {
+        parameter: "range",
+        message: err.to_string(),
     })
 }
 

@@ -55,9 +55,11 @@ impl Params {
     pub fn range(&self, from: &'static str, to: [&'static str; 2]) -> Result<TimeRange, ApiError> {
         let now = now_ms();
         let end_ms = self.time(&to, now)?.unwrap_or(now);
+        // `time` keeps both within 1970 to 2262, so neither this nor the
+        // inclusive end below can overflow; saturating all the same.
         let start_ms = self
             .time(&[from], now)?
-            .unwrap_or(end_ms - DEFAULT_RANGE_MS);
+            .unwrap_or(end_ms.saturating_sub(DEFAULT_RANGE_MS));
         if end_ms <= start_ms {
             return Err(ApiError::BadParameter {
                 parameter: to[0],
@@ -103,6 +105,27 @@ mod tests {
         assert_eq!(params.number("absent", 3, 10).unwrap(), 3);
         assert!(params.number("limit", 1, 5).is_err());
         assert_eq!(Params::parse(None).get("query"), None);
+    }
+
+    #[test]
+    fn extreme_times_are_refused_as_parameters() {
+        for query in [
+            "to=9223372036854775807999",
+            "to=now%2B9223372036854775807ms",
+            "from=now-9223372036854775807ms",
+            "from=-9223372036854775808",
+            "to=-9223372036854775808ms",
+        ] {
+            let err = Params::parse(Some(query))
+                .range("from", ["to", "until"])
+                .unwrap_err();
+            assert!(matches!(err, ApiError::Time { .. }), "{query}: {err}");
+        }
+        // The last ms Kiln stores is a usable end.
+        let range = Params::parse(Some("to=9223372036854775807"))
+            .range("from", ["to", "until"])
+            .unwrap();
+        assert_eq!(range.end_ms, crate::wire::time::MAX_MS + 1);
     }
 
     #[test]

@@ -19,24 +19,42 @@ use std::collections::BTreeSet;
 use kiln_api::querier::v1 as q;
 use kiln_api::types::v1 as t;
 use kiln_engine::MergedProfile;
-use kiln_engine::model::{MatchOp, Matcher, PROFILE_TYPE_LABEL, Selector, TimeRange};
+use kiln_engine::model::{Matcher, Selector, TimeRange};
 use kiln_storage::Store;
 
 use crate::error::ApiError;
+use crate::query::group_by::{group_by_list, group_selector, series_groups, series_matchers};
 use crate::query::selection::{matchers as selector_matchers, resolve};
-use crate::wire::time::{inclusive_range_ms, now_ms};
+use crate::wire::time::{RangeError, inclusive_range_ms, now_ms};
 
 /// Flame graph node budget when the request sets none (Pyroscope's default).
 pub const DEFAULT_MAX_NODES: usize = 8192;
 /// The largest node budget (Pyroscope's `max_flamegraph_nodes_max`).
 pub const MAX_MAX_NODES: usize = 1 << 20;
 
+/// Most matcher sets in one LabelNames, LabelValues or Series request:
+/// each set is a query of its own over the range.
+pub const MAX_MATCHER_SETS: usize = 32;
+/// Most label names one Series request may keep (more than a series may
+/// carry).
+pub const MAX_SERIES_LABEL_NAMES: usize = 64;
+/// Most entries a SelectSeries `groupBy` list may hold as sent, repeats
+/// included; after repeats are dropped, `group_by::MAX_GROUP_LABELS`
+/// applies, as on `/api/v1`.
+pub const MAX_GROUP_BY_ENTRIES: usize = 64;
+/// Most call sites a stack trace selector may list as sent (Kiln refuses
+/// any selector with content, but reads it first).
+pub const MAX_CALL_SITES: usize = 1024;
+
 /// The query range for `start`/`end` in unix ms (0 = default); the end is
-/// inclusive, as in Pyroscope.
+/// inclusive, as in Pyroscope. A time outside 1970 to 2262 is a 400.
 pub fn range_ms(start: i64, end: i64) -> Result<TimeRange, ApiError> {
-    inclusive_range_ms(start, end).map_err(|(start_ms, end_ms)| ApiError::BadParameter {
-        parameter: "end",
-        message: format!("end ({end_ms} ms) must be after start ({start_ms} ms)"),
+    inclusive_range_ms(start, end).map_err(|err| ApiError::BadParameter {
+        parameter: match err {
+            RangeError::OutOfRange { name: "start", .. } => "start",
+            _ => "end",
+        },
+        message: err.to_string(),
     })
 }
 
@@ -259,7 +277,7 @@ pub async fn select_merge_profile(
 }
 
 /// The timeline step: `step` seconds, else the range / 100 (at least 10 s).
-fn step_ms(step_seconds: f64, range: TimeRange) -> Result<i64, ApiError> {
+pub fn step_ms(step_seconds: f64, range: TimeRange) -> Result<i64, ApiError> {
     if step_seconds.is_nan() || step_seconds < 0.0 {
         return Err(ApiError::BadParameter {
             parameter: "step",
@@ -267,10 +285,12 @@ fn step_ms(step_seconds: f64, range: TimeRange) -> Result<i64, ApiError> {
         });
     }
     let ms = (step_seconds * 1000.0).round() as i64;
+    // Saturating: a step past i64 ms is one bucket, as any step longer
+    // than the range is.
     Ok(if ms > 0 {
         ms
     } else {
-        ((range.end_ms - range.start_ms) / 100).max(10_000)
+        (range.end_ms.saturating_sub(range.start_ms) / 100).max(10_000)
     })
 }
 
@@ -288,6 +308,7 @@ pub async fn select_series(
         });
     }
     let range = range_ms(request.start, request.end)?;
+    let group_by = group_by_list(request.group_by)?;
     let step_ms = step_ms(request.step, range)?;
     let selector = selection(
         store,
@@ -296,40 +317,17 @@ pub async fn select_series(
         range,
     )
     .await?;
-    let mut groups: BTreeSet<Vec<String>> = BTreeSet::new();
-    if request.group_by.is_empty() {
-        groups.insert(Vec::new());
+    let groups = if group_by.is_empty() {
+        BTreeSet::from([Vec::new()])
     } else {
-        let mut matchers = selector.matchers.clone();
-        matchers.push(Matcher {
-            name: PROFILE_TYPE_LABEL.to_owned(),
-            op: MatchOp::Equal,
-            value: selector.profile_type.to_string(),
-        });
-        for set in store.series(&matchers, range).await? {
-            groups.insert(
-                request
-                    .group_by
-                    .iter()
-                    .map(|name| set.get(name).unwrap_or("").to_owned())
-                    .collect(),
-            );
-        }
-    }
+        series_groups(
+            &store.series(&series_matchers(&selector), range).await?,
+            &group_by,
+        )?
+    };
     let mut series = Vec::new();
     for values in groups {
-        let mut group = selector.clone();
-        group.matchers.extend(
-            request
-                .group_by
-                .iter()
-                .zip(&values)
-                .map(|(name, value)| Matcher {
-                    name: name.clone(),
-                    op: MatchOp::Equal,
-                    value: value.clone(),
-                }),
-        );
+        let group = group_selector(&selector, &group_by, &values);
         let timeline = store.timeline(&group, range, step_ms).await?;
         let points: Vec<t::Point> = timeline
             .values
@@ -338,14 +336,16 @@ pub async fn select_series(
             .filter(|(_, v)| **v != 0)
             .map(|(i, v)| t::Point {
                 value: *v as f64,
-                timestamp: timeline.start_ms + i as i64 * timeline.step_ms,
+                // Within the range: the timeline has a bucket per step.
+                timestamp: timeline
+                    .start_ms
+                    .saturating_add((i as i64).saturating_mul(timeline.step_ms)),
             })
             .collect();
         if points.is_empty() {
             continue;
         }
-        let labels = request
-            .group_by
+        let labels = group_by
             .iter()
             .zip(values)
             .filter(|(_, value)| !value.is_empty())

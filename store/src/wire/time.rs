@@ -51,31 +51,67 @@ pub fn now_ms() -> i64 {
 /// The look-back of a query range that names no start: one hour.
 pub const DEFAULT_RANGE_MS: i64 = 3_600_000;
 
+/// A query range that cannot be used: a time outside what Kiln stores, or
+/// an end not after its start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RangeError {
+    /// `start` or `end` lies before 1970 or past the year 2262. Every time
+    /// a request gives is checked before any arithmetic on it, so that a
+    /// client's `i64::MAX` cannot overflow a subtraction (a panic in debug
+    /// builds, a wrapped range in release builds).
+    #[error(
+        "{name} ({ms} ms) is out of range: give unix ms from 0 to {MAX_MS} (1970 to 2262), or 0 for the default"
+    )]
+    OutOfRange {
+        /// `start` or `end`.
+        name: &'static str,
+        /// The time given.
+        ms: i64,
+    },
+    /// The end (after defaults) is not after the start.
+    #[error("end ({end_ms} ms) must be after start ({start_ms} ms)")]
+    Empty {
+        /// The start, defaulted.
+        start_ms: i64,
+        /// The end, defaulted.
+        end_ms: i64,
+    },
+}
+
 /// The query range `start..=end` in unix ms, where 0 means the default:
 /// now for the end, [`DEFAULT_RANGE_MS`] before the end for the start.
-/// `Err` holds the defaulted `(start, end)` when the end is not after the
-/// start, for the caller to name in its own terms.
+/// Both must lie within what Kiln stores (see [`RangeError::OutOfRange`]).
 pub fn inclusive_range_ms(
     start: i64,
     end: i64,
-) -> Result<kiln_engine::model::TimeRange, (i64, i64)> {
-    let end_ms = if end == 0 { now_ms() } else { end };
+) -> Result<kiln_engine::model::TimeRange, RangeError> {
+    let check = |name: &'static str, ms: i64| {
+        if (0..=MAX_MS).contains(&ms) {
+            Ok(ms)
+        } else {
+            Err(RangeError::OutOfRange { name, ms })
+        }
+    };
+    let end_ms = check("end", if end == 0 { now_ms() } else { end })?;
     let start_ms = if start == 0 {
-        end_ms - DEFAULT_RANGE_MS
+        // Within 0..=MAX_MS, so this cannot overflow; an end less than an
+        // hour after 1970 starts at 1970.
+        end_ms.saturating_sub(DEFAULT_RANGE_MS).max(0)
     } else {
-        start
+        check("start", start)?
     };
     if end_ms <= start_ms {
-        return Err((start_ms, end_ms));
+        return Err(RangeError::Empty { start_ms, end_ms });
     }
     Ok(kiln_engine::model::TimeRange {
         start_ms,
-        end_ms: end_ms.saturating_add(1),
+        // MAX_MS + 1 still fits.
+        end_ms: end_ms + 1,
     })
 }
 
 /// Largest unix ms that still fits in i64 nanoseconds (year 2262).
-const MAX_MS: i64 = i64::MAX / 1_000_000;
+pub const MAX_MS: i64 = i64::MAX / 1_000_000;
 
 /// Parses `text` into unix milliseconds; `now_ms` anchors `now` and offsets.
 pub fn parse_time_ms(text: &str, now_ms: i64) -> Result<i64, TimeError> {
@@ -343,6 +379,65 @@ mod tests {
             parse_time_ms("2024-02-29T00:00:00Z", NOW),
             Ok(1_709_164_800_000)
         );
+    }
+
+    #[test]
+    fn ranges_from_extreme_integers_are_refused_not_overflowed() {
+        for (start, end) in [
+            (0, i64::MIN),
+            (0, i64::MIN + 1),
+            (0, -1),
+            (0, i64::MAX),
+            (0, MAX_MS + 1),
+            (i64::MIN, 1_000),
+            (i64::MIN, i64::MAX),
+            (i64::MAX, i64::MAX),
+            (-1, 1_000),
+            (MAX_MS + 1, 0),
+        ] {
+            let err = inclusive_range_ms(start, end).unwrap_err();
+            assert!(
+                matches!(err, RangeError::OutOfRange { .. }),
+                "{start}..{end}: {err}"
+            );
+        }
+        let range = inclusive_range_ms(0, MAX_MS).unwrap();
+        assert_eq!(range.start_ms, MAX_MS - DEFAULT_RANGE_MS);
+        assert_eq!(range.end_ms, MAX_MS + 1);
+        let range = inclusive_range_ms(0, 1_000).unwrap();
+        assert_eq!((range.start_ms, range.end_ms), (0, 1_001));
+        assert!(matches!(
+            inclusive_range_ms(MAX_MS, 1),
+            Err(RangeError::Empty { .. })
+        ));
+        let range = inclusive_range_ms(1, MAX_MS).unwrap();
+        assert_eq!((range.start_ms, range.end_ms), (1, MAX_MS + 1));
+    }
+
+    #[test]
+    fn extreme_offsets_from_now_are_out_of_range() {
+        assert!(matches!(
+            parse_time_ms("now-9223372036854775807ms", NOW),
+            Err(TimeError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            parse_time_ms("now+9223372036854775807ms", NOW),
+            Err(TimeError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            parse_time_ms("now-1h", i64::MIN),
+            Err(TimeError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            parse_time_ms("now+1h", i64::MAX),
+            Err(TimeError::OutOfRange { .. })
+        ));
+        // i64::MAX read as nanoseconds is the last ms Kiln stores.
+        assert_eq!(parse_time_ms("9223372036854775807", NOW), Ok(MAX_MS));
+        assert!(matches!(
+            parse_time_ms("9223372036854775807.999", NOW),
+            Err(TimeError::OutOfRange { .. })
+        ));
     }
 
     #[test]

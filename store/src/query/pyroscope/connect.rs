@@ -2,6 +2,9 @@
 //! `application/json` or `application/proto` bodies (gzip or identity),
 //! answered in the same encoding; errors in Connect's JSON error shape.
 
+mod body;
+mod proto_scan;
+
 use std::time::Instant;
 
 use axum::extract::{Path, Request, State};
@@ -10,12 +13,16 @@ use axum::response::{IntoResponse, Response};
 use kiln_api::types::v1 as t;
 use kiln_storage::Store;
 use prost::Message;
-use serde_json::Value;
+
+pub use body::MAX_QUERY_BODY_BYTES;
+use proto_scan::{Field, Rule, Shape};
 
 use super::json;
+use super::{MAX_CALL_SITES, MAX_GROUP_BY_ENTRIES, MAX_MATCHER_SETS, MAX_SERIES_LABEL_NAMES};
 use crate::error::ApiError;
+use crate::query::budget::QueryReservation;
+use crate::query::group_by::within_deadline;
 use crate::state::AppState;
-use crate::wire::body::{decode_content_encoding, read_body};
 use crate::wire::content_type::media_type;
 
 /// The body encodings Connect unary calls use.
@@ -25,9 +32,10 @@ enum Encoding {
     Proto,
 }
 
-/// The metrics endpoint name of a method (fixed strings for label values).
-fn endpoint(method: &str) -> &'static str {
-    match method {
+/// The metrics endpoint name of a method (fixed strings for label values);
+/// `None` for a method Kiln does not serve.
+fn endpoint(method: &str) -> Option<&'static str> {
+    Some(match method {
         "ProfileTypes" => "querier_profile_types",
         "LabelNames" => "querier_label_names",
         "LabelValues" => "querier_label_values",
@@ -37,8 +45,8 @@ fn endpoint(method: &str) -> &'static str {
         "SelectSeries" => "querier_select_series",
         "Diff" => "querier_diff",
         "GetProfileStats" => "querier_get_profile_stats",
-        _ => "querier_other",
-    }
+        _ => return None,
+    })
 }
 
 /// The handler for every querier method.
@@ -48,14 +56,10 @@ pub async fn querier(
     request: Request,
 ) -> Response {
     let started = Instant::now();
-    let endpoint = endpoint(&method);
-    let result = match state.admit_query() {
-        Ok(_permit) => match state.store() {
-            Ok(store) => call(store, &state, &method, request).await,
-            Err(err) => Err(err),
-        },
-        Err(err) => Err(err),
-    };
+    let endpoint = endpoint(&method).unwrap_or("querier_other");
+    // Held until the answer is built, given back on every way out.
+    let mut reservation = QueryReservation::default();
+    let result = serve(&state, &method, request, &mut reservation).await;
     state.metrics().record_query(endpoint, started.elapsed());
     match result {
         Ok(response) => response,
@@ -65,6 +69,54 @@ pub async fn querier(
             err.into_connect_response()
         }
     }
+}
+
+/// Reads the body into the query budget, then takes a query slot and runs
+/// the method within one deadline for all the store visits it makes.
+async fn serve(
+    state: &AppState,
+    method: &str,
+    request: Request,
+    reservation: &mut QueryReservation,
+) -> Result<Response, ApiError> {
+    if endpoint(method).is_none() {
+        return Err(ApiError::Unimplemented {
+            what: format!(
+                "querier.v1.QuerierService/{}",
+                method.chars().take(60).collect::<String>()
+            ),
+        });
+    }
+    let encoding = encoding(&request)?;
+    let store = state.store()?;
+    let (parts, request_body) = request.into_parts();
+    let content_encoding = body::content_encoding(&parts.headers)?;
+    // Each byte kept is reserved first: the body itself, and for a plain
+    // body one more for what is parsed from it (strings are copied out of
+    // it); a gzip body's parsed copy is reserved as it inflates.
+    let copies = match content_encoding {
+        body::ContentEncoding::Identity => 2,
+        body::ContentEncoding::Gzip => 1,
+    };
+    let mut reserve =
+        |bytes: usize| state.reserve_query_memory(reservation, bytes.saturating_mul(copies));
+    let raw = body::read(
+        request_body,
+        MAX_QUERY_BODY_BYTES,
+        state.body_read_timeout(),
+        &mut reserve,
+    )
+    .await?;
+    let bytes = match content_encoding {
+        body::ContentEncoding::Identity => raw,
+        body::ContentEncoding::Gzip => body::inflate(raw, MAX_QUERY_BODY_BYTES, &mut |bytes| {
+            state.reserve_query_memory(reservation, bytes.saturating_mul(2))
+        })?,
+    };
+    // Only now, with the whole body in, is a slot taken: a slow sender
+    // holds none while it sends.
+    let _slot = state.admit_query()?;
+    within_deadline(store, call(store, encoding, method, &bytes)).await
 }
 
 fn encoding(request: &Request) -> Result<Encoding, ApiError> {
@@ -81,19 +133,143 @@ fn encoding(request: &Request) -> Result<Encoding, ApiError> {
     }
 }
 
-/// The request message, from JSON or protobuf.
+static STACK_TRACE_SELECTOR: Shape = Shape {
+    message: "types.v1.StackTraceSelector",
+    fields: &[Field {
+        number: 1,
+        name: "callSite",
+        rule: Rule::Repeated {
+            max: MAX_CALL_SITES,
+        },
+    }],
+};
+
+const fn matchers(number: u64) -> Field {
+    Field {
+        number,
+        name: "matchers",
+        rule: Rule::Repeated {
+            max: MAX_MATCHER_SETS,
+        },
+    }
+}
+
+const fn stack_trace_selector(number: u64) -> Field {
+    Field {
+        number,
+        name: "stackTraceSelector",
+        rule: Rule::Message(&STACK_TRACE_SELECTOR),
+    }
+}
+
+static PROFILE_TYPES: Shape = Shape {
+    message: "querier.v1.ProfileTypesRequest",
+    fields: &[],
+};
+static LABEL_NAMES: Shape = Shape {
+    message: "types.v1.LabelNamesRequest",
+    fields: &[matchers(1)],
+};
+static LABEL_VALUES: Shape = Shape {
+    message: "types.v1.LabelValuesRequest",
+    fields: &[matchers(2)],
+};
+static SERIES: Shape = Shape {
+    message: "querier.v1.SeriesRequest",
+    fields: &[
+        matchers(1),
+        Field {
+            number: 2,
+            name: "labelNames",
+            rule: Rule::Repeated {
+                max: MAX_SERIES_LABEL_NAMES,
+            },
+        },
+    ],
+};
+static SELECT_MERGE_STACKTRACES: Shape = Shape {
+    message: "querier.v1.SelectMergeStacktracesRequest",
+    fields: &[stack_trace_selector(7)],
+};
+static SELECT_MERGE_PROFILE: Shape = Shape {
+    message: "querier.v1.SelectMergeProfileRequest",
+    fields: &[stack_trace_selector(6)],
+};
+static SELECT_SERIES: Shape = Shape {
+    message: "querier.v1.SelectSeriesRequest",
+    fields: &[
+        Field {
+            number: 5,
+            name: "groupBy",
+            rule: Rule::Repeated {
+                max: MAX_GROUP_BY_ENTRIES,
+            },
+        },
+        stack_trace_selector(8),
+    ],
+};
+static DIFF: Shape = Shape {
+    message: "querier.v1.DiffRequest",
+    fields: &[
+        Field {
+            number: 1,
+            name: "left",
+            rule: Rule::Message(&SELECT_MERGE_STACKTRACES),
+        },
+        Field {
+            number: 2,
+            name: "right",
+            rule: Rule::Message(&SELECT_MERGE_STACKTRACES),
+        },
+    ],
+};
+
+/// The wire shape of `method`'s request message.
+fn shape(method: &str) -> Option<&'static Shape> {
+    Some(match method {
+        "ProfileTypes" => &PROFILE_TYPES,
+        "LabelNames" => &LABEL_NAMES,
+        "LabelValues" => &LABEL_VALUES,
+        "Series" => &SERIES,
+        "SelectMergeStacktraces" => &SELECT_MERGE_STACKTRACES,
+        "SelectMergeProfile" => &SELECT_MERGE_PROFILE,
+        "SelectSeries" => &SELECT_SERIES,
+        "Diff" => &DIFF,
+        _ => return None,
+    })
+}
+
+/// Decodes a protobuf body as `method`'s request message `M`, its repeated
+/// fields counted against their caps on the wire first, so nothing past a
+/// cap is ever allocated.
+pub fn decode_proto_request<M: Message + Default>(
+    method: &str,
+    body: &[u8],
+) -> Result<M, ApiError> {
+    let shape = shape(method).ok_or_else(|| ApiError::Unimplemented {
+        what: format!(
+            "querier.v1.QuerierService/{}",
+            method.chars().take(60).collect::<String>()
+        ),
+    })?;
+    proto_scan::check(body, shape)?;
+    M::decode(body).map_err(|e| ApiError::BadMessage {
+        message_type: shape.message,
+        message: e.to_string(),
+    })
+}
+
+/// The request message, from JSON or protobuf, its lists within their
+/// caps before anything of them is kept.
 fn decode<M: Message + Default>(
     encoding: Encoding,
+    method: &str,
     body: &[u8],
-    message_type: &'static str,
-    from_json: impl FnOnce(&Value) -> Result<M, ApiError>,
+    from_json: impl FnOnce(&[u8]) -> Result<M, ApiError>,
 ) -> Result<M, ApiError> {
     match encoding {
-        Encoding::Json => from_json(&json::parse_body(body, message_type)?),
-        Encoding::Proto => M::decode(body).map_err(|e| ApiError::BadMessage {
-            message_type,
-            message: e.to_string(),
-        }),
+        Encoding::Json => from_json(body),
+        Encoding::Proto => decode_proto_request(method, body),
     }
 }
 
@@ -101,12 +277,12 @@ fn decode<M: Message + Default>(
 fn reply<M: Message>(
     encoding: Encoding,
     message: &M,
-    to_json: impl FnOnce(&M) -> Value,
-) -> Response {
-    match encoding {
+    to_json: impl FnOnce(&M) -> Result<Vec<u8>, ApiError>,
+) -> Result<Response, ApiError> {
+    Ok(match encoding {
         Encoding::Json => (
             [(header::CONTENT_TYPE, "application/json")],
-            to_json(message).to_string(),
+            to_json(message)?,
         )
             .into_response(),
         Encoding::Proto => (
@@ -114,109 +290,69 @@ fn reply<M: Message>(
             message.encode_to_vec(),
         )
             .into_response(),
-    }
+    })
 }
 
 async fn call(
     store: &Store,
-    state: &AppState,
+    encoding: Encoding,
     method: &str,
-    request: Request,
+    body: &[u8],
 ) -> Result<Response, ApiError> {
-    let encoding = encoding(&request)?;
-    let limit = state.limits().max_request_bytes;
-    let headers = request.headers().clone();
-    let raw = read_body(request.into_body(), limit, state.body_read_timeout()).await?;
-    let body = decode_content_encoding(&headers, raw, limit)?;
     Ok(match method {
         "ProfileTypes" => {
-            let request = decode(
-                encoding,
-                &body,
-                "querier.v1.ProfileTypesRequest",
-                json::profile_types_request,
-            )?;
+            let request = decode(encoding, method, body, json::profile_types_request)?;
             let response = super::profile_types(store, request).await?;
-            reply(encoding, &response, json::profile_types_response)
+            reply(encoding, &response, json::profile_types_response)?
         }
         "LabelNames" => {
-            let request = decode(
-                encoding,
-                &body,
-                "types.v1.LabelNamesRequest",
-                json::label_names_request,
-            )?;
+            let request = decode(encoding, method, body, json::label_names_request)?;
             let response = t::LabelNamesResponse {
                 names: super::label_names(store, request).await?,
             };
-            reply(encoding, &response, |r| json::names_response(&r.names))
+            reply(encoding, &response, |r| json::names_response(&r.names))?
         }
         "LabelValues" => {
-            let request = decode(
-                encoding,
-                &body,
-                "types.v1.LabelValuesRequest",
-                json::label_values_request,
-            )?;
+            let request = decode(encoding, method, body, json::label_values_request)?;
             let response = t::LabelValuesResponse {
                 names: super::label_values(store, request).await?,
             };
-            reply(encoding, &response, |r| json::names_response(&r.names))
+            reply(encoding, &response, |r| json::names_response(&r.names))?
         }
         "Series" => {
-            let request = decode(
-                encoding,
-                &body,
-                "querier.v1.SeriesRequest",
-                json::series_request,
-            )?;
+            let request = decode(encoding, method, body, json::series_request)?;
             let response = super::series(store, request).await?;
-            reply(encoding, &response, json::series_response)
+            reply(encoding, &response, json::series_response)?
         }
         "SelectMergeStacktraces" => {
             let request = decode(
                 encoding,
-                &body,
-                "querier.v1.SelectMergeStacktracesRequest",
+                method,
+                body,
                 json::select_merge_stacktraces_request,
             )?;
             let response = super::select_merge_stacktraces(store, request).await?;
-            reply(encoding, &response, json::select_merge_stacktraces_response)
+            reply(encoding, &response, json::select_merge_stacktraces_response)?
         }
         "SelectMergeProfile" => {
-            let request = decode(
-                encoding,
-                &body,
-                "querier.v1.SelectMergeProfileRequest",
-                json::select_merge_profile_request,
-            )?;
+            let request = decode(encoding, method, body, json::select_merge_profile_request)?;
             let profile = super::select_merge_profile(store, request).await?;
-            reply(encoding, &profile, json::pprof_response)
+            reply(encoding, &profile, json::pprof_response)?
         }
         "SelectSeries" => {
-            let request = decode(
-                encoding,
-                &body,
-                "querier.v1.SelectSeriesRequest",
-                json::select_series_request,
-            )?;
+            let request = decode(encoding, method, body, json::select_series_request)?;
             let response = super::select_series(store, request).await?;
-            reply(encoding, &response, json::select_series_response)
+            reply(encoding, &response, json::select_series_response)?
         }
         "Diff" => {
-            let request = decode(
-                encoding,
-                &body,
-                "querier.v1.DiffRequest",
-                json::diff_request,
-            )?;
+            let request = decode(encoding, method, body, json::diff_request)?;
             let response = super::diff(store, request).await?;
-            reply(encoding, &response, json::diff_response)
+            reply(encoding, &response, json::diff_response)?
         }
         "GetProfileStats" => {
-            // The request message is empty; its bytes are not read.
+            // The request message is empty; its bytes are not decoded.
             let response = super::profile_stats(store).await?;
-            reply(encoding, &response, json::profile_stats_response)
+            reply(encoding, &response, json::profile_stats_response)?
         }
         other => {
             return Err(ApiError::Unimplemented {

@@ -2,184 +2,187 @@
 //! (lowerCamelCase, original names accepted too), int64 as strings or
 //! numbers on input and strings on output, enums by name or number.
 
+use std::fmt;
+use std::marker::PhantomData;
+
 use kiln_api::querier::v1 as q;
 use kiln_api::types::v1 as t;
-use serde_json::{Map, Value, json};
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
+mod fields;
+mod replies;
+
+pub use replies::{
+    diff_response, names_response, pprof_response, profile_stats_response, profile_types_response,
+    select_merge_stacktraces_response, select_series_response, series_response,
+};
+
+use fields::{StackTraceSelector, StringList, double, enumeration, int64, string};
+
+use super::{MAX_GROUP_BY_ENTRIES, MAX_MATCHER_SETS, MAX_SERIES_LABEL_NAMES};
 use crate::error::ApiError;
 
-/// A JSON object being read as one request message.
-struct Object<'a> {
-    message: &'static str,
-    map: &'a Map<String, Value>,
+// Requests are read straight into their messages, field by field: a value
+// tree of the whole body first would cost some 32 bytes per two-byte
+// `0,` of a list nobody asked for, so a small gzipped body could take
+// gigabytes. Unknown fields are skipped without being kept, and every list
+// is refused as soon as it passes its cap, while it is read.
+
+/// A querier request message read from Connect JSON.
+trait JsonMessage: Default {
+    /// The message's protobuf name, for errors.
+    const NAME: &'static str;
+
+    /// Reads the value of `key` into the message when `key` names one of
+    /// its fields (in protobuf JSON's lowerCamelCase or the original
+    /// spelling); `Ok(false)` for any other key, whose value is skipped.
+    fn read_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<bool, A::Error>;
 }
 
-impl<'a> Object<'a> {
-    fn parse(message: &'static str, value: &'a Value) -> Result<Self, ApiError> {
-        match value {
-            Value::Object(map) => Ok(Self { message, map }),
-            _ => Err(bad(message, "the body must be a JSON object".to_owned())),
-        }
-    }
-
-    /// The value of the first of `names` present and not null.
-    fn get(&self, names: &[&str]) -> Option<&'a Value> {
-        names
-            .iter()
-            .find_map(|n| self.map.get(*n).filter(|v| !v.is_null()))
-    }
-
-    fn int64(&self, names: &[&str]) -> Result<Option<i64>, ApiError> {
-        let Some(value) = self.get(names) else {
-            return Ok(None);
-        };
-        let parsed = match value {
-            Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
-            Value::String(s) => s.trim().parse::<i64>().ok(),
-            _ => None,
-        };
-        parsed
-            .map(Some)
-            .ok_or_else(|| bad(self.message, format!("`{}` must be an integer", names[0])))
-    }
-
-    fn double(&self, names: &[&str]) -> Result<f64, ApiError> {
-        match self.get(names) {
-            None => Ok(0.0),
-            Some(Value::Number(n)) => Ok(n.as_f64().unwrap_or(0.0)),
-            Some(Value::String(s)) => s
-                .trim()
-                .parse::<f64>()
-                .map_err(|_| bad(self.message, format!("`{}` must be a number", names[0]))),
-            Some(_) => Err(bad(
-                self.message,
-                format!("`{}` must be a number", names[0]),
-            )),
-        }
-    }
-
-    fn string(&self, names: &[&str]) -> Result<String, ApiError> {
-        match self.get(names) {
-            None => Ok(String::new()),
-            Some(Value::String(s)) => Ok(s.clone()),
-            Some(_) => Err(bad(
-                self.message,
-                format!("`{}` must be a string", names[0]),
-            )),
-        }
-    }
-
-    fn strings(&self, names: &[&str]) -> Result<Vec<String>, ApiError> {
-        match self.get(names) {
-            None => Ok(Vec::new()),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|item| {
-                    item.as_str().map(str::to_owned).ok_or_else(|| {
-                        bad(self.message, format!("`{}` must hold strings", names[0]))
-                    })
-                })
-                .collect(),
-            Some(_) => Err(bad(self.message, format!("`{}` must be a list", names[0]))),
-        }
-    }
-
-    /// An enum given by name (from `variants`) or by number.
-    fn enumeration(
-        &self,
-        names: &[&str],
-        variants: &[(&str, i32)],
-    ) -> Result<Option<i32>, ApiError> {
-        match self.get(names) {
-            None => Ok(None),
-            Some(Value::Number(n)) => n
-                .as_i64()
-                .and_then(|n| i32::try_from(n).ok())
-                .map(Some)
-                .ok_or_else(|| {
-                    bad(
-                        self.message,
-                        format!("`{}` is not a valid enum number", names[0]),
-                    )
-                }),
-            Some(Value::String(s)) => variants
-                .iter()
-                .find(|(name, _)| name == s)
-                .map(|(_, number)| Some(*number))
-                .ok_or_else(|| {
-                    bad(
-                        self.message,
-                        format!("`{}` has unknown value {s:?}", names[0]),
-                    )
-                }),
-            Some(_) => Err(bad(
-                self.message,
-                format!("`{}` must be an enum name", names[0]),
-            )),
-        }
-    }
-
-    /// True when a stack trace selector with content is present.
-    fn has_stack_trace_selector(&self) -> bool {
-        self.get(&["stackTraceSelector", "stack_trace_selector"])
-            .is_some_and(|v| v.as_object().is_some_and(|o| !o.is_empty()))
-    }
-}
-
-fn bad(message_type: &'static str, message: String) -> ApiError {
-    ApiError::BadMessage {
-        message_type,
+/// Parses a JSON body into `M`; an empty body is the empty message.
+fn parse<M: JsonMessage>(body: &[u8]) -> Result<M, ApiError> {
+    let bad = |message: String| ApiError::BadMessage {
+        message_type: M::NAME,
         message,
+    };
+    let Some(first) = body.iter().find(|b| !b.is_ascii_whitespace()) else {
+        return Ok(M::default());
+    };
+    if *first != b'{' {
+        return Err(bad("the body must be a JSON object".to_owned()));
+    }
+    let mut reader = serde_json::Deserializer::from_slice(body);
+    let message = MessageSeed::<M>(PhantomData)
+        .deserialize(&mut reader)
+        .map_err(|e| bad(e.to_string()))?;
+    reader.end().map_err(|e| bad(e.to_string()))?;
+    message.ok_or_else(|| bad("the body must be a JSON object".to_owned()))
+}
+
+/// Reads one message object (`None` for `null`, as a field left unset).
+struct MessageSeed<M>(PhantomData<M>);
+
+impl<'de, M: JsonMessage> DeserializeSeed<'de> for MessageSeed<M> {
+    type Value = Option<M>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, reader: D) -> Result<Self::Value, D::Error> {
+        reader.deserialize_any(self)
     }
 }
 
-/// Parses a JSON body.
-pub fn parse_body(body: &[u8], message: &'static str) -> Result<Value, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Value::Object(Map::new()));
+impl<'de, M: JsonMessage> Visitor<'de> for MessageSeed<M> {
+    type Value = Option<M>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a {} object", M::NAME)
     }
-    serde_json::from_slice(body).map_err(|e| bad(message, e.to_string()))
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut message = M::default();
+        while let Some(key) = map.next_key::<String>()? {
+            if !message.read_field(&key, &mut map)? {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(Some(message))
+    }
 }
 
-/// `querier.v1.ProfileTypesRequest`.
-pub fn profile_types_request(v: &Value) -> Result<q::ProfileTypesRequest, ApiError> {
-    let o = Object::parse("querier.v1.ProfileTypesRequest JSON", v)?;
-    Ok(q::ProfileTypesRequest {
-        start: o.int64(&["start"])?.unwrap_or(0),
-        end: o.int64(&["end"])?.unwrap_or(0),
-    })
+impl JsonMessage for q::ProfileTypesRequest {
+    const NAME: &'static str = "querier.v1.ProfileTypesRequest JSON";
+
+    fn read_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<bool, A::Error> {
+        match key {
+            "start" => self.start = int64(map, "start")?.unwrap_or(0),
+            "end" => self.end = int64(map, "end")?.unwrap_or(0),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
 }
 
-/// `types.v1.LabelNamesRequest`.
-pub fn label_names_request(v: &Value) -> Result<t::LabelNamesRequest, ApiError> {
-    let o = Object::parse("types.v1.LabelNamesRequest JSON", v)?;
-    Ok(t::LabelNamesRequest {
-        matchers: o.strings(&["matchers"])?,
-        start: o.int64(&["start"])?.unwrap_or(0),
-        end: o.int64(&["end"])?.unwrap_or(0),
-    })
+impl JsonMessage for t::LabelNamesRequest {
+    const NAME: &'static str = "types.v1.LabelNamesRequest JSON";
+
+    fn read_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<bool, A::Error> {
+        match key {
+            "matchers" => self.matchers = matchers(map)?,
+            "start" => self.start = int64(map, "start")?.unwrap_or(0),
+            "end" => self.end = int64(map, "end")?.unwrap_or(0),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
 }
 
-/// `types.v1.LabelValuesRequest`.
-pub fn label_values_request(v: &Value) -> Result<t::LabelValuesRequest, ApiError> {
-    let o = Object::parse("types.v1.LabelValuesRequest JSON", v)?;
-    Ok(t::LabelValuesRequest {
-        name: o.string(&["name"])?,
-        matchers: o.strings(&["matchers"])?,
-        start: o.int64(&["start"])?.unwrap_or(0),
-        end: o.int64(&["end"])?.unwrap_or(0),
-    })
+impl JsonMessage for t::LabelValuesRequest {
+    const NAME: &'static str = "types.v1.LabelValuesRequest JSON";
+
+    fn read_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<bool, A::Error> {
+        match key {
+            "name" => self.name = string(map, "name")?,
+            "matchers" => self.matchers = matchers(map)?,
+            "start" => self.start = int64(map, "start")?.unwrap_or(0),
+            "end" => self.end = int64(map, "end")?.unwrap_or(0),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
 }
 
-/// `querier.v1.SeriesRequest`.
-pub fn series_request(v: &Value) -> Result<q::SeriesRequest, ApiError> {
-    let o = Object::parse("querier.v1.SeriesRequest JSON", v)?;
-    Ok(q::SeriesRequest {
-        matchers: o.strings(&["matchers"])?,
-        label_names: o.strings(&["labelNames", "label_names"])?,
-        start: o.int64(&["start"])?.unwrap_or(0),
-        end: o.int64(&["end"])?.unwrap_or(0),
-    })
+impl JsonMessage for q::SeriesRequest {
+    const NAME: &'static str = "querier.v1.SeriesRequest JSON";
+
+    fn read_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<bool, A::Error> {
+        match key {
+            "matchers" => self.matchers = matchers(map)?,
+            "labelNames" | "label_names" => {
+                self.label_names = StringList {
+                    field: "labelNames",
+                    max: MAX_SERIES_LABEL_NAMES,
+                }
+                .read(map)?;
+            }
+            "start" => self.start = int64(map, "start")?.unwrap_or(0),
+            "end" => self.end = int64(map, "end")?.unwrap_or(0),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// `matchers` of LabelNames, LabelValues and Series: each is a query of
+/// its own.
+fn matchers<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Vec<String>, A::Error> {
+    StringList {
+        field: "matchers",
+        max: MAX_MATCHER_SETS,
+    }
+    .read(map)
 }
 
 const FORMATS: [(&str, i32); 3] = [
@@ -188,256 +191,298 @@ const FORMATS: [(&str, i32); 3] = [
     ("PROFILE_FORMAT_TREE", 2),
 ];
 
-/// A present, non-empty stack trace selector (Kiln refuses those).
-fn selector_marker(o: &Object<'_>) -> Option<t::StackTraceSelector> {
-    o.has_stack_trace_selector().then(|| t::StackTraceSelector {
-        call_site: vec![t::Location {
-            name: "(set)".to_owned(),
-        }],
-        go_pgo: None,
-    })
+const AGGREGATIONS: [(&str, i32); 2] = [
+    ("TIME_SERIES_AGGREGATION_TYPE_SUM", 0),
+    ("TIME_SERIES_AGGREGATION_TYPE_AVERAGE", 1),
+];
+
+impl JsonMessage for q::SelectMergeStacktracesRequest {
+    const NAME: &'static str = "querier.v1.SelectMergeStacktracesRequest JSON";
+
+    fn read_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<bool, A::Error> {
+        match key {
+            "profileTypeID" | "profile_typeID" => {
+                self.profile_type_id = string(map, "profileTypeID")?;
+            }
+            "labelSelector" | "label_selector" => {
+                self.label_selector = string(map, "labelSelector")?;
+            }
+            "start" => self.start = int64(map, "start")?.unwrap_or(0),
+            "end" => self.end = int64(map, "end")?.unwrap_or(0),
+            "maxNodes" | "max_nodes" => self.max_nodes = int64(map, "maxNodes")?,
+            "format" => self.format = enumeration(map, "format", &FORMATS)?.unwrap_or(0),
+            "stackTraceSelector" | "stack_trace_selector" => {
+                self.stack_trace_selector = map.next_value_seed(StackTraceSelector)?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+impl JsonMessage for q::SelectMergeProfileRequest {
+    const NAME: &'static str = "querier.v1.SelectMergeProfileRequest JSON";
+
+    fn read_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<bool, A::Error> {
+        match key {
+            "profileTypeID" | "profile_typeID" => {
+                self.profile_type_id = string(map, "profileTypeID")?;
+            }
+            "labelSelector" | "label_selector" => {
+                self.label_selector = string(map, "labelSelector")?;
+            }
+            "start" => self.start = int64(map, "start")?.unwrap_or(0),
+            "end" => self.end = int64(map, "end")?.unwrap_or(0),
+            "maxNodes" | "max_nodes" => self.max_nodes = int64(map, "maxNodes")?,
+            "stackTraceSelector" | "stack_trace_selector" => {
+                self.stack_trace_selector = map.next_value_seed(StackTraceSelector)?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+impl JsonMessage for q::SelectSeriesRequest {
+    const NAME: &'static str = "querier.v1.SelectSeriesRequest JSON";
+
+    fn read_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<bool, A::Error> {
+        match key {
+            "profileTypeID" | "profile_typeID" => {
+                self.profile_type_id = string(map, "profileTypeID")?;
+            }
+            "labelSelector" | "label_selector" => {
+                self.label_selector = string(map, "labelSelector")?;
+            }
+            "start" => self.start = int64(map, "start")?.unwrap_or(0),
+            "end" => self.end = int64(map, "end")?.unwrap_or(0),
+            "groupBy" | "group_by" => {
+                self.group_by = StringList {
+                    field: "groupBy",
+                    max: MAX_GROUP_BY_ENTRIES,
+                }
+                .read(map)?;
+            }
+            "step" => self.step = double(map, "step")?,
+            "aggregation" => self.aggregation = enumeration(map, "aggregation", &AGGREGATIONS)?,
+            "stackTraceSelector" | "stack_trace_selector" => {
+                self.stack_trace_selector = map.next_value_seed(StackTraceSelector)?;
+            }
+            "limit" => self.limit = int64(map, "limit")?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+impl JsonMessage for q::DiffRequest {
+    const NAME: &'static str = "querier.v1.DiffRequest JSON";
+
+    fn read_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<bool, A::Error> {
+        let side = || MessageSeed::<q::SelectMergeStacktracesRequest>(PhantomData);
+        match key {
+            "left" => self.left = map.next_value_seed(side())?,
+            "right" => self.right = map.next_value_seed(side())?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// `querier.v1.ProfileTypesRequest`.
+pub fn profile_types_request(body: &[u8]) -> Result<q::ProfileTypesRequest, ApiError> {
+    parse(body)
+}
+
+/// `types.v1.LabelNamesRequest`.
+pub fn label_names_request(body: &[u8]) -> Result<t::LabelNamesRequest, ApiError> {
+    parse(body)
+}
+
+/// `types.v1.LabelValuesRequest`.
+pub fn label_values_request(body: &[u8]) -> Result<t::LabelValuesRequest, ApiError> {
+    parse(body)
+}
+
+/// `querier.v1.SeriesRequest`.
+pub fn series_request(body: &[u8]) -> Result<q::SeriesRequest, ApiError> {
+    parse(body)
 }
 
 /// `querier.v1.SelectMergeStacktracesRequest`.
 pub fn select_merge_stacktraces_request(
-    v: &Value,
+    body: &[u8],
 ) -> Result<q::SelectMergeStacktracesRequest, ApiError> {
-    let o = Object::parse("querier.v1.SelectMergeStacktracesRequest JSON", v)?;
-    Ok(q::SelectMergeStacktracesRequest {
-        profile_type_id: o.string(&["profileTypeID", "profile_typeID"])?,
-        label_selector: o.string(&["labelSelector", "label_selector"])?,
-        start: o.int64(&["start"])?.unwrap_or(0),
-        end: o.int64(&["end"])?.unwrap_or(0),
-        max_nodes: o.int64(&["maxNodes", "max_nodes"])?,
-        format: o.enumeration(&["format"], &FORMATS)?.unwrap_or(0),
-        stack_trace_selector: selector_marker(&o),
-    })
+    parse(body)
 }
 
 /// `querier.v1.SelectMergeProfileRequest`.
-pub fn select_merge_profile_request(v: &Value) -> Result<q::SelectMergeProfileRequest, ApiError> {
-    let o = Object::parse("querier.v1.SelectMergeProfileRequest JSON", v)?;
-    Ok(q::SelectMergeProfileRequest {
-        profile_type_id: o.string(&["profileTypeID", "profile_typeID"])?,
-        label_selector: o.string(&["labelSelector", "label_selector"])?,
-        start: o.int64(&["start"])?.unwrap_or(0),
-        end: o.int64(&["end"])?.unwrap_or(0),
-        max_nodes: o.int64(&["maxNodes", "max_nodes"])?,
-        stack_trace_selector: selector_marker(&o),
-    })
+pub fn select_merge_profile_request(body: &[u8]) -> Result<q::SelectMergeProfileRequest, ApiError> {
+    parse(body)
 }
 
 /// `querier.v1.SelectSeriesRequest`.
-pub fn select_series_request(v: &Value) -> Result<q::SelectSeriesRequest, ApiError> {
-    let o = Object::parse("querier.v1.SelectSeriesRequest JSON", v)?;
-    Ok(q::SelectSeriesRequest {
-        profile_type_id: o.string(&["profileTypeID", "profile_typeID"])?,
-        label_selector: o.string(&["labelSelector", "label_selector"])?,
-        start: o.int64(&["start"])?.unwrap_or(0),
-        end: o.int64(&["end"])?.unwrap_or(0),
-        group_by: o.strings(&["groupBy", "group_by"])?,
-        step: o.double(&["step"])?,
-        aggregation: o.enumeration(
-            &["aggregation"],
-            &[
-                ("TIME_SERIES_AGGREGATION_TYPE_SUM", 0),
-                ("TIME_SERIES_AGGREGATION_TYPE_AVERAGE", 1),
-            ],
-        )?,
-        stack_trace_selector: selector_marker(&o),
-        limit: o.int64(&["limit"])?,
-    })
+pub fn select_series_request(body: &[u8]) -> Result<q::SelectSeriesRequest, ApiError> {
+    parse(body)
 }
 
 /// `querier.v1.DiffRequest`.
-pub fn diff_request(v: &Value) -> Result<q::DiffRequest, ApiError> {
-    let o = Object::parse("querier.v1.DiffRequest JSON", v)?;
-    let side = |name: &str| -> Result<Option<q::SelectMergeStacktracesRequest>, ApiError> {
-        o.get(&[name])
-            .map(select_merge_stacktraces_request)
-            .transpose()
-    };
-    Ok(q::DiffRequest {
-        left: side("left")?,
-        right: side("right")?,
-    })
-}
-
-fn pairs(labels: &[t::LabelPair]) -> Value {
-    Value::Array(
-        labels
-            .iter()
-            .map(|l| json!({ "name": l.name, "value": l.value }))
-            .collect(),
-    )
-}
-
-fn levels(levels: &[q::Level]) -> Value {
-    Value::Array(
-        levels
-            .iter()
-            .map(|l| json!({ "values": l.values.iter().map(ToString::to_string).collect::<Vec<_>>() }))
-            .collect(),
-    )
-}
-
-/// `querier.v1.ProfileTypesResponse`.
-pub fn profile_types_response(r: &q::ProfileTypesResponse) -> Value {
-    let types: Vec<Value> = r
-        .profile_types
-        .iter()
-        .map(|p| {
-            json!({
-                "ID": p.id, "name": p.name, "sampleType": p.sample_type,
-                "sampleUnit": p.sample_unit, "periodType": p.period_type, "periodUnit": p.period_unit,
-            })
-        })
-        .collect();
-    json!({ "profileTypes": types })
-}
-
-/// `types.v1.LabelNamesResponse` and `LabelValuesResponse`.
-pub fn names_response(names: &[String]) -> Value {
-    json!({ "names": names })
-}
-
-/// `querier.v1.SeriesResponse`.
-pub fn series_response(r: &q::SeriesResponse) -> Value {
-    let sets: Vec<Value> = r
-        .labels_set
-        .iter()
-        .map(|s| json!({ "labels": pairs(&s.labels) }))
-        .collect();
-    json!({ "labelsSet": sets })
-}
-
-/// `querier.v1.SelectMergeStacktracesResponse`.
-pub fn select_merge_stacktraces_response(r: &q::SelectMergeStacktracesResponse) -> Value {
-    let graph = r.flamegraph.clone().unwrap_or_default();
-    json!({ "flamegraph": {
-        "names": graph.names, "levels": levels(&graph.levels),
-        "total": graph.total.to_string(), "maxSelf": graph.max_self.to_string(),
-    }})
-}
-
-/// `querier.v1.DiffResponse`.
-pub fn diff_response(r: &q::DiffResponse) -> Value {
-    let graph = r.flamegraph.clone().unwrap_or_default();
-    json!({ "flamegraph": {
-        "names": graph.names, "levels": levels(&graph.levels),
-        "total": graph.total.to_string(), "maxSelf": graph.max_self.to_string(),
-        "leftTicks": graph.left_ticks.to_string(), "rightTicks": graph.right_ticks.to_string(),
-    }})
-}
-
-/// `querier.v1.SelectSeriesResponse`.
-pub fn select_series_response(r: &q::SelectSeriesResponse) -> Value {
-    let series: Vec<Value> = r
-        .series
-        .iter()
-        .map(|s| {
-            let points: Vec<Value> = s
-                .points
-                .iter()
-                .map(|p| json!({ "value": p.value, "timestamp": p.timestamp.to_string() }))
-                .collect();
-            json!({ "labels": pairs(&s.labels), "points": points })
-        })
-        .collect();
-    json!({ "series": series })
-}
-
-/// `types.v1.GetProfileStatsResponse`.
-pub fn profile_stats_response(r: &t::GetProfileStatsResponse) -> Value {
-    json!({
-        "dataIngested": r.data_ingested,
-        "oldestProfileTime": r.oldest_profile_time.to_string(),
-        "newestProfileTime": r.newest_profile_time.to_string(),
-    })
-}
-
-/// `google.v1.Profile` (pprof) in protobuf JSON.
-pub fn pprof_response(p: &kiln_pprof::proto::Profile) -> Value {
-    let ints = |v: &[i64]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
-    let uints = |v: &[u64]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
-    let value_type = |v: &kiln_pprof::proto::ValueType| json!({ "type": v.r#type.to_string(), "unit": v.unit.to_string() });
-    json!({
-        "sampleType": p.sample_type.iter().map(value_type).collect::<Vec<_>>(),
-        "sample": p.sample.iter().map(|s| json!({
-            "locationId": uints(&s.location_id),
-            "value": ints(&s.value),
-            "label": s.label.iter().map(|l| json!({
-                "key": l.key.to_string(), "str": l.str.to_string(),
-                "num": l.num.to_string(), "numUnit": l.num_unit.to_string(),
-            })).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-        "mapping": p.mapping.iter().map(|m| json!({
-            "id": m.id.to_string(), "memoryStart": m.memory_start.to_string(),
-            "memoryLimit": m.memory_limit.to_string(), "fileOffset": m.file_offset.to_string(),
-            "filename": m.filename.to_string(), "buildId": m.build_id.to_string(),
-            "hasFunctions": m.has_functions,
-        })).collect::<Vec<_>>(),
-        "location": p.location.iter().map(|l| json!({
-            "id": l.id.to_string(), "mappingId": l.mapping_id.to_string(),
-            "address": l.address.to_string(),
-            "line": l.line.iter().map(|x| json!({
-                "functionId": x.function_id.to_string(), "line": x.line.to_string(),
-            })).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-        "function": p.function.iter().map(|f| json!({
-            "id": f.id.to_string(), "name": f.name.to_string(),
-            "systemName": f.system_name.to_string(), "filename": f.filename.to_string(),
-            "startLine": f.start_line.to_string(),
-        })).collect::<Vec<_>>(),
-        "stringTable": p.string_table,
-        "timeNanos": p.time_nanos.to_string(),
-        "durationNanos": p.duration_nanos.to_string(),
-        "periodType": p.period_type.as_ref().map(value_type),
-        "period": p.period.to_string(),
-    })
+pub fn diff_request(body: &[u8]) -> Result<q::DiffRequest, ApiError> {
+    parse(body)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::query::pyroscope::MAX_CALL_SITES;
 
     #[test]
     fn grafana_style_requests_parse_with_string_int64s_and_enum_names() {
         let body = br#"{"profileTypeID":"process_cpu:cpu:nanoseconds:cpu:nanoseconds",
             "labelSelector":"{service_name=\"app\"}","start":"1700000000000","end":1700000060000,
             "maxNodes":"16384","format":"PROFILE_FORMAT_FLAMEGRAPH"}"#;
-        let request = select_merge_stacktraces_request(&parse_body(body, "x").unwrap()).unwrap();
+        let request = select_merge_stacktraces_request(body).unwrap();
         assert_eq!(
             request.profile_type_id,
             "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
         );
+        assert_eq!(request.label_selector, "{service_name=\"app\"}");
         assert_eq!(request.start, 1_700_000_000_000);
         assert_eq!(request.end, 1_700_000_060_000);
         assert_eq!(request.max_nodes, Some(16_384));
         assert_eq!(request.format, 1);
-        let series = select_series_request(&parse_body(
-            br#"{"profile_typeID":"a:b:c:d:e","groupBy":["pod"],"step":15,"aggregation":"TIME_SERIES_AGGREGATION_TYPE_AVERAGE"}"#,
-            "x",
-        ).unwrap())
+        assert!(request.stack_trace_selector.is_none());
+        let series = select_series_request(
+            br#"{"profile_typeID":"a:b:c:d:e","groupBy":["pod"],"step":15,"aggregation":"TIME_SERIES_AGGREGATION_TYPE_AVERAGE","limit":null}"#,
+        )
         .unwrap();
+        assert_eq!(series.profile_type_id, "a:b:c:d:e");
         assert_eq!(series.group_by, vec!["pod".to_owned()]);
         assert_eq!(series.step, 15.0);
         assert_eq!(series.aggregation, Some(1));
+        assert_eq!(series.limit, None);
+        let diff = diff_request(
+            br#"{"left":{"profileTypeID":"a","start":"5"},"right":{"label_selector":"{}","stackTraceSelector":{"callSite":[]}},"extra":[1,[2,{"x":3}]]}"#,
+        )
+        .unwrap();
+        assert_eq!(diff.left.as_ref().map(|l| l.start), Some(5));
+        let right = diff.right.unwrap();
+        assert_eq!(right.label_selector, "{}");
+        assert!(
+            right.stack_trace_selector.is_some(),
+            "present, so refused later"
+        );
+        let names = label_names_request(b"  ").unwrap();
+        assert_eq!(names, t::LabelNamesRequest::default());
+        let names = label_names_request(br#"{"matchers":null,"start":1.7e12,"end":null}"#).unwrap();
+        assert!(names.matchers.is_empty());
+        assert_eq!((names.start, names.end), (1_700_000_000_000, 0));
     }
 
     #[test]
     fn bad_json_fields_say_which_field() {
-        let err = label_values_request(&json!({ "name": 3 })).unwrap_err();
+        let err = label_values_request(br#"{"name": 3}"#).unwrap_err();
         assert!(err.to_string().contains("`name` must be a string"), "{err}");
-        let err = profile_types_request(&json!({ "start": "soon" })).unwrap_err();
+        let err = profile_types_request(br#"{"start": "soon"}"#).unwrap_err();
         assert!(
             err.to_string().contains("`start` must be an integer"),
             "{err}"
         );
-        let err = select_merge_stacktraces_request(&json!({ "format": "PROFILE_FORMAT_DOT" }))
-            .unwrap_err();
+        let err =
+            select_merge_stacktraces_request(br#"{"format": "PROFILE_FORMAT_DOT"}"#).unwrap_err();
         assert!(err.to_string().contains("unknown value"), "{err}");
-        assert!(parse_body(b"{", "x").is_err());
-        assert_eq!(parse_body(b"", "x").unwrap(), json!({}));
+        let err = label_names_request(br#"{"matchers": "{}"}"#).unwrap_err();
+        assert!(
+            err.to_string().contains("`matchers` must be a list"),
+            "{err}"
+        );
+        let err = label_names_request(br#"{"matchers": [1]}"#).unwrap_err();
+        assert!(err.to_string().contains("list of strings"), "{err}");
+        let err = profile_types_request(br#"{"start": [1]}"#).unwrap_err();
+        assert!(
+            err.to_string().contains("`start` must be an integer"),
+            "{err}"
+        );
+        assert!(profile_types_request(b"{").is_err());
+        assert!(profile_types_request(b"[1,2]").is_err());
+        assert!(profile_types_request(b"null").is_err());
+        assert!(profile_types_request(b"{} {}").is_err());
+    }
+
+    /// A list of `count` copies of `item`, as the JSON of field `field`.
+    fn list_body(field: &str, item: &str, count: usize) -> Vec<u8> {
+        let mut body = format!("{{\"{field}\":[");
+        for i in 0..count {
+            if i > 0 {
+                body.push(',');
+            }
+            body.push_str(item);
+        }
+        body.push_str("]}");
+        body.into_bytes()
+    }
+
+    #[test]
+    fn lists_are_refused_past_their_caps_while_read() {
+        let at_cap = list_body("matchers", "\"{}\"", MAX_MATCHER_SETS);
+        assert_eq!(
+            label_names_request(&at_cap).unwrap().matchers.len(),
+            MAX_MATCHER_SETS
+        );
+        for (field, max) in [
+            ("matchers", MAX_MATCHER_SETS),
+            ("labelNames", MAX_SERIES_LABEL_NAMES),
+        ] {
+            let over = list_body(field, "\"x\"", max + 1);
+            let err = series_request(&over).unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains(&format!("more than {max} entries")),
+                "{err}"
+            );
+        }
+        let over = list_body("groupBy", "\"pod\"", 1_000_000);
+        let err = select_series_request(&over).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("`groupBy` holds more than {MAX_GROUP_BY_ENTRIES}")),
+            "{err}"
+        );
+        let over = list_body("stackTraceSelector", "0", MAX_CALL_SITES + 1);
+        assert!(select_merge_profile_request(&over).is_err());
+    }
+
+    #[test]
+    fn unknown_fields_are_skipped_whatever_they_hold() {
+        // A list of a million zeros in a field no message has: skipped
+        // without being kept (it would be some 32 MB as a value tree).
+        let body = list_body("x", "0", 1_000_000);
+        let request = label_names_request(&body).unwrap();
+        assert_eq!(request, t::LabelNamesRequest::default());
+        let deep = format!("{{\"x\":{}{}}}", "[".repeat(10_000), "]".repeat(10_000));
+        // Skipped by a loop, not by recursion: no stack is at risk.
+        assert!(label_names_request(deep.as_bytes()).is_ok());
+        let deep = format!(
+            "{{\"matchers\":{}{}}}",
+            "[".repeat(10_000),
+            "]".repeat(10_000)
+        );
+        assert!(label_names_request(deep.as_bytes()).is_err());
     }
 }

@@ -24,7 +24,7 @@ fn pyroscope_range(params: &Params) -> Result<TimeRange, ApiError> {
     let end = params.time(&["until"], now)?.unwrap_or(now);
     let start = params
         .time(&["from"], now)?
-        .unwrap_or(end - DEFAULT_RANGE_MS);
+        .unwrap_or(end.saturating_sub(DEFAULT_RANGE_MS).max(0));
     super::range_ms(start, end)
 }
 
