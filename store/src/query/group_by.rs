@@ -229,7 +229,7 @@ mod tests {
     #[test]
     fn series_groups_stop_past_the_group_cap() {
         let series: Vec<LabelSet> = (0..=MAX_GROUPS)
-            .map(|i| LabelSet::new(vec![Label::new("pod", &format!("p{i}"))]))
+            .map(|i| LabelSet::new(vec![Label::new("pod", format!("p{i}"))]))
             .collect();
         let err = series_groups(&series, &["pod".to_owned()]).unwrap_err();
         assert!(err.to_string().contains("more than 2000 groups"), "{err}");

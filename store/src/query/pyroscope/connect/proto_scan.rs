@@ -79,7 +79,7 @@ pub fn check(bytes: &[u8], shape: &'static Shape) -> Result<(), ApiError> {
                 let Some(payload) = payload else {
                     return Err(broken(shape, "a message field is not length-delimited"));
                 };
-                check(payload, *inner)?;
+                check(payload, inner)?;
             }
         }
     }
@@ -95,7 +95,7 @@ fn broken(shape: &Shape, what: &str) -> ApiError {
 
 /// Reads one varint off the front of `rest`.
 fn varint(rest: &mut &[u8], shape: &Shape) -> Result<u64, ApiError> {
-    let bytes: &[u8] = *rest;
+    let bytes: &[u8] = rest;
     let mut value = 0u64;
     for (i, byte) in bytes.iter().take(10).enumerate() {
         value |= u64::from(byte & 0x7f) << (7 * i);
