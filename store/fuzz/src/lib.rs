@@ -9,14 +9,19 @@
 use kiln_engine::model::{Label, LabelSet};
 use kiln_pprof::{DecodeLimits, FunctionSpec, MappingSpec, ProfileBuilder};
 use kiln_storage::wal::record::{WalRecord, decode_payload, encode_frame, parse_segment};
+use kiln_store::config::Limits;
 use kiln_store::ingest::otlp::{OtlpLimits, decode_export};
 use kiln_store::ingest::pyroscope::{
     IngestBody, MultipartParts, build_upload, parse_ingest_params,
 };
 use prost::Message;
 
+pub mod otlp_revisions;
+pub mod querier;
+pub mod trees;
+
 /// The fuzz targets, by the name `--target` takes.
-pub const TARGETS: [&str; 7] = [
+pub const TARGETS: [&str; 11] = [
     "pprof",
     "folded",
     "multipart",
@@ -24,10 +29,15 @@ pub const TARGETS: [&str; 7] = [
     "otlp",
     "wal_record",
     "block",
+    "connect",
+    "select_series",
+    "otlp_revisions",
+    "query_trees",
 ];
 
-/// Fixed "now" for the `/ingest` parameters, so runs are reproducible.
-const NOW_MS: i64 = 1_795_310_560_000;
+/// Fixed "now" for the `/ingest` parameters and stored profiles, so runs
+/// are reproducible.
+pub(crate) const NOW_MS: i64 = 1_795_310_560_000;
 
 /// Runs `target` on `data`; `false` when the target is unknown.
 pub fn run(target: &str, data: &[u8]) -> bool {
@@ -39,6 +49,10 @@ pub fn run(target: &str, data: &[u8]) -> bool {
         "otlp" => otlp(data),
         "wal_record" => wal_record(data),
         "block" => block(data),
+        "connect" => querier::connect(data),
+        "select_series" => querier::select_series(data),
+        "otlp_revisions" => otlp_revisions::otlp_revisions(data),
+        "query_trees" => trees::query_trees(data),
         _ => return false,
     }
     true
@@ -102,7 +116,9 @@ fn ingest(query: &str, body: IngestBody) {
 
 /// `push.v1.PushRequest` in JSON (Connect with `application/json`).
 pub fn push_json(data: &[u8]) {
-    if let Err(error) = kiln_store::ingest::push_json::push_request_from_json(data) {
+    if let Err(error) =
+        kiln_store::ingest::push_json::push_request_from_json(data, &Limits::default())
+    {
         assert!(!error.to_string().is_empty());
     }
 }
@@ -204,6 +220,10 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
             vec![payload, segment]
         }
         "block" => vec![block_bytes(&pprof)],
+        "connect" => querier::connect_seeds(),
+        "select_series" => querier::select_series_seeds(),
+        "otlp_revisions" => otlp_revisions::seeds(),
+        "query_trees" => trees::seeds(&pprof),
         _ => Vec::new(),
     }
 }
@@ -280,7 +300,11 @@ mod tests {
         let pprof = &seeds("pprof")[0];
         assert!(kiln_pprof::decode(pprof, &DecodeLimits::default()).is_ok());
         assert!(
-            kiln_store::ingest::push_json::push_request_from_json(&seeds("push_json")[0]).is_ok()
+            kiln_store::ingest::push_json::push_request_from_json(
+                &seeds("push_json")[0],
+                &Limits::default()
+            )
+            .is_ok()
         );
         for body in seeds("otlp") {
             assert!(decode_export(&body, &OtlpLimits::default()).is_ok());

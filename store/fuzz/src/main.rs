@@ -10,8 +10,9 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(about = "Kiln's parsers under AFL++")]
 struct Cli {
-    /// The parser to fuzz: pprof, folded, multipart, push_json, otlp,
-    /// wal_record or block.
+    /// The target to fuzz: pprof, folded, multipart, push_json, otlp,
+    /// wal_record, block, connect, select_series, otlp_revisions or
+    /// query_trees.
     #[arg(long, env = "KILN_FUZZ_TARGET")]
     target: Option<String>,
     /// Write each target's seed inputs under this directory and exit.
