@@ -284,9 +284,9 @@ pub fn step_ms(step_seconds: f64, range: TimeRange) -> Result<i64, ApiError> {
             message: format!("{step_seconds} is not a step in seconds"),
         });
     }
-    let ms = (step_seconds * 1000.0).round() as i64;
     // Saturating: a step past i64 ms is one bucket, as any step longer
     // than the range is.
+    let ms = (step_seconds * 1000.0).round() as i64;
     Ok(if ms > 0 {
         ms
     } else {
@@ -307,8 +307,8 @@ pub async fn select_series(
                     .to_owned(),
         });
     }
-    let range = range_ms(request.start, request.end)?;
     let group_by = group_by_list(request.group_by)?;
+    let range = range_ms(request.start, request.end)?;
     let step_ms = step_ms(request.step, range)?;
     let selector = selection(
         store,
