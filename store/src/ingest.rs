@@ -6,7 +6,8 @@
 //! series through [`series_batch`]). The protocols:
 //! - [`http`]: Pyroscope's `POST /ingest` and Push over Connect;
 //! - [`grpc`]: Parca's `WriteRaw` and Pyroscope's `Push` over gRPC, each
-//!   admitted before tonic decodes it ([`grpc_admission`]);
+//!   admitted before tonic reads it ([`grpc_admission`]) and counted on
+//!   the wire before prost decodes it ([`message_scan`]);
 //! - [`pyroscope`]: the `/ingest` query string and body formats;
 //! - [`push_json`]: Push's JSON body;
 //! - [`otlp`]: OTLP profiles, over gRPC and HTTP.
@@ -14,6 +15,7 @@
 pub mod grpc;
 pub mod grpc_admission;
 pub mod http;
+pub mod message_scan;
 pub mod otlp;
 pub mod push_json;
 pub mod pyroscope;

@@ -216,22 +216,6 @@ impl AppState {
         self.admit_write_bytes(0)
     }
 
-    /// Takes an in-flight slot and reserves the body's memory in the store's
-    /// ingest budget before the body is read, so that every slot at its
-    /// largest body cannot add up to more memory than the pod has: its
-    /// declared length, else the largest allowed, twice (the body and one
-    /// decoded copy: content-encoding, multipart or text conversion).
-    /// Refused with 429 when the budget is in use.
-    pub fn admit_write(&self, headers: &axum::http::HeaderMap) -> Result<WritePermit, ApiError> {
-        let limit = self.shared.limits.max_request_bytes;
-        let declared = headers
-            .get(axum::http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok())
-            .map_or(limit, |len| len.min(limit));
-        self.admit_write_bytes(declared.saturating_mul(2))
-    }
-
     /// Stores a WriteRaw or Push request series by series, so that one
     /// pod's bad labels cannot lose the profiles of the other pods batched
     /// with it: a series refused as a client error (its labels, one of its
@@ -305,7 +289,7 @@ impl AppState {
 
     /// Stores every upload, in order; stops at the first refusal (earlier
     /// uploads of the same request stay stored). The request was admitted
-    /// ([`AppState::admit_write`]) and its series labels checked where its
+    /// ([`AppState::admit_write_unsized`]) and its series labels checked where its
     /// uploads were built (`crate::ingest::upload`); the store runs the
     /// engine's checks of what the profile adds.
     pub async fn ingest(

@@ -11,13 +11,15 @@ use prost::Message;
 
 use crate::error::ApiError;
 use crate::ingest::grpc::PushServer;
-use crate::ingest::push_json::push_request_from_json;
+use crate::ingest::grpc::{scan_limits, split_bytes, upload_error};
+use crate::ingest::message_scan;
+use crate::ingest::push_json::{push_json_bytes, push_request_from_json};
 use crate::ingest::pyroscope::{
     BodyFormat, IngestBody, MultipartParts, build_upload, parse_ingest_params,
 };
 use crate::ingest::upload::{check_label_limits, uploads_from_push};
-use crate::state::AppState;
-use crate::wire::body::{decode_content_encoding, read_body};
+use crate::state::{AppState, WritePermit};
+use crate::wire::body::{decode_content_encoding_reserving, read_body_reserving};
 use crate::wire::content_type::{content_type, is_grpc};
 use crate::wire::time::now_ms;
 
@@ -42,16 +44,28 @@ async fn pyroscope_ingest_inner(
     query: &str,
     request: Request,
 ) -> Result<(), ApiError> {
-    let mut permit = state.admit_write(request.headers())?;
+    // The slot first, then the body's memory as it arrives: a slow body
+    // holds only what it has sent.
+    let mut permit = state.admit_write_unsized()?;
     let limit = state.limits().max_request_bytes;
     let content_type = content_type(request.headers());
     let params = parse_ingest_params(query, Some(&content_type), now_ms())?;
     let body = if params.format == BodyFormat::Multipart {
-        IngestBody::Multipart(read_multipart(state, request).await?)
+        IngestBody::Multipart(read_multipart(state, request, &mut permit).await?)
     } else {
         let headers = request.headers().clone();
-        let raw = read_body(request.into_body(), limit, state.body_read_timeout()).await?;
-        IngestBody::Raw(decode_content_encoding(&headers, raw, limit)?)
+        let mut reserve = |bytes| permit.reserve_more(bytes);
+        let raw = read_body_reserving(
+            request.into_body(),
+            limit,
+            state.body_read_timeout(),
+            &mut reserve,
+        )
+        .await?;
+        let body = decode_content_encoding_reserving(&headers, raw, limit, &mut reserve)?;
+        // One converted copy, as large as the body: text to a profile.
+        reserve(body.len())?;
+        IngestBody::Raw(body)
     };
     let decode_limits = state.decode_limits().clone();
     // The permit travels with the conversion, which reserves what it
@@ -78,13 +92,20 @@ async fn pyroscope_ingest_inner(
     result
 }
 
-async fn read_multipart(state: &AppState, request: Request) -> Result<MultipartParts, ApiError> {
+async fn read_multipart(
+    state: &AppState,
+    request: Request,
+    permit: &mut WritePermit,
+) -> Result<MultipartParts, ApiError> {
     let limit = state.limits().max_request_bytes;
     let bad = |message: String| ApiError::Ingest {
         source: crate::ingest::pyroscope::IngestError::BadMultipart { message },
     };
     let (parts, body) = request.into_parts();
-    let body = read_body(body, limit, state.body_read_timeout()).await?;
+    let mut reserve = |bytes| permit.reserve_more(bytes);
+    let body = read_body_reserving(body, limit, state.body_read_timeout(), &mut reserve).await?;
+    // The parts are copied out of the body: at most its length again.
+    reserve(body.len())?;
     let request = Request::from_parts(parts, Body::from(body));
     let mut multipart = <Multipart as axum::extract::FromRequest<()>>::from_request(request, &())
         .await
@@ -96,11 +117,7 @@ async fn read_multipart(state: &AppState, request: Request) -> Result<MultipartP
         .map_err(|e| bad(e.body_text()))?
     {
         let name = field.name().unwrap_or("").to_owned();
-        let data = field
-            .bytes()
-            .await
-            .map_err(|e| bad(e.body_text()))?
-            .to_vec();
+        let data = Vec::from(field.bytes().await.map_err(|e| bad(e.body_text()))?);
         match name.as_str() {
             "profile" => parts.profile = data,
             "prev_profile" => parts.prev_profile = Some(data),
@@ -134,21 +151,23 @@ async fn push_connect(
     content_type: &str,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let _permit = state.admit_write(request.headers())?;
+    let mut permit = state.admit_write_unsized()?;
     let limit = state.limits().max_request_bytes;
     let headers = request.headers().clone();
-    let raw = read_body(request.into_body(), limit, state.body_read_timeout()).await?;
-    let body = decode_content_encoding(&headers, raw, limit)?;
-    let (push_request, reply_json) = match content_type.split(';').next().unwrap_or("").trim() {
+    let mut reserve = |bytes| permit.reserve_more(bytes);
+    let raw = read_body_reserving(
+        request.into_body(),
+        limit,
+        state.body_read_timeout(),
+        &mut reserve,
+    )
+    .await?;
+    let body = decode_content_encoding_reserving(&headers, raw, limit, &mut reserve)?;
+    let format = match content_type.split(';').next().unwrap_or("").trim() {
         "application/proto" | "application/protobuf" | "application/x-protobuf" => {
-            let request =
-                PushRequest::decode(body.as_slice()).map_err(|e| ApiError::BadMessage {
-                    message_type: "push.v1.PushRequest protobuf",
-                    message: e.to_string(),
-                })?;
-            (request, false)
+            PushFormat::Proto
         }
-        "application/json" => (push_request_from_json(&body)?, true),
+        "application/json" => PushFormat::Json,
         other => {
             return Err(ApiError::UnsupportedMediaType {
                 content_type: other.chars().take(60).collect(),
@@ -156,9 +175,41 @@ async fn push_connect(
             });
         }
     };
-    let uploads = uploads_from_push(push_request, state.limits())?;
+    // Counted before decoding and reserved at its decoded size; decoded
+    // off the async workers.
+    let limits = state.limits().clone();
+    let decoded_bytes = match format {
+        PushFormat::Proto => {
+            let scan =
+                message_scan::scan(&body, &message_scan::shapes::PUSH, &scan_limits(&limits))
+                    .map_err(upload_error)?;
+            split_bytes(&scan)
+        }
+        PushFormat::Json => push_json_bytes(body.len(), &limits),
+    };
+    reserve(decoded_bytes)?;
+    let turn = state.ingest_turn().await?;
+    let uploads = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        let request = match format {
+            PushFormat::Proto => {
+                PushRequest::decode(body.as_slice()).map_err(|e| ApiError::BadMessage {
+                    message_type: "push.v1.PushRequest protobuf",
+                    message: e.to_string(),
+                })?
+            }
+            PushFormat::Json => push_request_from_json(&body, &limits)?,
+        };
+        Ok::<_, ApiError>(uploads_from_push(request, &limits)?)
+    })
+    .await
+    .map_err(|e| ApiError::Worker {
+        work: "decoding the Push request",
+        message: e.to_string(),
+    })??;
     state.ingest("push", uploads).await?;
-    Ok(if reply_json {
+    drop(permit);
+    Ok(if format == PushFormat::Json {
         ([(header::CONTENT_TYPE, "application/json")], "{}").into_response()
     } else {
         // An empty PushResponse encodes to zero bytes.
@@ -168,4 +219,11 @@ async fn push_connect(
         )
             .into_response()
     })
+}
+
+/// The body encodings of Push over Connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PushFormat {
+    Proto,
+    Json,
 }

@@ -17,7 +17,7 @@ pub mod revisions;
 pub mod service;
 mod wire;
 
-pub use revisions::{DecodedExport, Revision, decode_export};
+pub use revisions::{DecodedExport, Revision, decode_export, decode_export_reserving};
 
 /// Why an OTLP export request was refused; all are `INVALID_ARGUMENT`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -80,6 +80,27 @@ pub enum OtlpError {
         /// The limit.
         limit: usize,
     },
+    /// A stack is deeper than the store keeps.
+    #[error("{field} holds {count} locations, over the limit of {limit} frames in one stack")]
+    StackTooDeep {
+        /// Which field holds the stack, e.g. `stack.location_indices`.
+        field: &'static str,
+        /// Its locations.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A repeated field holds more entries than allowed, counted on the
+    /// wire before decoding.
+    #[error("{count} {what}, over the limit of {limit}")]
+    TooMany {
+        /// What was counted, e.g. `samples in one profile`.
+        what: &'static str,
+        /// Counted when the count stopped.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The request holds no profile with samples.
     #[error("the request contains no profiles with samples")]
     Empty,
@@ -95,6 +116,8 @@ impl OtlpError {
             Self::IndexOutOfRange { .. } => "otlp_index_out_of_range",
             Self::BadSample { .. } => "otlp_bad_sample",
             Self::TooManySamples { .. } => "otlp_too_many_samples",
+            Self::StackTooDeep { .. } => "otlp_stack_too_deep",
+            Self::TooMany { .. } => "otlp_too_many",
             Self::Empty => "otlp_empty",
         }
     }
@@ -108,6 +131,10 @@ pub struct OtlpLimits {
     pub max_table_entries: usize,
     /// Samples in one profile (the pprof limit).
     pub max_samples: usize,
+    /// Locations in one stack: the store's deepest stack, as the pprof
+    /// decoder and the agent cap it. Checked on the wire and again where a
+    /// stack is read, before any sample refers to it.
+    pub max_stack_depth: usize,
 }
 
 impl Default for OtlpLimits {
@@ -115,6 +142,7 @@ impl Default for OtlpLimits {
         Self {
             max_table_entries: 1 << 20,
             max_samples: 1_000_000,
+            max_stack_depth: kiln_pprof::DecodeLimits::default().max_stack_depth,
         }
     }
 }

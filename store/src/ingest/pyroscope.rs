@@ -11,6 +11,7 @@ use kiln_pprof::{DecodeLimits, PprofError};
 use prost::Message;
 
 use crate::ingest::upload::{ProfileUpload, SERVICE_NAME_LABEL};
+use crate::wire::body::InflateError;
 use crate::wire::time::{TimeError, parse_time_ms};
 use app_name::{AppName, LegacyKind, parse_app_name};
 
@@ -357,12 +358,29 @@ fn folded_upload(
     limits: &DecodeLimits,
     reserve: Reserve<'_>,
 ) -> Result<(String, Vec<u8>, kiln_pprof::DecodedProfile), IngestError> {
-    let text = kiln_pprof::maybe_gunzip(text, limits.max_decompressed_bytes).map_err(|source| {
-        IngestError::BadPprof {
-            part: "body",
-            source,
-        }
-    })?;
+    // Inflated step by step against the budget, not all at once.
+    let inflated;
+    let text = if kiln_pprof::is_gzip(text) {
+        inflated = crate::wire::body::inflate_reserving(
+            text,
+            limits.max_decompressed_bytes,
+            &mut *reserve,
+        )
+        .map_err(|error| match error {
+            InflateError::Reserve(source) => IngestError::Memory { source },
+            InflateError::TooLarge { limit } => IngestError::BadPprof {
+                part: "body",
+                source: PprofError::DecompressedTooLarge { limit },
+            },
+            InflateError::Corrupt(source) => IngestError::BadPprof {
+                part: "body",
+                source: PprofError::Gzip { source },
+            },
+        })?;
+        inflated.as_slice()
+    } else {
+        text
+    };
     // No suffix: Pyroscope treats the upload as CPU samples unless `units`
     // says it counts something else.
     let kind = params.name.kind.or(match params.units.as_str() {

@@ -110,11 +110,13 @@ impl BatchReport {
 }
 
 /// Splits a WriteRaw request into series. Refused as a whole only when the
-/// request holds no profile or more than the store takes at once.
+/// request holds no profile, or more series or profiles than the store
+/// takes at once; a series without profiles is refused alone.
 pub fn series_from_write_raw(
     request: WriteRawRequest,
     limits: &Limits,
 ) -> Result<Vec<SeriesUploads>, UploadError> {
+    check_shape(request.series.iter().map(|s| s.samples.len()), limits)?;
     let mut keys = request.kiln_idempotency_keys.into_iter();
     let series = request.series.into_iter().map(|series| {
         let key = keys.next().filter(|k| !k.is_empty());
@@ -128,7 +130,7 @@ pub fn series_from_write_raw(
         let profiles: Vec<Vec<u8>> = series.samples.into_iter().map(|s| s.raw_profile).collect();
         (labels, profiles, key)
     });
-    split_series(series, limits)
+    Ok(split_series(series, limits))
 }
 
 /// Splits a Push request into series, like [`series_from_write_raw`].
@@ -136,6 +138,7 @@ pub fn series_from_push(
     request: PushRequest,
     limits: &Limits,
 ) -> Result<Vec<SeriesUploads>, UploadError> {
+    check_shape(request.series.iter().map(|s| s.samples.len()), limits)?;
     let series = request.series.into_iter().map(|series| {
         let labels: Vec<(String, String)> = series
             .labels
@@ -145,58 +148,79 @@ pub fn series_from_push(
         let profiles: Vec<Vec<u8>> = series.samples.into_iter().map(|s| s.raw_profile).collect();
         (labels, profiles, None)
     });
-    split_series(series, limits)
+    Ok(split_series(series, limits))
 }
 
+/// Refuses a request, from its series' profile counts alone and before
+/// anything is built per series, when it holds no profile, or more series
+/// or profiles than one request may. Every series must hold a profile, so
+/// a request of millions of empty series is refused here, at no cost.
+fn check_shape(
+    profiles_per_series: impl ExactSizeIterator<Item = usize>,
+    limits: &Limits,
+) -> Result<(), UploadError> {
+    let limit = limits.max_profiles_per_request;
+    if profiles_per_series.len() > limit {
+        return Err(UploadError::TooManySeries {
+            what: "series",
+            limit,
+        });
+    }
+    let profiles = profiles_per_series.fold(0usize, usize::saturating_add);
+    if profiles > limit {
+        return Err(UploadError::TooManyProfiles { limit });
+    }
+    if profiles == 0 {
+        return Err(UploadError::Empty);
+    }
+    Ok(())
+}
+
+/// Builds each series' uploads; the request's shape was checked
+/// ([`check_shape`]).
 fn split_series(
     series: impl Iterator<Item = (Vec<(String, String)>, Vec<Vec<u8>>, Option<String>)>,
     limits: &Limits,
-) -> Result<Vec<SeriesUploads>, UploadError> {
+) -> Vec<SeriesUploads> {
     let mut out = Vec::new();
-    let mut profiles_seen = 0usize;
     for (index, (labels, profiles, key)) in series.enumerate() {
-        profiles_seen = profiles_seen.saturating_add(profiles.len());
-        if profiles_seen > limits.max_profiles_per_request {
-            return Err(UploadError::TooManyProfiles {
-                limit: limits.max_profiles_per_request,
-            });
-        }
         let count = profiles.len();
         let keys = (0..count)
             .map(|j| key.as_deref().map(|k| profile_key(k, j, count)))
             .collect();
-        let uploads = checked_labels(index, labels, limits).and_then(|labels| {
-            let labels = Arc::new(labels);
-            profiles
-                .into_iter()
-                .enumerate()
-                .map(|(sample, raw_profile)| {
-                    if raw_profile.is_empty() {
-                        return Err(UploadError::EmptyProfile {
-                            series: index,
-                            sample,
-                        });
-                    }
-                    Ok(ProfileUpload {
-                        labels: Arc::clone(&labels),
-                        time_ms: None,
-                        duration_nanos: None,
-                        pprof: raw_profile.into(),
-                        decoded: None,
+        let uploads = if profiles.is_empty() {
+            Err(UploadError::EmptySeries { series: index })
+        } else {
+            checked_labels(index, labels, limits).and_then(|labels| {
+                let labels = Arc::new(labels);
+                profiles
+                    .into_iter()
+                    .enumerate()
+                    .map(|(sample, raw_profile)| {
+                        if raw_profile.is_empty() {
+                            return Err(UploadError::EmptyProfile {
+                                series: index,
+                                sample,
+                            });
+                        }
+                        Ok(ProfileUpload {
+                            labels: Arc::clone(&labels),
+                            time_ms: None,
+                            duration_nanos: None,
+                            pprof: raw_profile.into(),
+                            decoded: None,
+                        })
                     })
-                })
-                .collect()
-        });
+                    .collect()
+            })
+        };
         out.push(SeriesUploads {
             series: index,
             uploads,
             keys,
         });
     }
-    if profiles_seen == 0 {
-        return Err(UploadError::Empty);
-    }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]
@@ -298,6 +322,35 @@ mod tests {
             )
             .err(),
             Some(UploadError::TooManyProfiles { limit: 2 })
+        );
+    }
+
+    #[test]
+    fn empty_series_are_refused_alone_and_too_many_series_whole() {
+        let limits = Limits {
+            max_profiles_per_request: 3,
+            ..Limits::default()
+        };
+        let split = series_from_write_raw(
+            request(vec![
+                series(&[("__name__", "cpu")], &[]),
+                series(&[("__name__", "cpu")], &[b"p"]),
+            ]),
+            &limits,
+        )
+        .expect("one series holds a profile");
+        assert_eq!(
+            split[0].uploads.as_ref().err(),
+            Some(&UploadError::EmptySeries { series: 0 })
+        );
+        assert_eq!(split[1].uploads.as_ref().map(Vec::len), Ok(1));
+        let empties = request((0..4).map(|_| series(&[], &[])).collect());
+        assert_eq!(
+            series_from_write_raw(empties, &limits).err(),
+            Some(UploadError::TooManySeries {
+                what: "series",
+                limit: 3
+            })
         );
     }
 

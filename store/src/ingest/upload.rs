@@ -95,6 +95,22 @@ pub enum UploadError {
         /// The limit.
         limit: usize,
     },
+    /// The request carries more series (or idempotency keys) than the
+    /// store takes at once: every series must hold a profile, so no more
+    /// than the profiles allowed.
+    #[error("the request contains more than {limit} {what}")]
+    TooManySeries {
+        /// What was counted: `series` or `idempotency keys`.
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+    },
+    /// A series holds no profile.
+    #[error("series {series} contains no profiles")]
+    EmptySeries {
+        /// Index of the series in the request.
+        series: usize,
+    },
     /// A sample carries no profile bytes.
     #[error("series {series}, sample {sample}: raw_profile is empty")]
     EmptyProfile {
@@ -117,6 +133,8 @@ impl UploadError {
             Self::LabelTooLong { .. } => "label_too_long",
             Self::EmptyProfile { .. } => "empty_profile",
             Self::TooManyProfiles { .. } => "too_many_profiles",
+            Self::TooManySeries { .. } => "too_many_series",
+            Self::EmptySeries { .. } => "empty_series",
         }
     }
 }

@@ -36,6 +36,18 @@ pub struct Dictionary {
     pub locations: Vec<Location>,
     /// Attributes with their keys and values resolved.
     pub attributes: Vec<Attribute>,
+    /// Every stack's location indices, end to end; a sample refers to its
+    /// stack's range, shared by every sample of that stack.
+    pub stack_locations: Vec<i32>,
+}
+
+impl Dictionary {
+    /// The location indices of `sample`'s stack, leaf first.
+    pub fn stack(&self, sample: &Sample) -> &[i32] {
+        self.stack_locations
+            .get(sample.stack.clone())
+            .unwrap_or_default()
+    }
 }
 
 /// A function; names are string-table indices.
@@ -133,8 +145,9 @@ pub struct Profile {
 /// One sample: a stack and one value per sample type.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sample {
-    /// Location indices, leaf first.
-    pub locations: Vec<i32>,
+    /// Its stack: a range of [`Dictionary::stack_locations`] (see
+    /// [`Dictionary::stack`]), checked against the tables.
+    pub stack: std::ops::Range<usize>,
     /// One value per sample type.
     pub values: Vec<i64>,
     /// Indices into the attribute table.
@@ -392,7 +405,7 @@ fn profile_to_pprof(dictionary: &Dictionary, profile: &Profile) -> kiln_pprof::p
     let mut stack: Vec<u64> = Vec::new();
     for sample in &profile.samples {
         stack.clear();
-        for &location_index in &sample.locations {
+        for &location_index in dictionary.stack(sample) {
             let id = match location_ids.get(&location_index) {
                 Some(&id) => id,
                 None => {

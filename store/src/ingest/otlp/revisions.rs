@@ -1,6 +1,8 @@
 //! Decoding an export request as each known `v1development` wire layout,
 //! and choosing among the layouts that fit.
 
+use std::ops::Range;
+
 use kiln_api::kiln::otlp::{v1_8, v1_9, v1_10};
 use kiln_api::opentelemetry::proto::common::v1::{AnyValue, KeyValue, any_value};
 use prost::Message;
@@ -63,19 +65,49 @@ impl DecodedExport {
 
 /// Decodes `bytes` as every layout; see the module docs of [`super`].
 pub fn decode_export(bytes: &[u8], limits: &OtlpLimits) -> Result<DecodedExport, OtlpError> {
-    wire::check_dictionary_sizes(bytes, limits.max_table_entries)?;
+    match decode_export_reserving(bytes, limits, |_| Ok::<(), std::convert::Infallible>(())) {
+        Ok(result) => result,
+        Err(never) => match never {},
+    }
+}
+
+/// [`decode_export`], asking `reserve` for the memory decoding takes before
+/// anything is decoded: each layout is first counted on the wire, where
+/// tables, stacks and samples over their limits are refused, and then
+/// twice the largest decoded size is reserved (the request being decoded
+/// and the first batch kept). When `reserve` refuses, nothing is decoded
+/// and its error is the outer `Err`.
+pub fn decode_export_reserving<E>(
+    bytes: &[u8],
+    limits: &OtlpLimits,
+    mut reserve: impl FnMut(usize) -> Result<(), E>,
+) -> Result<Result<DecodedExport, OtlpError>, E> {
+    // The validation error of the newest layout whose wire format fits: an
+    // out-of-range index or a bad sample in a body that is otherwise that
+    // layout is reported as such, not as an unknown revision.
+    let mut invalid: Vec<(Revision, OtlpError)> = Vec::new();
+    let mut fitting: Vec<Revision> = Vec::new();
+    let mut largest = 0usize;
+    for revision in Revision::ALL {
+        match wire::scan(bytes, revision, limits) {
+            Ok(decoded_bytes) => {
+                largest = largest.max(decoded_bytes);
+                fitting.push(revision);
+            }
+            Err(error) => invalid.push((revision, error)),
+        }
+    }
+    if !fitting.is_empty() {
+        reserve(largest.saturating_mul(2))?;
+    }
     // Only the first fitting batch is kept; later ones are compared with it
     // and dropped, so at most two decoded copies exist at a time.
     let mut first: Option<Batch> = None;
     let mut revisions: Vec<Revision> = Vec::new();
     let mut differs = false;
     let mut refusals: Vec<String> = Vec::new();
-    // The validation error of the newest layout whose wire format fits: an
-    // out-of-range index or a bad sample in a body that is otherwise that
-    // layout is reported as such, not as an unknown revision.
-    let mut invalid: Option<OtlpError> = None;
-    for revision in Revision::ALL {
-        match decode_as(revision, bytes) {
+    for revision in fitting {
+        match decode_as(revision, bytes, limits) {
             Ok(batch) => {
                 match &first {
                     None => first = Some(batch),
@@ -83,27 +115,28 @@ pub fn decode_export(bytes: &[u8], limits: &OtlpLimits) -> Result<DecodedExport,
                 }
                 revisions.push(revision);
             }
-            Err(DecodeFailure::Invalid(error)) => invalid = Some(error),
+            Err(DecodeFailure::Invalid(error)) => invalid.push((revision, error)),
             Err(DecodeFailure::Wire(message)) => {
                 refusals.push(format!("{}: {message}", revision.label()));
             }
         }
     }
     let Some(batch) = first else {
-        return Err(match invalid {
-            Some(error) => error,
+        let newest = invalid.into_iter().max_by_key(|(revision, _)| *revision);
+        return Ok(Err(match newest {
+            Some((_, error)) => error,
             None => OtlpError::UnsupportedRevision {
                 details: refusals.join("; "),
             },
-        });
+        }));
     };
     if differs {
         let names: Vec<&str> = revisions.iter().map(|r| r.label()).collect();
-        return Err(OtlpError::Ambiguous {
+        return Ok(Err(OtlpError::Ambiguous {
             revisions: names.join(", "),
-        });
+        }));
     }
-    Ok(DecodedExport { batch, revisions })
+    Ok(Ok(DecodedExport { batch, revisions }))
 }
 
 /// Why one layout does not fit.
@@ -129,33 +162,75 @@ fn decode_message<M: Message + Default>(bytes: &[u8]) -> Result<M, DecodeFailure
 /// same way; only the name of the samples field and the `Sample` type
 /// differ, so one body written as a macro reads all three.
 macro_rules! decode_1_8_plus {
-    ($bytes:expr, $layout:ident, $samples:ident, $read_sample:path) => {{
+    ($bytes:expr, $limits:expr, $layout:ident, $samples:ident, $read_sample:path) => {{
+        let limits: &OtlpLimits = $limits;
         let request: $layout::ExportRequest = decode_message($bytes)?;
-        let (dictionary, stacks) = dictionary_v1_8(request.dictionary.unwrap_or_default())?;
-        let resources = request.resource_profiles.into_iter().map(|r| {
-            let scopes = r.scope_profiles.into_iter().map(|s| {
-                let profiles = s.profiles.into_iter().map(|p| WireProfile {
-                    sample_type: p.sample_type,
-                    period_type: p.period_type,
-                    period: p.period,
-                    time_unix_nano: p.time_unix_nano,
-                    duration_nano: p.duration_nano,
-                    samples: p.$samples.iter().map($read_sample).collect(),
-                });
-                (s.scope.map(|s| s.attributes), profiles.collect())
-            });
-            (r.resource.map(|r| r.attributes), scopes.collect())
-        });
-        Ok(assemble(dictionary, &stacks, resources.collect())?)
+        let (dictionary, stacks) = dictionary_v1_8(request.dictionary.unwrap_or_default(), limits)?;
+        let mut resources = Vec::with_capacity(request.resource_profiles.len());
+        let mut profile_index = 0;
+        for r in request.resource_profiles {
+            let mut scopes = Vec::with_capacity(r.scope_profiles.len());
+            for s in r.scope_profiles {
+                let mut profiles = Vec::with_capacity(s.profiles.len());
+                for p in s.profiles {
+                    // Counted before any sample is read.
+                    check_sample_count(profile_index, p.$samples.len(), limits)?;
+                    profile_index += 1;
+                    profiles.push(WireProfile {
+                        sample_type: p.sample_type,
+                        period_type: p.period_type,
+                        period: p.period,
+                        time_unix_nano: p.time_unix_nano,
+                        duration_nano: p.duration_nano,
+                        samples: p.$samples.iter().map($read_sample).collect(),
+                    });
+                }
+                scopes.push((s.scope.map(|s| s.attributes), profiles));
+            }
+            resources.push((r.resource.map(|r| r.attributes), scopes));
+        }
+        Ok(assemble(dictionary, &stacks, resources)?)
     }};
 }
 
-fn decode_as(revision: Revision, bytes: &[u8]) -> Result<Batch, DecodeFailure> {
+/// Refuses profile `profile` when it has more than the allowed samples.
+fn check_sample_count(profile: usize, count: usize, limits: &OtlpLimits) -> Result<(), OtlpError> {
+    if count > limits.max_samples {
+        return Err(OtlpError::TooManySamples {
+            profile,
+            count,
+            limit: limits.max_samples,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a stack of `count` locations deeper than the store keeps.
+pub(super) fn check_stack_depth(
+    field: &'static str,
+    count: usize,
+    limits: &OtlpLimits,
+) -> Result<(), OtlpError> {
+    if count > limits.max_stack_depth {
+        return Err(OtlpError::StackTooDeep {
+            field,
+            count,
+            limit: limits.max_stack_depth,
+        });
+    }
+    Ok(())
+}
+
+fn decode_as(
+    revision: Revision,
+    bytes: &[u8],
+    limits: &OtlpLimits,
+) -> Result<Batch, DecodeFailure> {
     match revision {
-        Revision::V1_7 => Ok(from_v1_7(decode_message(bytes)?)?),
-        Revision::V1_8 => decode_1_8_plus!(bytes, v1_8, sample, WireSample::from_v1_8),
-        Revision::V1_9 => decode_1_8_plus!(bytes, v1_9, samples, WireSample::from_v1_8),
-        Revision::V1_10 => decode_1_8_plus!(bytes, v1_10, samples, WireSample::from_v1_10),
+        Revision::V1_7 => Ok(from_v1_7(decode_message(bytes)?, limits)?),
+        Revision::V1_8 => decode_1_8_plus!(bytes, limits, v1_8, sample, WireSample::from_v1_8),
+        Revision::V1_9 => decode_1_8_plus!(bytes, limits, v1_9, samples, WireSample::from_v1_8),
+        Revision::V1_10 => decode_1_8_plus!(bytes, limits, v1_10, samples, WireSample::from_v1_10),
     }
 }
 
@@ -200,10 +275,12 @@ impl WireSample {
 type WireResource = (Option<Vec<KeyValue>>, Vec<WireScope>);
 type WireScope = (Option<Vec<KeyValue>>, Vec<WireProfile>);
 
-/// Builds the batch of a 1.8+ request, checking every index.
+/// Builds the batch of a 1.8+ request, checking every index. A sample
+/// refers to its stack's locations in the dictionary; they are never
+/// copied per sample.
 fn assemble(
     dictionary: Dictionary,
-    stacks: &[Vec<i32>],
+    stacks: &[Range<usize>],
     resources: Vec<WireResource>,
 ) -> Result<Batch, OtlpError> {
     let strings = dictionary.strings.len();
@@ -243,7 +320,7 @@ fn assemble(
                         dictionary.attributes.len(),
                     )?;
                     samples.push(Sample {
-                        locations: stacks[stack].clone(),
+                        stack: stacks[stack].clone(),
                         values: sample_values(
                             &sample.values,
                             sample.timestamps,
@@ -330,8 +407,12 @@ fn attributes(pairs: &[KeyValue], strings: &[String]) -> Result<Vec<Attribute>, 
 }
 
 /// Checks the shared tables (1.8 layout, also 1.9 and 1.10) and resolves
-/// attributes; returns the stacks separately.
-fn dictionary_v1_8(d: v1_8::ProfilesDictionary) -> Result<(Dictionary, Vec<Vec<i32>>), OtlpError> {
+/// attributes; returns each stack's range of the dictionary's stack
+/// locations, every stack's depth checked as it is read.
+fn dictionary_v1_8(
+    d: v1_8::ProfilesDictionary,
+    limits: &OtlpLimits,
+) -> Result<(Dictionary, Vec<Range<usize>>), OtlpError> {
     let strings = d.string_table;
     let s = strings.len();
     let functions = d
@@ -372,24 +453,29 @@ fn dictionary_v1_8(d: v1_8::ProfilesDictionary) -> Result<(Dictionary, Vec<Vec<i
                 l.mapping_index,
                 l.address,
                 l.lines.iter().map(|x| (x.function_index, x.line)),
-                mappings.len(),
-                functions.len(),
+                (mappings.len(), functions.len()),
+                limits,
             )
         })
         .collect::<Result<Vec<_>, OtlpError>>()?;
-    let stacks = d
-        .stack_table
-        .into_iter()
-        .map(|stack| {
-            check_indices(
-                "stack.location_indices",
-                &stack.location_indices,
-                "location_table",
-                locations.len(),
-            )?;
-            Ok(stack.location_indices)
-        })
-        .collect::<Result<Vec<_>, OtlpError>>()?;
+    let mut stack_locations = Vec::new();
+    let mut stacks = Vec::with_capacity(d.stack_table.len());
+    for stack in &d.stack_table {
+        check_stack_depth(
+            "stack.location_indices",
+            stack.location_indices.len(),
+            limits,
+        )?;
+        check_indices(
+            "stack.location_indices",
+            &stack.location_indices,
+            "location_table",
+            locations.len(),
+        )?;
+        let start = stack_locations.len();
+        stack_locations.extend_from_slice(&stack.location_indices);
+        stacks.push(start..stack_locations.len());
+    }
     let attributes = d
         .attribute_table
         .iter()
@@ -413,13 +499,12 @@ fn dictionary_v1_8(d: v1_8::ProfilesDictionary) -> Result<(Dictionary, Vec<Vec<i
             mappings,
             locations,
             attributes,
+            stack_locations,
         },
         stacks,
     ))
 }
 
-/// A checked location; mapping index 0 means "no mapping" even when the
-/// mapping table is empty.
 /// `function` once its string indices are inside a table of `strings`
 /// entries (the 1.7 and 1.8+ layouts carry the same fields).
 fn checked_function(function: Function, strings: usize) -> Result<Function, OtlpError> {
@@ -441,13 +526,18 @@ fn checked_mapping(mapping: Mapping, strings: usize) -> Result<Mapping, OtlpErro
     Ok(mapping)
 }
 
-fn location(
+/// A checked location: its mapping (0 means none, even when the mapping
+/// table is empty) and its lines' functions inside their tables of
+/// `tables` = (mappings, functions) entries, and no more lines than a
+/// stack may have frames (inlined lines unwind into frames).
+pub(super) fn location(
     mapping: i32,
     address: u64,
-    lines: impl Iterator<Item = (i32, i64)>,
-    mappings: usize,
-    functions: usize,
+    lines: impl ExactSizeIterator<Item = (i32, i64)>,
+    tables: (usize, usize),
+    limits: &OtlpLimits,
 ) -> Result<Location, OtlpError> {
+    let (mappings, functions) = tables;
     if mapping != 0 {
         check_index(
             "location.mapping_index",
@@ -456,6 +546,7 @@ fn location(
             mappings,
         )?;
     }
+    check_stack_depth("location.lines", lines.len(), limits)?;
     let lines = lines
         .map(|(function, line)| {
             check_index(
@@ -475,164 +566,4 @@ fn location(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use kiln_api::opentelemetry::proto::resource::v1::Resource;
-
-    fn text_attribute(key: i32, value: &str) -> v1_8::KeyValueAndUnit {
-        v1_8::KeyValueAndUnit {
-            key_strindex: key,
-            value: Some(AnyValue {
-                value: Some(any_value::Value::StringValue(value.into())),
-            }),
-            unit_strindex: 0,
-        }
-    }
-
-    /// One profile with the given 1.10 samples over a one-frame stack.
-    fn request_v1_10(samples: Vec<v1_10::Sample>) -> Vec<u8> {
-        let dictionary = v1_8::ProfilesDictionary {
-            string_table: vec![
-                "".into(),
-                "samples".into(),
-                "count".into(),
-                "f".into(),
-                "thread.name".into(),
-            ],
-            function_table: vec![
-                v1_8::Function::default(),
-                v1_8::Function {
-                    name_strindex: 3,
-                    ..Default::default()
-                },
-            ],
-            location_table: vec![
-                v1_8::Location::default(),
-                v1_8::Location {
-                    lines: vec![v1_8::Line {
-                        function_index: 1,
-                        line: 0,
-                        column: 0,
-                    }],
-                    ..Default::default()
-                },
-            ],
-            stack_table: vec![
-                v1_8::Stack::default(),
-                v1_8::Stack {
-                    location_indices: vec![1],
-                },
-            ],
-            attribute_table: vec![
-                v1_8::KeyValueAndUnit::default(),
-                text_attribute(4, "worker"),
-            ],
-            ..Default::default()
-        };
-        let vt = Some(v1_8::ValueType {
-            type_strindex: 1,
-            unit_strindex: 2,
-            aggregation_temporality: 0,
-        });
-        v1_10::ExportRequest {
-            dictionary: Some(dictionary),
-            resource_profiles: vec![v1_10::ResourceProfiles {
-                resource: Some(Resource {
-                    attributes: vec![KeyValue {
-                        key: String::new(),
-                        key_strindex: 4,
-                        value: Some(AnyValue {
-                            value: Some(any_value::Value::StringValueStrindex(3)),
-                        }),
-                    }],
-                    dropped_attributes_count: 0,
-                }),
-                scope_profiles: vec![v1_10::ScopeProfiles {
-                    profiles: vec![v1_10::Profile {
-                        sample_type: vt,
-                        samples,
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-        .encode_to_vec()
-    }
-
-    #[test]
-    fn timestamp_only_samples_read_the_same_in_1_8_to_1_11() {
-        // What profile-bee sends: stack index and timestamps, nothing else.
-        let body = request_v1_10(vec![v1_10::Sample {
-            stack_index: 1,
-            timestamps_unix_nano: vec![1, 2, 3],
-            ..Default::default()
-        }]);
-        let decoded = decode_export(&body, &OtlpLimits::default()).unwrap();
-        assert_eq!(
-            decoded.revisions,
-            vec![Revision::V1_8, Revision::V1_9, Revision::V1_10]
-        );
-        assert_eq!(decoded.revision_label(), "1.8+1.9+1.10-1.11");
-        let profile = &decoded.batch.resources[0].scopes[0].profiles[0];
-        assert_eq!(profile.samples[0].values, vec![3]);
-        // 1.10 string-table references in resource attributes are resolved.
-        let attribute = &decoded.batch.resources[0].attributes[0];
-        assert_eq!(attribute.key, "thread.name");
-        assert_eq!(attribute.value, AttributeValue::Text("f".into()));
-    }
-
-    #[test]
-    fn values_in_field_4_are_only_1_10() {
-        let body = request_v1_10(vec![v1_10::Sample {
-            stack_index: 1,
-            values: vec![5],
-            attribute_indices: vec![1],
-            ..Default::default()
-        }]);
-        let decoded = decode_export(&body, &OtlpLimits::default()).unwrap();
-        assert_eq!(decoded.revisions, vec![Revision::V1_10]);
-        let sample = &decoded.batch.resources[0].scopes[0].profiles[0].samples[0];
-        assert_eq!(
-            (sample.values.clone(), sample.attributes.clone()),
-            (vec![5], vec![1])
-        );
-    }
-
-    #[test]
-    fn a_body_two_layouts_read_differently_is_refused_as_ambiguous() {
-        // 1.10 reads field 2 as attribute indices and counts the one
-        // timestamp; 1.8 and 1.9 read field 2 as the value 1 with no
-        // attributes. Same total, different samples: refuse to guess.
-        let body = request_v1_10(vec![v1_10::Sample {
-            stack_index: 1,
-            attribute_indices: vec![1],
-            timestamps_unix_nano: vec![9],
-            ..Default::default()
-        }]);
-        let err = decode_export(&body, &OtlpLimits::default()).unwrap_err();
-        assert_eq!(err.reason(), "otlp_ambiguous", "{err}");
-        assert!(err.to_string().contains("1.8, 1.9, 1.10-1.11"), "{err}");
-    }
-
-    #[test]
-    fn an_index_outside_its_table_names_the_field() {
-        let body = request_v1_10(vec![v1_10::Sample {
-            stack_index: 1,
-            values: vec![1],
-            attribute_indices: vec![7],
-            ..Default::default()
-        }]);
-        let err = decode_export(&body, &OtlpLimits::default()).unwrap_err();
-        assert_eq!(
-            err,
-            OtlpError::IndexOutOfRange {
-                field: "sample.attribute_indices",
-                index: 7,
-                table: "attribute_table",
-                len: 2
-            }
-        );
-    }
-}
+mod tests;

@@ -16,16 +16,17 @@ use prost::Message;
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder};
 
 use super::model::uploads_from_batch;
-use super::{OtlpLimits, decode_export};
+use super::{OtlpLimits, decode_export_reserving};
 use crate::error::ApiError;
 use crate::state::{AppState, SharedPermit};
-use crate::wire::body::{decode_content_encoding, read_body};
+use crate::wire::body::{decode_content_encoding_reserving, read_body_reserving};
 use crate::wire::content_type::media_type;
 
 /// Limits for OTLP decoding derived from the server's.
 fn otlp_limits(state: &AppState) -> OtlpLimits {
     OtlpLimits {
         max_samples: state.limits().max_samples_per_profile,
+        max_stack_depth: state.decode_limits().max_stack_depth,
         ..OtlpLimits::default()
     }
 }
@@ -46,7 +47,8 @@ async fn export(
     let turn = state.ingest_turn().await?;
     let (uploads, revision) = tokio::task::spawn_blocking(move || {
         let _turn = turn;
-        let decoded = decode_export(&body, &otlp_limits)?;
+        let decoded =
+            decode_export_reserving(&body, &otlp_limits, |bytes| permit.reserve_more(bytes))??;
         let uploads = uploads_from_batch(
             &decoded.batch,
             &limits,
@@ -105,7 +107,9 @@ async fn export_http_inner(
     state: &AppState,
     request: Request,
 ) -> Result<ExportProfilesServiceResponse, ApiError> {
-    let permit = SharedPermit::new(state.admit_write(request.headers())?);
+    // The slot first, then the body's memory as it arrives and as it
+    // inflates: a slow or compressed body holds only what it has become.
+    let permit = SharedPermit::new(state.admit_write_unsized()?);
     let content_type = media_type(request.headers());
     if content_type != "application/x-protobuf" && content_type != "application/protobuf" {
         return Err(ApiError::UnsupportedMediaType {
@@ -115,8 +119,15 @@ async fn export_http_inner(
     }
     let limit = state.limits().max_request_bytes;
     let headers = request.headers().clone();
-    let raw = read_body(request.into_body(), limit, state.body_read_timeout()).await?;
-    let body = decode_content_encoding(&headers, raw, limit)?;
+    let mut reserve = |bytes| permit.reserve_more(bytes);
+    let raw = read_body_reserving(
+        request.into_body(),
+        limit,
+        state.body_read_timeout(),
+        &mut reserve,
+    )
+    .await?;
+    let body = decode_content_encoding_reserving(&headers, raw, limit, &mut reserve)?;
     export(state, "otlp_http", body.into(), permit).await
 }
 
@@ -175,7 +186,7 @@ impl tonic::server::UnaryService<Bytes> for ExportGrpc {
 }
 
 /// Encodes the (fixed) response with prost, decodes nothing: the request
-/// bytes go to [`decode_export`].
+/// bytes go to [`decode_export_reserving`].
 #[derive(Debug, Clone, Copy, Default)]
 struct RawRequestCodec;
 

@@ -4,16 +4,24 @@
 
 use kiln_api::kiln::otlp::v1_7;
 
-use super::super::OtlpError;
 use super::super::model::{
     Batch, Dictionary, Function, Mapping, Profile, ResourceProfiles, Sample, ScopeProfiles,
     check_index, check_indices, sample_values,
 };
-use super::{attributes, checked_function, checked_mapping, location};
+use super::super::{OtlpError, OtlpLimits};
+use super::{
+    attributes, check_sample_count, check_stack_depth, checked_function, checked_mapping, location,
+};
 
 /// 1.7: samples are slices of `Profile.location_indices`, several sample
-/// types per profile, attribute keys are strings.
-pub(super) fn from_v1_7(request: v1_7::ExportRequest) -> Result<Batch, OtlpError> {
+/// types per profile, attribute keys are strings. A sample refers to its
+/// slice, kept once in the dictionary's stack locations; slices overlap
+/// freely, so copying one per sample let 200 samples of one 8-million
+/// entry slice ask for gigabytes.
+pub(super) fn from_v1_7(
+    request: v1_7::ExportRequest,
+    limits: &OtlpLimits,
+) -> Result<Batch, OtlpError> {
     let d = request.dictionary.unwrap_or_default();
     let strings = d.string_table;
     let s = strings.len();
@@ -42,8 +50,8 @@ pub(super) fn from_v1_7(request: v1_7::ExportRequest) -> Result<Batch, OtlpError
             l.mapping_index,
             l.address,
             lines,
-            dictionary.mappings.len(),
-            dictionary.functions.len(),
+            (dictionary.mappings.len(), dictionary.functions.len()),
+            limits,
         )?);
     }
     dictionary.attributes = attributes(&d.attribute_table, &strings)?;
@@ -95,7 +103,12 @@ pub(super) fn from_v1_7(request: v1_7::ExportRequest) -> Result<Batch, OtlpError
                     "location_table",
                     dictionary.locations.len(),
                 )?;
-                let mut samples = Vec::new();
+                check_sample_count(profile_index, p.sample.len(), limits)?;
+                let base = dictionary.stack_locations.len();
+                dictionary
+                    .stack_locations
+                    .extend_from_slice(&p.location_indices);
+                let mut samples = Vec::with_capacity(p.sample.len());
                 for (sample_index, sample) in p.sample.iter().enumerate() {
                     let start = i64::from(sample.locations_start_index);
                     let end = start + i64::from(sample.locations_length);
@@ -106,6 +119,11 @@ pub(super) fn from_v1_7(request: v1_7::ExportRequest) -> Result<Batch, OtlpError
                             message: "negative locations_length".to_owned(),
                         });
                     }
+                    check_stack_depth(
+                        "sample.locations_length",
+                        sample.locations_length.unsigned_abs() as usize,
+                        limits,
+                    )?;
                     if end > 0 {
                         check_index(
                             "sample.locations_start_index + locations_length - 1",
@@ -127,7 +145,7 @@ pub(super) fn from_v1_7(request: v1_7::ExportRequest) -> Result<Batch, OtlpError
                         dictionary.attributes.len(),
                     )?;
                     samples.push(Sample {
-                        locations: p.location_indices[start as usize..end as usize].to_vec(),
+                        stack: base + start as usize..base + end as usize,
                         values: sample_values(
                             &sample.value,
                             sample.timestamps_unix_nano.len(),
