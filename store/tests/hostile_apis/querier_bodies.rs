@@ -103,8 +103,9 @@ fn querier_proto_body_of_16m_empty_matchers_gzipped() {
     });
 }
 
-/// One profile for each of [`PODS`] pods, so that every group has series.
-fn ingest_pods(addr: SocketAddr) {
+/// One profile for each of [`PODS`] pods, so that every group has series;
+/// returns their profile type's id, as `ProfileTypes` names it.
+fn ingest_pods(addr: SocketAddr) -> String {
     for pod in 0..PODS {
         let target = format!(
             "/ingest?name={}&format=folded&from={}&until={}",
@@ -115,6 +116,11 @@ fn ingest_pods(addr: SocketAddr) {
         let response = http(addr, "POST", &target, &[], b"main;work 1\n").expect("ingest");
         assert_eq!(response.status, 200, "pod-{pod}: {}", response.text());
     }
+    let types = http(addr, "GET", "/api/v1/profile-types", &[], b"").expect("profile types");
+    types.json()["profile_types"][0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no stored profile type: {}", types.text()))
+        .to_owned()
 }
 
 #[test]
@@ -122,11 +128,11 @@ fn select_series_grouped_by_a_million_labels() {
     let Some(attack) = Attack::start("select_series_grouped_by_1m_labels") else {
         return;
     };
-    ingest_pods(attack.addr());
+    let profile_type = ingest_pods(attack.addr());
     let (start, end) = last_hour_ms();
     let group_by = vec!["\"pod\""; GROUP_BY_ENTRIES].join(",");
     let body = format!(
-        r#"{{"profileTypeID":"process_cpu:cpu:nanoseconds:cpu:nanoseconds","labelSelector":"{{service_name=\"fanout\"}}","start":{start},"end":{end},"step":15,"groupBy":[{group_by}]}}"#
+        r#"{{"profileTypeID":"{profile_type}","labelSelector":"{{service_name=\"fanout\"}}","start":{start},"end":{end},"step":15,"groupBy":[{group_by}]}}"#
     );
     attack.run(|addr| {
         vec![querier_method(
