@@ -12,7 +12,9 @@ mod wire;
 use crate::error::PprofError;
 use crate::limits::DecodeLimits;
 use crate::prescan::TableCounts;
-use crate::profile::{IdIndex, check_limit, check_string};
+use crate::profile::{
+    IdIndex, check_expanded_depth, check_limit, check_string, frames_of_location,
+};
 use crate::proto;
 use read::{LocationEntry, Parts, SampleEnds};
 
@@ -150,8 +152,12 @@ fn validate(parts: Parts<'_>, limits: &DecodeLimits) -> Result<FlatProfile, Ppro
         check_string(strings, "function.filename", function.filename)?;
     }
     let location_index = IdIndex::build("location", parts.locations.iter().map(|l| l.id))?;
+    let mut location_frames = Vec::with_capacity(parts.locations.len());
     let mut lines_start = 0;
     for location in &parts.locations {
+        location_frames.push(frames_of_location(
+            location.lines_end.saturating_sub(lines_start),
+        ));
         for line in &parts.lines[lines_start..location.lines_end] {
             if function_index.get(line.function_id).is_none() {
                 return Err(PprofError::UnknownFunction {
@@ -164,6 +170,7 @@ fn validate(parts: Parts<'_>, limits: &DecodeLimits) -> Result<FlatProfile, Ppro
     }
 
     let sample_types = parts.sample_types.len();
+    let mut positions = Vec::new();
     let mut start = SampleEnds {
         location_ids: 0,
         values: 0,
@@ -190,14 +197,17 @@ fn validate(parts: Parts<'_>, limits: &DecodeLimits) -> Result<FlatProfile, Ppro
             labels.len(),
             limits.max_labels_per_sample,
         )?;
+        positions.clear();
         for &location_id in location_ids {
-            if location_index.get(location_id).is_none() {
+            let Some(position) = location_index.get(location_id) else {
                 return Err(PprofError::UnknownLocation {
                     sample_index,
                     location_id,
                 });
-            }
+            };
+            positions.push(position);
         }
+        check_expanded_depth(&positions, &location_frames, limits.max_stack_depth)?;
         for label in labels {
             check_string(strings, "label.key", label.key)?;
             check_string(strings, "label.str", label.str)?;

@@ -13,7 +13,9 @@ pub struct DecodeLimits {
     pub max_samples: usize,
     /// Most sample types (values per sample).
     pub max_sample_types: usize,
-    /// Most frames in one sample's stack.
+    /// Most frames in one sample's stack: its locations, and also the frames
+    /// they unwind into (one per inlined line), so no stack that passes is
+    /// deeper than this anywhere a query expands it.
     pub max_stack_depth: usize,
     /// Most labels on one sample.
     pub max_labels_per_sample: usize,

@@ -125,6 +125,11 @@ impl Profile {
             checker.check("function.filename", function.filename)?;
         }
         let locations = IdIndex::build("location", raw.location.iter().map(|l| l.id))?;
+        let location_frames: Vec<usize> = raw
+            .location
+            .iter()
+            .map(|l| frames_of_location(l.line.len()))
+            .collect();
         for location in &raw.location {
             for line in &location.line {
                 if functions.get(line.function_id).is_none() {
@@ -155,14 +160,17 @@ impl Profile {
                 sample.label.len(),
                 limits.max_labels_per_sample,
             )?;
+            let mut positions = Vec::with_capacity(sample.location_id.len());
             for &location_id in &sample.location_id {
-                if locations.get(location_id).is_none() {
+                let Some(position) = locations.get(location_id) else {
                     return Err(PprofError::UnknownLocation {
                         sample_index,
                         location_id,
                     });
-                }
+                };
+                positions.push(position);
             }
+            check_expanded_depth(&positions, &location_frames, limits.max_stack_depth)?;
             for label in &sample.label {
                 checker.check("label.key", label.key)?;
                 checker.check("label.str", label.str)?;
@@ -308,6 +316,37 @@ pub(crate) fn check_string(len: usize, field: &'static str, index: i64) -> Resul
         _ => Err(PprofError::StringIndexOutOfRange { field, index, len }),
     }
 }
+
+/// Frames a location with `lines` lines unwinds into: one per inlined
+/// line, or one (named by its address) when it has none.
+pub(crate) fn frames_of_location(lines: usize) -> usize {
+    lines.max(1)
+}
+
+/// Refuses a stack whose frames, once every location's inlined lines are
+/// unwound, are more than `limit`.
+///
+/// NB: the locations of one stack and the lines of one location are each
+/// capped at `limit`, but not their product: one location holding 4096
+/// inlined lines, repeated 4096 times in one sample, is 30 KB on the wire
+/// and 16.7 million frames in every flame graph, diff and folded export of
+/// its range afterwards. Checking the product here gives such a stack the
+/// same depth limit as any other at ingest, on every path that decodes
+/// pprof. `positions` are table positions into `frames_per_location`.
+pub(crate) fn check_expanded_depth(
+    positions: &[usize],
+    frames_per_location: &[usize],
+    limit: usize,
+) -> Result<(), PprofError> {
+    let mut frames = 0usize;
+    for &position in positions {
+        frames = frames.saturating_add(frames_per_location.get(position).copied().unwrap_or(1));
+    }
+    check_limit(EXPANDED_FRAMES, frames, limit)
+}
+
+/// What [`check_expanded_depth`] names in its error.
+pub(crate) const EXPANDED_FRAMES: &str = "frames in one stack with inlined lines unwound";
 
 pub(crate) fn check_limit(
     what: &'static str,

@@ -432,3 +432,53 @@ proptest! {
         prop_assert_eq!(total, expected);
     }
 }
+
+/// One location holding `lines` inlined lines of one function, and one
+/// sample that repeats it `repeats` times: small on the wire, `lines *
+/// repeats` frames once unwound.
+fn inlined_tower(lines: usize, repeats: usize) -> Vec<u8> {
+    let mut builder = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
+    let f = builder.function(&kiln_pprof::FunctionSpec {
+        name: "f".into(),
+        ..Default::default()
+    });
+    let location = builder.location(0, 0x10, &vec![(f, 1); lines]);
+    builder.sample(&vec![location; repeats], &[1], &[]);
+    builder.finish().encode_to_vec()
+}
+
+/// Each of the stack's 4096 locations and each location's 4096 lines is
+/// within the depth limit, but together they unwind into 16.7 million
+/// frames; both decoders refuse the stack by its unwound depth, and a stack
+/// of exactly the limit still passes.
+#[test]
+fn a_stack_deeper_than_the_limit_once_inlined_lines_unwind_is_refused() {
+    let limits = DecodeLimits::default();
+    let depth = limits.max_stack_depth;
+    let tower = inlined_tower(depth, depth);
+    println!("the unwinding tower is {} bytes", tower.len());
+    for (decoder, result) in [
+        ("prost", decode(&tower, &limits).map(drop)),
+        ("flat", kiln_pprof::decode_flat(&tower, &limits).map(drop)),
+    ] {
+        let err = result.expect_err(decoder);
+        assert!(
+            matches!(
+                err,
+                PprofError::LimitExceeded {
+                    what: "frames in one stack with inlined lines unwound",
+                    count: 16_777_216,
+                    limit: 4096,
+                }
+            ),
+            "{decoder}: {err}"
+        );
+    }
+    // 64 locations of 64 lines: exactly the limit, accepted by both.
+    let at_limit = inlined_tower(64, 64);
+    decode(&at_limit, &limits).expect("at the limit");
+    kiln_pprof::decode_flat(&at_limit, &limits).expect("at the limit");
+    let over = inlined_tower(64, 65);
+    assert!(decode(&over, &limits).is_err());
+    assert!(kiln_pprof::decode_flat(&over, &limits).is_err());
+}
