@@ -219,17 +219,21 @@ mod tests {
         for _ in 0..depth {
             text.push_str("]}");
         }
-        let node: kiln_contract::query_json::FlameNode =
+        let text = format!(
+            r#"{{"names":["total","f"],"root":{text},"node_count":{}}}"#,
+            depth + 1
+        );
+        let graph: kiln_contract::query_json::FlameGraph =
             decode_deep_json(text.into_bytes()).expect("decodes");
         let mut levels = 0;
-        let mut current = &node;
-        while let Some(child) = current.children.first() {
+        let mut current = graph.root();
+        while let Some(child) = graph.children(current).first() {
             levels += 1;
             current = child;
         }
         assert_eq!(levels, depth);
         assert!(
-            decode_deep_json::<kiln_contract::query_json::FlameNode>(b"{\"name\":".to_vec())
+            decode_deep_json::<kiln_contract::query_json::FlameGraph>(b"{\"name\":".to_vec())
                 .is_err()
         );
     }

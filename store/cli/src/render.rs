@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use std::collections::BTreeMap;
 
-use kiln_contract::query_json::{DiffFlameGraph, DiffNode, TopResponse};
+use kiln_contract::query_json::{DiffFlameGraph, TopResponse};
 
 /// Formats `value` in a pprof sample unit (`nanoseconds`, `bytes`, ...).
 pub fn format_value(value: i64, unit: &str) -> String {
@@ -197,11 +197,11 @@ pub struct DiffRow {
 
 /// Per-function self shares of both sides, largest change first.
 pub fn diff_rows(graph: &DiffFlameGraph) -> Vec<DiffRow> {
-    let base_total = graph.root.base_total;
-    let compare_total = graph.root.compare_total;
+    let base_total = graph.root().base_total;
+    let compare_total = graph.root().compare_total;
     let mut sums: std::collections::HashMap<&str, (i64, i64)> = std::collections::HashMap::new();
-    let mut stack: Vec<&DiffNode> = graph.root.children.iter().collect();
-    while let Some(node) = stack.pop() {
+    // Every node but the root, in the tree's flat order.
+    for node in graph.nodes.iter().skip(1) {
         let name = graph
             .names
             .get(node.name as usize)
@@ -209,7 +209,6 @@ pub fn diff_rows(graph: &DiffFlameGraph) -> Vec<DiffRow> {
         let entry = sums.entry(name).or_insert((0, 0));
         entry.0 = entry.0.saturating_add(node.base_self);
         entry.1 = entry.1.saturating_add(node.compare_self);
-        stack.extend(node.children.iter());
     }
     let share = |v: i64, total: i64| {
         if total == 0 {
@@ -319,25 +318,23 @@ mod tests {
 
     #[test]
     fn diff_rows_put_the_largest_change_first() {
-        let d = |name, bt, bs, ct, cs, children| DiffNode {
+        use kiln_contract::query_json::DiffNode;
+        let d = |name, bt, bs, ct, cs, children: std::ops::Range<u32>| DiffNode {
             name,
             base_total: bt,
             base_self: bs,
             compare_total: ct,
             compare_self: cs,
-            children,
+            first_child: children.start,
+            child_count: children.end - children.start,
         };
         let graph = DiffFlameGraph {
             names: vec!["total".into(), "a".into(), "b".into()],
-            root: d(
-                0,
-                10,
-                0,
-                10,
-                0,
-                vec![d(1, 9, 9, 5, 5, vec![]), d(2, 1, 1, 5, 5, vec![])],
-            ),
-            node_count: 3,
+            nodes: vec![
+                d(0, 10, 0, 10, 0, 1..3),
+                d(1, 9, 9, 5, 5, 3..3),
+                d(2, 1, 1, 5, 5, 3..3),
+            ],
         };
         let rows = diff_rows(&graph);
         assert_eq!(rows.len(), 2);

@@ -9,6 +9,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+mod flame_tree;
+
+pub use flame_tree::{DiffFlameGraph, DiffNode, FlameGraph, FlameNode};
+
 /// Name of the flame graph node that stands for trimmed siblings.
 pub const OTHER_NODE_NAME: &str = "(other)";
 /// Name of the flame graph root.
@@ -132,32 +136,6 @@ pub struct FlameGraphResponse {
     pub flamegraph: FlameGraph,
 }
 
-/// A merged call tree; nodes name frames by index into `names`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FlameGraph {
-    /// Frame names.
-    pub names: Vec<String>,
-    /// The root ([`ROOT_NODE_NAME`]), whose total is the merge's total.
-    pub root: FlameNode,
-    /// Nodes in the tree, including the root and [`OTHER_NODE_NAME`] nodes.
-    pub node_count: usize,
-}
-
-/// One flame graph node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FlameNode {
-    /// Index into [`FlameGraph::names`].
-    pub name: u32,
-    /// Value of this frame and everything it called.
-    pub total: i64,
-    /// Value of this frame alone.
-    #[serde(rename = "self")]
-    pub self_value: i64,
-    /// Callees, largest total first.
-    #[serde(default)]
-    pub children: Vec<FlameNode>,
-}
-
 /// `GET /api/v1/top`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopResponse {
@@ -222,35 +200,6 @@ pub struct DiffResponse {
     pub right_total: i64,
     /// The tree carrying both sides.
     pub diff: DiffFlameGraph,
-}
-
-/// A diff flame graph; nodes name frames by index into `names`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DiffFlameGraph {
-    /// Frame names.
-    pub names: Vec<String>,
-    /// The root ([`ROOT_NODE_NAME`]).
-    pub root: DiffNode,
-    /// Nodes in the tree, including the root and [`OTHER_NODE_NAME`] nodes.
-    pub node_count: usize,
-}
-
-/// One node of a diff flame graph.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DiffNode {
-    /// Index into [`DiffFlameGraph::names`].
-    pub name: u32,
-    /// Total in the base selection.
-    pub base_total: i64,
-    /// Self value in the base selection.
-    pub base_self: i64,
-    /// Total in the compared selection.
-    pub compare_total: i64,
-    /// Self value in the compared selection.
-    pub compare_self: i64,
-    /// Callees, largest combined total first.
-    #[serde(default)]
-    pub children: Vec<DiffNode>,
 }
 
 #[cfg(test)]

@@ -134,7 +134,7 @@ fn time_merge(
                 .expect("merge works");
         }
         let graph = merged.flamegraph(1024);
-        nodes = graph.node_count;
+        nodes = graph.node_count();
         total = merged.total();
     }
     let ms = started.elapsed().as_secs_f64() * 1000.0 / runs.max(1) as f64;
@@ -162,7 +162,7 @@ fn time_cached_merge(
             merged.add_partial(partial);
         }
         let graph = merged.flamegraph(1024);
-        nodes = graph.node_count;
+        nodes = graph.node_count();
         total = merged.total();
     }
     let ms = started.elapsed().as_secs_f64() * 1000.0 / runs.max(1) as f64;

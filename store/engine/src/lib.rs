@@ -30,7 +30,7 @@ pub use model::{
     Selector, TimeRange,
 };
 pub use query::{
-    CompiledSelector, DiffFlameGraph, DiffNode, FlameGraph, FlameNode, MAX_TIMELINE_STEPS,
-    MergedProfile, Queryable, Timeline, TopEntry, diff,
+    CompiledSelector, DiffFlameGraph, DiffNode, FlameGraph, FlameNode, MAX_FRAME_TREE_NODES,
+    MAX_TIMELINE_STEPS, MAX_UNWOUND_FRAMES, MergedProfile, Queryable, Timeline, TopEntry, diff,
 };
 pub use symbols::SymbolTable;

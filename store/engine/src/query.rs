@@ -14,7 +14,9 @@ use hashbrown::HashMap;
 use roaring::RoaringBitmap;
 
 pub use diff::{DiffFlameGraph, DiffNode, diff};
-pub use flamegraph::{FlameGraph, FlameNode, OTHER_NODE_NAME};
+pub use flamegraph::{
+    FlameGraph, FlameNode, MAX_FRAME_TREE_NODES, MAX_UNWOUND_FRAMES, OTHER_NODE_NAME,
+};
 pub use merged::MergedProfile;
 pub use timeline::{MAX_TIMELINE_STEPS, Timeline};
 pub use top::TopEntry;

@@ -228,15 +228,15 @@ fn ranges() -> Vec<TimeRange> {
 /// self), sorted: the graph's content without the order of its name table
 /// or of siblings with equal totals, which follow hash order in either path.
 fn flame_paths(graph: &FlameGraph) -> Vec<(String, i64, i64)> {
-    fn walk(graph: &FlameGraph, node: &FlameNode, prefix: &str, out: &mut Vec<(String, i64, i64)>) {
+    let mut out = Vec::new();
+    let mut pending: Vec<(&FlameNode, String)> = vec![(graph.root(), String::new())];
+    while let Some((node, prefix)) = pending.pop() {
         let path = format!("{prefix};{}", graph.names[node.name as usize]);
         out.push((path.clone(), node.total, node.self_value));
-        for child in &node.children {
-            walk(graph, child, &path, out);
+        for child in graph.children(node) {
+            pending.push((child, path.clone()));
         }
     }
-    let mut out = Vec::new();
-    walk(graph, &graph.root, "", &mut out);
     out.sort();
     out
 }

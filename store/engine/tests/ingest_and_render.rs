@@ -4,9 +4,9 @@
 #![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns may unwrap too.
 
 use kiln_engine::{
-    CompiledSelector, FlameNode, Head, IngestError, IngestLimits, Label, LabelSet, MatchOp,
-    Matcher, MergedProfile, ProfileType, QueryError, Queryable, Selector, TimeRange, Timeline,
-    diff,
+    CompiledSelector, FlameGraph, FlameNode, Head, IngestError, IngestLimits, Label, LabelSet,
+    MatchOp, Matcher, MergedProfile, ProfileType, QueryError, Queryable, Selector, TimeRange,
+    Timeline, diff,
 };
 use kiln_pprof::{DecodeLimits, FunctionSpec, LabelValue, Profile, ProfileBuilder};
 
@@ -320,14 +320,22 @@ fn limit_violations_are_clear_errors_and_change_nothing() {
     }
 }
 
-fn check_totals(node: &FlameNode) {
-    let children: i64 = node.children.iter().map(|c| c.total).sum();
-    assert_eq!(node.total, node.self_value + children);
-    node.children.iter().for_each(check_totals);
+fn check_totals(graph: &FlameGraph) {
+    for node in &graph.nodes {
+        let children: i64 = graph.children(node).iter().map(|c| c.total).sum();
+        assert_eq!(node.total, node.self_value + children);
+    }
 }
 
-fn count(node: &FlameNode) -> usize {
-    1 + node.children.iter().map(count).sum::<usize>()
+/// Nodes reachable from the root.
+fn count(graph: &FlameGraph) -> usize {
+    let mut pending = vec![graph.root()];
+    let mut seen = 0;
+    while let Some(node) = pending.pop() {
+        seen += 1;
+        pending.extend(graph.children(node));
+    }
+    seen
 }
 
 #[test]
@@ -353,26 +361,30 @@ fn flamegraph_expands_inlined_frames_and_trims_without_losing_totals() {
     .unwrap();
     let merged = merge(&head, vec![]);
     let full = merged.flamegraph(10_000);
-    assert_eq!(full.root.total, merged.total());
-    check_totals(&full.root);
+    assert_eq!(full.root().total, merged.total());
+    check_totals(&full);
     // main -> outer -> inner: the inlined frame sits below its caller.
     let name = |n: &FlameNode| full.names[n.name as usize].clone();
-    let main = &full.root.children[0];
-    let outer = main.children.iter().find(|c| name(c) == "outer").unwrap();
-    assert_eq!(name(&outer.children[0]), "inner");
-    assert_eq!(outer.children[0].self_value, 7);
+    let main = &full.children(full.root())[0];
+    let outer = full
+        .children(main)
+        .iter()
+        .find(|c| name(c) == "outer")
+        .unwrap();
+    assert_eq!(name(&full.children(outer)[0]), "inner");
+    assert_eq!(full.children(outer)[0].self_value, 7);
     assert_eq!(main.self_value, 3);
 
     for budget in [1, 2, 3, 5, 10, 20] {
         let trimmed = merged.flamegraph(budget);
         assert!(
-            trimmed.node_count <= budget.max(2),
+            trimmed.node_count() <= budget.max(2),
             "{budget}: {}",
-            trimmed.node_count
+            trimmed.node_count()
         );
-        assert_eq!(count(&trimmed.root), trimmed.node_count);
-        assert_eq!(trimmed.root.total, merged.total());
-        check_totals(&trimmed.root);
+        assert_eq!(count(&trimmed), trimmed.node_count());
+        assert_eq!(trimmed.root().total, merged.total());
+        check_totals(&trimmed);
     }
 }
 
@@ -402,7 +414,7 @@ fn top_counts_recursion_once_and_diff_carries_both_sides() {
 
     let empty = MergedProfile::new();
     let d = diff(&empty, &merged, 100);
-    assert_eq!((d.root.base_total, d.root.compare_total), (0, 7));
+    assert_eq!((d.root().base_total, d.root().compare_total), (0, 7));
 }
 
 #[test]

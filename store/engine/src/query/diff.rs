@@ -2,12 +2,14 @@
 
 pub use kiln_contract::query_json::{DiffFlameGraph, DiffNode};
 
-use super::flamegraph::{FrameTree, OTHER_NODE_NAME};
+use super::flamegraph::{FrameTree, Laid, MAX_FRAME_TREE_NODES, OTHER_NODE_NAME};
 use super::merged::MergedProfile;
 
-/// Diffs `compare` against `base` as one tree of at most `max_nodes` nodes.
+/// Diffs `compare` against `base` as one tree of at most `max_nodes` nodes,
+/// built within [`MAX_FRAME_TREE_NODES`] nodes like a flame graph.
 pub fn diff(base: &MergedProfile, compare: &MergedProfile, max_nodes: usize) -> DiffFlameGraph {
-    let mut tree = FrameTree::new();
+    let mut tree = FrameTree::new(MAX_FRAME_TREE_NODES);
+    tree.reserve_for(base);
     tree.add(base, 0);
     tree.add(compare, 1);
     tree.finish();
@@ -16,52 +18,35 @@ pub fn diff(base: &MergedProfile, compare: &MergedProfile, max_nodes: usize) -> 
             .saturating_abs()
             .saturating_add(n.total[1].saturating_abs())
     });
-    let other = tree.name(OTHER_NODE_NAME);
-    let mut node_count = 0;
-    let root = build(&tree, &kept, 0, other, &mut node_count);
-    DiffFlameGraph {
-        names: tree.names,
-        root,
-        node_count,
-    }
-}
-
-fn build(tree: &FrameTree, kept: &[bool], id: u32, other: u32, count: &mut usize) -> DiffNode {
-    *count += 1;
-    let node = &tree.nodes[id as usize];
-    let mut children = Vec::new();
-    let mut trimmed = [0i64; 2];
-    for &child in &node.children {
-        if kept[child as usize] {
-            children.push(build(tree, kept, child, other, count));
-        } else {
-            let total = tree.nodes[child as usize].total;
-            trimmed[0] = trimmed[0].wrapping_add(total[0]);
-            trimmed[1] = trimmed[1].wrapping_add(total[1]);
-        }
-    }
-    children.sort_by(|a, b| {
-        (b.base_total.saturating_add(b.compare_total))
-            .cmp(&a.base_total.saturating_add(a.compare_total))
+    let laid = tree.lay_out(&kept, |a, b| {
+        (b.total[0].saturating_add(b.total[1]))
+            .cmp(&a.total[0].saturating_add(a.total[1]))
             .then(a.name.cmp(&b.name))
     });
-    if node.children.iter().any(|&c| !kept[c as usize]) {
-        *count += 1;
-        children.push(DiffNode {
-            name: other,
-            base_total: trimmed[0],
-            base_self: trimmed[0],
-            compare_total: trimmed[1],
-            compare_self: trimmed[1],
-            children: Vec::new(),
-        });
-    }
-    DiffNode {
-        name: node.name,
-        base_total: node.total[0],
-        base_self: node.self_value[0],
-        compare_total: node.total[1],
-        compare_self: node.self_value[1],
-        children,
+    let other = tree.name(OTHER_NODE_NAME);
+    let nodes = laid
+        .iter()
+        .map(|laid| {
+            let (name, total, self_value) = match laid.what {
+                Laid::Node(id) => {
+                    let node = &tree.nodes[id as usize];
+                    (node.name, node.total, node.self_value)
+                }
+                Laid::Other(values) => (other, values, values),
+            };
+            DiffNode {
+                name,
+                base_total: total[0],
+                base_self: self_value[0],
+                compare_total: total[1],
+                compare_self: self_value[1],
+                first_child: laid.first_child,
+                child_count: laid.child_count,
+            }
+        })
+        .collect();
+    DiffFlameGraph {
+        names: tree.names,
+        nodes,
     }
 }

@@ -4,7 +4,8 @@
 use hashbrown::HashMap;
 use kiln_pprof::{FunctionSpec, LabelValue, MappingSpec, ProfileBuilder, proto};
 
-use super::merged::MergedProfile;
+use super::flamegraph::{MAX_UNWOUND_FRAMES, OTHER_NODE_NAME};
+use super::merged::{MergedProfile, frame_names};
 use crate::model::ProfileType;
 
 impl MergedProfile {
@@ -101,9 +102,13 @@ impl MergedProfile {
     /// Untrimmed, so the values add up to [`MergedProfile::total`]. Frame
     /// names are made safe with
     /// [`folded_frame_name`](kiln_contract::query_json::folded_frame_name).
+    ///
+    /// A stack deeper than [`MAX_UNWOUND_FRAMES`] keeps its outermost frames
+    /// and ends in one [`OTHER_NODE_NAME`] frame for the rest, so a stored
+    /// stack of millions of frames is a line of bounded length.
     pub fn folded(&self) -> String {
         let mut text = String::new();
-        for (frames, value) in self.stacks() {
+        for (frames, value) in self.stacks_within(MAX_UNWOUND_FRAMES) {
             if value == 0 {
                 continue;
             }
@@ -118,5 +123,43 @@ impl MergedProfile {
             text.push('\n');
         }
         text
+    }
+
+    /// [`MergedProfile::stacks`], each stack cut to its outermost
+    /// `max_depth` frames plus one [`OTHER_NODE_NAME`] frame where it was
+    /// deeper. Frame names are resolved once per location and a stack is
+    /// walked from the root, so the work per stack is bounded by
+    /// `max_depth`, not by its depth.
+    pub(crate) fn stacks_within(&self, max_depth: usize) -> Vec<(Vec<String>, i64)> {
+        let symbols = &self.symbols;
+        let mut by_stack: HashMap<Vec<String>, i64> = HashMap::new();
+        let mut locations = Vec::new();
+        let mut names = Vec::new();
+        for (&(stack, _), &value) in &self.values {
+            locations.clear();
+            symbols.stack_locations(stack, &mut locations);
+            // Root first, outermost inlined line first.
+            let mut frames: Vec<String> = Vec::new();
+            'stack: for &location in locations.iter().rev() {
+                let Some(location) = symbols.location(location) else {
+                    continue;
+                };
+                names.clear();
+                frame_names(symbols, location, &mut names);
+                for name in names.drain(..).rev() {
+                    if frames.len() == max_depth {
+                        frames.push(OTHER_NODE_NAME.to_owned());
+                        break 'stack;
+                    }
+                    frames.push(name);
+                }
+            }
+            frames.reverse();
+            let sum = by_stack.entry(frames).or_insert(0);
+            *sum = sum.wrapping_add(value);
+        }
+        let mut out: Vec<_> = by_stack.into_iter().collect();
+        out.sort();
+        out
     }
 }

@@ -159,12 +159,12 @@ mod tests {
             5
         )));
         let graph = grouped.flamegraph(100);
-        assert_eq!(graph.root.children.len(), 1, "one namespace");
-        let namespace = &graph.root.children[0];
+        assert_eq!(graph.children(graph.root()).len(), 1, "one namespace");
+        let namespace = &graph.children(graph.root())[0];
         assert_eq!(graph.names[namespace.name as usize], "namespace=shop");
         assert_eq!(namespace.total, 16);
-        let mut pods: Vec<(&str, i64)> = namespace
-            .children
+        let mut pods: Vec<(&str, i64)> = graph
+            .children(namespace)
             .iter()
             .map(|c| (graph.names[c.name as usize].as_str(), c.total))
             .collect();
@@ -184,8 +184,7 @@ mod tests {
             }
             let graph = grouped.flamegraph(100);
             let drawn: Vec<String> = graph
-                .root
-                .children
+                .children(graph.root())
                 .iter()
                 .map(|c| graph.names[c.name as usize].clone())
                 .collect();

@@ -4,6 +4,7 @@ use hashbrown::HashMap;
 
 pub use kiln_contract::query_json::TopEntry;
 
+use super::flamegraph::MAX_UNWOUND_FRAMES;
 use super::merged::{MergedProfile, frame_names};
 
 impl MergedProfile {
@@ -18,13 +19,18 @@ impl MergedProfile {
         let mut row_ids: Vec<usize> = Vec::new();
         let mut locations = Vec::new();
         let mut names = Vec::new();
-        let mut frames: Vec<usize> = Vec::new();
         for (generation, (&(stack, _), &value)) in self.values.iter().enumerate() {
             let generation = generation as u64 + 1;
             locations.clear();
             symbols.stack_locations(stack, &mut locations);
-            frames.clear();
+            // Leaf first, at most `MAX_UNWOUND_FRAMES` frames: a stack
+            // stored before ingest capped unwound depth may have millions,
+            // and only its root side is left out.
+            let mut depth = 0usize;
             for &location in &locations {
+                if depth >= MAX_UNWOUND_FRAMES {
+                    break;
+                }
                 let Some(slot) = location_rows.get(location as usize) else {
                     continue;
                 };
@@ -57,16 +63,17 @@ impl MergedProfile {
                         (start, names.len())
                     }
                 };
-                frames.extend_from_slice(&row_ids[start..start + len]);
-            }
-            for (depth, &id) in frames.iter().enumerate() {
-                if depth == 0 {
-                    rows[id].flat = rows[id].flat.wrapping_add(value);
-                }
-                // Recursion must not count a stack twice.
-                if seen_in_stack[id] != generation {
-                    seen_in_stack[id] = generation;
-                    rows[id].cumulative = rows[id].cumulative.wrapping_add(value);
+                let room = MAX_UNWOUND_FRAMES - depth;
+                for &id in row_ids[start..start + len].iter().take(room) {
+                    if depth == 0 {
+                        rows[id].flat = rows[id].flat.wrapping_add(value);
+                    }
+                    // Recursion must not count a stack twice.
+                    if seen_in_stack[id] != generation {
+                        seen_in_stack[id] = generation;
+                        rows[id].cumulative = rows[id].cumulative.wrapping_add(value);
+                    }
+                    depth += 1;
                 }
             }
         }

@@ -2,7 +2,8 @@
 //! depth, each node a run of integers whose first (x offset) is counted from
 //! the end of the previous node on the same row, so rows need no padding.
 
-use kiln_engine::{DiffFlameGraph, DiffNode, FlameGraph, FlameNode};
+use kiln_engine::{DiffFlameGraph, DiffNode, FlameGraph, FlameNode, MergedProfile};
+use kiln_storage::{StorageError, Store};
 
 /// A single flame graph as flamebearer rows of quads
 /// `[x offset, total, self, name index]`.
@@ -36,13 +37,38 @@ pub struct DiffLevels {
     pub right_ticks: i64,
 }
 
+/// Builds the flame graph of `merged` and lays it out, on the blocking pool
+/// under one of the store's query runners: a tree of up to a million nodes
+/// takes long enough to stall every request sharing an async worker.
+pub async fn single_levels_off_workers(
+    store: &Store,
+    merged: MergedProfile,
+    max_nodes: usize,
+) -> Result<Levels, StorageError> {
+    store
+        .run_query_work(move || single_levels(&merged.flamegraph(max_nodes)))
+        .await
+}
+
+/// [`single_levels_off_workers`] for a diff of `compare` against `base`.
+pub async fn diff_levels_off_workers(
+    store: &Store,
+    base: MergedProfile,
+    compare: MergedProfile,
+    max_nodes: usize,
+) -> Result<DiffLevels, StorageError> {
+    store
+        .run_query_work(move || diff_levels(&kiln_engine::diff(&base, &compare, max_nodes)))
+        .await
+}
+
 /// Lays out `graph`; children keep the engine's order (largest first).
 pub fn single_levels(graph: &FlameGraph) -> Levels {
     let mut levels: Vec<Vec<i64>> = Vec::new();
     let mut row_ends: Vec<i64> = Vec::new();
     let mut max_self = 0;
     // Depth-first, left to right: each row is filled in x order.
-    let mut pending: Vec<(&FlameNode, usize, i64)> = vec![(&graph.root, 0, 0)];
+    let mut pending: Vec<(&FlameNode, usize, i64)> = vec![(graph.root(), 0, 0)];
     while let Some((node, depth, x)) = pending.pop() {
         if levels.len() <= depth {
             levels.push(Vec::new());
@@ -57,8 +83,8 @@ pub fn single_levels(graph: &FlameGraph) -> Levels {
         row_ends[depth] = x + node.total;
         max_self = max_self.max(node.self_value);
         let mut child_x = x;
-        let mut children = Vec::with_capacity(node.children.len());
-        for child in &node.children {
+        let mut children = Vec::with_capacity(graph.children(node).len());
+        for child in graph.children(node) {
             children.push((child, depth + 1, child_x));
             child_x += child.total;
         }
@@ -67,7 +93,7 @@ pub fn single_levels(graph: &FlameGraph) -> Levels {
     Levels {
         names: graph.names.clone(),
         levels,
-        total: graph.root.total,
+        total: graph.root().total,
         max_self,
     }
 }
@@ -77,7 +103,7 @@ pub fn diff_levels(graph: &DiffFlameGraph) -> DiffLevels {
     let mut levels: Vec<Vec<i64>> = Vec::new();
     let mut row_ends: Vec<[i64; 2]> = Vec::new();
     let mut max_self = 0;
-    let mut pending: Vec<(&DiffNode, usize, [i64; 2])> = vec![(&graph.root, 0, [0, 0])];
+    let mut pending: Vec<(&DiffNode, usize, [i64; 2])> = vec![(graph.root(), 0, [0, 0])];
     while let Some((node, depth, x)) = pending.pop() {
         if levels.len() <= depth {
             levels.push(Vec::new());
@@ -96,8 +122,8 @@ pub fn diff_levels(graph: &DiffFlameGraph) -> DiffLevels {
         row_ends[depth] = [x[0] + node.base_total, x[1] + node.compare_total];
         max_self = max_self.max(node.base_self).max(node.compare_self);
         let mut child_x = x;
-        let mut children = Vec::with_capacity(node.children.len());
-        for child in &node.children {
+        let mut children = Vec::with_capacity(graph.children(node).len());
+        for child in graph.children(node) {
             children.push((child, depth + 1, child_x));
             child_x = [
                 child_x[0] + child.base_total,
@@ -109,10 +135,10 @@ pub fn diff_levels(graph: &DiffFlameGraph) -> DiffLevels {
     DiffLevels {
         names: graph.names.clone(),
         levels,
-        total: graph.root.base_total + graph.root.compare_total,
+        total: graph.root().base_total + graph.root().compare_total,
         max_self,
-        left_ticks: graph.root.base_total,
-        right_ticks: graph.root.compare_total,
+        left_ticks: graph.root().base_total,
+        right_ticks: graph.root().compare_total,
     }
 }
 
@@ -120,12 +146,13 @@ pub fn diff_levels(graph: &DiffFlameGraph) -> DiffLevels {
 mod tests {
     use super::*;
 
-    fn node(name: u32, total: i64, self_value: i64, children: Vec<FlameNode>) -> FlameNode {
+    fn node(name: u32, total: i64, self_value: i64, children: std::ops::Range<u32>) -> FlameNode {
         FlameNode {
             name,
             total,
             self_value,
-            children,
+            first_child: children.start,
+            child_count: children.end - children.start,
         }
     }
 
@@ -141,16 +168,13 @@ mod tests {
                 "c".into(),
                 "d".into(),
             ],
-            root: node(
-                0,
-                10,
-                0,
-                vec![
-                    node(1, 6, 1, vec![node(3, 5, 5, vec![])]),
-                    node(2, 4, 0, vec![node(4, 4, 4, vec![])]),
-                ],
-            ),
-            node_count: 5,
+            nodes: vec![
+                node(0, 10, 0, 1..3),
+                node(1, 6, 1, 3..4),
+                node(2, 4, 0, 4..5),
+                node(3, 5, 5, 5..5),
+                node(4, 4, 4, 5..5),
+            ],
         };
         let levels = single_levels(&graph);
         assert_eq!(
@@ -169,22 +193,26 @@ mod tests {
     fn diff_rows_carry_both_sides() {
         let graph = DiffFlameGraph {
             names: vec!["total".into(), "a".into()],
-            root: DiffNode {
-                name: 0,
-                base_total: 3,
-                base_self: 0,
-                compare_total: 5,
-                compare_self: 0,
-                children: vec![DiffNode {
+            nodes: vec![
+                DiffNode {
+                    name: 0,
+                    base_total: 3,
+                    base_self: 0,
+                    compare_total: 5,
+                    compare_self: 0,
+                    first_child: 1,
+                    child_count: 1,
+                },
+                DiffNode {
                     name: 1,
                     base_total: 3,
                     base_self: 3,
                     compare_total: 5,
                     compare_self: 5,
-                    children: vec![],
-                }],
-            },
-            node_count: 2,
+                    first_child: 2,
+                    child_count: 0,
+                },
+            ],
         };
         let levels = diff_levels(&graph);
         assert_eq!(levels.levels[1], vec![0, 3, 3, 0, 5, 5, 1]);
