@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderName, header};
+use axum::http::{HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use kiln_contract::query_json::{
     DiffResponse, FlameGraphResponse, LabelNames, LabelValues, PROFILE_TYPE_HEADER,
@@ -47,6 +47,34 @@ pub(crate) async fn timed<T: IntoResponse>(
             err.into_response()
         }
     }
+}
+
+/// Builds an answer with `build` and encodes it as JSON, both on the
+/// blocking pool under one of the store's query runners.
+///
+/// NB: a flame graph tree of up to a million nodes, its trimming and its
+/// tens of megabytes of JSON take long enough that, on an async worker,
+/// they would stall every request sharing it, health probes included.
+async fn json_off_workers<T: serde::Serialize>(
+    store: &Store,
+    work: &'static str,
+    build: impl FnOnce() -> T + Send + 'static,
+) -> Result<Response, ApiError> {
+    let body = store
+        .run_query_work(move || serde_json::to_vec(&build()))
+        .await?
+        .map_err(|err| ApiError::Worker {
+            work,
+            message: err.to_string(),
+        })?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response())
 }
 
 /// Resolves the selector in parameter `name` against the stored types.
@@ -188,16 +216,18 @@ pub async fn flamegraph(State(state): State<AppState>, RawQuery(query): RawQuery
         let range = params.range("from", ["to", "until"])?;
         let max_nodes = params.number("max_nodes", DEFAULT_MAX_NODES, MAX_MAX_NODES)?;
         let (selector, group_by, merged) = grouped_merge(store, &params, range).await?;
-        let flamegraph = merged.flamegraph(max_nodes);
-        Ok(Json(FlameGraphResponse {
-            profile_type: selector.profile_type.to_string(),
-            unit: selector.profile_type.sample_unit,
-            from_ms: range.start_ms,
-            to_ms: range.end_ms - 1,
-            total: merged.total(),
-            group_by,
-            flamegraph,
-        }))
+        json_off_workers(store, "rendering the flame graph", move || {
+            FlameGraphResponse {
+                profile_type: selector.profile_type.to_string(),
+                unit: selector.profile_type.sample_unit,
+                from_ms: range.start_ms,
+                to_ms: range.end_ms - 1,
+                total: merged.total(),
+                group_by,
+                flamegraph: merged.flamegraph(max_nodes),
+            }
+        })
+        .await
     })
     .await
 }
@@ -252,13 +282,14 @@ pub async fn top(State(state): State<AppState>, RawQuery(query): RawQuery) -> Re
         let range = params.range("from", ["to", "until"])?;
         let limit = params.number("limit", 100, 100_000)?;
         let (selector, group_by, merged) = grouped_merge(store, &params, range).await?;
-        Ok(Json(TopResponse {
+        json_off_workers(store, "ranking the top functions", move || TopResponse {
             profile_type: selector.profile_type.to_string(),
             unit: selector.profile_type.sample_unit,
             total: merged.total(),
             group_by,
             top: merged.top(limit),
-        }))
+        })
+        .await
     })
     .await
 }
@@ -333,14 +364,14 @@ pub async fn diff(State(state): State<AppState>, RawQuery(query): RawQuery) -> R
         }
         let base = store.merge(&left, left_range).await?;
         let compare = store.merge(&right, right_range).await?;
-        let diff = kiln_engine::diff(&base, &compare, max_nodes);
-        Ok(Json(DiffResponse {
+        json_off_workers(store, "rendering the diff", move || DiffResponse {
             profile_type: left.profile_type.to_string(),
             unit: left.profile_type.sample_unit,
             left_total: base.total(),
             right_total: compare.total(),
-            diff,
-        }))
+            diff: kiln_engine::diff(&base, &compare, max_nodes),
+        })
+        .await
     })
     .await
 }

@@ -63,7 +63,7 @@ pub async fn render(State(state): State<AppState>, RawQuery(query): RawQuery) ->
         };
         let selector = resolve(store, text, range).await?;
         let merged = store.merge(&selector, range).await?;
-        let levels = flamebearer::single_levels(&merged.flamegraph(budget));
+        let levels = flamebearer::single_levels_off_workers(store, merged, budget).await?;
         let step_ms = ((range.end_ms - range.start_ms) / 100).max(10_000);
         let timeline = store.timeline(&selector, range, step_ms).await?;
         let (units, sample_rate) = units(&selector.profile_type);
