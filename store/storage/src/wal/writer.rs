@@ -122,8 +122,6 @@ pub(super) struct Writer {
     synced_len: u64,
     /// Appends written and not yet synced, with their segment.
     pending: Vec<(oneshot::Sender<Result<u64, StorageError>>, u64)>,
-    /// A fresh segment was tried in this batch already.
-    tried_reopen: bool,
 }
 
 impl Writer {
@@ -146,7 +144,6 @@ impl Writer {
             len: magic,
             synced_len: magic,
             pending: Vec::new(),
-            tried_reopen: false,
         }
     }
 
@@ -168,7 +165,6 @@ impl Writer {
                     Err(RecvTimeoutError::Disconnected) => break,
                 }
             };
-            self.tried_reopen = false;
             self.handle(first);
             for _ in 1..MAX_BATCH {
                 match commands.try_recv() {
@@ -198,12 +194,11 @@ impl Writer {
     }
 
     /// Writes one frame to the open segment, starting one first if the log
-    /// failed or the segment is full.
+    /// failed or the segment is full. Every write while the log fails tries
+    /// a fresh segment: a try is a file created and removed, and a store
+    /// whose log fails is not ready, so few writes come.
     fn write(&mut self, frame: &[u8]) -> Result<(), StorageError> {
-        if self.file.is_none() && !self.tried_reopen {
-            self.tried_reopen = true;
-            self.reopen();
-        }
+        self.reopen();
         let magic = SEGMENT_MAGIC.len() as u64;
         if self.file.is_some()
             && self.len + frame.len() as u64 > self.max_segment_bytes
