@@ -208,11 +208,21 @@ pub fn parse_ingest_params(
             .map_err(|source| IngestError::BadTime { parameter, source })
     };
     let from_ms = parse_time("from", from)?;
-    let until_ms = parse_time("until", until)?;
-    if let (Some(from_ms), Some(until_ms)) = (from_ms, until_ms)
-        && until_ms < from_ms
+    let mut until_ms = parse_time("until", until)?;
+    if let (Some(from_ms), Some(until)) = (from_ms, until_ms)
+        && until < from_ms
     {
-        return Err(IngestError::TimeOrder { from_ms, until_ms });
+        // pyroscope-go's last upload, at shutdown, sends `from` to the
+        // nanosecond and `until` rounded down to its second: a window that
+        // ends less than a second before it starts is that rounding, and is
+        // read as empty at `from`. Anything further back is a client error.
+        if from_ms - until >= 1000 {
+            return Err(IngestError::TimeOrder {
+                from_ms,
+                until_ms: until,
+            });
+        }
+        until_ms = Some(from_ms);
     }
     let is_multipart = content_type.is_some_and(|t| {
         t.trim_start()
@@ -430,7 +440,7 @@ fn folded_upload(
         ..spec
     };
     let (profile, _stats) =
-        folded_to_profile(&text, &spec).map_err(|source| IngestError::BadFolded { source })?;
+        folded_to_profile(text, &spec).map_err(|source| IngestError::BadFolded { source })?;
     let encoded = profile.encode_to_vec();
     let (profile, decoded_bytes) =
         kiln_pprof::validate_message(profile, limits).map_err(|source| {
