@@ -1,8 +1,9 @@
 //! The exact requests real Pyroscope clients send, replayed byte for byte
 //! against a real `kiln-store`, then queried back: requests the real
-//! `pyroscope-io` clients (0.8 and 1.x) and the pyroscope-go SDK send at
-//! test time to a recorder in the test, and, where `../shared/testdata/clients` is checked out, the
-//! captures there (Node and Rust clients too).
+//! `pyroscope-io` clients (0.8 and 1.x), the pyroscope-go SDK and the
+//! Node.js SDK send at test time to a recorder in the test, and, where
+//! `../shared/testdata/clients` is checked out, the captures there (the
+//! Rust client's too).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -121,9 +122,11 @@ fn every_captured_client_request_is_accepted_and_queryable() {
     let Some(clients) = shared_testdata("clients") else {
         let _ = writeln!(
             std::io::stderr(),
-            "SKIPPED: the ../shared client captures (Node, Rust, Python) were not replayed; \
+            "SKIPPED: the ../shared client captures (Node, Rust, Python) were not replayed \
+             (the Rust client's folded uploads have no twin); \
              live_pyroscope_io_requests_replay_byte_for_byte_and_query_back covers Python, \
-             live_pyroscope_go_requests_replay_byte_for_byte_and_query_back an SDK with tags in name="
+             live_pyroscope_go_requests_replay_byte_for_byte_and_query_back an SDK with tags in name=, \
+             live_pyroscope_node_requests_replay_byte_for_byte_and_query_back Node's wall type and dotted keys"
         );
         return;
     };
@@ -376,6 +379,71 @@ fn live_pyroscope_go_requests_replay_byte_for_byte_and_query_back() {
         let names = flamegraph_names(&graph);
         assert!(
             names.iter().any(|n| n == function),
+            "{endpoint}: {function} is missing from {names:?}"
+        );
+    }
+}
+
+/// A twin of `every_captured_client_request_is_accepted_and_queryable` for
+/// its Node.js captures: the real `@pyroscope/nodejs` SDK (the version the
+/// captures came from) uploads a wall profile with `sampleRate` and a heap
+/// profile, with dotted tag keys of its own inside `name=`, and its dynamic
+/// labels as pprof sample labels. Its requests are replayed byte for byte.
+#[test]
+fn live_pyroscope_node_requests_replay_byte_for_byte_and_query_back() {
+    use kiln_testkit::real_inputs::pyroscope_node::{
+        FUNCTIONS, SDK_TAG, STATIC_TAGS, run_pyroscope_node_app,
+    };
+    let work = tempfile::tempdir().expect("temporary directory");
+    let recorder = Recorder::start();
+    let app = "kiln.capture.node";
+    if run_pyroscope_node_app(work.path(), recorder.url(), app, 4.0).is_none() {
+        return;
+    }
+    let requests = recorder.requests();
+    assert!(
+        !requests.is_empty() && requests.iter().all(|r| r.target.starts_with("/ingest?")),
+        "Node SDK targets: {:?}",
+        requests.iter().map(|r| &r.target).collect::<Vec<_>>()
+    );
+    let store = StoreProcess::start(KILN_STORE, &[]);
+    for request in &requests {
+        replay(&store, request);
+    }
+
+    let window = "from=now-10m";
+    let types = profile_types_in(&store, window);
+    let wall_type = types
+        .iter()
+        .find(|t| t.starts_with("wall:wall:nanoseconds"))
+        .unwrap_or_else(|| panic!("no wall type in {types:?}"));
+    assert!(
+        types
+            .iter()
+            .any(|t| t.starts_with("memory:inuse_space:bytes")),
+        "no heap type in {types:?}"
+    );
+    assert!(label_values_in(&store, "service_name", window).contains(&app.to_owned()));
+    // The SDK's dotted key, whose value has a `/`, came inside `name=`.
+    let scopes = label_values_in(&store, SDK_TAG.0, window);
+    assert!(scopes.contains(&SDK_TAG.1.to_owned()), "{scopes:?}");
+    for (key, value) in STATIC_TAGS {
+        let values = label_values_in(&store, key, window);
+        assert!(values.contains(&value.to_owned()), "{key}: {values:?}");
+    }
+    for (endpoint, function) in [("/a", FUNCTIONS[0]), ("/b", FUNCTIONS[1])] {
+        let graph = flamegraph_in(
+            &store,
+            &format!(r#"{wall_type}{{service_name="{app}", endpoint="{endpoint}"}}"#),
+            window,
+        );
+        assert!(
+            graph["total"].as_i64().unwrap_or(0) > 0,
+            "{endpoint}: {graph}"
+        );
+        let names = flamegraph_names(&graph);
+        assert!(
+            names.iter().any(|n| n.contains(function)),
             "{endpoint}: {function} is missing from {names:?}"
         );
     }

@@ -3,7 +3,8 @@
 //! `runtime/pprof` ([`go_profiles`]), `perf` recordings of a C program and
 //! their folded stacks ([`perf_recordings`]), a Java Flight Recorder
 //! file, a format that is not pprof ([`jfr_recordings`]), and the requests
-//! of a real Pyroscope SDK, pyroscope-go ([`pyroscope_go`]).
+//! of real Pyroscope SDKs: pyroscope-go ([`pyroscope_go`]) and the Node.js
+//! SDK ([`pyroscope_node`]).
 //!
 //! Every maker writes into a directory the caller gives (a tempdir), never
 //! into the clone, and returns `None` after
@@ -16,6 +17,7 @@ pub mod go_profiles;
 pub mod jfr_recordings;
 pub mod perf_recordings;
 pub mod pyroscope_go;
+pub mod pyroscope_node;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
