@@ -50,7 +50,11 @@ fn assert_alive_and_small(store: &StoreProcess, what: &str, limit: u64) {
     let health = get(store.addr, "/healthz");
     assert_eq!(health.status, 200, "alive after {what}");
     let peak = peak_rss(store);
-    println!("{what}: store peak RSS {} MiB", peak >> 20);
+    let _ = writeln!(
+        std::io::stderr(),
+        "{what}: store peak RSS {} MiB",
+        peak >> 20
+    );
     assert!(
         peak < limit,
         "{what}: peak RSS {} MiB, over {} MiB",
@@ -201,7 +205,7 @@ fn an_otlp_stack_of_millions_referred_to_by_every_sample_is_refused_before_decod
     let store = StoreProcess::start(KILN_STORE, &[]);
     let body = deep_stack_export(8_000_000, 200);
     let gzipped = gzip(&body);
-    println!(
+    eprintln!(
         "deep stack export: {} bytes, {} gzipped",
         body.len(),
         gzipped.len()
@@ -217,7 +221,7 @@ fn an_otlp_stack_of_millions_referred_to_by_every_sample_is_refused_before_decod
     ] {
         let started = std::time::Instant::now();
         let response = post(&store, "/v1development/profiles", &headers, sent);
-        println!(
+        eprintln!(
             "{name}: {} in {:?}: {}",
             response.status,
             started.elapsed(),
@@ -302,7 +306,11 @@ async fn grpc_raw(store: &StoreProcess, path: &'static str, message: Vec<u8>) ->
         )
         .await
         .expect_err("refused");
-    println!("{path}: {status:?} in {:?}", started.elapsed());
+    let _ = writeln!(
+        std::io::stderr(),
+        "{path}: {status:?} in {:?}",
+        started.elapsed()
+    );
     status
 }
 
@@ -374,7 +382,7 @@ fn millions_of_empty_push_series_over_connect_are_refused_before_decoding() {
             &[("Content-Type", content_type), gzip_header],
             body,
         );
-        println!(
+        eprintln!(
             "Push {what} ({} bytes gzipped): {} in {:?}: {}",
             body.len(),
             response.status,
@@ -429,7 +437,7 @@ fn a_gzip_body_is_held_to_the_ingest_budget_as_it_inflates() {
             ],
             &bomb,
         );
-        println!("{path}: {} {}", response.status, response.text());
+        eprintln!("{path}: {} {}", response.status, response.text());
         assert!(
             (400..500).contains(&response.status),
             "{path}: {} {}",

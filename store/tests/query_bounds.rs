@@ -75,7 +75,7 @@ fn call(
         body,
     )
     .expect("POST a querier call");
-    println!(
+    eprintln!(
         "{method} ({content_type}, {} body bytes{}): {} in {:?}",
         body.len(),
         if gzipped { ", gzip" } else { "" },
@@ -132,7 +132,7 @@ fn gzip_list_bombs_are_refused_before_they_inflate_and_the_store_serves_on() {
     let json_bomb = gzip(&json_list("x", "0", 16_000_000));
     // The protobuf twin: 16.7 million empty `matchers` (`0a 00`).
     let proto_bomb = gzip(&b"\x0a\x00".repeat(16_700_000));
-    println!(
+    eprintln!(
         "bombs: JSON {} bytes, protobuf {} bytes",
         json_bomb.len(),
         proto_bomb.len()
@@ -355,7 +355,7 @@ fn a_stalled_body_holds_no_query_slot_and_is_cut_off() {
     // The store answers and closes; a reset after the answer is fine.
     let _ = stalled.read_to_end(&mut reply);
     let reply = String::from_utf8_lossy(&reply);
-    println!(
+    eprintln!(
         "stalled body answered after {:?}: {}",
         started.elapsed(),
         reply.lines().next().unwrap_or("")

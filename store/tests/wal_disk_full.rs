@@ -158,7 +158,7 @@ fn a_full_disk_refuses_writes_and_fails_liveness_until_space_is_freed_then_inges
     }
     let refused = refused.expect("a full disk never failed a WAL append");
     assert_eq!(refused.status, 500, "{}", refused.text());
-    println!(
+    eprintln!(
         "refused after {stored_during} more writes: {}",
         refused.text()
     );
@@ -167,7 +167,7 @@ fn a_full_disk_refuses_writes_and_fails_liveness_until_space_is_freed_then_inges
 
     // No fresh segment fits either: not ready, and not live, with why.
     let (_, healthz, took) = wait_for(&store, "/healthz", |status, _| status == 503);
-    println!("/healthz failed {took:?} after the refused write");
+    eprintln!("/healthz failed {took:?} after the refused write");
     assert!(healthz.contains("wal_failed: "), "{healthz}");
     assert!(healthz.contains("No space left on device"), "{healthz}");
     let ready = get(store.addr, "/readyz");
@@ -184,9 +184,9 @@ fn a_full_disk_refuses_writes_and_fails_liveness_until_space_is_freed_then_inges
     // write (a store that is not ready gets none) and no restart.
     std::fs::remove_file(&filler).expect("free the disk");
     let (_, _, took) = wait_for(&store, "/healthz", |status, _| status == 200);
-    println!("/healthz passed {took:?} after space was freed");
+    eprintln!("/healthz passed {took:?} after space was freed");
     let (_, ready, _) = wait_for(&store, "/readyz", |_, text| !text.contains("wal_failed"));
-    println!("/readyz after space was freed: {ready}");
+    eprintln!("/readyz after space was freed: {ready}");
     let after = post_folded(&store, "after");
     assert_eq!(after.status, 200, "{}", after.text());
     assert_eq!(total_for(&store, "after"), ONE_PROFILE);

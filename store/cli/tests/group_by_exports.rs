@@ -241,7 +241,7 @@ fn group_by_pod_exports_carry_each_pods_untrimmed_totals() {
     assert_eq!(json.total, grand_total);
     assert_eq!(json.group_by, ["pod"]);
     assert!(
-        json.flamegraph.node_count <= 8,
+        json.flamegraph.node_count() <= 8,
         "the JSON tree is the trimmed one"
     );
 

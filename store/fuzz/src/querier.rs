@@ -244,8 +244,8 @@ fn stored_series() -> &'static [LabelSet] {
             .map(|i| {
                 LabelSet::new(vec![
                     Label::new("__name__", "process_cpu"),
-                    Label::new("service_name", &format!("svc-{}", i % 4)),
-                    Label::new("pod", &format!("pod-{i}")),
+                    Label::new("service_name", format!("svc-{}", i % 4)),
+                    Label::new("pod", format!("pod-{i}")),
                     Label::new("namespace", if i % 2 == 0 { "shop" } else { "ops" }),
                 ])
             })

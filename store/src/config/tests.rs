@@ -145,9 +145,9 @@ fn memory_budget_parses_quantities_and_refuses_tiny_or_bad_values() {
     assert_eq!(config.memory_budget, 1536 << 20);
     assert_eq!(config.limits.max_inflight_queries, 48, "one per 32 MiB");
     assert_eq!(config.limits.query_memory_bytes, 96 << 20, "a sixteenth");
+    assert_eq!(config.connections.max_connections, 3072, "one per 512 KiB");
     let config = layered(None, &["--query-memory-bytes", "8388608"]).unwrap();
     assert_eq!(config.limits.query_memory_bytes, 8 << 20);
-    assert_eq!(config.connections.max_connections, 3072, "one per 512 KiB");
     assert_eq!(parse_bytes("1000"), Ok(1000));
     assert_eq!(parse_bytes("2GiB"), Ok(2 << 30));
     assert!(parse_bytes("2G").is_err());

@@ -237,7 +237,8 @@ pub async fn select_merge_stacktraces(
         (request.start, request.end),
     )
     .await?;
-    let levels = flamebearer::single_levels(&merged.flamegraph(max_nodes(request.max_nodes)));
+    let levels =
+        flamebearer::single_levels_off_workers(store, merged, max_nodes(request.max_nodes)).await?;
     Ok(q::SelectMergeStacktracesResponse {
         flamegraph: Some(q::FlameGraph {
             names: levels.names,
@@ -403,7 +404,7 @@ pub async fn diff(store: &Store, request: q::DiffRequest) -> Result<q::DiffRespo
     let base = store.merge(&base_selector, left_range).await?;
     let compare = store.merge(&compare_selector, right_range).await?;
     let budget = max_nodes(left.max_nodes.or(right.max_nodes));
-    let levels = flamebearer::diff_levels(&kiln_engine::diff(&base, &compare, budget));
+    let levels = flamebearer::diff_levels_off_workers(store, base, compare, budget).await?;
     Ok(q::DiffResponse {
         flamegraph: Some(q::FlameGraphDiff {
             names: levels.names,

@@ -341,7 +341,9 @@ impl Store {
             retention_deleted: upkept.retention_deleted.load(Ordering::Relaxed),
             wal_failed_writes: shared.ingest.wal.failed_writes(),
             wal_quarantined_segments: shared.ingest.replay.quarantined_segments as u64,
-            compactions_skipped_low_disk: upkept.compactions_skipped_low_disk.load(Ordering::Relaxed),
+            compactions_skipped_low_disk: upkept
+                .compactions_skipped_low_disk
+                .load(Ordering::Relaxed),
         }
     }
 
