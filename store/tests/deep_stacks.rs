@@ -160,8 +160,6 @@ fn a_stack_of_sixteen_million_unwound_frames_is_refused_at_upload() {
 }
 
 #[test]
-#[ignore = "open: querier.v1 SelectMergeStacktraces answers this stack with only the root row; \
-            the other trees pass (issue 49's progress note)"]
 fn every_tree_of_a_stack_just_within_the_depth_limit_answers() {
     let store = StoreProcess::start(KILN_STORE, &[]);
     // 64 locations of 64 inlined lines: exactly the limit once unwound.
@@ -228,7 +226,7 @@ fn every_tree_of_a_stack_just_within_the_depth_limit_answers() {
 
     let (start, end) = (now_ms() - 3_600_000, now_ms());
     let body = format!(
-        r#"{{"profileTypeID":"process_cpu:cpu:nanoseconds:cpu:nanoseconds","labelSelector":"{{service_name=\"edge\"}}","start":"{start}","end":"{end}","maxNodes":"1048576","format":"PROFILE_FORMAT_FLAMEGRAPH"}}"#
+        r#"{{"profileTypeID":"process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta","labelSelector":"{{service_name=\"edge\"}}","start":"{start}","end":"{end}","maxNodes":"1048576","format":"PROFILE_FORMAT_FLAMEGRAPH"}}"#
     );
     let response = timed("querier.v1 SelectMergeStacktraces", || {
         http(
@@ -253,7 +251,7 @@ fn every_tree_of_a_stack_just_within_the_depth_limit_answers() {
             store.addr,
             &format!(
                 "/pyroscope/render?query={}&from=now-1h&maxNodes=1048576",
-                enc("process_cpu:cpu:nanoseconds:cpu:nanoseconds{service_name=\"edge\"}")
+                enc("process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{service_name=\"edge\"}")
             ),
         )
     });

@@ -20,7 +20,7 @@ const DEPTH: usize = 4096;
 /// The largest node budget a flame graph request may ask for.
 const MAX_NODES: usize = 1 << 20;
 const SELECTOR: &str = "process_cpu{service_name=\"deep\"}";
-const PROFILE_TYPE: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
+const PROFILE_TYPE: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta";
 
 /// The plain pprof: one function, one location holding `LINES` lines of
 /// it, one sample whose stack is that location `DEPTH` times.
