@@ -8,47 +8,26 @@
 //! has. A query that finds the budget in use is answered 429 at once
 //! instead of waiting; one that could never fit is answered 413.
 
-use std::sync::Arc;
-
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use kiln_storage::StorageError;
+use kiln_storage::memory_gate::{MemoryGate, Reservation};
 
 use crate::error::ApiError;
 
-/// Reservations are counted in KiB so that one acquire (a `u32`) covers
-/// any single request.
-const UNIT_BYTES: u64 = 1024;
+/// What one query holds of the budget; given back on drop.
+pub type QueryReservation = Reservation;
 
-/// The budget all queries in flight share.
+/// The budget all queries in flight share: the same byte gate that ingest
+/// reserves from, with the query API's own errors.
 #[derive(Debug)]
 pub struct QueryMemory {
-    semaphore: Arc<Semaphore>,
-    budget_bytes: u64,
-}
-
-/// What one query holds of the budget; given back on drop.
-#[derive(Debug, Default)]
-pub struct QueryReservation {
-    permit: Option<OwnedSemaphorePermit>,
-}
-
-impl QueryReservation {
-    /// Bytes held.
-    pub fn bytes(&self) -> u64 {
-        self.permit
-            .as_ref()
-            .map_or(0, |p| p.num_permits() as u64 * UNIT_BYTES)
-    }
+    gate: MemoryGate,
 }
 
 impl QueryMemory {
     /// A budget of `budget_bytes`.
     pub fn new(budget_bytes: u64) -> Self {
-        let units = usize::try_from(budget_bytes.div_ceil(UNIT_BYTES))
-            .unwrap_or(usize::MAX)
-            .min(Semaphore::MAX_PERMITS);
         Self {
-            semaphore: Arc::new(Semaphore::new(units)),
-            budget_bytes,
+            gate: MemoryGate::new(budget_bytes),
         }
     }
 
@@ -59,34 +38,17 @@ impl QueryMemory {
         reservation: &mut QueryReservation,
         bytes: usize,
     ) -> Result<(), ApiError> {
-        if bytes == 0 {
-            return Ok(());
-        }
-        let wanted = reservation.bytes().saturating_add(bytes as u64);
-        if wanted > self.budget_bytes {
-            return Err(ApiError::QueryOverBudget {
-                bytes: wanted,
-                budget: self.budget_bytes,
-            });
-        }
-        let units = u32::try_from((bytes as u64).div_ceil(UNIT_BYTES)).unwrap_or(u32::MAX);
-        let permit = Arc::clone(&self.semaphore)
-            .try_acquire_many_owned(units)
-            .map_err(|_| ApiError::QueryMemoryBusy {
-                bytes: bytes as u64,
-                budget: self.budget_bytes,
-            })?;
-        match &mut reservation.permit {
-            Some(held) => held.merge(permit),
-            None => reservation.permit = Some(permit),
-        }
-        Ok(())
-    }
-
-    /// Bytes reserved right now, for metrics.
-    pub fn reserved_bytes(&self) -> u64 {
-        let total = self.budget_bytes.div_ceil(UNIT_BYTES);
-        total.saturating_sub(self.semaphore.available_permits() as u64) * UNIT_BYTES
+        self.gate
+            .reserve(reservation, bytes)
+            .map_err(|error| match error {
+                StorageError::OverMemoryBudget { bytes, budget } => {
+                    ApiError::QueryOverBudget { bytes, budget }
+                }
+                StorageError::MemoryBusy { bytes, budget } => {
+                    ApiError::QueryMemoryBusy { bytes, budget }
+                }
+                other => ApiError::from(other),
+            })
     }
 }
 
@@ -105,13 +67,12 @@ mod tests {
         let busy = memory.reserve(&mut second, 3 << 20).unwrap_err();
         assert_eq!(busy.http_status(), 429, "{busy}");
         memory.reserve(&mut second, 2 << 20).unwrap();
-        assert_eq!(memory.reserved_bytes(), 4 << 20);
         drop(first);
-        assert_eq!(memory.reserved_bytes(), 2 << 20);
-        let never = memory.reserve(&mut second, 3 << 20).unwrap_err();
+        // What `first` held is free again: `second` can grow into it.
+        memory.reserve(&mut second, 2 << 20).unwrap();
+        assert_eq!(second.bytes(), 4 << 20);
+        let never = memory.reserve(&mut second, 1).unwrap_err();
         assert_eq!(never.http_status(), 413, "{never}");
-        drop(second);
-        assert_eq!(memory.reserved_bytes(), 0);
     }
 
     #[test]

@@ -5,7 +5,6 @@
 //! order, written in the `store` module's documentation.
 //!
 //! - `admission`: a write's in-flight slot and memory, and its turns;
-//! - `memory_gate`: the ingest memory budget, in bytes;
 //! - `write`: `Store::ingest` and its variants (decode, check, log, apply);
 //! - `live_head`: the sharded head writes apply to;
 //! - `idempotency`: the keys of recently stored profiles;
@@ -16,7 +15,6 @@
 mod admission;
 pub(super) mod idempotency;
 mod live_head;
-mod memory_gate;
 mod quarantine;
 pub(super) mod replay;
 mod time_window;
@@ -52,7 +50,7 @@ pub(super) struct Ingest {
     /// `ingest_turn`.
     pub(super) turns: Arc<Semaphore>,
     /// Bytes reserved by ingests being decoded and applied.
-    pub(super) memory: memory_gate::MemoryGate,
+    pub(super) memory: crate::memory_gate::MemoryGate,
     /// Idempotency keys of recently stored profiles, so a resent profile
     /// is stored once.
     pub(super) recent_keys: Mutex<idempotency::RecentKeys>,
@@ -86,7 +84,7 @@ impl Ingest {
             head,
             inflight: Arc::new(Semaphore::new(config.max_inflight_ingests)),
             turns: Arc::new(Semaphore::new(config.ingest_workers)),
-            memory: memory_gate::MemoryGate::new(config.ingest_memory_bytes),
+            memory: crate::memory_gate::MemoryGate::new(config.ingest_memory_bytes),
             recent_keys: Mutex::new(recent_keys),
             closed: AtomicBool::new(false),
             counters: IngestCounters::default(),

@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::memory_gate::Reservation;
 use crate::error::StorageError;
+use crate::memory_gate::Reservation;
 use crate::store::Store;
 
 /// One turn to decode or apply an ingest, given back on drop. Hold it only

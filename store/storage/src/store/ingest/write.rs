@@ -7,10 +7,10 @@ use kiln_engine::{CheckedIngest, IngestStats};
 use kiln_pprof::{DecodedProfile, ProfileView};
 
 use super::idempotency;
-use super::memory_gate::Reservation;
 use super::time_window::check_profile_time;
 use super::wal_dir;
 use crate::error::StorageError;
+use crate::memory_gate::Reservation;
 use crate::store::{AcceptedTimes, IngestRequest, Store, StoreConfig, lock, now_ms, read};
 use crate::wal::WalRecord;
 
