@@ -9,6 +9,7 @@ pub mod limits;
 mod prescan;
 pub mod profile;
 pub mod proto;
+pub mod protobuf_fields;
 pub mod view;
 
 pub use builder::{FunctionSpec, LabelValue, MappingSpec, ProfileBuilder, encode_gzip};

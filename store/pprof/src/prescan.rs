@@ -14,6 +14,7 @@
 use crate::error::PprofError;
 use crate::limits::DecodeLimits;
 use crate::proto;
+use crate::protobuf_fields::{WireValue, fields, scalar_entries};
 
 /// In-memory sizes of decoded prost messages on 64-bit targets (a `Vec`
 /// header is 24 bytes); estimates, slightly above the real layouts.
@@ -27,66 +28,6 @@ const MAPPING_BYTES: usize = 6 * 8 + 8;
 const VALUE_TYPE_BYTES: usize = 16;
 const STRING_BYTES: usize = VEC_BYTES;
 const SCALAR_BYTES: usize = 8;
-
-/// One field as found on the wire.
-enum Value<'a> {
-    Varint,
-    Fixed,
-    Bytes(&'a [u8]),
-}
-
-/// Iterates the fields of one message; ends at the first malformed field.
-struct Fields<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> Iterator for Fields<'a> {
-    type Item = (u64, Value<'a>);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.rest.is_empty() {
-            return None;
-        }
-        let (key, after_key) = read_varint(self.rest)?;
-        let (value, rest) = match key & 7 {
-            0 => (Value::Varint, read_varint(after_key)?.1),
-            1 => (Value::Fixed, after_key.get(8..)?),
-            2 => {
-                let (len, after_len) = read_varint(after_key)?;
-                let len = usize::try_from(len).ok()?;
-                (Value::Bytes(after_len.get(..len)?), after_len.get(len..)?)
-            }
-            5 => (Value::Fixed, after_key.get(4..)?),
-            _ => return None,
-        };
-        self.rest = rest;
-        Some((key >> 3, value))
-    }
-}
-
-fn fields(message: &[u8]) -> Fields<'_> {
-    Fields { rest: message }
-}
-
-/// Entries of a repeated scalar field occurrence: one if unpacked, one per
-/// varint (a byte without the continuation bit) if packed.
-fn scalar_entries(value: &Value<'_>) -> usize {
-    match value {
-        Value::Bytes(packed) => packed.iter().filter(|b| **b & 0x80 == 0).count(),
-        Value::Varint | Value::Fixed => 1,
-    }
-}
-
-fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
-    let mut value = 0u64;
-    for (i, byte) in bytes.iter().enumerate().take(10) {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((value, &bytes[i + 1..]));
-        }
-    }
-    None
-}
 
 fn check(what: &'static str, count: usize, limit: usize) -> Result<(), PprofError> {
     if count > limit {
@@ -178,11 +119,11 @@ pub(crate) fn check_profile_wire_counted(
         }
         decoded = decoded.saturating_add(match (field, &value) {
             (1, _) => VALUE_TYPE_BYTES,
-            (2, Value::Bytes(sample)) => scan_sample(sample, limits, &mut tables)?,
+            (2, WireValue::Bytes(sample)) => scan_sample(sample, limits, &mut tables)?,
             (3, _) => MAPPING_BYTES,
-            (4, Value::Bytes(location)) => scan_location(location, limits, &mut tables)?,
+            (4, WireValue::Bytes(location)) => scan_location(location, limits, &mut tables)?,
             (5, _) => FUNCTION_BYTES,
-            (6, Value::Bytes(string)) => STRING_BYTES + string.len(),
+            (6, WireValue::Bytes(string)) => STRING_BYTES + string.len(),
             (13, value) => scalar_entries(value) * SCALAR_BYTES,
             _ => 0,
         });

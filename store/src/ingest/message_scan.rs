@@ -16,6 +16,8 @@
 
 use std::mem::size_of;
 
+use kiln_pprof::protobuf_fields::{WireValue, fields, scalar_entries};
+
 /// prost's recursion limit: deeper nesting is refused by prost itself, so
 /// the walk stops there too.
 const MAX_DEPTH: usize = 100;
@@ -151,67 +153,6 @@ pub fn scan(message: &[u8], shape: &'static Shape, limits: &Limits) -> Result<Sc
     })
 }
 
-/// One field as found on the wire.
-enum Value<'a> {
-    Varint,
-    Fixed,
-    Bytes(&'a [u8]),
-}
-
-/// The fields of one message; ends at the first malformed one.
-struct Fields<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> Iterator for Fields<'a> {
-    type Item = (u64, Value<'a>);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.rest.is_empty() {
-            return None;
-        }
-        let (key, after_key) = read_varint(self.rest)?;
-        let (value, rest) = match key & 7 {
-            0 => (Value::Varint, read_varint(after_key)?.1),
-            1 => (Value::Fixed, after_key.get(8..)?),
-            2 => {
-                let (len, after_len) = read_varint(after_key)?;
-                let len = usize::try_from(len).ok()?;
-                (Value::Bytes(after_len.get(..len)?), after_len.get(len..)?)
-            }
-            5 => (Value::Fixed, after_key.get(4..)?),
-            _ => return None,
-        };
-        self.rest = rest;
-        Some((key >> 3, value))
-    }
-}
-
-fn fields(message: &[u8]) -> Fields<'_> {
-    Fields { rest: message }
-}
-
-fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
-    let mut value = 0u64;
-    for (i, byte) in bytes.iter().enumerate().take(10) {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((value, bytes.get(i + 1..)?));
-        }
-    }
-    None
-}
-
-/// Entries of one occurrence of a repeated scalar field: one unpacked, else
-/// one per varint (a byte without the continuation bit) or per fixed-size
-/// value in the packed payload. An upper bound either way.
-fn scalar_entries(value: &Value<'_>) -> usize {
-    match value {
-        Value::Bytes(packed) => packed.iter().filter(|b| **b & 0x80 == 0).count(),
-        Value::Varint | Value::Fixed => 1,
-    }
-}
-
 /// The decoded bytes of `message`'s fields (its own struct is its parent's
 /// to count, as a `Vec` element or inline).
 fn walk(
@@ -239,7 +180,7 @@ fn walk(
         let field = &shape.fields[index];
         let (entries, cost) = match (&field.kind, &value) {
             // Twice the struct: a `Vec` may hold up to twice its length.
-            (Kind::Message(sub), Value::Bytes(payload)) => (
+            (Kind::Message(sub), WireValue::Bytes(payload)) => (
                 1,
                 walk(payload, sub, limits, totals, depth + 1)?
                     .saturating_add(sub.struct_bytes.saturating_mul(2)),
@@ -248,7 +189,7 @@ fn walk(
                 let entries = scalar_entries(value);
                 (entries, entries.saturating_mul(each.saturating_mul(2)))
             }
-            (Kind::Bytes, Value::Bytes(payload)) => (1, payload.len()),
+            (Kind::Bytes, WireValue::Bytes(payload)) => (1, payload.len()),
             // The wrong wire type: prost refuses the message.
             _ => (0, 0),
         };

@@ -9,6 +9,8 @@
 //! walked into, before anything is allocated; fields the message does not
 //! have are skipped, as prost skips them without keeping them.
 
+use kiln_pprof::protobuf_fields::{WireValue, fields};
+
 use crate::error::ApiError;
 
 /// What the scan knows of one message: its fields that can grow when
@@ -50,11 +52,8 @@ pub enum Rule {
 /// the wire format is broken.
 pub fn check(bytes: &[u8], shape: &'static Shape) -> Result<(), ApiError> {
     let mut counts = vec![0usize; shape.fields.len()];
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        let key = varint(&mut rest, shape)?;
-        let number = key >> 3;
-        let payload = skip_value(&mut rest, key & 7, shape)?;
+    let mut walked = fields(bytes);
+    for (number, value) in walked.by_ref() {
         let Some(index) = shape.fields.iter().position(|f| f.number == number) else {
             continue;
         };
@@ -76,12 +75,20 @@ pub fn check(bytes: &[u8], shape: &'static Shape) -> Result<(), ApiError> {
                         message: format!("`{}` is given more than once", field.name),
                     });
                 }
-                let Some(payload) = payload else {
+                let WireValue::Bytes(payload) = value else {
                     return Err(broken(shape, "a message field is not length-delimited"));
                 };
                 check(payload, inner)?;
             }
         }
+    }
+    // The walk stops early only at a truncated or malformed field, or at a
+    // group, which no querier message has.
+    if !walked.rest().is_empty() {
+        return Err(broken(
+            shape,
+            "a field is truncated, malformed or of a wire type no querier message uses",
+        ));
     }
     Ok(())
 }
@@ -90,52 +97,6 @@ fn broken(shape: &Shape, what: &str) -> ApiError {
     ApiError::BadMessage {
         message_type: shape.message,
         message: what.to_owned(),
-    }
-}
-
-/// Reads one varint off the front of `rest`.
-fn varint(rest: &mut &[u8], shape: &Shape) -> Result<u64, ApiError> {
-    let bytes: &[u8] = rest;
-    let mut value = 0u64;
-    for (i, byte) in bytes.iter().take(10).enumerate() {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            *rest = &bytes[i + 1..];
-            return Ok(value);
-        }
-    }
-    Err(broken(shape, "a varint is truncated or too long"))
-}
-
-/// Skips one value of wire type `wire_type`; returns its payload when it
-/// is length-delimited.
-fn skip_value<'a>(
-    rest: &mut &'a [u8],
-    wire_type: u64,
-    shape: &Shape,
-) -> Result<Option<&'a [u8]>, ApiError> {
-    let take = |rest: &mut &'a [u8], len: usize| -> Result<&'a [u8], ApiError> {
-        if rest.len() < len {
-            return Err(broken(shape, "a field is truncated"));
-        }
-        let (value, after) = (*rest).split_at(len);
-        *rest = after;
-        Ok(value)
-    };
-    match wire_type {
-        0 => varint(rest, shape).map(|_| None),
-        1 => take(rest, 8).map(|_| None),
-        2 => {
-            let len = usize::try_from(varint(rest, shape)?)
-                .map_err(|_| broken(shape, "a length is too large"))?;
-            take(rest, len).map(Some)
-        }
-        5 => take(rest, 4).map(|_| None),
-        // Groups (3, 4) are in no querier message; 6 and 7 are no types.
-        _ => Err(broken(
-            shape,
-            "a field has a wire type no querier message uses",
-        )),
     }
 }
 
