@@ -336,16 +336,7 @@ fn live_pyroscope_go_requests_replay_byte_for_byte_and_query_back() {
     if run_pyroscope_go_app(work.path(), recorder.url(), app, 3.0).is_none() {
         return;
     }
-    let requests = recorder.requests();
-    assert!(
-        !requests.is_empty() && requests.iter().all(|r| r.target.starts_with("/ingest?")),
-        "pyroscope-go targets: {:?}",
-        requests.iter().map(|r| &r.target).collect::<Vec<_>>()
-    );
-    let store = StoreProcess::start(KILN_STORE, &[]);
-    for request in &requests {
-        replay(&store, request);
-    }
+    let store = store_of_sdk_uploads("pyroscope-go", &recorder);
 
     let window = "from=now-10m";
     let types = profile_types_in(&store, window);
@@ -361,27 +352,14 @@ fn live_pyroscope_go_requests_replay_byte_for_byte_and_query_back() {
     }
     // Static tags came inside `name=`, dotted name and `/` included.
     assert!(label_values_in(&store, "service_name", window).contains(&app.to_owned()));
-    for (key, value) in STATIC_TAGS {
-        let values = label_values_in(&store, key, window);
-        assert!(values.contains(&value.to_owned()), "{key}: {values:?}");
-    }
+    assert_labels(&store, window, &STATIC_TAGS);
     // Dynamic tags were pprof sample labels, and split the time by endpoint.
-    for (endpoint, function) in [("/a", FUNCTIONS[0]), ("/b", FUNCTIONS[1])] {
-        let graph = flamegraph_in(
-            &store,
-            &format!(r#"{cpu_type}{{service_name="{app}", endpoint="{endpoint}"}}"#),
-            window,
-        );
-        assert!(
-            graph["total"].as_i64().unwrap_or(0) > 0,
-            "{endpoint}: {graph}"
-        );
-        let names = flamegraph_names(&graph);
-        assert!(
-            names.iter().any(|n| n == function),
-            "{endpoint}: {function} is missing from {names:?}"
-        );
-    }
+    assert_endpoints_split_time(
+        &store,
+        window,
+        &format!("{cpu_type}{{service_name=\"{app}\""),
+        FUNCTIONS,
+    );
 }
 
 /// A twin of `every_captured_client_request_is_accepted_and_queryable` for
@@ -400,16 +378,7 @@ fn live_pyroscope_node_requests_replay_byte_for_byte_and_query_back() {
     if run_pyroscope_node_app(work.path(), recorder.url(), app, 4.0).is_none() {
         return;
     }
-    let requests = recorder.requests();
-    assert!(
-        !requests.is_empty() && requests.iter().all(|r| r.target.starts_with("/ingest?")),
-        "Node SDK targets: {:?}",
-        requests.iter().map(|r| &r.target).collect::<Vec<_>>()
-    );
-    let store = StoreProcess::start(KILN_STORE, &[]);
-    for request in &requests {
-        replay(&store, request);
-    }
+    let store = store_of_sdk_uploads("the Node SDK", &recorder);
 
     let window = "from=now-10m";
     let types = profile_types_in(&store, window);
@@ -425,16 +394,54 @@ fn live_pyroscope_node_requests_replay_byte_for_byte_and_query_back() {
     );
     assert!(label_values_in(&store, "service_name", window).contains(&app.to_owned()));
     // The SDK's dotted key, whose value has a `/`, came inside `name=`.
-    let scopes = label_values_in(&store, SDK_TAG.0, window);
-    assert!(scopes.contains(&SDK_TAG.1.to_owned()), "{scopes:?}");
-    for (key, value) in STATIC_TAGS {
-        let values = label_values_in(&store, key, window);
-        assert!(values.contains(&value.to_owned()), "{key}: {values:?}");
+    assert_labels(&store, window, &[SDK_TAG]);
+    assert_labels(&store, window, &STATIC_TAGS);
+    assert_endpoints_split_time(
+        &store,
+        window,
+        &format!("{wall_type}{{service_name=\"{app}\""),
+        FUNCTIONS,
+    );
+}
+
+/// A store holding every request `recorder` got from `sdk`, replayed byte
+/// for byte; they must be Pyroscope `/ingest` uploads, and at least one.
+fn store_of_sdk_uploads(sdk: &str, recorder: &Recorder) -> StoreProcess {
+    let requests = recorder.requests();
+    assert!(
+        !requests.is_empty() && requests.iter().all(|r| r.target.starts_with("/ingest?")),
+        "{sdk} targets: {:?}",
+        requests.iter().map(|r| &r.target).collect::<Vec<_>>()
+    );
+    let store = StoreProcess::start(KILN_STORE, &[]);
+    for request in &requests {
+        replay(&store, request);
     }
-    for (endpoint, function) in [("/a", FUNCTIONS[0]), ("/b", FUNCTIONS[1])] {
+    store
+}
+
+/// Each `(key, value)` is among the store's values of `key`.
+fn assert_labels(store: &StoreProcess, window: &str, labels: &[(&str, &str)]) {
+    for (key, value) in labels {
+        let values = label_values_in(store, key, window);
+        assert!(values.contains(&(*value).to_owned()), "{key}: {values:?}");
+    }
+}
+
+/// The SDK apps run `functions[0]` under `endpoint=/a` and `functions[1]`
+/// under `endpoint=/b`: each endpoint's flame graph (`selector_head` is the
+/// selector up to its closing brace) has time, and that function in it
+/// (Node names a frame `file:function:line`).
+fn assert_endpoints_split_time(
+    store: &StoreProcess,
+    window: &str,
+    selector_head: &str,
+    functions: [&str; 2],
+) {
+    for (endpoint, function) in [("/a", functions[0]), ("/b", functions[1])] {
         let graph = flamegraph_in(
-            &store,
-            &format!(r#"{wall_type}{{service_name="{app}", endpoint="{endpoint}"}}"#),
+            store,
+            &format!(r#"{selector_head}, endpoint="{endpoint}"}}"#),
             window,
         );
         assert!(
@@ -443,7 +450,9 @@ fn live_pyroscope_node_requests_replay_byte_for_byte_and_query_back() {
         );
         let names = flamegraph_names(&graph);
         assert!(
-            names.iter().any(|n| n.contains(function)),
+            names
+                .iter()
+                .any(|n| n == function || n.split(':').any(|part| part == function)),
             "{endpoint}: {function} is missing from {names:?}"
         );
     }
