@@ -1,9 +1,10 @@
-//! Byte-based admission for ingest: every request reserves the
-//! memory its decode will take, step by step, before taking it, from one
-//! budget derived from the store's memory budget. A request that finds the
-//! budget spent is refused as overload (429 / RESOURCE_EXHAUSTED) instead
-//! of being decoded, so many large requests at once cannot add up to more
-//! than the store has, whatever their count.
+//! Byte-based admission: every request reserves the memory its decode will
+//! take, step by step, before taking it, from one budget derived from the
+//! store's memory budget. A request that finds the budget spent is refused
+//! as overload (429 / RESOURCE_EXHAUSTED) instead of being decoded, so many
+//! large requests at once cannot add up to more than the store has,
+//! whatever their count. The store's ingest path holds one gate; the query
+//! API (kiln-store) holds another for query bodies.
 
 use std::sync::Arc;
 
@@ -17,19 +18,29 @@ const UNIT_BYTES: u64 = 1024;
 
 /// The shared budget.
 #[derive(Debug)]
-pub(in crate::store) struct MemoryGate {
+pub struct MemoryGate {
     semaphore: Arc<Semaphore>,
     budget_bytes: u64,
 }
 
-/// Ingest memory one request holds; released on drop.
+/// Memory one request holds; released on drop.
 #[derive(Debug, Default)]
 pub struct Reservation {
     permit: Option<OwnedSemaphorePermit>,
 }
 
+impl Reservation {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.permit
+            .as_ref()
+            .map_or(0, |p| p.num_permits() as u64 * UNIT_BYTES)
+    }
+}
+
 impl MemoryGate {
-    pub(in crate::store) fn new(budget_bytes: u64) -> Self {
+    /// A budget of `budget_bytes`.
+    pub fn new(budget_bytes: u64) -> Self {
         let units = usize::try_from(budget_bytes.div_ceil(UNIT_BYTES))
             .unwrap_or(usize::MAX)
             .min(Semaphore::MAX_PERMITS);
@@ -41,19 +52,11 @@ impl MemoryGate {
 
     /// Adds `bytes` to `reservation`, or refuses at once when the budget
     /// cannot hold them now (or ever).
-    pub(in crate::store) fn reserve(
-        &self,
-        reservation: &mut Reservation,
-        bytes: usize,
-    ) -> Result<(), StorageError> {
+    pub fn reserve(&self, reservation: &mut Reservation, bytes: usize) -> Result<(), StorageError> {
         if bytes == 0 {
             return Ok(());
         }
-        let held = reservation
-            .permit
-            .as_ref()
-            .map_or(0, |p| p.num_permits() as u64 * UNIT_BYTES);
-        let wanted = held.saturating_add(bytes as u64);
+        let wanted = reservation.bytes().saturating_add(bytes as u64);
         if wanted > self.budget_bytes {
             return Err(StorageError::OverMemoryBudget {
                 bytes: wanted,
@@ -75,7 +78,7 @@ impl MemoryGate {
     }
 
     /// Bytes reserved right now, for metrics.
-    pub(in crate::store) fn reserved_bytes(&self) -> u64 {
+    pub fn reserved_bytes(&self) -> u64 {
         let total = self.budget_bytes.div_ceil(UNIT_BYTES);
         total.saturating_sub(self.semaphore.available_permits() as u64) * UNIT_BYTES
     }
