@@ -355,9 +355,8 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
         self.metrics.queue_length.set(self.queue.len() as u64);
         // blazesym keeps every ELF file it read mapped, and the symbol-table
         // pages it touched stay resident. Names already found are cached by
-        // (build id, offset), so unmapping after each window costs little
+        // (file, offset), so unmapping after each window costs little
         // CPU and keeps RSS from growing with every binary ever seen.
-        // Evicted open files also invalidate its path-keyed state.
         self.processes.take_file_evictions();
         self.metrics.add_drop(
             "open_file_budget_spent",

@@ -19,10 +19,8 @@ pub struct MappedFile {
     pub build_id: String,
     /// The path the process sees.
     pub path: String,
-    /// Device of the open file (with `inode`, its identity).
-    pub device: u64,
-    /// Inode of the open file.
-    pub inode: u64,
+    /// What every node-wide cache keys this file by.
+    pub identity: FileIdentity,
     /// The open file; read with `pread` only (see `elf_symbols`).
     pub file: File,
     /// Counts this file against the table's open-file budget while it lives.
@@ -48,13 +46,41 @@ impl Drop for OpenFileToken {
     }
 }
 
-impl MappedFile {
-    /// The identity symbol caches use: the build id, else the path.
-    pub fn cache_identity(&self) -> &str {
-        if self.build_id.is_empty() {
-            &self.path
-        } else {
-            &self.build_id
+/// A file as the kernel knows it, the key of every node-wide symbol and
+/// unwind cache.
+///
+/// Neither a path nor a build id will do. Paths repeat across containers:
+/// many operators' binaries are all `/manager`, and Go binaries seldom carry
+/// a GNU build id to tell them apart. A build id is only what the file says
+/// of itself: a pod can copy libc's into its own binary and, were build ids
+/// keys, rename other pods' libc frames. The open file's device and inode
+/// cannot be chosen by a pod; its size and change times tell a rewritten or
+/// reused inode apart. Containers started from one image still share their
+/// image's files (overlayfs maps the lower layer's own inode), so one copy
+/// of libc is read once however many pods run it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileIdentity {
+    pub device: u64,
+    pub inode: u64,
+    pub size: u64,
+    /// Last modification, ns since the epoch.
+    pub modified_ns: i64,
+    /// Last status change (which no process can set back), ns since the epoch.
+    pub changed_ns: i64,
+}
+
+impl FileIdentity {
+    /// The identity of an open file, from its metadata.
+    pub fn of(metadata: &std::fs::Metadata) -> FileIdentity {
+        use std::os::unix::fs::MetadataExt;
+        let ns =
+            |seconds: i64, nanos: i64| seconds.saturating_mul(1_000_000_000).saturating_add(nanos);
+        FileIdentity {
+            device: metadata.dev(),
+            inode: metadata.ino(),
+            size: metadata.size(),
+            modified_ns: ns(metadata.mtime(), metadata.mtime_nsec()),
+            changed_ns: ns(metadata.ctime(), metadata.ctime_nsec()),
         }
     }
 }
@@ -136,9 +162,8 @@ pub struct ProcessTable {
     proc_root: PathBuf,
     ticks_per_second: u64,
     snapshots: BoundedCache<(u32, u64), Arc<ProcessSnapshot>>,
-    files: BoundedCache<(u64, u64), Arc<MappedFile>>,
-    /// Open files dropped from `files` since the last check; symbolizer
-    /// caches keyed by their paths must be reset.
+    files: BoundedCache<FileIdentity, Arc<MappedFile>>,
+    /// Open files dropped from `files` since the last check.
     files_evicted: u64,
     /// Mapped files open now, wherever they are held.
     open_files: Arc<AtomicUsize>,
@@ -284,13 +309,13 @@ impl ProcessTable {
         entry: &MapEntry,
         path: &str,
     ) -> Option<Arc<MappedFile>> {
-        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        use std::os::unix::fs::OpenOptionsExt;
         // map_files is the mapped file itself. O_NONBLOCK: a FIFO planted at
         // a path must not block the open.
         let map_file = self.proc_path(pid, &format!("map_files/{:x}-{:x}", entry.start, entry.end));
         // A file already open is found by its identity without opening it again.
         if let Ok(metadata) = std::fs::metadata(&map_file)
-            && let Some(known) = self.files.get(&(metadata.dev(), metadata.ino()))
+            && let Some(known) = self.files.get(&FileIdentity::of(&metadata))
         {
             return Some(Arc::clone(known));
         }
@@ -332,15 +357,14 @@ impl ProcessTable {
         if !metadata.is_file() {
             return None;
         }
-        let identity = (metadata.dev(), metadata.ino());
+        let identity = FileIdentity::of(&metadata);
         if let Some(known) = self.files.get(&identity) {
             return Some(Arc::clone(known));
         }
         let mut mapped = MappedFile {
             build_id: String::new(),
             path: path.to_owned(),
-            device: identity.0,
-            inode: identity.1,
+            identity,
             file,
             _open: OpenFileToken::new(&self.open_files),
         };
@@ -449,6 +473,37 @@ mod tests {
             2,
             "0 Hz is treated as 1 Hz"
         );
+    }
+
+    #[test]
+    fn a_file_rewritten_in_place_is_another_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("manager");
+        let identity = |path: &Path| {
+            let file = File::open(path).expect("open");
+            FileIdentity::of(&file.metadata().expect("fstat"))
+        };
+        std::fs::write(&path, b"first binary").expect("write");
+        let first = identity(&path);
+        assert_eq!(first, identity(&path), "the same file, opened twice");
+        // Change times move with the kernel's clock tick: wait one out.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open for writing");
+        std::io::Write::write_all(&mut &file, b"other binary").expect("rewrite");
+        // Same inode, same size, and the old modification time forged back:
+        // only the change time, which no process can set, tells them apart.
+        file.set_modified(
+            std::time::UNIX_EPOCH + std::time::Duration::from_nanos(first.modified_ns as u64),
+        )
+        .expect("forge mtime");
+        drop(file);
+        let rewritten = identity(&path);
+        assert_eq!((rewritten.inode, rewritten.size), (first.inode, first.size));
+        assert_eq!(rewritten.modified_ns, first.modified_ns);
+        assert_ne!(rewritten, first);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::bounded_cache::BoundedCache;
 use crate::kallsyms::KernelSymbols;
 use crate::perf_map::{PerfMap, PerfMapLimits, PerfMapRead, PerfMapVersion, read_process_perf_map};
 use crate::proc_maps::{self, MappingKind};
-use crate::process_info::{MappedFile, ProcessSnapshot};
+use crate::process_info::{FileIdentity, MappedFile, ProcessSnapshot};
 
 /// A mapping as it goes into pprof.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -73,16 +73,16 @@ pub struct StackSymbolizer {
     blaze: blaze::Symbolizer,
     kernel: KernelSymbols,
     kernel_mapping: Arc<FrameMapping>,
-    /// (file identity, file offset) to name; `None` caches a miss.
-    names: BoundedCache<(Arc<str>, u64), Option<Arc<str>>>,
+    /// (file, file offset) to name; `None` caches a miss.
+    names: BoundedCache<(FileIdentity, u64), Option<Arc<str>>>,
     /// Bytes of ELF copies blazesym has mapped since its last reset.
     mapped_bytes: u64,
     /// The sealed copies blazesym reads (see `elf_symbols`), by file
     /// identity; held until blazesym is reset, so a `/proc/self/fd/N` path
     /// it cached never names another file.
-    copies: HashMap<Arc<str>, File>,
-    /// Offsets to look up, per file identity.
-    pending: HashMap<Arc<str>, (Arc<MappedFile>, HashSet<u64>)>,
+    copies: HashMap<FileIdentity, File>,
+    /// Offsets to look up, per file.
+    pending: HashMap<FileIdentity, (Arc<MappedFile>, HashSet<u64>)>,
     /// Perf maps checked this window, per pid (`None`: the process has none).
     perf_maps: HashMap<u32, Option<Arc<PerfMap>>>,
     /// Perf maps of the previous window with their file versions: an
@@ -245,8 +245,7 @@ impl StackSymbolizer {
                         let function = index.and_then(|i| match &process.files[i] {
                             Some(file) => {
                                 let offset = process.maps[i].file_offset_of(address);
-                                let key = (Arc::<str>::from(file.cache_identity()), offset);
-                                self.names.get(&key).cloned().flatten()
+                                self.names.get(&(file.identity, offset)).cloned().flatten()
                             }
                             None => jit_names.get(&address).cloned(),
                         });
@@ -277,12 +276,11 @@ impl StackSymbolizer {
                     continue;
                 };
                 let offset = process.maps[index].file_offset_of(address);
-                let identity: Arc<str> = Arc::from(file.cache_identity());
-                if self.names.contains(&(Arc::clone(&identity), offset)) {
+                if self.names.contains(&(file.identity, offset)) {
                     continue;
                 }
                 self.pending
-                    .entry(identity)
+                    .entry(file.identity)
                     .or_insert_with(|| (Arc::clone(file), HashSet::new()))
                     .1
                     .insert(offset);
@@ -301,15 +299,15 @@ impl StackSymbolizer {
                     "symbol tables over the cap: frames keep their addresses");
                 self.refused_objects += 1;
                 for offset in offsets {
-                    self.names.insert((Arc::clone(&identity), offset), None);
+                    self.names.insert((identity, offset), None);
                 }
                 continue;
             }
             // Blazesym maps what it reads: it gets a sealed copy, so a
             // process truncating its own library cannot SIGBUS the agent.
-            let Some(path) = self.copy_for_blazesym(&identity, &file) else {
+            let Some(path) = self.copy_for_blazesym(identity, &file) else {
                 for offset in offsets {
-                    self.names.insert((Arc::clone(&identity), offset), None);
+                    self.names.insert((identity, offset), None);
                 }
                 continue;
             };
@@ -328,7 +326,7 @@ impl StackSymbolizer {
                     }
                 };
             for (offset, name) in offsets.into_iter().zip(names) {
-                self.names.insert((Arc::clone(&identity), offset), name);
+                self.names.insert((identity, offset), name);
             }
         }
     }
@@ -337,12 +335,12 @@ impl StackSymbolizer {
     /// reads, made on first use; `None` when it cannot be made (logged).
     fn copy_for_blazesym(
         &mut self,
-        identity: &Arc<str>,
+        identity: FileIdentity,
         file: &MappedFile,
     ) -> Option<std::path::PathBuf> {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::MetadataExt;
-        if !self.copies.contains_key(identity) {
+        if !self.copies.contains_key(&identity) {
             let cap = self
                 .max_symbol_table_bytes
                 .saturating_add(COPY_HEADER_ALLOWANCE);
@@ -361,9 +359,9 @@ impl StackSymbolizer {
                 self.reset_file_state();
             }
             self.mapped_bytes = self.mapped_bytes.saturating_add(held);
-            self.copies.insert(Arc::clone(identity), copy);
+            self.copies.insert(identity, copy);
         }
-        let copy = self.copies.get(identity)?;
+        let copy = self.copies.get(&identity)?;
         Some(std::path::PathBuf::from(format!(
             "/proc/self/fd/{}",
             copy.as_raw_fd()

@@ -4,7 +4,7 @@
 //! frame pointers for code that has no unwind info (JIT code, objects over
 //! the cap or with broken CFI).
 //!
-//! Unwind sections are cached per object (build id, else file identity), in
+//! Unwind sections are cached per object (its file identity), in
 //! a byte budget, and shared by every process that maps the object. A
 //! process's module list is built once per window from its snapshot, so
 //! `dlopen`ed libraries are seen, and dropped at the window's end, so no
@@ -19,7 +19,7 @@ use framehop::{Error as FramehopError, ExplicitModuleSectionInfo, Module, Unwind
 
 use crate::abi::{MAX_STACK_DEPTH, StackSnapshot};
 use crate::proc_maps::{MapEntry, MappingKind};
-use crate::process_info::{MappedFile, ProcessSnapshot};
+use crate::process_info::{FileIdentity, MappedFile, ProcessSnapshot};
 use crate::unwind_info::{self, SectionBytes, UnwindInfoError, UnwindInfoLimits, UnwindSections};
 
 /// How one sample's user stack came out.
@@ -192,11 +192,11 @@ pub struct UnwindStats {
     pub evictions: u64,
 }
 
-/// Identity of an object: its build id, else its file.
+/// Identity of an object: its file (never its build id or path, see
+/// [`FileIdentity`]), or the vDSO.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum ObjectKey {
-    BuildId(String),
-    File { device: u64, inode: u64 },
+    File(FileIdentity),
     Vdso,
 }
 
@@ -437,14 +437,7 @@ fn contains(ranges: &[Range<u64>], address: u64) -> bool {
 }
 
 fn object_key(file: &MappedFile) -> ObjectKey {
-    if file.build_id.is_empty() {
-        ObjectKey::File {
-            device: file.device,
-            inode: file.inode,
-        }
-    } else {
-        ObjectKey::BuildId(file.build_id.clone())
-    }
+    ObjectKey::File(file.identity)
 }
 
 /// A framehop module for one executable mapping of an object.

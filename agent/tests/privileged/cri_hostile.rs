@@ -64,9 +64,16 @@ pub struct PodNode {
 }
 
 impl PodNode {
+    /// A node with the hostile image.
     pub fn start() -> PodNode {
+        PodNode::start_with_image(build_hostile_image)
+    }
+
+    /// A node with the image `build` makes in the directory it is given
+    /// (returning the image archive).
+    pub fn start_with_image(build: impl FnOnce(&Path) -> PathBuf) -> PodNode {
         let work = tempfile::tempdir().expect("temp dir");
-        let archive = build_hostile_image(&work.path().join("image"));
+        let archive = build(&work.path().join("image"));
         let containerd = Containerd::start(&work.path().join("containerd"));
         containerd.import(&archive);
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -1,7 +1,7 @@
 //! The real agent on the real machine: the `kiln-agent` binary samples real
 //! programs on the real kernel ([`sampling`], [`unwinding`], [`python_frames`]), and
 //! runs in Kubernetes mode against pods on a real containerd ([`cri_e2e`],
-//! [`cri_python`], [`cri_hostile_pods`]); [`python_offsets`] checks the
+//! [`cri_python`], [`cri_hostile_pods`], [`cri_same_path`]); [`python_offsets`] checks the
 //! CPython offsets table against the interpreters' own headers.
 //!
 //! Most need root, BTF, gcc and, for the CRI tests, containerd. In CI
@@ -24,6 +24,7 @@ mod python_program;
 mod cri_e2e;
 mod cri_hostile_pods;
 mod cri_python;
+mod cri_same_path;
 mod python_frames;
 mod python_offsets;
 mod sampling;
