@@ -113,7 +113,8 @@ struct kiln_python_process {
 	__u8 entry_kind;
 	/* `owner` value of shim frames (FRAME_OWNED_BY_CSTACK). */
 	__u8 owned_by_cstack;
-	__u8 reserved;
+	/* Low bits cleared from the code pointer (3.14+ tags `f_executable`). */
+	__u8 code_tag_mask;
 };
 
 /* Set in `kiln_py_frame.flags` on the root-most frame of one eval-loop call. */

@@ -245,7 +245,8 @@ static __always_inline void read_python_frames(struct kiln_stack_snapshot *event
 		} else {
 			position = read_user_u64(frame + py->frame_position);
 		}
-		event->py_frames[i].code = read_user_u64(frame + py->frame_code);
+		event->py_frames[i].code =
+			read_user_u64(frame + py->frame_code) & ~(__u64)py->code_tag_mask;
 		event->py_frames[i].position = position;
 		event->py_frames[i].flags = flags;
 		event->py_frames[i].reserved = 0;

@@ -149,8 +149,9 @@ pub struct PythonProcess {
     pub entry_kind: u8,
     /// `FRAME_OWNED_BY_CSTACK`.
     pub owned_by_cstack: u8,
-    /// Padding, zero.
-    pub reserved: u8,
+    /// Low bits cleared from the code pointer: 3.14 tags `f_executable`
+    /// (a `_PyStackRef`) in them.
+    pub code_tag_mask: u8,
 }
 
 /// `KILN_PY_NO_CFRAME`: the thread state points at the frame itself.

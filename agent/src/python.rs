@@ -1,15 +1,19 @@
-//! Python functions in CPU profiles: CPython 3.9 to 3.13, without changes
+//! Python functions in CPU profiles: CPython 3.9 and later, without changes
 //! to the program or its image.
 //!
 //! At sample time the BPF program reads the sampled thread's frame chain
 //! (code object and bytecode position per frame) from the interpreter's own
-//! thread state, using the per-version offsets of [`offsets`] that
-//! userspace stored for that process ([`interpreter::find`]). Userspace then
+//! thread state, using the offsets that userspace stored for that process
+//! ([`interpreter::find`]): the agent's own table ([`offsets`]) for 3.9 to
+//! 3.12, and from 3.13 on the table CPython itself keeps at the start of
+//! `_PyRuntime` ([`debug_offsets`]), so a new release whose table keeps its
+//! fields' places needs no new agent. Userspace then
 //! reads each code object once ([`code`]), turns positions into lines
 //! ([`line_table`]) and puts the Python frames into the native stack at the
 //! eval-loop frames that run them ([`frames::interleave`]).
 
 pub mod code;
+pub mod debug_offsets;
 pub mod frames;
 pub mod interpreter;
 pub mod line_table;
@@ -149,11 +153,15 @@ impl PythonUnwinder {
                 }
                 continue;
             }
-            let name = match self.code(&interpreter, &memory, key, frame.code) {
+            // The BPF program clears 3.14's tag bits already; clearing them
+            // again keeps a stale or older BPF object from splitting one
+            // code object into several cache keys.
+            let code_address = frame.code & !u64::from(interpreter.offsets.frames.code_tag_mask);
+            let name = match self.code(&interpreter, &memory, key, code_address) {
                 Some(code) => PythonFrameName {
                     function: Arc::clone(&code.name),
                     file: Arc::clone(&code.file),
-                    line: code.line_at(interpreter.offsets, frame.code, frame.position),
+                    line: code.line_at(&interpreter.offsets, code_address, frame.position),
                 },
                 None => PythonFrameName {
                     function: Arc::from(UNKNOWN_FUNCTION),
@@ -178,7 +186,7 @@ impl PythonUnwinder {
         if let Some(info) = self.codes.get(cache_key) {
             return Some(info);
         }
-        match code::read_code(memory, interpreter.offsets, interpreter.code_type, address) {
+        match code::read_code(memory, &interpreter.offsets, interpreter.code_type, address) {
             Ok(info) => {
                 *self.stats.code_reads.entry("ok").or_default() += 1;
                 let info = Arc::new(info);

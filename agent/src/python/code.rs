@@ -82,6 +82,7 @@ pub fn read_code(
     address: u64,
 ) -> Result<CodeInfo, CodeReadError> {
     let fields = [
+        offsets.object_type,
         offsets.code_name,
         offsets.code_filename,
         offsets.code_firstlineno,
@@ -96,7 +97,7 @@ pub fn read_code(
             .and_then(|b| b.try_into().ok())
             .map_or(0, u64::from_le_bytes)
     };
-    if u64_at(8) != code_type {
+    if u64_at(offsets.object_type) != code_type {
         return Err(CodeReadError::NotCode { address });
     }
     let first_line = u64_at(offsets.code_firstlineno) as u32 as i32;

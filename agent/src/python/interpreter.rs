@@ -1,10 +1,13 @@
 //! Finding CPython in a process: the object that holds `_PyRuntime` (the
 //! executable, or a `libpython3.x.so` in uWSGI and embedded interpreters),
-//! its version, and the addresses the agent needs in that process.
+//! its version, its offsets, and the addresses the agent needs in that
+//! process.
 //!
 //! Only the ELF header, program headers, section headers and `.dynsym` (with
 //! its string table) are read, each capped before it is read, so a hostile
-//! file costs at most those caps.
+//! file costs at most those caps. From 3.13 on, the offsets come from the
+//! `_Py_DebugOffsets` table at `_PyRuntime` in the process's memory: a
+//! fixed number of bytes, checked whole ([`debug_offsets::parse`]).
 
 use std::fs::File;
 use std::ops::Range;
@@ -17,6 +20,8 @@ use object::{Endianness, ReadCache};
 use crate::proc_maps::{MapEntry, MappingKind};
 use crate::process_info::ProcessSnapshot;
 
+use super::debug_offsets::{self, DebugOffsetsError};
+use super::memory::{MemoryReadError, ProcessMemory};
 use super::offsets::{self, VersionOffsets};
 
 /// Most bytes of `.dynsym` plus its string table read per object.
@@ -25,8 +30,9 @@ const MAX_DYNSYM_BYTES: u64 = 8 << 20;
 /// A CPython interpreter found in a process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interpreter {
-    /// Offsets of its version.
-    pub offsets: &'static VersionOffsets,
+    /// Offsets of its version: the agent's table's (3.9-3.12) or those of
+    /// the process's own `_Py_DebugOffsets` (3.13+).
+    pub offsets: VersionOffsets,
     /// Address of `_PyRuntime`.
     pub runtime: u64,
     /// Where `_PyEval_EvalFrameDefault` lies: native frames here run Python.
@@ -43,8 +49,8 @@ pub enum InterpreterError {
     /// The process maps no CPython object.
     #[error("no CPython object is mapped")]
     NotPython,
-    /// A version outside 3.9-3.13.
-    #[error("CPython 3.{minor} is not supported (3.9 to 3.13 are)")]
+    /// A version before 3.9.
+    #[error("CPython 3.{minor} is not supported (3.9 and later are)")]
     UnsupportedVersion {
         /// The minor version found.
         minor: u8,
@@ -56,6 +62,36 @@ pub enum InterpreterError {
         path: String,
         /// The symbol.
         symbol: &'static str,
+    },
+    /// The `_Py_DebugOffsets` table (3.13+) could not be read from the
+    /// process's memory.
+    #[error("{path}: the _Py_DebugOffsets table at {address:#x} is unreadable: {source}")]
+    DebugOffsetsUnreadable {
+        /// The object.
+        path: String,
+        /// Where `_PyRuntime` is in the process.
+        address: u64,
+        /// The failed read.
+        source: MemoryReadError,
+    },
+    /// The `_Py_DebugOffsets` table is not one this agent can use (forged,
+    /// or moved by a release newer than the agent).
+    #[error("{path}: CPython's _Py_DebugOffsets table is refused: {source}")]
+    BadDebugOffsets {
+        /// The object.
+        path: String,
+        /// What was wrong.
+        source: DebugOffsetsError,
+    },
+    /// The table declares another version than the object's `Py_Version`.
+    #[error("{path}: _Py_DebugOffsets says 3.{table} but Py_Version says 3.{object}")]
+    VersionMismatch {
+        /// The object.
+        path: String,
+        /// The minor version in the table.
+        table: u8,
+        /// The minor version in the object's `Py_Version`.
+        object: u8,
     },
     /// The ELF file could not be read or is malformed or over the caps.
     #[error("{path}: {what}")]
@@ -75,6 +111,9 @@ impl InterpreterError {
             InterpreterError::UnsupportedVersion { .. } => "unsupported_version",
             InterpreterError::MissingSymbol { .. } => "missing_symbol",
             InterpreterError::BadObject { .. } => "bad_object",
+            InterpreterError::DebugOffsetsUnreadable { .. } => "debug_offsets_unreadable",
+            InterpreterError::BadDebugOffsets { .. } => "bad_debug_offsets",
+            InterpreterError::VersionMismatch { .. } => "version_mismatch",
         }
     }
 }
@@ -126,8 +165,9 @@ pub fn find(process: &ProcessSnapshot) -> Result<Interpreter, InterpreterError> 
     // Py_Version (3.11+) is exact where the file name is not (a `python`
     // built in place has no version in its name).
     let minor = symbols.py_version_minor.unwrap_or(name_minor);
-    let offsets =
-        offsets::for_minor(minor).ok_or(InterpreterError::UnsupportedVersion { minor })?;
+    if minor < debug_offsets::FIRST_MINOR && offsets::for_minor(minor).is_none() {
+        return Err(InterpreterError::UnsupportedVersion { minor });
+    }
     let bias = symbols
         .load_bias(entry)
         .ok_or_else(|| bad(&file.path, "no executable segment covers the mapping"))?;
@@ -141,13 +181,55 @@ pub fn find(process: &ProcessSnapshot) -> Result<Interpreter, InterpreterError> 
         .clone()
         .ok_or_else(|| missing("_PyEval_EvalFrameDefault"))?;
     let code_type = symbols.code_type.ok_or_else(|| missing("PyCode_Type"))?;
+    let runtime = runtime.wrapping_add(bias);
+    let offsets = if minor < debug_offsets::FIRST_MINOR {
+        *offsets::for_minor(minor).ok_or(InterpreterError::UnsupportedVersion { minor })?
+    } else {
+        read_debug_offsets(
+            &ProcessMemory::new(process.pid),
+            runtime,
+            &file.path,
+            symbols.py_version_minor,
+        )?
+    };
     Ok(Interpreter {
         offsets,
-        runtime: runtime.wrapping_add(bias),
+        runtime,
         eval_frame: eval.start.wrapping_add(bias)..eval.end.wrapping_add(bias),
         code_type: code_type.wrapping_add(bias),
         object_path: file.path.clone(),
     })
+}
+
+/// The offsets of the `_Py_DebugOffsets` table at `runtime` in `memory`;
+/// `object_minor` is the object's `Py_Version`, which the table must agree
+/// with.
+pub fn read_debug_offsets(
+    memory: &ProcessMemory,
+    runtime: u64,
+    path: &str,
+    object_minor: Option<u8>,
+) -> Result<VersionOffsets, InterpreterError> {
+    let table = memory
+        .read_vec(runtime, debug_offsets::TABLE_BYTES)
+        .map_err(|source| InterpreterError::DebugOffsetsUnreadable {
+            path: path.to_owned(),
+            address: runtime,
+            source,
+        })?;
+    let offsets =
+        debug_offsets::parse(&table).map_err(|source| InterpreterError::BadDebugOffsets {
+            path: path.to_owned(),
+            source,
+        })?;
+    match object_minor {
+        Some(object) if object != offsets.minor => Err(InterpreterError::VersionMismatch {
+            path: path.to_owned(),
+            table: offsets.minor,
+            object,
+        }),
+        _ => Ok(offsets),
+    }
 }
 
 fn bad(path: &str, what: impl Into<String>) -> InterpreterError {

@@ -1,4 +1,6 @@
-//! Struct offsets of each supported CPython minor version, in one table.
+//! Struct offsets of CPython 3.9 to 3.13, in one table. From 3.13 on the
+//! agent reads CPython's own table instead ([`super::debug_offsets`]); the
+//! 3.13 row stays as the reference that reader is checked against.
 //!
 //! Every number comes from the compiler: `agent/tests/python/offsets_probe.c`
 //! prints `offsetof`/`sizeof` against that version's own internal headers,
@@ -26,6 +28,8 @@ pub struct VersionOffsets {
     pub code_linetable: u16,
     /// `co_code_adaptive` (3.11+): where the bytecode starts; else 0.
     pub code_adaptive: u16,
+    /// `PyObject.ob_type`: what tells a code object from anything else.
+    pub object_type: u16,
     /// `PyASCIIObject.length`.
     pub unicode_length: u16,
     /// `PyASCIIObject.state` (kind in bits 2-4, compact bit 5, ascii bit 6).
@@ -58,13 +62,14 @@ const V3_9: VersionOffsets = VersionOffsets {
         position_kind: PyPositionKind::Index as u8,
         entry_kind: PyEntryKind::EveryFrame as u8,
         owned_by_cstack: 0,
-        reserved: 0,
+        code_tag_mask: 0,
     },
     code_name: 112,
     code_filename: 104,
     code_firstlineno: 40,
     code_linetable: 120,
     code_adaptive: 0,
+    object_type: 8,
     unicode_length: 16,
     unicode_state: 32,
     unicode_ascii_data: 48,
@@ -99,7 +104,7 @@ const V3_11: VersionOffsets = VersionOffsets {
         position_kind: PyPositionKind::Pointer as u8,
         entry_kind: PyEntryKind::Flag as u8,
         owned_by_cstack: 0,
-        reserved: 0,
+        code_tag_mask: 0,
     },
     code_name: 128,
     code_filename: 112,
@@ -126,13 +131,14 @@ const V3_12: VersionOffsets = VersionOffsets {
         position_kind: PyPositionKind::Pointer as u8,
         entry_kind: PyEntryKind::Shim as u8,
         owned_by_cstack: 3,
-        reserved: 0,
+        code_tag_mask: 0,
     },
     code_name: 128,
     code_filename: 112,
     code_firstlineno: 68,
     code_linetable: 136,
     code_adaptive: 192,
+    object_type: 8,
     unicode_length: 16,
     unicode_state: 32,
     unicode_ascii_data: 40,
