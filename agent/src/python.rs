@@ -14,6 +14,7 @@
 
 pub mod code;
 pub mod debug_offsets;
+pub mod eval_parts;
 pub mod frames;
 pub mod interpreter;
 pub mod line_table;
@@ -172,7 +173,7 @@ impl PythonUnwinder {
             tagged.push(self.frames.intern(name));
             ends.push(frame.flags & PY_FRAME_ENTRY != 0);
         }
-        frames::interleave(&native, &tagged, &ends, &interpreter.eval_frame)
+        frames::interleave(&native, &tagged, &ends, &interpreter.eval_frames)
     }
 
     fn code(

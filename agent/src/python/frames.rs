@@ -114,14 +114,14 @@ impl PythonFrameTable {
 /// Puts Python frames (tagged, leaf first, with `group_ends[i]` true on the
 /// root-most frame of each eval-loop call) into the native stack (leaf
 /// first): each call's frames go just leafward of the native frame of the
-/// eval function running them, the `n`th call from the leaf at the `n`th
+/// eval function running them (in any of its parts, `eval`), the `n`th call from the leaf at the `n`th
 /// such native frame. Calls left over when the native stack ends (it was
 /// cut short) go at the root end.
 pub fn interleave(
     native: &[u64],
     python: &[u64],
     group_ends: &[bool],
-    eval: &Range<u64>,
+    eval: &[Range<u64>],
 ) -> Vec<u64> {
     let mut groups = Vec::new();
     let mut start = 0;
@@ -139,7 +139,7 @@ pub fn interleave(
     for (depth, &pc) in native.iter().enumerate() {
         // Callers hold return addresses, one past the call.
         let site = if depth == 0 { pc } else { pc.saturating_sub(1) };
-        if eval.contains(&site)
+        if eval.iter().any(|part| part.contains(&site))
             && let Some(group) = next.next()
         {
             out.extend_from_slice(group);
@@ -190,7 +190,7 @@ mod tests {
 
     #[test]
     fn each_eval_call_gets_its_own_frames() {
-        let eval = 0x5000..0x6000;
+        let eval = [0x5000..0x6000];
         let (hot, middle, outer) = (
             PYTHON_FRAME_TAG | 1,
             PYTHON_FRAME_TAG | 2,
@@ -216,7 +216,7 @@ mod tests {
 
     #[test]
     fn calls_beyond_a_cut_native_stack_go_at_the_root_end() {
-        let eval = 0x5000..0x6000;
+        let eval = [0x5000..0x6000];
         let frames = [PYTHON_FRAME_TAG | 1, PYTHON_FRAME_TAG | 2];
         let merged = interleave(&[0x1000, 0x5001], &frames, &[true, true], &eval);
         assert_eq!(merged, vec![0x1000, frames[0], 0x5001, frames[1]]);

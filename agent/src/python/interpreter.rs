@@ -21,11 +21,16 @@ use crate::proc_maps::{MapEntry, MappingKind};
 use crate::process_info::ProcessSnapshot;
 
 use super::debug_offsets::{self, DebugOffsetsError};
+use super::eval_parts;
 use super::memory::{MemoryReadError, ProcessMemory};
 use super::offsets::{self, VersionOffsets};
 
 /// Most bytes of `.dynsym` plus its string table read per object.
 const MAX_DYNSYM_BYTES: u64 = 8 << 20;
+/// Most bytes of the eval function's entry scanned for its parts.
+const MAX_EVAL_ENTRY_BYTES: u64 = 1 << 20;
+/// Most bytes of `.eh_frame_hdr` read per object.
+const MAX_EH_FRAME_HDR_BYTES: u64 = 4 << 20;
 
 /// A CPython interpreter found in a process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,8 +40,9 @@ pub struct Interpreter {
     pub offsets: VersionOffsets,
     /// Address of `_PyRuntime`.
     pub runtime: u64,
-    /// Where `_PyEval_EvalFrameDefault` lies: native frames here run Python.
-    pub eval_frame: Range<u64>,
+    /// Where `_PyEval_EvalFrameDefault` lies, with its out-of-line parts
+    /// ([`eval_parts`]): native frames here run Python.
+    pub eval_frames: Vec<Range<u64>>,
     /// Address of `PyCode_Type`, to tell code objects from anything else.
     pub code_type: u64,
     /// Path of the object it was found in.
@@ -180,6 +186,10 @@ pub fn find(process: &ProcessSnapshot) -> Result<Interpreter, InterpreterError> 
         .eval_frame
         .clone()
         .ok_or_else(|| missing("_PyEval_EvalFrameDefault"))?;
+    let eval_frames = std::iter::once(eval)
+        .chain(symbols.eval_parts.iter().cloned())
+        .map(|range| range.start.wrapping_add(bias)..range.end.wrapping_add(bias))
+        .collect();
     let code_type = symbols.code_type.ok_or_else(|| missing("PyCode_Type"))?;
     let runtime = runtime.wrapping_add(bias);
     let offsets = if minor < debug_offsets::FIRST_MINOR {
@@ -195,7 +205,7 @@ pub fn find(process: &ProcessSnapshot) -> Result<Interpreter, InterpreterError> 
     Ok(Interpreter {
         offsets,
         runtime,
-        eval_frame: eval.start.wrapping_add(bias)..eval.end.wrapping_add(bias),
+        eval_frames,
         code_type: code_type.wrapping_add(bias),
         object_path: file.path.clone(),
     })
@@ -246,6 +256,8 @@ struct ObjectSymbols {
     eval_frame: Option<Range<u64>>,
     code_type: Option<u64>,
     py_version_minor: Option<u8>,
+    /// Out-of-line parts of `_PyEval_EvalFrameDefault` (stated addresses).
+    eval_parts: Vec<Range<u64>>,
     /// Executable PT_LOAD segments: (file offset, file size, vaddr).
     executable_segments: Vec<(u64, u64, u64)>,
 }
@@ -279,7 +291,15 @@ fn read_symbols(file: &File, path: &str) -> Result<ObjectSymbols, InterpreterErr
         .program_headers(endian, &data)
         .map_err(|e| bad(path, e.to_string()))?;
     let mut loads = Vec::new();
+    let mut eh_frame_hdr = None;
     for segment in segments {
+        if segment.p_type(endian) == elf::PT_GNU_EH_FRAME {
+            eh_frame_hdr = Some((
+                segment.p_offset(endian),
+                segment.p_filesz(endian),
+                segment.p_vaddr(endian),
+            ));
+        }
         if segment.p_type(endian) != elf::PT_LOAD {
             continue;
         }
@@ -335,7 +355,35 @@ fn read_symbols(file: &File, path: &str) -> Result<ObjectSymbols, InterpreterErr
             _ => {}
         }
     }
+    if let (Some(eval), Some(hdr)) = (&found.eval_frame, eh_frame_hdr) {
+        found.eval_parts = read_eval_parts(file, &loads, eval, hdr).unwrap_or_default();
+    }
     Ok(found)
+}
+
+/// The out-of-line parts of the eval function at `eval`, from its code and
+/// the `.eh_frame_hdr` search table `hdr` (file offset, size, address);
+/// `None` when either is over its cap or unreadable.
+fn read_eval_parts(
+    file: &File,
+    loads: &[(u64, u64, u64)],
+    eval: &Range<u64>,
+    (hdr_offset, hdr_size, hdr_vaddr): (u64, u64, u64),
+) -> Option<Vec<Range<u64>>> {
+    let length = eval.end.checked_sub(eval.start)?;
+    if length > MAX_EVAL_ENTRY_BYTES || hdr_size > MAX_EH_FRAME_HDR_BYTES {
+        return None;
+    }
+    let &(offset, _, vaddr) = loads
+        .iter()
+        .find(|(_, size, vaddr)| *vaddr <= eval.start && eval.end <= vaddr.saturating_add(*size))?;
+    let mut code = vec![0u8; usize::try_from(length).ok()?];
+    file.read_exact_at(&mut code, eval.start - vaddr + offset)
+        .ok()?;
+    let mut hdr = vec![0u8; usize::try_from(hdr_size).ok()?];
+    file.read_exact_at(&mut hdr, hdr_offset).ok()?;
+    let starts = eval_parts::function_starts(&hdr, hdr_vaddr)?;
+    Some(eval_parts::out_of_line_parts(&code, eval.start, &starts))
 }
 
 /// Reads `Py_Version` (`PY_VERSION_HEX`, a constant in the file) and returns
@@ -385,7 +433,43 @@ mod tests {
         let eval = symbols.eval_frame.expect("_PyEval_EvalFrameDefault");
         assert!(eval.end - eval.start > 1000, "a sized function: {eval:?}");
         assert_eq!(symbols.py_version_minor, Some(11));
+        assert!(
+            symbols.eval_parts.len() <= 1,
+            "bookworm's eval loop is one function, give or take a cold part: {:x?}",
+            symbols.eval_parts
+        );
         assert!(!symbols.executable_segments.is_empty());
+    }
+
+    #[test]
+    fn a_split_eval_loop_is_found_with_its_cold_part() {
+        // Debian forky's 3.13, as `./kiln-dev test` unpacks it: the exported
+        // symbol is the entry; the loop runs in a cold part no symbol names.
+        let tools =
+            std::env::var_os("KILN_TOOLS_DIR").unwrap_or_else(|| "/var/tmp/kiln-tools".into());
+        let path = std::path::Path::new(&tools).join("debian-forky-python/usr/bin/python3.13");
+        let Ok(file) = File::open(&path) else {
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: {} is not unpacked",
+                path.display()
+            );
+            return;
+        };
+        let symbols = read_symbols(&file, &path.to_string_lossy()).expect("a real CPython ELF");
+        let eval = symbols.eval_frame.expect("_PyEval_EvalFrameDefault");
+        assert!(eval.end - eval.start < 0x1000, "a small entry: {eval:x?}");
+        let largest = symbols
+            .eval_parts
+            .iter()
+            .map(|part| part.end - part.start)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            largest > 0x10000,
+            "the cold part holds the loop: {:x?}",
+            symbols.eval_parts
+        );
     }
 
     #[test]

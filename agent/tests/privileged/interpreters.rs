@@ -5,6 +5,9 @@
 //! under `$KILN_TOOLS_DIR/debian-python` (never installed): bullseye's 3.9,
 //! which runs here, and the 3.9 and 3.13 development headers. Debian has
 //! never shipped 3.10 or 3.12, so their headers are not to be had here.
+//! It also unpacks Debian forky's 3.13, 3.14 and 3.15 with forky's libc
+//! into a root filesystem of their own, `$KILN_TOOLS_DIR/debian-forky-python`,
+//! which `python_forky.rs` runs them in.
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +21,15 @@ pub fn tools_dir() -> PathBuf {
 pub fn debian_root() -> PathBuf {
     tools_dir().join("debian-python")
 }
+
+/// The root filesystem of Debian forky's CPythons (and their libc).
+pub fn forky_root() -> PathBuf {
+    tools_dir().join("debian-forky-python")
+}
+
+/// The minor versions `./kiln-dev test` unpacks from forky, each at
+/// `/usr/bin/python3.x` beneath [`forky_root`].
+pub const FORKY_MINORS: [u8; 3] = [13, 14, 15];
 
 /// The minor versions whose headers Debian ships (bullseye, bookworm,
 /// trixie); `./kiln-dev test` provides each.

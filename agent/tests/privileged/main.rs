@@ -25,6 +25,7 @@ mod cri_e2e;
 mod cri_hostile_pods;
 mod cri_python;
 mod cri_same_path;
+mod python_forky;
 mod python_frames;
 mod python_offsets;
 mod sampling;
