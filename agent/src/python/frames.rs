@@ -190,7 +190,8 @@ mod tests {
 
     #[test]
     fn each_eval_call_gets_its_own_frames() {
-        let eval = [0x5000..0x6000];
+        // The eval function at 0x5000 and its cold part at 0x9000.
+        let eval = [0x5000..0x6000, 0x9000..0xa000];
         let (hot, middle, outer) = (
             PYTHON_FRAME_TAG | 1,
             PYTHON_FRAME_TAG | 2,
@@ -212,18 +213,25 @@ mod tests {
             merged,
             vec![hot, middle, 0x5100, 0x7000, outer, 0x5200, 0x8000]
         );
+        // The same with the loop running in its cold part.
+        let native = [0x9100, 0x7000, 0x9200, 0x8000];
+        let merged = interleave(&native, &[hot, middle, outer], &[false, true, true], &eval);
+        assert_eq!(
+            merged,
+            vec![hot, middle, 0x9100, 0x7000, outer, 0x9200, 0x8000]
+        );
     }
 
     #[test]
     fn calls_beyond_a_cut_native_stack_go_at_the_root_end() {
-        let eval = [0x5000..0x6000];
+        let eval = std::slice::from_ref(&(0x5000..0x6000));
         let frames = [PYTHON_FRAME_TAG | 1, PYTHON_FRAME_TAG | 2];
-        let merged = interleave(&[0x1000, 0x5001], &frames, &[true, true], &eval);
+        let merged = interleave(&[0x1000, 0x5001], &frames, &[true, true], eval);
         assert_eq!(merged, vec![0x1000, frames[0], 0x5001, frames[1]]);
         assert_eq!(native_entries(&merged), vec![0x1000, 0x5001]);
         // No frames: the native stack as it was.
         assert_eq!(
-            interleave(&[0x1000, 0x5001], &[], &[], &eval),
+            interleave(&[0x1000, 0x5001], &[], &[], eval),
             vec![0x1000, 0x5001]
         );
     }
