@@ -134,7 +134,7 @@ fn python_functions_are_named_with_file_and_line_under_every_cpython() {
 }
 
 /// The agent's `/metrics` text, fetched over plain HTTP/1.0.
-fn scrape(addr: &str) -> String {
+pub fn scrape(addr: &str) -> String {
     use std::io::{Read, Write};
     let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
         return String::new();
