@@ -1,6 +1,7 @@
 //! Source lines from a code object's line table, for the three formats of
-//! CPython 3.9 to 3.13 (each documented in that version's
-//! `Objects/lnotab_notes.txt` or `Objects/locations.md`). Pure: bytes in.
+//! CPython 3.9 and later (each documented in that version's
+//! `Objects/lnotab_notes.txt` or `Objects/locations.md`; 3.11's location
+//! table is still the format of 3.15). Pure: bytes in.
 
 /// Which line-table format a version uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
