@@ -313,7 +313,9 @@ impl AgentMetrics {
             (
                 "kiln_agent_python_processes_total",
                 "Processes mapping CPython, by result (supported, unsupported_version, \
-                 missing_symbol, bad_object): unsupported ones get native frames only.",
+                 missing_symbol, bad_object, and for 3.13+ bad_debug_offsets, \
+                 debug_offsets_unreadable, version_mismatch): unsupported ones get native \
+                 frames only.",
                 "result",
                 &self.python_processes,
             ),
