@@ -12,6 +12,9 @@
 //! new agent, and one that moves them fails the checks below and is
 //! refused.
 //!
+//! The table lacks one field the agent reads: `interpreters.main`, which
+//! CPython has kept as the pointer after `interpreters.head` since 3.7.
+//!
 //! A process can forge its table, so every value is checked before use:
 //! each offset lies within the size its struct declares, fits the 16 bits
 //! the BPF program reads, and is aligned for what is read there. A table
@@ -298,6 +301,21 @@ pub fn parse(table: &[u8]) -> Result<VersionOffsets, DebugOffsetsError> {
                 size,
             })
     };
+    // The table names the interpreters' list head (newest first); the main
+    // interpreter, whose threads a program without subinterpreters runs
+    // on, is the pointer after it in `struct pyinterpreters`, as in every
+    // release since 3.7.
+    let interpreters_main = offset(Field {
+        name: "interpreters.main",
+        ..layout.interpreters_head
+    })?
+    .checked_add(8)
+    .filter(|&main| u64::from(main) + 8 <= word(layout.interpreters_head.size_word))
+    .ok_or(DebugOffsetsError::BadOffset {
+        field: "interpreters.main",
+        offset: word(layout.interpreters_head.word).saturating_add(8),
+        size: word(layout.interpreters_head.size_word),
+    })?;
     let ascii_data = string_size(layout.unicode_ascii_size, "PyASCIIObject")?;
     let compact_data = match layout.unicode_compact_size {
         Some(index) => string_size(index, "PyCompactUnicodeObject")?,
@@ -309,9 +327,7 @@ pub fn parse(table: &[u8]) -> Result<VersionOffsets, DebugOffsetsError> {
         minor,
         frames: abi::PythonProcess {
             runtime: 0,
-            // The first interpreter listed; the main one unless the program
-            // made subinterpreters.
-            runtime_interpreters_main: offset(layout.interpreters_head)?,
+            runtime_interpreters_main: interpreters_main,
             interp_threads_head: offset(layout.threads_head)?,
             tstate_next: offset(layout.tstate_next)?,
             tstate_thread_id: offset(layout.tstate_thread_id)?,
