@@ -26,14 +26,14 @@ use crate::sample_source::{SampleSource, SamplerError};
 use crate::sampler::Sampler;
 use crate::ship::{ShipItem, ShipQueue};
 use crate::symbolize::{Frame, StackSymbolizer, SymbolizationStats};
-use crate::target_set::{TargetSet, TargetSource};
+use crate::target_set::{SamplingRates, TargetSet, TargetSource};
 use crate::unwind::StackUnwinder;
 
 /// Collector settings.
 #[derive(Debug, Clone)]
 pub struct CollectorConfig {
-    /// Perf event frequency, Hz.
-    pub frequency_hz: u32,
+    /// The default and highest sampling rates (the sampler's own).
+    pub rates: SamplingRates,
     /// Time between drains.
     pub drain_interval: Duration,
     /// How often the target source is asked for targets.
@@ -466,9 +466,12 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
         }
         let first = samples.first();
         let entry = first.and_then(|s| self.targets.entry_for(s.pid, s.cgroup_id));
-        let keep_one_in = entry.map_or(1, |e| e.keep_one_in(self.config.frequency_hz));
+        // The share at the base rate of the window's end: a window in which
+        // the base changed is weighed at the new one.
+        let base_hz = self.sampler.base_hz();
+        let keep_one_in = self.config.rates.keep_one_in(entry, base_hz);
         let meta = WindowMeta {
-            period_ns: profile_build::period_ns(self.config.frequency_hz, keep_one_in),
+            period_ns: profile_build::period_ns(base_hz, keep_one_in),
             start_unix_ns,
             duration_ns,
             node: self.config.node.clone(),

@@ -22,17 +22,19 @@ use kiln_agent::python::{PythonUnwinder, PythonUnwinderConfig};
 use kiln_agent::sampler::{Sampler, SamplerConfig};
 use kiln_agent::ship::{ShipQueue, Sink, StoreToken, run_shipper};
 use kiln_agent::symbolize::StackSymbolizer;
-use kiln_agent::target_set::TargetSource;
+use kiln_agent::target_set::{SamplingRates, TargetSource};
 use kiln_agent::unwind::{StackUnwinder, StackUnwinderConfig};
 use kiln_agent::unwind_info::UnwindInfoLimits;
 use kiln_agent_settings::{AgentSettings, UnwinderChoice};
 
-/// Half a second of snapshots from every CPU, so the collector's 100 ms
-/// polls and a slow drain never overflow it at the configured frequency.
-fn default_snapshot_ring_bytes(frequency_hz: u32) -> u32 {
+/// Half a second of snapshots from every CPU at the default rate, and a
+/// fifth of one at the highest, so the collector's 100 ms polls and a slow
+/// drain never overflow it.
+fn default_snapshot_ring_bytes(rates: SamplingRates) -> u32 {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    let per_second = cpus * u64::from(frequency_hz) * kiln_agent::abi::STACK_SNAPSHOT_SIZE as u64;
-    u32::try_from((per_second / 2).clamp(1 << 20, 64 << 20)).unwrap_or(64 << 20)
+    let per_second = |hz: u32| cpus * u64::from(hz) * kiln_agent::abi::STACK_SNAPSHOT_SIZE as u64;
+    let bytes = (per_second(rates.default_hz) / 2).max(per_second(rates.max_hz) / 5);
+    u32::try_from(bytes.clamp(1 << 20, 64 << 20)).unwrap_or(64 << 20)
 }
 
 /// The log filter when neither `--log`/`KILN_LOG` nor `RUST_LOG` is set.
@@ -134,23 +136,29 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
             "kallsyms addresses are hidden (kptr_restrict); kernel frames stay unsymbolized"
         );
     }
+    let rates = SamplingRates {
+        default_hz: cli.frequency,
+        max_hz: cli.max_frequency.max(cli.frequency),
+    };
     let sampler = Sampler::start(
         SamplerConfig {
-            frequency_hz: cli.frequency,
+            rates,
             stack_map_entries,
             count_map_entries,
             record_tid: cli.record_tid,
             unwind,
             snapshot_ring_bytes: cli
                 .snapshot_ring_bytes
-                .unwrap_or_else(|| default_snapshot_ring_bytes(cli.frequency)),
+                .unwrap_or_else(|| default_snapshot_ring_bytes(rates)),
             btf_path: cli.btf_path.clone(),
         },
         &targets,
     )?;
     tracing::info!(
         cpus = sampler.attached_cpu_count(),
-        frequency_hz = cli.frequency,
+        frequency_hz = sampler.base_hz(),
+        default_hz = rates.default_hz,
+        max_hz = rates.max_hz,
         mode = ?targets.filter_mode(),
         unwinder = ?cli.unwinder,
         "sampling"
@@ -193,7 +201,7 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
             resync_interval: cli.resync_interval,
         });
     let collector_config = CollectorConfig {
-        frequency_hz: cli.frequency,
+        rates,
         drain_interval: cli.drain_interval,
         target_refresh_interval: Duration::from_secs(2),
         node,

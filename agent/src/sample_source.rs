@@ -22,6 +22,10 @@ pub trait SampleSource {
     /// call; returns the CPUs that failed this time.
     fn attach_new_cpus(&mut self) -> Result<Vec<(u32, String)>, SamplerError>;
 
+    /// The rate every CPU is sampled at now, Hz: the base each target's
+    /// share of samples is kept from.
+    fn base_hz(&self) -> u32;
+
     /// Applies the difference between `previous` and `targets` to what is sampled.
     fn sync_targets(
         &mut self,

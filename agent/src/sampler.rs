@@ -2,13 +2,15 @@
 //! perf event per online CPU, keep the allow-lists in sync, flip generations
 //! and drain them, and read the kernel's counters and program statistics.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf, StackTraceMap};
-use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
+use aya::programs::perf_event::{
+    PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent,
+};
 use aya::programs::{PerfEvent, ProgramError};
 use aya::{Btf, Ebpf, EbpfLoader, Endianness};
 
@@ -17,7 +19,7 @@ use crate::abi::{
 };
 use crate::aggregate::DrainedWindow;
 use crate::sample_source::{SampleSource, SamplerError, SnapshotBatch};
-use crate::target_set::{AllowListChanges, TargetSet};
+use crate::target_set::{AllowListChanges, SamplingRates, TargetSet};
 
 /// The compiled BPF object (built from `bpf/profile.bpf.c` by build.rs).
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profile.bpf.o"));
@@ -31,8 +33,9 @@ const GENERATION_FLIP_GRACE: Duration = Duration::from_millis(10);
 /// How the kernel side is set up.
 #[derive(Debug, Clone)]
 pub struct SamplerConfig {
-    /// Sampling frequency per CPU, Hz.
-    pub frequency_hz: u32,
+    /// The default and highest sampling rates; the perf events run at the
+    /// highest rate any target asks for (see [`SamplingRates`]).
+    pub rates: SamplingRates,
     /// Entries of each stack map (two generations).
     pub stack_map_entries: u32,
     /// Entries of each count map (two generations).
@@ -75,7 +78,10 @@ pub struct Sampler {
     ebpf: Ebpf,
     config: SamplerConfig,
     kernel_config: Config,
-    attached_cpus: BTreeSet<u32>,
+    /// The perf event of each CPU it runs on.
+    attached_cpus: BTreeMap<u32, PerfEventLinkId>,
+    /// The rate those perf events run at, Hz.
+    base_hz: u32,
     new_processes: RingBuf<MapData>,
     snapshots: RingBuf<MapData>,
     /// Keeps kernel BPF run-time statistics on while the agent runs.
@@ -87,7 +93,8 @@ impl std::fmt::Debug for Sampler {
         f.debug_struct("Sampler")
             .field("config", &self.config)
             .field("kernel_config", &self.kernel_config)
-            .field("attached_cpus", &self.attached_cpus)
+            .field("attached_cpus", &self.attached_cpus.keys())
+            .field("base_hz", &self.base_hz)
             .finish_non_exhaustive()
     }
 }
@@ -165,17 +172,19 @@ impl Sampler {
             record_tid: u32::from(config.record_tid),
             unwind: config.unwind as u32,
         };
+        let base_hz = config.rates.base_hz(targets);
         let mut sampler = Sampler {
             ebpf,
             config,
             kernel_config,
-            attached_cpus: BTreeSet::new(),
+            attached_cpus: BTreeMap::new(),
+            base_hz,
             new_processes,
             snapshots,
             _stats: stats,
         };
         sampler.write_kernel_config()?;
-        sampler.sync_targets(targets, &TargetSet::All)?;
+        sampler.write_allow_lists(targets, &TargetSet::All)?;
         let failures = sampler.attach_new_cpus()?;
         if sampler.attached_cpus.is_empty() {
             let failures = failures
@@ -193,7 +202,7 @@ impl Sampler {
     pub fn attach_new_cpus(&mut self) -> Result<Vec<(u32, String)>, SamplerError> {
         let online = aya::util::online_cpus()
             .map_err(|(path, source)| SamplerError::OnlineCpus { path, source })?;
-        let frequency = u64::from(self.config.frequency_hz.max(1));
+        let frequency = u64::from(self.base_hz.max(1));
         let program: &mut PerfEvent = self
             .ebpf
             .program_mut(PROGRAM_NAME)
@@ -202,7 +211,7 @@ impl Sampler {
             .map_err(|source| SamplerError::Program { source })?;
         let mut failures = Vec::new();
         for cpu in online {
-            if self.attached_cpus.contains(&cpu) {
+            if self.attached_cpus.contains_key(&cpu) {
                 continue;
             }
             match program.attach(
@@ -211,8 +220,8 @@ impl Sampler {
                 SamplePolicy::Frequency(frequency),
                 false,
             ) {
-                Ok(_) => {
-                    self.attached_cpus.insert(cpu);
+                Ok(link) => {
+                    self.attached_cpus.insert(cpu, link);
                 }
                 Err(error) => {
                     tracing::warn!(cpu, %error, "cannot attach the sampler to a CPU");
@@ -229,16 +238,72 @@ impl Sampler {
     }
 
     /// Applies the difference between `previous` and `targets` to the
-    /// kernel allow-lists (and the filter mode if it changed).
+    /// kernel allow-lists (and the filter mode if it changed), and moves
+    /// the perf events to the base rate `targets` need.
     pub fn sync_targets(
         &mut self,
         targets: &TargetSet,
         previous: &TargetSet,
     ) -> Result<(), SamplerError> {
-        let base_hz = self.config.frequency_hz;
-        let pid_changes = targets.pid_changes(previous, base_hz);
+        let base_hz = self.config.rates.base_hz(targets);
+        if base_hz == self.base_hz {
+            return self.write_allow_lists(targets, previous);
+        }
+        // Every CPU's event is replaced: a perf event's frequency is fixed
+        // when it is opened. Samples stop for the moment this takes, and
+        // the shares are written while none run, so no target is sampled
+        // at the old base with its new share or the other way round.
+        tracing::info!(
+            from = self.base_hz,
+            to = base_hz,
+            "sampling rate of the perf events changes"
+        );
+        self.detach_all()?;
+        self.base_hz = base_hz;
+        self.write_allow_lists(targets, previous)?;
+        let failures = self.attach_new_cpus()?;
+        if self.attached_cpus.is_empty() {
+            let failures = failures
+                .iter()
+                .map(|(cpu, error)| format!("cpu {cpu}: {error}"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(SamplerError::NoCpuAttached { failures });
+        }
+        Ok(())
+    }
+
+    /// The rate the perf events run at now, Hz.
+    pub fn base_hz(&self) -> u32 {
+        self.base_hz
+    }
+
+    fn detach_all(&mut self) -> Result<(), SamplerError> {
+        let program: &mut PerfEvent = self
+            .ebpf
+            .program_mut(PROGRAM_NAME)
+            .ok_or(SamplerError::Missing { name: PROGRAM_NAME })?
+            .try_into()
+            .map_err(|source| SamplerError::Program { source })?;
+        for (cpu, link) in std::mem::take(&mut self.attached_cpus) {
+            if let Err(error) = program.detach(link) {
+                tracing::warn!(cpu, %error, "cannot detach the sampler from a CPU");
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the allow-lists' difference between `previous` and `targets`
+    /// at the current base rate.
+    fn write_allow_lists(
+        &mut self,
+        targets: &TargetSet,
+        previous: &TargetSet,
+    ) -> Result<(), SamplerError> {
+        let rates = self.config.rates;
+        let pid_changes = targets.pid_changes(previous, rates);
         apply_allow_list(&mut self.ebpf, "allowed_pids", &pid_changes)?;
-        let cgroup_changes = targets.cgroup_changes(previous, base_hz);
+        let cgroup_changes = targets.cgroup_changes(previous, rates);
         apply_allow_list(&mut self.ebpf, "allowed_cgroups", &cgroup_changes)?;
         let filter = targets.filter_mode() as u32;
         if filter != self.kernel_config.filter {
@@ -392,6 +457,10 @@ impl SampleSource for Sampler {
 
     fn attach_new_cpus(&mut self) -> Result<Vec<(u32, String)>, SamplerError> {
         Sampler::attach_new_cpus(self)
+    }
+
+    fn base_hz(&self) -> u32 {
+        Sampler::base_hz(self)
     }
 
     fn sync_targets(

@@ -69,10 +69,16 @@ pub struct AgentSettings {
     /// every upload (a file, so the token never shows in /proc/*/cmdline).
     #[arg(long, env = "KILN_STORE_TOKEN_FILE", requires = "store")]
     pub store_token_file: Option<PathBuf>,
-    /// Samples per second per CPU. 19 is prime, so it does not alias with
-    /// periodic work.
+    /// Samples per second per CPU of every target that asks for no rate of
+    /// its own. 19 is prime, so it does not alias with periodic work.
     #[arg(long, env = "KILN_FREQUENCY", default_value_t = 19, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub frequency: u32,
+    /// The highest rate a target may ask for (a ProfilingTarget's
+    /// `samplingHz`, a pod's `profiles.kiln.dev/sampling-hz`). Every CPU is
+    /// sampled at the highest rate a current target asks for, within this,
+    /// and each target keeps its own share; higher asks get this rate.
+    #[arg(long, env = "KILN_MAX_FREQUENCY", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_frequency: u32,
     /// How often the kernel maps are drained into profiles (e.g. 10s, 500ms).
     #[arg(long, env = "KILN_DRAIN_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     #[serde(serialize_with = "duration_text")]
@@ -218,6 +224,7 @@ impl Default for AgentSettings {
             store: None,
             store_token_file: None,
             frequency: 19,
+            max_frequency: 100,
             drain_interval: Duration::from_secs(10),
             duration: None,
             node_name: None,

@@ -24,7 +24,9 @@ use kiln_agent::process_info::{ProcessTable, parse_stat_start_ticks};
 use kiln_agent::sample_source::{SampleSource, SamplerError, SnapshotBatch};
 use kiln_agent::ship::{ShipItem, ShipQueue};
 use kiln_agent::symbolize::StackSymbolizer;
-use kiln_agent::target_set::{TargetEntry, TargetSet, TargetSource, TargetSourceError};
+use kiln_agent::target_set::{
+    SamplingRates, TargetEntry, TargetSet, TargetSource, TargetSourceError,
+};
 use kiln_agent::unwind::{StackUnwinder, StackUnwinderConfig};
 use kiln_contract::sample_labels::{COMM, PER_SAMPLE_LABELS, PID, TID};
 use kiln_pprof::{DecodeLimits, Profile};
@@ -99,6 +101,10 @@ impl SampleSource for RecordedSamples {
 
     fn attach_new_cpus(&mut self) -> Result<Vec<(u32, String)>, SamplerError> {
         Ok(Vec::new())
+    }
+
+    fn base_hz(&self) -> u32 {
+        FREQUENCY_HZ
     }
 
     fn sync_targets(&mut self, _: &TargetSet, _: &TargetSet) -> Result<(), SamplerError> {
@@ -187,7 +193,10 @@ fn collect_once(samples: RecordedSamples, unwinder: Option<StackUnwinder>) -> Ve
         python: None,
     };
     let config = CollectorConfig {
-        frequency_hz: FREQUENCY_HZ,
+        rates: SamplingRates {
+            default_hz: FREQUENCY_HZ,
+            max_hz: FREQUENCY_HZ,
+        },
         drain_interval: Duration::from_secs(3600),
         target_refresh_interval: Duration::from_secs(3600),
         node: NODE.to_owned(),

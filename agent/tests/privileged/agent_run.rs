@@ -151,6 +151,8 @@ pub fn run_agent_for_samples(
 /// `(mapping file name, function name or "")`.
 pub struct FlatSample {
     pub count: i64,
+    /// The sample's CPU time: its count times the profile's period.
+    pub cpu_ns: i64,
     pub labels: BTreeMap<String, String>,
     pub frames: Vec<(String, String)>,
 }
@@ -195,6 +197,7 @@ pub fn flatten(profiles: &[Profile]) -> Vec<FlatSample> {
                 .collect();
             flat.push(FlatSample {
                 count: sample.value[0],
+                cpu_ns: sample.value[1],
                 labels,
                 frames,
             });

@@ -224,8 +224,13 @@ pub struct AgentRun {
     log: PathBuf,
 }
 
+/// The targets file the agent reads, in the node's work directory: absent
+/// (no `ProfilingTarget`) unless a test writes it.
+pub const TARGETS_FILE: &str = "targets.json";
+
 /// Starts the agent for `duration`, draining every [`DRAIN_INTERVAL`],
-/// with `/metrics` on a free loopback port and `extra` flags.
+/// with `/metrics` on a free loopback port and `extra` flags (99 Hz unless
+/// they give a `--frequency`).
 pub fn start_agent(node: &PodNode, duration: Duration, extra: &[&str]) -> AgentRun {
     let metrics = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -235,7 +240,12 @@ pub fn start_agent(node: &PodNode, duration: Duration, extra: &[&str]) -> AgentR
     let child = Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
         .arg("--cri-socket")
         .arg(&node.containerd.socket)
-        .args(["--node-name", "hostile-node", "--frequency", "99"])
+        .args(["--node-name", "hostile-node"])
+        .args(if extra.contains(&"--frequency") {
+            &[][..]
+        } else {
+            &["--frequency", "99"][..]
+        })
         .arg("--drain-interval")
         .arg(format!("{}s", DRAIN_INTERVAL.as_secs()))
         .arg("--duration")
@@ -243,7 +253,7 @@ pub fn start_agent(node: &PodNode, duration: Duration, extra: &[&str]) -> AgentR
         .args(["--resync-interval", "1s", "--metrics-addr"])
         .arg(metrics.to_string())
         .arg("--targets-file")
-        .arg(node.work.path().join("no-targets.json"))
+        .arg(node.work.path().join(TARGETS_FILE))
         .arg("--output-dir")
         .arg(&out)
         .args(extra)
