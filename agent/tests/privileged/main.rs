@@ -1,7 +1,8 @@
 //! The real agent on the real machine: the `kiln-agent` binary samples real
 //! programs on the real kernel ([`sampling`], [`unwinding`], [`python_frames`]), and
 //! runs in Kubernetes mode against pods on a real containerd ([`cri_e2e`],
-//! [`cri_python`], [`cri_hostile_pods`], [`cri_same_path`]); [`python_offsets`] checks the
+//! [`cri_python`], [`cri_hostile_pods`], [`cri_same_path`],
+//! [`cri_rates`]); [`python_offsets`] checks the
 //! CPython offsets table against the interpreters' own headers.
 //!
 //! Most need root, BTF, gcc and, for the CRI tests, containerd. In CI
@@ -24,6 +25,7 @@ mod python_program;
 mod cri_e2e;
 mod cri_hostile_pods;
 mod cri_python;
+mod cri_rates;
 mod cri_same_path;
 mod python_forky;
 mod python_frames;
