@@ -28,9 +28,17 @@ pub(super) fn resolve(
     // before it allocates; the same check runs before the WAL append, so
     // no record can out-allocate the store on replay and crash-loop it.
     let base_bytes: usize = labels.iter().map(|l| label_bytes(&l.name, &l.value)).sum();
-    let type_label_bytes = types
+    // The profile type is a label like any other: its strings (sample and
+    // period types and units) come from the client, so the label they make
+    // is held to the same length, or one upload could store names that
+    // every later listing and query of its range has to carry.
+    let type_labels: Vec<String> = types.iter().map(ProfileType::to_string).collect();
+    for value in &type_labels {
+        check_label(PROFILE_TYPE_LABEL, value, limits)?;
+    }
+    let type_label_bytes = type_labels
         .iter()
-        .map(|t| label_bytes(PROFILE_TYPE_LABEL, &t.to_string()))
+        .map(|value| label_bytes(PROFILE_TYPE_LABEL, value))
         .max()
         .unwrap_or(0);
     let mut planned_bytes = 0usize;
@@ -84,12 +92,12 @@ pub(super) fn resolve(
                 limit: limits.max_labels_per_series,
             });
         }
-        for (t, profile_type) in types.iter().enumerate() {
+        for (t, type_label) in type_labels.iter().enumerate() {
             if !signatures.slot_used[base + t] {
                 continue;
             }
             let mut full = set.clone();
-            full.insert(Label::new(PROFILE_TYPE_LABEL, profile_type.to_string()));
+            full.insert(Label::new(PROFILE_TYPE_LABEL, type_label.as_str()));
             slot_labels[base + t] = Some(full);
         }
     }

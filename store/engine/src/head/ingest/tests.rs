@@ -375,3 +375,34 @@ fn the_series_label_budget_counts_only_the_labels_built() {
         bare_bytes + 2 * label_bytes("exported_node", "node-b")
     );
 }
+
+/// The profile type's strings come from the client like any label: a
+/// sample type of 4 KiB is refused, not stored as a series label that every
+/// later listing of its range carries.
+#[test]
+fn a_profile_type_longer_than_a_label_value_is_refused() {
+    let long_type = "t".repeat(4096);
+    let mut b = ProfileBuilder::new(&[(long_type.as_str(), "nanoseconds")]);
+    let f = b.function(&FunctionSpec {
+        name: "main".into(),
+        ..Default::default()
+    });
+    let loc = b.location(0, 0x1000, &[(f, 1)]);
+    b.sample(&[loc], &[1], &[]);
+    let profile = kiln_pprof::decode(
+        &kiln_pprof::encode_gzip(&b.finish()),
+        &DecodeLimits::default(),
+    )
+    .expect("decodes");
+    let labels = long_labels(1, 1);
+    let limits = IngestLimits::default();
+    let mut head = Head::new();
+    let check = head.check_ingest(&profile, &labels, 10, &limits);
+    assert!(
+        matches!(&check, Err(IngestError::LabelValueTooLong { name, limit, .. })
+            if name == "__profile_type__" && *limit == limits.max_label_value_bytes),
+        "{check:?}"
+    );
+    assert!(head.ingest(&profile, &labels, 1, 10, &limits).is_err());
+    assert!(head.is_empty());
+}
