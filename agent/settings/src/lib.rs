@@ -144,8 +144,8 @@ pub struct AgentSettings {
     /// second of samples on every CPU (between 1 and 64 MiB).
     #[arg(long, env = "KILN_SNAPSHOT_RING_BYTES")]
     pub snapshot_ring_bytes: Option<u32>,
-    /// Python functions in CPython 3.9-3.13 processes (eh-frame unwinder):
-    /// read from the interpreter's thread state at sample time.
+    /// Python functions in CPython 3.9 and later (eh-frame unwinder): read
+    /// from the interpreter's thread state at sample time.
     #[arg(long, env = "KILN_PYTHON_FRAMES", default_value_t = true, action = clap::ArgAction::Set)]
     pub python_frames: bool,
     /// Bytes of CPython code objects (names, file names, line tables) cached.
