@@ -15,7 +15,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
-use framehop::{Error as FramehopError, ExplicitModuleSectionInfo, Module, Unwinder};
+use framehop::{Error as FramehopError, ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 
 use crate::abi::{MAX_STACK_DEPTH, StackSnapshot};
 use crate::proc_maps::{MapEntry, MappingKind};
@@ -71,8 +71,61 @@ impl UnwindOutcome {
 pub struct UnwoundStack {
     /// Addresses, leaf first.
     pub frames: Vec<u64>,
+    /// The stack and frame pointer registers at each frame of `frames`
+    /// (the sampled ones at the leaf, the unwound ones above): where a
+    /// runtime finds what it keeps in its frames (a JavaScript function, a
+    /// JVM method). Empty only where `frames` is.
+    pub registers: Vec<FrameRegisters>,
     /// How the walk ended.
     pub outcome: UnwindOutcome,
+}
+
+/// The stack and frame pointer registers at one frame.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FrameRegisters {
+    pub sp: u64,
+    pub bp: u64,
+}
+
+/// A frame that a language runtime's unwinder (a JIT's) walked instead of
+/// the CFI unwinder: where its caller is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeStep {
+    /// The caller's return address and registers.
+    Caller { pc: u64, registers: FrameRegisters },
+    /// The runtime knows this frame is its stack's root.
+    Root,
+}
+
+/// Unwinds the frames of one process's runtime code that has no CFI and
+/// may keep no frame pointer (a JIT's compiled methods). Asked first for
+/// every frame; `None` leaves the frame to the CFI unwinder (and its
+/// frame-pointer fallback).
+pub trait RuntimeUnwinder {
+    /// The caller of the frame at `pc` (already moved back into the call
+    /// for return addresses) with `registers`, reading the copied stack
+    /// with `read_stack`; `None` when `pc` is not the runtime's.
+    fn step(
+        &self,
+        pc: u64,
+        registers: FrameRegisters,
+        read_stack: &mut dyn FnMut(u64) -> Result<u64, ()>,
+    ) -> Option<RuntimeStep>;
+}
+
+/// No runtime: every frame is the CFI unwinder's.
+#[derive(Debug)]
+pub struct NoRuntime;
+
+impl RuntimeUnwinder for NoRuntime {
+    fn step(
+        &self,
+        _: u64,
+        _: FrameRegisters,
+        _: &mut dyn FnMut(u64) -> Result<u64, ()>,
+    ) -> Option<RuntimeStep> {
+        None
+    }
 }
 
 /// Walks one stack through `unwinder`, reading memory from `stack` (the
@@ -85,10 +138,23 @@ pub fn walk_stack(
     stack: &[u8],
     covered: impl Fn(u64) -> bool,
 ) -> UnwoundStack {
+    walk_stack_with_runtime(unwinder, cache, registers, stack, covered, &NoRuntime)
+}
+
+/// [`walk_stack`], with `runtime` asked first about every frame.
+pub fn walk_stack_with_runtime(
+    unwinder: &UnwinderX86_64<SectionBytes>,
+    cache: &mut CacheX86_64,
+    registers: (u64, u64, u64),
+    stack: &[u8],
+    covered: impl Fn(u64) -> bool,
+    runtime: &dyn RuntimeUnwinder,
+) -> UnwoundStack {
     let (ip, sp, bp) = registers;
     if ip == 0 {
         return UnwoundStack {
             frames: Vec::new(),
+            registers: Vec::new(),
             outcome: UnwindOutcome::NoUserStack,
         };
     }
@@ -107,36 +173,54 @@ pub fn walk_stack(
     // (and the process's rule cache), never the collector thread.
     let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut frames = Vec::with_capacity(32);
+        let mut frame_registers = Vec::with_capacity(32);
         let mut used_fallback = false;
-        let mut iter = unwinder.iter_frames(
-            ip,
-            UnwindRegsX86_64::new(ip, sp, bp),
-            &mut *cache,
-            &mut read_stack,
-        );
+        let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut address = FrameAddress::InstructionPointer(ip);
         let end = loop {
             if frames.len() >= MAX_STACK_DEPTH {
                 break Err(None);
             }
-            match iter.next() {
-                Ok(Some(frame)) => {
+            let at = FrameRegisters {
+                sp: regs.sp(),
+                bp: regs.bp(),
+            };
+            frames.push(address.address());
+            frame_registers.push(at);
+            let lookup = address.address_for_lookup();
+            let next = match runtime.step(lookup, at, &mut read_stack) {
+                Some(RuntimeStep::Caller { pc, registers }) => {
+                    regs.set_sp(registers.sp);
+                    regs.set_bp(registers.bp);
+                    Ok(Some(pc))
+                }
+                Some(RuntimeStep::Root) => Ok(None),
+                None => {
                     // The caller of this frame is found with this frame's
                     // rule; code without CFI gets the frame-pointer rule.
-                    if !covered(frame.address_for_lookup()) {
+                    if !covered(lookup) {
                         used_fallback = true;
                     }
-                    frames.push(frame.address());
+                    unwinder.unwind_frame(address, &mut regs, &mut *cache, &mut read_stack)
                 }
+            };
+            match next {
+                Ok(Some(return_address)) => match FrameAddress::from_return_address(return_address)
+                {
+                    Some(caller) => address = caller,
+                    None => break Err(Some(FramehopError::ReturnAddressIsNull)),
+                },
                 Ok(None) => break Ok(()),
                 Err(error) => break Err(Some(error)),
             }
         };
-        (frames, used_fallback, end)
+        (frames, frame_registers, used_fallback, end)
     }));
-    let Ok((frames, used_fallback, end)) = walked else {
+    let Ok((frames, registers, used_fallback, end)) = walked else {
         *cache = CacheX86_64::new();
         return UnwoundStack {
             frames: vec![ip],
+            registers: vec![FrameRegisters { sp, bp }],
             outcome: UnwindOutcome::UnwinderFault,
         };
     };
@@ -156,7 +240,11 @@ pub fn walk_stack(
         // (some runtimes' thread entry points); the frames found are right.
         Err(Some(_)) => UnwindOutcome::Complete,
     };
-    UnwoundStack { frames, outcome }
+    UnwoundStack {
+        frames,
+        registers,
+        outcome,
+    }
 }
 
 /// Settings of the unwinder.
@@ -311,6 +399,16 @@ impl StackUnwinder {
     /// Unwinds one snapshot with the modules of its process (frame pointers
     /// only when the process was never read).
     pub fn unwind(&mut self, snapshot: &StackSnapshot<'_>) -> UnwoundStack {
+        self.unwind_with_runtime(snapshot, &NoRuntime)
+    }
+
+    /// [`StackUnwinder::unwind`], with the process's runtime asked first
+    /// about every frame (see [`RuntimeUnwinder`]).
+    pub fn unwind_with_runtime(
+        &mut self,
+        snapshot: &StackSnapshot<'_>,
+        runtime: &dyn RuntimeUnwinder,
+    ) -> UnwoundStack {
         let registers = (snapshot.ip, snapshot.sp, snapshot.bp);
         let stack = match self
             .processes
@@ -318,20 +416,22 @@ impl StackUnwinder {
         {
             Some(process) => {
                 let covered = &process.covered;
-                walk_stack(
+                walk_stack_with_runtime(
                     &process.unwinder,
                     &mut process.cache,
                     registers,
                     snapshot.stack,
                     |pc| contains(covered, pc),
+                    runtime,
                 )
             }
-            None => walk_stack(
+            None => walk_stack_with_runtime(
                 &UnwinderX86_64::new(),
                 &mut CacheX86_64::new(),
                 registers,
                 snapshot.stack,
                 |_| false,
+                runtime,
             ),
         };
         *self
