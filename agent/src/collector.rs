@@ -21,7 +21,7 @@ use crate::metrics::AgentMetrics;
 use crate::process_info::{ProcessSnapshot, ProcessTable};
 use crate::profile_build::{self, PROFILE_NAME, ResolvedSample, WindowMeta};
 use crate::python::PythonUnwinder;
-use crate::python::frames::{is_python_frame, native_entries};
+use crate::python::frames::is_python_frame;
 use crate::sample_source::{SampleSource, SamplerError};
 use crate::sampler::Sampler;
 use crate::ship::{ShipItem, ShipQueue};
@@ -90,6 +90,8 @@ pub struct Collector<S: TargetSource, K: SampleSource = Sampler> {
     metrics: Arc<AgentMetrics>,
     unwinder: Option<StackUnwinder>,
     python: Option<PythonUnwinder>,
+    /// V8 processes' JavaScript frames (with stack snapshots only).
+    v8: Option<crate::v8::V8Unwinder>,
     /// Stacks unwound this window.
     unwound: UnwoundWindow,
     /// Processes re-read this window because a sample hit an unknown mapping.
@@ -112,6 +114,9 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             python,
         } = parts;
         Collector {
+            v8: unwinder
+                .as_ref()
+                .map(|_| crate::v8::V8Unwinder::new(Default::default())),
             unwinder,
             python,
             unwound: UnwoundWindow::new(config.unwound_stacks_capacity),
@@ -187,6 +192,9 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
     /// Gives the BPF program the interpreter state of a new CPython process
     /// (or takes away that of a previous process with the same pid).
     fn register_python(&mut self, process: &ProcessSnapshot) {
+        if let Some(v8) = self.v8.as_mut() {
+            v8.register(process);
+        }
         let Some(python) = self.python.as_mut() else {
             return;
         };
@@ -230,6 +238,7 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
         let unwound = &mut self.unwound;
         let reloaded = &mut self.reloaded;
         let python = &mut self.python;
+        let v8 = &mut self.v8;
         let batch = self.sampler.take_snapshots(&mut |snapshot| {
             let key = (snapshot.pid, snapshot.start_boottime_ns);
             let stale = !unwinder.knows_process(key.0, key.1)
@@ -243,9 +252,13 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
                 unwinder.load_process(&process);
             }
             let stack = unwinder.unwind(&snapshot);
-            let frames = match python.as_mut() {
-                Some(python) => python.merge(&snapshot, stack.frames),
+            let stack_frames = match v8.as_mut() {
+                Some(v8) => v8.merge(&snapshot, &stack),
                 None => stack.frames,
+            };
+            let frames = match python.as_mut() {
+                Some(python) => python.merge(&snapshot, stack_frames),
+                None => stack_frames,
             };
             unwound.add(&snapshot, frames);
         });
@@ -327,7 +340,7 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
                 .entry(key)
                 .or_insert_with(|| self.processes.snapshot(key.0, key.1));
             if let Some(snapshot) = snapshot {
-                let native = native_entries(&sample.user);
+                let native = crate::v8::frames::native_entries(&sample.user);
                 self.symbolizer
                     .queue_user_lookups(snapshot, &[native.as_slice()]);
             }
@@ -347,6 +360,7 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             self.queue.push(item);
         }
         self.end_python_window();
+        crate::v8::end_window(&mut self.v8, &self.processes, &self.metrics);
         self.metrics.frames_symbolized.add(stats.symbolized);
         self.metrics.frames_unsymbolized.add(stats.unsymbolized);
         self.metrics
@@ -430,7 +444,7 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             // the symbolizer, then put back in place.
             let native_stacks: Vec<Vec<u64>> = process_samples
                 .iter()
-                .map(|s| native_entries(&s.user))
+                .map(|s| crate::v8::frames::native_entries(&s.user))
                 .collect();
             let user_stacks: Vec<&[u64]> = native_stacks.iter().map(Vec::as_slice).collect();
             let native_frames =
@@ -439,7 +453,11 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             let user_frames: Vec<Vec<Frame>> = process_samples
                 .iter()
                 .zip(native_frames)
-                .map(|(sample, native)| self.weave_python_frames(&sample.user, native))
+                .map(|(sample, native)| {
+                    let python = crate::v8::frames::without_js(&sample.user);
+                    let woven = self.weave_python_frames(&python, native);
+                    crate::v8::weave_frames(self.v8.as_ref(), &sample.user, woven)
+                })
                 .collect();
             let language = snapshot
                 .as_ref()

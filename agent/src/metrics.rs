@@ -64,6 +64,10 @@ pub struct AgentMetrics {
     python_code_reads: Mutex<BTreeMap<&'static str, u64>>,
     /// Bytes of code objects cached.
     pub python_code_cache_bytes: Counter,
+    /// V8 processes found, by result.
+    v8_processes: Mutex<BTreeMap<&'static str, u64>>,
+    /// JavaScript frames found in V8 processes' stacks, by result.
+    v8_frames: Mutex<BTreeMap<&'static str, u64>>,
     /// Profiles written or acknowledged by the store.
     pub profiles_shipped: Counter,
     /// Profiles built.
@@ -152,6 +156,17 @@ impl AgentMetrics {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         map.extend(objects.into_iter().map(|(k, v)| (*k, *v)));
+    }
+
+    /// Sets the cumulative V8 totals counted by the V8 unwinder.
+    pub fn set_v8_totals(&self, stats: &crate::v8::V8Stats) {
+        for (target, source) in [
+            (&self.v8_processes, &stats.processes),
+            (&self.v8_frames, &stats.frames),
+        ] {
+            let mut map = target.lock().unwrap_or_else(|p| p.into_inner());
+            map.extend(source.iter().map(|(k, v)| (*k, *v)));
+        }
     }
 
     /// Sets the cumulative Python totals counted by the Python unwinder.
@@ -343,6 +358,24 @@ impl AgentMetrics {
             let values = values.lock().unwrap_or_else(|p| p.into_inner());
             let values = values.iter().map(|(k, v)| (*k, *v)).collect();
             families.push(Family::counters_by(name, help, label, values));
+        }
+        for (name, help, values) in [
+            (
+                "kiln_agent_v8_processes_total",
+                "Processes mapping node or libnode.so, by result (supported, or why their \
+                 JavaScript frames are not named: no_postmortem_constants, missing_constant, \
+                 constant_out_of_range, pointer_compression, symbols_over_cap, bad_object).",
+                &self.v8_processes,
+            ),
+            (
+                "kiln_agent_v8_frames_total",
+                "JavaScript frames in V8 processes' stacks, by result (named, not_a_function).",
+                &self.v8_frames,
+            ),
+        ] {
+            let values = values.lock().unwrap_or_else(|p| p.into_inner());
+            let values = values.iter().map(|(k, v)| (*k, *v)).collect();
+            families.push(Family::counters_by(name, help, "result", values));
         }
         exposition::render(families)
     }

@@ -3,7 +3,317 @@
 //!
 //! V8's JavaScript frames keep frame pointers, so the walk already finds
 //! them; what they lack is names. V8's build exports its object and frame
-//! layout as `v8dbg_*` constants ([`symbols`], [`layout`]).
+//! layout as `v8dbg_*` constants ([`symbols`], checked in [`layout`]). For
+//! each walked frame whose code may be V8's (JIT code, or the builtins in
+//! the V8 object: the interpreter's and baseline code's trampolines), the
+//! `JSFunction` is read from the copied stack at the frame pointer
+//! ([`frames::function_slots`]); while the process still lives (the
+//! collector unwinds within ~100 ms of the sample), its
+//! `SharedFunctionInfo`'s name, script and line are read from the heap
+//! ([`heap`]), every object checked by its map first, and cached per
+//! (process, SharedFunctionInfo) for the window. The frame goes into the
+//! stack as a tagged id ([`frames`]), named when profiles are built.
 
+pub mod frames;
+pub mod heap;
 pub mod layout;
 pub mod symbols;
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::abi::StackSnapshot;
+use crate::metrics::AgentMetrics;
+use crate::proc_maps::MappingKind;
+use crate::process_info::ProcessTable;
+use crate::process_info::{FileIdentity, ProcessSnapshot};
+use crate::python::memory::ProcessMemory;
+use crate::symbolize::Frame;
+use crate::unwind::UnwoundStack;
+
+use frames::{CodeKind, JsFrameName, JsFrameTable};
+use heap::Heap;
+use layout::V8Layout;
+
+/// Bounds of the V8 unwinder's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct V8UnwinderConfig {
+    /// Distinct JavaScript frames per window.
+    pub frames_per_window: usize,
+    /// Functions whose names are remembered per window (all processes).
+    pub functions_per_window: usize,
+    /// V8 objects whose layout is remembered (by file identity).
+    pub layouts: usize,
+}
+
+impl Default for V8UnwinderConfig {
+    fn default() -> Self {
+        V8UnwinderConfig {
+            frames_per_window: 65_536,
+            functions_per_window: 65_536,
+            layouts: 64,
+        }
+    }
+}
+
+/// Counts for `/metrics`, cumulative.
+#[derive(Debug, Default, Clone)]
+pub struct V8Stats {
+    /// V8 processes looked at, by result (`supported`, or why not).
+    pub processes: HashMap<&'static str, u64>,
+    /// JavaScript frames found in stacks, by result (`named`, or why not).
+    pub frames: HashMap<&'static str, u64>,
+}
+
+/// A V8 process the agent can name frames of.
+#[derive(Debug)]
+struct V8Process {
+    layout: V8Layout,
+    /// Executable mappings of the V8 object (its builtins).
+    builtins: Vec<Range<u64>>,
+    /// Executable mappings of other files and the kernel's (never V8 code).
+    native: Vec<Range<u64>>,
+}
+
+impl V8Process {
+    fn kind(&self, pc: u64) -> CodeKind {
+        if self.builtins.iter().any(|r| r.contains(&pc)) {
+            CodeKind::Builtin
+        } else if self.native.iter().any(|r| r.contains(&pc)) {
+            CodeKind::Native
+        } else {
+            CodeKind::Jit
+        }
+    }
+}
+
+/// V8 processes and the JavaScript frames of the current window.
+#[derive(Debug)]
+pub struct V8Unwinder {
+    config: V8UnwinderConfig,
+    processes: HashMap<(u32, u64), Arc<V8Process>>,
+    layouts: HashMap<FileIdentity, Result<V8Layout, &'static str>>,
+    names: HashMap<(u32, u64, u64), JsFrameName>,
+    maps: HashMap<(u32, u64), HashMap<u64, u16>>,
+    frames: JsFrameTable,
+    stats: V8Stats,
+}
+
+impl V8Unwinder {
+    /// An unwinder with the given bounds.
+    pub fn new(config: V8UnwinderConfig) -> V8Unwinder {
+        V8Unwinder {
+            config,
+            processes: HashMap::new(),
+            layouts: HashMap::new(),
+            names: HashMap::new(),
+            maps: HashMap::new(),
+            frames: JsFrameTable::new(config.frames_per_window),
+            stats: V8Stats::default(),
+        }
+    }
+
+    /// Looks for V8 in a newly seen process: an executable mapping of
+    /// `node` or `libnode.so` whose postmortem constants give a layout.
+    /// Refusals are counted by reason and logged once per process.
+    pub fn register(&mut self, process: &ProcessSnapshot) {
+        let key = (process.pid, process.start_boottime_ns);
+        self.processes.remove(&key);
+        let object = process
+            .maps
+            .iter()
+            .zip(&process.files)
+            .find_map(|(entry, file)| match (&entry.kind, file) {
+                (MappingKind::File { path, .. }, Some(file))
+                    if entry.executable && symbols::is_v8_object_name(path) =>
+                {
+                    Some(Arc::clone(file))
+                }
+                _ => None,
+            });
+        let Some(object) = object else {
+            return;
+        };
+        let layout = match self.layouts.get(&object.identity) {
+            Some(known) => *known,
+            None => {
+                let read = symbols::read_constants(&object.file, &object.path)
+                    .map_err(|error| {
+                        tracing::info!(pid = process.pid, %error, "V8 process profiled without JavaScript names");
+                        error.reason()
+                    })
+                    .and_then(|constants| {
+                        V8Layout::from_constants(&constants).map_err(|error| {
+                            tracing::info!(pid = process.pid, path = %object.path, %error, "V8 process profiled without JavaScript names");
+                            error.reason()
+                        })
+                    });
+                if self.layouts.len() >= self.config.layouts {
+                    self.layouts.clear();
+                }
+                self.layouts.insert(object.identity, read);
+                read
+            }
+        };
+        let layout = match layout {
+            Ok(layout) => layout,
+            Err(reason) => {
+                *self.stats.processes.entry(reason).or_default() += 1;
+                return;
+            }
+        };
+        let mut builtins = Vec::new();
+        let mut native = Vec::new();
+        for (entry, file) in process.maps.iter().zip(&process.files) {
+            if !entry.executable {
+                continue;
+            }
+            match &entry.kind {
+                MappingKind::Anonymous => {}
+                MappingKind::File { .. }
+                    if file.as_ref().is_some_and(|f| f.identity == object.identity) =>
+                {
+                    builtins.push(entry.start..entry.end);
+                }
+                _ => native.push(entry.start..entry.end),
+            }
+        }
+        *self.stats.processes.entry("supported").or_default() += 1;
+        tracing::debug!(pid = process.pid, object = %object.path, "V8 process");
+        self.processes.insert(
+            key,
+            Arc::new(V8Process {
+                layout,
+                builtins,
+                native,
+            }),
+        );
+    }
+
+    /// Forgets processes for which `alive` is false.
+    pub fn retain_alive(&mut self, mut alive: impl FnMut(u32, u64) -> bool) {
+        self.processes.retain(|&(pid, start), _| alive(pid, start));
+    }
+
+    /// The user stack of `snapshot` walked as `stack`, with its
+    /// JavaScript frames named: `stack.frames` unchanged when the process
+    /// is not a registered V8 process.
+    pub fn merge(&mut self, snapshot: &StackSnapshot<'_>, stack: &UnwoundStack) -> Vec<u64> {
+        let key = (snapshot.pid, snapshot.start_boottime_ns);
+        let Some(process) = self.processes.get(&key).cloned() else {
+            return stack.frames.clone();
+        };
+        let sp = snapshot.sp;
+        let read_stack = |address: u64| -> Option<u64> {
+            let offset = usize::try_from(address.checked_sub(sp)?).ok()?;
+            let bytes = snapshot.stack.get(offset..offset.checked_add(8)?)?;
+            Some(u64::from_le_bytes(bytes.try_into().ok()?))
+        };
+        let layout = &process.layout;
+        let slots = frames::function_slots(
+            layout,
+            &stack.frames,
+            &stack.registers,
+            |pc| process.kind(pc),
+            read_stack,
+        );
+        if slots.is_empty() {
+            return stack.frames.clone();
+        }
+        let memory = ProcessMemory::new(snapshot.pid);
+        if self.maps.len() >= self.config.functions_per_window {
+            self.maps.clear();
+        }
+        let maps = self.maps.entry(key).or_default();
+        let mut heap = Heap::new(layout, &memory, maps);
+        let mut named = Vec::with_capacity(slots.len());
+        for (index, function) in slots {
+            let Some(shared) = heap.shared_of_function(function) else {
+                *self.stats.frames.entry("not_a_function").or_default() += 1;
+                continue;
+            };
+            let name_key = (key.0, key.1, shared);
+            let name = match self.names.get(&name_key) {
+                Some(name) => name.clone(),
+                None => {
+                    let info = heap.describe(shared);
+                    let name = JsFrameName {
+                        function: Arc::from(if info.name.is_empty() {
+                            "(anonymous)"
+                        } else {
+                            info.name.as_str()
+                        }),
+                        file: Arc::from(info.file.as_str()),
+                        line: info.line,
+                    };
+                    if self.names.len() >= self.config.functions_per_window {
+                        self.names.clear();
+                    }
+                    self.names.insert(name_key, name.clone());
+                    name
+                }
+            };
+            *self.stats.frames.entry("named").or_default() += 1;
+            let pc = stack.frames[index];
+            named.push((index, process.kind(pc), self.frames.intern(name)));
+        }
+        frames::weave(&stack.frames, &named)
+    }
+
+    /// The JavaScript frame a tagged stack entry names.
+    pub fn frame(&self, entry: u64) -> Option<&JsFrameName> {
+        self.frames.get(entry)
+    }
+
+    /// Ends a window: its frame ids, names and map types are dropped (a
+    /// collection may move or free any object).
+    pub fn end_window(&mut self) {
+        self.frames.clear();
+        self.names.clear();
+        self.maps.clear();
+    }
+
+    /// Cumulative counts.
+    pub fn stats(&self) -> &V8Stats {
+        &self.stats
+    }
+}
+
+/// `others` (the frames of the entries of `stack` that are not JavaScript
+/// frames, in order) with the JavaScript frames of `stack` put back where
+/// they were.
+pub fn weave_frames(v8: Option<&V8Unwinder>, stack: &[u64], others: Vec<Frame>) -> Vec<Frame> {
+    let Some(v8) = v8.filter(|_| stack.iter().any(|&e| frames::is_js_frame(e))) else {
+        return others;
+    };
+    let mut others = others.into_iter();
+    stack
+        .iter()
+        .filter_map(|&entry| {
+            if !frames::is_js_frame(entry) {
+                return others.next();
+            }
+            let name = v8.frame(entry)?;
+            Some(Frame {
+                address: 0,
+                mapping: None,
+                function: Some(Arc::clone(&name.function)),
+                file: Some(Arc::clone(&name.file)).filter(|f| !f.is_empty()),
+                line: name.line,
+            })
+        })
+        .collect()
+}
+
+/// Ends the window for the V8 unwinder (once its profiles are built):
+/// publishes its counts, drops the window's names and forgets processes
+/// that exited.
+pub fn end_window(v8: &mut Option<V8Unwinder>, processes: &ProcessTable, metrics: &AgentMetrics) {
+    let Some(v8) = v8.as_mut() else {
+        return;
+    };
+    metrics.set_v8_totals(v8.stats());
+    v8.end_window();
+    v8.retain_alive(|pid, start| processes.is_alive(pid, start));
+}

@@ -375,4 +375,4 @@ fn check(name: &str, value: i64, min: i64, max: i64) -> Result<i64, LayoutError>
 
 #[cfg(test)]
 #[path = "layout_tests.rs"]
-mod tests;
+pub(crate) mod tests;
