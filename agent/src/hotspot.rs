@@ -1,12 +1,263 @@
 //! Java methods in CPU profiles: HotSpot JVMs started without flags.
 //!
 //! HotSpot exports tables describing its own structures for debuggers
-//! ([`vmstructs`]). From them the agent finds the code cache and, for a pc
-//! in it, the code blob that holds it; compiled methods keep no frame
-//! pointer, so their callers are found from each blob's frame size, and
-//! interpreted frames from the frame pointer and the method they hold.
+//! ([`vmstructs`]); from them ([`layout`]) the agent finds the code cache
+//! and, for a pc in it, the code blob that holds it ([`code_cache`]).
+//! Compiled methods keep no frame pointer, so the stack walk leaves them by
+//! their blob's frame size; interpreted frames by the frame pointer
+//! ([`unwinder`]). Each Java frame is then named from the method the blob
+//! (compiled) or the frame (interpreted) holds ([`names`]) and goes into
+//! the stack as a tagged id ([`frames`]), named at drain time like a
+//! Python frame. Nothing is asked of the program: no flag, no agent.
 
+pub mod code_cache;
+pub mod frames;
+pub mod layout;
+pub mod names;
+pub mod process;
+pub mod unwinder;
 pub mod vmstructs;
 
 #[cfg(test)]
 mod test_memory;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::abi::StackSnapshot;
+use crate::process_info::ProcessSnapshot;
+use crate::unwind::{StackUnwinder, UnwoundStack};
+
+use code_cache::BlobKind;
+use frames::{JavaFrameName, JavaFrameTable};
+use layout::INTERPRETER_BCP_SLOTS;
+use names::MethodName;
+use process::JvmError;
+use unwinder::JvmProcess;
+
+/// Bounds of the HotSpot unwinder's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotspotConfig {
+    /// JVM processes held at most.
+    pub max_processes: usize,
+    /// Distinct Java frames per window.
+    pub frames_per_window: usize,
+    /// Method names cached per window, across processes.
+    pub max_cached_methods: usize,
+}
+
+impl Default for HotspotConfig {
+    fn default() -> Self {
+        HotspotConfig {
+            max_processes: 1024,
+            frames_per_window: 65_536,
+            max_cached_methods: 65_536,
+        }
+    }
+}
+
+/// A JVM still starting (its tables not filled in) is read again after
+/// this long, at most this many times.
+const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+const MAX_RETRIES: u32 = 120;
+
+/// Counts for `/metrics`, cumulative.
+#[derive(Debug, Default, Clone)]
+pub struct HotspotStats {
+    /// JVM processes looked at, by result (`supported`, or why not).
+    pub processes: HashMap<&'static str, u64>,
+    /// Frames in the code cache, by how they were named.
+    pub frames: HashMap<&'static str, u64>,
+}
+
+/// JVM processes and the Java frames of the current window.
+#[derive(Debug)]
+pub struct HotspotUnwinder {
+    config: HotspotConfig,
+    processes: HashMap<(u32, u64), JvmProcess>,
+    /// JVMs not readable yet: when last tried, and how often.
+    pending: HashMap<(u32, u64), (Instant, u32)>,
+    methods: HashMap<(u32, u64, u64), Option<Arc<MethodName>>>,
+    frames: JavaFrameTable,
+    stats: HotspotStats,
+}
+
+impl HotspotUnwinder {
+    /// An unwinder with the given bounds.
+    pub fn new(config: HotspotConfig) -> HotspotUnwinder {
+        HotspotUnwinder {
+            config,
+            processes: HashMap::new(),
+            pending: HashMap::new(),
+            methods: HashMap::new(),
+            frames: JavaFrameTable::new(config.frames_per_window),
+            stats: HotspotStats::default(),
+        }
+    }
+
+    /// Looks for HotSpot in a process read from `/proc` (new, or re-read).
+    pub fn observe(&mut self, process: &ProcessSnapshot) {
+        let key = (process.pid, process.start_boottime_ns);
+        if self.processes.contains_key(&key) || !process::maps_libjvm(process) {
+            return;
+        }
+        let result = if self.processes.len() >= self.config.max_processes {
+            Err("too_many_processes")
+        } else {
+            process::find(process).map_err(|error| {
+                if let JvmError::Tables {
+                    source: vmstructs::VmStructsError::NotInitialized { .. },
+                    ..
+                } = error
+                {
+                    let (at, tries) = self.pending.entry(key).or_insert((Instant::now(), 0));
+                    *at = Instant::now();
+                    *tries += 1;
+                } else {
+                    self.pending.remove(&key);
+                    tracing::info!(pid = process.pid, %error, "JVM profiled without Java frames");
+                }
+                error.reason()
+            })
+        };
+        match result {
+            Ok(found) => {
+                tracing::debug!(pid = process.pid, object = %found.path, heaps = found.heaps.len(), "HotSpot JVM");
+                *self.stats.processes.entry("supported").or_default() += 1;
+                self.pending.remove(&key);
+                self.processes
+                    .insert(key, JvmProcess::new(found, process.pid));
+            }
+            Err(reason) => *self.stats.processes.entry(reason).or_default() += 1,
+        }
+    }
+
+    /// Whether a JVM that was still starting should be read again now.
+    pub fn retry_due(&self, pid: u32, start_boottime_ns: u64) -> bool {
+        self.pending
+            .get(&(pid, start_boottime_ns))
+            .is_some_and(|(at, tries)| *tries < MAX_RETRIES && at.elapsed() >= RETRY_INTERVAL)
+    }
+
+    /// Unwinds `snapshot` with its JVM's frames (when it is a JVM's) and
+    /// puts Java frames in place of their code-cache addresses.
+    pub fn unwind(
+        &mut self,
+        unwinder: &mut StackUnwinder,
+        snapshot: &StackSnapshot<'_>,
+    ) -> UnwoundStack {
+        let key = (snapshot.pid, snapshot.start_boottime_ns);
+        let Some(jvm) = self.processes.get(&key) else {
+            return unwinder.unwind(snapshot);
+        };
+        let mut stack = unwinder.unwind_with_runtime(snapshot, jvm);
+        let read_stack = |address: u64| -> Option<u64> {
+            let offset = usize::try_from(address.checked_sub(snapshot.sp)?).ok()?;
+            let bytes = snapshot.stack.get(offset..offset.checked_add(8)?)?;
+            Some(u64::from_le_bytes(bytes.try_into().ok()?))
+        };
+        for (depth, (entry, registers)) in stack.frames.iter_mut().zip(&stack.registers).enumerate()
+        {
+            let pc = if depth == 0 {
+                *entry
+            } else {
+                entry.saturating_sub(1)
+            };
+            if !jvm.in_code_cache(pc) {
+                continue;
+            }
+            let Some(blob) = jvm.blob(pc) else {
+                *self.stats.frames.entry("no_blob").or_default() += 1;
+                continue;
+            };
+            let (method, line) = match &blob.kind {
+                BlobKind::Nmethod { method } => (*method, None),
+                BlobKind::Interpreter => {
+                    let slot = registers
+                        .bp
+                        .wrapping_add_signed(jvm.found.layout.interpreter_method_slot * 8);
+                    let Some(method) = read_stack(slot) else {
+                        *self
+                            .stats
+                            .frames
+                            .entry("interpreted_unreadable")
+                            .or_default() += 1;
+                        continue;
+                    };
+                    let bci = INTERPRETER_BCP_SLOTS.iter().find_map(|&slot| {
+                        let bcp = read_stack(registers.bp.wrapping_add_signed(slot * 8))?;
+                        names::bytecode_index(&jvm.memory, &jvm.found.layout, method, bcp)
+                    });
+                    (method, bci)
+                }
+                BlobKind::Stub { name } => {
+                    *self.stats.frames.entry("stub").or_default() += 1;
+                    *entry = self.frames.intern(JavaFrameName {
+                        function: Arc::from(name.as_str()),
+                        file: Arc::from(""),
+                        line: 0,
+                    });
+                    continue;
+                }
+            };
+            let cache_key = (key.0, key.1, method);
+            let name = match self.methods.get(&cache_key) {
+                Some(name) => name.clone(),
+                None => {
+                    let name =
+                        names::read_method(&jvm.memory, &jvm.found.layout, method).map(Arc::new);
+                    if self.methods.len() >= self.config.max_cached_methods {
+                        self.methods.clear();
+                    }
+                    self.methods.insert(cache_key, name.clone());
+                    name
+                }
+            };
+            let Some(name) = name else {
+                *self.stats.frames.entry("method_unreadable").or_default() += 1;
+                continue;
+            };
+            let (kind, line) = match line {
+                Some(bci) => (
+                    "interpreted",
+                    names::line_of(&jvm.memory, &jvm.found.layout, method, bci),
+                ),
+                None => ("compiled", 0),
+            };
+            *self.stats.frames.entry(kind).or_default() += 1;
+            *entry = self.frames.intern(JavaFrameName {
+                function: Arc::from(name.function.as_str()),
+                file: Arc::from(name.file.as_str()),
+                line,
+            });
+        }
+        stack
+    }
+
+    /// The Java frame a tagged stack entry names.
+    pub fn frame(&self, entry: u64) -> Option<&JavaFrameName> {
+        self.frames.get(entry)
+    }
+
+    /// Ends a window: its frame ids, blobs and method names are dropped
+    /// (code and methods may be freed and their memory reused).
+    pub fn end_window(&mut self) {
+        self.frames.clear();
+        self.methods.clear();
+        for jvm in self.processes.values() {
+            jvm.end_window();
+        }
+    }
+
+    /// Forgets processes for which `alive` is false.
+    pub fn retain_alive(&mut self, mut alive: impl FnMut(u32, u64) -> bool) {
+        self.processes.retain(|(pid, start), _| alive(*pid, *start));
+        self.pending.retain(|(pid, start), _| alive(*pid, *start));
+    }
+
+    /// Cumulative counts.
+    pub fn stats(&self) -> &HotspotStats {
+        &self.stats
+    }
+}

@@ -1,0 +1,220 @@
+//! The code cache: its heaps, and the code blob that holds a pc, found the
+//! way HotSpot finds it (`CodeHeap::find_start`): each heap has a segment
+//! map with one byte per segment, 0 where a block starts, `n` to step back
+//! `n` segments towards it, 0xFF for an unused segment.
+
+use super::layout::JvmLayout;
+use super::vmstructs::{RemoteMemory, VmStructsError, read_c_string, read_u32, read_u64};
+
+/// Heaps per code cache at most (HotSpot has 1 or 3).
+const MAX_HEAPS: u32 = 16;
+/// Steps back through a segment map at most: a blob of 1,024 × 254
+/// segments (16 MiB at 64-byte segments) is larger than any method.
+const MAX_SEGMENT_HOPS: usize = 1024;
+/// Longest blob name read.
+const MAX_BLOB_NAME: usize = 64;
+/// A segment map byte for a segment that belongs to no block.
+const FREE_SEGMENT: u8 = 0xFF;
+
+/// One code heap's memory and segment map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CodeHeap {
+    /// Its committed memory: `[low, high)`.
+    pub low: u64,
+    pub high: u64,
+    /// Its segment map's first byte.
+    pub segment_map: u64,
+    /// log2 of its segment size.
+    pub log2_segment_size: u32,
+}
+
+/// What a code blob holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlobKind {
+    /// A compiled Java method (C1, C2 or a native wrapper): its `Method*`.
+    Nmethod { method: u64 },
+    /// The template interpreter.
+    Interpreter,
+    /// Anything else (stubs, adapters), by HotSpot's name for it.
+    Stub { name: String },
+}
+
+/// A code blob, as much as the unwinder needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeBlob {
+    /// The blob's own address.
+    pub address: u64,
+    pub kind: BlobKind,
+    /// Its first instruction, and where its code ends.
+    pub code_begin: u64,
+    pub code_end: u64,
+    /// Where its frame is set up, past the prologue; `None` when unknown.
+    pub frame_complete: Option<u64>,
+    /// Its frame's size in bytes, return address included (0: none).
+    pub frame_bytes: u64,
+}
+
+/// Reads the code cache's heaps.
+pub fn read_heaps(
+    memory: &dyn RemoteMemory,
+    layout: &JvmLayout,
+) -> Result<Vec<CodeHeap>, VmStructsError> {
+    let array = read_u64(memory, layout.code_heaps)?;
+    if array == 0 {
+        return Err(VmStructsError::NotInitialized {
+            table: "code heaps",
+        });
+    }
+    let len = read_u32(memory, array + layout.array_len)?;
+    if len == 0 || len > MAX_HEAPS {
+        return Err(VmStructsError::BadLayout {
+            table: "code heaps",
+            what: format!("{len} heaps"),
+        });
+    }
+    let data = read_u64(memory, array + layout.array_data)?;
+    let mut heaps = Vec::with_capacity(len as usize);
+    for i in 0..u64::from(len) {
+        let heap = read_u64(memory, data.wrapping_add(i * 8))?;
+        let low = read_u64(
+            memory,
+            heap.wrapping_add(layout.heap_memory + layout.space_low),
+        )?;
+        let high = read_u64(
+            memory,
+            heap.wrapping_add(layout.heap_memory + layout.space_high),
+        )?;
+        let segment_map = read_u64(
+            memory,
+            heap.wrapping_add(layout.heap_segmap + layout.space_low),
+        )?;
+        let log2 = read_u32(memory, heap.wrapping_add(layout.heap_log2_segment_size))?;
+        if low >= high || !(4..=16).contains(&log2) || segment_map == 0 {
+            return Err(VmStructsError::BadLayout {
+                table: "code heaps",
+                what: format!("heap {low:#x}..{high:#x} with 2^{log2}-byte segments"),
+            });
+        }
+        heaps.push(CodeHeap {
+            low,
+            high,
+            segment_map,
+            log2_segment_size: log2,
+        });
+    }
+    Ok(heaps)
+}
+
+/// The start of the block that holds `pc` in `heap` (HotSpot's
+/// `find_start`); `None` for a free or unused segment, or an unreadable or
+/// inconsistent map.
+pub fn block_start(memory: &dyn RemoteMemory, heap: &CodeHeap, pc: u64) -> Option<u64> {
+    if pc < heap.low || pc >= heap.high {
+        return None;
+    }
+    let mut segment = (pc - heap.low) >> heap.log2_segment_size;
+    let mut byte = [0u8; 1];
+    for _ in 0..MAX_SEGMENT_HOPS {
+        memory.read(heap.segment_map + segment, &mut byte).ok()?;
+        match byte[0] {
+            0 => return Some(heap.low + (segment << heap.log2_segment_size)),
+            FREE_SEGMENT => return None,
+            step => segment = segment.checked_sub(u64::from(step))?,
+        }
+    }
+    None
+}
+
+/// The code blob that holds `pc`, checked: its code covers `pc`.
+pub fn find_blob(
+    memory: &dyn RemoteMemory,
+    layout: &JvmLayout,
+    heaps: &[CodeHeap],
+    pc: u64,
+) -> Option<CodeBlob> {
+    let heap = heaps.iter().find(|h| h.low <= pc && pc < h.high)?;
+    let block = block_start(memory, heap, pc)?;
+    let mut used = [0u8; 1];
+    memory.read(block + layout.block_used, &mut used).ok()?;
+    if used[0] == 0 {
+        return None;
+    }
+    let address = block + layout.heap_block_size;
+    let size = u64::from(read_u32(memory, address + layout.blob_size).ok()?);
+    let code_begin = read_u64(memory, address + layout.blob_code_begin).ok()?;
+    let code_end = read_u64(memory, address + layout.blob_code_end).ok()?;
+    if !(address <= code_begin && code_begin <= pc && pc < code_end && pc < address + size) {
+        return None;
+    }
+    let frame_complete = read_u32(memory, address + layout.blob_frame_complete_offset).ok()? as i32;
+    let frame_words = read_u32(memory, address + layout.blob_frame_size).ok()? as i32;
+    let name_pointer = read_u64(memory, address + layout.blob_name).ok()?;
+    let name = read_c_string(memory, name_pointer, MAX_BLOB_NAME)?;
+    let kind = match name.as_str() {
+        "nmethod" => BlobKind::Nmethod {
+            method: read_u64(memory, address + layout.nmethod_method).ok()?,
+        },
+        "Interpreter" => BlobKind::Interpreter,
+        _ => BlobKind::Stub { name },
+    };
+    Some(CodeBlob {
+        address,
+        kind,
+        code_begin,
+        code_end,
+        frame_complete: u64::try_from(frame_complete)
+            .ok()
+            .map(|offset| code_begin + offset),
+        // A frame of over 1 MiB is no frame HotSpot makes.
+        frame_bytes: u64::try_from(frame_words)
+            .ok()
+            .filter(|&words| words < 1 << 17)
+            .map_or(0, |words| words * 8),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hotspot::test_memory::FakeMemory;
+
+    fn heap() -> CodeHeap {
+        CodeHeap {
+            low: 0x10_000,
+            high: 0x20_000,
+            segment_map: 0x1000,
+            log2_segment_size: 6,
+        }
+    }
+
+    #[test]
+    fn the_segment_map_leads_back_to_the_block_start() {
+        let mut memory = FakeMemory::default();
+        let mut map = vec![FREE_SEGMENT; 0x400];
+        // A block of 300 segments at segment 2, in HotSpot's chained steps.
+        for (i, byte) in map[2..302].iter_mut().enumerate() {
+            *byte = if i == 0 { 0 } else { (i % 254).max(1) as u8 };
+        }
+        memory.map(0x1000, map);
+        let heap = heap();
+        let start = 0x10_000 + 2 * 64;
+        assert_eq!(block_start(&memory, &heap, start), Some(start));
+        assert_eq!(
+            block_start(&memory, &heap, start + 299 * 64 + 5),
+            Some(start)
+        );
+        assert_eq!(block_start(&memory, &heap, 0x10_000), None, "free");
+        assert_eq!(block_start(&memory, &heap, 0x30_000), None, "outside");
+    }
+
+    #[test]
+    fn a_forged_map_costs_bounded_steps() {
+        let mut memory = FakeMemory::default();
+        // Every byte says "one back": the walk reaches segment 0's byte,
+        // which steps before the heap.
+        memory.map(0x1000, vec![1; 0x400]);
+        assert_eq!(block_start(&memory, &heap(), 0x10_000 + 0x3ff * 64), None);
+        // An unreadable map.
+        assert_eq!(block_start(&FakeMemory::default(), &heap(), 0x10_100), None);
+    }
+}
