@@ -31,7 +31,7 @@ enum kiln_counter {
 	KILN_COUNTER_NEW_PROCESS_LOST = 7,
 	/* Stack snapshots lost because the `samples` ring buffer was full. */
 	KILN_COUNTER_SNAPSHOT_LOST = 8,
-	/* Python stacks cut at KILN_PY_MAX_FRAMES interpreter frames. */
+	/* Python (or Ruby) stacks cut at KILN_PY_MAX_FRAMES interpreter frames. */
 	KILN_COUNTER_PY_TRUNCATED = 9,
 	KILN_COUNTER_COUNT = 10,
 };
@@ -144,6 +144,49 @@ enum kiln_py_status {
 	/* Cut at KILN_PY_MAX_FRAMES. */
 	KILN_PY_TRUNCATED = 3,
 };
+
+/*
+ * Value of `ruby_processes` (key: tgid): how to find the sampled thread's
+ * `ruby_current_ec` and the struct offsets of its Ruby version, from
+ * agent/src/ruby/offsets.rs. A process is Ruby or Python, never both, so the
+ * Ruby walk writes its frames into the snapshot's `py_frames` (iseq pointer
+ * as `code`, pc as `position`) and sets `py_status` the same way.
+ *
+ * `ruby_current_ec` is a thread-local of libruby, which Debian links for the
+ * general-dynamic TLS model: its address is the thread's DTV slot for
+ * libruby's module id plus the symbol's offset in that module's block. The
+ * thread pointer is the task's fs base, the DTV pointer sits in glibc's TCB
+ * header, and userspace reads the module id the loader wrote into libruby's
+ * GOT (the DTPMOD64 relocation's slot).
+ */
+struct kiln_ruby_process {
+	/* libruby's TLS module id (index into the DTV). */
+	__u64 tls_module;
+	/* Offset of `ruby_current_ec` in libruby's TLS block. */
+	__u64 tls_offset;
+	/* Offset of the DTV pointer from the thread pointer (TCB header). */
+	__u16 tcb_dtv;
+	/* Bytes per DTV entry (the block pointer is its first word). */
+	__u16 dtv_entry_size;
+	/* rb_execution_context_t: vm_stack, vm_stack_size (in VALUEs), cfp. */
+	__u16 ec_vm_stack;
+	__u16 ec_vm_stack_size;
+	__u16 ec_cfp;
+	/* rb_control_frame_t: its size and its pc, iseq and ep fields. */
+	__u16 cfp_size;
+	__u16 cfp_pc;
+	__u16 cfp_iseq;
+	__u16 cfp_ep;
+	/* Offset back from ep of the method entry slot (ep[-2]). */
+	__u16 ep_method_entry;
+	/* Frame flags in ep[0]: the first frame of a vm_exec call, a C frame. */
+	__u32 frame_flag_finish;
+	__u32 frame_flag_cframe;
+	__u32 reserved;
+};
+
+/* Set in `kiln_py_frame.flags` of a Ruby C frame: `code` is its method entry. */
+#define KILN_RB_FRAME_CFUNC 4
 
 /* Filter modes in `struct kiln_config.filter`. */
 enum kiln_filter {

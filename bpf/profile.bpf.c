@@ -111,6 +111,14 @@ struct {
 	__type(value, struct kiln_python_process);
 } python_processes SEC(".maps");
 
+/* Ruby processes among the targets, written by userspace (tgid key). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct kiln_ruby_process);
+} ruby_processes SEC(".maps");
+
 /* Stack snapshots; sized by userspace at load time from CPUs and frequency. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -261,6 +269,77 @@ static __always_inline void read_python_frames(struct kiln_stack_snapshot *event
 	event->py_depth = depth;
 }
 
+/*
+ * Records the sampled thread's Ruby control frames, leaf first, into
+ * `py_frames`: finds the thread's execution context through its
+ * `ruby_current_ec` thread-local (see struct kiln_ruby_process), then walks
+ * from ec->cfp towards the end of the VM stack, where the first frames
+ * pushed live. A C frame (Integer#times, a C block) is kept, flagged, with
+ * its method entry, and the walk goes on past it to the Ruby frames that
+ * called it. Returns 0 when the process is not a registered Ruby process.
+ */
+static __always_inline int read_ruby_frames(struct kiln_stack_snapshot *event,
+					    __u32 pid)
+{
+	struct kiln_ruby_process *rb = bpf_map_lookup_elem(&ruby_processes, &pid);
+	if (!rb)
+		return 0;
+	event->py_depth = 0;
+	event->py_status = KILN_PY_NO_THREAD;
+
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 fsbase = BPF_CORE_READ(task, thread.fsbase);
+	if (!fsbase)
+		return 1;
+	__u64 dtv = read_user_u64(fsbase + rb->tcb_dtv);
+	if (!dtv)
+		return 1;
+	__u64 block = read_user_u64(dtv + rb->tls_module * rb->dtv_entry_size);
+	/* glibc marks a block not yet allocated for this thread with -1. */
+	if (!block || block == ~(__u64)0)
+		return 1;
+	__u64 ec = read_user_u64(block + rb->tls_offset);
+	if (!ec)
+		return 1;
+	__u64 cfp = read_user_u64(ec + rb->ec_cfp);
+	__u64 stack = read_user_u64(ec + rb->ec_vm_stack);
+	__u64 stack_size = read_user_u64(ec + rb->ec_vm_stack_size);
+	/* Control frames grow down from the end of the VM stack. */
+	__u64 end = stack + stack_size * 8;
+	if (!cfp || !stack || cfp >= end)
+		return 1;
+
+	__u32 depth = 0;
+	for (__u32 i = 0; i < KILN_PY_MAX_FRAMES; i++) {
+		if (cfp + rb->cfp_size > end)
+			break;
+		__u64 ep = read_user_u64(cfp + rb->cfp_ep);
+		__u64 flags = ep ? read_user_u64(ep) : 0;
+		__u32 frame_flags = 0;
+		if (flags & rb->frame_flag_finish)
+			frame_flags |= KILN_PY_FRAME_ENTRY;
+		if (flags & rb->frame_flag_cframe) {
+			frame_flags |= KILN_RB_FRAME_CFUNC;
+			event->py_frames[i].code = ep ? read_user_u64(ep - rb->ep_method_entry) : 0;
+			event->py_frames[i].position = 0;
+		} else {
+			event->py_frames[i].code = read_user_u64(cfp + rb->cfp_iseq);
+			event->py_frames[i].position = read_user_u64(cfp + rb->cfp_pc);
+		}
+		event->py_frames[i].flags = frame_flags;
+		event->py_frames[i].reserved = 0;
+		depth = i + 1;
+		cfp += rb->cfp_size;
+	}
+	event->py_status = KILN_PY_COMPLETE;
+	if (cfp + rb->cfp_size <= end) {
+		event->py_status = KILN_PY_TRUNCATED;
+		bump(KILN_COUNTER_PY_TRUNCATED);
+	}
+	event->py_depth = depth;
+	return 1;
+}
+
 static __always_inline void emit_snapshot(struct bpf_perf_event_data *ctx,
 					  __u32 pid, __u32 tid, __u64 cgroup_id,
 					  __u64 start)
@@ -301,7 +380,8 @@ static __always_inline void emit_snapshot(struct bpf_perf_event_data *ctx,
 		event->sp = 0;
 		event->bp = 0;
 	}
-	read_python_frames(event, pid);
+	if (!read_ruby_frames(event, pid))
+		read_python_frames(event, pid);
 	bpf_ringbuf_submit(event, 0);
 	bump(KILN_COUNTER_SAMPLES);
 }

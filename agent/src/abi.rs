@@ -154,6 +154,46 @@ pub struct PythonProcess {
     pub code_tag_mask: u8,
 }
 
+/// `struct kiln_ruby_process`, the value of `ruby_processes`: how to find a
+/// Ruby thread's execution context and the offsets of its Ruby version.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct RubyProcess {
+    /// libruby's TLS module id (its DTV index).
+    pub tls_module: u64,
+    /// Offset of `ruby_current_ec` in libruby's TLS block.
+    pub tls_offset: u64,
+    /// Offset of the DTV pointer from the thread pointer.
+    pub tcb_dtv: u16,
+    /// Bytes per DTV entry.
+    pub dtv_entry_size: u16,
+    /// `rb_execution_context_t.vm_stack`.
+    pub ec_vm_stack: u16,
+    /// `rb_execution_context_t.vm_stack_size` (in VALUEs).
+    pub ec_vm_stack_size: u16,
+    /// `rb_execution_context_t.cfp`.
+    pub ec_cfp: u16,
+    /// `sizeof(rb_control_frame_t)`.
+    pub cfp_size: u16,
+    /// `rb_control_frame_t.pc`.
+    pub cfp_pc: u16,
+    /// `rb_control_frame_t.iseq`.
+    pub cfp_iseq: u16,
+    /// `rb_control_frame_t.ep`.
+    pub cfp_ep: u16,
+    /// Bytes back from `ep` to the method entry slot.
+    pub ep_method_entry: u16,
+    /// `VM_FRAME_FLAG_FINISH`.
+    pub frame_flag_finish: u32,
+    /// `VM_FRAME_FLAG_CFRAME`.
+    pub frame_flag_cframe: u32,
+    /// Padding, zero.
+    pub reserved: u32,
+}
+
+/// `KILN_RB_FRAME_CFUNC`: a Ruby C frame; `code` is its method entry.
+pub const RB_FRAME_CFUNC: u32 = 4;
+
 /// `KILN_PY_NO_CFRAME`: the thread state points at the frame itself.
 pub const PY_NO_CFRAME: u16 = 0xffff;
 
@@ -388,6 +428,7 @@ impl<'a> StackSnapshot<'a> {
 
 const _: () = assert!(STACK_SNAPSHOT_SIZE == 19_016);
 const _: () = assert!(size_of::<PythonProcess>() == 32);
+const _: () = assert!(size_of::<RubyProcess>() == 48);
 const _: () = assert!(size_of::<Config>() == 16);
 const _: () = assert!(size_of::<TargetValue>() == 8);
 const _: () = assert!(size_of::<CountKey>() == 32);
@@ -405,6 +446,8 @@ unsafe impl aya::Pod for TargetValue {}
 unsafe impl aya::Pod for CountKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for PythonProcess {}
+// SAFETY: as above.
+unsafe impl aya::Pod for RubyProcess {}
 // SAFETY: as above.
 unsafe impl aya::Pod for CountValue {}
 

@@ -90,6 +90,8 @@ pub struct Collector<S: TargetSource, K: SampleSource = Sampler> {
     metrics: Arc<AgentMetrics>,
     unwinder: Option<StackUnwinder>,
     python: Option<PythonUnwinder>,
+    /// Ruby frames: on with Python's (interpreter frames, one switch).
+    ruby: Option<crate::ruby::RubyUnwinder>,
     /// V8 processes' JavaScript frames (with stack snapshots only).
     v8: Option<crate::v8::V8Unwinder>,
     /// Stacks unwound this window.
@@ -118,6 +120,9 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
                 .as_ref()
                 .map(|_| crate::v8::V8Unwinder::new(Default::default())),
             unwinder,
+            ruby: python
+                .as_ref()
+                .map(|_| crate::ruby::RubyUnwinder::new(Default::default())),
             python,
             unwound: UnwoundWindow::new(config.unwound_stacks_capacity),
             reloaded: HashSet::new(),
@@ -181,7 +186,10 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             .add_drop("new_process_reads_skipped", skipped as u64);
         for event in events.into_iter().take(NEW_PROCESS_READS_PER_POLL) {
             match self.processes.refresh(event.pid, event.start_boottime_ns) {
-                Ok(snapshot) => self.register_python(&snapshot),
+                Ok(snapshot) => {
+                    self.register_python(&snapshot);
+                    crate::ruby::register(&mut self.ruby, &snapshot, &mut self.sampler);
+                }
                 Err(error) => {
                     tracing::debug!(pid = event.pid, %error, "new process not readable");
                 }
@@ -239,6 +247,7 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
         let reloaded = &mut self.reloaded;
         let python = &mut self.python;
         let v8 = &mut self.v8;
+        let ruby = &mut self.ruby;
         let batch = self.sampler.take_snapshots(&mut |snapshot| {
             let key = (snapshot.pid, snapshot.start_boottime_ns);
             let stale = !unwinder.knows_process(key.0, key.1)
@@ -259,6 +268,10 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             let frames = match python.as_mut() {
                 Some(python) => python.merge(&snapshot, stack_frames),
                 None => stack_frames,
+            };
+            let frames = match ruby.as_mut() {
+                Some(ruby) => ruby.merge(&snapshot, frames),
+                None => frames,
             };
             unwound.add(&snapshot, frames);
         });
@@ -361,6 +374,7 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
         }
         self.end_python_window();
         crate::v8::end_window(&mut self.v8, &self.processes, &self.metrics);
+        crate::ruby::end_window(&mut self.ruby, &self.processes, &mut self.sampler);
         self.metrics.frames_symbolized.add(stats.symbolized);
         self.metrics.frames_unsymbolized.add(stats.unsymbolized);
         self.metrics
@@ -537,13 +551,10 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
     /// `native` frames (of the untagged entries of `stack`, in order) with
     /// the Python frames of `stack` put back where they were.
     fn weave_python_frames(&self, stack: &[u64], native: Vec<Frame>) -> Vec<Frame> {
-        let Some(python) = self
-            .python
-            .as_ref()
-            .filter(|_| stack.iter().any(|&e| is_python_frame(e)))
-        else {
+        let (python, ruby) = (self.python.as_ref(), self.ruby.as_ref());
+        if (python.is_none() && ruby.is_none()) || !stack.iter().any(|&e| is_python_frame(e)) {
             return native;
-        };
+        }
         let mut native = native.into_iter();
         stack
             .iter()
@@ -551,7 +562,9 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
                 if !is_python_frame(entry) {
                     return native.next();
                 }
-                let name = python.frame(entry)?;
+                let name = ruby
+                    .and_then(|r| r.frame(entry))
+                    .or_else(|| python?.frame(entry))?;
                 Some(Frame {
                     address: 0,
                     mapping: None,

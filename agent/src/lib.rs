@@ -27,6 +27,7 @@ pub mod proc_maps;
 pub mod process_info;
 pub mod profile_build;
 pub mod python;
+pub mod ruby;
 pub mod safe_open;
 pub mod sample_source;
 pub mod sampler;

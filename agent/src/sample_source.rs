@@ -40,6 +40,21 @@ pub trait SampleSource {
     /// Stops reading `pid`'s CPython frames (it exited, or the pid was reused).
     fn remove_python_process(&mut self, pid: u32) -> Result<(), SamplerError>;
 
+    /// Starts reading `pid`'s Ruby frames with each sample; sources that
+    /// carry no Ruby frames ignore it.
+    fn set_ruby_process(
+        &mut self,
+        _pid: u32,
+        _process: &crate::abi::RubyProcess,
+    ) -> Result<(), SamplerError> {
+        Ok(())
+    }
+
+    /// Stops reading `pid`'s Ruby frames (it exited, or the pid was reused).
+    fn remove_ruby_process(&mut self, _pid: u32) -> Result<(), SamplerError> {
+        Ok(())
+    }
+
     /// Processes sampled for the first time since the last call.
     fn take_new_processes(&mut self) -> Vec<NewProcess>;
 

@@ -332,6 +332,36 @@ impl Sampler {
         Ok(())
     }
 
+    /// Tells the BPF program where `pid`'s Ruby keeps its thread's execution
+    /// context, so its samples carry Ruby frames.
+    pub fn set_ruby_process(
+        &mut self,
+        pid: u32,
+        process: &crate::abi::RubyProcess,
+    ) -> Result<(), SamplerError> {
+        let map = self
+            .ebpf
+            .map_mut("ruby_processes")
+            .ok_or(SamplerError::Missing {
+                name: "ruby_processes",
+            })?;
+        BpfHashMap::<_, u32, crate::abi::RubyProcess>::try_from(map)
+            .map_err(map_error("ruby_processes"))?
+            .insert(pid, process, 0)
+            .map_err(map_error("ruby_processes"))
+    }
+
+    /// Forgets `pid`'s Ruby entry (it exited, or the pid was reused).
+    pub fn remove_ruby_process(&mut self, pid: u32) -> Result<(), SamplerError> {
+        if let Some(map) = self.ebpf.map_mut("ruby_processes") {
+            let mut map = BpfHashMap::<_, u32, crate::abi::RubyProcess>::try_from(map)
+                .map_err(map_error("ruby_processes"))?;
+            // Already absent is fine: the goal is that it is not there.
+            let _ = map.remove(&pid);
+        }
+        Ok(())
+    }
+
     fn python_processes(
         &mut self,
     ) -> Result<BpfHashMap<&mut aya::maps::MapData, u32, crate::abi::PythonProcess>, SamplerError>
@@ -481,6 +511,18 @@ impl SampleSource for Sampler {
 
     fn remove_python_process(&mut self, pid: u32) -> Result<(), SamplerError> {
         Sampler::remove_python_process(self, pid)
+    }
+
+    fn set_ruby_process(
+        &mut self,
+        pid: u32,
+        process: &crate::abi::RubyProcess,
+    ) -> Result<(), SamplerError> {
+        Sampler::set_ruby_process(self, pid, process)
+    }
+
+    fn remove_ruby_process(&mut self, pid: u32) -> Result<(), SamplerError> {
+        Sampler::remove_ruby_process(self, pid)
     }
 
     fn take_new_processes(&mut self) -> Vec<NewProcess> {

@@ -31,6 +31,7 @@ mod node_frames;
 mod python_forky;
 mod python_frames;
 mod python_offsets;
+mod ruby_frames;
 mod sampling;
 mod unwinding;
 
