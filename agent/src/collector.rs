@@ -16,6 +16,7 @@ use kiln_contract::labels as label;
 
 use crate::abi::KernelCounter;
 use crate::aggregate::{self, GroupKey, StackSample, UnwoundWindow};
+use crate::hotspot::{HotspotConfig, HotspotUnwinder};
 use crate::language::{self, Language};
 use crate::metrics::AgentMetrics;
 use crate::process_info::{ProcessSnapshot, ProcessTable};
@@ -92,6 +93,8 @@ pub struct Collector<S: TargetSource, K: SampleSource = Sampler> {
     python: Option<PythonUnwinder>,
     /// Ruby frames: on with Python's (interpreter frames, one switch).
     ruby: Option<crate::ruby::RubyUnwinder>,
+    /// HotSpot JVMs' frames (with stack snapshots only).
+    hotspot: Option<HotspotUnwinder>,
     /// V8 processes' JavaScript frames (with stack snapshots only).
     v8: Option<crate::v8::V8Unwinder>,
     /// Stacks unwound this window.
@@ -119,6 +122,9 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             v8: unwinder
                 .as_ref()
                 .map(|_| crate::v8::V8Unwinder::new(Default::default())),
+            hotspot: unwinder
+                .as_ref()
+                .map(|_| HotspotUnwinder::new(HotspotConfig::default())),
             unwinder,
             ruby: python
                 .as_ref()
@@ -247,6 +253,7 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
         let reloaded = &mut self.reloaded;
         let python = &mut self.python;
         let v8 = &mut self.v8;
+        let hotspot = &mut self.hotspot;
         let ruby = &mut self.ruby;
         let batch = self.sampler.take_snapshots(&mut |snapshot| {
             let key = (snapshot.pid, snapshot.start_boottime_ns);
@@ -259,8 +266,21 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
                 && let Some(process) = processes.snapshot(key.0, key.1)
             {
                 unwinder.load_process(&process);
+                if let Some(hotspot) = hotspot.as_mut() {
+                    hotspot.observe(&process);
+                }
             }
-            let stack = unwinder.unwind(&snapshot);
+            // A JVM still starting when it was read is read again.
+            if let Some(hotspot) = hotspot.as_mut()
+                && hotspot.retry_due(key.0, key.1)
+                && let Some(process) = processes.snapshot(key.0, key.1)
+            {
+                hotspot.observe(&process);
+            }
+            let stack = match hotspot.as_mut() {
+                Some(hotspot) => hotspot.unwind(unwinder, &snapshot),
+                None => unwinder.unwind(&snapshot),
+            };
             let stack_frames = match v8.as_mut() {
                 Some(v8) => v8.merge(&snapshot, &stack),
                 None => stack.frames,
@@ -374,6 +394,12 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
         }
         self.end_python_window();
         crate::v8::end_window(&mut self.v8, &self.processes, &self.metrics);
+        if let Some(hotspot) = self.hotspot.as_mut() {
+            self.metrics.set_hotspot_totals(hotspot.stats());
+            hotspot.end_window();
+            let processes = &self.processes;
+            hotspot.retain_alive(|pid, start| processes.is_alive(pid, start));
+        }
         crate::ruby::end_window(&mut self.ruby, &self.processes, &mut self.sampler);
         self.metrics.frames_symbolized.add(stats.symbolized);
         self.metrics.frames_unsymbolized.add(stats.unsymbolized);
@@ -552,7 +578,9 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
     /// the Python frames of `stack` put back where they were.
     fn weave_python_frames(&self, stack: &[u64], native: Vec<Frame>) -> Vec<Frame> {
         let (python, ruby) = (self.python.as_ref(), self.ruby.as_ref());
-        if (python.is_none() && ruby.is_none()) || !stack.iter().any(|&e| is_python_frame(e)) {
+        if (python.is_none() && ruby.is_none() && self.hotspot.is_none())
+            || !stack.iter().any(|&e| is_python_frame(e))
+        {
             return native;
         }
         let mut native = native.into_iter();
@@ -561,6 +589,15 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             .filter_map(|&entry| {
                 if !is_python_frame(entry) {
                     return native.next();
+                }
+                if let Some(java) = self.hotspot.as_ref().and_then(|h| h.frame(entry)) {
+                    return Some(Frame {
+                        address: 0,
+                        mapping: None,
+                        function: Some(std::sync::Arc::clone(&java.function)),
+                        file: Some(std::sync::Arc::clone(&java.file)).filter(|f| !f.is_empty()),
+                        line: java.line,
+                    });
                 }
                 let name = ruby
                     .and_then(|r| r.frame(entry))

@@ -62,6 +62,10 @@ pub struct AgentMetrics {
     python_stacks: Mutex<BTreeMap<&'static str, u64>>,
     /// Code objects read, by result.
     python_code_reads: Mutex<BTreeMap<&'static str, u64>>,
+    /// Processes mapping HotSpot, by result.
+    hotspot_processes: Mutex<BTreeMap<&'static str, u64>>,
+    /// Frames in JVMs' code caches, by how they were named.
+    hotspot_frames: Mutex<BTreeMap<&'static str, u64>>,
     /// Bytes of code objects cached.
     pub python_code_cache_bytes: Counter,
     /// V8 processes found, by result.
@@ -175,6 +179,17 @@ impl AgentMetrics {
             (&self.python_processes, &stats.processes),
             (&self.python_stacks, &stats.stacks),
             (&self.python_code_reads, &stats.code_reads),
+        ] {
+            let mut map = target.lock().unwrap_or_else(|p| p.into_inner());
+            map.extend(source.iter().map(|(k, v)| (*k, *v)));
+        }
+    }
+
+    /// Sets the cumulative HotSpot totals counted by the HotSpot unwinder.
+    pub fn set_hotspot_totals(&self, stats: &crate::hotspot::HotspotStats) {
+        for (target, source) in [
+            (&self.hotspot_processes, &stats.processes),
+            (&self.hotspot_frames, &stats.frames),
         ] {
             let mut map = target.lock().unwrap_or_else(|p| p.into_inner());
             map.extend(source.iter().map(|(k, v)| (*k, *v)));
@@ -304,7 +319,7 @@ impl AgentMetrics {
                 peak,
             ));
         }
-        let labelled: [(&'static str, &'static str, &'static str, &Mutex<_>); 7] = [
+        let labelled: [(&'static str, &'static str, &'static str, &Mutex<_>); 9] = [
             (
                 "kiln_agent_dropped_total",
                 "Samples or profiles lost, by reason.",
@@ -346,6 +361,21 @@ impl AgentMetrics {
                 "CPython code objects read from process memory, by result (ok, unreadable, not_code).",
                 "result",
                 &self.python_code_reads,
+            ),
+            (
+                "kiln_agent_hotspot_processes_total",
+                "Processes mapping HotSpot's libjvm.so, by result (supported, or why their \
+                 Java frames are not read: vmstructs_not_initialized while it starts, \
+                 vmstructs_invalid, vmstructs_missing_entry, missing_symbol, ...).",
+                "result",
+                &self.hotspot_processes,
+            ),
+            (
+                "kiln_agent_hotspot_frames_total",
+                "Frames in JVMs' code caches, by how they were named (compiled, \
+                 interpreted, stub, or method_unreadable, no_blob).",
+                "result",
+                &self.hotspot_frames,
             ),
             (
                 "kiln_agent_ship_errors_total",

@@ -27,6 +27,7 @@ mod cri_hostile_pods;
 mod cri_python;
 mod cri_rates;
 mod cri_same_path;
+mod java_frames;
 mod node_frames;
 mod python_forky;
 mod python_frames;
