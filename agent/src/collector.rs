@@ -400,7 +400,12 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             let processes = &self.processes;
             hotspot.retain_alive(|pid, start| processes.is_alive(pid, start));
         }
-        crate::ruby::end_window(&mut self.ruby, &self.processes, &mut self.sampler);
+        crate::ruby::end_window(
+            &mut self.ruby,
+            &self.processes,
+            &mut self.sampler,
+            &self.metrics,
+        );
         self.metrics.frames_symbolized.add(stats.symbolized);
         self.metrics.frames_unsymbolized.add(stats.unsymbolized);
         self.metrics

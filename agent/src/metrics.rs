@@ -72,6 +72,10 @@ pub struct AgentMetrics {
     v8_processes: Mutex<BTreeMap<&'static str, u64>>,
     /// JavaScript frames found in V8 processes' stacks, by result.
     v8_frames: Mutex<BTreeMap<&'static str, u64>>,
+    /// Ruby processes, samples and iseq reads, by result.
+    ruby_processes: Mutex<BTreeMap<&'static str, u64>>,
+    ruby_stacks: Mutex<BTreeMap<&'static str, u64>>,
+    ruby_iseq_reads: Mutex<BTreeMap<&'static str, u64>>,
     /// Profiles written or acknowledged by the store.
     pub profiles_shipped: Counter,
     /// Profiles built.
@@ -160,6 +164,18 @@ impl AgentMetrics {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         map.extend(objects.into_iter().map(|(k, v)| (*k, *v)));
+    }
+
+    /// Sets the cumulative Ruby totals counted by the Ruby unwinder.
+    pub fn set_ruby_totals(&self, stats: &crate::ruby::RubyStats) {
+        for (target, source) in [
+            (&self.ruby_processes, &stats.processes),
+            (&self.ruby_stacks, &stats.stacks),
+            (&self.ruby_iseq_reads, &stats.iseq_reads),
+        ] {
+            let mut map = target.lock().unwrap_or_else(|p| p.into_inner());
+            map.extend(source.iter().map(|(k, v)| (*k, *v)));
+        }
     }
 
     /// Sets the cumulative V8 totals counted by the V8 unwinder.
@@ -401,6 +417,30 @@ impl AgentMetrics {
                 "kiln_agent_v8_frames_total",
                 "JavaScript frames in V8 processes' stacks, by result (named, not_a_function).",
                 &self.v8_frames,
+            ),
+        ] {
+            let values = values.lock().unwrap_or_else(|p| p.into_inner());
+            let values = values.iter().map(|(k, v)| (*k, *v)).collect();
+            families.push(Family::counters_by(name, help, "result", values));
+        }
+        for (name, help, values) in [
+            (
+                "kiln_agent_ruby_processes_total",
+                "Processes mapping libruby or ruby, by result (supported, or why their Ruby \
+                 frames are not read: unsupported_version, missing_symbol, \
+                 unsupported_tls_model, bad_tls_module, bad_object).",
+                &self.ruby_processes,
+            ),
+            (
+                "kiln_agent_ruby_stacks_total",
+                "Samples of Ruby processes, by what the kernel read (complete, truncated, \
+                 no_execution_context, not_registered_in_bpf).",
+                &self.ruby_stacks,
+            ),
+            (
+                "kiln_agent_ruby_iseq_reads_total",
+                "Ruby instruction sequences read, by result (ok, unreadable, not_iseq).",
+                &self.ruby_iseq_reads,
             ),
         ] {
             let values = values.lock().unwrap_or_else(|p| p.into_inner());

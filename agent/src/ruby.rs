@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::abi::{self, PY_FRAME_ENTRY, PyStatus, RB_FRAME_CFUNC, StackSnapshot};
+use crate::metrics::AgentMetrics;
 use crate::process_info::{ProcessSnapshot, ProcessTable};
 use crate::python::frames::{self, PythonFrameName, PythonFrameTable};
 use crate::python::memory::ProcessMemory;
@@ -268,16 +269,18 @@ pub fn register(
     }
 }
 
-/// Ends the window for `ruby`: drops the window's frame names and forgets
+/// Ends the window for `ruby`: publishes its counts, drops the window's frame names and forgets
 /// processes that exited, in the unwinder and the sampler.
 pub fn end_window(
     ruby: &mut Option<RubyUnwinder>,
     processes: &ProcessTable,
     sampler: &mut impl SampleSource,
+    metrics: &AgentMetrics,
 ) {
     let Some(ruby) = ruby.as_mut() else {
         return;
     };
+    metrics.set_ruby_totals(ruby.stats());
     ruby.end_window();
     for pid in ruby.retain_alive(|pid, start| processes.is_alive(pid, start)) {
         if let Err(error) = sampler.remove_ruby_process(pid) {

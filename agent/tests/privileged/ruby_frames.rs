@@ -14,7 +14,13 @@ use kiln_testkit::process::KillOnDrop;
 
 use crate::SERIAL;
 use crate::agent_run::{SAMPLING_DEADLINE, privileged_prerequisites, run_agent_for_samples};
+use crate::python_frames::scrape;
 use crate::python_program::{MIN_SAMPLES, Sample, samples_of};
+
+/// Debian's Ruby, as shipped.
+const RUBY: &str = "/usr/bin/ruby3.1";
+/// Its library, whose `ruby_version` the refusal test changes.
+const LIBRUBY: &str = "/usr/lib/x86_64-linux-gnu/libruby-3.1.so.3.1";
 
 /// The hot method spends its time in the VM's own instructions (no
 /// allocation, Fixnums only); its caller reaches it through a C method.
@@ -48,7 +54,7 @@ fn ruby_methods_are_named_with_file_and_line_under_debian_ruby() {
     if !privileged_prerequisites() {
         return;
     }
-    let ruby = Path::new("/usr/bin/ruby3.1");
+    let ruby = Path::new(RUBY);
     if !ruby.is_file() {
         assert!(!in_ci(), "ruby3.1 is needed in CI (./kiln-dev installs it)");
         visible_skip("Ruby frames: /usr/bin/ruby3.1 is not installed");
@@ -132,4 +138,105 @@ fn ruby_methods_are_named_with_file_and_line_under_debian_ruby() {
         share(hot_with_place) >= 95.0,
         "the hot method with its file and a line of its body in at least 95 % of samples"
     );
+}
+
+#[test]
+fn a_ruby_of_a_version_without_offsets_keeps_its_native_frames_and_is_counted() {
+    if !privileged_prerequisites() {
+        return;
+    }
+    if !Path::new(RUBY).is_file() || !Path::new(LIBRUBY).is_file() {
+        assert!(!in_ci(), "ruby3.1 is needed in CI (./kiln-dev installs it)");
+        visible_skip("the unknown-Ruby test: ruby3.1 is not installed");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // Debian's libruby with `ruby_version` saying 3.9.9: the path a Ruby
+    // newer than the offsets table takes. Gems are off, as their paths
+    // follow the version.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut library = std::fs::read(LIBRUBY).expect("libruby readable");
+    let mut patched = 0;
+    for at in 0..library.len().saturating_sub(6) {
+        if &library[at..at + 6] == b"3.1.2\0" {
+            library[at..at + 6].copy_from_slice(b"3.9.9\0");
+            patched += 1;
+        }
+    }
+    assert!(patched >= 1, "ruby_version found in {LIBRUBY}");
+    let name = Path::new(LIBRUBY).file_name().expect("a file name");
+    std::fs::write(dir.path().join(name), &library).expect("write the library");
+    let script = dir.path().join("kiln_hot.rb");
+    std::fs::write(&script, SCRIPT).expect("write script");
+    let child = KillOnDrop(
+        Command::new(RUBY)
+            .arg("--disable-gems")
+            .arg(&script)
+            .env("LD_LIBRARY_PATH", dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("ruby starts"),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pid = child.0.id().to_string();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let metrics_addr = format!("127.0.0.1:{port}");
+    let output_dir = dir.path().join("profiles");
+    let mut agent = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
+            .args(["--pid", pid.as_str(), "--frequency", "99"])
+            .args(["--drain-interval", "3s", "--duration", "7s"])
+            .arg("--output-dir")
+            .arg(&output_dir)
+            .args(["--metrics-addr", metrics_addr.as_str()])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("agent starts"),
+    );
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    let metrics = scrape(&metrics_addr);
+    let status = agent.0.wait().expect("agent exits");
+    assert!(status.success(), "agent failed: {status}");
+    let counted = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("kiln_agent_ruby_processes_total")
+                && l.contains("result=\"unsupported_version\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    let mut profiles = Vec::new();
+    for entry in std::fs::read_dir(&output_dir).expect("profiles written") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "gz") {
+            let bytes = std::fs::read(&path).expect("readable");
+            profiles.push(
+                kiln_pprof::decode(&bytes, &kiln_pprof::DecodeLimits::default())
+                    .expect("valid pprof"),
+            );
+        }
+    }
+    let samples = samples_of(&profiles);
+    let total: i64 = samples.iter().map(|s| s.count).sum();
+    let named = samples
+        .iter()
+        .filter(|s| position(s, "kiln_rb_hot").is_some())
+        .count();
+    println!(
+        "Ruby \"3.9.9\": unsupported_version counted {counted}, {total} samples, {named} naming kiln_rb_hot"
+    );
+    assert!(
+        counted >= 1.0,
+        "the unknown Ruby is counted; metrics: {}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("ruby"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(total > 0, "the process is still sampled");
+    assert_eq!(named, 0, "no Ruby frame is guessed");
 }
