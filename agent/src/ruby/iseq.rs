@@ -316,6 +316,43 @@ mod tests {
     }
 
     #[test]
+    fn forged_objects_are_refused_or_capped() {
+        // A fake iseq in this process's own memory: a label String whose
+        // heap length claims a terabyte, an info table claiming u32::MAX
+        // entries, a path that is neither String nor Array.
+        let text = vec![b'x'; 4096];
+        let label: Vec<u64> = vec![T_STRING | FL_USER1, 0, 1 << 40, text.as_ptr() as u64];
+        let path: Vec<u64> = vec![0x1c, 0, 0, 0];
+        let mut body = vec![0u64; 32];
+        body[8] = path.as_ptr() as u64; // pathobj at 64
+        body[10] = label.as_ptr() as u64; // label at 80
+        body[11] = (7 << 1) | 1; // first_lineno 7, a Fixnum
+        body[17] = u64::from(u32::MAX); // insns_info.size at 136
+        let iseq: Vec<u64> = vec![(IMEMO_ISEQ << 12) | T_IMEMO, 0, body.as_ptr() as u64];
+        let memory = ProcessMemory::new(std::process::id());
+        let offsets = super::super::offsets::for_version(3, 1).expect("3.1 is known");
+        let info = read_iseq(&memory, offsets, iseq.as_ptr() as u64).expect("readable");
+        assert_eq!(
+            info.label.len(),
+            MAX_STRING_BYTES as usize,
+            "the label is capped"
+        );
+        assert_eq!(&*info.path, "", "a path of another type is not read");
+        assert!(info.lines.is_empty(), "an oversized line table is not read");
+        assert_eq!(info.line_at(0x1234), 7, "the first line stands in");
+        // The same bytes not marked as an iseq are refused before the body.
+        let other: Vec<u64> = vec![T_STRING, 0, body.as_ptr() as u64];
+        assert!(matches!(
+            read_iseq(&memory, offsets, other.as_ptr() as u64),
+            Err(IseqReadError::NotIseq { .. })
+        ));
+        assert!(matches!(
+            read_iseq(&memory, offsets, 8),
+            Err(IseqReadError::Memory(_))
+        ));
+    }
+
+    #[test]
     fn the_succinct_table_ranks_positions() {
         // Entries start at positions 0, 4 and 60: immediate counts for
         // 0..54 (1 up to 3, 2 from 4), then one block whose bit 6 is 60.
