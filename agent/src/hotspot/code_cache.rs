@@ -3,8 +3,24 @@
 //! map with one byte per segment, 0 where a block starts, `n` to step back
 //! `n` segments towards it, 0xFF for an unused segment.
 
-use super::layout::JvmLayout;
+use super::layout::{CodeBounds, IntegerField, JvmLayout};
 use super::vmstructs::{RemoteMemory, VmStructsError, read_c_string, read_u32, read_u64};
+
+/// A signed integer field of `width` bytes at `address + offset`.
+pub fn read_signed(
+    memory: &dyn RemoteMemory,
+    address: u64,
+    (offset, width): IntegerField,
+) -> Option<i64> {
+    let mut bytes = [0u8; 8];
+    let width = usize::from(width).min(8);
+    memory
+        .read(address.checked_add(offset)?, &mut bytes[..width])
+        .ok()?;
+    // Sign-extend from the field's width.
+    let shift = 64 - 8 * width as u32;
+    Some((i64::from_le_bytes(bytes) << shift) >> shift)
+}
 
 /// Heaps per code cache at most (HotSpot has 1 or 3).
 const MAX_HEAPS: u32 = 16;
@@ -141,13 +157,21 @@ pub fn find_blob(
     }
     let address = block + layout.heap_block_size;
     let size = u64::from(read_u32(memory, address + layout.blob_size).ok()?);
-    let code_begin = read_u64(memory, address + layout.blob_code_begin).ok()?;
-    let code_end = read_u64(memory, address + layout.blob_code_end).ok()?;
+    let (code_begin, code_end) = match layout.blob_code {
+        CodeBounds::Pointers { begin, end } => (
+            read_u64(memory, address + begin).ok()?,
+            read_u64(memory, address + end).ok()?,
+        ),
+        CodeBounds::Offsets { code, data } => (
+            address + u64::from(read_u32(memory, address + code).ok()?),
+            address + u64::from(read_u32(memory, address + data).ok()?),
+        ),
+    };
     if !(address <= code_begin && code_begin <= pc && pc < code_end && pc < address + size) {
         return None;
     }
-    let frame_complete = read_u32(memory, address + layout.blob_frame_complete_offset).ok()? as i32;
-    let frame_words = read_u32(memory, address + layout.blob_frame_size).ok()? as i32;
+    let frame_complete = read_signed(memory, address, layout.blob_frame_complete_offset)?;
+    let frame_words = read_signed(memory, address, layout.blob_frame_size)?;
     let name_pointer = read_u64(memory, address + layout.blob_name).ok()?;
     let name = read_c_string(memory, name_pointer, MAX_BLOB_NAME)?;
     let kind = match name.as_str() {

@@ -17,6 +17,7 @@ pub const WANTED_TYPES: &[&str] = &[
     "nmethod",
     "Method",
     "ConstMethod",
+    "ConstMethodFlags",
     "ConstantPool",
     "Klass",
     "Symbol",
@@ -27,6 +28,17 @@ pub const WANTED_TYPES: &[&str] = &[
 /// pointer: JDK 9 and later (a mirror slot was added), then JDK 8. The
 /// right one points into the method's bytecodes.
 pub const INTERPRETER_BCP_SLOTS: [i64; 2] = [-8, -7];
+
+/// Where a code blob's instructions are: JDK 8-22 keep pointers, JDK 23
+/// and later offsets from the blob (its code ends where its data begins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodeBounds {
+    Pointers { begin: u64, end: u64 },
+    Offsets { code: u64, data: u64 },
+}
+
+/// An integer field: its offset and width in bytes.
+pub type IntegerField = (u64, u8);
 
 /// Where HotSpot keeps what the unwinder and the namer read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,14 +59,13 @@ pub struct JvmLayout {
     pub block_used: u64,
     pub blob_name: u64,
     pub blob_size: u64,
-    pub blob_frame_complete_offset: u64,
-    pub blob_frame_size: u64,
-    pub blob_code_begin: u64,
-    pub blob_code_end: u64,
+    pub blob_frame_complete_offset: IntegerField,
+    pub blob_frame_size: IntegerField,
+    pub blob_code: CodeBounds,
     pub nmethod_method: u64,
     pub method_const_method: u64,
     pub const_method_constants: u64,
-    pub const_method_flags: u64,
+    pub const_method_flags: Option<IntegerField>,
     pub const_method_code_size: u64,
     pub const_method_name_index: u64,
     pub const_method_signature_index: u64,
@@ -71,7 +82,7 @@ pub struct JvmLayout {
     pub interpreter_method_slot: i64,
     pub interpreter_sender_sp_slot: i64,
     /// `ConstMethod` flag: a line number table follows the bytecodes.
-    pub has_line_number_table: Option<u16>,
+    pub has_line_number_table: Option<u32>,
 }
 
 impl JvmLayout {
@@ -93,16 +104,29 @@ impl JvmLayout {
                 + tables.offset("HeapBlock", "_header")?,
             blob_name: tables.offset("CodeBlob", "_name")?,
             blob_size: tables.offset("CodeBlob", "_size")?,
-            blob_frame_complete_offset: tables.offset("CodeBlob", "_frame_complete_offset")?,
-            blob_frame_size: tables.offset("CodeBlob", "_frame_size")?,
-            blob_code_begin: tables.offset("CodeBlob", "_code_begin")?,
-            blob_code_end: tables.offset("CodeBlob", "_code_end")?,
+            blob_frame_complete_offset: tables
+                .integer_field("CodeBlob", "_frame_complete_offset")?,
+            blob_frame_size: tables.integer_field("CodeBlob", "_frame_size")?,
+            blob_code: match tables.offset("CodeBlob", "_code_begin") {
+                Ok(begin) => CodeBounds::Pointers {
+                    begin,
+                    end: tables.offset("CodeBlob", "_code_end")?,
+                },
+                Err(_) => CodeBounds::Offsets {
+                    code: tables.offset("CodeBlob", "_code_offset")?,
+                    data: tables.offset("CodeBlob", "_data_offset")?,
+                },
+            },
             // JDK 8-20 keep the method in CompiledMethod, later ones in nmethod.
             nmethod_method: tables
                 .offset_of_any(&[("nmethod", "_method"), ("CompiledMethod", "_method")])?,
             method_const_method: tables.offset("Method", "_constMethod")?,
             const_method_constants: tables.offset("ConstMethod", "_constants")?,
-            const_method_flags: tables.offset("ConstMethod", "_flags")?,
+            // A u2 until JDK 20, then a u4 inside ConstMethodFlags.
+            const_method_flags: tables
+                .integer_field("ConstMethod", "_flags")
+                .or_else(|_| tables.integer_field("ConstMethod", "_flags._flags"))
+                .ok(),
             const_method_code_size: tables.offset("ConstMethod", "_code_size")?,
             const_method_name_index: tables.offset("ConstMethod", "_name_index")?,
             const_method_signature_index: tables.offset("ConstMethod", "_signature_index")?,
@@ -127,8 +151,9 @@ impl JvmLayout {
                 .unwrap_or(-1),
             has_line_number_table: tables
                 .constant("ConstMethod::_has_linenumber_table")
+                .or_else(|_| tables.constant("ConstMethodFlags::_misc_has_linenumber_table"))
                 .ok()
-                .and_then(|v| u16::try_from(v).ok()),
+                .and_then(|v| u32::try_from(v).ok()),
         })
     }
 }

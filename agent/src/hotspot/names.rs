@@ -97,8 +97,8 @@ pub fn line_of(memory: &dyn RemoteMemory, layout: &JvmLayout, method: u64, bci: 
 fn read_line(memory: &dyn RemoteMemory, layout: &JvmLayout, method: u64, bci: u32) -> Option<u32> {
     let flag = layout.has_line_number_table?;
     let const_method = pointer(memory, method + layout.method_const_method)?;
-    let flags = read_u16(memory, const_method + layout.const_method_flags).ok()?;
-    if flags & flag == 0 {
+    let flags = super::code_cache::read_signed(memory, const_method, layout.const_method_flags?)?;
+    if flags & i64::from(flag) == 0 {
         return None;
     }
     let code_size = read_u16(memory, const_method + layout.const_method_code_size).ok()?;

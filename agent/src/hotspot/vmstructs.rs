@@ -119,6 +119,7 @@ pub struct ExportedSymbols {
     pub structs: u64,
     pub struct_type_name_offset: u64,
     pub struct_field_name_offset: u64,
+    pub struct_type_string_offset: u64,
     pub struct_is_static_offset: u64,
     pub struct_offset_offset: u64,
     pub struct_address_offset: u64,
@@ -145,6 +146,7 @@ impl ExportedSymbols {
             b"gHotSpotVMStructs" => &mut self.structs,
             b"gHotSpotVMStructEntryTypeNameOffset" => &mut self.struct_type_name_offset,
             b"gHotSpotVMStructEntryFieldNameOffset" => &mut self.struct_field_name_offset,
+            b"gHotSpotVMStructEntryTypeStringOffset" => &mut self.struct_type_string_offset,
             b"gHotSpotVMStructEntryIsStaticOffset" => &mut self.struct_is_static_offset,
             b"gHotSpotVMStructEntryOffsetOffset" => &mut self.struct_offset_offset,
             b"gHotSpotVMStructEntryAddressOffset" => &mut self.struct_address_offset,
@@ -178,6 +180,10 @@ impl ExportedSymbols {
             (
                 self.struct_field_name_offset,
                 "gHotSpotVMStructEntryFieldNameOffset",
+            ),
+            (
+                self.struct_type_string_offset,
+                "gHotSpotVMStructEntryTypeStringOffset",
             ),
             (
                 self.struct_is_static_offset,
@@ -232,6 +238,8 @@ pub enum FieldPlace {
 pub struct VmStructs {
     /// (type, field) to place.
     pub fields: HashMap<(String, String), FieldPlace>,
+    /// (type, field) to the field's C++ type, where the table names one.
+    pub field_types: HashMap<(String, String), String>,
     /// Type sizes.
     pub types: HashMap<String, u64>,
     /// Int and long constants.
@@ -257,6 +265,29 @@ impl VmStructs {
                 let (type_name, field) = candidates.first().copied().unwrap_or_default();
                 missing(format!("field {type_name}::{field}"))
             })
+    }
+
+    /// A field's offset and its width in bytes (1, 2, 4 or 8), for integer
+    /// fields whose width changed between releases.
+    pub fn integer_field(&self, type_name: &str, field: &str) -> Result<(u64, u8), VmStructsError> {
+        let offset = self.offset(type_name, field)?;
+        let width = match self
+            .field_types
+            .get(&(type_name.to_owned(), field.to_owned()))
+            .map(String::as_str)
+        {
+            Some("bool" | "u1" | "jbyte" | "int8_t" | "uint8_t" | "char") => 1,
+            Some("u2" | "jshort" | "int16_t" | "uint16_t" | "short") => 2,
+            Some("int" | "jint" | "juint" | "u4" | "int32_t" | "uint32_t" | "uint") => 4,
+            Some("intx" | "uintx" | "size_t" | "u8" | "jlong" | "uint64_t" | "int64_t") => 8,
+            other => {
+                return Err(VmStructsError::BadLayout {
+                    table: "structs",
+                    what: format!("{type_name}::{field} has type {other:?}, not an integer"),
+                });
+            }
+        };
+        Ok((offset, width))
     }
 
     /// A static field's address.
@@ -322,6 +353,7 @@ pub fn read(
             (symbols.struct_is_static_offset, 4),
             (symbols.struct_offset_offset, 8),
             (symbols.struct_address_offset, 8),
+            (symbols.struct_type_string_offset, 8),
         ],
     )?;
     for_each_entry(memory, symbols.structs, &layout, |memory, values| {
@@ -335,6 +367,12 @@ pub fn read(
         } else {
             FieldPlace::Offset(values[3])
         };
+        if values[5] != 0 {
+            let type_string = names.get(memory, values[5], layout.table)?;
+            found
+                .field_types
+                .insert((type_name.clone(), field.clone()), type_string);
+        }
         found.fields.insert((type_name, field), place);
         Ok(())
     })?;

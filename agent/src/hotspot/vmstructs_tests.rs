@@ -22,7 +22,7 @@ impl Tables {
             memory.map(base, vec![0; 0x8000]);
         }
         let mut symbols = ExportedSymbols::default();
-        let names: [&[u8]; 19] = [
+        let names: [&[u8]; 20] = [
             b"gHotSpotVMStructs",
             b"gHotSpotVMStructEntryTypeNameOffset",
             b"gHotSpotVMStructEntryFieldNameOffset",
@@ -42,6 +42,7 @@ impl Tables {
             b"gHotSpotVMLongConstantEntryNameOffset",
             b"gHotSpotVMLongConstantEntryValueOffset",
             b"gHotSpotVMLongConstantEntryArrayStride",
+            b"gHotSpotVMStructEntryTypeStringOffset",
         ];
         for (i, name) in names.iter().enumerate() {
             assert!(symbols.set(name, SYMBOLS + 8 * i as u64));
@@ -67,6 +68,7 @@ impl Tables {
             0,
             8,
             16,
+            16,
         ];
         for (i, value) in values.iter().enumerate() {
             memory.write_u64(SYMBOLS + 8 * i as u64, *value);
@@ -88,10 +90,23 @@ impl Tables {
     }
 
     fn field(&mut self, index: u64, type_name: &str, field: &str, place: FieldPlace) {
+        self.typed_field(index, type_name, field, "int", place);
+    }
+
+    fn typed_field(
+        &mut self,
+        index: u64,
+        type_name: &str,
+        field: &str,
+        type_string: &str,
+        place: FieldPlace,
+    ) {
         let entry = self.struct_array() + index * 48;
         let (t, f) = (self.string(type_name), self.string(field));
+        let ts = self.string(type_string);
         self.memory.write_u64(entry, t);
         self.memory.write_u64(entry + 8, f);
+        self.memory.write_u64(entry + 16, ts);
         match place {
             FieldPlace::Offset(offset) => self.memory.write_u64(entry + 32, offset),
             FieldPlace::Static(address) => {
@@ -130,7 +145,20 @@ fn jdk17_like() -> Tables {
         FieldPlace::Static(0x7f00_0000_1000),
     );
     tables.field(2, "Unwanted", "_field", FieldPlace::Offset(8));
-    tables.field(3, "CodeBlob", "_name", FieldPlace::Offset(96));
+    tables.typed_field(
+        3,
+        "CodeBlob",
+        "_name",
+        "const char*",
+        FieldPlace::Offset(96),
+    );
+    tables.typed_field(
+        4,
+        "CodeBlob",
+        "_frame_complete_offset",
+        "int16_t",
+        FieldPlace::Offset(54),
+    );
     tables.type_size(0, "CodeBlob", 104);
     tables.type_size(1, "HeapBlock::Header", 16);
     tables.int_constant(0, "frame::interpreter_frame_method_offset", -3);
@@ -151,6 +179,15 @@ fn fields_sizes_and_constants_are_read_by_name() {
     assert_eq!(found.offset("CodeBlob", "_name"), Ok(96));
     assert_eq!(found.address("CodeCache", "_heaps"), Ok(0x7f00_0000_1000));
     assert_eq!(found.size("CodeBlob"), Ok(104));
+    assert_eq!(found.integer_field("CodeBlob", "_frame_size"), Ok((28, 4)));
+    assert_eq!(
+        found.integer_field("CodeBlob", "_frame_complete_offset"),
+        Ok((54, 2))
+    );
+    assert!(
+        found.integer_field("CodeBlob", "_name").is_err(),
+        "a pointer"
+    );
     assert_eq!(found.size("HeapBlock::Header"), Ok(16));
     assert_eq!(
         found.constant("frame::interpreter_frame_method_offset"),

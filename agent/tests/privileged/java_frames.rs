@@ -1,14 +1,16 @@
 //! Privileged integration test of Java frames in a JVM started without
-//! flags: the real agent samples Debian's OpenJDK 17 running `java -cp .
-//! KilnMain` (no `-XX:+PreserveFramePointer`, no perf map, no agent in the
-//! JVM), and the pprof must name the hot method and its caller from
-//! HotSpot's own metadata.
+//! flags: the real agent samples `java -cp . KilnMain` (no
+//! `-XX:+PreserveFramePointer`, no perf map, no agent in the JVM) under
+//! Debian's OpenJDK 17 and the machine's Temurin 25 (JDK 23 changed code
+//! blobs' layout), and the pprof must name the hot method and its caller
+//! from HotSpot's own metadata.
 //!
 //! The hot method runs a long loop per call, so the JIT compiles it (on
 //! stack replacement) while its caller stays interpreted: the walk crosses
 //! a compiled frame (left by its frame size) and interpreted ones (by the
 //! frame pointer).
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use kiln_testkit::prerequisites::{in_ci, visible_skip};
@@ -19,8 +21,15 @@ use crate::agent_run::{
     FlatSample, SAMPLING_DEADLINE, flatten, privileged_prerequisites, run_agent_for_samples,
 };
 
-const JAVA: &str = "/usr/bin/java";
 const JAVAC: &str = "/usr/bin/javac";
+/// The JVMs: Debian's 17, and a newer LTS.
+const JAVAS: [(&str, &str); 2] = [
+    (
+        "OpenJDK 17 (Debian)",
+        "/usr/lib/jvm/java-17-openjdk-amd64/bin/java",
+    ),
+    ("Temurin 25", "/usr/lib/jvm/temurin-25-jdk-amd64/bin/java"),
+];
 const HOT: &str = "KilnMain.kilnHot(J)J";
 const CALLER: &str = "KilnMain.kilnCaller(J)J";
 const MIN_SAMPLES: i64 = 300;
@@ -53,7 +62,7 @@ fn java_methods_are_named_in_a_jvm_started_without_flags() {
     if !privileged_prerequisites() {
         return;
     }
-    if !std::path::Path::new(JAVAC).is_file() {
+    if !Path::new(JAVAC).is_file() {
         assert!(
             !in_ci(),
             "{JAVAC} is needed in CI (Debian's openjdk-17-jdk)"
@@ -71,9 +80,31 @@ fn java_methods_are_named_in_a_jvm_started_without_flags() {
         .status()
         .expect("javac runs");
     assert!(status.success(), "javac failed");
-    let java = KillOnDrop(
-        Command::new(JAVA)
-            .current_dir(dir.path())
+    let mut failures = Vec::new();
+    for (name, java) in JAVAS {
+        if !Path::new(java).is_file() {
+            assert!(!in_ci(), "{java} ({name}) is needed in CI");
+            visible_skip(&format!("{name}: {java} is not installed"));
+            continue;
+        }
+        let share = profile_java(name, java, dir.path());
+        if share < 95.0 {
+            failures.push(format!("{name}: {share:.1} %"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "samples naming {HOT} called by {CALLER} under 95 %: {failures:?}"
+    );
+}
+
+/// Runs `KilnMain` (compiled in `dir`) under `java`, samples it, prints
+/// what its samples name, and returns the % naming the hot method called
+/// by its caller.
+fn profile_java(name: &str, java: &str, dir: &Path) -> f64 {
+    let child = KillOnDrop(
+        Command::new(java)
+            .current_dir(dir)
             .args(["-cp", ".", "KilnMain"])
             .stdout(Stdio::null())
             .spawn()
@@ -81,7 +112,7 @@ fn java_methods_are_named_in_a_jvm_started_without_flags() {
     );
     // Let the JVM start and the JIT compile the hot loop.
     std::thread::sleep(std::time::Duration::from_secs(3));
-    let pid = java.0.id().to_string();
+    let pid = child.0.id().to_string();
     let args = [
         "--pid",
         pid.as_str(),
@@ -94,12 +125,13 @@ fn java_methods_are_named_in_a_jvm_started_without_flags() {
     ];
     let profiles = run_agent_for_samples(
         &args,
-        &dir.path().join("profiles"),
+        &dir.join(format!("profiles-{pid}")),
         MIN_SAMPLES,
         SAMPLING_DEADLINE,
     );
     let samples = flatten(&profiles);
     let total: i64 = samples.iter().map(|s| s.count).sum();
+    assert!(total >= MIN_SAMPLES, "{name}: too few samples ({total})");
     let count = |keep: &dyn Fn(&FlatSample) -> bool| -> i64 {
         samples.iter().filter(|s| keep(s)).map(|s| s.count).sum()
     };
@@ -110,9 +142,9 @@ fn java_methods_are_named_in_a_jvm_started_without_flags() {
             .iter()
             .any(|(_, f)| f.starts_with("KilnMain.main("))
     });
-    let percent = |n: i64| 100.0 * n as f64 / total.max(1) as f64;
+    let percent = |n: i64| 100.0 * n as f64 / total as f64;
     eprintln!(
-        "OpenJDK 17, no flags: {total} samples; {:.1} % name {HOT}, {:.1} % name it called by \
+        "{name}, no flags: {total} samples; {:.1} % name {HOT}, {:.1} % name it called by \
          {CALLER}, {:.1} % reach KilnMain.main",
         percent(hot),
         percent(with_caller),
@@ -120,13 +152,9 @@ fn java_methods_are_named_in_a_jvm_started_without_flags() {
     );
     let mut stacks: Vec<&FlatSample> = samples.iter().collect();
     stacks.sort_by_key(|s| -s.count);
-    for sample in stacks.iter().take(5) {
+    for sample in stacks.iter().take(3) {
         let frames: Vec<&str> = sample.frames.iter().map(|(_, f)| f.as_str()).collect();
-        eprintln!("  {} × {}", sample.count, frames.join(" <- "));
+        eprintln!("  {} x {}", sample.count, frames.join(" <- "));
     }
-    assert!(total >= MIN_SAMPLES, "too few samples ({total})");
-    assert!(
-        percent(with_caller) >= 95.0,
-        "only {with_caller} of {total} samples name {HOT} called by {CALLER}"
-    );
+    percent(with_caller)
 }
