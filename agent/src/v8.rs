@@ -27,7 +27,7 @@ use crate::abi::StackSnapshot;
 use crate::metrics::AgentMetrics;
 use crate::proc_maps::MappingKind;
 use crate::process_info::ProcessTable;
-use crate::process_info::{FileIdentity, ProcessSnapshot};
+use crate::process_info::{FileIdentity, MappedFile, ProcessSnapshot};
 use crate::python::memory::ProcessMemory;
 use crate::symbolize::Frame;
 use crate::unwind::UnwoundStack;
@@ -120,48 +120,35 @@ impl V8Unwinder {
     pub fn register(&mut self, process: &ProcessSnapshot) {
         let key = (process.pid, process.start_boottime_ns);
         self.processes.remove(&key);
-        let object = process
-            .maps
-            .iter()
-            .zip(&process.files)
-            .find_map(|(entry, file)| match (&entry.kind, file) {
-                (MappingKind::File { path, .. }, Some(file))
-                    if entry.executable && symbols::is_v8_object_name(path) =>
-                {
-                    Some(Arc::clone(file))
-                }
-                _ => None,
-            });
-        let Some(object) = object else {
-            return;
-        };
-        let layout = match self.layouts.get(&object.identity) {
-            Some(known) => *known,
-            None => {
-                let read = symbols::read_constants(&object.file, &object.path)
-                    .map_err(|error| {
-                        tracing::info!(pid = process.pid, %error, "V8 process profiled without JavaScript names");
-                        error.reason()
-                    })
-                    .and_then(|constants| {
-                        V8Layout::from_constants(&constants).map_err(|error| {
-                            tracing::info!(pid = process.pid, path = %object.path, %error, "V8 process profiled without JavaScript names");
-                            error.reason()
-                        })
-                    });
-                if self.layouts.len() >= self.config.layouts {
-                    self.layouts.clear();
-                }
-                self.layouts.insert(object.identity, read);
-                read
+        // `node` linked to a shared `libnode.so` (Debian's) maps both; the
+        // library holds V8 and its constants.
+        let mut candidates: Vec<Arc<MappedFile>> = Vec::new();
+        for (entry, file) in process.maps.iter().zip(&process.files) {
+            if let (MappingKind::File { path, .. }, Some(file)) = (&entry.kind, file)
+                && entry.executable
+                && symbols::is_v8_object_name(path)
+                && !candidates.iter().any(|c| c.identity == file.identity)
+            {
+                candidates.push(Arc::clone(file));
             }
-        };
-        let layout = match layout {
-            Ok(layout) => layout,
-            Err(reason) => {
+        }
+        candidates.sort_by_key(|file| !file.path.contains("libnode"));
+        let mut found = None;
+        let mut refusal = None;
+        for object in candidates {
+            match self.layout_of(process.pid, &object) {
+                Ok(layout) => {
+                    found = Some((object, layout));
+                    break;
+                }
+                Err(reason) => refusal = refusal.or(Some(reason)),
+            }
+        }
+        let Some((object, layout)) = found else {
+            if let Some(reason) = refusal {
                 *self.stats.processes.entry(reason).or_default() += 1;
-                return;
             }
+            return;
         };
         let mut builtins = Vec::new();
         let mut native = Vec::new();
@@ -189,6 +176,29 @@ impl V8Unwinder {
                 native,
             }),
         );
+    }
+
+    /// The layout of a V8 object, read once per file.
+    fn layout_of(&mut self, pid: u32, object: &MappedFile) -> Result<V8Layout, &'static str> {
+        if let Some(known) = self.layouts.get(&object.identity) {
+            return *known;
+        }
+        let read = symbols::read_constants(&object.file, &object.path)
+            .map_err(|error| {
+                tracing::debug!(pid, %error, "no V8 constants");
+                error.reason()
+            })
+            .and_then(|constants| {
+                V8Layout::from_constants(&constants).map_err(|error| {
+                    tracing::info!(pid, path = %object.path, %error, "V8 process profiled without JavaScript names");
+                    error.reason()
+                })
+            });
+        if self.layouts.len() >= self.config.layouts {
+            self.layouts.clear();
+        }
+        self.layouts.insert(object.identity, read);
+        read
     }
 
     /// Forgets processes for which `alive` is false.

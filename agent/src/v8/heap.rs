@@ -20,6 +20,10 @@ const MAX_STRING_DEPTH: u32 = 8;
 const MAX_LINE_ENDS: usize = 1 << 16;
 /// ScopeInfo slots looked through for the function's name and position.
 const SCOPE_INFO_SLOTS: usize = 24;
+/// Most bytes of a script's source read to count its lines.
+const MAX_SOURCE_BYTES: usize = 4 << 20;
+/// Bytes of source read per `process_vm_readv`.
+const SOURCE_CHUNK_BYTES: usize = 64 << 10;
 /// Map types remembered (per window).
 const MAX_CACHED_MAPS: usize = 4096;
 
@@ -44,6 +48,13 @@ pub struct FunctionInfo {
     pub file: String,
     /// The line it starts on (1-based); 0 when unknown.
     pub line: u32,
+}
+
+/// Characters still to look at, and the newlines seen in those looked at.
+#[derive(Debug)]
+struct LineCount {
+    left: usize,
+    newlines: u32,
 }
 
 /// Reads objects of one process with one layout, remembering map types.
@@ -151,6 +162,9 @@ impl<'a, M: Memory> Heap<'a, M> {
         if let Some(name_or_scope) = self.field(shared, fields.shared_name_or_scope_info)
             && let Some((address, kind)) = self.object(name_or_scope)
         {
+            if std::env::var_os("KILN_V8_DEBUG").is_some() {
+                eprintln!("DEBUG sfi {shared:#x} kind {kind}");
+            }
             if self.layout.is_string(kind) {
                 info.name = self.string(name_or_scope).unwrap_or_default();
             } else if kind == self.layout.types.scope_info {
@@ -164,10 +178,34 @@ impl<'a, M: Memory> Heap<'a, M> {
             if let Some(name) = self.field(address, fields.script_name) {
                 info.file = self.string(name).unwrap_or_default();
             }
-            if let (Some(start), Some(offset)) = (start, fields.script_line_ends)
-                && let Some(ends) = self.field(address, offset)
-            {
-                info.line = self.line_of(ends, start).unwrap_or(0);
+            if std::env::var_os("KILN_V8_DEBUG").is_some() {
+                eprintln!(
+                    "DEBUG name {} start {start:?} ends {:?}",
+                    info.name,
+                    fields
+                        .script_line_ends
+                        .and_then(|o| self.field(address, o))
+                        .map(|e| (e, self.object(e)))
+                );
+            }
+            if let Some(start) = start {
+                // V8 computes a script's line ends only when something asks
+                // (a stack trace); until then the lines are counted in the
+                // source, up to the function's start.
+                info.line = fields
+                    .script_line_ends
+                    .and_then(|offset| self.field(address, offset))
+                    .and_then(|ends| self.line_of(ends, start))
+                    .or_else(|| {
+                        let source = self.field(address, fields.script_source)?;
+                        let mut counted = LineCount {
+                            left: usize::try_from(start).ok()?,
+                            newlines: 0,
+                        };
+                        self.count_lines(source, &mut counted, MAX_STRING_DEPTH)?;
+                        (counted.left == 0).then_some(counted.newlines + 1)
+                    })
+                    .unwrap_or(0);
             }
         }
         info
@@ -176,7 +214,8 @@ impl<'a, M: Memory> Heap<'a, M> {
     /// The function name and start position a ScopeInfo holds. Its layout
     /// after the context locals has no postmortem constants and changes
     /// between releases: the name is the first string after the locals,
-    /// and the position the first pair of Smis `start < end` after it.
+    /// and the position the first pair of Smis `start < end` in the fixed
+    /// slots (V8 12.8 and later), else after the name.
     fn scope_info(&mut self, address: u64) -> (String, Option<u32>) {
         let layout = self.layout;
         // ScopeInfo's slots follow its map.
@@ -208,8 +247,15 @@ impl<'a, M: Memory> Heap<'a, M> {
                 break;
             }
         }
-        let mut position = None;
-        while index + 1 < SCOPE_INFO_SLOTS {
+        // V8 12.8 moved the position into the fixed slots before the
+        // variables; earlier releases keep it after the name.
+        let fixed = (layout.fields.scope_info_context_locals as usize + 1)
+            ..(layout.fields.scope_info_first_vars as usize);
+        let mut position = fixed.clone().zip(fixed.skip(1)).find_map(|(a, b)| {
+            let (a, b) = (layout.smi(slot(a)?)?, layout.smi(slot(b)?)?);
+            (0 <= a && a < b).then(|| u32::try_from(a).ok()).flatten()
+        });
+        while position.is_none() && index + 1 < SCOPE_INFO_SLOTS {
             let (Some(a), Some(b)) = (
                 slot(index).and_then(|v| layout.smi(v)),
                 slot(index + 1).and_then(|v| layout.smi(v)),
@@ -253,6 +299,78 @@ impl<'a, M: Memory> Heap<'a, M> {
             }
         }
         u32::try_from(low + 1).ok()
+    }
+
+    /// Counts the newlines in the first `counted.left` characters of the
+    /// string `tagged` (sequential, cons or thin), reading at most
+    /// [`MAX_SOURCE_BYTES`] in chunks; `None` when a part is unreadable or
+    /// of another kind.
+    fn count_lines(&mut self, tagged: u64, counted: &mut LineCount, depth: u32) -> Option<()> {
+        if counted.left == 0 {
+            return Some(());
+        }
+        let (address, kind) = self.object(tagged)?;
+        let layout = self.layout;
+        if !layout.is_string(kind) || depth == 0 {
+            return None;
+        }
+        let strings = layout.strings;
+        let representation = kind & strings.representation_mask;
+        if representation == strings.cons {
+            let first = self.field(address, strings.cons_first)?;
+            let second = self.field(address, strings.cons_second)?;
+            self.count_lines(first, counted, depth - 1)?;
+            return self.count_lines(second, counted, depth - 1);
+        }
+        if representation == strings.thin {
+            let actual = self.field(address, strings.thin_actual)?;
+            return self.count_lines(actual, counted, depth - 1);
+        }
+        if representation != strings.sequential {
+            return None;
+        }
+        let mut length = [0u8; 4];
+        if !self
+            .memory
+            .read(address.checked_add(u64::from(strings.length))?, &mut length)
+        {
+            return None;
+        }
+        let length = usize::try_from(i32::from_le_bytes(length)).ok()?;
+        let take = length.min(counted.left);
+        let one_byte = kind & strings.encoding_mask == strings.one_byte;
+        let (start, width) = if one_byte {
+            (strings.one_byte_chars, 1)
+        } else {
+            (strings.two_byte_chars, 2)
+        };
+        if take.saturating_mul(width) > MAX_SOURCE_BYTES {
+            return None;
+        }
+        let start = address.checked_add(u64::from(start))?;
+        let mut chunk = vec![0u8; SOURCE_CHUNK_BYTES];
+        let mut done = 0usize;
+        while done < take * width {
+            let size = (take * width - done).min(SOURCE_CHUNK_BYTES);
+            let bytes = &mut chunk[..size];
+            if !self.memory.read(start.checked_add(done as u64)?, bytes) {
+                return None;
+            }
+            let newlines = if one_byte {
+                bytes.iter().filter(|&&b| b == b'\n').count()
+            } else {
+                bytes
+                    .chunks_exact(2)
+                    .filter(|unit| unit[0] == b'\n' && unit[1] == 0)
+                    .count()
+            };
+            counted.newlines = counted
+                .newlines
+                .saturating_add(u32::try_from(newlines).unwrap_or(u32::MAX));
+            done += size;
+        }
+        counted.left -= take;
+        Some(())
     }
 
     /// The string `tagged` points to, up to [`MAX_NAME_BYTES`] bytes (a

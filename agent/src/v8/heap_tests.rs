@@ -202,3 +202,32 @@ fn forged_strings_cost_bounded_reads() {
     let long = heap.string(0x12001).expect("cut to the cap");
     assert_eq!(long.len(), MAX_NAME_BYTES);
 }
+
+#[test]
+fn lines_are_counted_in_the_source_until_v8_computes_line_ends() {
+    let (layout, mut memory) = (layout(), heap());
+    // caller's script: line ends not computed (a non-array), and the source
+    // a cons of a one-byte and a two-byte string.
+    memory.word(0x21000 + 32, 0x30001);
+    memory.word(0x30000, SCRIPT_MAP | 1);
+    memory.word(0x30000 + 16, 0x12001);
+    memory.word(0x30000 + 56, 0x12001);
+    memory.word(0x30000 + 8, 0x31001);
+    memory.word(0x31000, CONS_MAP | 1);
+    memory.word(0x31000 + 16, 0x32001);
+    memory.word(0x31000 + 24, 0x33001);
+    memory.one_byte(0x32000, "// a\n\n");
+    let text = "x\n".repeat(40);
+    memory.word(0x33000, TWO_BYTE_MAP | 1);
+    memory.put(0x33000 + 12, &(text.len() as i32).to_le_bytes());
+    let units: Vec<u8> = text.encode_utf16().flat_map(u16::to_le_bytes).collect();
+    memory.put(0x33000 + 16, &units);
+    let mut maps = HashMap::new();
+    let mut heap = Heap::new(&layout, &memory, &mut maps);
+    let caller = heap.shared_of_function(0x20001).expect("a JSFunction");
+    let caller = heap.describe(caller);
+    assert_eq!(caller.name, "caller");
+    // Position 40: 6 one-byte characters (two newlines), then 34 two-byte
+    // ones (17 newlines): line 20.
+    assert_eq!(caller.line, 20);
+}

@@ -131,6 +131,8 @@ pub struct Fields {
     pub shared_script: u32,
     /// `Script::name`.
     pub script_name: u32,
+    /// `Script::source`.
+    pub script_source: u32,
     /// `Script::line_ends`, when exported.
     pub script_line_ends: Option<u32>,
     /// `FixedArrayBase::length` (a Smi).
@@ -248,6 +250,21 @@ impl V8Layout {
                 Err(error) => return Err(error),
             },
             script_name: c.field("Script", "name")?,
+            // V8 13 stopped exporting it; it has always been the field
+            // before the name.
+            script_source: match c.field("Script", "source") {
+                Ok(offset) => offset,
+                Err(LayoutError::Missing { .. }) => c
+                    .field("Script", "name")?
+                    .checked_sub(8)
+                    .ok_or_else(|| LayoutError::OutOfRange {
+                        name: "class_Script__name".to_owned(),
+                        value: 0,
+                        min: 8,
+                        max: MAX_FIELD_OFFSET,
+                    })?,
+                Err(error) => return Err(error),
+            },
             script_line_ends: match c.field("Script", "line_ends") {
                 Ok(offset) => Some(offset),
                 Err(LayoutError::Missing { .. }) => None,
