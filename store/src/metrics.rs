@@ -64,8 +64,8 @@ pub struct OpenConnection(Arc<ConnectionStats>);
 impl ConnectionStats {
     fn new() -> Self {
         let closed = Family::default();
-        // Both reasons are exposed from the start, at 0.
-        for reason in ["no_request", "idle"] {
+        // Every reason is exposed from the start, at 0.
+        for reason in ["no_request", "idle", "evicted"] {
             drop(closed.get_or_create(&[("reason", reason)]));
         }
         ConnectionStats {
@@ -88,6 +88,12 @@ impl ConnectionStats {
     /// Counts a connection closed after its idle timeout.
     pub fn closed_idle(&self) {
         self.closed.get_or_create(&[("reason", "idle")]).inc();
+    }
+
+    /// Counts an idle connection closed at the cap to make room for a
+    /// client that was waiting.
+    pub fn closed_evicted(&self) {
+        self.closed.get_or_create(&[("reason", "evicted")]).inc();
     }
 }
 

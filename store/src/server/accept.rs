@@ -13,12 +13,18 @@
 //! - A connection with no request in flight for `idle_timeout` is shut
 //!   down (HTTP/2 sends GOAWAY, so clients know nothing was lost), and
 //!   dropped if it has not closed one header timeout later.
+//! - At the cap, a client that connects is not left waiting behind idle
+//!   connections until their timeout: the connection idle longest (none
+//!   in flight) is shut down the same way to make room for it. Thousands
+//!   of connections held open, each sending a request now and then, then
+//!   cost their holders their connections, not other clients theirs.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -27,7 +33,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError, watch};
 use tower::ServiceExt as _;
 
 use crate::config::ConnectionLimits;
@@ -49,16 +55,15 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let connections = Arc::new(OpenConnections::default());
     let (closing_tx, closing_rx) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
-        let slot = tokio::select! {
-            slot = Arc::clone(&slots).acquire_owned() => match slot {
-                Ok(slot) => slot,
-                // Never closed; stop serving if it ever is.
-                Err(_) => break,
-            },
-            () = &mut shutdown => break,
+        let free_slot = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(slot) => Some(slot),
+            Err(TryAcquireError::NoPermits) => None,
+            // Never closed; stop serving if it ever is.
+            Err(TryAcquireError::Closed) => break,
         };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -69,6 +74,22 @@ pub async fn serve(
                 }
             },
             () = &mut shutdown => break,
+        };
+        let slot = match free_slot {
+            Some(slot) => slot,
+            None => {
+                // At the cap with a client waiting: the connection idle
+                // longest makes room. With every connection busy, the
+                // client waits for the first to end.
+                connections.evict_idlest();
+                tokio::select! {
+                    slot = Arc::clone(&slots).acquire_owned() => match slot {
+                        Ok(slot) => slot,
+                        Err(_) => break,
+                    },
+                    () = &mut shutdown => break,
+                }
+            }
         };
         // NB: without TCP_NODELAY, Nagle's algorithm holds back the small
         // final frames of a gRPC response until the peer's delayed ACK
@@ -81,7 +102,7 @@ pub async fn serve(
             router.clone(),
             limits,
             Arc::clone(&stats),
-            slot,
+            (slot, Arc::clone(&connections)),
             closing_rx.clone(),
         ));
     }
@@ -135,6 +156,18 @@ impl Activity {
         u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
     }
 
+    /// How long the connection has had no request in flight, in ms at
+    /// `now`; `None` while one is.
+    fn idle_ms_at(&self, now: u64) -> Option<u64> {
+        if self.in_flight.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        match self.last_end_ms.load(Ordering::SeqCst) {
+            NO_REQUEST_YET => Some(now),
+            end => Some(now.saturating_sub(end)),
+        }
+    }
+
     /// Why the connection should close `now` (ms after it opened), if it
     /// should.
     fn overdue_at(&self, now: u64, limits: &ConnectionLimits) -> Option<Overdue> {
@@ -161,6 +194,80 @@ enum Overdue {
     NoRequest,
     /// No request in flight for the idle timeout.
     Idle,
+}
+
+/// The open connections, so that at the cap the one idle longest can be
+/// asked to close.
+#[derive(Debug, Default)]
+struct OpenConnections {
+    next_id: AtomicU64,
+    open: Mutex<HashMap<u64, Arc<Tracked>>>,
+}
+
+/// One open connection as [`OpenConnections`] sees it.
+#[derive(Debug)]
+struct Tracked {
+    activity: Arc<Activity>,
+    /// Wakes the connection's watch to close it.
+    evict: Notify,
+    /// Already asked: not picked twice.
+    evicting: AtomicBool,
+}
+
+impl OpenConnections {
+    /// Tracks a connection until the returned guard is dropped.
+    fn track(self: &Arc<Self>, activity: Arc<Activity>) -> TrackedConnection {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let tracked = Arc::new(Tracked {
+            activity,
+            evict: Notify::new(),
+            evicting: AtomicBool::new(false),
+        });
+        self.lock().insert(id, Arc::clone(&tracked));
+        TrackedConnection {
+            id,
+            tracked,
+            connections: Arc::clone(self),
+        }
+    }
+
+    /// Asks the connection idle longest to close; `false` when every
+    /// connection has a request in flight (or was asked already).
+    fn evict_idlest(&self) -> bool {
+        let open = self.lock();
+        let idlest = open
+            .values()
+            .filter(|t| !t.evicting.load(Ordering::SeqCst))
+            .filter_map(|t| Some((t.activity.idle_ms_at(t.activity.now_ms())?, t)))
+            .max_by_key(|(idle_ms, _)| *idle_ms);
+        match idlest {
+            Some((_, tracked)) => {
+                tracked.evicting.store(true, Ordering::SeqCst);
+                // Stored if the watch is not waiting right now.
+                tracked.evict.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Tracked>>> {
+        // The map stays whole whatever panicked while holding it.
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A connection in [`OpenConnections`], removed when dropped.
+struct TrackedConnection {
+    id: u64,
+    tracked: Arc<Tracked>,
+    connections: Arc<OpenConnections>,
+}
+
+impl Drop for TrackedConnection {
+    fn drop(&mut self) {
+        self.connections.lock().remove(&self.id);
+    }
 }
 
 /// Counts a request in flight from when hyper hands it over until its
@@ -212,11 +319,12 @@ async fn serve_connection(
     router: Router,
     limits: ConnectionLimits,
     stats: Arc<ConnectionStats>,
-    _slot: OwnedSemaphorePermit,
+    (_slot, connections): (OwnedSemaphorePermit, Arc<OpenConnections>),
     mut closing: watch::Receiver<bool>,
 ) {
     let _open = stats.opened();
     let activity = Arc::new(Activity::new());
+    let tracked = connections.track(Arc::clone(&activity));
     let service = CountedRouter {
         router,
         activity: Arc::clone(&activity),
@@ -268,6 +376,12 @@ async fn serve_connection(
                     Some(Overdue::Idle) => {}
                 }
             }
+            () = tracked.tracked.evict.notified(), if shut_down_by.is_none() => {
+                // Idle at the cap while a client waits (see the module docs).
+                stats.closed_evicted();
+                connection.as_mut().graceful_shutdown();
+                shut_down_by = Some(Instant::now() + limits.header_read_timeout);
+            }
             _ = closing.wait_for(|closing| *closing), if shut_down_by.is_none() => {
                 connection.as_mut().graceful_shutdown();
                 // The caller bounds the drain; in-flight requests finish.
@@ -280,6 +394,37 @@ async fn serve_connection(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn at_the_cap_the_connection_idle_longest_is_asked_to_close_never_a_busy_one() {
+        let connections = Arc::new(OpenConnections::default());
+        let activity = |last_end_ms: u64| {
+            let activity = Arc::new(Activity::new());
+            activity.last_end_ms.store(last_end_ms, Ordering::SeqCst);
+            activity
+        };
+        // Requests ended at 0 ms and 5 ms after opening; one is busy.
+        let long_idle = connections.track(activity(0));
+        let short_idle = connections.track(activity(5));
+        let busy_activity = activity(0);
+        let _request = InFlight::start(&busy_activity);
+        let busy = connections.track(busy_activity);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(connections.evict_idlest());
+        assert!(long_idle.tracked.evicting.load(Ordering::SeqCst));
+        assert!(connections.evict_idlest());
+        assert!(short_idle.tracked.evicting.load(Ordering::SeqCst));
+        assert!(
+            !connections.evict_idlest(),
+            "only a busy connection is left"
+        );
+        assert!(!busy.tracked.evicting.load(Ordering::SeqCst));
+        drop((long_idle, short_idle, busy));
+        assert!(
+            connections.lock().is_empty(),
+            "closed connections are untracked"
+        );
+    }
 
     #[test]
     fn a_connection_is_overdue_without_a_first_request_or_when_idle_never_while_busy() {

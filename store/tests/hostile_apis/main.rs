@@ -20,6 +20,7 @@
 //! that grows by a row per attack.
 
 mod deep_stacks;
+mod idle_connections;
 mod otlp_stacks;
 mod outer_messages;
 mod querier_bodies;
@@ -303,12 +304,25 @@ impl Attack {
     /// A store with the suite's budget, or `None` (after a visible skip,
     /// or a failure under CI) without a memory cgroup.
     pub(crate) fn start(name: &'static str) -> Option<Self> {
+        Self::start_with_flags(name, &[])
+    }
+
+    /// As [`Attack::start`], with more flags for the store.
+    pub(crate) fn start_with_flags(name: &'static str, extra: &[&str]) -> Option<Self> {
         let data_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
-        Self::start_in(name, data_dir)
+        Self::start_in_with_flags(name, data_dir, extra)
     }
 
     /// As [`Attack::start`], on a data directory the test prepared.
     pub(crate) fn start_in(name: &'static str, data_dir: tempfile::TempDir) -> Option<Self> {
+        Self::start_in_with_flags(name, data_dir, &[])
+    }
+
+    fn start_in_with_flags(
+        name: &'static str,
+        data_dir: tempfile::TempDir,
+        extra: &[&str],
+    ) -> Option<Self> {
         // A test that failed while holding the lock has its own failure;
         // the next attack still runs alone.
         let serial = ONE_AT_A_TIME
@@ -316,7 +330,8 @@ impl Attack {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let cgroup = LimitedCgroup::create_or_skip(BUDGET)?;
         let budget = format!("--memory-budget={BUDGET}");
-        let flags = [budget.as_str(), "--flush-interval=1h"];
+        let mut flags = vec![budget.as_str(), "--flush-interval=1h"];
+        flags.extend_from_slice(extra);
         let store = StoreProcess::start_in_cgroup(KILN_STORE, &cgroup, data_dir, &flags);
         Some(Attack {
             name,
