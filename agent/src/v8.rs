@@ -36,6 +36,11 @@ use frames::{CodeKind, JsFrameName, JsFrameTable};
 use heap::Heap;
 use layout::V8Layout;
 
+/// Bytes of script source read per process and window to count lines
+/// (each function's once per window; a hostile process's forged positions
+/// cost this much).
+const SOURCE_BYTES_PER_PROCESS_WINDOW: usize = 16 << 20;
+
 /// Bounds of the V8 unwinder's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct V8UnwinderConfig {
@@ -96,6 +101,8 @@ pub struct V8Unwinder {
     layouts: HashMap<FileIdentity, Result<V8Layout, &'static str>>,
     names: HashMap<(u32, u64, u64), JsFrameName>,
     maps: HashMap<(u32, u64), HashMap<u64, u16>>,
+    /// Bytes of script source each process may still have read this window.
+    source_budgets: HashMap<(u32, u64), usize>,
     frames: JsFrameTable,
     stats: V8Stats,
 }
@@ -109,6 +116,7 @@ impl V8Unwinder {
             layouts: HashMap::new(),
             names: HashMap::new(),
             maps: HashMap::new(),
+            source_budgets: HashMap::new(),
             frames: JsFrameTable::new(config.frames_per_window),
             stats: V8Stats::default(),
         }
@@ -236,7 +244,12 @@ impl V8Unwinder {
             self.maps.clear();
         }
         let maps = self.maps.entry(key).or_default();
-        let mut heap = Heap::new(layout, &memory, maps);
+        let budget = self
+            .source_budgets
+            .get(&key)
+            .copied()
+            .unwrap_or(SOURCE_BYTES_PER_PROCESS_WINDOW);
+        let mut heap = Heap::new(layout, &memory, maps).with_source_budget(budget);
         let mut named = Vec::with_capacity(slots.len());
         for (index, function) in slots {
             let Some(shared) = heap.shared_of_function(function) else {
@@ -268,6 +281,9 @@ impl V8Unwinder {
             let pc = stack.frames[index];
             named.push((index, process.kind(pc), self.frames.intern(name)));
         }
+        if self.source_budgets.len() < self.config.functions_per_window {
+            self.source_budgets.insert(key, heap.source_budget_left());
+        }
         frames::weave(&stack.frames, &named)
     }
 
@@ -282,6 +298,7 @@ impl V8Unwinder {
         self.frames.clear();
         self.names.clear();
         self.maps.clear();
+        self.source_budgets.clear();
     }
 
     /// Cumulative counts.

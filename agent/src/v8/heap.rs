@@ -63,6 +63,8 @@ pub struct Heap<'a, M: Memory> {
     layout: &'a V8Layout,
     memory: &'a M,
     maps: &'a mut HashMap<u64, u16>,
+    /// Bytes of source this reader may still read to count lines.
+    source_budget: usize,
 }
 
 impl<'a, M: Memory> Heap<'a, M> {
@@ -72,7 +74,21 @@ impl<'a, M: Memory> Heap<'a, M> {
             layout,
             memory,
             maps,
+            source_budget: MAX_SOURCE_BYTES,
         }
+    }
+
+    /// The reader with `bytes` of script source to read at most, in all
+    /// (a process's share for a window: a forged position or source then
+    /// costs that much, however many functions claim it).
+    pub fn with_source_budget(mut self, bytes: usize) -> Self {
+        self.source_budget = bytes;
+        self
+    }
+
+    /// Bytes of source still allowed.
+    pub fn source_budget_left(&self) -> usize {
+        self.source_budget
     }
 
     fn word(&self, address: u64) -> Option<u64> {
@@ -344,9 +360,10 @@ impl<'a, M: Memory> Heap<'a, M> {
         } else {
             (strings.two_byte_chars, 2)
         };
-        if take.saturating_mul(width) > MAX_SOURCE_BYTES {
+        if take.saturating_mul(width) > self.source_budget.min(MAX_SOURCE_BYTES) {
             return None;
         }
+        self.source_budget -= take * width;
         let start = address.checked_add(u64::from(start))?;
         let mut chunk = vec![0u8; SOURCE_CHUNK_BYTES];
         let mut done = 0usize;

@@ -231,3 +231,28 @@ fn lines_are_counted_in_the_source_until_v8_computes_line_ends() {
     // ones (17 newlines): line 20.
     assert_eq!(caller.line, 20);
 }
+
+#[test]
+fn counting_lines_stops_at_the_source_budget() {
+    let (layout, mut memory) = (layout(), heap());
+    // caller's script has no line ends; its source holds 40 characters.
+    memory.word(0x21000 + 32, 0x30001);
+    memory.word(0x30000, SCRIPT_MAP | 1);
+    memory.word(0x30000 + 16, 0x12001);
+    memory.word(0x30000 + 56, 0x12001);
+    memory.word(0x30000 + 8, 0x31001);
+    memory.one_byte(0x31000, &"x\n".repeat(20));
+    let mut maps = HashMap::new();
+    let heap = Heap::new(&layout, &memory, &mut maps);
+    let mut heap = heap.with_source_budget(39);
+    let caller = heap.shared_of_function(0x20001).expect("a JSFunction");
+    assert_eq!(
+        heap.describe(caller).line,
+        0,
+        "40 bytes are over the budget"
+    );
+    assert_eq!(heap.source_budget_left(), 39);
+    let mut heap = Heap::new(&layout, &memory, &mut maps).with_source_budget(100);
+    assert_eq!(heap.describe(caller).line, 21);
+    assert_eq!(heap.source_budget_left(), 60);
+}
