@@ -13,6 +13,12 @@
 //! ([`heap`]), every object checked by its map first, and cached per
 //! (process, SharedFunctionInfo) for the window. The frame goes into the
 //! stack as a tagged id ([`frames`]), named when profiles are built.
+//!
+//! Not yet read: functions that an optimizing compiler inlined into their
+//! caller (their frames live only in the optimized code's deoptimization
+//! data, whose layout V8 13 no longer exports), so such a sample names the
+//! caller alone; and the line being run (the line given is the function's
+//! first).
 
 pub mod frames;
 pub mod heap;
