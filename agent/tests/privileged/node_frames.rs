@@ -1,10 +1,13 @@
-//! Privileged integration test of JavaScript frames: the real agent samples
+//! Privileged integration tests of JavaScript frames: the real agent samples
 //! Node as shipped (`node app.js`, no `--perf-basic-prof`), on the real
 //! kernel, and the pprof must name the hot function and its caller, with
-//! their script, from V8's own postmortem metadata.
+//! their script and line, from V8's own postmortem metadata. The Nodes:
+//! this machine's 20 (one static `node`), and Debian's own 18 (bookworm)
+//! and 24 (forky), each a `node` with a shared `libnode.so`, in root
+//! filesystems of their own that `./kiln-dev test` unpacks.
 //!
-//! In CI (`CI=true`) a missing `node` fails the test; elsewhere the test
-//! says it skipped.
+//! In CI (`CI=true`) a missing Node fails the test; elsewhere the test
+//! says which it skipped.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -179,24 +182,20 @@ fn node_without_flags_names_javascript_functions_and_their_callers() {
 /// Where the program is bind-mounted in forky's root (`./kiln-dev` makes it).
 const WORK: &str = "/work";
 
-/// Debian forky's root filesystem with its Node (`./kiln-dev test` unpacks it).
-fn forky_root() -> PathBuf {
+/// A Debian root filesystem with its Node (`./kiln-dev test` unpacks it):
+/// `debian-forky-node`, `debian-bookworm-node`.
+fn tools_root(name: &str) -> PathBuf {
     let tools = std::env::var_os("KILN_TOOLS_DIR").unwrap_or_else(|| "/var/tmp/kiln-tools".into());
-    Path::new(&tools).join("debian-forky-node")
+    Path::new(&tools).join(name)
 }
 
-/// Debian forky's Node 24 (a shared `libnode.so`, V8 13), run as a
-/// container would: chrooted in its own mount namespace with the program
-/// bind-mounted in, so the agent reaches `libnode.so` only through
-/// `/proc/PID/root`. Measured here: 58.7 % to 93.2 % of samples name kilnHotJs
-/// and its caller over four runs, 99.9-100 % kilnCallerJs (the rest are
-/// inlined; see below).
-#[test]
-fn forky_node_24_in_its_own_root_is_named_too() {
-    if !privileged_prerequisites() {
-        return;
-    }
-    let root = forky_root();
+/// Samples the Node of the root filesystem `name` running the program,
+/// chrooted in its own mount namespace with the program bind-mounted in
+/// (so the agent reaches `libnode.so` only through `/proc/PID/root`), and
+/// returns its shares; `None` (skipped visibly, or failing in CI) when the
+/// root is not unpacked.
+fn profile_in_root(name: &str) -> Option<Shares> {
+    let root = tools_root(name);
     if !root.join(".complete").is_file() {
         assert!(
             !in_ci(),
@@ -207,9 +206,8 @@ fn forky_node_24_in_its_own_root_is_named_too() {
             "{}: not unpacked (./kiln-dev test unpacks it)",
             root.display()
         ));
-        return;
+        return None;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().expect("temp dir");
     let in_root = |args: &[&str]| {
         let mut command = Command::new("unshare");
@@ -230,11 +228,39 @@ fn forky_node_24_in_its_own_root_is_named_too() {
         .unwrap_or_default();
     let script = format!("{WORK}/app.js");
     let profiles = profile_node(in_root(&["/usr/bin/node", script.as_str()]), dir.path());
-    let shares = judge(
-        &format!("forky's node {version}, chrooted, no flags"),
+    Some(judge(
+        &format!("{name}'s node {version}, chrooted, no flags"),
         &profiles,
         &script,
+    ))
+}
+
+/// Debian bookworm's own Node 18 (a shared `libnode.so`, V8 10.2).
+#[test]
+fn bookworm_node_18_in_its_own_root_names_javascript_functions_and_their_callers() {
+    if !privileged_prerequisites() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(shares) = profile_in_root("debian-bookworm-node") else {
+        return;
+    };
+    assert!(
+        shares.both >= 0.95,
+        "only {:.1} % of samples name kilnHotJs and its caller (want 95 %)",
+        shares.both * 100.0
     );
+}
+
+#[test]
+fn forky_node_24_in_its_own_root_is_named_too() {
+    if !privileged_prerequisites() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(shares) = profile_in_root("debian-forky-node") else {
+        return;
+    };
     // V8 13's optimizing compilers inline kilnHotJs into kilnCallerJs for
     // part of the run; the agent does not yet recover inlined frames (they
     // are in the optimized code's deoptimization data), so those samples
