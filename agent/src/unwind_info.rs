@@ -12,7 +12,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::sync::Arc;
 
-use object::elf::{FileHeader64, PF_X, PT_LOAD, SHT_NOBITS};
+use object::elf::{FileHeader64, PF_X, PT_LOAD, SHF_COMPRESSED, SHT_NOBITS};
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 use object::{Endianness, ReadCache, ReadRef};
 
@@ -286,16 +286,60 @@ fn read_sections_with<'data, R: ReadRef<'data>>(
                 search_table_is_sound(hdr, hdr_range.start, eh_range.clone())
             })
         });
+    let debug_frame = match debug_frame {
+        None => None,
+        Some(section) if section.sh_flags(endian) & u64::from(SHF_COMPRESSED) != 0 => {
+            let compressed = read(section, ".debug_frame data")?;
+            Some(inflate_section(&compressed, limits.max_bytes_per_object)?)
+        }
+        Some(section) => Some(read(section, ".debug_frame data")?),
+    };
     Ok(UnwindSections {
         text_svma: find(b".text").map(range),
         got_svma: find(b".got").map(range),
         eh_frame,
         eh_frame_hdr,
-        debug_frame: debug_frame
-            .map(|s| read(s, ".debug_frame data"))
-            .transpose()?,
+        debug_frame,
         segments,
     })
+}
+
+/// The bytes of an `SHF_COMPRESSED` section: Go's linker and `ld
+/// --compress-debug-sections` write `.debug_frame` so, and Go binaries
+/// have no `.eh_frame`, so it is their only way past a frameless leaf.
+/// zlib only (zstd is refused); the size the header declares must be
+/// within `cap` before anything is inflated, and must be exactly what
+/// comes out.
+fn inflate_section(compressed: &[u8], cap: u64) -> Result<SectionBytes, UnwindInfoError> {
+    use std::io::Read as _;
+    const ELFCOMPRESS_ZLIB: u32 = 1;
+    let malformed = |what| UnwindInfoError::Malformed { what };
+    // Elf64_Chdr: type, reserved, size, alignment.
+    let header = compressed
+        .get(..24)
+        .ok_or(malformed("compressed section header"))?;
+    let word = |at: usize| {
+        u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let mut size = [0u8; 8];
+    size.copy_from_slice(&header[8..16]);
+    let size = u64::from_le_bytes(size);
+    if word(0) != ELFCOMPRESS_ZLIB {
+        return Err(malformed("compressed section (not zlib)"));
+    }
+    if size > cap {
+        return Err(UnwindInfoError::TooLarge { bytes: size, cap });
+    }
+    let expected = usize::try_from(size).map_err(|_| malformed("compressed section size"))?;
+    let mut bytes = Vec::with_capacity(expected);
+    flate2::read::ZlibDecoder::new(&compressed[24..])
+        .take(size.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|_| malformed("compressed section data"))?;
+    if bytes.len() != expected {
+        return Err(malformed("compressed section size"));
+    }
+    Ok(SectionBytes::from(bytes))
 }
 
 /// Whether an `.eh_frame_hdr` at `hdr_svma` is the standard binary-search
@@ -394,6 +438,93 @@ fn check_header_counts<'data, R: ReadRef<'data>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Builds a C object whose only unwind info is `.debug_frame`, with
+    /// `-gz=<compression>` (an object: a linked program would get the C
+    /// runtime's `.eh_frame`); `None` (and a visible skip) without gcc, a
+    /// failure under CI.
+    fn debug_frame_only_program(dir: &std::path::Path, compression: &str) -> Option<Vec<u8>> {
+        let source = dir.join("leaf.c");
+        std::fs::write(
+            &source,
+            "int leaf(int x) { return x * 3; }\nint main(void) { return leaf(2); }\n",
+        )
+        .expect("source");
+        let output = dir.join(format!("leaf-{compression}.o"));
+        let built = std::process::Command::new("gcc")
+            .args([
+                "-c",
+                "-O1",
+                "-g",
+                "-fno-asynchronous-unwind-tables",
+                "-fno-unwind-tables",
+            ])
+            .arg(format!("-gz={compression}"))
+            .arg("-o")
+            .arg(&output)
+            .arg(&source)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !built {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "gcc is needed in CI"
+            );
+            eprintln!("SKIPPED: gcc could not build a program with -gz={compression}");
+            return None;
+        }
+        Some(std::fs::read(output).expect("built program"))
+    }
+
+    #[test]
+    fn a_zlib_compressed_debug_frame_is_read_as_its_plain_twin() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (Some(plain), Some(zlib)) = (
+            debug_frame_only_program(dir.path(), "none"),
+            debug_frame_only_program(dir.path(), "zlib"),
+        ) else {
+            return;
+        };
+        let limits = UnwindInfoLimits::default();
+        let plain = read_unwind_sections(plain.as_slice(), &limits).expect("plain");
+        let zlib = read_unwind_sections(zlib.as_slice(), &limits).expect("zlib");
+        assert!(plain.eh_frame.is_none() && zlib.eh_frame.is_none());
+        let plain = plain.debug_frame.expect(".debug_frame").to_vec();
+        assert!(!plain.is_empty());
+        assert_eq!(zlib.debug_frame.expect("inflated").to_vec(), plain);
+        // Declared larger than the cap: refused before inflating.
+        let tight = UnwindInfoLimits {
+            max_bytes_per_object: plain.len() as u64 - 1,
+            ..limits
+        };
+        let zlib = debug_frame_only_program(dir.path(), "zlib").expect("built above");
+        assert!(matches!(
+            read_unwind_sections(zlib.as_slice(), &tight),
+            Err(UnwindInfoError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn a_compressed_section_that_lies_about_its_size_is_malformed() {
+        let mut section = Vec::new();
+        section.extend_from_slice(&1u32.to_le_bytes());
+        section.extend_from_slice(&0u32.to_le_bytes());
+        section.extend_from_slice(&100u64.to_le_bytes());
+        section.extend_from_slice(&1u64.to_le_bytes());
+        let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut encoder, &[7u8; 10]).expect("deflate");
+        section.extend(encoder.finish().expect("deflate"));
+        assert!(matches!(
+            inflate_section(&section, 1 << 20),
+            Err(UnwindInfoError::Malformed { .. })
+        ));
+        section[0] = 2; // zstd
+        assert!(matches!(
+            inflate_section(&section, 1 << 20),
+            Err(UnwindInfoError::Malformed { .. })
+        ));
+        assert!(inflate_section(&section[..10], 1 << 20).is_err());
+    }
 
     fn own_executable() -> Vec<u8> {
         std::fs::read("/proc/self/exe").expect("own executable is readable")
