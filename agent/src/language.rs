@@ -13,6 +13,8 @@ pub enum Language {
     Java,
     /// Node.js (`node` executable or `libnode.so`).
     Node,
+    /// CRuby (`libruby.so`, or a `ruby` executable linked statically).
+    Ruby,
     /// Anything else.
     Native,
 }
@@ -24,6 +26,7 @@ impl Language {
             Language::Python => "python",
             Language::Java => "java",
             Language::Node => "node",
+            Language::Ruby => "ruby",
             Language::Native => "native",
         }
     }
@@ -43,6 +46,8 @@ pub fn detect(maps: &[MapEntry]) -> Language {
             Language::Python
         } else if name == "node" || name.starts_with("libnode.so") {
             Language::Node
+        } else if name.starts_with("libruby") || is_ruby_executable(name) {
+            Language::Ruby
         } else {
             continue;
         };
@@ -51,6 +56,12 @@ pub fn detect(maps: &[MapEntry]) -> Language {
         found = found.min(language);
     }
     found
+}
+
+/// `ruby`, `ruby3.1`, not `rubyfmt`.
+fn is_ruby_executable(name: &str) -> bool {
+    name.strip_prefix("ruby")
+        .is_some_and(|version| version.chars().all(|c| c.is_ascii_digit() || c == '.'))
 }
 
 /// `python3`, `python3.11`, `python3.13t`, not `python3-config`.
@@ -108,6 +119,15 @@ mod tests {
             detect(&[file("/usr/bin/node"), libc.clone()]),
             Language::Node
         );
+        assert_eq!(
+            detect(&[
+                file("/usr/bin/ruby3.1"),
+                file("/usr/lib/x86_64-linux-gnu/libruby-3.1.so.3.1")
+            ]),
+            Language::Ruby
+        );
+        assert_eq!(detect(&[file("/usr/local/bin/ruby")]), Language::Ruby);
+        assert_eq!(detect(&[file("/usr/bin/rubyfmt")]), Language::Native);
         assert_eq!(detect(&[file("/usr/bin/xz"), libc]), Language::Native);
         assert_eq!(detect(&[file("/usr/bin/python3-config")]), Language::Native);
         assert_eq!(detect(&[file("/opt/py/bin/python3.13t")]), Language::Python);
