@@ -12,8 +12,10 @@
 
 pub mod code_cache;
 pub mod frames;
+pub mod inline;
 pub mod layout;
 pub mod names;
+mod naming;
 pub mod process;
 pub mod unwinder;
 pub mod vmstructs;
@@ -22,17 +24,13 @@ pub mod vmstructs;
 mod test_memory;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::abi::StackSnapshot;
 use crate::process_info::ProcessSnapshot;
 use crate::unwind::{StackUnwinder, UnwoundStack};
 
-use code_cache::BlobKind;
-use frames::{JavaFrameName, JavaFrameTable};
-use layout::INTERPRETER_BCP_SLOTS;
-use names::MethodName;
+use frames::JavaFrameName;
 use process::JvmError;
 use unwinder::JvmProcess;
 
@@ -78,8 +76,7 @@ pub struct HotspotUnwinder {
     processes: HashMap<(u32, u64), JvmProcess>,
     /// JVMs not readable yet: when last tried, and how often.
     pending: HashMap<(u32, u64), (Instant, u32)>,
-    methods: HashMap<(u32, u64, u64), Option<Arc<MethodName>>>,
-    frames: JavaFrameTable,
+    window: naming::WindowNames,
     stats: HotspotStats,
 }
 
@@ -90,8 +87,7 @@ impl HotspotUnwinder {
             config,
             processes: HashMap::new(),
             pending: HashMap::new(),
-            methods: HashMap::new(),
-            frames: JavaFrameTable::new(config.frames_per_window),
+            window: naming::WindowNames::new(config.frames_per_window),
             stats: HotspotStats::default(),
         }
     }
@@ -141,7 +137,8 @@ impl HotspotUnwinder {
     }
 
     /// Unwinds `snapshot` with its JVM's frames (when it is a JVM's) and
-    /// puts Java frames in place of their code-cache addresses.
+    /// puts Java frames in place of their code-cache addresses: a compiled
+    /// frame becomes its inlined methods, innermost first, then its own.
     pub fn unwind(
         &mut self,
         unwinder: &mut StackUnwinder,
@@ -151,100 +148,48 @@ impl HotspotUnwinder {
         let Some(jvm) = self.processes.get(&key) else {
             return unwinder.unwind(snapshot);
         };
-        let mut stack = unwinder.unwind_with_runtime(snapshot, jvm);
+        let stack = unwinder.unwind_with_runtime(snapshot, jvm);
         let read_stack = |address: u64| -> Option<u64> {
             let offset = usize::try_from(address.checked_sub(snapshot.sp)?).ok()?;
             let bytes = snapshot.stack.get(offset..offset.checked_add(8)?)?;
             Some(u64::from_le_bytes(bytes.try_into().ok()?))
         };
-        for (depth, (entry, registers)) in stack.frames.iter_mut().zip(&stack.registers).enumerate()
-        {
-            let pc = if depth == 0 {
-                *entry
+        let mut namer = naming::Namer {
+            jvm,
+            key,
+            window: &mut self.window,
+            counts: &mut self.stats.frames,
+            max_cached_methods: self.config.max_cached_methods,
+        };
+        let mut frames = Vec::with_capacity(stack.frames.len() + 8);
+        let mut registers = Vec::with_capacity(stack.frames.len() + 8);
+        for (depth, (&entry, &at)) in stack.frames.iter().zip(&stack.registers).enumerate() {
+            let named = namer.name(depth, entry, at, &read_stack);
+            if named.is_empty() {
+                frames.push(entry);
+                registers.push(at);
             } else {
-                entry.saturating_sub(1)
-            };
-            if !jvm.in_code_cache(pc) {
-                continue;
+                // Inlined frames share their compiled frame's registers.
+                registers.extend(std::iter::repeat_n(at, named.len()));
+                frames.extend(named);
             }
-            let Some(blob) = jvm.blob(pc) else {
-                *self.stats.frames.entry("no_blob").or_default() += 1;
-                continue;
-            };
-            let (method, line) = match &blob.kind {
-                BlobKind::Nmethod { method } => (*method, None),
-                BlobKind::Interpreter => {
-                    let slot = registers
-                        .bp
-                        .wrapping_add_signed(jvm.found.layout.interpreter_method_slot * 8);
-                    let Some(method) = read_stack(slot) else {
-                        *self
-                            .stats
-                            .frames
-                            .entry("interpreted_unreadable")
-                            .or_default() += 1;
-                        continue;
-                    };
-                    let bci = INTERPRETER_BCP_SLOTS.iter().find_map(|&slot| {
-                        let bcp = read_stack(registers.bp.wrapping_add_signed(slot * 8))?;
-                        names::bytecode_index(&jvm.memory, &jvm.found.layout, method, bcp)
-                    });
-                    (method, bci)
-                }
-                BlobKind::Stub { name } => {
-                    *self.stats.frames.entry("stub").or_default() += 1;
-                    *entry = self.frames.intern(JavaFrameName {
-                        function: Arc::from(name.as_str()),
-                        file: Arc::from(""),
-                        line: 0,
-                    });
-                    continue;
-                }
-            };
-            let cache_key = (key.0, key.1, method);
-            let name = match self.methods.get(&cache_key) {
-                Some(name) => name.clone(),
-                None => {
-                    let name =
-                        names::read_method(&jvm.memory, &jvm.found.layout, method).map(Arc::new);
-                    if self.methods.len() >= self.config.max_cached_methods {
-                        self.methods.clear();
-                    }
-                    self.methods.insert(cache_key, name.clone());
-                    name
-                }
-            };
-            let Some(name) = name else {
-                *self.stats.frames.entry("method_unreadable").or_default() += 1;
-                continue;
-            };
-            let (kind, line) = match line {
-                Some(bci) => (
-                    "interpreted",
-                    names::line_of(&jvm.memory, &jvm.found.layout, method, bci),
-                ),
-                None => ("compiled", 0),
-            };
-            *self.stats.frames.entry(kind).or_default() += 1;
-            *entry = self.frames.intern(JavaFrameName {
-                function: Arc::from(name.function.as_str()),
-                file: Arc::from(name.file.as_str()),
-                line,
-            });
         }
-        stack
+        UnwoundStack {
+            frames,
+            registers,
+            outcome: stack.outcome,
+        }
     }
 
     /// The Java frame a tagged stack entry names.
     pub fn frame(&self, entry: u64) -> Option<&JavaFrameName> {
-        self.frames.get(entry)
+        self.window.frames.get(entry)
     }
 
     /// Ends a window: its frame ids, blobs and method names are dropped
     /// (code and methods may be freed and their memory reused).
     pub fn end_window(&mut self) {
-        self.frames.clear();
-        self.methods.clear();
+        self.window.clear();
         for jvm in self.processes.values() {
             jvm.end_window();
         }

@@ -21,6 +21,7 @@ pub const WANTED_TYPES: &[&str] = &[
     "ConstantPool",
     "Klass",
     "Symbol",
+    "PcDesc",
     "frame",
 ];
 
@@ -83,6 +84,8 @@ pub struct JvmLayout {
     pub interpreter_sender_sp_slot: i64,
     /// `ConstMethod` flag: a line number table follows the bytecodes.
     pub has_line_number_table: Option<u32>,
+    /// Where inlined methods are recorded (JDK 8-22).
+    pub inline: Option<super::inline::InlineLayout>,
 }
 
 impl JvmLayout {
@@ -154,6 +157,7 @@ impl JvmLayout {
                 .or_else(|_| tables.constant("ConstMethodFlags::_misc_has_linenumber_table"))
                 .ok()
                 .and_then(|v| u32::try_from(v).ok()),
+            inline: super::inline::InlineLayout::from_vmstructs(tables),
         })
     }
 }

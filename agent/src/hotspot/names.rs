@@ -119,7 +119,7 @@ fn read_line(memory: &dyn RemoteMemory, layout: &JvmLayout, method: u64, bci: u3
 /// and two zigzag-coded UNSIGNED5 numbers; a 0 byte ends the table. The
 /// line of the last pair at or before `bci`.
 pub fn line_in_table(table: &[u8], bci: u32) -> u32 {
-    let mut reader = Reader {
+    let mut reader = Unsigned5 {
         bytes: table,
         at: 0,
     };
@@ -147,12 +147,14 @@ pub fn line_in_table(table: &[u8], bci: u32) -> u32 {
     u32::try_from(found).unwrap_or(0)
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
+/// A reader of HotSpot's compressed streams.
+#[derive(Debug)]
+pub struct Unsigned5<'a> {
+    pub bytes: &'a [u8],
+    pub at: usize,
 }
 
-impl Reader<'_> {
+impl Unsigned5<'_> {
     fn byte(&mut self) -> Option<u8> {
         let byte = *self.bytes.get(self.at)?;
         self.at += 1;
@@ -161,7 +163,7 @@ impl Reader<'_> {
 
     /// HotSpot's UNSIGNED5: bytes below 192 end a number; each earlier
     /// byte adds `(b - 192)` scaled by 64^i; at most 5 bytes.
-    fn unsigned(&mut self) -> Option<u32> {
+    pub fn unsigned(&mut self) -> Option<u32> {
         let mut value: u64 = 0;
         let mut scale: u64 = 1;
         for i in 0..5 {
