@@ -23,7 +23,7 @@ pub mod vmstructs;
 #[cfg(test)]
 mod test_memory;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::abi::StackSnapshot;
@@ -76,6 +76,8 @@ pub struct HotspotUnwinder {
     processes: HashMap<(u32, u64), JvmProcess>,
     /// JVMs not readable yet: when last tried, and how often.
     pending: HashMap<(u32, u64), (Instant, u32)>,
+    /// JVMs refused for good (forged or unknown tables): not read again.
+    refused: HashSet<(u32, u64)>,
     window: naming::WindowNames,
     stats: HotspotStats,
 }
@@ -87,6 +89,7 @@ impl HotspotUnwinder {
             config,
             processes: HashMap::new(),
             pending: HashMap::new(),
+            refused: HashSet::new(),
             window: naming::WindowNames::new(config.frames_per_window),
             stats: HotspotStats::default(),
         }
@@ -95,7 +98,10 @@ impl HotspotUnwinder {
     /// Looks for HotSpot in a process read from `/proc` (new, or re-read).
     pub fn observe(&mut self, process: &ProcessSnapshot) {
         let key = (process.pid, process.start_boottime_ns);
-        if self.processes.contains_key(&key) || !process::maps_libjvm(process) {
+        if self.processes.contains_key(&key)
+            || self.refused.contains(&key)
+            || !process::maps_libjvm(process)
+        {
             return;
         }
         let result = if self.processes.len() >= self.config.max_processes {
@@ -112,6 +118,10 @@ impl HotspotUnwinder {
                     *tries += 1;
                 } else {
                     self.pending.remove(&key);
+                    if self.refused.len() >= self.config.max_processes {
+                        self.refused.clear();
+                    }
+                    self.refused.insert(key);
                     tracing::info!(pid = process.pid, %error, "JVM profiled without Java frames");
                 }
                 error.reason()
@@ -199,6 +209,7 @@ impl HotspotUnwinder {
     pub fn retain_alive(&mut self, mut alive: impl FnMut(u32, u64) -> bool) {
         self.processes.retain(|(pid, start), _| alive(*pid, *start));
         self.pending.retain(|(pid, start), _| alive(*pid, *start));
+        self.refused.retain(|(pid, start)| alive(*pid, *start));
     }
 
     /// Cumulative counts.

@@ -231,6 +231,113 @@ mod tests {
         assert_eq!(block_start(&memory, &heap, 0x30_000), None, "outside");
     }
 
+    /// JDK 17's offsets, as its tables give them.
+    fn jdk17_layout() -> JvmLayout {
+        JvmLayout {
+            code_heaps: 0,
+            code_low_bound: 0,
+            code_high_bound: 0,
+            array_len: 0,
+            array_data: 8,
+            heap_memory: 8,
+            heap_segmap: 120,
+            heap_log2_segment_size: 256,
+            space_low: 16,
+            space_high: 24,
+            heap_block_size: 16,
+            block_used: 8,
+            blob_name: 96,
+            blob_size: 12,
+            blob_frame_complete_offset: (20, 4),
+            blob_frame_size: (28, 4),
+            blob_code: CodeBounds::Pointers { begin: 32, end: 40 },
+            nmethod_method: 112,
+            method_const_method: 8,
+            const_method_constants: 8,
+            const_method_flags: Some((28, 2)),
+            const_method_code_size: 32,
+            const_method_name_index: 34,
+            const_method_signature_index: 36,
+            const_method_size: 48,
+            pool_holder: 24,
+            pool_length: 60,
+            pool_source_file_index: Some(54),
+            pool_size: 72,
+            klass_name: 24,
+            symbol_length: 4,
+            symbol_body: 6,
+            interpreter_method_slot: -3,
+            interpreter_sender_sp_slot: -1,
+            has_line_number_table: Some(1),
+            inline: None,
+        }
+    }
+
+    /// A heap at 0x10_000 with one used block of 4 segments at segment 2,
+    /// holding an nmethod named at 0x9000.
+    fn heap_with_nmethod() -> (FakeMemory, CodeHeap, u64) {
+        let mut memory = FakeMemory::default();
+        let mut map = vec![FREE_SEGMENT; 0x400];
+        map[2..6].copy_from_slice(&[0, 1, 2, 3]);
+        memory.map(0x1000, map);
+        memory.map(0x10_000, vec![0; 0x1000]);
+        memory.map(0x9000, vec![0; 0x1000]);
+        memory.write(0x9000, b"nmethod\0");
+        let block = 0x10_000 + 2 * 64;
+        memory.write(block + 8, &[1]);
+        let blob = block + 16;
+        memory.write(blob + 12, &200u32.to_le_bytes());
+        memory.write(blob + 20, &16i32.to_le_bytes());
+        memory.write(blob + 28, &6i32.to_le_bytes());
+        memory.write_u64(blob + 32, blob + 0x40);
+        memory.write_u64(blob + 40, blob + 0xc0);
+        memory.write_u64(blob + 96, 0x9000);
+        memory.write_u64(blob + 112, 0xABC0);
+        (memory, heap(), blob)
+    }
+
+    #[test]
+    fn a_pc_is_found_in_its_nmethod_with_its_frame() {
+        let (memory, heap, blob) = heap_with_nmethod();
+        let found = find_blob(&memory, &jdk17_layout(), &[heap], blob + 0x80).expect("found");
+        assert_eq!(found.address, blob);
+        assert_eq!(found.kind, BlobKind::Nmethod { method: 0xABC0 });
+        assert_eq!(found.frame_bytes, 48);
+        assert_eq!(found.frame_complete, Some(blob + 0x50));
+        // Before the code and past it: the blob does not hold the pc.
+        assert_eq!(
+            find_blob(&memory, &jdk17_layout(), &[heap], blob + 0x20),
+            None
+        );
+        assert_eq!(
+            find_blob(&memory, &jdk17_layout(), &[heap], blob + 0xd0),
+            None
+        );
+    }
+
+    #[test]
+    fn a_free_block_or_a_forged_blob_holds_no_code() {
+        let (mut memory, heap, blob) = heap_with_nmethod();
+        // Code bounds pointing outside the blob.
+        memory.write_u64(blob + 32, 0x10);
+        assert_eq!(
+            find_blob(&memory, &jdk17_layout(), &[heap], blob + 0x80),
+            None
+        );
+        // A freed block.
+        let (mut memory, heap, blob) = heap_with_nmethod();
+        memory.write(blob - 16 + 8, &[0]);
+        assert_eq!(
+            find_blob(&memory, &jdk17_layout(), &[heap], blob + 0x80),
+            None
+        );
+        // An absurd frame size is no frame.
+        let (mut memory, heap, blob) = heap_with_nmethod();
+        memory.write(blob + 28, &i32::MAX.to_le_bytes());
+        let found = find_blob(&memory, &jdk17_layout(), &[heap], blob + 0x80).expect("found");
+        assert_eq!(found.frame_bytes, 0);
+    }
+
     #[test]
     fn a_forged_map_costs_bounded_steps() {
         let mut memory = FakeMemory::default();
