@@ -266,6 +266,11 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
                 && let Some(process) = processes.snapshot(key.0, key.1)
             {
                 unwinder.load_process(&process);
+                // A process that became node by exec after its first
+                // sample is found when its new mappings are read.
+                if let Some(v8) = v8.as_mut() {
+                    v8.register(&process);
+                }
                 if let Some(hotspot) = hotspot.as_mut() {
                     hotspot.observe(&process);
                 }

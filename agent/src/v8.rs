@@ -104,6 +104,8 @@ impl V8Process {
 pub struct V8Unwinder {
     config: V8UnwinderConfig,
     processes: HashMap<(u32, u64), Arc<V8Process>>,
+    /// Each looked-at process's last result, so it is counted once.
+    outcomes: HashMap<(u32, u64), &'static str>,
     layouts: HashMap<FileIdentity, Result<V8Layout, &'static str>>,
     names: HashMap<(u32, u64, u64), JsFrameName>,
     maps: HashMap<(u32, u64), HashMap<u64, u16>>,
@@ -119,6 +121,7 @@ impl V8Unwinder {
         V8Unwinder {
             config,
             processes: HashMap::new(),
+            outcomes: HashMap::new(),
             layouts: HashMap::new(),
             names: HashMap::new(),
             maps: HashMap::new(),
@@ -160,7 +163,7 @@ impl V8Unwinder {
         }
         let Some((object, layout)) = found else {
             if let Some(reason) = refusal {
-                *self.stats.processes.entry(reason).or_default() += 1;
+                self.count_process(key, reason);
             }
             return;
         };
@@ -180,7 +183,7 @@ impl V8Unwinder {
                 _ => native.push(entry.start..entry.end),
             }
         }
-        *self.stats.processes.entry("supported").or_default() += 1;
+        self.count_process(key, "supported");
         tracing::debug!(pid = process.pid, object = %object.path, "V8 process");
         self.processes.insert(
             key,
@@ -190,6 +193,14 @@ impl V8Unwinder {
                 native,
             }),
         );
+    }
+
+    /// Counts a process's result once (it is looked at again whenever its
+    /// mappings are read).
+    fn count_process(&mut self, key: (u32, u64), result: &'static str) {
+        if self.outcomes.insert(key, result) != Some(result) {
+            *self.stats.processes.entry(result).or_default() += 1;
+        }
     }
 
     /// The layout of a V8 object, read once per file.
@@ -217,7 +228,9 @@ impl V8Unwinder {
 
     /// Forgets processes for which `alive` is false.
     pub fn retain_alive(&mut self, mut alive: impl FnMut(u32, u64) -> bool) {
-        self.processes.retain(|&(pid, start), _| alive(pid, start));
+        self.outcomes.retain(|&(pid, start), _| alive(pid, start));
+        let outcomes = &self.outcomes;
+        self.processes.retain(|key, _| outcomes.contains_key(key));
     }
 
     /// The user stack of `snapshot` walked as `stack`, with its

@@ -178,9 +178,6 @@ impl<'a, M: Memory> Heap<'a, M> {
         if let Some(name_or_scope) = self.field(shared, fields.shared_name_or_scope_info)
             && let Some((address, kind)) = self.object(name_or_scope)
         {
-            if std::env::var_os("KILN_V8_DEBUG").is_some() {
-                eprintln!("DEBUG sfi {shared:#x} kind {kind}");
-            }
             if self.layout.is_string(kind) {
                 info.name = self.string(name_or_scope).unwrap_or_default();
             } else if kind == self.layout.types.scope_info {
@@ -193,16 +190,6 @@ impl<'a, M: Memory> Heap<'a, M> {
         {
             if let Some(name) = self.field(address, fields.script_name) {
                 info.file = self.string(name).unwrap_or_default();
-            }
-            if std::env::var_os("KILN_V8_DEBUG").is_some() {
-                eprintln!(
-                    "DEBUG name {} start {start:?} ends {:?}",
-                    info.name,
-                    fields
-                        .script_line_ends
-                        .and_then(|o| self.field(address, o))
-                        .map(|e| (e, self.object(e)))
-                );
             }
             if let Some(start) = start {
                 // V8 computes a script's line ends only when something asks
