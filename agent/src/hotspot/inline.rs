@@ -5,8 +5,11 @@
 //! scopes are a compressed stream (UNSIGNED5 numbers); methods are indexes
 //! into the nmethod's metadata section.
 //!
-//! Read for JDK 8-22, where those sections are found from the nmethod's
-//! header; for later releases the nmethod's own method is named alone.
+//! JDK 8-22 find those sections from the nmethod's header; JDK 23 and
+//! later keep PcDescs and scopes in the nmethod's immutable data and its
+//! metadata after the relocations in its mutable data. A guess that reads
+//! the wrong place is caught: the outermost scope must be the nmethod's own
+//! method, or the nmethod's method is named alone.
 
 use super::layout::IntegerField;
 use super::vmstructs::{RemoteMemory, VmStructs, read_u32, read_u64};
@@ -21,13 +24,7 @@ const SCOPE_HEADER_BYTES: usize = 16;
 /// Where an nmethod keeps its PcDescs, scopes and metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InlineLayout {
-    /// From the nmethod's header: offsets of its PcDescs, of their end,
-    /// and of its metadata.
-    pub pcs_offset: u64,
-    pub pcs_end_offset: u64,
-    pub metadata_offset: u64,
-    /// The address of its scopes data, and where metadata ends.
-    pub scopes_data_begin: u64,
+    pub sections: Sections,
     pub pc_desc_size: u64,
     pub pc_desc_pc_offset: u64,
     pub pc_desc_scope_offset: u64,
@@ -41,21 +38,61 @@ impl InlineLayout {
             let (offset, width): IntegerField = tables.integer_field(t, f).ok()?;
             (width == 4).then_some(offset)
         };
+        let header = || -> Option<Sections> {
+            Some(Sections::Header {
+                pcs_offset: int("nmethod", "_scopes_pcs_offset")?,
+                pcs_end_offset: int("nmethod", "_dependencies_offset")?,
+                metadata_offset: int("nmethod", "_metadata_offset")?,
+                scopes_data_begin: tables
+                    .offset_of_any(&[
+                        ("CompiledMethod", "_scopes_data_begin"),
+                        ("nmethod", "_scopes_data_begin"),
+                    ])
+                    .ok()?,
+            })
+        };
+        let data = || -> Option<Sections> {
+            Some(Sections::Data {
+                immutable_data: tables.offset("nmethod", "_immutable_data").ok()?,
+                pcs_offset: int("nmethod", "_scopes_pcs_offset")?,
+                scopes_data_offset: int("nmethod", "_scopes_data_offset")?,
+                mutable_data: tables.offset("CodeBlob", "_mutable_data").ok()?,
+                mutable_data_size: int("CodeBlob", "_mutable_data_size")?,
+                relocation_size: int("CodeBlob", "_relocation_size")?,
+            })
+        };
         Some(InlineLayout {
-            pcs_offset: int("nmethod", "_scopes_pcs_offset")?,
-            pcs_end_offset: int("nmethod", "_dependencies_offset")?,
-            metadata_offset: int("nmethod", "_metadata_offset")?,
-            scopes_data_begin: tables
-                .offset_of_any(&[
-                    ("CompiledMethod", "_scopes_data_begin"),
-                    ("nmethod", "_scopes_data_begin"),
-                ])
-                .ok()?,
+            sections: header().or_else(data)?,
             pc_desc_size: tables.size("PcDesc").ok().filter(|&s| s >= 8)?,
             pc_desc_pc_offset: int("PcDesc", "_pc_offset")?,
             pc_desc_scope_offset: int("PcDesc", "_scope_decode_offset")?,
         })
     }
+}
+
+/// Where an nmethod's sections are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sections {
+    /// JDK 8-22, from the nmethod's header: offsets of its PcDescs, of
+    /// their end and of its metadata; the field holding the address of its
+    /// scopes data (where metadata ends).
+    Header {
+        pcs_offset: u64,
+        pcs_end_offset: u64,
+        metadata_offset: u64,
+        scopes_data_begin: u64,
+    },
+    /// JDK 23 and later: fields holding the immutable data's address (and
+    /// offsets of PcDescs and scopes in it) and the mutable data's address
+    /// and size (and the relocations' size, which metadata follows).
+    Data {
+        immutable_data: u64,
+        pcs_offset: u64,
+        scopes_data_offset: u64,
+        mutable_data: u64,
+        mutable_data_size: u64,
+        relocation_size: u64,
+    },
 }
 
 /// One nmethod's PcDescs and sections, read once.
@@ -86,12 +123,45 @@ pub fn read_scopes(
     layout: &InlineLayout,
     blob: u64,
 ) -> Option<NmethodScopes> {
-    let pcs_begin = blob + u64::from(read_u32(memory, blob + layout.pcs_offset).ok()?);
-    let pcs_end = blob + u64::from(read_u32(memory, blob + layout.pcs_end_offset).ok()?);
-    let metadata = blob + u64::from(read_u32(memory, blob + layout.metadata_offset).ok()?);
-    let scopes_data = read_u64(memory, blob + layout.scopes_data_begin).ok()?;
+    let int = |offset: u64| read_u32(memory, blob + offset).ok().map(u64::from);
+    let (pcs_begin, pcs_end, scopes_data, metadata, metadata_end) = match layout.sections {
+        Sections::Header {
+            pcs_offset,
+            pcs_end_offset,
+            metadata_offset,
+            scopes_data_begin,
+        } => {
+            let scopes_data = read_u64(memory, blob + scopes_data_begin).ok()?;
+            (
+                blob + int(pcs_offset)?,
+                blob + int(pcs_end_offset)?,
+                scopes_data,
+                blob + int(metadata_offset)?,
+                scopes_data,
+            )
+        }
+        Sections::Data {
+            immutable_data,
+            pcs_offset,
+            scopes_data_offset,
+            mutable_data,
+            mutable_data_size,
+            relocation_size,
+        } => {
+            let immutable = read_u64(memory, blob + immutable_data).ok()?;
+            let mutable = read_u64(memory, blob + mutable_data).ok()?;
+            let scopes_data = immutable.checked_add(int(scopes_data_offset)?)?;
+            (
+                immutable.checked_add(int(pcs_offset)?)?,
+                scopes_data,
+                scopes_data,
+                mutable.checked_add(int(relocation_size)?)?,
+                mutable.checked_add(int(mutable_data_size)?)?,
+            )
+        }
+    };
     let bytes = pcs_end.checked_sub(pcs_begin)?;
-    if bytes > MAX_PC_DESC_BYTES || metadata > scopes_data {
+    if bytes > MAX_PC_DESC_BYTES || metadata > metadata_end {
         return None;
     }
     let mut raw = vec![0u8; usize::try_from(bytes).ok()?];
@@ -113,7 +183,7 @@ pub fn read_scopes(
         pcs,
         scopes_data,
         metadata,
-        metadata_count: (scopes_data - metadata) / 8,
+        metadata_count: (metadata_end - metadata) / 8,
     })
 }
 
@@ -124,6 +194,7 @@ pub fn scopes_at(
     memory: &dyn RemoteMemory,
     scopes: &NmethodScopes,
     pc_offset: u64,
+    excluded: u8,
 ) -> Vec<(u64, Option<u32>)> {
     // PcDescs sit at return addresses: the first one past a pc is where
     // the call (or the instructions before the next safepoint) returns.
@@ -134,7 +205,8 @@ pub fn scopes_at(
         return Vec::new();
     };
     let mut found = Vec::new();
-    // 0 is HotSpot's "no scope" (serialized null).
+    // 0 is HotSpot's "no scope" (serialized null); the 0 byte that ends a
+    // chain in the older encoding is out of range in the newer one.
     while decode != 0 && found.len() < MAX_SCOPE_DEPTH {
         let mut header = [0u8; SCOPE_HEADER_BYTES];
         let address = scopes.scopes_data + u64::from(decode);
@@ -146,6 +218,7 @@ pub fn scopes_at(
         let mut reader = super::names::Unsigned5 {
             bytes: &header[..len],
             at: 0,
+            excluded,
         };
         let (Some(sender), Some(index), Some(bci)) =
             (reader.unsigned(), reader.unsigned(), reader.unsigned())
@@ -195,11 +268,25 @@ mod tests {
             metadata_count: 2,
         };
         assert_eq!(
-            scopes_at(&memory, &scopes, 0x20),
+            scopes_at(&memory, &scopes, 0x20, 0),
             vec![(0xBBB0, Some(3)), (0xAAA0, Some(7))]
         );
-        assert_eq!(scopes_at(&memory, &scopes, 0x05), vec![(0xAAA0, Some(7))]);
-        assert_eq!(scopes_at(&memory, &scopes, 0x40), vec![], "past the last");
+        assert_eq!(
+            scopes_at(&memory, &scopes, 0x05, 0),
+            vec![(0xAAA0, Some(7))]
+        );
+        assert_eq!(
+            scopes_at(&memory, &scopes, 0x40, 0),
+            vec![],
+            "past the last"
+        );
+        // JDK 21's encoding: every byte one more, so none is 0.
+        memory.write(scopes_data + 1, &[1, 2, 9]);
+        memory.write(scopes_data + 5, &[2, 3, 5]);
+        assert_eq!(
+            scopes_at(&memory, &scopes, 0x20, 1),
+            vec![(0xBBB0, Some(3)), (0xAAA0, Some(7))]
+        );
     }
 
     #[test]
@@ -217,7 +304,7 @@ mod tests {
             metadata: 0x1000,
             metadata_count: 1,
         };
-        assert_eq!(scopes_at(&memory, &scopes, 0), vec![(0xAAA0, Some(0))]);
-        assert_eq!(scopes_at(&memory, &scopes, 0x10), vec![]);
+        assert_eq!(scopes_at(&memory, &scopes, 0, 0), vec![(0xAAA0, Some(0))]);
+        assert_eq!(scopes_at(&memory, &scopes, 0x10, 0), vec![]);
     }
 }

@@ -84,7 +84,7 @@ pub struct JvmLayout {
     pub interpreter_sender_sp_slot: i64,
     /// `ConstMethod` flag: a line number table follows the bytecodes.
     pub has_line_number_table: Option<u32>,
-    /// Where inlined methods are recorded (JDK 8-22).
+    /// Where inlined methods are recorded.
     pub inline: Option<super::inline::InlineLayout>,
 }
 

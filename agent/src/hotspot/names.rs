@@ -122,6 +122,7 @@ pub fn line_in_table(table: &[u8], bci: u32) -> u32 {
     let mut reader = Unsigned5 {
         bytes: table,
         at: 0,
+        excluded: 0,
     };
     let (mut pair_bci, mut line) = (0i64, 0i64);
     let mut found = 0i64;
@@ -152,6 +153,9 @@ pub fn line_in_table(table: &[u8], bci: u32) -> u32 {
 pub struct Unsigned5<'a> {
     pub bytes: &'a [u8],
     pub at: usize,
+    /// Added to every byte so none is 0: 1 in the scopes of JDK 21 and
+    /// later, 0 before.
+    pub excluded: u8,
 }
 
 impl Unsigned5<'_> {
@@ -166,10 +170,11 @@ impl Unsigned5<'_> {
     pub fn unsigned(&mut self) -> Option<u32> {
         let mut value: u64 = 0;
         let mut scale: u64 = 1;
+        let low = 192 - u64::from(self.excluded);
         for i in 0..5 {
-            let byte = u64::from(self.byte()?);
+            let byte = u64::from(self.byte()?.checked_sub(self.excluded)?);
             value += byte * scale;
-            if byte < 192 || i == 4 {
+            if byte < low || i == 4 {
                 return u32::try_from(value).ok();
             }
             scale *= 64;

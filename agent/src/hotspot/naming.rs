@@ -157,14 +157,18 @@ impl Namer<'_> {
                 scopes
             }
         };
-        match scopes {
-            Some(scopes) => inline::scopes_at(
-                &self.jvm.memory,
-                &scopes,
-                pc.saturating_sub(blob.code_begin),
-            ),
-            None => Vec::new(),
-        }
+        let (Some(scopes), BlobKind::Nmethod { method }) = (scopes, &blob.kind) else {
+            return Vec::new();
+        };
+        // The stream's encoding changed in JDK 21 and nothing in the
+        // tables says which one a JVM uses: the right one leads out to the
+        // nmethod's own method.
+        let offset = pc.saturating_sub(blob.code_begin);
+        [0, 1]
+            .into_iter()
+            .map(|excluded| inline::scopes_at(&self.jvm.memory, &scopes, offset, excluded))
+            .find(|found| found.last().is_some_and(|(outer, _)| outer == method))
+            .unwrap_or_default()
     }
 
     fn method(&mut self, method: u64) -> Option<Arc<MethodName>> {

@@ -22,20 +22,13 @@ use crate::agent_run::{
 };
 
 const JAVAC: &str = "/usr/bin/javac";
-/// The JVMs: Debian's 17, and a newer LTS; whether the agent reads
-/// inlined methods in it (JDK 8-22: JDK 23 moved an nmethod's scopes and
-/// metadata to places its tables do not export).
-const JAVAS: [(&str, &str, bool); 2] = [
+/// The JVMs: Debian's 17, and a newer LTS.
+const JAVAS: [(&str, &str); 2] = [
     (
         "OpenJDK 17 (Debian)",
         "/usr/lib/jvm/java-17-openjdk-amd64/bin/java",
-        true,
     ),
-    (
-        "Temurin 25",
-        "/usr/lib/jvm/temurin-25-jdk-amd64/bin/java",
-        false,
-    ),
+    ("Temurin 25", "/usr/lib/jvm/temurin-25-jdk-amd64/bin/java"),
 ];
 const HOT: &str = "KilnMain.kilnHot(J)J";
 const CALLER: &str = "KilnMain.kilnCaller(J)J";
@@ -109,22 +102,21 @@ fn java_methods_are_named_in_a_jvm_started_without_flags() {
         .expect("javac runs");
     assert!(status.success(), "javac failed");
     let mut failures = Vec::new();
-    for (name, java, reads_inlined) in JAVAS {
+    for (name, java) in JAVAS {
         if !Path::new(java).is_file() {
             assert!(!in_ci(), "{java} ({name}) is needed in CI");
             visible_skip(&format!("{name}: {java} is not installed"));
             continue;
         }
-        let shares = profile_java(name, java, dir.path(), "KilnMain", HOT, CALLER);
-        if shares.with_caller < 95.0 {
-            failures.push(format!("{name}, KilnMain: {:.1} %", shares.with_caller));
+        let share = profile_java(name, java, dir.path(), "KilnMain", HOT, CALLER);
+        if share < 95.0 {
+            failures.push(format!("{name}, KilnMain: {share:.1} %"));
         }
-        // Inlined methods are read from the compiled method's scopes (JDK
-        // 8-22); a sampled pc is named by the next recorded pc's scope, so
-        // an inlined method without a call or safepoint of its own shows
-        // as its caller. Where inlined methods are not read, the compiled
-        // method (`main`, which they were inlined into) must show.
-        let shares = profile_java(
+        // Inlined methods are read from the compiled method's scopes; a
+        // sampled pc is named by the next recorded pc's scope, so an
+        // inlined method without a call or safepoint of its own would show
+        // as its caller.
+        let share = profile_java(
             name,
             java,
             dir.path(),
@@ -132,11 +124,6 @@ fn java_methods_are_named_in_a_jvm_started_without_flags() {
             INLINED_HOT,
             INLINED_CALLER,
         );
-        let share = if reads_inlined {
-            shares.with_caller
-        } else {
-            shares.main
-        };
         if share < 95.0 {
             failures.push(format!("{name}, KilnInline: {share:.1} %"));
         }
@@ -147,24 +134,9 @@ fn java_methods_are_named_in_a_jvm_started_without_flags() {
     );
 }
 
-/// Shares of samples, in %.
-struct Shares {
-    /// Naming the hot method called by its caller.
-    with_caller: f64,
-    /// Reaching `main`.
-    main: f64,
-}
-
-/// Runs `class` (compiled in `dir`) under `java`, samples it, and prints
-/// and returns what its samples name.
-fn profile_java(
-    name: &str,
-    java: &str,
-    dir: &Path,
-    class: &str,
-    hot: &str,
-    caller: &str,
-) -> Shares {
+/// Runs `class` (compiled in `dir`) under `java`, samples it, prints what
+/// its samples name, and returns the % naming `hot` called by `caller`.
+fn profile_java(name: &str, java: &str, dir: &Path, class: &str, hot: &str, caller: &str) -> f64 {
     let child = KillOnDrop(
         Command::new(java)
             .current_dir(dir)
@@ -218,8 +190,5 @@ fn profile_java(
         let frames: Vec<&str> = sample.frames.iter().map(|(_, f)| f.as_str()).collect();
         eprintln!("  {} x {}", sample.count, frames.join(" <- "));
     }
-    Shares {
-        with_caller: percent(with_caller),
-        main: percent(main),
-    }
+    percent(with_caller)
 }
