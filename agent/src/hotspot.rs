@@ -5,17 +5,19 @@
 //! and, for a pc in it, the code blob that holds it ([`code_cache`]).
 //! Compiled methods keep no frame pointer, so the stack walk leaves them by
 //! their blob's frame size; interpreted frames by the frame pointer
-//! ([`unwinder`]). Each Java frame is then named from the method the blob
-//! (compiled) or the frame (interpreted) holds ([`names`]) and goes into
-//! the stack as a tagged id ([`frames`]), named at drain time like a
-//! Python frame. Nothing is asked of the program: no flag, no agent.
+//! ([`unwinder`]). Each Java frame is then named ([`naming`]) from the
+//! method the frame holds (interpreted) or the blob's method and those
+//! inlined into it at that pc ([`inline`]; compiled), read from HotSpot's
+//! metadata ([`names`]), and goes into the stack as a tagged id
+//! ([`frames`]), named at drain time like a Python frame. Nothing is asked
+//! of the program: no flag, no agent.
 
 pub mod code_cache;
 pub mod frames;
 pub mod inline;
 pub mod layout;
 pub mod names;
-mod naming;
+pub mod naming;
 pub mod process;
 pub mod unwinder;
 pub mod vmstructs;
