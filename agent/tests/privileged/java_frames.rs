@@ -1,16 +1,23 @@
 //! Privileged integration test of Java frames in a JVM started without
 //! flags: the real agent samples `java -cp . KilnMain` (no
 //! `-XX:+PreserveFramePointer`, no perf map, no agent in the JVM) under
-//! Debian's OpenJDK 17 and the machine's Temurin 25 (JDK 23 changed code
-//! blobs' layout), and the pprof must name the hot method and its caller
-//! from HotSpot's own metadata.
+//! this machine's OpenJDK 17 (Debian bookworm's) and Debian forky's
+//! OpenJDK 25 (JDK 23 changed code blobs' layout), and the pprof must name
+//! the hot method and its caller from HotSpot's own metadata. Forky's JVM
+//! runs as in a container: chrooted into the root filesystem that
+//! `./kiln-dev test` unpacks, in its own mount namespace, with the classes
+//! (compiled here by javac 17 for release 17) bind-mounted in, so the agent
+//! reaches `libjvm.so` only through `/proc/PID/root`.
+//!
+//! In CI (`CI=true`) a missing JVM fails the test; elsewhere the test says
+//! which it skipped.
 //!
 //! The hot method runs a long loop per call, so the JIT compiles it (on
 //! stack replacement) while its caller stays interpreted: the walk crosses
 //! a compiled frame (left by its frame size) and interpreted ones (by the
 //! frame pointer).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use kiln_testkit::prerequisites::{in_ci, visible_skip};
@@ -22,14 +29,13 @@ use crate::agent_run::{
 };
 
 const JAVAC: &str = "/usr/bin/javac";
-/// The JVMs: Debian's 17, and a newer LTS.
-const JAVAS: [(&str, &str); 2] = [
-    (
-        "OpenJDK 17 (Debian)",
-        "/usr/lib/jvm/java-17-openjdk-amd64/bin/java",
-    ),
-    ("Temurin 25", "/usr/lib/jvm/temurin-25-jdk-amd64/bin/java"),
-];
+/// This machine's JVM (Debian bookworm's OpenJDK 17).
+const HOST_JAVA: &str = "/usr/lib/jvm/java-17-openjdk-amd64/bin/java";
+/// Forky's root filesystem under `$KILN_TOOLS_DIR`, and its JVM there.
+const FORKY_ROOT: &str = "debian-forky-java";
+const FORKY_JAVA: &str = "/usr/lib/jvm/java-25-openjdk-amd64/bin/java";
+/// Where the classes are bind-mounted in forky's root (`./kiln-dev` makes it).
+const WORK: &str = "/work";
 const HOT: &str = "KilnMain.kilnHot(J)J";
 const CALLER: &str = "KilnMain.kilnCaller(J)J";
 const MIN_SAMPLES: i64 = 300;
@@ -66,6 +72,9 @@ const INLINED_SOURCE: &str = "public class KilnInline {\n\
 const INLINED_HOT: &str = "KilnInline.kilnInlinedHot(J)J";
 const INLINED_CALLER: &str = "KilnInline.kilnInlinedCaller(J)J";
 
+/// A JVM: the command that runs a class of the test program under it.
+type JavaCommand = Box<dyn Fn(&str) -> Command>;
+
 /// Whether a sample's stack names `function` with `caller` as the next
 /// Java frame towards the root.
 fn names_with_caller(sample: &FlatSample, function: &str, caller: &str) -> bool {
@@ -95,20 +104,55 @@ fn java_methods_are_named_in_a_jvm_started_without_flags() {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(dir.path().join("KilnMain.java"), SOURCE).expect("write source");
     std::fs::write(dir.path().join("KilnInline.java"), INLINED_SOURCE).expect("write source");
+    // Release 17's class files, so that both JVMs load them.
     let status = Command::new(JAVAC)
+        .args(["--release", "17"])
         .arg(dir.path().join("KilnMain.java"))
         .arg(dir.path().join("KilnInline.java"))
         .status()
         .expect("javac runs");
     assert!(status.success(), "javac failed");
+    let mut jvms: Vec<(&str, JavaCommand)> = Vec::new();
+    if Path::new(HOST_JAVA).is_file() {
+        let classes = dir.path().to_owned();
+        jvms.push((
+            "OpenJDK 17 (Debian bookworm)",
+            Box::new(move |class| {
+                let mut command = Command::new(HOST_JAVA);
+                command.current_dir(&classes).args(["-cp", ".", class]);
+                command
+            }),
+        ));
+    } else {
+        assert!(
+            !in_ci(),
+            "{HOST_JAVA} is needed in CI (Debian's openjdk-17-jdk)"
+        );
+        visible_skip(&format!(
+            "{HOST_JAVA} is not installed (Debian's openjdk-17-jdk)"
+        ));
+    }
+    let root = tools_root(FORKY_ROOT);
+    if root.join(".complete").is_file() {
+        let classes = dir.path().to_owned();
+        jvms.push((
+            "OpenJDK 25 (Debian forky, chrooted)",
+            Box::new(move |class| in_forky_root(&root, &classes, class)),
+        ));
+    } else {
+        assert!(
+            !in_ci(),
+            "{} is needed in CI (./kiln-dev test unpacks it)",
+            root.display()
+        );
+        visible_skip(&format!(
+            "{}: not unpacked (./kiln-dev test unpacks it)",
+            root.display()
+        ));
+    }
     let mut failures = Vec::new();
-    for (name, java) in JAVAS {
-        if !Path::new(java).is_file() {
-            assert!(!in_ci(), "{java} ({name}) is needed in CI");
-            visible_skip(&format!("{name}: {java} is not installed"));
-            continue;
-        }
-        let share = profile_java(name, java, dir.path(), "KilnMain", HOT, CALLER);
+    for (name, java) in &jvms {
+        let share = profile_java(name, java("KilnMain"), dir.path(), "KilnMain", HOT, CALLER);
         if share < 95.0 {
             failures.push(format!("{name}, KilnMain: {share:.1} %"));
         }
@@ -118,7 +162,7 @@ fn java_methods_are_named_in_a_jvm_started_without_flags() {
         // as its caller.
         let share = profile_java(
             name,
-            java,
+            java("KilnInline"),
             dir.path(),
             "KilnInline",
             INLINED_HOT,
@@ -134,17 +178,45 @@ fn java_methods_are_named_in_a_jvm_started_without_flags() {
     );
 }
 
-/// Runs `class` (compiled in `dir`) under `java`, samples it, prints what
-/// its samples name, and returns the % naming `hot` called by `caller`.
-fn profile_java(name: &str, java: &str, dir: &Path, class: &str, hot: &str, caller: &str) -> f64 {
-    let child = KillOnDrop(
-        Command::new(java)
-            .current_dir(dir)
-            .args(["-cp", ".", class])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("java starts"),
-    );
+/// A root filesystem that `./kiln-dev test` unpacks under `$KILN_TOOLS_DIR`.
+fn tools_root(name: &str) -> PathBuf {
+    let tools = std::env::var_os("KILN_TOOLS_DIR").unwrap_or_else(|| "/var/tmp/kiln-tools".into());
+    Path::new(&tools).join(name)
+}
+
+/// Forky's java running `class`, chrooted into `root` in a mount namespace
+/// of its own with `classes` bind-mounted at [`WORK`]. The JVM needs /proc
+/// there: the loader finds `libjli.so` by java's `$ORIGIN`, read from
+/// `/proc/self/exe`. The shell and chroot exec, so the child's pid is the
+/// JVM's.
+fn in_forky_root(root: &Path, classes: &Path, class: &str) -> Command {
+    let mut command = Command::new("unshare");
+    command
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(
+            r#"mount --bind "$1" "$2$3" && mount -t proc proc "$2/proc" && shift 3 && exec chroot "$@""#,
+        )
+        .arg("sh")
+        .arg(classes)
+        .arg(root)
+        .arg(WORK)
+        .arg(root)
+        .args([FORKY_JAVA, "-cp", WORK, class]);
+    command
+}
+
+/// Runs `java` (started in `dir` or with `dir` as its class path), samples
+/// it, prints what its samples name, and returns the % naming `hot` called
+/// by `caller`.
+fn profile_java(
+    name: &str,
+    mut java: Command,
+    dir: &Path,
+    class: &str,
+    hot: &str,
+    caller: &str,
+) -> f64 {
+    let child = KillOnDrop(java.stdout(Stdio::null()).spawn().expect("java starts"));
     // Let the JVM start and the JIT compile the hot loop.
     std::thread::sleep(std::time::Duration::from_secs(3));
     let pid = child.0.id().to_string();
