@@ -242,18 +242,14 @@ pub fn parse_ingest_params(
             });
         }
     };
-    // Pyroscope falls back to 100 Hz on an unreadable rate; so do we, but 0 is
-    // refused because it would divide by zero when scaling.
+    // Pyroscope falls back to 100 Hz on an unreadable rate; so do we, and
+    // on 0 too: clients send `sampleRate=0` with profiles that are not
+    // sampled in time (pyroscope-go's goroutine and heap uploads), where
+    // the rate is never used, and as a divisor it would mean nothing.
     let sample_rate = sample_rate
         .and_then(|r| r.trim().parse::<u32>().ok())
+        .filter(|&r| r > 0)
         .unwrap_or(100);
-    if sample_rate == 0 {
-        return Err(IngestError::BadParameter {
-            parameter: "sampleRate",
-            value: "0".to_owned(),
-            allowed: "a positive number of samples per second",
-        });
-    }
     if let Some(aggregation) = aggregation.as_deref()
         && !matches!(aggregation, "sum" | "average" | "avg" | "")
     {
@@ -523,6 +519,7 @@ mod tests {
         assert_eq!(p.format, BodyFormat::Multipart);
         assert_eq!(params("name=a&format=lines").format, BodyFormat::Lines);
         assert_eq!(params("name=a&sampleRate=abc").sample_rate, 100);
+        assert_eq!(params("name=a&sampleRate=0").sample_rate, 100);
         assert_eq!(params("name=a&from=now-1h").from_ms, Some(NOW - 3_600_000));
     }
 
@@ -536,7 +533,6 @@ mod tests {
                 "name=a&from=20&until=10",
                 "`until` (10000 ms) is before `from`",
             ),
-            ("name=a&sampleRate=0", "invalid `sampleRate`"),
             ("name=a&aggregationType=max", "invalid `aggregationType`"),
         ];
         for (query, expected) in cases {
