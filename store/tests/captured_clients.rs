@@ -324,7 +324,8 @@ fn live_pyroscope_io_requests_replay_byte_for_byte_and_query_back() {
 /// A twin of `every_captured_client_request_is_accepted_and_queryable` for
 /// what the Python twin above leaves out: a real SDK that puts its static
 /// tags in `name=app{k=v,...}`, a `/` in a value among them, as the Node
-/// client's captures do, and uploads heap types beside CPU. pyroscope-go
+/// client's captures do, and uploads heap and goroutine types beside CPU
+/// (goroutines with `sampleRate=0`). pyroscope-go
 /// sends its multipart `/ingest` requests now, and they are replayed
 /// byte for byte.
 #[test]
@@ -344,10 +345,15 @@ fn live_pyroscope_go_requests_replay_byte_for_byte_and_query_back() {
         .iter()
         .find(|t| t.starts_with("process_cpu:cpu:nanoseconds:cpu:nanoseconds"))
         .unwrap_or_else(|| panic!("no CPU type in {types:?}"));
-    for heap in ["memory:alloc_space:bytes", "memory:inuse_space:bytes"] {
+    // Goroutine uploads come with sampleRate=0.
+    for other in [
+        "memory:alloc_space:bytes",
+        "memory:inuse_space:bytes",
+        "goroutines:goroutines:count",
+    ] {
         assert!(
-            types.iter().any(|t| t.starts_with(heap)),
-            "{heap} missing from {types:?}"
+            types.iter().any(|t| t.starts_with(other)),
+            "{other} missing from {types:?}"
         );
     }
     // Static tags came inside `name=`, dotted name and `/` included.

@@ -48,12 +48,13 @@ func run(server, app string, seconds float64) error {
 		UploadRate:      time.Second,
 		// A `/` in a value travels inside `name=`.
 		Tags: map[string]string{"env": "ci", "scope": "com.grafana.pyroscope/go"},
-		// CPU and heap, the types the captured clients send. (The SDK's
-		// goroutine uploads carry sampleRate=0, which kiln-store refuses.)
+		// CPU and heap, the types the captured clients send, and goroutines,
+		// whose uploads carry sampleRate=0.
 		ProfileTypes: []pyroscope.ProfileType{
 			pyroscope.ProfileCPU,
 			pyroscope.ProfileAllocSpace,
 			pyroscope.ProfileInuseSpace,
+			pyroscope.ProfileGoroutines,
 		},
 	})
 	if err != nil {
