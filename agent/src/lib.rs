@@ -17,6 +17,7 @@ pub mod cli_targets;
 pub mod collector;
 pub mod cri_discovery;
 pub mod elf_symbols;
+pub mod frame_table;
 pub mod hotspot;
 pub mod kallsyms;
 pub mod language;

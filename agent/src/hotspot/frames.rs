@@ -3,9 +3,7 @@
 //! naming an entry of the window's [`JavaFrameTable`]. The tag has the
 //! Python tag's bit (so the symbolizer leaves it alone) and its own.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
+use crate::frame_table::{FrameName, FrameTable, FrameTag};
 use crate::python::frames::PYTHON_FRAME_TAG;
 
 /// This runtime's own bit; Ruby's is 1 << 62.
@@ -18,80 +16,31 @@ pub fn is_java_frame(entry: u64) -> bool {
     entry & JAVA_FRAME_TAG == JAVA_FRAME_TAG
 }
 
-/// What a Java frame shows in a profile.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct JavaFrameName {
-    /// `Class.method(signature)`, or a stub's name.
-    pub function: Arc<str>,
-    /// Source file name, empty when unknown.
-    pub file: Arc<str>,
-    /// Line (0: unknown).
-    pub line: u32,
-}
+/// What a Java frame shows in a profile: `Class.method(signature)` or a
+/// stub's name, source file name (empty when unknown), line (0: unknown).
+pub type JavaFrameName = FrameName;
 
 /// The name given to frames past a window's capacity.
 pub const OVER_CAPACITY: &str = "[java frames over the window's limit]";
 
-/// The Java frames of one window, by id; bounded like Python's.
+/// Java's ids: the Python bit and Java's own.
 #[derive(Debug)]
-pub struct JavaFrameTable {
-    names: Vec<JavaFrameName>,
-    ids: HashMap<JavaFrameName, u64>,
-    capacity: usize,
+pub struct JavaTag;
+
+impl FrameTag for JavaTag {
+    const TAG: u64 = JAVA_FRAME_TAG;
+    const MASK: u64 = JAVA_FRAME_TAG;
+    const OVER_CAPACITY: &'static str = OVER_CAPACITY;
 }
 
-impl JavaFrameTable {
-    /// A table of at most `capacity` distinct frames per window.
-    pub fn new(capacity: usize) -> JavaFrameTable {
-        JavaFrameTable {
-            names: Vec::new(),
-            ids: HashMap::new(),
-            capacity: capacity.max(1),
-        }
-    }
-
-    /// The tagged stack entry for `name`.
-    pub fn intern(&mut self, name: JavaFrameName) -> u64 {
-        if let Some(&id) = self.ids.get(&name) {
-            return id | JAVA_FRAME_TAG;
-        }
-        let name = if self.names.len() + 1 >= self.capacity {
-            JavaFrameName {
-                function: Arc::from(OVER_CAPACITY),
-                file: Arc::from(""),
-                line: 0,
-            }
-        } else {
-            name
-        };
-        if let Some(&id) = self.ids.get(&name) {
-            return id | JAVA_FRAME_TAG;
-        }
-        let id = self.names.len() as u64;
-        self.names.push(name.clone());
-        self.ids.insert(name, id);
-        id | JAVA_FRAME_TAG
-    }
-
-    /// The frame a tagged entry names.
-    pub fn get(&self, entry: u64) -> Option<&JavaFrameName> {
-        if !is_java_frame(entry) {
-            return None;
-        }
-        self.names
-            .get(usize::try_from(entry & !JAVA_FRAME_TAG).ok()?)
-    }
-
-    /// Forgets every frame (at the end of a window).
-    pub fn clear(&mut self) {
-        self.names.clear();
-        self.ids.clear();
-    }
-}
+/// The Java frames of one window, by id, bounded.
+pub type JavaFrameTable = FrameTable<JavaTag>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
     use crate::python::frames::{PythonFrameName, PythonFrameTable, is_python_frame};
 
     fn name(function: &str) -> JavaFrameName {

@@ -1,14 +1,12 @@
 //! Python frames among native ones (pure).
 //!
-//! Unwound user stacks are `Vec<u64>` of instruction pointers, counted as
-//! keys per window. A Python frame goes into the same vector as an id with
-//! the top bit set ([`PYTHON_FRAME_TAG`]; user addresses never have it),
-//! naming an entry of the window's [`PythonFrameTable`]: (function, file,
-//! line). Identical Python lines then count as one key, like identical pcs.
+//! A Python frame goes into the unwound stack as an id with the top bit set
+//! ([`PYTHON_FRAME_TAG`]), naming an entry of the window's
+//! [`PythonFrameTable`] ([`crate::frame_table`]).
 
-use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Arc;
+
+use crate::frame_table::{FrameName, FrameTable, FrameTag};
 
 /// Marks a stack entry as a Python frame id rather than an address.
 pub const PYTHON_FRAME_TAG: u64 = 1 << 63;
@@ -27,89 +25,26 @@ pub fn native_entries(stack: &[u64]) -> Vec<u64> {
         .collect()
 }
 
-/// What a Python frame shows in a profile.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PythonFrameName {
-    /// Qualified function name.
-    pub function: Arc<str>,
-    /// Source file.
-    pub file: Arc<str>,
-    /// Line being run (0: unknown).
-    pub line: u32,
-}
-
-/// The Python frames of one window, by id. Bounded: past `capacity`
-/// distinct frames, further ones share one "[python frames over the
-/// window's limit]" entry.
-#[derive(Debug)]
-pub struct PythonFrameTable {
-    names: Vec<PythonFrameName>,
-    ids: HashMap<PythonFrameName, u64>,
-    capacity: usize,
-}
+/// What a Python frame shows in a profile: qualified function name,
+/// source file, line being run (0: unknown).
+pub type PythonFrameName = FrameName;
 
 /// The name given to frames past a window's capacity, and to frames whose
 /// code object could not be read.
 pub const UNKNOWN_FUNCTION: &str = "[unknown python frame]";
 
-impl PythonFrameTable {
-    /// A table of at most `capacity` distinct frames per window.
-    pub fn new(capacity: usize) -> PythonFrameTable {
-        PythonFrameTable {
-            names: Vec::new(),
-            ids: HashMap::new(),
-            capacity: capacity.max(1),
-        }
-    }
+/// Python's ids: the top bit.
+#[derive(Debug)]
+pub struct PythonTag;
 
-    /// The tagged stack entry for `name`.
-    pub fn intern(&mut self, name: PythonFrameName) -> u64 {
-        if let Some(&id) = self.ids.get(&name) {
-            return id | PYTHON_FRAME_TAG;
-        }
-        let name = if self.names.len() + 1 >= self.capacity {
-            PythonFrameName {
-                function: Arc::from(UNKNOWN_FUNCTION),
-                file: Arc::from(""),
-                line: 0,
-            }
-        } else {
-            name
-        };
-        if let Some(&id) = self.ids.get(&name) {
-            return id | PYTHON_FRAME_TAG;
-        }
-        let id = self.names.len() as u64;
-        self.names.push(name.clone());
-        self.ids.insert(name, id);
-        id | PYTHON_FRAME_TAG
-    }
-
-    /// The frame a tagged entry names.
-    pub fn get(&self, entry: u64) -> Option<&PythonFrameName> {
-        if !is_python_frame(entry) {
-            return None;
-        }
-        self.names
-            .get(usize::try_from(entry & !PYTHON_FRAME_TAG).ok()?)
-    }
-
-    /// Forgets every frame (at the end of a window, once profiles are built).
-    pub fn clear(&mut self) {
-        self.names.clear();
-        self.ids.clear();
-    }
-
-    /// Distinct frames held.
-    pub fn len(&self) -> usize {
-        self.names.len()
-    }
-
-    /// Whether the table holds no frame.
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
-    }
+impl FrameTag for PythonTag {
+    const TAG: u64 = PYTHON_FRAME_TAG;
+    const MASK: u64 = PYTHON_FRAME_TAG;
+    const OVER_CAPACITY: &'static str = UNKNOWN_FUNCTION;
 }
+
+/// The Python frames of one window, by id, bounded.
+pub type PythonFrameTable = FrameTable<PythonTag>;
 
 /// Puts Python frames (tagged, leaf first, with `group_ends[i]` true on the
 /// root-most frame of each eval-loop call) into the native stack (leaf
@@ -155,6 +90,7 @@ pub fn interleave(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn name(function: &str, line: u32) -> PythonFrameName {
         PythonFrameName {

@@ -5,10 +5,10 @@
 //! [`JsFrameTable`]. Its tag is bit 62 (Python's is bit 63; user addresses
 //! have neither).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::HashSet;
 
 use super::layout::V8Layout;
+use crate::frame_table::{FrameName, FrameTable, FrameTag};
 use crate::unwind::FrameRegisters;
 
 /// Marks a stack entry as a JavaScript frame id.
@@ -20,86 +20,25 @@ pub fn is_js_frame(entry: u64) -> bool {
     entry & TAG_BITS == JS_FRAME_TAG
 }
 
-/// What a JavaScript frame shows in a profile.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct JsFrameName {
-    /// Function name (`(anonymous)` when it has none).
-    pub function: Arc<str>,
-    /// Script name.
-    pub file: Arc<str>,
-    /// Line (0: unknown).
-    pub line: u32,
-}
+/// What a JavaScript frame shows in a profile: function name
+/// (`(anonymous)` when it has none), script name, line (0: unknown).
+pub type JsFrameName = FrameName;
 
 /// The name of frames past a window's capacity.
 pub const OVER_CAPACITY: &str = "[javascript frames over the window's limit]";
 
-/// The JavaScript frames of one window, by id; past `capacity` distinct
-/// frames, further ones share one entry.
+/// JavaScript's ids: bit 62 without bit 63.
 #[derive(Debug)]
-pub struct JsFrameTable {
-    names: Vec<JsFrameName>,
-    ids: HashMap<JsFrameName, u64>,
-    capacity: usize,
+pub struct JsTag;
+
+impl FrameTag for JsTag {
+    const TAG: u64 = JS_FRAME_TAG;
+    const MASK: u64 = TAG_BITS;
+    const OVER_CAPACITY: &'static str = OVER_CAPACITY;
 }
 
-impl JsFrameTable {
-    /// A table of at most `capacity` distinct frames per window.
-    pub fn new(capacity: usize) -> JsFrameTable {
-        JsFrameTable {
-            names: Vec::new(),
-            ids: HashMap::new(),
-            capacity: capacity.max(1),
-        }
-    }
-
-    /// The tagged stack entry for `name`.
-    pub fn intern(&mut self, name: JsFrameName) -> u64 {
-        if let Some(&id) = self.ids.get(&name) {
-            return id | JS_FRAME_TAG;
-        }
-        let name = if self.names.len() + 1 >= self.capacity {
-            JsFrameName {
-                function: Arc::from(OVER_CAPACITY),
-                file: Arc::from(""),
-                line: 0,
-            }
-        } else {
-            name
-        };
-        if let Some(&id) = self.ids.get(&name) {
-            return id | JS_FRAME_TAG;
-        }
-        let id = self.names.len() as u64;
-        self.names.push(name.clone());
-        self.ids.insert(name, id);
-        id | JS_FRAME_TAG
-    }
-
-    /// The frame a tagged entry names.
-    pub fn get(&self, entry: u64) -> Option<&JsFrameName> {
-        if !is_js_frame(entry) {
-            return None;
-        }
-        self.names.get(usize::try_from(entry & !TAG_BITS).ok()?)
-    }
-
-    /// Forgets every frame (at the end of a window).
-    pub fn clear(&mut self) {
-        self.names.clear();
-        self.ids.clear();
-    }
-
-    /// Distinct frames held.
-    pub fn len(&self) -> usize {
-        self.names.len()
-    }
-
-    /// Whether the table holds no frame.
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
-    }
-}
+/// The JavaScript frames of one window, by id, bounded.
+pub type JsFrameTable = FrameTable<JsTag>;
 
 /// Where a frame's pc lies, as far as JavaScript is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,6 +136,9 @@ pub fn native_entries(stack: &[u64]) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
     use crate::v8::layout::tests::node20_constants;
 
     fn layout() -> V8Layout {
