@@ -29,6 +29,7 @@ pub mod process_info;
 pub mod profile_build;
 pub mod python;
 pub mod ruby;
+pub mod runtime_elf;
 pub mod safe_open;
 pub mod sample_source;
 pub mod sampler;

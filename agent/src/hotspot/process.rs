@@ -5,12 +5,13 @@
 use std::fs::File;
 
 use object::elf;
-use object::read::elf::{FileHeader, ProgramHeader, SectionHeader, Sym};
+use object::read::elf::{FileHeader, Sym};
 use object::{Endianness, ReadCache};
 
 use crate::proc_maps::{MapEntry, MappingKind};
 use crate::process_info::ProcessSnapshot;
 use crate::python::memory::ProcessMemory;
+use crate::runtime_elf::{Segments, dynamic_symbols};
 
 use super::code_cache::{self, CodeHeap};
 use super::layout::{JvmLayout, WANTED_TYPES};
@@ -129,44 +130,12 @@ fn read_exported_symbols(file: &File, entry: &MapEntry) -> Result<ExportedSymbol
     let data = ReadCache::new(file);
     let header = elf::FileHeader64::<Endianness>::parse(&data).map_err(|e| e.to_string())?;
     let endian = header.endian().map_err(|e| e.to_string())?;
-    let page = 4096u64;
-    let bias = header
-        .program_headers(endian, &data)
-        .map_err(|e| e.to_string())?
-        .iter()
-        .filter(|s| s.p_type(endian) == elf::PT_LOAD && s.p_flags(endian) & elf::PF_X != 0)
-        .find(|s| {
-            let offset = s.p_offset(endian);
-            offset & !(page - 1) <= entry.file_offset
-                && entry.file_offset < offset.saturating_add(s.p_filesz(endian).max(1))
-        })
-        .map(|s| {
-            entry
-                .start
-                .wrapping_sub(entry.file_offset)
-                .wrapping_add(s.p_offset(endian))
-                .wrapping_sub(s.p_vaddr(endian))
-        })
+    let bias = Segments::read(header, endian, &data)?
+        .load_bias(entry)
         .ok_or("no executable segment covers the mapping")?;
     let sections = header.sections(endian, &data).map_err(|e| e.to_string())?;
-    let (index, dynsym) = sections
-        .iter()
-        .enumerate()
-        .find(|(_, s)| s.sh_type(endian) == elf::SHT_DYNSYM)
-        .ok_or("no .dynsym section")?;
-    let strings_size = sections
-        .section(object::SectionIndex(dynsym.sh_link(endian) as usize))
-        .map(|s| s.sh_size(endian))
-        .unwrap_or(0);
-    let total = dynsym.sh_size(endian).saturating_add(strings_size);
-    if total > MAX_DYNSYM_BYTES {
-        return Err(format!(
-            ".dynsym and its strings hold {total} bytes, over the cap of {MAX_DYNSYM_BYTES}"
-        ));
-    }
-    let table = sections
-        .symbol_table_by_index(endian, &data, object::SectionIndex(index))
-        .map_err(|e| e.to_string())?;
+    let (_, table) =
+        dynamic_symbols(&sections, endian, &data, MAX_DYNSYM_BYTES).map_err(|e| e.to_string())?;
     let mut symbols = ExportedSymbols::default();
     for symbol in table.symbols() {
         if symbol.st_value(endian) == 0 {

@@ -14,11 +14,12 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 
 use object::elf;
-use object::read::elf::{FileHeader, ProgramHeader, SectionHeader, Sym};
+use object::read::elf::{FileHeader, Sym};
 use object::{Endianness, ReadCache};
 
-use crate::proc_maps::{MapEntry, MappingKind};
+use crate::proc_maps::MappingKind;
 use crate::process_info::ProcessSnapshot;
+use crate::runtime_elf::{Segments, dynamic_symbols};
 
 use super::debug_offsets::{self, DebugOffsetsError};
 use super::eval_parts;
@@ -175,6 +176,7 @@ pub fn find(process: &ProcessSnapshot) -> Result<Interpreter, InterpreterError> 
         return Err(InterpreterError::UnsupportedVersion { minor });
     }
     let bias = symbols
+        .segments
         .load_bias(entry)
         .ok_or_else(|| bad(&file.path, "no executable segment covers the mapping"))?;
     let missing = |symbol| InterpreterError::MissingSymbol {
@@ -258,27 +260,8 @@ struct ObjectSymbols {
     py_version_minor: Option<u8>,
     /// Out-of-line parts of `_PyEval_EvalFrameDefault` (stated addresses).
     eval_parts: Vec<Range<u64>>,
-    /// Executable PT_LOAD segments: (file offset, file size, vaddr).
-    executable_segments: Vec<(u64, u64, u64)>,
-}
-
-impl ObjectSymbols {
-    /// The difference between addresses in the process and in the file,
-    /// from the executable segment `entry` maps.
-    fn load_bias(&self, entry: &MapEntry) -> Option<u64> {
-        let page = 4096u64;
-        let &(offset, _, vaddr) = self.executable_segments.iter().find(|(offset, size, _)| {
-            offset & !(page - 1) <= entry.file_offset
-                && entry.file_offset < offset.saturating_add((*size).max(1))
-        })?;
-        Some(
-            entry
-                .start
-                .wrapping_sub(entry.file_offset)
-                .wrapping_add(offset)
-                .wrapping_sub(vaddr),
-        )
-    }
+    /// Where the file's segments load.
+    segments: Segments,
 }
 
 fn read_symbols(file: &File, path: &str) -> Result<ObjectSymbols, InterpreterError> {
@@ -286,58 +269,14 @@ fn read_symbols(file: &File, path: &str) -> Result<ObjectSymbols, InterpreterErr
     let header =
         elf::FileHeader64::<Endianness>::parse(&data).map_err(|e| bad(path, e.to_string()))?;
     let endian = header.endian().map_err(|e| bad(path, e.to_string()))?;
-    let mut found = ObjectSymbols::default();
-    let segments = header
-        .program_headers(endian, &data)
-        .map_err(|e| bad(path, e.to_string()))?;
-    let mut loads = Vec::new();
-    let mut eh_frame_hdr = None;
-    for segment in segments {
-        if segment.p_type(endian) == elf::PT_GNU_EH_FRAME {
-            eh_frame_hdr = Some((
-                segment.p_offset(endian),
-                segment.p_filesz(endian),
-                segment.p_vaddr(endian),
-            ));
-        }
-        if segment.p_type(endian) != elf::PT_LOAD {
-            continue;
-        }
-        let entry = (
-            segment.p_offset(endian),
-            segment.p_filesz(endian),
-            segment.p_vaddr(endian),
-        );
-        loads.push(entry);
-        if segment.p_flags(endian) & elf::PF_X != 0 {
-            found.executable_segments.push(entry);
-        }
-    }
+    let mut found = ObjectSymbols {
+        segments: Segments::read(header, endian, &data).map_err(|e| bad(path, e))?,
+        ..ObjectSymbols::default()
+    };
     let sections = header
         .sections(endian, &data)
         .map_err(|e| bad(path, e.to_string()))?;
-    let Some((index, dynsym)) = sections
-        .iter()
-        .enumerate()
-        .find(|(_, s)| s.sh_type(endian) == elf::SHT_DYNSYM)
-    else {
-        return Err(bad(path, "no .dynsym section"));
-    };
-    let strings_size = sections
-        .section(object::SectionIndex(dynsym.sh_link(endian) as usize))
-        .map(|s| s.sh_size(endian))
-        .unwrap_or(0);
-    let total = dynsym.sh_size(endian).saturating_add(strings_size);
-    if total > MAX_DYNSYM_BYTES {
-        return Err(bad(
-            path,
-            format!(
-                ".dynsym and its strings hold {total} bytes, over the cap of {MAX_DYNSYM_BYTES}"
-            ),
-        ));
-    }
-    let table = sections
-        .symbol_table_by_index(endian, &data, object::SectionIndex(index))
+    let (_, table) = dynamic_symbols(&sections, endian, &data, MAX_DYNSYM_BYTES)
         .map_err(|e| bad(path, e.to_string()))?;
     let strings = table.strings();
     for symbol in table.symbols() {
@@ -351,12 +290,15 @@ fn read_symbols(file: &File, path: &str) -> Result<ObjectSymbols, InterpreterErr
                 found.eval_frame = Some(value..value.saturating_add(symbol.st_size(endian).max(1)));
             }
             b"PyCode_Type" => found.code_type = Some(value),
-            b"Py_Version" => found.py_version_minor = read_py_version(file, &loads, value),
+            b"Py_Version" => {
+                found.py_version_minor = read_py_version(file, &found.segments.loads, value)
+            }
             _ => {}
         }
     }
-    if let (Some(eval), Some(hdr)) = (&found.eval_frame, eh_frame_hdr) {
-        found.eval_parts = read_eval_parts(file, &loads, eval, hdr).unwrap_or_default();
+    if let (Some(eval), Some(hdr)) = (&found.eval_frame, found.segments.eh_frame_hdr) {
+        found.eval_parts =
+            read_eval_parts(file, &found.segments.loads, eval, hdr).unwrap_or_default();
     }
     Ok(found)
 }
@@ -438,7 +380,7 @@ mod tests {
             "bookworm's eval loop is one function, give or take a cold part: {:x?}",
             symbols.eval_parts
         );
-        assert!(!symbols.executable_segments.is_empty());
+        assert!(!symbols.segments.executable.is_empty());
     }
 
     #[test]

@@ -19,13 +19,14 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 
 use object::elf;
-use object::read::elf::{FileHeader, ProgramHeader, Rela, SectionHeader, Sym};
-use object::{Endianness, ReadCache};
+use object::read::elf::{FileHeader, Rela, SectionHeader, Sym};
+use object::{Endianness, ReadCache, SectionIndex};
 
 use crate::abi::RubyProcess;
-use crate::proc_maps::{MapEntry, MappingKind};
+use crate::proc_maps::MappingKind;
 use crate::process_info::ProcessSnapshot;
 use crate::python::memory::{MemoryReadError, ProcessMemory};
+use crate::runtime_elf::{Segments, dynamic_symbols};
 
 use super::offsets::{self, RubyOffsets};
 
@@ -160,6 +161,7 @@ pub fn find(process: &ProcessSnapshot) -> Result<RubyVm, RubyVmError> {
         .dtpmod_slot
         .ok_or_else(|| RubyVmError::UnsupportedTlsModel { path: path.clone() })?;
     let bias = symbols
+        .segments
         .load_bias(entry)
         .ok_or_else(|| bad(path, "no executable segment covers the mapping"))?;
     let address = slot.wrapping_add(bias);
@@ -213,27 +215,8 @@ struct ObjectSymbols {
     dtpmod_slot: Option<u64>,
     vm_exec: Option<Range<u64>>,
     version: Option<String>,
-    /// Executable PT_LOAD segments: (file offset, file size, vaddr).
-    executable_segments: Vec<(u64, u64, u64)>,
-}
-
-impl ObjectSymbols {
-    /// The difference between addresses in the process and in the file,
-    /// from the executable segment `entry` maps.
-    fn load_bias(&self, entry: &MapEntry) -> Option<u64> {
-        let page = 4096u64;
-        let &(offset, _, vaddr) = self.executable_segments.iter().find(|(offset, size, _)| {
-            offset & !(page - 1) <= entry.file_offset
-                && entry.file_offset < offset.saturating_add((*size).max(1))
-        })?;
-        Some(
-            entry
-                .start
-                .wrapping_sub(entry.file_offset)
-                .wrapping_add(offset)
-                .wrapping_sub(vaddr),
-        )
-    }
+    /// Where the file's segments load.
+    segments: Segments,
 }
 
 fn read_symbols(file: &File, path: &str) -> Result<ObjectSymbols, RubyVmError> {
@@ -241,44 +224,14 @@ fn read_symbols(file: &File, path: &str) -> Result<ObjectSymbols, RubyVmError> {
     let header =
         elf::FileHeader64::<Endianness>::parse(&data).map_err(|e| bad(path, e.to_string()))?;
     let endian = header.endian().map_err(|e| bad(path, e.to_string()))?;
-    let mut found = ObjectSymbols::default();
-    let mut loads = Vec::new();
-    for segment in header
-        .program_headers(endian, &data)
-        .map_err(|e| bad(path, e.to_string()))?
-    {
-        if segment.p_type(endian) != elf::PT_LOAD {
-            continue;
-        }
-        let entry = (
-            segment.p_offset(endian),
-            segment.p_filesz(endian),
-            segment.p_vaddr(endian),
-        );
-        loads.push(entry);
-        if segment.p_flags(endian) & elf::PF_X != 0 {
-            found.executable_segments.push(entry);
-        }
-    }
+    let mut found = ObjectSymbols {
+        segments: Segments::read(header, endian, &data).map_err(|e| bad(path, e))?,
+        ..ObjectSymbols::default()
+    };
     let sections = header
         .sections(endian, &data)
         .map_err(|e| bad(path, e.to_string()))?;
-    let Some((index, dynsym)) = sections
-        .iter()
-        .enumerate()
-        .find(|(_, s)| s.sh_type(endian) == elf::SHT_DYNSYM)
-    else {
-        return Err(bad(path, "no .dynsym section"));
-    };
-    let strings_size = sections
-        .section(object::SectionIndex(dynsym.sh_link(endian) as usize))
-        .map(|s| s.sh_size(endian))
-        .unwrap_or(0);
-    if dynsym.sh_size(endian).saturating_add(strings_size) > MAX_SECTION_BYTES {
-        return Err(bad(path, ".dynsym and its strings are over the cap"));
-    }
-    let table = sections
-        .symbol_table_by_index(endian, &data, object::SectionIndex(index))
+    let (SectionIndex(index), table) = dynamic_symbols(&sections, endian, &data, MAX_SECTION_BYTES)
         .map_err(|e| bad(path, e.to_string()))?;
     let mut ec_index = None;
     for (i, symbol) in table.symbols().iter().enumerate() {
@@ -294,7 +247,7 @@ fn read_symbols(file: &File, path: &str) -> Result<ObjectSymbols, RubyVmError> {
             b"rb_vm_exec" => {
                 found.vm_exec = Some(value..value.saturating_add(symbol.st_size(endian).max(1)));
             }
-            b"ruby_version" => found.version = read_c_string(file, &loads, value),
+            b"ruby_version" => found.version = read_c_string(file, &found.segments.loads, value),
             _ => {}
         }
     }

@@ -14,6 +14,8 @@ use object::elf;
 use object::read::elf::{FileHeader, SectionHeader, Sym};
 use object::{Endianness, ReadCache};
 
+use crate::runtime_elf::{DynsymError, dynamic_symbols};
+
 /// Most bytes of `.dynsym` plus its string table read (Node 20's are 7 MiB).
 const MAX_DYNSYM_BYTES: u64 = 24 << 20;
 /// Most `v8dbg_` constants kept (V8 exports about 600).
@@ -92,26 +94,15 @@ pub fn read_constants(file: &File, path: &str) -> Result<BTreeMap<String, i64>, 
     let sections = header
         .sections(endian, &data)
         .map_err(|e| bad(e.to_string()))?;
-    let (index, dynsym) = sections
-        .iter()
-        .enumerate()
-        .find(|(_, s)| s.sh_type(endian) == elf::SHT_DYNSYM)
-        .ok_or_else(|| bad("no .dynsym section".to_owned()))?;
-    let strings_size = sections
-        .section(object::SectionIndex(dynsym.sh_link(endian) as usize))
-        .map(|s| s.sh_size(endian))
-        .unwrap_or(0);
-    let bytes = dynsym.sh_size(endian).saturating_add(strings_size);
-    if bytes > MAX_DYNSYM_BYTES {
-        return Err(SymbolsError::TooLarge {
-            path: path.to_owned(),
-            bytes,
-            cap: MAX_DYNSYM_BYTES,
-        });
-    }
-    let table = sections
-        .symbol_table_by_index(endian, &data, object::SectionIndex(index))
-        .map_err(|e| bad(e.to_string()))?;
+    let (_, table) =
+        dynamic_symbols(&sections, endian, &data, MAX_DYNSYM_BYTES).map_err(|e| match e {
+            DynsymError::TooLarge { bytes, cap } => SymbolsError::TooLarge {
+                path: path.to_owned(),
+                bytes,
+                cap,
+            },
+            other => bad(other.to_string()),
+        })?;
     let strings = table.strings();
     let mut constants = BTreeMap::new();
     for symbol in table.symbols() {
