@@ -26,10 +26,20 @@ use std::sync::Arc;
 
 use crate::abi::{self, PY_FRAME_ENTRY, PY_FRAME_SHIM, PyStatus, StackSnapshot};
 use crate::process_info::ProcessSnapshot;
+use crate::runtime_processes::{LookupError, RuntimeProcesses};
 
 use code::{CodeCache, CodeInfo};
 use frames::{PythonFrameName, PythonFrameTable, UNKNOWN_FUNCTION};
 use interpreter::{Interpreter, InterpreterError};
+
+impl LookupError for InterpreterError {
+    fn is_absent(&self) -> bool {
+        *self == InterpreterError::NotPython
+    }
+    fn reason(&self) -> &'static str {
+        InterpreterError::reason(self)
+    }
+}
 use memory::ProcessMemory;
 
 /// Bounds of the Python unwinder's memory.
@@ -64,7 +74,7 @@ pub struct PythonStats {
 /// Python processes and the frames of the current window.
 #[derive(Debug)]
 pub struct PythonUnwinder {
-    interpreters: HashMap<(u32, u64), Arc<Interpreter>>,
+    interpreters: RuntimeProcesses<Interpreter>,
     codes: CodeCache,
     frames: PythonFrameTable,
     stats: PythonStats,
@@ -74,7 +84,7 @@ impl PythonUnwinder {
     /// An unwinder with the given bounds.
     pub fn new(config: PythonUnwinderConfig) -> PythonUnwinder {
         PythonUnwinder {
-            interpreters: HashMap::new(),
+            interpreters: RuntimeProcesses::new("python"),
             codes: CodeCache::new(config.code_cache_bytes),
             frames: PythonFrameTable::new(config.frames_per_window),
             stats: PythonStats::default(),
@@ -85,43 +95,26 @@ impl PythonUnwinder {
     /// when it runs a supported version; `None` otherwise (counted by reason,
     /// and logged once per process when it maps CPython but cannot be read).
     pub fn register(&mut self, process: &ProcessSnapshot) -> Option<abi::PythonProcess> {
-        let key = (process.pid, process.start_boottime_ns);
-        match interpreter::find(process) {
-            Ok(found) => {
-                *self.stats.processes.entry("supported").or_default() += 1;
-                let entry = found.offsets.kernel_entry(found.runtime);
-                tracing::debug!(pid = process.pid, version = found.offsets.minor, object = %found.object_path, "CPython process");
-                self.interpreters.insert(key, Arc::new(found));
-                Some(entry)
-            }
-            Err(error) => {
-                if error != InterpreterError::NotPython {
-                    *self.stats.processes.entry(error.reason()).or_default() += 1;
-                    tracing::info!(pid = process.pid, %error, "Python process profiled without Python frames");
-                }
-                self.interpreters.remove(&key);
-                None
-            }
-        }
+        let found = self.interpreters.record(
+            process,
+            interpreter::find(process),
+            &mut self.stats.processes,
+        )?;
+        tracing::debug!(pid = process.pid, version = found.offsets.minor, object = %found.object_path, "CPython process");
+        Some(found.offsets.kernel_entry(found.runtime))
     }
 
     /// Whether `pid` is registered (under any start time).
     pub fn is_registered(&self, pid: u32) -> bool {
-        self.interpreters.keys().any(|(p, _)| *p == pid)
+        self.interpreters.is_registered(pid)
     }
 
     /// Forgets processes for which `alive` is false; returns their pids, to
     /// be removed from the BPF map.
-    pub fn retain_alive(&mut self, mut alive: impl FnMut(u32, u64) -> bool) -> Vec<u32> {
-        let gone: Vec<(u32, u64)> = self
-            .interpreters
-            .keys()
-            .filter(|(pid, start)| !alive(*pid, *start))
-            .copied()
-            .collect();
-        for key in &gone {
-            self.interpreters.remove(key);
-            self.codes.forget_process(key.0, key.1);
+    pub fn retain_alive(&mut self, alive: impl FnMut(u32, u64) -> bool) -> Vec<u32> {
+        let gone = self.interpreters.retain_alive(alive);
+        for &(pid, start) in &gone {
+            self.codes.forget_process(pid, start);
         }
         gone.into_iter().map(|(pid, _)| pid).collect()
     }
@@ -130,7 +123,7 @@ impl PythonUnwinder {
     /// unchanged when the process is not a registered Python process.
     pub fn merge(&mut self, snapshot: &StackSnapshot<'_>, native: Vec<u64>) -> Vec<u64> {
         let key = (snapshot.pid, snapshot.start_boottime_ns);
-        let Some(interpreter) = self.interpreters.get(&key).cloned() else {
+        let Some(interpreter) = self.interpreters.get(key) else {
             return native;
         };
         let status = match snapshot.py_status {

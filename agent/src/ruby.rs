@@ -27,10 +27,20 @@ use crate::metrics::AgentMetrics;
 use crate::process_info::{ProcessSnapshot, ProcessTable};
 use crate::python::frames::{self, PythonFrameName, PythonFrameTable};
 use crate::python::memory::ProcessMemory;
+use crate::runtime_processes::{LookupError, RuntimeProcesses};
 use crate::sample_source::SampleSource;
 
 use iseq::IseqInfo;
 use vm::{RubyVm, RubyVmError};
+
+impl LookupError for RubyVmError {
+    fn is_absent(&self) -> bool {
+        *self == RubyVmError::NotRuby
+    }
+    fn reason(&self) -> &'static str {
+        RubyVmError::reason(self)
+    }
+}
 
 /// Set, with the Python tag, on entries that name Ruby frames.
 pub const RUBY_FRAME_TAG: u64 = 1 << 62;
@@ -67,7 +77,7 @@ pub struct RubyStats {
 /// Ruby processes and the frames of the current window.
 #[derive(Debug)]
 pub struct RubyUnwinder {
-    vms: HashMap<(u32, u64), Arc<RubyVm>>,
+    vms: RuntimeProcesses<RubyVm>,
     /// Two generations: a full young one becomes the old one, so the
     /// budget holds and recently used iseqs survive.
     young: HashMap<(u32, u64, u64), Arc<IseqInfo>>,
@@ -82,7 +92,7 @@ impl RubyUnwinder {
     /// An unwinder with the given bounds.
     pub fn new(config: RubyUnwinderConfig) -> RubyUnwinder {
         RubyUnwinder {
-            vms: HashMap::new(),
+            vms: RuntimeProcesses::new("ruby"),
             young: HashMap::new(),
             old: HashMap::new(),
             young_bytes: 0,
@@ -96,43 +106,22 @@ impl RubyUnwinder {
     /// when it runs a supported version; `None` otherwise (counted by reason,
     /// and logged when it maps Ruby but cannot be read).
     pub fn register(&mut self, process: &ProcessSnapshot) -> Option<abi::RubyProcess> {
-        let key = (process.pid, process.start_boottime_ns);
-        match vm::find(process) {
-            Ok(found) => {
-                *self.stats.processes.entry("supported").or_default() += 1;
-                tracing::debug!(pid = process.pid, version = %found.version, object = %found.object_path, "Ruby process");
-                let entry = found.entry;
-                self.vms.insert(key, Arc::new(found));
-                Some(entry)
-            }
-            Err(error) => {
-                if error != RubyVmError::NotRuby {
-                    *self.stats.processes.entry(error.reason()).or_default() += 1;
-                    tracing::info!(pid = process.pid, %error, "Ruby process profiled without Ruby frames");
-                }
-                self.vms.remove(&key);
-                None
-            }
-        }
+        let found = self
+            .vms
+            .record(process, vm::find(process), &mut self.stats.processes)?;
+        tracing::debug!(pid = process.pid, version = %found.version, object = %found.object_path, "Ruby process");
+        Some(found.entry)
     }
 
     /// Whether `pid` is registered (under any start time).
     pub fn is_registered(&self, pid: u32) -> bool {
-        self.vms.keys().any(|(p, _)| *p == pid)
+        self.vms.is_registered(pid)
     }
 
     /// Forgets processes for which `alive` is false; returns their pids, to
     /// be removed from the BPF map.
-    pub fn retain_alive(&mut self, mut alive: impl FnMut(u32, u64) -> bool) -> Vec<u32> {
-        let gone: Vec<(u32, u64)> = self
-            .vms
-            .keys()
-            .filter(|(pid, start)| !alive(*pid, *start))
-            .copied()
-            .collect();
-        for key in &gone {
-            self.vms.remove(key);
-        }
+    pub fn retain_alive(&mut self, alive: impl FnMut(u32, u64) -> bool) -> Vec<u32> {
+        let gone = self.vms.retain_alive(alive);
         let live = |k: &(u32, u64, u64)| !gone.contains(&(k.0, k.1));
         self.young.retain(|k, _| live(k));
         self.old.retain(|k, _| live(k));
@@ -143,7 +132,7 @@ impl RubyUnwinder {
     /// unchanged when the process is not a registered Ruby process.
     pub fn merge(&mut self, snapshot: &StackSnapshot<'_>, native: Vec<u64>) -> Vec<u64> {
         let key = (snapshot.pid, snapshot.start_boottime_ns);
-        let Some(vm) = self.vms.get(&key).cloned() else {
+        let Some(vm) = self.vms.get(key) else {
             return native;
         };
         let status = match snapshot.py_status {
