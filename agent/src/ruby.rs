@@ -11,9 +11,9 @@
 //! C frames (`Integer#times`) keep their native frames; the Ruby frames
 //! above and below them are kept.
 //!
-//! Ruby frames share the stack vector's tagged entries with Python's: a
-//! Ruby frame id also has [`RUBY_FRAME_TAG`] set, so the collector asks
-//! this unwinder for its name.
+//! A Ruby frame id has the Python tag's bit (so native symbolization leaves
+//! it alone) and [`RUBY_FRAME_TAG`], so the collector asks this unwinder for
+//! its name.
 
 pub mod iseq;
 pub mod offsets;
@@ -23,9 +23,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::abi::{self, PY_FRAME_ENTRY, PyStatus, RB_FRAME_CFUNC, StackSnapshot};
+use crate::frame_table::{FrameName, FrameTable, FrameTag};
 use crate::metrics::AgentMetrics;
 use crate::process_info::{ProcessSnapshot, ProcessTable};
-use crate::python::frames::{self, PythonFrameName, PythonFrameTable};
+use crate::python::frames::{self, PYTHON_FRAME_TAG};
 use crate::python::memory::ProcessMemory;
 use crate::runtime_processes::{LookupError, RuntimeProcesses};
 use crate::sample_source::SampleSource;
@@ -44,6 +45,16 @@ impl LookupError for RubyVmError {
 
 /// Set, with the Python tag, on entries that name Ruby frames.
 pub const RUBY_FRAME_TAG: u64 = 1 << 62;
+
+/// Ruby's ids: the Python bit and Ruby's own.
+#[derive(Debug)]
+pub struct RubyTag;
+
+impl FrameTag for RubyTag {
+    const TAG: u64 = PYTHON_FRAME_TAG | RUBY_FRAME_TAG;
+    const MASK: u64 = PYTHON_FRAME_TAG | RUBY_FRAME_TAG;
+    const OVER_CAPACITY: &'static str = "[ruby frames over the window's limit]";
+}
 
 /// Bounds of the Ruby unwinder's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +95,7 @@ pub struct RubyUnwinder {
     old: HashMap<(u32, u64, u64), Arc<IseqInfo>>,
     young_bytes: usize,
     half_budget: usize,
-    frames: PythonFrameTable,
+    frames: FrameTable<RubyTag>,
     stats: RubyStats,
 }
 
@@ -97,7 +108,7 @@ impl RubyUnwinder {
             old: HashMap::new(),
             young_bytes: 0,
             half_budget: (config.iseq_cache_bytes / 2).max(1),
-            frames: PythonFrameTable::new(config.frames_per_window),
+            frames: FrameTable::new(config.frames_per_window),
             stats: RubyStats::default(),
         }
     }
@@ -161,12 +172,12 @@ impl RubyUnwinder {
                 }
                 continue;
             };
-            let name = PythonFrameName {
+            let name = FrameName {
                 function: Arc::clone(&info.label),
                 file: Arc::clone(&info.path),
                 line: info.line_at(frame.position),
             };
-            tagged.push(self.frames.intern(name) | RUBY_FRAME_TAG);
+            tagged.push(self.frames.intern(name));
             ends.push(entry);
         }
         frames::interleave(&native, &tagged, &ends, &vm.exec_frames)
@@ -214,11 +225,8 @@ impl RubyUnwinder {
     }
 
     /// The Ruby frame a tagged stack entry names; `None` for other entries.
-    pub fn frame(&self, entry: u64) -> Option<&PythonFrameName> {
-        if entry & RUBY_FRAME_TAG == 0 || !frames::is_python_frame(entry) {
-            return None;
-        }
-        self.frames.get(entry & !RUBY_FRAME_TAG)
+    pub fn frame(&self, entry: u64) -> Option<&FrameName> {
+        self.frames.get(entry)
     }
 
     /// Ends a window: its frame ids are no longer referenced.
@@ -285,11 +293,11 @@ mod tests {
     #[test]
     fn ruby_ids_are_told_from_python_ids() {
         let mut unwinder = RubyUnwinder::new(RubyUnwinderConfig::default());
-        let id = unwinder.frames.intern(PythonFrameName {
+        let id = unwinder.frames.intern(FrameName {
             function: Arc::from("hot"),
             file: Arc::from("/app/hot.rb"),
             line: 3,
-        }) | RUBY_FRAME_TAG;
+        });
         assert!(
             frames::is_python_frame(id),
             "kept out of native symbolization"
