@@ -2,11 +2,12 @@
 
 pub use kiln_contract::query_json::{DiffFlameGraph, DiffNode};
 
-use super::flamegraph::{FrameTree, Laid, MAX_FRAME_TREE_NODES, OTHER_NODE_NAME};
+use super::flamegraph::{FrameTree, Laid, MAX_FRAME_TREE_NODES};
 use super::merged::MergedProfile;
 
 /// Diffs `compare` against `base` as one tree of at most `max_nodes` nodes,
-/// built within [`MAX_FRAME_TREE_NODES`] nodes like a flame graph.
+/// built within [`MAX_FRAME_TREE_NODES`] nodes like a flame graph; trimmed
+/// siblings fold into one [`super::flamegraph::OTHER_NODE_NAME`] node.
 pub fn diff(base: &MergedProfile, compare: &MergedProfile, max_nodes: usize) -> DiffFlameGraph {
     let mut tree = FrameTree::new(MAX_FRAME_TREE_NODES);
     tree.reserve_for(base);
@@ -23,7 +24,7 @@ pub fn diff(base: &MergedProfile, compare: &MergedProfile, max_nodes: usize) -> 
             .cmp(&a.total[0].saturating_add(a.total[1]))
             .then(a.name.cmp(&b.name))
     });
-    let other = tree.name(OTHER_NODE_NAME);
+    let other = tree.other_name(&laid);
     let nodes = laid
         .iter()
         .map(|laid| {

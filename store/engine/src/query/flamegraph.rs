@@ -114,6 +114,18 @@ impl FrameTree {
         id
     }
 
+    /// The id of [`OTHER_NODE_NAME`] when `laid` holds an "other" node,
+    /// interned only then: a client reads a name in the table as a frame
+    /// that was trimmed, so a tree that kept every frame must not list it.
+    pub(crate) fn other_name(&mut self, laid: &[LaidNode]) -> u32 {
+        if laid.iter().any(|l| matches!(l.what, Laid::Other(_))) {
+            self.name(OTHER_NODE_NAME)
+        } else {
+            // Never read: no node is `Laid::Other`.
+            u32::MAX
+        }
+    }
+
     /// The child of `parent` named `name`, added if missing; `None` when
     /// it is missing and the tree is full.
     fn child(&mut self, parent: u32, name: u32) -> Option<u32> {
@@ -366,7 +378,7 @@ impl MergedProfile {
                 .cmp(&a.total[0])
                 .then_with(|| tree.names[a.name as usize].cmp(&tree.names[b.name as usize]))
         });
-        let other = tree.name(OTHER_NODE_NAME);
+        let other = tree.other_name(&laid);
         let nodes = laid
             .iter()
             .map(|laid| {

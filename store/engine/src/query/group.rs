@@ -172,6 +172,41 @@ mod tests {
         assert_eq!(pods, [("pod=cart-1", 8), ("pod=checkout-1", 8)]);
     }
 
+    /// "(other)" names trimmed frames: a graph that kept every frame does
+    /// not list it among its names (a client would draw it as a frame), one
+    /// that trimmed some lists it once, as the node that holds their value.
+    #[test]
+    fn the_other_name_is_listed_only_when_frames_were_trimmed() {
+        use crate::query::flamegraph::OTHER_NODE_NAME;
+        let merged = sample_merge();
+        let whole = merged.flamegraph(100);
+        assert!(
+            !whole.names.iter().any(|n| n == OTHER_NODE_NAME),
+            "{:?}",
+            whole.names
+        );
+        let whole_diff = crate::diff(&merged, &merged, 100);
+        assert!(!whole_diff.names.iter().any(|n| n == OTHER_NODE_NAME));
+        // Root, main and one "other" node for main's two children.
+        let trimmed = merged.flamegraph(3);
+        let others: Vec<_> = trimmed
+            .nodes
+            .iter()
+            .filter(|n| trimmed.names[n.name as usize] == OTHER_NODE_NAME)
+            .collect();
+        assert_eq!(others.len(), 1, "{:?}", trimmed.names);
+        assert_eq!(others[0].total, 8, "work's and idle's values");
+        let trimmed_diff = crate::diff(&merged, &merged, 3);
+        assert_eq!(
+            trimmed_diff
+                .names
+                .iter()
+                .filter(|n| *n == OTHER_NODE_NAME)
+                .count(),
+            1
+        );
+    }
+
     #[test]
     fn equal_totals_are_drawn_in_name_order_whatever_order_they_were_merged_in() {
         let pods = ["pod=search", "pod=checkout", "pod=auth"];
