@@ -45,6 +45,31 @@ pub struct CollectorConfig {
     pub record_tid: bool,
     /// Distinct stacks kept per window when unwinding snapshots.
     pub unwound_stacks_capacity: usize,
+    /// Which runtimes' own frames are read when unwinding snapshots
+    /// (CPython's is the `python` part).
+    pub runtimes: RuntimeReaders,
+}
+
+/// Which runtimes' frames the collector reads from their VMs, each on its
+/// own, so that an operator can turn one reader off without the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeReaders {
+    /// Ruby (CRuby) frames.
+    pub ruby: bool,
+    /// Java frames of HotSpot JVMs.
+    pub java: bool,
+    /// JavaScript frames of V8 (Node).
+    pub javascript: bool,
+}
+
+impl Default for RuntimeReaders {
+    fn default() -> Self {
+        RuntimeReaders {
+            ruby: true,
+            java: true,
+            javascript: true,
+        }
+    }
 }
 
 /// How often new-process events are read; short, so a process that lives
@@ -118,17 +143,21 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             unwinder,
             python,
         } = parts;
+        let readers = config.runtimes;
         Collector {
             v8: unwinder
                 .as_ref()
+                .filter(|_| readers.javascript)
                 .map(|_| crate::v8::V8Unwinder::new(Default::default())),
             hotspot: unwinder
                 .as_ref()
+                .filter(|_| readers.java)
                 .map(|_| HotspotUnwinder::new(HotspotConfig::default())),
-            unwinder,
-            ruby: python
+            ruby: unwinder
                 .as_ref()
+                .filter(|_| readers.ruby)
                 .map(|_| crate::ruby::RubyUnwinder::new(Default::default())),
+            unwinder,
             python,
             unwound: UnwoundWindow::new(config.unwound_stacks_capacity),
             reloaded: HashSet::new(),

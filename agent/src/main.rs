@@ -12,7 +12,7 @@ use clap::Parser as _;
 
 use kiln_agent::abi::UnwindMode;
 use kiln_agent::cli_targets::StaticTargets;
-use kiln_agent::collector::{Collector, CollectorConfig, CollectorParts};
+use kiln_agent::collector::{Collector, CollectorConfig, CollectorParts, RuntimeReaders};
 use kiln_agent::cri_discovery::{AgentTargets, KubernetesConfig, KubernetesTargets, run_discovery};
 use kiln_agent::kallsyms::KernelSymbols;
 use kiln_agent::metrics::{AgentMetrics, spawn_metrics_thread};
@@ -207,6 +207,11 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
         node,
         record_tid: cli.record_tid,
         unwound_stacks_capacity: usize::try_from(cli.count_map_entries).unwrap_or(usize::MAX),
+        runtimes: RuntimeReaders {
+            ruby: cli.ruby_frames,
+            java: cli.java_frames,
+            javascript: cli.javascript_frames,
+        },
     };
     let max_cached_symbols = cli.max_cached_symbols;
     let max_symbol_table_bytes = cli.max_symbol_table_bytes;

@@ -148,6 +148,18 @@ pub struct AgentSettings {
     /// from the interpreter's thread state at sample time.
     #[arg(long, env = "KILN_PYTHON_FRAMES", default_value_t = true, action = clap::ArgAction::Set)]
     pub python_frames: bool,
+    /// Ruby methods in CRuby (eh-frame unwinder): read from the VM's control
+    /// frames at sample time.
+    #[arg(long, env = "KILN_RUBY_FRAMES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub ruby_frames: bool,
+    /// Java methods in HotSpot JVMs started without flags (eh-frame
+    /// unwinder): from the tables `libjvm.so` exports.
+    #[arg(long, env = "KILN_JAVA_FRAMES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub java_frames: bool,
+    /// JavaScript functions in Node without flags (eh-frame unwinder): from
+    /// V8's `v8dbg_*` constants and the live heap.
+    #[arg(long, env = "KILN_JAVASCRIPT_FRAMES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub javascript_frames: bool,
     /// Bytes of CPython code objects (names, file names, line tables) cached.
     #[arg(long, env = "KILN_PYTHON_CODE_CACHE_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub python_code_cache_bytes: usize,
@@ -243,6 +255,9 @@ impl Default for AgentSettings {
             unwind_max_object_bytes: 16 * 1024 * 1024,
             snapshot_ring_bytes: None,
             python_frames: true,
+            ruby_frames: true,
+            java_frames: true,
+            javascript_frames: true,
             python_code_cache_bytes: 8 * 1024 * 1024,
             log: None,
         }

@@ -202,6 +202,7 @@ fn collect_once(samples: RecordedSamples, unwinder: Option<StackUnwinder>) -> Ve
         node: NODE.to_owned(),
         record_tid: true,
         unwound_stacks_capacity: 1024,
+        runtimes: Default::default(),
     };
     Collector::new(config, parts).run(&AtomicBool::new(true));
     assert_eq!(metrics.windows.get(), 1, "one window drained");
