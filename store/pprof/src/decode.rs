@@ -12,7 +12,6 @@ use crate::limits::DecodeLimits;
 use crate::prescan::TableCounts;
 use crate::profile::Profile;
 use crate::proto;
-use gunzip::inflated_size_hint;
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
@@ -42,8 +41,8 @@ pub fn decode(input: &[u8], limits: &DecodeLimits) -> Result<Profile, PprofError
 }
 
 /// [`decode`], asking `reserve` for memory before each step that allocates
-/// in proportion to the input: the inflated size the gzip trailer announces
-/// (capped) before inflating, any excess once inflated, and the decoded
+/// in proportion to the input: the inflate's buffer before it is allocated
+/// and before each time it grows, and the decoded
 /// size estimated from the wire before prost decodes. When `reserve`
 /// refuses, decoding stops there with its error (the outer `Err`); the
 /// inner result is the decoder's own verdict. The caller keeps what it
@@ -101,19 +100,14 @@ fn inflate_and_scan<'i, E>(
             limit: limits.max_input_bytes,
         }));
     }
-    let announced = if is_gzip(input) {
-        inflated_size_hint(input).min(limits.max_decompressed_bytes)
+    let protobuf = if is_gzip(input) {
+        match gunzip::gunzip_reserving(input, limits.max_decompressed_bytes, &mut reserve)? {
+            Ok(inflated) => Cow::Owned(inflated),
+            Err(err) => return Ok(Err(err)),
+        }
     } else {
-        0
+        Cow::Borrowed(input)
     };
-    reserve(announced)?;
-    let protobuf = match maybe_gunzip(input, limits.max_decompressed_bytes) {
-        Ok(protobuf) => protobuf,
-        Err(err) => return Ok(Err(err)),
-    };
-    if let Cow::Owned(inflated) = &protobuf {
-        reserve(inflated.len().saturating_sub(announced))?;
-    }
     let (decoded_bytes, tables) =
         match crate::prescan::check_profile_wire_counted(protobuf.as_ref(), limits) {
             Ok(scan) => scan,

@@ -17,23 +17,58 @@ use std::io::Read;
 
 use crate::error::PprofError;
 
+/// Deflate expands its input at most about 1032 times (a run of one byte,
+/// 258 bytes per code of a bit or two): a trailer announcing more for an
+/// input of its length lies, and is believed only this far.
+const MAX_DEFLATE_RATIO: usize = 1032;
+
+/// Output buffers grow by at least this much at a time.
+const MIN_GROWTH_BYTES: usize = 64 << 10;
+
 /// Inflates `gzip` (already sniffed as gzip), refusing to inflate past
 /// `max_decompressed_bytes`.
 pub(super) fn gunzip(gzip: &[u8], max_decompressed_bytes: usize) -> Result<Vec<u8>, PprofError> {
-    let announced = inflated_size_hint(gzip);
-    if announced > 0
-        && announced <= max_decompressed_bytes
-        && let Some(out) = whole_member(gzip, announced)
-    {
-        return Ok(out);
+    match gunzip_reserving(gzip, max_decompressed_bytes, &mut |_| {
+        Ok::<(), std::convert::Infallible>(())
+    }) {
+        Ok(result) => result,
+        Err(never) => match never {},
     }
-    streaming(gzip, max_decompressed_bytes)
 }
 
-/// How much to reserve for inflating `gzip`: the size its trailer records
-/// (ISIZE, exact for the usual single-member file). Callers cap it at the
-/// inflate limit; the trailer is untrusted, but a lie only costs address
-/// space (untouched capacity is not resident) up to that cap.
+/// [`gunzip`], asking `reserve` for every byte of output buffer before it
+/// is allocated, so that what a request holds of the memory budget is what
+/// its inflate holds, never less: the size the trailer announces (believed
+/// only up to what the input could inflate to, and up to the limit) before
+/// the one-shot inflate, then each growth of the streaming decoder's
+/// buffer. A trailer that announces too little (zero, say) used to let the
+/// stream inflate up to the limit against that small reservation, so a
+/// handful of 64 KiB uploads in parallel held several times the budget; one
+/// that announces too much reserved up to the limit for a body of a few
+/// bytes. When `reserve` refuses, inflating stops there with its error
+/// (the outer `Err`).
+pub(super) fn gunzip_reserving<E>(
+    gzip: &[u8],
+    max_decompressed_bytes: usize,
+    reserve: &mut impl FnMut(usize) -> Result<(), E>,
+) -> Result<Result<Vec<u8>, PprofError>, E> {
+    let announced = inflated_size_hint(gzip)
+        .min(gzip.len().saturating_mul(MAX_DEFLATE_RATIO))
+        .min(max_decompressed_bytes);
+    if announced > 0 {
+        reserve(announced)?;
+        if let Some(out) = whole_member(gzip, announced) {
+            return Ok(Ok(out));
+        }
+    }
+    // The one-shot buffer is freed: the stream reuses its reservation.
+    streaming_reserving(gzip, max_decompressed_bytes, announced, reserve)
+}
+
+/// The size `gzip`'s trailer records (ISIZE, exact for the usual
+/// single-member file). The trailer is untrusted: [`gunzip_reserving`]
+/// believes it only up to the limit and to what the input could inflate
+/// to, and the stream's buffer grows past it only reserved.
 ///
 /// NB: pprof protobuf typically inflates 5 to 10 times, and hostile input
 /// a thousand times, so guessing from the input size made the buffer regrow
@@ -47,25 +82,56 @@ pub(super) fn inflated_size_hint(gzip: &[u8]) -> usize {
         .map_or(0, |trailer| u32::from_le_bytes(trailer) as usize)
 }
 
-/// The streaming decoder: every member, read one byte past the limit so
-/// that "exactly at the limit" and "over it" differ.
+/// The streaming decoder: every member, refused one step past the limit.
+#[cfg(test)]
 fn streaming(gzip: &[u8], max_decompressed_bytes: usize) -> Result<Vec<u8>, PprofError> {
-    let mut decoder = flate2::read::MultiGzDecoder::new(gzip);
-    let mut out =
-        Vec::with_capacity(inflated_size_hint(gzip).min(max_decompressed_bytes.saturating_add(1)));
-    let cap = u64::try_from(max_decompressed_bytes)
-        .unwrap_or(u64::MAX)
-        .saturating_add(1);
-    (&mut decoder)
-        .take(cap)
-        .read_to_end(&mut out)
-        .map_err(|source| PprofError::Gzip { source })?;
-    if out.len() > max_decompressed_bytes {
-        return Err(PprofError::DecompressedTooLarge {
-            limit: max_decompressed_bytes,
-        });
+    match streaming_reserving(gzip, max_decompressed_bytes, 0, &mut |_| {
+        Ok::<(), std::convert::Infallible>(())
+    }) {
+        Ok(result) => result,
+        Err(never) => match never {},
     }
-    Ok(out)
+}
+
+/// The streaming decoder, its buffer's capacity never past what was
+/// reserved: `held` bytes already, more asked of `reserve` before each
+/// growth (doubling, so the copies stay linear), never past the limit.
+fn streaming_reserving<E>(
+    gzip: &[u8],
+    max_decompressed_bytes: usize,
+    mut held: usize,
+    reserve: &mut impl FnMut(usize) -> Result<(), E>,
+) -> Result<Result<Vec<u8>, PprofError>, E> {
+    let mut decoder = flate2::read::MultiGzDecoder::new(gzip);
+    let mut out: Vec<u8> = Vec::new();
+    let mut step = vec![0u8; MIN_GROWTH_BYTES];
+    loop {
+        let read = match decoder.read(&mut step) {
+            Ok(0) => return Ok(Ok(out)),
+            Ok(read) => read,
+            Err(source) => return Ok(Err(PprofError::Gzip { source })),
+        };
+        let len = out.len().saturating_add(read);
+        if len > max_decompressed_bytes {
+            return Ok(Err(PprofError::DecompressedTooLarge {
+                limit: max_decompressed_bytes,
+            }));
+        }
+        if len > out.capacity() {
+            let capacity = out
+                .capacity()
+                .saturating_mul(2)
+                .max(len)
+                .max(MIN_GROWTH_BYTES)
+                .min(max_decompressed_bytes);
+            if capacity > held {
+                reserve(capacity - held)?;
+                held = capacity;
+            }
+            out.reserve_exact(capacity - out.len());
+        }
+        out.extend_from_slice(&step[..read]);
+    }
 }
 
 /// The output of `gzip` when it is exactly one valid member that inflates
@@ -211,6 +277,88 @@ mod tests {
         let mut trailing = packed.clone();
         trailing.extend_from_slice(b"junk");
         assert_eq!(whole_member(&trailing, plain.len()), None);
+    }
+
+    /// Adds up what is reserved, refusing past `budget`; records each ask.
+    struct Budget {
+        budget: usize,
+        reserved: usize,
+        asks: Vec<usize>,
+    }
+
+    impl Budget {
+        fn new(budget: usize) -> Self {
+            Self {
+                budget,
+                reserved: 0,
+                asks: Vec::new(),
+            }
+        }
+
+        fn reserve(&mut self, bytes: usize) -> Result<(), usize> {
+            self.asks.push(bytes);
+            if self.reserved + bytes > self.budget {
+                return Err(self.reserved + bytes);
+            }
+            self.reserved += bytes;
+            Ok(())
+        }
+    }
+
+    fn with_trailer(mut packed: Vec<u8>, announced: u32) -> Vec<u8> {
+        let at = packed.len() - 4;
+        packed[at..].copy_from_slice(&announced.to_le_bytes());
+        packed
+    }
+
+    /// A trailer that announces too little cannot make the stream inflate
+    /// past the budget: each growth is asked for before it is made, so a
+    /// bomb is refused part way, having held no more than its reservation.
+    #[test]
+    fn a_trailer_announcing_too_little_is_reserved_for_as_the_stream_grows() {
+        let plain = vec![7u8; 4 << 20];
+        let lying = with_trailer(gzip(&plain), 0);
+        let mut budget = Budget::new(1 << 20);
+        let refused = gunzip_reserving(&lying, 64 << 20, &mut |b| budget.reserve(b));
+        assert!(refused.is_err(), "refused by the budget");
+        assert!(budget.reserved <= 1 << 20, "{}", budget.reserved);
+        assert!(
+            budget.asks.iter().all(|&ask| ask <= 1 << 20),
+            "no single ask for the whole output: {:?}",
+            budget.asks
+        );
+        // Within a budget that holds it, the stream's verdict on the lie.
+        let mut budget = Budget::new(64 << 20);
+        let verdict = gunzip_reserving(&lying, 64 << 20, &mut |b| budget.reserve(b));
+        assert!(matches!(verdict, Ok(Err(PprofError::Gzip { .. }))));
+        assert!(budget.reserved <= 8 << 20, "{}", budget.reserved);
+    }
+
+    /// A trailer that announces more than the input could inflate to
+    /// reserves no more than it could, whatever it claims; an honest one
+    /// reserves exactly the output.
+    #[test]
+    fn a_trailer_is_believed_only_as_far_as_the_input_could_inflate() {
+        let plain = plain();
+        let packed = gzip(&plain);
+        let mut budget = Budget::new(usize::MAX);
+        let out = gunzip_reserving(&packed, 64 << 20, &mut |b| budget.reserve(b))
+            .expect("within budget")
+            .expect("valid");
+        assert_eq!(out, plain);
+        assert_eq!(budget.reserved, plain.len(), "exact for one honest member");
+        let lying = with_trailer(packed.clone(), 60 << 20);
+        let mut budget = Budget::new(usize::MAX);
+        let verdict =
+            gunzip_reserving(&lying, 64 << 20, &mut |b| budget.reserve(b)).expect("within budget");
+        assert!(verdict.is_err(), "the stream finds the lie");
+        assert!(
+            budget.asks[0] <= lying.len() * MAX_DEFLATE_RATIO,
+            "{} for {} bytes of input",
+            budget.asks[0],
+            lying.len()
+        );
+        assert!(budget.reserved < 60 << 20);
     }
 
     proptest::proptest! {
