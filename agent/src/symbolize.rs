@@ -4,7 +4,6 @@
 //! named keep their mapping, address and build id for the store.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
 use std::sync::Arc;
 
 use blazesym::symbolize::source::{self as blaze_source, Source};
@@ -15,6 +14,7 @@ use crate::kallsyms::KernelSymbols;
 use crate::perf_map::{PerfMap, PerfMapLimits, PerfMapRead, PerfMapVersion, read_process_perf_map};
 use crate::proc_maps::{self, MappingKind};
 use crate::process_info::{FileIdentity, MappedFile, ProcessSnapshot};
+use crate::symbol_objects::SymbolObjects;
 
 /// A mapping as it goes into pprof.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -75,12 +75,8 @@ pub struct StackSymbolizer {
     kernel_mapping: Arc<FrameMapping>,
     /// (file, file offset) to name; `None` caches a miss.
     names: BoundedCache<(FileIdentity, u64), Option<Arc<str>>>,
-    /// Bytes of ELF copies blazesym has mapped since its last reset.
-    mapped_bytes: u64,
-    /// The sealed copies blazesym reads (see `elf_symbols`), by file
-    /// identity; held until blazesym is reset, so a `/proc/self/fd/N` path
-    /// it cached never names another file.
-    copies: HashMap<FileIdentity, File>,
+    /// ELF objects' symbol tables, copied and indexed, kept across windows.
+    objects: SymbolObjects,
     /// Offsets to look up, per file.
     pending: HashMap<FileIdentity, (Arc<MappedFile>, HashSet<u64>)>,
     /// Perf maps checked this window, per pid (`None`: the process has none).
@@ -101,9 +97,11 @@ pub struct StackSymbolizer {
 pub use kiln_agent_settings::DEFAULT_MAX_SYMBOL_TABLE_BYTES;
 
 /// Most bytes of ELF copies blazesym may keep mapped (and its parsed
-/// symbol tables with them) before it is reset: bounds the RSS symbolizing
-/// a few huge binaries (a compiler's 150 MB shared library) can take.
-const MAPPED_ELF_BUDGET: u64 = 32 << 20;
+/// symbol tables with them): bounds the memory symbolizing a few huge
+/// binaries (a compiler's 150 MB shared library) can take. Room for both
+/// of rustc's libraries (about 27 MB of tables each), which a Rust build
+/// looks up in every window.
+const MAPPED_ELF_BUDGET: u64 = 64 << 20;
 
 /// What a copy for blazesym may hold besides the symbol tables and their
 /// strings (already capped): the ELF, program and section headers (65,535
@@ -124,8 +122,7 @@ impl StackSymbolizer {
                 build_id: String::new(),
             }),
             names: BoundedCache::new(max_cached_names),
-            mapped_bytes: 0,
-            copies: HashMap::new(),
+            objects: SymbolObjects::new(MAPPED_ELF_BUDGET),
             pending: HashMap::new(),
             perf_maps: HashMap::new(),
             previous_perf_maps: HashMap::new(),
@@ -142,17 +139,26 @@ impl StackSymbolizer {
         self.max_symbol_table_bytes = bytes;
     }
 
+    /// ELF objects' symbol tables copied and indexed since start, objects
+    /// dropped for the budget since start, and bytes of copies held now.
+    pub fn object_totals(&self) -> (u64, u64, u64) {
+        (
+            self.objects.loads(),
+            self.objects.evictions(),
+            self.objects.held_bytes(),
+        )
+    }
+
     /// Objects refused for their symbol tables since the last call.
     pub fn take_refused_objects(&mut self) -> u64 {
         std::mem::take(&mut self.refused_objects)
     }
 
-    /// Drops blazesym's per-file state and the copies it mapped (it is
-    /// keyed by their `/proc/self/fd/N` paths, which are closed with it).
+    /// Ends a window: drops blazesym's per-process state (the vDSO) and
+    /// the ELF objects not looked up for a few windows.
     pub fn reset_file_state(&mut self) {
         self.blaze = new_blaze_symbolizer();
-        self.copies.clear();
-        self.mapped_bytes = 0;
+        self.objects.end_window();
         // Perf maps grow as code is compiled: checked again next window, and
         // parsed again only if their file changed. Only the processes seen
         // this window are kept.
@@ -305,17 +311,24 @@ impl StackSymbolizer {
             }
             // Blazesym maps what it reads: it gets a sealed copy, so a
             // process truncating its own library cannot SIGBUS the agent.
-            let Some(path) = self.copy_for_blazesym(identity, &file) else {
-                for offset in offsets {
-                    self.names.insert((identity, offset), None);
+            let cap = self
+                .max_symbol_table_bytes
+                .saturating_add(COPY_HEADER_ALLOWANCE);
+            let (symbolizer, path) = match self.objects.get(identity, &file, cap) {
+                Ok(found) => found,
+                Err(error) => {
+                    tracing::debug!(path = %file.path, %error, "ELF object not copied for symbolization");
+                    for offset in offsets {
+                        self.names.insert((identity, offset), None);
+                    }
+                    continue;
                 }
-                continue;
             };
             let mut elf = blaze_source::Elf::new(path);
             elf.debug_syms = false;
             let source = Source::Elf(elf);
             let names: Vec<Option<Arc<str>>> =
-                match self.blaze.symbolize(&source, Input::FileOffset(&offsets)) {
+                match symbolizer.symbolize(&source, Input::FileOffset(&offsets)) {
                     Ok(results) => results
                         .iter()
                         .map(|r| r.as_sym().map(|sym| intern(&sym.name)))
@@ -329,43 +342,6 @@ impl StackSymbolizer {
                 self.names.insert((identity, offset), name);
             }
         }
-    }
-
-    /// The `/proc/self/fd/N` path of the sealed copy of `file` blazesym
-    /// reads, made on first use; `None` when it cannot be made (logged).
-    fn copy_for_blazesym(
-        &mut self,
-        identity: FileIdentity,
-        file: &MappedFile,
-    ) -> Option<std::path::PathBuf> {
-        use std::os::fd::AsRawFd;
-        use std::os::unix::fs::MetadataExt;
-        if !self.copies.contains_key(&identity) {
-            let cap = self
-                .max_symbol_table_bytes
-                .saturating_add(COPY_HEADER_ALLOWANCE);
-            let copy = match crate::elf_symbols::symbolization_copy(&file.file, cap) {
-                Ok(copy) => copy,
-                Err(error) => {
-                    tracing::debug!(path = %file.path, %error, "ELF object not copied for symbolization");
-                    return None;
-                }
-            };
-            // The copy is sparse: its allocated blocks are what it costs.
-            let held = copy
-                .metadata()
-                .map_or(0, |m| m.blocks().saturating_mul(512));
-            if self.mapped_bytes > 0 && self.mapped_bytes.saturating_add(held) > MAPPED_ELF_BUDGET {
-                self.reset_file_state();
-            }
-            self.mapped_bytes = self.mapped_bytes.saturating_add(held);
-            self.copies.insert(identity, copy);
-        }
-        let copy = self.copies.get(&identity)?;
-        Some(std::path::PathBuf::from(format!(
-            "/proc/self/fd/{}",
-            copy.as_raw_fd()
-        )))
     }
 
     /// Names of addresses in anonymous or special mappings (JIT code named
@@ -485,11 +461,7 @@ fn tally(stats: &mut SymbolizationStats, symbolized: bool) {
 }
 
 fn new_blaze_symbolizer() -> blaze::Symbolizer {
-    blaze::Symbolizer::builder()
-        .enable_code_info(false)
-        .enable_inlined_fns(false)
-        .enable_demangling(true)
-        .build()
+    crate::symbol_objects::new_symbolizer()
 }
 
 #[cfg(test)]
