@@ -21,7 +21,7 @@
 #   top functions of the Python processes (are hot_1..hot_N named?) and
 #   the samples in the window.
 #
-# The profiler is built (once) from the Go module proxy into
+# The profiler is built (once, by lib.sh's build_otel_peer) from the Go module proxy into
 # /var/tmp/kiln-tools/otel-ebpf-profiler, outside the repository; nothing of
 # it is kept here. The module ships its eBPF object prebuilt
 # (support/ebpf/tracer.ebpf.amd64), so no clang is needed.
@@ -39,36 +39,8 @@ hz="${3:-19}"
 python="${4:-/usr/bin/python3}"
 version="${OTEL_PROFILER_VERSION:-v0.0.202633}"
 warmup="${WARMUP:-20}"
-tools=/var/tmp/kiln-tools/otel-ebpf-profiler
-bin="$tools/ebpf-profiler-$version-memlock-eperm"
-go="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 
-# --- build the peer (once), gently: one Go thread, one package at a time ---
-if [ ! -x "$bin" ]; then
-  mkdir -p "$tools"
-  export GOMAXPROCS=1 GOFLAGS=-mod=mod CGO_ENABLED=0
-  "$go" mod download -json "go.opentelemetry.io/ebpf-profiler@$version" >"$tools/download-$version.json"
-  src="$("$go" env GOMODCACHE)/go.opentelemetry.io/ebpf-profiler@$version"
-  if [ ! -f "$src/support/ebpf/tracer.ebpf.amd64" ]; then
-    echo "peer cannot run here: $src has no prebuilt support/ebpf/tracer.ebpf.amd64" >&2
-    exit 2
-  fi
-  # One local change, for this sandbox only: root here lacks
-  # CAP_SYS_RESOURCE (the memlock hard limit is 8 MiB), and the profiler
-  # stops when it cannot raise RLIMIT_MEMLOCK to infinity ("failed to set
-  # temporary rlimit: operation not permitted"). Kernels since 5.11 charge
-  # BPF memory to the memory cgroup, not to memlock, so on EPERM the patched
-  # copy goes on with the limit as it is. The copy lives outside the repo.
-  rm -rf "$tools/src-$version"
-  cp -r "$src" "$tools/src-$version"
-  chmod -R u+w "$tools/src-$version"
-  sed -i 's|^\t\treturn nil, fmt.Errorf("failed to set temporary rlimit: %w", err)|\t\tif err == unix.EPERM {\n\t\t\treturn func() {}, nil\n\t\t}\n&|' \
-    "$tools/src-$version/rlimit/rlimit.go"
-  grep -q 'err == unix.EPERM' "$tools/src-$version/rlimit/rlimit.go"
-  # the module's root package is the profiler's main package
-  (cd "$tools/src-$version" && nice -n 10 "$go" build -p 1 -tags osusergo,netgo -o "$bin.tmp" .)
-  mv "$bin.tmp" "$bin"
-fi
+bin="$(build_otel_peer)"
 
 work="$(mktemp -d)"
 pids=()
