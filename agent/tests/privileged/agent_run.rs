@@ -86,6 +86,17 @@ pub fn run_agent(args: &[&str], output_dir: &Path) -> Vec<Profile> {
         .expect("agent runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "agent failed: {stderr}");
+    let profiles = read_profiles(output_dir);
+    assert!(
+        !profiles.is_empty(),
+        "agent wrote no profiles; stderr: {stderr}"
+    );
+    profiles
+}
+
+/// The decoded profiles the agent wrote into `output_dir`.
+#[track_caller]
+pub fn read_profiles(output_dir: &Path) -> Vec<Profile> {
     let mut profiles = Vec::new();
     for entry in std::fs::read_dir(output_dir).expect("output dir") {
         let path = entry.expect("dir entry").path();
@@ -96,11 +107,82 @@ pub fn run_agent(args: &[&str], output_dir: &Path) -> Vec<Profile> {
             profiles.push(profile);
         }
     }
-    assert!(
-        !profiles.is_empty(),
-        "agent wrote no profiles; stderr: {stderr}"
-    );
     profiles
+}
+
+/// What one agent run against one process counted and wrote.
+pub struct ScrapedRun {
+    /// Its `/metrics`, scraped while it ran.
+    pub metrics: String,
+    /// The profiles it wrote.
+    pub profiles: Vec<Profile>,
+}
+
+/// Runs the agent against `pid` at 99 Hz for 10 s (3 s windows) with its
+/// metrics endpoint on, and scrapes the endpoint while it runs, until the
+/// text holds `wanted` or the agent ends. Polled rather than read at a set
+/// time: on a busy machine the agent starts, and reads the process, late.
+#[track_caller]
+pub fn run_agent_scraped(pid: u32, output_dir: &Path, wanted: &str) -> ScrapedRun {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let metrics_addr = format!("127.0.0.1:{port}");
+    let pid = pid.to_string();
+    let mut agent = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
+            .args(["--pid", pid.as_str(), "--frequency", "99"])
+            .args(["--drain-interval", "3s", "--duration", "10s"])
+            .arg("--output-dir")
+            .arg(output_dir)
+            .args(["--metrics-addr", metrics_addr.as_str()])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("agent starts"),
+    );
+    let mut metrics = String::new();
+    let status = loop {
+        if let Some(status) = agent.0.try_wait().expect("agent status") {
+            break status;
+        }
+        let text = scrape(&metrics_addr);
+        if !text.is_empty() {
+            metrics = text;
+        }
+        if metrics.contains(wanted) {
+            break agent.0.wait().expect("agent exits");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert!(status.success(), "agent failed: {status}");
+    ScrapedRun {
+        metrics,
+        profiles: read_profiles(output_dir),
+    }
+}
+
+/// The agent's `/metrics` text at `addr`; empty when it does not answer.
+pub fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text
+}
+
+/// The value of the first series of `metrics` named `name` whose labels
+/// hold `label` (such as `result="unsupported_version"`); 0 when none.
+pub fn metric_value(metrics: &str, name: &str, label: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(name) && l.contains(label))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or(0.0)
 }
 
 /// How long a test may keep sampling to collect the samples it needs: many

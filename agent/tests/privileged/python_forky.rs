@@ -19,7 +19,10 @@ use kiln_testkit::prerequisites::{in_ci, visible_skip};
 use kiln_testkit::process::KillOnDrop;
 
 use crate::SERIAL;
-use crate::agent_run::{SAMPLING_DEADLINE, privileged_prerequisites, run_agent_for_samples};
+use crate::agent_run::{
+    SAMPLING_DEADLINE, metric_value, privileged_prerequisites, run_agent_for_samples,
+    run_agent_scraped,
+};
 use crate::interpreters::{FORKY_MINORS, forky_root};
 use crate::python_program::{MAIN, MIN_SAMPLES, MODULE, Sample, samples_of};
 
@@ -174,52 +177,26 @@ fn a_forged_debug_offsets_table_is_refused_and_counted_and_native_frames_stay() 
         .expect("the forged interpreter starts"),
     );
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let pid = child.0.id().to_string();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let metrics_addr = format!("127.0.0.1:{port}");
-    let output_dir = dir.path().join("profiles");
-    let mut agent = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
-            .args(["--pid", pid.as_str(), "--frequency", "99"])
-            .args(["--drain-interval", "3s", "--duration", "7s"])
-            .arg("--output-dir")
-            .arg(&output_dir)
-            .args(["--metrics-addr", metrics_addr.as_str()])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("agent starts"),
+    let run = run_agent_scraped(
+        child.0.id(),
+        &dir.path().join("profiles"),
+        "kiln_agent_python_processes_total{result=\"bad_debug_offsets\"}",
     );
-    std::thread::sleep(std::time::Duration::from_secs(5));
-    let metrics = crate::python_frames::scrape(&metrics_addr);
-    let status = agent.0.wait().expect("agent exits");
-    assert!(status.success(), "agent failed: {status}");
-    let refused = metrics
+    let refused = metric_value(
+        &run.metrics,
+        "kiln_agent_python_processes_total",
+        "result=\"bad_debug_offsets\"",
+    );
+    let python_lines: Vec<&str> = run
+        .metrics
         .lines()
-        .find(|l| {
-            l.starts_with("kiln_agent_python_processes_total")
-                && l.contains("result=\"bad_debug_offsets\"")
-        })
-        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    let python_lines: Vec<&str> = metrics.lines().filter(|l| l.contains("python")).collect();
+        .filter(|l| l.contains("python"))
+        .collect();
     assert!(
         refused >= 1.0,
         "the forged table is refused; metrics: {python_lines:?}"
     );
-    let mut profiles = Vec::new();
-    for entry in std::fs::read_dir(&output_dir).expect("profiles written") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|e| e == "gz") {
-            let bytes = std::fs::read(&path).expect("readable");
-            profiles.push(
-                kiln_pprof::decode(&bytes, &kiln_pprof::DecodeLimits::default())
-                    .expect("valid pprof"),
-            );
-        }
-    }
+    let profiles = run.profiles;
     let samples = samples_of(&profiles);
     let total: i64 = samples.iter().map(|s| s.count).sum();
     let interpreter: i64 = samples

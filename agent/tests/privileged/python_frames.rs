@@ -18,7 +18,8 @@ use kiln_testkit::process::KillOnDrop;
 
 use crate::SERIAL;
 use crate::agent_run::{
-    SAMPLING_DEADLINE, privileged_prerequisites, run_agent_for_samples, sample_count,
+    SAMPLING_DEADLINE, metric_value, privileged_prerequisites, run_agent_for_samples,
+    run_agent_scraped, sample_count,
 };
 use crate::python_program::{MAIN, MIN_SAMPLES, MODULE, Sample, samples_of};
 
@@ -133,19 +134,6 @@ fn python_functions_are_named_with_file_and_line_under_every_cpython() {
     }
 }
 
-/// The agent's `/metrics` text, fetched over plain HTTP/1.0.
-pub fn scrape(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
-        return String::new();
-    };
-    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-    let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
-    text
-}
-
 #[test]
 fn a_cpython_of_a_version_without_offsets_keeps_its_native_frames_and_is_counted() {
     if !privileged_prerequisites() {
@@ -181,56 +169,27 @@ fn a_cpython_of_a_version_without_offsets_keeps_its_native_frames_and_is_counted
     );
     std::thread::sleep(std::time::Duration::from_millis(500));
     let pid = child.0.id().to_string();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let metrics_addr = format!("127.0.0.1:{port}");
     let output_dir = dir.path().join("profiles");
-    let mut agent = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
-            .args(["--pid", pid.as_str(), "--frequency", "99"])
-            .args(["--drain-interval", "3s", "--duration", "7s"])
-            .arg("--output-dir")
-            .arg(&output_dir)
-            .args(["--metrics-addr", metrics_addr.as_str()])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("agent starts"),
+    let run = run_agent_scraped(
+        child.0.id(),
+        &output_dir,
+        "kiln_agent_python_processes_total{result=\"unsupported_version\"}",
     );
-    std::thread::sleep(std::time::Duration::from_secs(5));
-    let metrics = scrape(&metrics_addr);
-    let status = agent.0.wait().expect("agent exits");
-    assert!(status.success(), "agent failed: {status}");
-    let counted = metrics
-        .lines()
-        .find(|l| {
-            l.starts_with("kiln_agent_python_processes_total")
-                && l.contains("result=\"unsupported_version\"")
-        })
-        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .unwrap_or(0.0);
+    let counted = metric_value(
+        &run.metrics,
+        "kiln_agent_python_processes_total",
+        "result=\"unsupported_version\"",
+    );
     assert!(
         counted >= 1.0,
         "the unsupported interpreter is counted; metrics: {}",
-        metrics
+        run.metrics
             .lines()
             .filter(|l| l.contains("python"))
             .collect::<Vec<_>>()
             .join("\n")
     );
-
-    let mut profiles = Vec::new();
-    for entry in std::fs::read_dir(&output_dir).expect("profiles written") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|e| e == "gz") {
-            let bytes = std::fs::read(&path).expect("readable");
-            profiles.push(
-                kiln_pprof::decode(&bytes, &kiln_pprof::DecodeLimits::default())
-                    .expect("valid pprof"),
-            );
-        }
-    }
+    let mut profiles = run.profiles;
     // The shares below are judged on at least this many samples. A busy
     // machine gives the interpreter less CPU, and so fewer samples in the
     // run above: more rounds of the same sampling make up the rest.

@@ -13,8 +13,10 @@ use kiln_testkit::prerequisites::{in_ci, visible_skip};
 use kiln_testkit::process::KillOnDrop;
 
 use crate::SERIAL;
-use crate::agent_run::{SAMPLING_DEADLINE, privileged_prerequisites, run_agent_for_samples};
-use crate::python_frames::scrape;
+use crate::agent_run::{
+    SAMPLING_DEADLINE, metric_value, privileged_prerequisites, run_agent_for_samples,
+    run_agent_scraped,
+};
 use crate::python_program::{MIN_SAMPLES, Sample, samples_of};
 
 /// Debian's Ruby, as shipped.
@@ -190,47 +192,17 @@ fn a_ruby_of_a_version_without_offsets_keeps_its_native_frames_and_is_counted() 
             .expect("ruby starts"),
     );
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let pid = child.0.id().to_string();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let metrics_addr = format!("127.0.0.1:{port}");
-    let output_dir = dir.path().join("profiles");
-    let mut agent = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
-            .args(["--pid", pid.as_str(), "--frequency", "99"])
-            .args(["--drain-interval", "3s", "--duration", "7s"])
-            .arg("--output-dir")
-            .arg(&output_dir)
-            .args(["--metrics-addr", metrics_addr.as_str()])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("agent starts"),
+    let run = run_agent_scraped(
+        child.0.id(),
+        &dir.path().join("profiles"),
+        "kiln_agent_ruby_processes_total{result=\"unsupported_version\"}",
     );
-    std::thread::sleep(std::time::Duration::from_secs(5));
-    let metrics = scrape(&metrics_addr);
-    let status = agent.0.wait().expect("agent exits");
-    assert!(status.success(), "agent failed: {status}");
-    let counted = metrics
-        .lines()
-        .find(|l| {
-            l.starts_with("kiln_agent_ruby_processes_total")
-                && l.contains("result=\"unsupported_version\"")
-        })
-        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    let mut profiles = Vec::new();
-    for entry in std::fs::read_dir(&output_dir).expect("profiles written") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|e| e == "gz") {
-            let bytes = std::fs::read(&path).expect("readable");
-            profiles.push(
-                kiln_pprof::decode(&bytes, &kiln_pprof::DecodeLimits::default())
-                    .expect("valid pprof"),
-            );
-        }
-    }
+    let counted = metric_value(
+        &run.metrics,
+        "kiln_agent_ruby_processes_total",
+        "result=\"unsupported_version\"",
+    );
+    let (run_metrics, profiles) = (run.metrics, run.profiles);
     let samples = samples_of(&profiles);
     let total: i64 = samples.iter().map(|s| s.count).sum();
     let named = samples
@@ -243,7 +215,7 @@ fn a_ruby_of_a_version_without_offsets_keeps_its_native_frames_and_is_counted() 
     assert!(
         counted >= 1.0,
         "the unknown Ruby is counted; metrics: {}",
-        metrics
+        run_metrics
             .lines()
             .filter(|l| l.contains("ruby"))
             .collect::<Vec<_>>()
