@@ -20,12 +20,14 @@
 //! caller alone; and the line being run (the line given is the function's
 //! first).
 
+pub mod code;
 pub mod frames;
 pub mod heap;
+pub mod inlining;
 pub mod layout;
 pub mod symbols;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -38,14 +40,20 @@ use crate::python::memory::ProcessMemory;
 use crate::symbolize::Frame;
 use crate::unwind::UnwoundStack;
 
+use code::{OptimizedCode, Scanner};
 use frames::{CodeKind, JsFrameName, JsFrameTable};
-use heap::Heap;
-use layout::V8Layout;
+use heap::{Heap, Memory};
+use layout::{CodeLayout, V8Layout};
 
 /// Bytes of script source read per process and window to count lines
 /// (each function's once per window; a hostile process's forged positions
 /// cost this much).
 const SOURCE_BYTES_PER_PROCESS_WINDOW: usize = 16 << 20;
+/// Bytes of JIT code scanned per process and window for code objects'
+/// headers (a hostile process's forged code costs this much).
+const CODE_SCAN_BYTES_PER_PROCESS_WINDOW: u64 = 8 << 20;
+/// Code objects, and pcs in none, remembered per process and window.
+const CODES_PER_PROCESS_WINDOW: usize = 4096;
 
 /// Bounds of the V8 unwinder's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +119,8 @@ pub struct V8Unwinder {
     maps: HashMap<(u32, u64), HashMap<u64, u16>>,
     /// Bytes of script source each process may still have read this window.
     source_budgets: HashMap<(u32, u64), usize>,
+    /// Each process's code objects found this window.
+    codes: HashMap<(u32, u64), ProcessCode>,
     frames: JsFrameTable,
     stats: V8Stats,
 }
@@ -126,6 +136,7 @@ impl V8Unwinder {
             names: HashMap::new(),
             maps: HashMap::new(),
             source_budgets: HashMap::new(),
+            codes: HashMap::new(),
             frames: JsFrameTable::new(config.frames_per_window),
             stats: V8Stats::default(),
         }
@@ -269,41 +280,41 @@ impl V8Unwinder {
             .copied()
             .unwrap_or(SOURCE_BYTES_PER_PROCESS_WINDOW);
         let mut heap = Heap::new(layout, &memory, maps).with_source_budget(budget);
+        if self.codes.len() >= self.config.functions_per_window {
+            self.codes.clear();
+        }
+        let codes = self.codes.entry(key).or_insert_with(ProcessCode::new);
+        let capacity = self.config.functions_per_window;
         let mut named = Vec::with_capacity(slots.len());
         for (index, function) in slots {
             let Some(shared) = heap.shared_of_function(function) else {
                 *self.stats.frames.entry("not_a_function").or_default() += 1;
                 continue;
             };
-            let name_key = (key.0, key.1, shared);
-            let name = match self.names.get(&name_key) {
-                Some(name) => name.clone(),
-                None => {
-                    let info = heap.describe(shared);
-                    let name = JsFrameName {
-                        function: Arc::from(if info.name.is_empty() {
-                            "(anonymous)"
-                        } else {
-                            info.name.as_str()
-                        }),
-                        file: Arc::from(info.file.as_str()),
-                        line: info.line,
-                    };
-                    if self.names.len() >= self.config.functions_per_window {
-                        self.names.clear();
-                    }
-                    self.names.insert(name_key, name.clone());
-                    name
-                }
-            };
-            *self.stats.frames.entry("named").or_default() += 1;
             let pc = stack.frames[index];
-            named.push((index, process.kind(pc), self.frames.intern(name)));
+            let kind = process.kind(pc);
+            // Functions inlined into optimized code run in its frame: they
+            // go leafward of it, innermost first. Every entry but the leaf
+            // is a return address.
+            let inlined = match (&layout.code, kind) {
+                (Some(code), CodeKind::Jit) => {
+                    codes.inlined(&mut heap, code, pc, index > 0, shared)
+                }
+                _ => Vec::new(),
+            };
+            for inner in inlined {
+                let name = name_of(&mut self.names, capacity, &mut heap, key, inner);
+                *self.stats.frames.entry("inlined").or_default() += 1;
+                named.push((index, kind, self.frames.intern(name)));
+            }
+            let name = name_of(&mut self.names, capacity, &mut heap, key, shared);
+            *self.stats.frames.entry("named").or_default() += 1;
+            named.push((index, kind, self.frames.intern(name)));
         }
         if self.source_budgets.len() < self.config.functions_per_window {
             self.source_budgets.insert(key, heap.source_budget_left());
         }
-        frames::weave(&stack.frames, &named)
+        inlining::weave(&stack.frames, &named)
     }
 
     /// The JavaScript frame a tagged stack entry names.
@@ -318,11 +329,109 @@ impl V8Unwinder {
         self.names.clear();
         self.maps.clear();
         self.source_budgets.clear();
+        self.codes.clear();
     }
 
     /// Cumulative counts.
     pub fn stats(&self) -> &V8Stats {
         &self.stats
+    }
+}
+
+/// The name of the function whose `SharedFunctionInfo` is at `shared`
+/// (untagged, checked), from `names` (the window's, at most `capacity`)
+/// or read.
+fn name_of<M: Memory>(
+    names: &mut HashMap<(u32, u64, u64), JsFrameName>,
+    capacity: usize,
+    heap: &mut Heap<'_, M>,
+    key: (u32, u64),
+    shared: u64,
+) -> JsFrameName {
+    let name_key = (key.0, key.1, shared);
+    if let Some(name) = names.get(&name_key) {
+        return name.clone();
+    }
+    let info = heap.describe(shared);
+    let name = JsFrameName {
+        function: Arc::from(if info.name.is_empty() {
+            "(anonymous)"
+        } else {
+            info.name.as_str()
+        }),
+        file: Arc::from(info.file.as_str()),
+        line: info.line,
+    };
+    if names.len() >= capacity {
+        names.clear();
+    }
+    names.insert(name_key, name.clone());
+    name
+}
+
+/// One process's code objects of the current window, by first instruction,
+/// and the pcs found in none.
+#[derive(Debug)]
+struct ProcessCode {
+    scanner: Scanner,
+    found: BTreeMap<u64, Arc<OptimizedCode>>,
+    missing: HashSet<u64>,
+}
+
+impl ProcessCode {
+    fn new() -> ProcessCode {
+        ProcessCode {
+            scanner: Scanner {
+                map: None,
+                budget: CODE_SCAN_BYTES_PER_PROCESS_WINDOW,
+            },
+            found: BTreeMap::new(),
+            missing: HashSet::new(),
+        }
+    }
+
+    /// The functions inlined where the frame of the function `shared` runs
+    /// `pc`, innermost first (see [`OptimizedCode::inlined_at`]); none when
+    /// the code there is not that function's.
+    fn inlined<M: Memory>(
+        &mut self,
+        heap: &mut Heap<'_, M>,
+        layout: &CodeLayout,
+        pc: u64,
+        return_address: bool,
+        shared: u64,
+    ) -> Vec<u64> {
+        let known = self
+            .found
+            .range(..=pc)
+            .next_back()
+            .filter(|(_, code)| pc < code.end)
+            .map(|(_, code)| Arc::clone(code));
+        let code = match known {
+            Some(code) => code,
+            None if self.missing.contains(&pc) => return Vec::new(),
+            None => match code::code_at(heap, layout, &mut self.scanner, pc) {
+                Some(code) => {
+                    if self.found.len() >= CODES_PER_PROCESS_WINDOW {
+                        self.found.clear();
+                    }
+                    let code = Arc::new(code);
+                    self.found.insert(code.start, Arc::clone(&code));
+                    code
+                }
+                None => {
+                    if self.missing.len() >= CODES_PER_PROCESS_WINDOW {
+                        self.missing.clear();
+                    }
+                    self.missing.insert(pc);
+                    return Vec::new();
+                }
+            },
+        };
+        if code.shared.is_some_and(|owner| owner != shared) {
+            return Vec::new();
+        }
+        code.inlined_at(pc, return_address)
     }
 }
 

@@ -91,7 +91,18 @@ impl<'a, M: Memory> Heap<'a, M> {
         self.source_budget
     }
 
-    fn word(&self, address: u64) -> Option<u64> {
+    /// Fills `buffer` from `address`; `false` when any byte is unreadable.
+    pub(super) fn read(&self, address: u64, buffer: &mut [u8]) -> bool {
+        self.memory.read(address, buffer)
+    }
+
+    /// The layout objects are read with.
+    pub(super) fn layout(&self) -> &'a V8Layout {
+        self.layout
+    }
+
+    /// The 8-byte word at `address`.
+    pub(super) fn word(&self, address: u64) -> Option<u64> {
         let mut bytes = [0u8; 8];
         self.memory
             .read(address, &mut bytes)
@@ -117,7 +128,9 @@ impl<'a, M: Memory> Heap<'a, M> {
         Some((address, self.map_type(map)?))
     }
 
-    fn map_type(&mut self, map: u64) -> Option<u16> {
+    /// The instance type that the map `map` (tagged) describes, once its
+    /// own map is checked to be the meta map.
+    pub(super) fn map_type(&mut self, map: u64) -> Option<u16> {
         if let Some(&known) = self.maps.get(&map) {
             return Some(known);
         }
@@ -149,7 +162,7 @@ impl<'a, M: Memory> Heap<'a, M> {
     }
 
     /// The field at `offset` of the object at `address`.
-    fn field(&self, address: u64, offset: u32) -> Option<u64> {
+    pub(super) fn field(&self, address: u64, offset: u32) -> Option<u64> {
         self.word(address.checked_add(u64::from(offset))?)
     }
 

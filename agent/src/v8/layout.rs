@@ -17,7 +17,7 @@ const MAX_FIELD_OFFSET: i64 = 1024;
 const MAX_FRAME_OFFSET: i64 = 256;
 
 /// Why a binary's postmortem constants cannot be used.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum LayoutError {
     /// A constant the agent needs is not exported.
     #[error("the postmortem constant {name} is missing")]
@@ -166,6 +166,77 @@ pub struct V8Layout {
     pub strings: StringLayout,
     /// Fields.
     pub fields: Fields,
+    /// Optimized code's tables (for inlined functions); `None` when the
+    /// binary's constants do not describe them (before V8 12, or stripped),
+    /// and then frames are named without their inlined functions.
+    pub code: Option<CodeLayout>,
+}
+
+/// Instance types of the arrays V8 has used for one purpose over releases
+/// (its trusted, protected and plain variants); 0 where not exported.
+pub type ArrayTypes = [u16; 3];
+
+/// Where optimized code keeps its source positions and inlined functions:
+/// the `Code` object (apart from its instructions since V8 12, which live
+/// in an `InstructionStream` just before them) and its deoptimization data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CodeLayout {
+    /// `CODE_TYPE`.
+    pub code_type: u16,
+    /// `INSTRUCTION_STREAM_TYPE`.
+    pub instruction_stream_type: u16,
+    /// `Code::instruction_stream`.
+    pub instruction_stream: u32,
+    /// `Code::instruction_start` (an address).
+    pub instruction_start: u32,
+    /// `Code::instruction_size` (an `int`).
+    pub instruction_size: u32,
+    /// `Code::flags` (a `uint32`), which hold the code kind.
+    pub flags: u32,
+    /// Mask of the code kind in the flags.
+    pub kind_mask: u32,
+    /// Shift of the code kind in the flags.
+    pub kind_shift: u32,
+    /// The baseline (Sparkplug) kind; the optimizing tiers' kinds follow it.
+    pub baseline_kind: u32,
+    /// `Code::deoptimization_data`.
+    pub deoptimization_data: u32,
+    /// `Code::source_position_table`.
+    pub source_positions: u32,
+    /// Types the source position table and inlining positions may have.
+    pub byte_array_types: ArrayTypes,
+    /// Types the deoptimization data may have.
+    pub fixed_array_types: ArrayTypes,
+    /// Types the deoptimization literals may have.
+    pub literal_array_types: ArrayTypes,
+    /// Deoptimization data index of the inlined functions' count.
+    pub inlined_count_index: u32,
+    /// Deoptimization data index of the literals.
+    pub literals_index: u32,
+    /// Deoptimization data index of the inlining positions.
+    pub inlining_positions_index: u32,
+    /// Where the deoptimization data names the optimized function, to check
+    /// that the code is the frame's function's.
+    pub optimized_function: Option<OptimizedFunction>,
+}
+
+/// How deoptimization data names the function it was compiled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptimizedFunction {
+    /// The `SharedFunctionInfo` at this index (before V8 12).
+    Shared {
+        /// Deoptimization data index.
+        index: u32,
+    },
+    /// A `SharedFunctionInfoWrapper` at this index, holding it at `offset`.
+    Wrapped {
+        /// Deoptimization data index.
+        index: u32,
+        /// `SHARED_FUNCTION_INFO_WRAPPER_TYPE`.
+        wrapper_type: u16,
+        /// `SharedFunctionInfoWrapper::shared_info`.
+        offset: u32,
+    },
 }
 
 /// How many instance types follow `JS_FUNCTION_TYPE` for its subclasses
@@ -275,6 +346,9 @@ impl V8Layout {
             scope_info_first_vars: c.value("scopeinfo_idx_first_vars", 0, 64)? as u32,
             scope_info_context_locals: c.value("scopeinfo_idx_ncontextlocals", 0, 64)? as u32,
         };
+        let code = CodeLayout::from_constants(&c)
+            .inspect_err(|error| tracing::debug!(%error, "optimized code's tables not described"))
+            .ok();
         Ok(V8Layout {
             heap_object_tag_mask,
             heap_object_tag,
@@ -285,6 +359,7 @@ impl V8Layout {
             types,
             strings,
             fields,
+            code,
         })
     }
 
@@ -311,6 +386,77 @@ impl V8Layout {
     /// Whether `instance_type` is a `JSFunction`'s (or a subclass's).
     pub fn is_js_function(&self, instance_type: u16) -> bool {
         (self.types.js_function_first..=self.types.js_function_last).contains(&instance_type)
+    }
+}
+
+impl CodeLayout {
+    fn from_constants(c: &Constants<'_>) -> Result<CodeLayout, LayoutError> {
+        let wrapper = c.field("Code", "wrapper");
+        // V8 13 stopped exporting the two tables' offsets; they have been
+        // the two fields before the wrapper since it came in (V8 12), and
+        // what they point to is checked by type before it is read.
+        let before_wrapper = |slots: u32| match &wrapper {
+            Ok(offset) => offset
+                .checked_sub(8 * slots)
+                .ok_or(LayoutError::OutOfRange {
+                    name: "class_Code__wrapper".to_owned(),
+                    value: i64::from(*offset),
+                    min: 16,
+                    max: MAX_FIELD_OFFSET,
+                }),
+            Err(error) => Err(error.clone()),
+        };
+        let either = |first: &str, second: &str, slots: u32| match c.field("Code", first) {
+            Err(LayoutError::Missing { .. }) => match c.field("Code", second) {
+                Err(LayoutError::Missing { .. }) => before_wrapper(slots),
+                other => other,
+            },
+            other => other,
+        };
+        let types = |names: [&str; 3]| -> ArrayTypes {
+            names.map(|name| c.instance_type(name).unwrap_or(0))
+        };
+        let index = |name: &str| c.value(name, 0, 64).map(|v| v as u32);
+        let optimized_function = match index("DeoptimizationDataWrappedSharedFunctionInfoIndex") {
+            Ok(index) => match (
+                c.instance_type("SharedFunctionInfoWrapper"),
+                c.field("SharedFunctionInfoWrapper", "shared_info"),
+            ) {
+                (Ok(wrapper_type), Ok(offset)) => Some(OptimizedFunction::Wrapped {
+                    index,
+                    wrapper_type,
+                    offset,
+                }),
+                _ => None,
+            },
+            Err(_) => index("DeoptimizationDataSharedFunctionInfoIndex")
+                .ok()
+                .map(|index| OptimizedFunction::Shared { index }),
+        };
+        Ok(CodeLayout {
+            code_type: c.instance_type("Code")?,
+            instruction_stream_type: c.instance_type("InstructionStream")?,
+            instruction_stream: c.field("Code", "instruction_stream")?,
+            instruction_start: c.field("Code", "instruction_start")?,
+            instruction_size: c.field("Code", "instruction_size")?,
+            flags: c.field("Code", "flags")?,
+            kind_mask: c.value("CodeKindFieldMask", 1, 0xffff)? as u32,
+            kind_shift: c.value_or("CodeKindFieldShift", 0, 0, 31)? as u32,
+            baseline_kind: c.value("CodeKindBaseline", 1, 63)? as u32,
+            deoptimization_data: either(
+                "deoptimization_data",
+                "deoptimization_data_or_interpreter_data",
+                2,
+            )?,
+            source_positions: either("source_position_table", "position_table", 1)?,
+            byte_array_types: types(["TrustedByteArray", "ByteArray", "ByteArray"]),
+            fixed_array_types: types(["ProtectedFixedArray", "TrustedFixedArray", "FixedArray"]),
+            literal_array_types: types(["TrustedWeakFixedArray", "WeakFixedArray", "FixedArray"]),
+            inlined_count_index: index("DeoptimizationDataInlinedFunctionCountIndex")?,
+            literals_index: index("DeoptimizationDataLiteralArrayIndex")?,
+            inlining_positions_index: index("DeoptimizationDataInliningPositionsIndex")?,
+            optimized_function,
+        })
     }
 }
 
