@@ -365,13 +365,27 @@ fn open_file_budget(wanted: usize) -> usize {
 /// Parsing the kernel's BTF for CO-RE and reading kallsyms allocate tens of
 /// MB that are freed right after; hand those pages back so the steady-state
 /// RSS reflects what the agent keeps.
+///
+/// glibc also raises its mmap threshold (up to 32 MiB) each time such a
+/// large block is freed, after which the agent's large, short-lived buffers
+/// (ELF copies, unwind sections, blazesym's symbol indexes of a compiler's
+/// libraries) come from the heap and leave it fragmented: on a node that
+/// builds, RSS then grew past 100 MiB. A fixed threshold keeps them mapped
+/// and returned on free.
 fn release_startup_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases free heap pages; no pointer is touched.
+    // SAFETY: mallopt sets a malloc parameter and malloc_trim only releases
+    // free heap pages; no pointer is touched.
     unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
         libc::malloc_trim(0);
     }
 }
+
+/// Allocations of this size or more are mapped on their own (glibc's
+/// initial default, kept fixed).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const MMAP_THRESHOLD_BYTES: libc::c_int = 128 * 1024;
 
 fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
