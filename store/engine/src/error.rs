@@ -260,6 +260,13 @@ pub enum QueryError {
     /// A timeline was merged into one built for a different range or step.
     #[error("timeline shape mismatch: built for another range or step")]
     TimelineShape,
+    /// The query's scan stopped part way: its deadline passed or its
+    /// request was dropped ([`crate::query::interrupt`]).
+    #[error("query stopped part way: {reason:?}")]
+    Stopped {
+        /// Deadline or cancellation.
+        reason: crate::query::interrupt::StopReason,
+    },
     /// Part of a block turned out corrupt while being read lazily.
     #[error("block {block_id} is corrupt")]
     CorruptBlock {
@@ -281,6 +288,7 @@ impl QueryError {
             Self::TooManySteps { .. } => "too_many_steps",
             Self::TimelineShape => "timeline_shape",
             Self::CorruptBlock { .. } => "corrupt_block",
+            Self::Stopped { .. } => "query_stopped",
         }
     }
 }

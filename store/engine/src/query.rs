@@ -6,6 +6,7 @@ mod diff;
 mod export;
 mod flamegraph;
 mod group;
+pub mod interrupt;
 mod merged;
 mod timeline;
 mod top;
@@ -200,6 +201,7 @@ impl Queryable for Head {
         check_range(range)?;
         let mut sums: HashMap<(u32, u32), i64> = HashMap::new();
         for id in self.index.select(selector.matchers()) {
+            interrupt::check()?;
             let Some(series) = self.series.get(id as usize) else {
                 continue;
             };
@@ -225,6 +227,7 @@ impl Queryable for Head {
     ) -> Result<(), QueryError> {
         check_range(range)?;
         for id in self.index.select(selector.matchers()) {
+            interrupt::check()?;
             let Some(series) = self.series.get(id as usize) else {
                 continue;
             };

@@ -12,7 +12,7 @@ use crate::error::{BlockError, QueryError};
 use crate::index::CompiledMatcher;
 use crate::model::{LabelSet, ProfileType, TimeRange};
 use crate::query::{
-    CompiledSelector, MergedProfile, Queryable, Timeline, check_range, sorted_label_sets,
+    CompiledSelector, MergedProfile, Queryable, Timeline, check_range, interrupt, sorted_label_sets,
 };
 use crate::wire::Reader;
 
@@ -232,6 +232,7 @@ impl Block {
         check_range(range)?;
         let mut sums = Sums::new();
         for id in self.index.select(selector.matchers()) {
+            interrupt::check()?;
             if let Some(series) = self.series.get(id as usize) {
                 sum_series(series, &mut sums).map_err(|e| self.corrupt_block(e))?;
             }
@@ -308,6 +309,7 @@ impl Queryable for Block {
     ) -> Result<(), QueryError> {
         check_range(range)?;
         for id in self.index.select(selector.matchers()) {
+            interrupt::check()?;
             let Some(series) = self.series.get(id as usize) else {
                 continue;
             };
