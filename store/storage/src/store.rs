@@ -83,11 +83,11 @@ use crate::bucket::{Bucket, CorruptBlock};
 use crate::error::StorageError;
 use crate::wal::ReplayReport;
 use catalog::{Catalog, View};
-pub use catalog::{Incomplete, record_incomplete};
+pub use catalog::{Incomplete, Listing, MAX_LISTED, record_incomplete, with_request_deadline};
 pub use config::{AcceptedTimes, StoreConfig};
 pub use health::{HealthProblem, StoreHealth};
 use ingest::Ingest;
-pub use ingest::{IngestAdmission, IngestTurn};
+pub use ingest::{IngestAdmission, IngestTurn, check_key, profile_key};
 pub use upkeep::CompactionReport;
 use upkeep::Upkeep;
 

@@ -9,9 +9,11 @@
 //! - `merge`: merges, answered from cached partials where they can be;
 //! - `listing`: listing the bucket again into the view;
 //! - `cache`: decoded blocks and merge partials, within a byte budget;
+//! - `deadline`: one deadline for all the visits of a request;
 //! - `incomplete`: what a query could not read, beside its answer.
 
 mod cache;
+mod deadline;
 mod incomplete;
 mod listing;
 mod merge;
@@ -28,7 +30,9 @@ use tokio::sync::Semaphore;
 use super::{StoreConfig, lock};
 use crate::error::StorageError;
 use cache::BlockCache;
+pub use deadline::with_request_deadline;
 pub use incomplete::{Incomplete, record_incomplete};
+pub use read::{Listing, MAX_LISTED};
 
 /// What queries read besides the live head.
 #[derive(Debug)]

@@ -20,6 +20,8 @@ pub(super) mod replay;
 mod time_window;
 mod write;
 
+pub use idempotency::{check_key, profile_key};
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};

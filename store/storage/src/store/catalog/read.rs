@@ -2,22 +2,40 @@
 //! upload, and every visible block overlapping the range (decoded blocks
 //! come from a bounded cache, else from the bucket).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::OwnedSemaphorePermit;
 
 use kiln_engine::model::{BlockMeta, LabelSet, Matcher, ProfileType, Selector, TimeRange};
+use kiln_engine::query::interrupt::run_interruptible;
 use kiln_engine::{
     Block, BlockError, CompiledMatcher, CompiledSelector, QueryError, Queryable, Timeline,
     compile_matchers,
 };
 
 use super::cache::Evicted;
+use super::deadline;
 use super::incomplete::{self, Incomplete};
 use crate::bucket::{BucketRanges, CorruptBlock};
 use crate::error::StorageError;
 use crate::store::{Shared, Store, allocator, lock, read};
+
+/// Most entries any listing holds or answers (label names, values, series,
+/// profile types), the smallest first: a store's series in the head are
+/// capped, but blocks hold what earlier heads held, so a listing of a long
+/// range has no bound of its own.
+pub const MAX_LISTED: usize = 1_000_000;
+
+/// A sorted listing, cut to its limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing<T> {
+    /// The first entries, sorted, without repeats.
+    pub entries: Vec<T>,
+    /// Whether entries past the limit were left out.
+    pub truncated: bool,
+}
 
 /// Bytes read from a block opened by range at a time: one request each
 /// from an object store, and what such a block holds beyond its tables.
@@ -228,14 +246,20 @@ impl Store {
         let shared = Arc::clone(&self.shared);
         let store = self.clone();
         let runtime = tokio::runtime::Handle::current();
-        let started = Instant::now();
         let timeout = shared.config.query_timeout;
-        let runner = self.query_runner().await?;
-        // Checked between parts, so a query over many blocks stops within
-        // one block's work of its deadline instead of holding its turn (and
+        // The request's deadline when it set one, so that its visits share
+        // one clock; the blocking thread below stops at it, or as soon as
+        // this future is dropped (`_cancel_on_drop`).
+        let deadline = deadline::visit_deadline(timeout);
+        let (interrupt, _cancel_on_drop) = deadline::interrupt_at(deadline);
+        let runner = self.query_runner(deadline).await?;
+        // Checked between parts, and inside each head's and block's scan
+        // between series (the engine's interrupt), so a query stops within
+        // one series' work of its deadline instead of holding its turn (and
         // a core) for as long as its range and selector make it run.
+        let stopped = interrupt.clone();
         let check_deadline = move |visited: usize, total: usize| {
-            if started.elapsed() > timeout {
+            if stopped.stopped().is_some() {
                 return Err(StorageError::QueryTimeout {
                     timeout,
                     visited,
@@ -245,33 +269,35 @@ impl Store {
             Ok(())
         };
         let (acc, mut missed) = tokio::task::spawn_blocking(move || {
-            let _runner = runner;
-            let compiled = compile().map_err(|source| StorageError::Query { source })?;
-            let visit = |q: &dyn Queryable, acc: &mut T| visit(&compiled, q, acc);
-            for attempt in 0..QUERY_ATTEMPTS {
-                let listings = store.listings_done();
-                let mut skipped = Vec::new();
-                if let Some(acc) = visit_snapshot(
-                    &shared,
-                    &runtime,
-                    range,
-                    new_acc(),
-                    (&visit, &cached),
-                    &check_deadline,
-                    &mut skipped,
-                )? {
-                    let missed = Incomplete {
-                        skipped_blocks: skipped,
-                        ..Incomplete::default()
-                    };
-                    return Ok((finish(acc), missed));
+            run_interruptible(interrupt, || {
+                let _runner = runner;
+                let compiled = compile().map_err(|source| StorageError::Query { source })?;
+                let visit = |q: &dyn Queryable, acc: &mut T| visit(&compiled, q, acc);
+                for attempt in 0..QUERY_ATTEMPTS {
+                    let listings = store.listings_done();
+                    let mut skipped = Vec::new();
+                    if let Some(acc) = visit_snapshot(
+                        &shared,
+                        &runtime,
+                        range,
+                        new_acc(),
+                        (&visit, &cached),
+                        &check_deadline,
+                        &mut skipped,
+                    )? {
+                        let missed = Incomplete {
+                            skipped_blocks: skipped,
+                            ..Incomplete::default()
+                        };
+                        return Ok((finish(acc), missed));
+                    }
+                    if attempt + 1 < QUERY_ATTEMPTS {
+                        runtime.block_on(store.relist_after(listings))?;
+                    }
                 }
-                if attempt + 1 < QUERY_ATTEMPTS {
-                    runtime.block_on(store.relist_after(listings))?;
-                }
-            }
-            Err(StorageError::QueryRaced {
-                attempts: QUERY_ATTEMPTS,
+                Err(StorageError::QueryRaced {
+                    attempts: QUERY_ATTEMPTS,
+                })
             })
         })
         .await
@@ -282,12 +308,11 @@ impl Store {
         Ok(acc)
     }
 
-    /// One of the `max_running_queries` turns, waited for at most the query
-    /// timeout.
-    async fn query_runner(&self) -> Result<OwnedSemaphorePermit, StorageError> {
-        let timeout = self.shared.config.query_timeout;
-        match tokio::time::timeout(
-            timeout,
+    /// One of the `max_running_queries` turns, waited for until `deadline`.
+    async fn query_runner(&self, deadline: Instant) -> Result<OwnedSemaphorePermit, StorageError> {
+        let waited = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout_at(
+            deadline.into(),
             Arc::clone(&self.shared.catalog.query_runners).acquire_owned(),
         )
         .await
@@ -296,7 +321,7 @@ impl Store {
             Ok(Err(_closed)) => Err(StorageError::ShuttingDown),
             Err(_elapsed) => Err(StorageError::QueriesBusy {
                 running: self.shared.config.max_running_queries,
-                waited: timeout,
+                waited,
             }),
         }
     }
@@ -309,7 +334,9 @@ impl Store {
         &self,
         work: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, StorageError> {
-        let runner = self.query_runner().await?;
+        let runner = self
+            .query_runner(deadline::visit_deadline(self.shared.config.query_timeout))
+            .await?;
         tokio::task::spawn_blocking(move || {
             let _runner = runner;
             work()
@@ -319,78 +346,149 @@ impl Store {
     }
 
     /// Runs `list` on the head and every block in `range` and returns the
-    /// union of what they list, sorted and without repeats.
+    /// union of what they list, sorted and without repeats: its first
+    /// `limit` entries, and whether any were left out.
+    ///
+    /// Truncated while collected, after each head and block: the set held
+    /// never passes `limit` entries plus one part's own list. Collecting
+    /// every block's entries and truncating at the end held them all: a
+    /// store with millions of series made any listing hold millions of
+    /// label sets, whatever `limit` the client asked for.
     async fn sorted_union<C, T, F>(
         &self,
         range: TimeRange,
         compile: impl FnOnce() -> Result<C, QueryError> + Send + 'static,
         list: F,
-    ) -> Result<Vec<T>, StorageError>
+        limit: usize,
+    ) -> Result<Listing<T>, StorageError>
     where
         C: Send + 'static,
         T: Ord + Send + 'static,
         F: Fn(&C, &dyn Queryable) -> Result<Vec<T>, QueryError> + Send + 'static,
     {
-        let mut all = self
-            .visit_all(range, compile, Vec::new, move |c, q, acc: &mut Vec<T>| {
-                acc.extend(list(c, q)?);
-                Ok(())
-            })
+        let (all, truncated) = self
+            .visit_all(
+                range,
+                compile,
+                || (BTreeSet::new(), false),
+                move |c, q, (acc, truncated): &mut (BTreeSet<T>, bool)| {
+                    acc.extend(list(c, q)?);
+                    while acc.len() > limit {
+                        acc.pop_last();
+                        *truncated = true;
+                    }
+                    Ok(())
+                },
+            )
             .await?;
-        all.sort();
-        all.dedup();
-        Ok(all)
+        Ok(Listing {
+            entries: all.into_iter().collect(),
+            truncated,
+        })
     }
 
     /// Profile types with data in `range`, sorted.
     pub async fn profile_types(&self, range: TimeRange) -> Result<Vec<ProfileType>, StorageError> {
-        self.sorted_union(range, || Ok(()), move |(), q| Ok(q.profile_types(range)))
-            .await
+        Ok(self
+            .sorted_union(
+                range,
+                || Ok(()),
+                move |(), q| Ok(q.profile_types(range)),
+                MAX_LISTED,
+            )
+            .await?
+            .entries)
     }
 
-    /// Label names of series matching `matchers` in `range`, sorted.
+    /// Label names of series matching `matchers` in `range`, sorted; the
+    /// first [`MAX_LISTED`].
     pub async fn label_names(
         &self,
         matchers: &[Matcher],
         range: TimeRange,
     ) -> Result<Vec<String>, StorageError> {
+        Ok(self
+            .label_names_within(matchers, range, MAX_LISTED)
+            .await?
+            .entries)
+    }
+
+    /// [`Store::label_names`], the first `limit`.
+    pub async fn label_names_within(
+        &self,
+        matchers: &[Matcher],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<Listing<String>, StorageError> {
         let matchers = matchers.to_vec();
         self.sorted_union(
             range,
             move || compile_matchers(&matchers),
             move |m: &Vec<CompiledMatcher>, q| q.label_names(m, range),
+            limit,
         )
         .await
     }
 
-    /// Values of label `name` among series matching `matchers`, sorted.
+    /// Values of label `name` among series matching `matchers`, sorted;
+    /// the first [`MAX_LISTED`].
     pub async fn label_values(
         &self,
         name: &str,
         matchers: &[Matcher],
         range: TimeRange,
     ) -> Result<Vec<String>, StorageError> {
+        Ok(self
+            .label_values_within(name, matchers, range, MAX_LISTED)
+            .await?
+            .entries)
+    }
+
+    /// [`Store::label_values`], the first `limit`.
+    pub async fn label_values_within(
+        &self,
+        name: &str,
+        matchers: &[Matcher],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<Listing<String>, StorageError> {
         let matchers = matchers.to_vec();
         let name = name.to_string();
         self.sorted_union(
             range,
             move || compile_matchers(&matchers),
             move |m: &Vec<CompiledMatcher>, q| q.label_values(&name, m, range),
+            limit,
         )
         .await
     }
 
-    /// Label sets of series matching `matchers` in `range`, sorted.
+    /// Label sets of series matching `matchers` in `range`, sorted; the
+    /// first [`MAX_LISTED`].
     pub async fn series(
         &self,
         matchers: &[Matcher],
         range: TimeRange,
     ) -> Result<Vec<LabelSet>, StorageError> {
+        Ok(self
+            .series_within(matchers, range, MAX_LISTED)
+            .await?
+            .entries)
+    }
+
+    /// [`Store::series`], the first `limit`.
+    pub async fn series_within(
+        &self,
+        matchers: &[Matcher],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<Listing<LabelSet>, StorageError> {
         let matchers = matchers.to_vec();
         self.sorted_union(
             range,
             move || compile_matchers(&matchers),
             move |m: &Vec<CompiledMatcher>, q| q.series(m, range),
+            limit,
         )
         .await
     }
@@ -450,6 +548,15 @@ where
     F: Fn(&dyn Queryable, &mut T) -> Result<(), QueryError>,
     K: Fn(&[BlockMeta], &mut T) -> Vec<bool>,
 {
+    // A scan stopped part way is the visit's deadline (or its request
+    // gone), reported as such.
+    let failed = |source: QueryError, visited: usize, total: usize| match source {
+        QueryError::Stopped { .. } => match check_deadline(visited, total) {
+            Err(timeout) => timeout,
+            Ok(()) => StorageError::Query { source },
+        },
+        source => StorageError::Query { source },
+    };
     let (frozen, metas) = {
         // The view is snapshotted under every shard's read lock: a cut
         // (which holds every write lock) moves data head -> frozen
@@ -463,10 +570,11 @@ where
             .cloned()
             .collect();
         drop(view);
+        let total = 1 + frozen.len() + metas.len();
         // Each shard is released once visited, so ingest into it goes on
         // while the others are read.
         for shard in shards {
-            visit(&*shard, &mut acc).map_err(|source| StorageError::Query { source })?;
+            visit(&*shard, &mut acc).map_err(|source| failed(source, 0, total))?;
         }
         (frozen, metas)
     };
@@ -474,7 +582,7 @@ where
     for (i, pending) in frozen.iter().enumerate() {
         check_deadline(1 + i, total)?;
         for head in &pending.heads {
-            visit(head, &mut acc).map_err(|source| StorageError::Query { source })?;
+            visit(head, &mut acc).map_err(|source| failed(source, 1 + i, total))?;
         }
     }
     let answered = cached(&metas, &mut acc);
@@ -521,7 +629,7 @@ where
                     });
                 }
             },
-            Err(source) => return Err(StorageError::Query { source }),
+            Err(source) => return Err(failed(source, 1 + frozen.len() + i, total)),
         }
     }
     Ok(Some(acc))

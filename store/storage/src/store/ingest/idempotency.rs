@@ -30,8 +30,13 @@ use crate::error::StorageError;
 pub const WINDOW_MS: i64 = 15 * 60 * 1000;
 /// At most this many keys are remembered (the oldest are forgotten first).
 pub const MAX_KEYS: usize = 200_000;
-/// Longest key accepted.
+/// Longest key a client may send.
 pub const MAX_KEY_BYTES: usize = 128;
+/// Longest key stored: a client's key, or the key of one profile of a
+/// series that carried several, `<client key>/<index>` ([`profile_key`]),
+/// whose index takes at most 20 digits. Within the keys file's one-byte
+/// length.
+pub const MAX_PROFILE_KEY_BYTES: usize = MAX_KEY_BYTES + 1 + 20;
 /// First bytes of the keys file, naming its format.
 pub const FILE_MAGIC: &[u8; 8] = b"KILNKEY2";
 
@@ -42,11 +47,31 @@ const ENTRY_OVERHEAD: usize = 1 + 8 + 4;
 /// Checks a client's key: 1 to [`MAX_KEY_BYTES`] bytes of text without
 /// control characters. Returns what is wrong, for the client.
 pub fn check_key(key: &str) -> Result<(), String> {
-    if key.is_empty() || key.len() > MAX_KEY_BYTES {
-        return Err(format!(
-            "{} bytes; a key is 1 to {MAX_KEY_BYTES} bytes",
-            key.len()
-        ));
+    check_key_within(key, MAX_KEY_BYTES)
+}
+
+/// Checks a key to store: a client's key that passed [`check_key`], or
+/// one derived from it by [`profile_key`], so up to
+/// [`MAX_PROFILE_KEY_BYTES`].
+pub fn check_profile_key(key: &str) -> Result<(), String> {
+    check_key_within(key, MAX_PROFILE_KEY_BYTES)
+}
+
+/// The key of profile `index` of the `count` in a series a client keyed
+/// `key`: the key itself for a series of one, else `<key>/<index>`. A
+/// client's longest key must still be usable on a series of several, so
+/// the stored keys may be longer than a client's ([`MAX_PROFILE_KEY_BYTES`]).
+pub fn profile_key(key: &str, index: usize, count: usize) -> String {
+    if count == 1 {
+        key.to_string()
+    } else {
+        format!("{key}/{index}")
+    }
+}
+
+fn check_key_within(key: &str, limit: usize) -> Result<(), String> {
+    if key.is_empty() || key.len() > limit {
+        return Err(format!("{} bytes; a key is 1 to {limit} bytes", key.len()));
     }
     if let Some((at, c)) = key.char_indices().find(|(_, c)| c.is_control()) {
         return Err(format!(
@@ -138,7 +163,8 @@ impl RecentKeys {
         let mut out = Vec::with_capacity(FILE_MAGIC.len() + self.order.len() * 64);
         out.extend_from_slice(FILE_MAGIC);
         for (key, at) in &self.order {
-            // Every key passed `check_key`; a longer one cannot be stored.
+            // Every key passed `check_profile_key`; a longer one cannot be
+            // stored.
             let Ok(len) = u8::try_from(key.len()) else {
                 continue;
             };
@@ -189,7 +215,7 @@ impl RecentKeys {
             at.copy_from_slice(&body[1..9]);
             let at = i64::from_le_bytes(at).min(now_ms);
             if let Ok(key) = std::str::from_utf8(&body[9..])
-                && check_key(key).is_ok()
+                && check_profile_key(key).is_ok()
             {
                 keys.remember(key.to_string(), at);
             }
@@ -292,6 +318,28 @@ mod tests {
         for good in ["agent-1/0001", "k", "日本語のキー", longest.as_str()] {
             assert_eq!(check_key(good), Ok(()), "{good:?}");
         }
+    }
+
+    /// A client's longest key names each profile of a series of several,
+    /// and those keys are stored, remembered and read back from the file.
+    #[test]
+    fn the_longest_client_key_keys_every_profile_of_a_long_series() {
+        let client = "k".repeat(MAX_KEY_BYTES);
+        assert_eq!(check_key(&client), Ok(()));
+        let last = profile_key(&client, usize::MAX, 2);
+        assert_eq!(last.len(), MAX_PROFILE_KEY_BYTES);
+        assert_eq!(check_profile_key(&last), Ok(()));
+        assert!(check_key(&last).is_err(), "not a key a client may send");
+        let mut keys = RecentKeys::default();
+        for index in [0, 1, usize::MAX] {
+            let key = profile_key(&client, index, 2);
+            assert_eq!(keys.begin(&key, 10), Begin::New);
+            keys.commit(&key, 10);
+        }
+        let file = keys.encode(10);
+        let mut loaded = RecentKeys::decode(&file, 11);
+        assert_eq!(loaded.begin(&last, 11), Begin::Stored);
+        assert_eq!(profile_key("k", 0, 1), "k");
     }
 
     #[test]

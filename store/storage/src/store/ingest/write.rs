@@ -75,8 +75,9 @@ impl Store {
     }
 
     /// Like [`Store::ingest`], for a profile the client named with an
-    /// idempotency key (1 to 128 bytes, no control characters; else a
-    /// client error): a profile with a key stored in
+    /// idempotency key (a key that passed [`idempotency::check_key`], or
+    /// one [`idempotency::profile_key`] derived from it; else a client error): a profile
+    /// with a key stored in
     /// the last 15 minutes is not stored again, and the answer is success
     /// (with empty stats), so a client that resends what it did not hear
     /// acknowledged (a batch cut short by a restart) stores it once instead
@@ -88,7 +89,7 @@ impl Store {
     ) -> Result<IngestStats, StorageError> {
         // The key is client text kept in memory, in the WAL and in the
         // keys file: bounded, and printable, so no key reads as more.
-        idempotency::check_key(key)
+        idempotency::check_profile_key(key)
             .map_err(|message| StorageError::InvalidIdempotencyKey { message })?;
         match lock(&self.shared.ingest.recent_keys).begin(key, now_ms()) {
             idempotency::Begin::Stored => return Ok(IngestStats::default()),
