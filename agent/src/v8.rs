@@ -14,10 +14,14 @@
 //! (process, SharedFunctionInfo) for the window. The frame goes into the
 //! stack as a tagged id ([`frames`]), named when profiles are built.
 //!
-//! Not yet read: functions that an optimizing compiler inlined into their
-//! caller (their frames live only in the optimized code's deoptimization
-//! data, whose layout V8 13 no longer exports), so such a sample names the
-//! caller alone; and the line being run (the line given is the function's
+//! Functions that Maglev or TurboFan inlined into a JIT frame's code have
+//! no frame of their own: the frame's pc finds its code object ([`code`]),
+//! whose source position table and deoptimization data name them
+//! ([`inlining`]); they go leafward of the frame, innermost first. Without
+//! the constants this needs (before V8 12), a sample names the optimized
+//! function alone.
+//!
+//! Not yet read: the line being run (the line given is the function's
 //! first).
 
 pub mod code;
