@@ -27,6 +27,8 @@ const MAX_HEAPS: u32 = 16;
 /// Steps back through a segment map at most: a blob of 1,024 × 254
 /// segments (16 MiB at 64-byte segments) is larger than any method.
 const MAX_SEGMENT_HOPS: usize = 1024;
+/// Bytes of a segment map read at once: four of the longest steps.
+const SEGMENT_MAP_READ: u64 = 1024;
 /// Longest blob name read.
 const MAX_BLOB_NAME: usize = 64;
 /// A segment map byte for a segment that belongs to no block.
@@ -81,28 +83,28 @@ pub fn read_heaps(
             table: "code heaps",
         });
     }
-    let len = read_u32(memory, array + layout.array_len)?;
+    let len = read_u32(memory, array.wrapping_add(layout.array_len))?;
     if len == 0 || len > MAX_HEAPS {
         return Err(VmStructsError::BadLayout {
             table: "code heaps",
             what: format!("{len} heaps"),
         });
     }
-    let data = read_u64(memory, array + layout.array_data)?;
+    let data = read_u64(memory, array.wrapping_add(layout.array_data))?;
     let mut heaps = Vec::with_capacity(len as usize);
     for i in 0..u64::from(len) {
         let heap = read_u64(memory, data.wrapping_add(i * 8))?;
         let low = read_u64(
             memory,
-            heap.wrapping_add(layout.heap_memory + layout.space_low),
+            heap.wrapping_add(layout.heap_memory.wrapping_add(layout.space_low)),
         )?;
         let high = read_u64(
             memory,
-            heap.wrapping_add(layout.heap_memory + layout.space_high),
+            heap.wrapping_add(layout.heap_memory.wrapping_add(layout.space_high)),
         )?;
         let segment_map = read_u64(
             memory,
-            heap.wrapping_add(layout.heap_segmap + layout.space_low),
+            heap.wrapping_add(layout.heap_segmap.wrapping_add(layout.space_low)),
         )?;
         let log2 = read_u32(memory, heap.wrapping_add(layout.heap_log2_segment_size))?;
         if low >= high || !(4..=16).contains(&log2) || segment_map == 0 {
@@ -123,17 +125,35 @@ pub fn read_heaps(
 
 /// The start of the block that holds `pc` in `heap` (HotSpot's
 /// `find_start`); `None` for a free or unused segment, or an unreadable or
-/// inconsistent map.
+/// inconsistent map. The map is read [`SEGMENT_MAP_READ`] bytes at a time
+/// back from the segment looked at, so a walk (or a forged map that steps
+/// back one segment at a time) costs a few reads, not one per step.
 pub fn block_start(memory: &dyn RemoteMemory, heap: &CodeHeap, pc: u64) -> Option<u64> {
     if pc < heap.low || pc >= heap.high {
         return None;
     }
     let mut segment = (pc - heap.low) >> heap.log2_segment_size;
-    let mut byte = [0u8; 1];
+    // The bytes read, for segments `first..first + read.len()`.
+    let mut first = 0u64;
+    let mut read: Vec<u8> = Vec::new();
     for _ in 0..MAX_SEGMENT_HOPS {
-        memory.read(heap.segment_map + segment, &mut byte).ok()?;
-        match byte[0] {
-            0 => return Some(heap.low + (segment << heap.log2_segment_size)),
+        if segment < first || segment - first >= read.len() as u64 {
+            first = segment.saturating_sub(SEGMENT_MAP_READ - 1);
+            read = vec![0; usize::try_from(segment - first + 1).ok()?];
+            if memory
+                .read(heap.segment_map.wrapping_add(first), &mut read)
+                .is_err()
+            {
+                // The bytes before may be unreadable: this one alone.
+                first = segment;
+                read = vec![0; 1];
+                memory
+                    .read(heap.segment_map.wrapping_add(segment), &mut read)
+                    .ok()?;
+            }
+        }
+        match read[usize::try_from(segment - first).ok()?] {
+            0 => return Some(heap.low.wrapping_add(segment << heap.log2_segment_size)),
             FREE_SEGMENT => return None,
             step => segment = segment.checked_sub(u64::from(step))?,
         }
@@ -151,32 +171,42 @@ pub fn find_blob(
     let heap = heaps.iter().find(|h| h.low <= pc && pc < h.high)?;
     let block = block_start(memory, heap, pc)?;
     let mut used = [0u8; 1];
-    memory.read(block + layout.block_used, &mut used).ok()?;
+    memory
+        .read(block.wrapping_add(layout.block_used), &mut used)
+        .ok()?;
     if used[0] == 0 {
         return None;
     }
-    let address = block + layout.heap_block_size;
-    let size = u64::from(read_u32(memory, address + layout.blob_size).ok()?);
+    let address = block.wrapping_add(layout.heap_block_size);
+    let size = u64::from(read_u32(memory, address.wrapping_add(layout.blob_size)).ok()?);
     let (code_begin, code_end) = match layout.blob_code {
         CodeBounds::Pointers { begin, end } => (
-            read_u64(memory, address + begin).ok()?,
-            read_u64(memory, address + end).ok()?,
+            read_u64(memory, address.wrapping_add(begin)).ok()?,
+            read_u64(memory, address.wrapping_add(end)).ok()?,
         ),
         CodeBounds::Offsets { code, data } => (
-            address + u64::from(read_u32(memory, address + code).ok()?),
-            address + u64::from(read_u32(memory, address + data).ok()?),
+            address.wrapping_add(u64::from(
+                read_u32(memory, address.wrapping_add(code)).ok()?,
+            )),
+            address.wrapping_add(u64::from(
+                read_u32(memory, address.wrapping_add(data)).ok()?,
+            )),
         ),
     };
-    if !(address <= code_begin && code_begin <= pc && pc < code_end && pc < address + size) {
+    if !(address <= code_begin
+        && code_begin <= pc
+        && pc < code_end
+        && address.checked_add(size).is_some_and(|end| pc < end))
+    {
         return None;
     }
     let frame_complete = read_signed(memory, address, layout.blob_frame_complete_offset)?;
     let frame_words = read_signed(memory, address, layout.blob_frame_size)?;
-    let name_pointer = read_u64(memory, address + layout.blob_name).ok()?;
+    let name_pointer = read_u64(memory, address.wrapping_add(layout.blob_name)).ok()?;
     let name = read_c_string(memory, name_pointer, MAX_BLOB_NAME)?;
     let kind = match name.as_str() {
         "nmethod" => BlobKind::Nmethod {
-            method: read_u64(memory, address + layout.nmethod_method).ok()?,
+            method: read_u64(memory, address.wrapping_add(layout.nmethod_method)).ok()?,
         },
         "Interpreter" => BlobKind::Interpreter,
         _ => BlobKind::Stub { name },
@@ -188,7 +218,7 @@ pub fn find_blob(
         code_end,
         frame_complete: u64::try_from(frame_complete)
             .ok()
-            .map(|offset| code_begin + offset),
+            .map(|offset| code_begin.wrapping_add(offset)),
         // A frame of over 1 MiB is no frame HotSpot makes.
         frame_bytes: u64::try_from(frame_words)
             .ok()

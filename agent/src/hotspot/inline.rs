@@ -123,7 +123,11 @@ pub fn read_scopes(
     layout: &InlineLayout,
     blob: u64,
 ) -> Option<NmethodScopes> {
-    let int = |offset: u64| read_u32(memory, blob + offset).ok().map(u64::from);
+    let int = |offset: u64| {
+        read_u32(memory, blob.wrapping_add(offset))
+            .ok()
+            .map(u64::from)
+    };
     let (pcs_begin, pcs_end, scopes_data, metadata, metadata_end) = match layout.sections {
         Sections::Header {
             pcs_offset,
@@ -131,12 +135,12 @@ pub fn read_scopes(
             metadata_offset,
             scopes_data_begin,
         } => {
-            let scopes_data = read_u64(memory, blob + scopes_data_begin).ok()?;
+            let scopes_data = read_u64(memory, blob.wrapping_add(scopes_data_begin)).ok()?;
             (
-                blob + int(pcs_offset)?,
-                blob + int(pcs_end_offset)?,
+                blob.wrapping_add(int(pcs_offset)?),
+                blob.wrapping_add(int(pcs_end_offset)?),
                 scopes_data,
-                blob + int(metadata_offset)?,
+                blob.wrapping_add(int(metadata_offset)?),
                 scopes_data,
             )
         }
@@ -148,8 +152,8 @@ pub fn read_scopes(
             mutable_data_size,
             relocation_size,
         } => {
-            let immutable = read_u64(memory, blob + immutable_data).ok()?;
-            let mutable = read_u64(memory, blob + mutable_data).ok()?;
+            let immutable = read_u64(memory, blob.wrapping_add(immutable_data)).ok()?;
+            let mutable = read_u64(memory, blob.wrapping_add(mutable_data)).ok()?;
             let scopes_data = immutable.checked_add(int(scopes_data_offset)?)?;
             (
                 immutable.checked_add(int(pcs_offset)?)?,
@@ -209,7 +213,7 @@ pub fn scopes_at(
     // chain in the older encoding is out of range in the newer one.
     while decode != 0 && found.len() < MAX_SCOPE_DEPTH {
         let mut header = [0u8; SCOPE_HEADER_BYTES];
-        let address = scopes.scopes_data + u64::from(decode);
+        let address = scopes.scopes_data.wrapping_add(u64::from(decode));
         // The last scope may end near the section's end: read less then.
         let read = [SCOPE_HEADER_BYTES, 8, 4]
             .into_iter()
@@ -229,7 +233,7 @@ pub fn scopes_at(
         if index == 0 || index > scopes.metadata_count {
             break;
         }
-        let Ok(method) = read_u64(memory, scopes.metadata + (index - 1) * 8) else {
+        let Ok(method) = read_u64(memory, scopes.metadata.wrapping_add((index - 1) * 8)) else {
             break;
         };
         // Stored plus one: -1 is "method entry".

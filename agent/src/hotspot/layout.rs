@@ -103,8 +103,9 @@ impl JvmLayout {
             space_low: tables.offset("VirtualSpace", "_low")?,
             space_high: tables.offset("VirtualSpace", "_high")?,
             heap_block_size: tables.size("HeapBlock")?,
-            block_used: tables.offset("HeapBlock::Header", "_used")?
-                + tables.offset("HeapBlock", "_header")?,
+            block_used: tables
+                .offset("HeapBlock::Header", "_used")?
+                .wrapping_add(tables.offset("HeapBlock", "_header")?),
             blob_name: tables.offset("CodeBlob", "_name")?,
             blob_size: tables.offset("CodeBlob", "_size")?,
             blob_frame_complete_offset: tables

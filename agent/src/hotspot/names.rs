@@ -28,24 +28,46 @@ pub fn read_method(
     layout: &JvmLayout,
     method: u64,
 ) -> Option<MethodName> {
-    let const_method = pointer(memory, method + layout.method_const_method)?;
-    let pool = pointer(memory, const_method + layout.const_method_constants)?;
-    let pool_length = read_u32(memory, pool + layout.pool_length).ok()?;
+    let const_method = pointer(memory, method.wrapping_add(layout.method_const_method))?;
+    let pool = pointer(
+        memory,
+        const_method.wrapping_add(layout.const_method_constants),
+    )?;
+    let pool_length = read_u32(memory, pool.wrapping_add(layout.pool_length)).ok()?;
     let symbol_at = |index: u16| -> Option<String> {
         if u32::from(index) >= pool_length || index == 0 {
             return None;
         }
-        let symbol = pointer(memory, pool + layout.pool_size + u64::from(index) * 8)?;
+        let symbol = pointer(
+            memory,
+            pool.wrapping_add(layout.pool_size)
+                .wrapping_add(u64::from(index) * 8),
+        )?;
         read_symbol(memory, layout, symbol)
     };
-    let name = symbol_at(read_u16(memory, const_method + layout.const_method_name_index).ok()?)?;
-    let signature =
-        symbol_at(read_u16(memory, const_method + layout.const_method_signature_index).ok()?)?;
-    let holder = pointer(memory, pool + layout.pool_holder)?;
-    let class = read_symbol(memory, layout, pointer(memory, holder + layout.klass_name)?)?;
+    let name = symbol_at(
+        read_u16(
+            memory,
+            const_method.wrapping_add(layout.const_method_name_index),
+        )
+        .ok()?,
+    )?;
+    let signature = symbol_at(
+        read_u16(
+            memory,
+            const_method.wrapping_add(layout.const_method_signature_index),
+        )
+        .ok()?,
+    )?;
+    let holder = pointer(memory, pool.wrapping_add(layout.pool_holder))?;
+    let class = read_symbol(
+        memory,
+        layout,
+        pointer(memory, holder.wrapping_add(layout.klass_name))?,
+    )?;
     let file = layout
         .pool_source_file_index
-        .and_then(|offset| read_u16(memory, pool + offset).ok())
+        .and_then(|offset| read_u16(memory, pool.wrapping_add(offset)).ok())
         .and_then(symbol_at)
         .unwrap_or_default();
     Some(MethodName {
@@ -56,12 +78,14 @@ pub fn read_method(
 
 /// A `Symbol`'s text.
 fn read_symbol(memory: &dyn RemoteMemory, layout: &JvmLayout, symbol: u64) -> Option<String> {
-    let length = read_u16(memory, symbol + layout.symbol_length).ok()?;
+    let length = read_u16(memory, symbol.wrapping_add(layout.symbol_length)).ok()?;
     if length == 0 || length > MAX_SYMBOL_BYTES {
         return None;
     }
     let mut bytes = vec![0u8; usize::from(length)];
-    memory.read(symbol + layout.symbol_body, &mut bytes).ok()?;
+    memory
+        .read(symbol.wrapping_add(layout.symbol_body), &mut bytes)
+        .ok()?;
     // Modified UTF-8; names in practice are plain UTF-8.
     String::from_utf8(bytes).ok()
 }
@@ -81,9 +105,13 @@ pub fn bytecode_index(
     method: u64,
     bcp: u64,
 ) -> Option<u32> {
-    let const_method = pointer(memory, method + layout.method_const_method)?;
-    let code_size = read_u16(memory, const_method + layout.const_method_code_size).ok()?;
-    let codes = const_method + layout.const_method_size;
+    let const_method = pointer(memory, method.wrapping_add(layout.method_const_method))?;
+    let code_size = read_u16(
+        memory,
+        const_method.wrapping_add(layout.const_method_code_size),
+    )
+    .ok()?;
+    let codes = const_method.wrapping_add(layout.const_method_size);
     let index = bcp.checked_sub(codes)?;
     (index < u64::from(code_size)).then_some(index as u32)
 }
@@ -96,13 +124,19 @@ pub fn line_of(memory: &dyn RemoteMemory, layout: &JvmLayout, method: u64, bci: 
 
 fn read_line(memory: &dyn RemoteMemory, layout: &JvmLayout, method: u64, bci: u32) -> Option<u32> {
     let flag = layout.has_line_number_table?;
-    let const_method = pointer(memory, method + layout.method_const_method)?;
+    let const_method = pointer(memory, method.wrapping_add(layout.method_const_method))?;
     let flags = super::code_cache::read_signed(memory, const_method, layout.const_method_flags?)?;
     if flags & i64::from(flag) == 0 {
         return None;
     }
-    let code_size = read_u16(memory, const_method + layout.const_method_code_size).ok()?;
-    let table = const_method + layout.const_method_size + u64::from(code_size);
+    let code_size = read_u16(
+        memory,
+        const_method.wrapping_add(layout.const_method_code_size),
+    )
+    .ok()?;
+    let table = const_method
+        .wrapping_add(layout.const_method_size)
+        .wrapping_add(u64::from(code_size));
     // The table's length is only known by decoding it: read up to the cap,
     // less if that crosses into an unreadable page.
     let mut bytes = vec![0u8; MAX_LINE_TABLE_BYTES];

@@ -143,7 +143,7 @@ fn read_str(
     let chars = usize::try_from(length)
         .unwrap_or(usize::MAX)
         .min(MAX_STRING_BYTES / kind);
-    let raw = memory.read_vec(address + u64::from(data), chars * kind)?;
+    let raw = memory.read_vec(address.wrapping_add(u64::from(data)), chars * kind)?;
     let text: String = match kind {
         1 => raw.iter().map(|&b| char::from(b)).collect(),
         2 => raw
@@ -165,13 +165,16 @@ fn read_bytes(
     address: u64,
 ) -> Result<Box<[u8]>, MemoryReadError> {
     let mut size = [0u8; 8];
-    memory.read(address + u64::from(offsets.bytes_size), &mut size)?;
+    memory.read(
+        address.wrapping_add(u64::from(offsets.bytes_size)),
+        &mut size,
+    )?;
     let size = usize::try_from(i64::from_le_bytes(size)).unwrap_or(usize::MAX);
     if size > MAX_LINE_TABLE_BYTES {
         return Ok(Box::default());
     }
     Ok(memory
-        .read_vec(address + u64::from(offsets.bytes_data), size)?
+        .read_vec(address.wrapping_add(u64::from(offsets.bytes_data)), size)?
         .into_boxed_slice())
 }
 

@@ -213,7 +213,10 @@ fn read_array_element(
     if index >= len {
         return Ok(None);
     }
-    Ok(Some(read_u64(memory, items + index * 8)?))
+    // Forged pointers and lengths wrap to an unreadable address, never
+    // overflow.
+    let item = items.wrapping_add(index.wrapping_mul(8));
+    Ok(Some(read_u64(memory, item)?))
 }
 
 /// The file an iseq's `pathobj` names: its real path when it has one.
@@ -241,8 +244,9 @@ pub fn read_iseq(
     if flags & T_MASK != T_IMEMO || (flags >> 12) & 0xf != IMEMO_ISEQ {
         return Err(IseqReadError::NotIseq { address });
     }
-    let body = read_u64(memory, address + u64::from(offsets.iseq_body))?;
-    let at = |offset: u16| body + u64::from(offset);
+    let body = read_u64(memory, address.wrapping_add(u64::from(offsets.iseq_body)))?;
+    // A forged body near 2^64 wraps to an unreadable address.
+    let at = |offset: u16| body.wrapping_add(u64::from(offset));
     let label = read_string(memory, read_u64(memory, at(offsets.body_label))?)?.unwrap_or_default();
     let path = read_path(memory, read_u64(memory, at(offsets.body_pathobj))?)?;
     // A Fixnum: (n << 1) | 1.
