@@ -405,6 +405,20 @@ impl AgentMetrics {
             let values = values.iter().map(|(k, v)| (*k, *v)).collect();
             families.push(Family::counters_by(name, help, label, values));
         }
+        let (reads_ok, reads_failed, read_bytes) = crate::python::memory::read_totals();
+        families.push(Family::counters_by(
+            "kiln_agent_runtime_memory_reads_total",
+            "Reads of profiled processes' memory by the runtimes' readers (HotSpot, V8, \
+             Ruby, CPython), by result: ok, or rejected (unmapped or unreadable memory, \
+             which forged or freed runtime structures point at).",
+            "result",
+            vec![("ok", reads_ok), ("rejected", reads_failed)],
+        ));
+        families.push(Family::counter(
+            "kiln_agent_runtime_memory_read_bytes_total",
+            "Bytes copied from profiled processes' memory by the runtimes' readers.",
+            read_bytes,
+        ));
         for (name, help, values) in [
             (
                 "kiln_agent_v8_processes_total",

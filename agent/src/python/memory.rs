@@ -1,5 +1,34 @@
 //! Reads another process's memory with `process_vm_readv` (the agent holds
-//! CAP_SYS_PTRACE or is root). Every read is bounded by its buffer.
+//! CAP_SYS_PTRACE or is root). Every read is bounded by its buffer, and
+//! counted ([`read_totals`]): what the runtimes' readers cost, and how
+//! many of their reads a process's memory refused, for `/metrics`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Reads of runtime memory that succeeded, failed, and bytes copied.
+static READS_OK: AtomicU64 = AtomicU64::new(0);
+static READS_FAILED: AtomicU64 = AtomicU64::new(0);
+static READ_BYTES: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Bytes this thread has copied: what one reader's call cost.
+    static THREAD_BYTES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Bytes the calling thread has copied from other processes so far.
+pub fn thread_read_bytes() -> u64 {
+    THREAD_BYTES.with(std::cell::Cell::get)
+}
+
+/// Cumulative reads of other processes' memory: (succeeded, failed,
+/// bytes copied), across every runtime reader in the agent.
+pub fn read_totals() -> (u64, u64, u64) {
+    (
+        READS_OK.load(Ordering::Relaxed),
+        READS_FAILED.load(Ordering::Relaxed),
+        READ_BYTES.load(Ordering::Relaxed),
+    )
+}
 
 /// A read of process memory that failed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -52,6 +81,13 @@ impl ProcessMemory {
         // its length for the whole call; the remote iovec is only read by
         // the kernel, which checks it against the target's address space.
         let read = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if read as usize == buffer.len() {
+            READS_OK.fetch_add(1, Ordering::Relaxed);
+            READ_BYTES.fetch_add(buffer.len() as u64, Ordering::Relaxed);
+            THREAD_BYTES.with(|bytes| bytes.set(bytes.get().saturating_add(buffer.len() as u64)));
+        } else {
+            READS_FAILED.fetch_add(1, Ordering::Relaxed);
+        }
         if read < 0 {
             return Err(error(
                 std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
