@@ -20,6 +20,7 @@ pub mod interpreter;
 pub mod line_table;
 pub mod memory;
 pub mod offsets;
+pub mod read_budget;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,6 +42,11 @@ impl LookupError for InterpreterError {
     }
 }
 use memory::ProcessMemory;
+use read_budget::WindowReads;
+
+/// Bytes of code objects read per process and window at most: a real
+/// program's are read once, in far less; forged ones cannot cost more.
+const READ_BYTES_PER_WINDOW: u64 = 16 << 20;
 
 /// Bounds of the Python unwinder's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +82,8 @@ pub struct PythonStats {
 pub struct PythonUnwinder {
     interpreters: RuntimeProcesses<Interpreter>,
     codes: CodeCache,
+    /// Objects that failed this window, and bytes read per process.
+    reads: WindowReads,
     frames: PythonFrameTable,
     stats: PythonStats,
 }
@@ -86,6 +94,7 @@ impl PythonUnwinder {
         PythonUnwinder {
             interpreters: RuntimeProcesses::new("python"),
             codes: CodeCache::new(config.code_cache_bytes),
+            reads: WindowReads::new(READ_BYTES_PER_WINDOW),
             frames: PythonFrameTable::new(config.frames_per_window),
             stats: PythonStats::default(),
         }
@@ -180,7 +189,17 @@ impl PythonUnwinder {
         if let Some(info) = self.codes.get(cache_key) {
             return Some(info);
         }
-        match code::read_code(memory, &interpreter.offsets, interpreter.code_type, address) {
+        let read = self.reads.read(key, address, || {
+            code::read_code(memory, &interpreter.offsets, interpreter.code_type, address)
+        });
+        let read = match read {
+            Ok(read) => read,
+            Err(skipped) => {
+                *self.stats.code_reads.entry(skipped.reason()).or_default() += 1;
+                return None;
+            }
+        };
+        match read {
             Ok(info) => {
                 *self.stats.code_reads.entry("ok").or_default() += 1;
                 let info = Arc::new(info);
@@ -206,6 +225,7 @@ impl PythonUnwinder {
     /// Ends a window: its frame ids are no longer referenced.
     pub fn end_window(&mut self) {
         self.frames.clear();
+        self.reads.end_window();
     }
 
     /// Cumulative counts.

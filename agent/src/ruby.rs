@@ -28,6 +28,7 @@ use crate::metrics::AgentMetrics;
 use crate::process_info::{ProcessSnapshot, ProcessTable};
 use crate::python::frames::{self, PYTHON_FRAME_TAG};
 use crate::python::memory::ProcessMemory;
+use crate::python::read_budget::WindowReads;
 use crate::runtime_processes::{LookupError, RuntimeProcesses};
 use crate::sample_source::SampleSource;
 
@@ -42,6 +43,11 @@ impl LookupError for RubyVmError {
         RubyVmError::reason(self)
     }
 }
+
+/// Bytes of iseqs read per process and window at most: a real program's
+/// are read once, in far less; forged ones (each claiming the largest
+/// tables accepted, a new one in every frame) cannot cost more.
+const READ_BYTES_PER_WINDOW: u64 = 16 << 20;
 
 /// Set, with the Python tag, on entries that name Ruby frames.
 pub const RUBY_FRAME_TAG: u64 = 1 << 62;
@@ -95,6 +101,8 @@ pub struct RubyUnwinder {
     old: HashMap<(u32, u64, u64), Arc<IseqInfo>>,
     young_bytes: usize,
     half_budget: usize,
+    /// Objects that failed this window, and bytes read per process.
+    reads: WindowReads,
     frames: FrameTable<RubyTag>,
     stats: RubyStats,
 }
@@ -108,6 +116,7 @@ impl RubyUnwinder {
             old: HashMap::new(),
             young_bytes: 0,
             half_budget: (config.iseq_cache_bytes / 2).max(1),
+            reads: WindowReads::new(READ_BYTES_PER_WINDOW),
             frames: FrameTable::new(config.frames_per_window),
             stats: RubyStats::default(),
         }
@@ -199,12 +208,18 @@ impl RubyUnwinder {
         }
         let info = match self.old.remove(&cache_key) {
             Some(info) => info,
-            None => match iseq::read_iseq(memory, &vm.offsets, address) {
-                Ok(info) => {
+            None => match self.reads.read(key, address, || {
+                iseq::read_iseq(memory, &vm.offsets, address)
+            }) {
+                Err(skipped) => {
+                    *self.stats.iseq_reads.entry(skipped.reason()).or_default() += 1;
+                    return None;
+                }
+                Ok(Ok(info)) => {
                     *self.stats.iseq_reads.entry("ok").or_default() += 1;
                     Arc::new(info)
                 }
-                Err(error) => {
+                Ok(Err(error)) => {
                     let reason = match error {
                         iseq::IseqReadError::Memory(_) => "unreadable",
                         iseq::IseqReadError::NotIseq { .. } => "not_iseq",
@@ -232,6 +247,7 @@ impl RubyUnwinder {
     /// Ends a window: its frame ids are no longer referenced.
     pub fn end_window(&mut self) {
         self.frames.clear();
+        self.reads.end_window();
     }
 
     /// Cumulative counts.
