@@ -1,7 +1,7 @@
 //! The real agent on the real machine: the `kiln-agent` binary samples real
 //! programs on the real kernel ([`sampling`], [`unwinding`], [`python_frames`]), and
 //! runs in Kubernetes mode against pods on a real containerd ([`cri_e2e`],
-//! [`cri_python`], [`cri_hostile_pods`], [`cri_same_path`],
+//! [`cri_python`], [`cri_hostile_pods`], [`cri_hostile_runtimes`], [`cri_same_path`],
 //! [`cri_rates`]); [`python_offsets`] checks the
 //! CPython offsets table against the interpreters' own headers.
 //!
@@ -24,6 +24,7 @@ mod python_program;
 
 mod cri_e2e;
 mod cri_hostile_pods;
+mod cri_hostile_runtimes;
 mod cri_python;
 mod cri_rates;
 mod cri_same_path;
