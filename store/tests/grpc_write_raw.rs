@@ -468,3 +468,41 @@ async fn a_batch_resent_with_its_idempotency_keys_is_stored_once() {
     assert_eq!(pod_total(&store, "once-a"), 80_000_000);
     assert_eq!(pod_total(&store, "once-b"), 160_000_000);
 }
+
+/// A key of the longest length a client may send (128 bytes) keys a series
+/// of several profiles too, though each profile's stored key is longer (the
+/// profile's index is added to it): it is stored once, and a longer key is
+/// refused for its series alone, with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_key_a_client_may_send_keys_a_series_of_several_profiles() {
+    let store = StoreProcess::start(KILN_STORE, &[]);
+    let mut writer = client(&store).await;
+    let now = now_nanos();
+    let batch = |pod: &str, key: String| WriteRawRequest {
+        series: vec![series(
+            &[("__name__", "process_cpu"), ("pod", pod)],
+            vec![cpu_profile(now), cpu_profile(now)],
+        )],
+        kiln_idempotency_keys: vec![key],
+        ..Default::default()
+    };
+    let longest = "k".repeat(128);
+    for _ in 0..2 {
+        writer
+            .write_raw(batch("long-key", longest.clone()))
+            .await
+            .expect("stored");
+    }
+    assert_eq!(pod_total(&store, "long-key"), 80_000_000, "stored once");
+    let status = writer
+        .write_raw(batch("too-long-key", "k".repeat(129)))
+        .await
+        .expect_err("a key over 128 bytes");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("idempotency key"),
+        "{}",
+        status.message()
+    );
+    assert_eq!(pod_total(&store, "too-long-key"), 0);
+}

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use kiln_api::parca::profilestore::v1alpha1::WriteRawRequest;
 use kiln_api::push::v1::PushRequest;
+use kiln_storage::store::{check_key, profile_key};
 
 use crate::config::Limits;
 use crate::error::ApiError;
@@ -28,15 +29,6 @@ pub struct SeriesUploads {
     pub uploads: Result<Vec<ProfileUpload>, UploadError>,
     /// The client's idempotency key of each profile, if it sent keys.
     pub keys: Vec<Option<String>>,
-}
-
-/// The key of profile `index` of `count` in a series keyed `key`.
-fn profile_key(key: &str, index: usize, count: usize) -> String {
-    if count == 1 {
-        key.to_string()
-    } else {
-        format!("{key}/{index}")
-    }
 }
 
 /// Why one series was not stored entirely.
@@ -188,8 +180,17 @@ fn split_series(
         let keys = (0..count)
             .map(|j| key.as_deref().map(|k| profile_key(k, j, count)))
             .collect();
+        // The client's key is checked as sent, before a profile's index
+        // lengthens it: any key a client may send keys a series of any
+        // length, and one it may not is refused whatever the series holds.
+        let bad_key = key.as_deref().and_then(|k| check_key(k).err());
         let uploads = if profiles.is_empty() {
             Err(UploadError::EmptySeries { series: index })
+        } else if let Some(message) = bad_key {
+            Err(UploadError::BadIdempotencyKey {
+                series: index,
+                message,
+            })
         } else {
             checked_labels(index, labels, limits).and_then(|labels| {
                 let labels = Arc::new(labels);

@@ -111,6 +111,14 @@ pub enum UploadError {
         /// Index of the series in the request.
         series: usize,
     },
+    /// A series' idempotency key is empty, too long or not printable.
+    #[error("series {series}: bad idempotency key: {message}")]
+    BadIdempotencyKey {
+        /// Index of the series in the request.
+        series: usize,
+        /// What is wrong with it.
+        message: String,
+    },
     /// A sample carries no profile bytes.
     #[error("series {series}, sample {sample}: raw_profile is empty")]
     EmptyProfile {
@@ -135,6 +143,7 @@ impl UploadError {
             Self::TooManyProfiles { .. } => "too_many_profiles",
             Self::TooManySeries { .. } => "too_many_series",
             Self::EmptySeries { .. } => "empty_series",
+            Self::BadIdempotencyKey { .. } => "invalid_idempotency_key",
         }
     }
 }

@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use kiln_engine::MergedProfile;
 use kiln_engine::model::{LabelSet, MatchOp, Matcher, PROFILE_TYPE_LABEL, Selector, TimeRange};
 use kiln_storage::Store;
+use kiln_storage::store::with_request_deadline;
 
 use crate::error::ApiError;
 
@@ -141,13 +142,17 @@ pub fn group_selector(selector: &Selector, group_by: &[String], values: &[String
 /// Runs `query`, every visit of it together, within one query deadline
 /// (the store's query timeout): a grouped query makes a visit per group,
 /// and each visit's own deadline would let one request run for the
-/// deadline times its groups while it holds a query slot.
+/// deadline times its groups while it holds a query slot. Each visit
+/// stops at the request's deadline, its scans too, and a visit still
+/// running when the deadline fires here is told to stop (dropping it
+/// cancels it), rather than scanning on for an answer no one will read.
 pub async fn within_deadline<T>(
     store: &Store,
     query: impl Future<Output = Result<T, ApiError>>,
 ) -> Result<T, ApiError> {
     let timeout = store.config().query_timeout;
-    tokio::time::timeout(timeout, query)
+    let deadline = std::time::Instant::now() + timeout;
+    tokio::time::timeout(timeout, with_request_deadline(deadline, query))
         .await
         .map_err(|_| ApiError::QueryDeadline { timeout })?
 }

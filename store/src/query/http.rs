@@ -129,16 +129,14 @@ pub async fn profile_types(State(state): State<AppState>, RawQuery(query): RawQu
 
 /// Most entries a listing answers by default, and at most (`limit`).
 const DEFAULT_LISTING_LIMIT: usize = 10_000;
-const MAX_LISTING_LIMIT: usize = 1_000_000;
+const MAX_LISTING_LIMIT: usize = kiln_storage::store::MAX_LISTED;
 
-/// Keeps the first `limit` entries (the listing is sorted) and says whether
-/// any were left out, so a listing is complete or marked partial, and a
-/// store with millions of series cannot be made to answer all of them.
-fn truncate_listing<T>(entries: &mut Vec<T>, params: &Params) -> Result<bool, ApiError> {
-    let limit = params.number("limit", DEFAULT_LISTING_LIMIT, MAX_LISTING_LIMIT)?;
-    let truncated = entries.len() > limit;
-    entries.truncate(limit);
-    Ok(truncated)
+/// The listing's `limit`: the store collects the first `limit` entries
+/// (listings are sorted) and says whether any were left out, so a listing
+/// is complete or marked partial, and a store with millions of series
+/// cannot be made to hold or answer all of them.
+fn listing_limit(params: &Params) -> Result<usize, ApiError> {
+    params.number("limit", DEFAULT_LISTING_LIMIT, MAX_LISTING_LIMIT)
 }
 
 /// `GET /api/v1/labels`.
@@ -147,9 +145,12 @@ pub async fn label_names(State(state): State<AppState>, RawQuery(query): RawQuer
     timed(&state, "labels", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
         let matchers = optional_matchers(store, &params, range).await?;
-        let mut names = store.label_names(&matchers, range).await?;
-        let truncated = truncate_listing(&mut names, &params)?;
-        Ok(Json(LabelNames { names, truncated }))
+        let limit = listing_limit(&params)?;
+        let listing = store.label_names_within(&matchers, range, limit).await?;
+        Ok(Json(LabelNames {
+            names: listing.entries,
+            truncated: listing.truncated,
+        }))
     })
     .await
 }
@@ -164,12 +165,14 @@ pub async fn label_values(
     timed(&state, "label_values", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
         let matchers = optional_matchers(store, &params, range).await?;
-        let mut values = store.label_values(&name, &matchers, range).await?;
-        let truncated = truncate_listing(&mut values, &params)?;
+        let limit = listing_limit(&params)?;
+        let listing = store
+            .label_values_within(&name, &matchers, range, limit)
+            .await?;
         Ok(Json(LabelValues {
             name,
-            values,
-            truncated,
+            values: listing.entries,
+            truncated: listing.truncated,
         }))
     })
     .await
@@ -181,9 +184,11 @@ pub async fn series(State(state): State<AppState>, RawQuery(query): RawQuery) ->
     timed(&state, "series", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
         let matchers = optional_matchers(store, &params, range).await?;
-        let mut series = store.series(&matchers, range).await?;
-        let truncated = truncate_listing(&mut series, &params)?;
-        let series = series
+        let limit = listing_limit(&params)?;
+        let listing = store.series_within(&matchers, range, limit).await?;
+        let truncated = listing.truncated;
+        let series = listing
+            .entries
             .iter()
             .map(|set| {
                 set.iter()
