@@ -23,6 +23,7 @@ use tower::ServiceExt as _;
 
 use crate::error::ApiError;
 use crate::state::{AppState, SharedPermit, WritePermit};
+use crate::wire::body::append_reserved;
 
 /// The length-prefixed message framing: a compressed flag and a u32 length.
 const FRAME_HEADER_BYTES: usize = 5;
@@ -138,7 +139,11 @@ fn inflate_frames(
     limit: usize,
     reserve: &mut impl FnMut(usize) -> Result<(), kiln_storage::StorageError>,
 ) -> Result<Vec<u8>, ApiError> {
+    // The wire's length was reserved as it was read (twice over): the
+    // frames copied as they are fit that. What inflating adds past it is
+    // reserved before the buffer grows.
     let mut out = Vec::with_capacity(wire.len());
+    let mut held = out.capacity();
     let mut rest = wire;
     while rest.len() >= FRAME_HEADER_BYTES {
         let compressed = rest[0] == 1;
@@ -147,11 +152,23 @@ fn inflate_frames(
             break; // truncated: tonic reports it
         };
         if !compressed {
-            out.extend_from_slice(&rest[..FRAME_HEADER_BYTES + len]);
+            append_reserved(
+                &mut out,
+                &rest[..FRAME_HEADER_BYTES + len],
+                usize::MAX,
+                &mut held,
+                reserve,
+            )?;
         } else {
             let header_at = out.len();
-            out.extend_from_slice(&[0; FRAME_HEADER_BYTES]);
-            let inflated = inflate_into(message, limit, &mut out, reserve)?;
+            append_reserved(
+                &mut out,
+                &[0; FRAME_HEADER_BYTES],
+                usize::MAX,
+                &mut held,
+                reserve,
+            )?;
+            let inflated = inflate_into(message, limit, &mut out, &mut held, reserve)?;
             let len = u32::try_from(inflated).map_err(|_| ApiError::GrpcMessageTooLarge {
                 stage: INFLATED,
                 limit,
@@ -160,7 +177,7 @@ fn inflate_frames(
         }
         rest = &rest[FRAME_HEADER_BYTES + len..];
     }
-    out.extend_from_slice(rest);
+    append_reserved(&mut out, rest, usize::MAX, &mut held, reserve)?;
     Ok(out)
 }
 
@@ -169,6 +186,7 @@ fn inflate_into(
     message: &[u8],
     limit: usize,
     out: &mut Vec<u8>,
+    held: &mut usize,
     reserve: &mut impl FnMut(usize) -> Result<(), kiln_storage::StorageError>,
 ) -> Result<usize, ApiError> {
     let mut decoder = flate2::read::GzDecoder::new(message);
@@ -188,8 +206,7 @@ fn inflate_into(
                 limit,
             });
         }
-        reserve(read)?;
-        out.extend_from_slice(&step[..read]);
+        append_reserved(out, &step[..read], usize::MAX, held, reserve)?;
     }
 }
 
@@ -226,10 +243,18 @@ mod tests {
         let mut expected = frame(false, &message);
         expected.extend(frame(false, b"next"));
         assert_eq!(out, expected);
-        assert_eq!(
-            reserved,
-            message.len(),
-            "every inflated byte, before it is kept"
+        // Every byte the buffer grows by past the wire (reserved as it was
+        // read) is reserved before it is allocated: the buffer's capacity,
+        // not only its length, doubling at most.
+        assert!(
+            out.capacity() <= wire.len() + reserved,
+            "capacity {} against {} reserved",
+            out.capacity(),
+            wire.len() + reserved
+        );
+        assert!(
+            reserved >= message.len() - wire.len() && reserved <= 2 * message.len(),
+            "{reserved}"
         );
     }
 

@@ -22,23 +22,35 @@ use crate::error::ApiError;
 /// (it counts whole KiB) costs little.
 const STEP_BYTES: usize = 64 << 10;
 
-/// What has been reserved of a budget for one growing buffer, asked for in
-/// [`STEP_BYTES`] steps ahead of the buffer.
-struct Reserved<'r, E> {
-    held: usize,
-    reserve: &'r mut (dyn FnMut(usize) -> Result<(), E> + Send),
-}
-
-impl<E: Into<ApiError>> Reserved<'_, E> {
-    /// Makes sure `len` bytes in all are reserved.
-    fn cover(&mut self, len: usize) -> Result<(), ApiError> {
-        if len > self.held {
-            let more = (len - self.held).max(STEP_BYTES);
-            (self.reserve)(more).map_err(Into::into)?;
-            self.held += more;
+/// Appends `data` to `out`, which holds `held` bytes of a budget: when
+/// `out` must grow, the growth (double its capacity, at least a step, at
+/// most `cap` or what `data` needs) is asked of `reserve` before it is
+/// allocated. A `Vec` left to grow by itself doubles past what was
+/// reserved, so a buffer reserved by the bytes it holds could take twice
+/// its reservation; here its capacity never passes `held`.
+pub fn append_reserved<E>(
+    out: &mut Vec<u8>,
+    data: &[u8],
+    cap: usize,
+    held: &mut usize,
+    reserve: &mut dyn FnMut(usize) -> Result<(), E>,
+) -> Result<(), E> {
+    let len = out.len().saturating_add(data.len());
+    if len > out.capacity() {
+        let capacity = out
+            .capacity()
+            .saturating_mul(2)
+            .max(STEP_BYTES)
+            .min(cap)
+            .max(len);
+        if capacity > *held {
+            reserve(capacity - *held)?;
+            *held = capacity;
         }
-        Ok(())
+        out.reserve_exact(capacity - out.len());
     }
+    out.extend_from_slice(data);
+    Ok(())
 }
 
 /// [`read_body`], asking `reserve` for the bytes before they are kept, so
@@ -49,7 +61,7 @@ pub async fn read_body_reserving<E: Into<ApiError>>(
     timeout: Duration,
     reserve: &mut (dyn FnMut(usize) -> Result<(), E> + Send),
 ) -> Result<Vec<u8>, ApiError> {
-    let mut reserved = Reserved { held: 0, reserve };
+    let mut held = 0;
     let read = async {
         let mut body = body;
         let mut out = Vec::new();
@@ -62,8 +74,7 @@ pub async fn read_body_reserving<E: Into<ApiError>>(
             if len > limit {
                 return Err(ApiError::TooLarge { limit });
             }
-            reserved.cover(len)?;
-            out.extend_from_slice(&data);
+            append_reserved(&mut out, &data, limit, &mut held, reserve).map_err(Into::into)?;
         }
         Ok(out)
     };
@@ -134,15 +145,11 @@ pub fn inflate_reserving<E>(
         if read == 0 {
             return Ok(out);
         }
-        let len = out.len().saturating_add(read);
-        if len > limit {
+        if out.len().saturating_add(read) > limit {
             return Err(InflateError::TooLarge { limit });
         }
-        if len > held {
-            reserve(STEP_BYTES).map_err(InflateError::Reserve)?;
-            held += STEP_BYTES;
-        }
-        out.extend_from_slice(&step[..read]);
+        append_reserved(&mut out, &step[..read], limit, &mut held, reserve)
+            .map_err(InflateError::Reserve)?;
     }
 }
 
@@ -256,6 +263,11 @@ mod tests {
         assert!(
             reserved >= data.len() && reserved < data.len() + 2 * STEP_BYTES,
             "{reserved}"
+        );
+        assert!(
+            out.capacity() <= reserved,
+            "the buffer never outgrows its reservation: {} of {reserved}",
+            out.capacity()
         );
         // A bomb against a small budget stops at the budget, not the limit.
         let mut budget = 256usize << 10;

@@ -21,6 +21,7 @@ use http_body_util::BodyExt as _;
 use tokio::time::Instant;
 
 use crate::error::ApiError;
+use crate::wire::body::append_reserved;
 
 /// The largest Connect request body, as sent and after decompression.
 /// A real query (a selector, a few label names and times) is well under a
@@ -83,6 +84,7 @@ pub async fn read(
 ) -> Result<Vec<u8>, ApiError> {
     let started = Instant::now();
     let mut out = Vec::new();
+    let mut held = 0;
     loop {
         let wait = allowed(out.len(), limit);
         let frame = match tokio::time::timeout_at(started + wait, body.frame()).await {
@@ -99,8 +101,7 @@ pub async fn read(
         if out.len().saturating_add(data.len()) > cap {
             return Err(ApiError::TooLarge { limit: cap });
         }
-        reserve(data.len())?;
-        out.extend_from_slice(&data);
+        append_reserved(&mut out, &data, cap, &mut held, reserve)?;
     }
 }
 
@@ -117,6 +118,7 @@ pub fn inflate(
     }
     let mut decoder = flate2::read::MultiGzDecoder::new(body.as_slice());
     let mut out = Vec::new();
+    let mut held = 0;
     let mut step = vec![0u8; INFLATE_STEP_BYTES];
     loop {
         let read = decoder.read(&mut step).map_err(|e| ApiError::BadGzip {
@@ -128,8 +130,7 @@ pub fn inflate(
         if out.len() + read > cap {
             return Err(ApiError::TooLarge { limit: cap });
         }
-        reserve(read)?;
-        out.extend_from_slice(&step[..read]);
+        append_reserved(&mut out, &step[..read], cap, &mut held, reserve)?;
     }
 }
 
