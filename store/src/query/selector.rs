@@ -10,6 +10,19 @@
 use kiln_engine::error::RegexRejection;
 use kiln_engine::model::{MatchOp, Matcher, ProfileType, Selector};
 
+/// Most label matchers in one selector. A query's matchers are kept, and
+/// evaluated against every head and block it reads; a real query names a
+/// handful of labels.
+pub const MAX_MATCHERS: usize = 64;
+/// Most `=~`/`!~` matchers in one selector. Each regex is compiled (once
+/// here to check it, once more where the query runs, kept for its whole
+/// visit), and each may take up to `REGEX_SIZE_LIMIT` for its program and
+/// as much for its lazy DFA's cache, however short its text: counted by
+/// their length alone, a 1 MiB body of short patterns held thousands of
+/// them, gigabytes once compiled. At this cap one selector's regexes take
+/// at most 16 MiB, and a request compiles one selector at a time.
+pub const MAX_REGEX_MATCHERS: usize = 8;
+
 /// A selector that cannot be parsed or resolved.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectorError {
@@ -30,6 +43,17 @@ pub enum SelectorError {
         position: usize,
         /// What the regex compiler said.
         message: String,
+    },
+    /// The selector holds more matchers, or more regex matchers, than
+    /// one selector may.
+    #[error("selector position {position}: more than {limit} {what} in one selector")]
+    TooManyMatchers {
+        /// 1-based character position of the first matcher past the cap.
+        position: usize,
+        /// `label matchers` or `regex matchers (=~, !~)`.
+        what: &'static str,
+        /// The cap.
+        limit: usize,
     },
     /// The profile type part has more than six parts, or a sixth part other than `delta`.
     #[error("selector position {position}: {message}")]
@@ -63,6 +87,7 @@ impl SelectorError {
         match self {
             Self::Syntax { .. } => "selector_syntax",
             Self::BadRegex { .. } => "selector_bad_regex",
+            Self::TooManyMatchers { .. } => "selector_too_many_matchers",
             Self::BadProfileType { .. } => "selector_bad_profile_type",
             Self::UnknownProfileType { .. } => "selector_unknown_profile_type",
             Self::AmbiguousProfileType { .. } => "selector_ambiguous_profile_type",
@@ -228,11 +253,19 @@ pub fn parse_selector(text: &str) -> Result<ParsedSelector, SelectorError> {
 
 fn parse_matchers(cursor: &mut Cursor<'_>) -> Result<Vec<Matcher>, SelectorError> {
     let mut matchers = Vec::new();
+    let mut regexes = 0usize;
     loop {
         cursor.skip_spaces();
         if cursor.peek() == Some('}') {
             cursor.bump();
             return Ok(matchers);
+        }
+        if matchers.len() == MAX_MATCHERS {
+            return Err(SelectorError::TooManyMatchers {
+                position: cursor.position(),
+                what: "label matchers",
+                limit: MAX_MATCHERS,
+            });
         }
         let name = cursor.identifier("a label name or `}`")?;
         cursor.skip_spaces();
@@ -251,6 +284,14 @@ fn parse_matchers(cursor: &mut Cursor<'_>) -> Result<Vec<Matcher>, SelectorError
         let value_position = cursor.position();
         let value = cursor.quoted_string()?;
         if matches!(op, MatchOp::Regex | MatchOp::NotRegex) {
+            regexes += 1;
+            if regexes > MAX_REGEX_MATCHERS {
+                return Err(SelectorError::TooManyMatchers {
+                    position: value_position,
+                    what: "regex matchers (=~, !~)",
+                    limit: MAX_REGEX_MATCHERS,
+                });
+            }
             kiln_engine::index::compile_anchored_regex(&value).map_err(|rejection| {
                 let message = match rejection {
                     RegexRejection::Invalid { source } => source
@@ -546,6 +587,35 @@ mod tests {
         );
         let err = parse_selector("a:b:c:d:e:delta:g").unwrap_err();
         assert!(matches!(err, SelectorError::BadProfileType { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_selector_holds_a_bounded_number_of_matchers_and_of_regexes() {
+        let matchers = |count: usize, op: &str| {
+            let list: Vec<String> = (0..count).map(|i| format!("l{i}{op}\"v\"")).collect();
+            format!("cpu{{{}}}", list.join(","))
+        };
+        assert_eq!(
+            parse_selector(&matchers(MAX_MATCHERS, "="))
+                .unwrap()
+                .matchers
+                .len(),
+            MAX_MATCHERS
+        );
+        let err = parse_selector(&matchers(MAX_MATCHERS + 1, "=")).unwrap_err();
+        assert_eq!(err.reason(), "selector_too_many_matchers", "{err}");
+        parse_selector(&matchers(MAX_REGEX_MATCHERS, "=~")).unwrap();
+        let err = parse_selector(&matchers(MAX_REGEX_MATCHERS + 1, "!~")).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SelectorError::TooManyMatchers {
+                    limit: MAX_REGEX_MATCHERS,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]
