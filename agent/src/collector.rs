@@ -456,6 +456,10 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             self.processes.take_refused_files(),
         );
         self.symbolizer.reset_file_state();
+        let (loaded, evicted, held) = self.symbolizer.object_totals();
+        self.metrics.symbol_objects_loaded.set(loaded);
+        self.metrics.symbol_objects_evicted.set(evicted);
+        self.metrics.symbol_object_bytes.set(held);
         release_freed_memory();
         self.metrics.add_drop(
             "symbol_tables_over_cap",

@@ -56,6 +56,12 @@ pub struct AgentMetrics {
     unwind_objects: Mutex<BTreeMap<&'static str, u64>>,
     /// Bytes of unwind sections cached.
     pub unwind_cache_bytes: Counter,
+    /// ELF objects' symbol tables copied and indexed (see `symbol_objects`).
+    pub symbol_objects_loaded: Counter,
+    /// Of those, dropped to stay within their byte budget.
+    pub symbol_objects_evicted: Counter,
+    /// Bytes of symbol-table copies held now.
+    pub symbol_object_bytes: Counter,
     /// Processes checked for CPython, by result.
     python_processes: Mutex<BTreeMap<&'static str, u64>>,
     /// Samples of CPython processes, by what was read of their frames.
@@ -280,6 +286,22 @@ impl AgentMetrics {
                 "kiln_agent_frames_unsymbolized_total",
                 "Frames kept as mapping and address only.",
                 self.frames_unsymbolized.get(),
+            ),
+            Family::counter(
+                "kiln_agent_symbol_objects_loaded_total",
+                "ELF objects whose symbol tables were copied and indexed for naming frames \
+                 (each a full read of the tables; objects are kept across windows).",
+                self.symbol_objects_loaded.get(),
+            ),
+            Family::counter(
+                "kiln_agent_symbol_objects_evicted_total",
+                "Indexed ELF objects dropped to keep their copies within the byte budget.",
+                self.symbol_objects_evicted.get(),
+            ),
+            Family::gauge(
+                "kiln_agent_symbol_object_bytes",
+                "Bytes of ELF symbol-table copies held for naming frames.",
+                self.symbol_object_bytes.get(),
             ),
             Family::gauge(
                 "kiln_agent_cpus_attached",
