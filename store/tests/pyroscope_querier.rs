@@ -257,6 +257,42 @@ fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
     let pprof_total: i64 = pprof.sample.iter().map(|s| s.value[0]).sum();
     assert_eq!(pprof_total, own_total);
 
+    // max_nodes trims the profile to its heaviest functions and one
+    // `(other)`, its total unchanged.
+    let request = q::SelectMergeProfileRequest {
+        profile_type_id: type_id.clone(),
+        label_selector: selector.to_owned(),
+        start,
+        end,
+        max_nodes: Some(1),
+        ..Default::default()
+    };
+    let response = http(
+        store.addr,
+        "POST",
+        "/querier.v1.QuerierService/SelectMergeProfile",
+        &[
+            ("Content-Type", "application/proto"),
+            ("Connect-Protocol-Version", "1"),
+        ],
+        &request.encode_to_vec(),
+    )
+    .unwrap();
+    assert_eq!(response.status, 200, "{}", response.text());
+    let trimmed = kiln_pprof::proto::Profile::decode(response.body.as_slice()).unwrap();
+    eprintln!(
+        "SelectMergeProfile: {} functions whole, {} with max_nodes=1",
+        pprof.function.len(),
+        trimmed.function.len()
+    );
+    assert!(
+        pprof.function.len() > 2,
+        "the seeded profile has more functions"
+    );
+    assert!(trimmed.function.len() <= 2, "one kept and (other)");
+    let trimmed_total: i64 = trimmed.sample.iter().map(|s| s.value[0]).sum();
+    assert_eq!(trimmed_total, own_total);
+
     let render = get(
         store.addr,
         &format!(

@@ -559,3 +559,89 @@ fn duplicate_label_strings_in_one_profile_merge_into_one_series() {
     head.timeline_into(&selector, ALL, &mut timeline).unwrap();
     assert_eq!(timeline.values, vec![9]);
 }
+
+/// Function names of each exported sample's stack, root first, with its value.
+fn exported_stacks(exported: &Profile) -> Vec<(String, i64)> {
+    let mut stacks: Vec<(String, i64)> = exported
+        .samples()
+        .iter()
+        .map(|sample| {
+            let names: Vec<&str> = sample
+                .location_id
+                .iter()
+                .rev()
+                .flat_map(|&id| {
+                    let location = exported.locations().iter().find(|l| l.id == id).unwrap();
+                    location.line.iter().rev().map(|line| {
+                        let function = exported
+                            .functions()
+                            .iter()
+                            .find(|f| f.id == line.function_id)
+                            .unwrap();
+                        exported.string(function.name)
+                    })
+                })
+                .collect();
+            (names.join(";"), sample.value[0])
+        })
+        .collect();
+    stacks.sort();
+    stacks
+}
+
+#[test]
+fn a_trimmed_pprof_keeps_the_heaviest_functions_and_cuts_the_rest_into_other() {
+    // main 100: hot 60 (leaf 50 under it), cold1 25, cold2 10, cold3 5.
+    let profile = build(&[
+        (&["leaf", "hot", "main"], [5, 50], vec![]),
+        (&["hot", "main"], [1, 10], vec![]),
+        (&["cold1", "main"], [2, 25], vec![]),
+        (&["deeper", "cold2", "main"], [1, 10], vec![]),
+        (&["cold3", "main"], [1, 5], vec![]),
+    ]);
+    let mut head = Head::new();
+    head.ingest(
+        &profile,
+        &labels(&[("__name__", "process_cpu")]),
+        T,
+        10_000_000_000,
+        &IngestLimits::default(),
+    )
+    .unwrap();
+    let merged = merge(&head, vec![]);
+    let profile_type = cpu_type(&head);
+    let untrimmed =
+        Profile::validate(merged.to_pprof(&profile_type), &DecodeLimits::default()).unwrap();
+    assert_eq!(untrimmed.functions().len(), 7);
+
+    let trimmed = Profile::validate(
+        merged.to_pprof_trimmed(&profile_type, 4),
+        &DecodeLimits::default(),
+    )
+    .unwrap();
+    let names: Vec<&str> = trimmed
+        .functions()
+        .iter()
+        .map(|f| trimmed.string(f.name))
+        .collect();
+    assert_eq!(names.len(), 5, "4 kept and `other`: {names:?}");
+    let stacks = exported_stacks(&trimmed);
+    eprintln!("trimmed to 4 functions: {stacks:?}");
+    assert_eq!(
+        stacks,
+        vec![
+            // cold2 (with deeper under it) and cold3 are cut into one sample.
+            ("main;(other)".to_owned(), 15),
+            ("main;cold1".to_owned(), 25),
+            ("main;hot".to_owned(), 10),
+            ("main;hot;leaf".to_owned(), 50),
+        ]
+    );
+    let total: i64 = stacks.iter().map(|(_, v)| v).sum();
+    assert_eq!(total, merged.total(), "values still add up");
+
+    // Asking for more functions than there are changes nothing.
+    let whole = merged.to_pprof_trimmed(&profile_type, 100);
+    let whole = Profile::validate(whole, &DecodeLimits::default()).unwrap();
+    assert_eq!(exported_stacks(&whole), exported_stacks(&untrimmed));
+}

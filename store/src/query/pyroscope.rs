@@ -255,7 +255,10 @@ fn wire_levels(rows: Vec<Vec<i64>>) -> Vec<q::Level> {
     rows.into_iter().map(|values| q::Level { values }).collect()
 }
 
-/// `SelectMergeProfile`: the merge as one pprof (`max_nodes` is not applied).
+/// `SelectMergeProfile`: the merge as one pprof. With `max_nodes` set (not
+/// 0), at most that many functions, the heaviest, and one `(other)` for
+/// the frames cut (see [`kiln_engine::MergedProfile::to_pprof_trimmed`]);
+/// unset, the whole merge, as a pprof download wants it.
 pub async fn select_merge_profile(
     store: &Store,
     request: q::SelectMergeProfileRequest,
@@ -269,12 +272,19 @@ pub async fn select_merge_profile(
     )
     .await?;
     let profile_type = selector.profile_type.clone();
-    tokio::task::spawn_blocking(move || merged.to_pprof(&profile_type))
-        .await
-        .map_err(|e| ApiError::Worker {
-            work: "building the profile",
-            message: e.to_string(),
-        })
+    let trim_to = request
+        .max_nodes
+        .filter(|&n| n != 0)
+        .map(|n| max_nodes(Some(n)));
+    tokio::task::spawn_blocking(move || match trim_to {
+        Some(functions) => merged.to_pprof_trimmed(&profile_type, functions),
+        None => merged.to_pprof(&profile_type),
+    })
+    .await
+    .map_err(|e| ApiError::Worker {
+        work: "building the profile",
+        message: e.to_string(),
+    })
 }
 
 /// The timeline step: `step` seconds, else the range / 100 (at least 10 s).

@@ -1,7 +1,9 @@
 //! Exporting a merge as a valid pprof profile. Unsymbolized frames keep
 //! their mapping, address and build id so they can be symbolized later.
 
-use hashbrown::HashMap;
+use std::collections::BTreeMap;
+
+use hashbrown::{HashMap, HashSet};
 use kiln_pprof::{FunctionSpec, LabelValue, MappingSpec, ProfileBuilder, proto};
 
 use super::flamegraph::{MAX_UNWOUND_FRAMES, OTHER_NODE_NAME};
@@ -11,6 +13,61 @@ use crate::model::ProfileType;
 impl MergedProfile {
     /// Builds a pprof profile with one sample type, `profile_type`'s.
     pub fn to_pprof(&self, profile_type: &ProfileType) -> proto::Profile {
+        self.export(profile_type, None)
+    }
+
+    /// [`MergedProfile::to_pprof`] with at most `max_functions` functions
+    /// and one [`OTHER_NODE_NAME`] function more: the functions with the
+    /// largest inclusive totals are kept, and each stack is cut at its
+    /// rootmost frame of another function, which becomes one
+    /// [`OTHER_NODE_NAME`] leaf. Values still add up to the total, and
+    /// stacks cut the same way become one sample. This is Pyroscope's
+    /// `max_nodes` for whole profiles: a client asking for 16 nodes gets a
+    /// profile it can draw, not every function of the range.
+    pub fn to_pprof_trimmed(
+        &self,
+        profile_type: &ProfileType,
+        max_functions: usize,
+    ) -> proto::Profile {
+        let kept = self.heaviest_functions(max_functions);
+        self.export(profile_type, Some(&kept))
+    }
+
+    /// The ids of the `max_functions` functions with the largest inclusive
+    /// totals (each counted once per stack), ties to the lower id.
+    fn heaviest_functions(&self, max_functions: usize) -> HashSet<u32> {
+        let symbols = &self.symbols;
+        let mut totals: HashMap<u32, i64> = HashMap::new();
+        let mut locations = Vec::new();
+        let mut in_stack = HashSet::new();
+        for (&(node, _), &value) in &self.values {
+            if value == 0 {
+                continue;
+            }
+            locations.clear();
+            in_stack.clear();
+            symbols.stack_locations(node, &mut locations);
+            for location in locations.iter().filter_map(|&id| symbols.location(id)) {
+                for line in symbols.location_lines(location) {
+                    if in_stack.insert(line.function) {
+                        let total = totals.entry(line.function).or_default();
+                        *total = total.saturating_add(value.saturating_abs());
+                    }
+                }
+            }
+        }
+        let mut ranked: Vec<(u32, i64)> = totals.into_iter().collect();
+        ranked.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked
+            .into_iter()
+            .take(max_functions)
+            .map(|(function, _)| function)
+            .collect()
+    }
+
+    /// The pprof of the merge; with `kept`, stacks cut at their rootmost
+    /// frame of a function not in it.
+    fn export(&self, profile_type: &ProfileType, kept: Option<&HashSet<u32>>) -> proto::Profile {
         let symbols = &self.symbols;
         let mut builder =
             ProfileBuilder::new(&[(&profile_type.sample_type, &profile_type.sample_unit)]);
@@ -26,14 +83,43 @@ impl MergedProfile {
         let mut entries: Vec<(&(u32, u32), &i64)> = self.values.iter().collect();
         // Deterministic output: same merge, same bytes.
         entries.sort_unstable();
+        // Cut stacks, merged by (stack, label set), in a deterministic order.
+        let mut cut_samples: BTreeMap<(Vec<u64>, u32), i64> = BTreeMap::new();
+        let mut other_location = None;
         for (&(node, label_set), &value) in entries {
             if value == 0 {
                 continue;
             }
             locations.clear();
             symbols.stack_locations(node, &mut locations);
+            // Leaf first: the frames rootward of the rootmost frame of a
+            // function not kept stay; that frame and all leafward of it
+            // become one `other` frame.
+            let cut = kept.and_then(|kept| {
+                locations.iter().rposition(|&id| {
+                    symbols.location(id).is_some_and(|location| {
+                        symbols
+                            .location_lines(location)
+                            .iter()
+                            .any(|line| !kept.contains(&line.function))
+                    })
+                })
+            });
             stack.clear();
-            for &location_id in &locations {
+            let rootward = cut.map_or(0, |at| at + 1);
+            if cut.is_some() {
+                let id = *other_location.get_or_insert_with(|| {
+                    let function = builder.function(&FunctionSpec {
+                        name: OTHER_NODE_NAME.to_owned(),
+                        system_name: OTHER_NODE_NAME.to_owned(),
+                        filename: String::new(),
+                        start_line: 0,
+                    });
+                    builder.location(0, 0, &[(function, 0)])
+                });
+                stack.push(id);
+            }
+            for &location_id in &locations[rootward..] {
                 if let Some(&id) = location_ids.get(&location_id) {
                     stack.push(id);
                     continue;
@@ -75,24 +161,39 @@ impl MergedProfile {
                 location_ids.insert(location_id, id);
                 stack.push(id);
             }
-            let labels: Vec<(&str, LabelValue)> = symbols
-                .label_set(label_set)
-                .iter()
-                .map(|label| {
-                    let value = if label.str != 0 {
-                        LabelValue::Str(symbols.string(label.str).to_owned())
-                    } else {
-                        LabelValue::Num {
-                            value: label.num,
-                            unit: symbols.string(label.unit).to_owned(),
-                        }
-                    };
-                    (symbols.string(label.key), value)
-                })
-                .collect();
+            if kept.is_some() {
+                let merged = cut_samples.entry((stack.clone(), label_set)).or_default();
+                *merged = merged.saturating_add(value);
+                continue;
+            }
+            let labels = self.pprof_labels(label_set);
+            builder.sample(&stack, &[value], &labels);
+        }
+        for ((stack, label_set), value) in cut_samples {
+            let labels = self.pprof_labels(label_set);
             builder.sample(&stack, &[value], &labels);
         }
         builder.finish()
+    }
+
+    /// A label set's labels, as the pprof builder takes them.
+    fn pprof_labels(&self, label_set: u32) -> Vec<(&str, LabelValue)> {
+        let symbols = &self.symbols;
+        symbols
+            .label_set(label_set)
+            .iter()
+            .map(|label| {
+                let value = if label.str != 0 {
+                    LabelValue::Str(symbols.string(label.str).to_owned())
+                } else {
+                    LabelValue::Num {
+                        value: label.num,
+                        unit: symbols.string(label.unit).to_owned(),
+                    }
+                };
+                (symbols.string(label.key), value)
+            })
+            .collect()
     }
 }
 
