@@ -12,7 +12,9 @@
 #   5. data acknowledged before the store pod is deleted is there after (the PersistentVolume);
 #   6. spec.agent.securityMode: capabilities runs unprivileged agents that still profile;
 #   7. the API server refuses bad CRs with the CRD's messages;
-#   8. deleting the ProfileStore leaves nothing it owned behind.
+#   8. a JVM and a Node started without profiling flags (e2e/manifests/runtimes.yaml) have
+#      their hot functions named under their callers in >= 95 % of their threads' samples;
+#   9. deleting the ProfileStore leaves nothing it owned behind.
 # Without a reachable cluster it prints SKIP and exits 0, or fails when CI is set.
 #
 # The Kiln images must be on the nodes already (`./kiln-dev images` loads them into this
@@ -25,6 +27,9 @@
 #                          be this machine; default /var/lib/kiln-cluster/volumes/kiln-e2e-<run>)
 #   KILN_E2E_LOAD_IMAGE    command that loads an OCI archive into the nodes (default
 #                          e2e/images/load.sh, this machine's containerd)
+#   KILN_E2E_JDK           the JDK whose jlink and javac make the JVM workload's image
+#                          (default /usr/lib/jvm/java-17-openjdk-amd64); `node` on PATH
+#                          goes into the Node workload's
 #   KILN_E2E_KEEP=1        leave everything installed for inspection
 set -euo pipefail
 
@@ -117,8 +122,10 @@ timed() {
 . "$e2e_dir/checks/6_capabilities.sh"
 # shellcheck source=e2e/checks/7_validation.sh
 . "$e2e_dir/checks/7_validation.sh"
-# shellcheck source=e2e/checks/8_deletion.sh
-. "$e2e_dir/checks/8_deletion.sh"
+# shellcheck source=e2e/checks/8_runtimes.sh
+. "$e2e_dir/checks/8_runtimes.sh"
+# shellcheck source=e2e/checks/9_deletion.sh
+. "$e2e_dir/checks/9_deletion.sh"
 
 timed "setup" setup
 timed "1 store and target reconciled" check_reconciled
@@ -128,7 +135,8 @@ timed "4 retention" check_retention
 timed "5 store pod deleted" check_store_restart
 timed "6 capabilities mode" check_capabilities
 timed "7 bad CRs refused" check_validation
-timed "8 store deleted" check_deletion
+timed "8 JVM and Node without flags" check_runtimes
+timed "9 store deleted" check_deletion
 
-log "PASS: checks 1-8 passed in $((SECONDS - started_at)) s"
+log "PASS: checks 1-9 passed in $((SECONDS - started_at)) s"
 printf '   %s\n' "${check_times[@]}"

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Setup: the `kiln` CLI, the workload image, and the install exactly as the README's
+# Setup: the `kiln` CLI, the workload images, and the install exactly as the README's
 # Kubernetes quickstart does it.
 
 # The `kiln` CLI: KILN_CLI, else on PATH, else built from store/cli.
@@ -101,6 +101,7 @@ setup() {
   refuse_foreign_install
   find_kiln_cli
   build_workload_image
+  build_runtime_images
   remove_leftovers
 
   # The README's quickstart, in its order.

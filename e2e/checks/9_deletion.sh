@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Check 8: deleting the ProfileStore completes (finalizers included) and the garbage collector
+# Check 9: deleting the ProfileStore completes (finalizers included) and the garbage collector
 # removes everything the operator made for it. The data claim stays, as every StatefulSet's
 # does: it is not owned by the store, and deleting data is the user's call.
 
@@ -24,7 +24,7 @@ nothing_left() {
 }
 
 check_deletion() {
-  log "check 8: deleting the ProfileStore leaves nothing it owned behind"
+  log "check 9: deleting the ProfileStore leaves nothing it owned behind"
   stop_forward
   note "finalizers before the delete: $(kubectl -n "$system_ns" get profilestore "$store_name" -o jsonpath='{.metadata.finalizers}')"
   note "owned before the delete: $(leftovers | tr '\n' ' ')"
