@@ -24,6 +24,7 @@ mod idle_connections;
 mod otlp_stacks;
 mod outer_messages;
 mod querier_bodies;
+mod query_work;
 mod slow_bodies;
 
 use std::fmt::Write as _;
