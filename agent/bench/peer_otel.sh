@@ -96,10 +96,10 @@ start_agents() {
   exec 9>/tmp/kiln-sampling.lock
   flock 9
   "$KILN_AGENT" --all --frequency "$hz" --store "http://127.0.0.1:$kiln_port" \
-    --metrics-addr "127.0.0.1:$metrics_port" 2>"$work/kiln.log" &
+    --metrics-addr "127.0.0.1:$metrics_port" 2>"$work/kiln.log" 9>&- &
   kiln_pid=$!
   "$peer" -samples-per-second "$hz" -collection-agent "127.0.0.1:$peer_port" \
-    -disable-tls >"$work/peer.log" 2>&1 &
+    -disable-tls >"$work/peer.log" 2>&1 9>&- &
   peer_pid=$!
   sleep "$warmup"
   kill -0 "$kiln_pid" || { tail -20 "$work/kiln.log"; exit 1; }
@@ -394,7 +394,8 @@ churn() {
   local kind="$1" round builder
   for round in $(seq "$rounds"); do
     start_agents
-    "${kind}_build_loop" &
+    # Without the lock's descriptor: a build left behind must not hold it.
+    "${kind}_build_loop" 9>&- &
     builder=$!
     measure_both "$churn_seconds" "churn $kind build round $round ${churn_seconds}s hz=$hz"
     pkill_tree "$builder"
