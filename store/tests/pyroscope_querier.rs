@@ -72,7 +72,9 @@ fn int(value: &Value) -> i64 {
 
 #[test]
 fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
+    let seeding = now_ms();
     let store = seeded_store(&[], None);
+    let seeded = now_ms();
     let type_id = profile_type(&store);
     let end = now_ms();
     let start = end - 3_600_000;
@@ -208,6 +210,24 @@ fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
     let (status, stats) = connect_json(&store, "GetProfileStats", &json!({}));
     assert_eq!(status, 200, "{stats}");
     assert_eq!(stats["dataIngested"], true);
+    // The seeded profiles span `now-30s`..`now-20s` as the store read `now`:
+    // their first and last sample, to the millisecond, lie within that.
+    let (oldest, newest) = (
+        int(&stats["oldestProfileTime"]),
+        int(&stats["newestProfileTime"]),
+    );
+    eprintln!(
+        "GetProfileStats: oldest {} ms, newest {} ms before the seeding ended",
+        seeded - oldest,
+        seeded - newest
+    );
+    assert!(oldest <= newest, "{stats}");
+    assert!(
+        oldest >= seeding - 31_000 && newest <= seeded - 19_000,
+        "{stats}: not within the seeded range {}..{}",
+        seeding - 31_000,
+        seeded - 19_000
+    );
 
     // Connect binary: the same SelectMergeStacktraces as protobuf.
     let request = q::SelectMergeStacktracesRequest {

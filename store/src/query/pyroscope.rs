@@ -427,10 +427,13 @@ pub async fn diff(store: &Store, request: q::DiffRequest) -> Result<q::DiffRespo
     })
 }
 
-/// `GetProfileStats`: whether anything is stored, and the first and last
-/// day with data in the last 400 days (to the day: it walks daily totals).
+/// `GetProfileStats`: whether anything is stored, and the times of the
+/// first and last sample in the last 400 days, to the millisecond: found
+/// by day, then minute, then millisecond, each step a timeline over the
+/// one bucket the step before found, so no query walks more than a day.
 pub async fn profile_stats(store: &Store) -> Result<t::GetProfileStatsResponse, ApiError> {
     const DAY_MS: i64 = 86_400_000;
+    const MINUTE_MS: i64 = 60_000;
     let now = now_ms();
     let range = TimeRange {
         start_ms: now - 400 * DAY_MS,
@@ -443,20 +446,78 @@ pub async fn profile_stats(store: &Store) -> Result<t::GetProfileStatsResponse, 
             profile_type,
             matchers: Vec::new(),
         };
-        let timeline = store.timeline(&selector, range, DAY_MS).await?;
-        for (i, value) in timeline.values.iter().enumerate() {
-            if *value != 0 {
-                let day = timeline.start_ms + i as i64 * DAY_MS;
-                first = Some(first.map_or(day, |f| f.min(day)));
-                last = Some(last.map_or(day, |l| l.max(day)));
-            }
-        }
+        let Some((first_day, last_day)) = data_buckets(store, &selector, range, DAY_MS).await?
+        else {
+            continue;
+        };
+        let earliest = refine(store, &selector, first_day, DAY_MS, MINUTE_MS, Edge::First).await?;
+        let latest = refine(store, &selector, last_day, DAY_MS, MINUTE_MS, Edge::Last).await?;
+        first = Some(first.map_or(earliest, |f| f.min(earliest)));
+        last = Some(last.map_or(latest, |l| l.max(latest)));
     }
     Ok(t::GetProfileStatsResponse {
         data_ingested: first.is_some(),
         oldest_profile_time: first.unwrap_or(0),
-        newest_profile_time: last.map_or(0, |l| (l + DAY_MS).min(now)),
+        newest_profile_time: last.unwrap_or(0),
     })
+}
+
+/// Which end of the data [`refine`] looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Edge {
+    First,
+    Last,
+}
+
+/// The start of the first and of the last `step_ms` bucket of `range` that
+/// holds data for `selector`.
+async fn data_buckets(
+    store: &Store,
+    selector: &Selector,
+    range: TimeRange,
+    step_ms: i64,
+) -> Result<Option<(i64, i64)>, ApiError> {
+    let timeline = store.timeline(selector, range, step_ms).await?;
+    let mut with_data = timeline
+        .values
+        .iter()
+        .enumerate()
+        .filter(|(_, value)| **value != 0)
+        .map(|(i, _)| {
+            timeline
+                .start_ms
+                .saturating_add((i as i64).saturating_mul(step_ms))
+        });
+    let Some(first) = with_data.next() else {
+        return Ok(None);
+    };
+    Ok(Some((first, with_data.next_back().unwrap_or(first))))
+}
+
+/// The exact (millisecond) time of the first or last data in the `span_ms`
+/// bucket at `start`, through buckets of `step_ms` then of 1 ms; `start`
+/// when the data moved away meanwhile (retention, a flush racing).
+async fn refine(
+    store: &Store,
+    selector: &Selector,
+    start: i64,
+    span_ms: i64,
+    step_ms: i64,
+    edge: Edge,
+) -> Result<i64, ApiError> {
+    let mut at = start;
+    for (span, step) in [(span_ms, step_ms), (step_ms, 1)] {
+        let range = TimeRange {
+            start_ms: at,
+            end_ms: at.saturating_add(span),
+        };
+        match data_buckets(store, selector, range, step).await? {
+            Some((first, _)) if edge == Edge::First => at = first,
+            Some((_, last)) => at = last,
+            None => return Ok(at),
+        }
+    }
+    Ok(at)
 }
 
 #[cfg(test)]
