@@ -99,26 +99,6 @@ pub fn function_slots(
     found
 }
 
-/// `native` (leaf first) with each named frame put in: a JIT frame's
-/// address replaced by its id, a builtin frame's id put just leafward of it.
-pub fn weave(native: &[u64], named: &[(usize, CodeKind, u64)]) -> Vec<u64> {
-    let mut out = Vec::with_capacity(native.len() + named.len());
-    let mut next = named.iter().peekable();
-    for (index, &pc) in native.iter().enumerate() {
-        match next.peek() {
-            Some(&&(at, kind, id)) if at == index => {
-                next.next();
-                out.push(id);
-                if kind != CodeKind::Jit {
-                    out.push(pc);
-                }
-            }
-            _ => out.push(pc),
-        }
-    }
-    out
-}
-
 /// A stack without its JavaScript frames (native and Python ones kept).
 pub fn without_js(stack: &[u64]) -> Vec<u64> {
     stack.iter().copied().filter(|&e| !is_js_frame(e)).collect()
@@ -210,7 +190,7 @@ mod tests {
         // Frame 2 shares its bp with frame 3, which owns it; frame 5 reuses
         // frame 0's.
         assert_eq!(found, vec![(0, 0xa001), (3, 0xc001)]);
-        let woven = weave(
+        let woven = crate::v8::inlining::weave(
             &frames,
             &[
                 (0, CodeKind::Jit, JS_FRAME_TAG),
