@@ -248,13 +248,17 @@ impl StackSymbolizer {
                 call_site_addresses(ips)
                     .map(|address| {
                         let index = proc_maps::find_mapping(&process.maps, address);
-                        let function = index.and_then(|i| match &process.files[i] {
-                            Some(file) => {
+                        let function = match index.map(|i| (i, &process.files[i])) {
+                            Some((i, Some(file))) => {
                                 let offset = process.maps[i].file_offset_of(address);
                                 self.names.get(&(file.identity, offset)).cloned().flatten()
                             }
-                            None => jit_names.get(&address).cloned(),
-                        });
+                            // Anonymous code, or code in no mapping of the
+                            // snapshot (JIT code unmapped and mapped again
+                            // between the maps' read and the sample): the
+                            // process's perf map may name it.
+                            Some((_, None)) | None => jit_names.get(&address).cloned(),
+                        };
                         tally(stats, function.is_some());
                         Frame {
                             address,

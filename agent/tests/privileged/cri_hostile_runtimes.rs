@@ -437,9 +437,13 @@ fn code_unloaded_under_the_agent_costs_bounded_work_and_stops_no_other_pod() {
         run.of_pid(jit) >= floor(50, meter.used(jit)),
         "the JIT churner was profiled"
     );
+    // Its code is in no mapping of the snapshot half the time (read while
+    // the other place was mapped): named from the perf map all the same
+    // (measured here: 98 %, 51 % when only mapped code was looked up).
     assert!(
-        jit_named >= floor(20, meter.used(jit)),
-        "its code was named from its perf map"
+        jit_named >= floor(20, meter.used(jit)) && jit_named * 4 >= run.of_pid(jit) * 3,
+        "its code was named from its perf map: {jit_named} of {}",
+        run.of_pid(jit)
     );
     assert!(
         run.of_pid(dl) >= floor(50, meter.used(dl)),
