@@ -275,7 +275,8 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
         tracing::info!("stopping: draining the last window");
         stop.store(true, Ordering::Relaxed);
         let joined = tokio::task::spawn_blocking(move || collector.join()).await;
-        if !matches!(joined, Ok(Ok(()))) {
+        let collector_failed = !matches!(joined, Ok(Ok(())));
+        if collector_failed {
             tracing::error!("the collector thread panicked");
         }
         let _ = shutdown_tx.send(true);
@@ -284,6 +285,11 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
             .is_err()
         {
             tracing::warn!("gave up shipping the last profiles after 15 s");
+        }
+        // Windows were lost: say so in the exit status, so that a
+        // supervisor (the kubelet, a test) sees a failure, not a clean stop.
+        if collector_failed {
+            anyhow::bail!("the collector thread panicked; windows since were not profiled");
         }
         Ok(())
     });
