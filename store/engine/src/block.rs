@@ -10,6 +10,7 @@ mod query;
 mod ranged;
 mod rollup;
 pub(crate) mod source;
+mod stored_series;
 mod tables;
 
 use std::borrow::Cow;
@@ -23,6 +24,7 @@ pub use partial::BlockPartial;
 pub(crate) use ranged::projected_hold;
 pub use ranged::{SharedBlockRanges, projected_ranged_hold};
 pub use source::BlockRanges;
+pub use stored_series::{BlockSeriesDirectory, StoredSeries};
 
 use crate::error::BlockError;
 use crate::index::LabelIndex;

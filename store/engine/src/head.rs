@@ -121,6 +121,17 @@ impl Head {
         self.series.len()
     }
 
+    /// The labels and profile name of each series from the `first`th on,
+    /// in the order they were created: given [`Head::series_count`] before
+    /// an ingest, the series that ingest created.
+    pub fn series_from(&self, first: usize) -> impl Iterator<Item = (&LabelSet, &str)> {
+        self.series
+            .get(first..)
+            .unwrap_or(&[])
+            .iter()
+            .map(|s| (&s.labels, s.profile_type.name.as_str()))
+    }
+
     /// Approximate heap bytes held, for cutting by size and for metrics.
     /// O(1): every part is kept up to date as the head grows.
     pub fn approx_bytes(&self) -> usize {

@@ -15,8 +15,8 @@ mod wire;
 
 pub use block::format::{BLOB_CRC_VERSION, BlockCompression, FORMAT_VERSION};
 pub use block::{
-    Block, BlockPartial, BlockRanges, BlockSink, SharedBlockRanges, encode_block, encode_heads,
-    projected_ranged_hold,
+    Block, BlockPartial, BlockRanges, BlockSeriesDirectory, BlockSink, SharedBlockRanges,
+    StoredSeries, encode_block, encode_heads, projected_ranged_hold,
 };
 pub use compact::{
     CompactionError, MergeLimits, MergeOutput, StreamedMerge, compact_blocks, compact_streaming,

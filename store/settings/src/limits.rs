@@ -16,16 +16,19 @@ pub struct LimitOptions {
     /// Longest label name or value, in bytes [default: 2048].
     #[arg(long, env = "KILN_MAX_LABEL_BYTES")]
     pub max_label_bytes: Option<usize>,
-    /// Most series per profile name in the head [default: 100000].
+    /// Most series per profile name that the store retains (head and
+    /// blocks within retention) [default: 100000].
     #[arg(long, env = "KILN_MAX_SERIES_PER_PROFILE_NAME")]
     pub max_series_per_profile_name: Option<usize>,
-    /// Most series per `namespace` label value in the head (series without
-    /// one share a namespace); profiles that would add more are refused,
-    /// existing series still ingest [default: 100000].
+    /// Most series per `namespace` label value that the store retains
+    /// (head and blocks within retention; series without the label share
+    /// a namespace); profiles that would add more are refused, existing
+    /// series still ingest [default: 100000].
     #[arg(long, env = "KILN_MAX_SERIES_PER_NAMESPACE")]
     pub max_series_per_namespace: Option<usize>,
-    /// Most series in the head in all; profiles that would add more are
-    /// refused, existing series still ingest [default: 500000].
+    /// Most series the store retains in all (head and blocks within
+    /// retention); profiles that would add more are refused, existing
+    /// series still ingest [default: 500000].
     #[arg(long, env = "KILN_MAX_SERIES")]
     pub max_series: Option<usize>,
     /// Most samples in one profile [default: 1000000].

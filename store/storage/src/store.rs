@@ -58,7 +58,9 @@
 //!     taken under the view; neither while holding the other.
 //! 11. The leaves, each held for a few statements and never while taking
 //!     another lock: `catalog.bucket_state`, `upkeep.held`,
-//!     `ingest.recent_keys`, `upkeep.tasks` and `Shared::data_dir_lock`.
+//!     `ingest.recent_keys`, `upkeep.tasks`, `Shared::data_dir_lock` and the
+//!     live head's census of retained series (taken under a shard's write
+//!     lock by an apply).
 //!
 //! No std lock (steps 5 and 8 to 11) is held across an `.await`: std locks
 //! are taken on the blocking pool or for a few statements on a runtime
@@ -255,7 +257,12 @@ impl Store {
                 &config,
                 recovered.wal,
                 recovered.report,
-                ingest::LiveHead::new(config.head_shards, recovered.head, recovered.first_segment),
+                ingest::LiveHead::new(
+                    config.head_shards,
+                    recovered.head,
+                    recovered.first_segment,
+                    config.series_census_capacity(),
+                ),
                 recent_keys,
             ),
             catalog: Catalog::new(
@@ -270,6 +277,8 @@ impl Store {
             data_dir_lock: Mutex::new(Some(data_dir_lock)),
         });
         let store = Store { shared };
+        // The series limits count what the store retains, blocks included.
+        store.count_retained_series().await;
         if store.shared.config.background {
             upkeep::spawn_loops(&store);
             if upload_now {

@@ -10,7 +10,9 @@
 //! - `listing`: listing the bucket again into the view;
 //! - `cache`: decoded blocks and merge partials, within a byte budget;
 //! - `deadline`: one deadline for all the visits of a request;
-//! - `incomplete`: what a query could not read, beside its answer.
+//! - `incomplete`: what a query could not read, beside its answer;
+//! - `series_census`: the census of retained series kept in step with the
+//!   listed blocks.
 
 mod cache;
 mod deadline;
@@ -18,6 +20,7 @@ mod incomplete;
 mod listing;
 mod merge;
 mod read;
+mod series_census;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
@@ -33,6 +36,7 @@ use cache::BlockCache;
 pub use deadline::with_request_deadline;
 pub use incomplete::{Incomplete, record_incomplete};
 pub use read::{Listing, MAX_LISTED};
+pub use series_census::SeriesCensusStats;
 
 /// What queries read besides the live head.
 #[derive(Debug)]

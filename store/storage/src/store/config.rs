@@ -84,7 +84,10 @@ pub struct StoreConfig {
     pub compaction_memory_bytes: u64,
     /// Limits applied while decoding pprof.
     pub decode_limits: DecodeLimits,
-    /// Limits applied by the engine while ingesting.
+    /// Limits applied by the engine while ingesting. Its series limits
+    /// count every series the store retains (the live head, the heads
+    /// waiting for upload and the blocks within retention), not only the
+    /// live head's.
     pub ingest_limits: IngestLimits,
     /// Bytes that cut heads waiting for upload may hold on top of the live
     /// head's `max_head_bytes`. Once the live head and the waiting heads
@@ -220,6 +223,16 @@ impl StoreConfig {
             );
         }
         Ok(())
+    }
+}
+
+impl StoreConfig {
+    /// Most series the census of retained series holds: twice
+    /// `max_series`, so it holds everything this store's limits let in
+    /// with room for the blocks other replicas write into a shared bucket.
+    /// Full, it holds more series than the limit, so new ones are refused.
+    pub(crate) fn series_census_capacity(&self) -> usize {
+        self.ingest_limits.max_series.saturating_mul(2).max(1024)
     }
 }
 

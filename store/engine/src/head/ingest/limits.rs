@@ -1,7 +1,9 @@
 //! Phase 1 of ingest, and the limits every phase checks against: the
 //! request's own labels and the profile's size, label lengths, and the
-//! series a profile may add to the head (per profile name, per namespace
-//! and in all).
+//! series a profile may add (per profile name, per namespace and in all)
+//! to what the census it is counted against holds: a head's series for a
+//! lone [`crate::Head`], every retained series (heads and blocks) for a
+//! store.
 
 use hashbrown::HashMap;
 use kiln_pprof::ProfileView;
@@ -23,13 +25,14 @@ pub struct IngestLimits {
     pub max_label_name_bytes: usize,
     /// Longest label value in bytes.
     pub max_label_value_bytes: usize,
-    /// Most series per profile name (`__name__`) in the head.
+    /// Most series per profile name (`__name__`) in the census counted
+    /// against (a store's: every series it retains, blocks included).
     pub max_series_per_profile_name: usize,
-    /// Most series per `namespace` label value in the head (series without
-    /// the label share the namespace `""`), so one tenant's churn (a
-    /// fork-heavy pod, random labels) cannot use up everyone's series.
+    /// Most series per `namespace` label value in the census (series
+    /// without the label share the namespace `""`), so one tenant's churn
+    /// (a fork-heavy pod, random labels) cannot use up everyone's series.
     pub max_series_per_namespace: usize,
-    /// Most series in the head, all names and namespaces together.
+    /// Most series in the census, all names and namespaces together.
     pub max_series: usize,
     /// Most samples in one profile.
     pub max_samples_per_profile: usize,

@@ -10,19 +10,28 @@
 //! flush encodes every shard into one block (`kiln_engine::encode_heads`),
 //! so shards never show in the bucket.
 //!
+//! The series limits count against the store's census of retained series
+//! (`series_ledger`): every series an apply creates is noted there, so a
+//! series flushed to a block still counts, and one a block holds is not
+//! new when a writer comes back to it.
+//!
 //! Where the shards' locks and apply turns sit in the store's lock order is
-//! written once, in the `store` module's documentation.
+//! written once, in the `store` module's documentation; the census's lock
+//! is a leaf, taken under a shard's write lock by an apply.
+
+mod series_ledger;
 
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use kiln_engine::model::LabelSet;
-use kiln_engine::{CheckedIngest, Head, IngestError, IngestLimits, SeriesCensus};
+use kiln_engine::{CheckedIngest, Head, IngestError, IngestLimits};
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use crate::store::{read, write};
+use crate::store::{lock, now_ms, read, write};
+pub(in crate::store) use series_ledger::SeriesLedger;
 
 /// The most shards a store uses, whatever its core count: past this the
 /// symbols repeated in every shard cost more memory than the lock saves.
@@ -44,13 +53,24 @@ pub(in crate::store) struct LiveHead {
     first_segment: AtomicU64,
     /// Keys fixed at open: a request's shard never changes while the store runs.
     hasher: std::hash::RandomState,
+    /// Every series the store retains: the shards', the heads' waiting for
+    /// upload and the blocks'. The series limits count against it.
+    census: Mutex<SeriesLedger>,
 }
 
 impl LiveHead {
     /// `shards` shards (at least 1, at most [`MAX_SHARDS`]); shard 0 starts
-    /// with `head` (what WAL replay left), the others empty.
-    pub(in crate::store) fn new(shards: usize, head: Head, first_segment: u64) -> Self {
+    /// with `head` (what WAL replay left), the others empty. The census
+    /// starts with `head`'s series and holds at most `census_capacity`.
+    pub(in crate::store) fn new(
+        shards: usize,
+        head: Head,
+        first_segment: u64,
+        census_capacity: usize,
+    ) -> Self {
         let count = shards.clamp(1, MAX_SHARDS);
+        let mut census = SeriesLedger::new(census_capacity);
+        note_series(&mut census, &head, 0);
         let mut heads = Vec::with_capacity(count);
         let mut bytes = Vec::with_capacity(count);
         bytes.push(AtomicUsize::new(head.approx_bytes()));
@@ -65,6 +85,22 @@ impl LiveHead {
             apply_turns: (0..count).map(|_| Arc::new(AsyncMutex::new(()))).collect(),
             first_segment: AtomicU64::new(first_segment),
             hasher: std::hash::RandomState::new(),
+            census: Mutex::new(census),
+        }
+    }
+
+    /// The census of retained series, locked: a leaf lock, held for a few
+    /// lookups or notes.
+    pub(in crate::store) fn census(&self) -> MutexGuard<'_, SeriesLedger> {
+        lock(&self.census)
+    }
+
+    /// Notes every series of `heads` (heads waiting for upload) in the
+    /// census, as seen now.
+    pub(in crate::store) fn note_heads(&self, heads: &[Head]) {
+        let mut census = self.census();
+        for head in heads {
+            note_series(&mut census, head, 0);
         }
     }
 
@@ -108,8 +144,9 @@ impl LiveHead {
     /// Counts the series `checked` would create in shard `shard` against
     /// `limits`. Most profiles write only series their shard holds already:
     /// those read that one shard, so a check waits for no apply in another
-    /// shard. A profile with a new series counts against every shard, as
-    /// the limits are the store's, reading one shard at a time.
+    /// shard. A profile with a new series counts against the store's
+    /// census of retained series (which holds every shard's too), as the
+    /// limits are the store's and count what it keeps, not only its head.
     pub(in crate::store) fn count_series(
         &self,
         shard: usize,
@@ -119,7 +156,7 @@ impl LiveHead {
         if checked.writes_only_held_series(&*read(&self.shards[self.index(shard)])) {
             return Ok(());
         }
-        checked.count_series(&ShardByShard(&self.shards), limits)
+        checked.count_series(&*self.census(), limits)
     }
 
     /// Waits for shard `shard`'s apply turn: the applies queued ahead in
@@ -141,7 +178,11 @@ impl LiveHead {
     ) -> (T, usize) {
         let index = self.index(shard);
         let mut head = write(&self.shards[index]);
+        let series_before = head.series_count();
         let result = change(&mut head);
+        if head.series_count() > series_before {
+            note_series(&mut self.census(), &head, series_before);
+        }
         self.shard_bytes[index].store(head.approx_bytes(), Ordering::Relaxed);
         drop(head);
         (result, self.approx_bytes())
@@ -183,35 +224,15 @@ impl LiveHead {
     }
 }
 
-/// The shards counted as one store, each read-locked only while it is
-/// read. Holding them all at once, a count waited for every shard's apply
-/// in turn while blocking the applies of the shards it held already (a
-/// convoy seen at 32 HTTP clients on 16 cores). Counts taken while other
-/// profiles apply may be off by those in flight, as the series limits
-/// allow for a logged record.
-struct ShardByShard<'a>(&'a [RwLock<Head>]);
-
-impl SeriesCensus for ShardByShard<'_> {
-    fn holds_series(&self, labels: &LabelSet) -> bool {
-        self.0.iter().any(|shard| read(shard).holds_series(labels))
-    }
-
-    fn series_total(&self) -> usize {
-        self.0.iter().map(|shard| read(shard).series_total()).sum()
-    }
-
-    fn series_for_name(&self, name: &str) -> usize {
-        self.0
-            .iter()
-            .map(|shard| read(shard).series_for_name(name))
-            .sum()
-    }
-
-    fn series_for_namespace(&self, namespace: &str) -> usize {
-        self.0
-            .iter()
-            .map(|shard| read(shard).series_for_namespace(namespace))
-            .sum()
+/// Notes in `census` the series of `head` from its `first`th on, as seen
+/// now: a series written now counts for a retention period from now,
+/// whatever its profiles' times.
+fn note_series(census: &mut SeriesLedger, head: &Head, first: usize) {
+    let newest_ms = head
+        .time_bounds()
+        .map_or(now_ms(), |(_, max)| max.max(now_ms()));
+    for (labels, name) in head.series_from(first) {
+        census.note(labels, name, newest_ms);
     }
 }
 
@@ -233,7 +254,7 @@ mod tests {
 
     #[test]
     fn replicas_of_a_workload_share_a_shard_and_workloads_spread_over_all() {
-        let live = LiveHead::new(4, Head::new(), 1);
+        let live = LiveHead::new(4, Head::new(), 1, 1 << 20);
         let mut used = [0usize; 4];
         for service in 0..400 {
             let shard = live.shard_of(&labels(service, 0, "process_cpu"));
@@ -288,7 +309,7 @@ mod tests {
 
     #[test]
     fn a_profile_of_held_series_is_counted_while_another_shard_is_write_locked() {
-        let live = std::sync::Arc::new(LiveHead::new(4, Head::new(), 1));
+        let live = std::sync::Arc::new(LiveHead::new(4, Head::new(), 1, 1 << 20));
         let limits = IngestLimits::default();
         let (held, busy) = workloads_in_two_shards(&live);
         let shard = live.shard_of(&held);
@@ -315,7 +336,7 @@ mod tests {
 
     #[test]
     fn a_new_series_counts_against_every_shard() {
-        let live = LiveHead::new(4, Head::new(), 1);
+        let live = LiveHead::new(4, Head::new(), 1, 1 << 20);
         let limits = IngestLimits {
             max_series: 1,
             ..IngestLimits::default()
@@ -333,9 +354,34 @@ mod tests {
         assert!(err.to_string().contains("series"), "{err}");
     }
 
+    #[test]
+    fn a_series_cut_from_the_head_still_counts_and_is_not_new_when_written_again() {
+        let live = LiveHead::new(4, Head::new(), 1, 1 << 20);
+        let limits = IngestLimits {
+            max_series: 1,
+            ..IngestLimits::default()
+        };
+        let (first, second) = workloads_in_two_shards(&live);
+        let shard = live.shard_of(&first);
+        live.apply(shard, |head| {
+            head.apply_checked(checked(&first, &limits), 1_000)
+        });
+        live.cut(2, |heads, _| assert_eq!(heads.len(), 4));
+        assert!(live.is_empty());
+        live.count_series(shard, &checked(&first, &limits), &limits)
+            .expect("a series the cut head holds is not new");
+        let err = live
+            .count_series(live.shard_of(&second), &checked(&second, &limits), &limits)
+            .expect_err("the cut head's series still counts against a limit of one");
+        assert!(
+            matches!(err, IngestError::TooManySeriesInStore { .. }),
+            "{err}"
+        );
+    }
+
     #[tokio::test]
     async fn an_apply_turn_waits_only_for_applies_in_its_own_shard() {
-        let live = LiveHead::new(4, Head::new(), 1);
+        let live = LiveHead::new(4, Head::new(), 1, 1 << 20);
         let (first, other) = workloads_in_two_shards(&live);
         let (shard, other_shard) = (live.shard_of(&first), live.shard_of(&other));
         let held = live.apply_turn(shard).await;
@@ -357,9 +403,9 @@ mod tests {
 
     #[test]
     fn shard_count_is_clamped() {
-        assert_eq!(LiveHead::new(0, Head::new(), 1).shard_count(), 1);
+        assert_eq!(LiveHead::new(0, Head::new(), 1, 1 << 20).shard_count(), 1);
         assert_eq!(
-            LiveHead::new(1000, Head::new(), 1).shard_count(),
+            LiveHead::new(1000, Head::new(), 1, 1 << 20).shard_count(),
             MAX_SHARDS
         );
     }

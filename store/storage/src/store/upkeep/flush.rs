@@ -125,6 +125,9 @@ impl Store {
                 blocks.insert(meta.id.clone(), meta.clone());
                 view.set_blocks(blocks);
             }
+            // Its series were counted as the head created them: the census
+            // need not read them back.
+            shared.ingest.head.census().note_block(&meta.id);
             shared
                 .upkeep
                 .counters

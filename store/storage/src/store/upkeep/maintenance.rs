@@ -55,6 +55,7 @@ impl Store {
         let shared = &self.shared;
         let _maintenance = shared.upkeep.maintenance.lock().await;
         let incomplete = self.relist().await?;
+        self.count_retained_series().await;
         let own = &shared.config.replica;
         let leftovers: Vec<BlockMeta> = {
             let view = read(&shared.catalog.view);
@@ -294,6 +295,13 @@ impl Store {
             let mut blocks = view.blocks.clone();
             blocks.insert(meta.id.clone(), meta.clone());
             view.set_blocks(blocks);
+        }
+        {
+            // The merge holds its sources' series: counted once they are.
+            let mut census = shared.ingest.head.census();
+            if meta.sources.iter().all(|id| census.counts_block(id)) {
+                census.note_block(&meta.id);
+            }
         }
         let mut deleted = 0;
         for source in &meta.sources {
