@@ -25,6 +25,7 @@ mod otlp_stacks;
 mod outer_messages;
 mod querier_bodies;
 mod query_work;
+mod series_churn;
 mod slow_bodies;
 
 use std::fmt::Write as _;
@@ -68,6 +69,8 @@ pub(crate) enum Expect {
     /// too large, and a range the deep stack never entered holds no such
     /// profile type; none of them may fail the store.
     ServedOrRefused,
+    /// A 200: a well-formed request the attack must not cost its writer.
+    Served,
 }
 
 /// How the store answered a hostile request.
@@ -119,6 +122,7 @@ impl Answer {
         match expect {
             Expect::Refused => refused,
             Expect::ServedOrRefused => served || refused,
+            Expect::Served => served,
         }
     }
 
@@ -331,7 +335,11 @@ impl Attack {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let cgroup = LimitedCgroup::create_or_skip(BUDGET)?;
         let budget = format!("--memory-budget={BUDGET}");
-        let mut flags = vec![budget.as_str(), "--flush-interval=1h"];
+        let mut flags = vec![budget.as_str()];
+        // An attack may flush more often; by default the head stays.
+        if !extra.iter().any(|f| f.starts_with("--flush-interval")) {
+            flags.push("--flush-interval=1h");
+        }
         flags.extend_from_slice(extra);
         let store = StoreProcess::start_in_cgroup(KILN_STORE, &cgroup, data_dir, &flags);
         Some(Attack {
