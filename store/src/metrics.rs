@@ -138,10 +138,17 @@ pub struct StorageGauges {
     pub retention_seconds: u64,
     /// The size retention in effect (`--retention-bytes`); 0 when none.
     pub retention_bytes: u64,
+    /// Series the store retains (heads and blocks), which the series
+    /// limits count.
+    pub retained_series: u64,
+    /// Approximate bytes of the census of retained series.
+    pub series_census_bytes: u64,
+    /// Blocks whose series the census could not read at the last listing.
+    pub series_census_unreadable_blocks: u64,
 }
 
 /// Name and help of each storage gauge, in [`StorageGauges::values`] order.
-const STORAGE_GAUGES: [(&str, &str); 16] = [
+const STORAGE_GAUGES: [(&str, &str); 19] = [
     (
         "kiln_ready",
         "1 while /readyz is 200: recovered, the WAL takes writes, the bucket answers",
@@ -194,6 +201,18 @@ const STORAGE_GAUGES: [(&str, &str); 16] = [
         "kiln_retention_bytes",
         "The oldest blocks are deleted past this many bytes (--retention-bytes); 0 when unset",
     ),
+    (
+        "kiln_retained_series",
+        "Series the store retains (live head, heads waiting for upload, blocks within retention): what --max-series and the other series limits count",
+    ),
+    (
+        "kiln_series_census_bytes",
+        "Approximate bytes of the census of retained series",
+    ),
+    (
+        "kiln_series_census_unreadable_blocks",
+        "Blocks whose series could not be read for the series census at the last listing (their series are not counted; retried at the next)",
+    ),
 ];
 
 impl StorageGauges {
@@ -215,6 +234,9 @@ impl StorageGauges {
             self.inflight_queries,
             self.retention_seconds,
             self.retention_bytes,
+            self.retained_series,
+            self.series_census_bytes,
+            self.series_census_unreadable_blocks,
         ]
     }
 }
@@ -383,6 +405,7 @@ mod tests {
         ));
         assert!(text.contains("kiln_query_duration_seconds_count{endpoint=\"flamegraph\"} 1\n"));
         assert!(text.contains("# TYPE kiln_head_bytes gauge\nkiln_head_bytes 0\n"));
+        assert!(text.contains("# TYPE kiln_retained_series gauge\nkiln_retained_series 0\n"));
         assert!(
             text.contains("kiln_closed_connections_total{reason=\"no_request\"} 0\n"),
             "both reasons are there from the start: {text}"

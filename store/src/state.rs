@@ -329,6 +329,7 @@ impl AppState {
             },
             Some(store) => {
                 let stats = store.stats();
+                let census = store.series_census();
                 StorageGauges {
                     ready: store.health().is_ready(),
                     head_bytes: stats.head_bytes,
@@ -346,6 +347,9 @@ impl AppState {
                     inflight_queries,
                     retention_seconds: store.config().retention.as_secs(),
                     retention_bytes: store.config().max_total_bytes.unwrap_or(0),
+                    retained_series: census.series,
+                    series_census_bytes: census.bytes,
+                    series_census_unreadable_blocks: census.unreadable_blocks,
                 }
             }
         }
