@@ -9,7 +9,10 @@
 //! from the ingest memory budget first; a block that cannot be read (the
 //! bucket fails, the budget is busy, the block is damaged) never stops
 //! ingest: its series are unknown until a later listing reads them, and
-//! counted in `SeriesCensusStats::unreadable_blocks` meanwhile.
+//! counted in `SeriesCensusStats::unreadable_blocks` meanwhile. One pass
+//! reads blocks for at most `StoreConfig::open_listing_timeout`, so a slow
+//! bucket cannot hold up open or the maintenance loop; the blocks it did
+//! not reach wait for the next pass.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -71,8 +74,13 @@ fn count_retained_series(shared: &Shared, runtime: &tokio::runtime::Handle) {
         shared.ingest.head.note_heads(&pending.heads);
     }
     let mut read_blocks = 0usize;
+    let mut deferred = 0usize;
     for meta in &blocks {
         if meta.max_time_ms < oldest_kept_ms || shared.ingest.head.census().counts_block(&meta.id) {
+            continue;
+        }
+        if started.elapsed() >= shared.config.open_listing_timeout {
+            deferred += 1;
             continue;
         }
         match count_block(shared, runtime, meta, oldest_kept_ms) {
@@ -94,6 +102,7 @@ fn count_retained_series(shared: &Shared, runtime: &tokio::runtime::Handle) {
     drop(census);
     tracing::debug!(
         read_blocks,
+        deferred,
         expired,
         series = stats.series,
         unreadable_blocks = stats.unreadable_blocks,
