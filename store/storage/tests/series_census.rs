@@ -18,7 +18,13 @@ const PODS_PER_NAMESPACE: usize = 3;
 const PODS_IN_STORE: usize = 5;
 
 async fn open(root: &Path) -> Store {
-    let mut config = config(&root.join("data"), "r1");
+    open_replica(root, "r1").await
+}
+
+/// A store named `replica` on the bucket under `root`, with its own data
+/// directory.
+async fn open_replica(root: &Path, replica: &str) -> Store {
+    let mut config = config(&root.join(format!("data-{replica}")), replica);
     config.ingest_limits = IngestLimits {
         max_series_per_namespace: PODS_PER_NAMESPACE * SERIES_PER_POD,
         max_series: PODS_IN_STORE * SERIES_PER_POD,
@@ -138,5 +144,48 @@ async fn a_block_that_cannot_be_read_is_reported_and_does_not_stop_ingest() {
     assert_eq!(census.series, 0);
     assert_eq!(census.unreadable_blocks, 1);
     assert_eq!(refusal(&store, "shop", 50).await, "accepted");
+    store.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_replicas_blocks_count_once_listed() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let first = open_replica(root.path(), "r1").await;
+    let second = open_replica(root.path(), "r2").await;
+    for pod in 0..PODS_PER_NAMESPACE {
+        assert_eq!(refusal(&first, "shop", pod).await, "accepted", "pod {pod}");
+    }
+    first.flush().await.expect("flush");
+    assert_eq!(second.series_census().series, 0, "not listed yet");
+    second.refresh_blocks().await.expect("listing");
+    let census = second.series_census();
+    println!("the second replica's census once listed: {census:?}");
+    assert_eq!(census.series, (PODS_PER_NAMESPACE * SERIES_PER_POD) as u64);
+    assert_eq!(refusal(&second, "shop", 100).await, "namespace full");
+    assert_eq!(refusal(&second, "shop", 1).await, "accepted");
+    first.shutdown().await.expect("shutdown");
+    second.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn series_whose_data_is_past_retention_are_not_counted() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let store = open(root.path()).await;
+    // Fixed 2023 times, which the test config accepts: past the default
+    // 14 days of retention.
+    for pod in 0..PODS_PER_NAMESPACE {
+        let (pprof, _) = cpu_profile(pod as u64, 3);
+        let old = request(&format!("pod-{pod}"), BASE_MS, pprof);
+        store.ingest(old).await.expect("an old profile");
+    }
+    store.shutdown().await.expect("shutdown");
+    drop(store);
+    let store = open(root.path()).await;
+    let census = store.series_census();
+    println!("census over a block past retention: {census:?}");
+    assert_eq!(census.series, 0);
+    for pod in 0..PODS_PER_NAMESPACE {
+        assert_eq!(refusal(&store, "shop", 10 + pod).await, "accepted");
+    }
     store.shutdown().await.expect("shutdown");
 }
