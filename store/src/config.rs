@@ -27,7 +27,7 @@ pub use bucket::{BucketSettings, ObjectStoreKind};
 pub use connections::ConnectionLimits;
 pub use file::{parse_file_settings, read_file_settings};
 pub use limits::Limits;
-pub use tokens::read_token_files;
+pub use tokens::{NamespaceToken, read_token_files};
 pub use units::{parse_bytes, parse_duration};
 
 /// Why the configuration is unusable.
@@ -128,8 +128,11 @@ pub struct Config {
     pub limits: Limits,
     /// Connection limits of the main port.
     pub connections: ConnectionLimits,
-    /// Tokens for writes (empty: no auth).
+    /// Tokens for writes to any namespace (with `namespace_write_tokens`
+    /// empty too: no auth for writes).
     pub write_tokens: Vec<String>,
+    /// Tokens for writes to some namespaces only.
+    pub namespace_write_tokens: Vec<NamespaceToken>,
     /// Tokens for reads (empty: no auth).
     pub read_tokens: Vec<String>,
     /// Log filter.
@@ -267,6 +270,10 @@ impl Config {
             ingest_workers: storage.ingest_workers,
             limits: Limits::resolve(&settings.limits, memory_budget)?,
             connections: ConnectionLimits::resolve(server, memory_budget)?,
+            namespace_write_tokens: tokens::namespace_tokens(
+                settings.auth.namespace_write_tokens.as_deref(),
+                &tokens::trimmed(settings.auth.write_tokens.as_deref()),
+            )?,
             write_tokens: tokens::trimmed(settings.auth.write_tokens.as_deref()),
             read_tokens: tokens::trimmed(settings.auth.read_tokens.as_deref()),
             log: server.log.clone().unwrap_or_else(|| "info".to_owned()),

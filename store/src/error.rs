@@ -242,6 +242,9 @@ impl ApiError {
             Self::NotReady => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::Worker { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Storage {
+                source: StorageError::NamespaceNotAllowed { .. },
+            } => StatusCode::FORBIDDEN,
             Self::Storage { source } => match source.class() {
                 ErrorClass::Client => StatusCode::BAD_REQUEST,
                 ErrorClass::Overloaded => match source {
@@ -267,6 +270,7 @@ impl ApiError {
             StatusCode::SERVICE_UNAVAILABLE => tonic::Code::Unavailable,
             StatusCode::REQUEST_TIMEOUT => tonic::Code::DeadlineExceeded,
             StatusCode::UNAUTHORIZED => tonic::Code::Unauthenticated,
+            StatusCode::FORBIDDEN => tonic::Code::PermissionDenied,
             StatusCode::NOT_IMPLEMENTED => tonic::Code::Unimplemented,
             _ => tonic::Code::Internal,
         }
@@ -280,6 +284,7 @@ impl ApiError {
             tonic::Code::Unavailable => "unavailable",
             tonic::Code::DeadlineExceeded => "deadline_exceeded",
             tonic::Code::Unauthenticated => "unauthenticated",
+            tonic::Code::PermissionDenied => "permission_denied",
             tonic::Code::Unimplemented => "unimplemented",
             _ => "internal",
         }

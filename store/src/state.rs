@@ -4,9 +4,10 @@
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
+use kiln_engine::model::{Label, NAMESPACE_LABEL};
 use kiln_pprof::{DecodeLimits, DecodedProfile};
 use kiln_storage::store::IngestRequest;
-use kiln_storage::{IngestAdmission, IngestTurn, StorageError, Store};
+use kiln_storage::{IngestAdmission, IngestTurn, StorageError, Store, WriterScope};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{Config, Limits};
@@ -15,6 +16,7 @@ use crate::ingest::series_batch::{BatchReport, SeriesFailure, SeriesUploads};
 use crate::ingest::upload::ProfileUpload;
 use crate::metrics::{Metrics, StorageGauges};
 use crate::query::budget::{QueryMemory, QueryReservation};
+use crate::server::auth::WriteTokens;
 
 /// What a write request holds while it runs: the store's admission, one
 /// in-flight slot and its body's share of the ingest memory budget.
@@ -67,7 +69,7 @@ struct Shared {
     store: OnceLock<Store>,
     limits: Limits,
     decode_limits: DecodeLimits,
-    write_tokens: Vec<String>,
+    write_tokens: WriteTokens,
     read_tokens: Vec<String>,
     metrics: Metrics,
     body_read_timeout: Duration,
@@ -92,7 +94,10 @@ impl AppState {
                 store: OnceLock::new(),
                 limits: config.limits.clone(),
                 decode_limits: decode_limits(&config.limits),
-                write_tokens: config.write_tokens.clone(),
+                write_tokens: WriteTokens::new(
+                    config.write_tokens.clone(),
+                    &config.namespace_write_tokens,
+                ),
                 read_tokens: config.read_tokens.clone(),
                 metrics: Metrics::default(),
                 body_read_timeout: config.connections.body_read_timeout,
@@ -135,8 +140,8 @@ impl AppState {
         self.shared.loopback_only
     }
 
-    /// Tokens for writes; empty means writes are open.
-    pub fn write_tokens(&self) -> &[String] {
+    /// Tokens for writes, with what each may write.
+    pub fn write_tokens(&self) -> &WriteTokens {
         &self.shared.write_tokens
     }
 
@@ -225,6 +230,7 @@ impl AppState {
     pub async fn ingest_series(
         &self,
         protocol: &'static str,
+        writer: &WriterScope,
         batch: Vec<SeriesUploads>,
     ) -> Result<BatchReport, ApiError> {
         let store = self.store()?;
@@ -255,7 +261,7 @@ impl AppState {
             for upload in uploads {
                 let bytes = upload.pprof.len() as u64;
                 // WriteRaw and Push hand the store bytes, never a profile.
-                let (request, _) = store_request(upload);
+                let (request, _) = store_request(upload, writer);
                 // A keyed profile resent within the window is answered as
                 // stored without being stored again, so a client's retry of
                 // a batch stored in part does not count profiles twice.
@@ -295,12 +301,13 @@ impl AppState {
     pub async fn ingest(
         &self,
         protocol: &'static str,
+        writer: &WriterScope,
         uploads: Vec<ProfileUpload>,
     ) -> Result<(), ApiError> {
         let store = self.store()?;
         for upload in uploads {
             let bytes = upload.pprof.len() as u64;
-            let (request, decoded) = store_request(upload);
+            let (request, decoded) = store_request(upload, writer);
             let stats = match decoded {
                 Some(profile) => store.ingest_decoded(request, profile).await?,
                 None => store.ingest(request).await?,
@@ -356,15 +363,27 @@ impl AppState {
     }
 }
 
-/// The store's request for `upload`, and the profile its pprof decodes to
-/// when the server decoded or built it.
-fn store_request(upload: ProfileUpload) -> (IngestRequest, Option<DecodedProfile>) {
+/// The store's request for `upload` by `writer`, and the profile its pprof
+/// decodes to when the server decoded or built it. A writer bound to one
+/// namespace writes into it the series that name none, as a tenant's SDK
+/// does not know it runs as a tenant.
+fn store_request(
+    upload: ProfileUpload,
+    writer: &WriterScope,
+) -> (IngestRequest, Option<DecodedProfile>) {
+    // One copy at a time, for the profile being stored.
+    let mut labels = Arc::unwrap_or_clone(upload.labels);
+    if let Some(namespace) = writer.sole_namespace()
+        && labels.get(NAMESPACE_LABEL).is_none()
+    {
+        labels.insert(Label::new(NAMESPACE_LABEL, namespace));
+    }
     let request = IngestRequest {
-        // One copy at a time, for the profile being stored.
-        labels: Arc::unwrap_or_clone(upload.labels),
+        labels,
         time_ms: upload.time_ms,
         duration_nanos: upload.duration_nanos,
         pprof: upload.pprof,
+        writer: writer.clone(),
     };
     (request, upload.decoded)
 }

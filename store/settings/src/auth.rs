@@ -13,8 +13,15 @@ use serde::{Deserialize, Serialize};
 pub const WRITE_TOKENS_ENV: &str = "KILN_WRITE_TOKENS";
 /// The variable holding the read tokens, comma separated.
 pub const READ_TOKENS_ENV: &str = "KILN_READ_TOKENS";
+/// The variable holding the write tokens bound to namespaces, as
+/// `namespace:token` entries, comma separated.
+pub const NAMESPACE_WRITE_TOKENS_ENV: &str = "KILN_NAMESPACE_WRITE_TOKENS";
 /// The variables the store reads that are no flag's: the token lists.
-pub const TOKEN_ENVIRONMENT: [&str; 2] = [WRITE_TOKENS_ENV, READ_TOKENS_ENV];
+pub const TOKEN_ENVIRONMENT: [&str; 3] = [
+    WRITE_TOKENS_ENV,
+    READ_TOKENS_ENV,
+    NAMESPACE_WRITE_TOKENS_ENV,
+];
 
 /// `[auth]` in the file. The token lists are no flags (`arg(skip)`); the
 /// store fills them from the environment with
@@ -30,6 +37,14 @@ pub struct AuthOptions {
     /// `KILN_READ_TOKENS`, comma separated, or the file.
     #[arg(skip)]
     pub read_tokens: Option<Vec<String>>,
+    /// Write tokens that may write only some namespaces, as
+    /// `namespace:token` entries (a token in several entries may write
+    /// each of their namespaces); from `KILN_NAMESPACE_WRITE_TOKENS`,
+    /// comma separated, or the file. A series written with one of them
+    /// must carry one of its namespaces in its `namespace` label, so a
+    /// tenant cannot write, or use up the series of, another's namespace.
+    #[arg(skip)]
+    pub namespace_write_tokens: Option<Vec<String>>,
     /// A file holding the write tokens, one per line or comma separated
     /// (e.g. a mounted Secret); instead of `KILN_WRITE_TOKENS`.
     #[arg(long, env = "KILN_WRITE_TOKENS_FILE")]
@@ -38,6 +53,11 @@ pub struct AuthOptions {
     /// instead of `KILN_READ_TOKENS`.
     #[arg(long, env = "KILN_READ_TOKENS_FILE")]
     pub read_tokens_file: Option<PathBuf>,
+    /// A file holding the namespace-bound write tokens, `namespace:token`,
+    /// one per line or comma separated; instead of
+    /// `KILN_NAMESPACE_WRITE_TOKENS`.
+    #[arg(long, env = "KILN_NAMESPACE_WRITE_TOKENS_FILE")]
+    pub namespace_write_tokens_file: Option<PathBuf>,
 }
 
 impl AuthOptions {
@@ -49,6 +69,9 @@ impl AuthOptions {
         }
         if let Some(text) = variable(READ_TOKENS_ENV) {
             self.read_tokens = Some(split_tokens(&text));
+        }
+        if let Some(text) = variable(NAMESPACE_WRITE_TOKENS_ENV) {
+            self.namespace_write_tokens = Some(split_tokens(&text));
         }
     }
 }

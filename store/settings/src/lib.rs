@@ -21,7 +21,10 @@ mod limits;
 mod server;
 mod storage;
 
-pub use auth::{AuthOptions, READ_TOKENS_ENV, TOKEN_ENVIRONMENT, WRITE_TOKENS_ENV, split_tokens};
+pub use auth::{
+    AuthOptions, NAMESPACE_WRITE_TOKENS_ENV, READ_TOKENS_ENV, TOKEN_ENVIRONMENT, WRITE_TOKENS_ENV,
+    split_tokens,
+};
 pub use bucket::BucketOptions;
 pub use limits::LimitOptions;
 pub use server::ServerOptions;
@@ -38,8 +41,10 @@ pub const FILE_VERSION: u32 = 1;
     version,
     about,
     after_help = "Tokens are never flags (a command line shows in /proc/*/cmdline): set \
-                  KILN_WRITE_TOKENS / KILN_READ_TOKENS (comma separated), [auth] in the \
-                  config file, or --write-tokens-file / --read-tokens-file."
+                  KILN_WRITE_TOKENS / KILN_READ_TOKENS (comma separated) and \
+                  KILN_NAMESPACE_WRITE_TOKENS (namespace:token, comma separated), [auth] in \
+                  the config file, or --write-tokens-file / --read-tokens-file / \
+                  --namespace-write-tokens-file."
 )]
 #[serde(deny_unknown_fields)]
 pub struct StoreSettings {
@@ -134,7 +139,11 @@ mod tests {
 
     #[test]
     fn tokens_are_not_flags() {
-        for refused in ["--write-tokens=w", "--read-tokens=r"] {
+        for refused in [
+            "--write-tokens=w",
+            "--read-tokens=r",
+            "--namespace-write-tokens=shop:w",
+        ] {
             let err = StoreSettings::try_parse_from(["kiln-store", refused]).unwrap_err();
             assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument);
         }

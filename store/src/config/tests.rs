@@ -210,3 +210,44 @@ fn token_files_are_read_once_and_must_hold_a_token() {
     let err = read_token_files(&mut both.auth, files).unwrap_err();
     assert!(err.to_string().contains("not both"), "{err}");
 }
+
+#[test]
+fn namespace_tokens_bind_a_token_to_its_namespaces() {
+    let mut settings = StoreSettings::default();
+    settings.auth.write_tokens = Some(vec!["agents".into()]);
+    settings.auth.overlay_environment(|name| {
+        (name == "KILN_NAMESPACE_WRITE_TOKENS")
+            .then(|| "shop:t1, checkout:t1,\npayments:t2:with-colon".to_owned())
+    });
+    let config = Config::resolve(&settings, None).unwrap();
+    assert_eq!(config.write_tokens, ["agents"]);
+    assert_eq!(
+        config.namespace_write_tokens,
+        [
+            NamespaceToken {
+                token: "t1".into(),
+                namespaces: vec!["checkout".into(), "shop".into()],
+            },
+            NamespaceToken {
+                token: "t2:with-colon".into(),
+                namespaces: vec!["payments".into()],
+            },
+        ]
+    );
+
+    for (entries, why) in [
+        ("no-colon-here", "is not `namespace:token`"),
+        ("Shop:t", "Kubernetes namespace name"),
+        ("-shop:t", "Kubernetes namespace name"),
+        ("shop:", "holds no token"),
+        ("shop:agents", "also in the write tokens"),
+    ] {
+        let mut bad = settings.clone();
+        bad.auth.namespace_write_tokens = Some(vec![entries.to_owned()]);
+        let err = Config::resolve(&bad, None).unwrap_err().to_string();
+        assert!(err.contains(why), "{entries}: {err}");
+        assert!(err.contains("auth.namespace_write_tokens"), "{err}");
+        // An entry is never echoed: it holds a token.
+        assert!(!err.contains(entries), "{err}");
+    }
+}

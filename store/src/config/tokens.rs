@@ -30,6 +30,11 @@ pub fn read_token_files(
             &mut auth.read_tokens,
             &auth.read_tokens_file,
         ),
+        (
+            "auth.namespace_write_tokens_file",
+            &mut auth.namespace_write_tokens,
+            &auth.namespace_write_tokens_file,
+        ),
     ] {
         let Some(path) = file else { continue };
         if list.is_some() {
@@ -63,4 +68,80 @@ pub(super) fn trimmed(list: Option<&[String]>) -> Vec<String> {
         .map(|token| token.trim().to_owned())
         .filter(|token| !token.is_empty())
         .collect()
+}
+
+/// A write token bound to namespaces: a series written with it must carry
+/// one of them in its `namespace` label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceToken {
+    /// The token.
+    pub token: String,
+    /// The namespaces it may write, sorted, at least one.
+    pub namespaces: Vec<String>,
+}
+
+/// The namespace-bound write tokens from `namespace:token` entries, one per
+/// token with all its namespaces. The namespace must be a Kubernetes
+/// namespace name (a DNS label), so neither a typo nor a pasted token
+/// passes for one; a token that is also an unbound write token is refused,
+/// as the two lists would disagree about what it may write.
+pub(super) fn namespace_tokens(
+    entries: Option<&[String]>,
+    unbound: &[String],
+) -> Result<Vec<NamespaceToken>, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid {
+        setting: "auth.namespace_write_tokens",
+        message,
+    };
+    let mut tokens: Vec<NamespaceToken> = Vec::new();
+    for (index, entry) in entries.unwrap_or_default().iter().enumerate() {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        // Never echo an entry: it holds a token.
+        let Some((namespace, token)) = entry.split_once(':') else {
+            return Err(invalid(format!("entry {index} is not `namespace:token`")));
+        };
+        let (namespace, token) = (namespace.trim(), token.trim());
+        if !is_namespace_name(namespace) {
+            return Err(invalid(format!(
+                "entry {index}: the namespace is not a Kubernetes namespace name \
+                 (lower-case letters, digits and '-', at most 63)"
+            )));
+        }
+        if token.is_empty() {
+            return Err(invalid(format!("entry {index} holds no token")));
+        }
+        if unbound.iter().any(|t| t == token) {
+            return Err(invalid(format!(
+                "entry {index}: its token is also in the write tokens, which may write \
+                 every namespace; list it in one place"
+            )));
+        }
+        match tokens.iter_mut().find(|t| t.token == token) {
+            Some(known) => known.namespaces.push(namespace.to_owned()),
+            None => tokens.push(NamespaceToken {
+                token: token.to_owned(),
+                namespaces: vec![namespace.to_owned()],
+            }),
+        }
+    }
+    for token in &mut tokens {
+        token.namespaces.sort();
+        token.namespaces.dedup();
+    }
+    Ok(tokens)
+}
+
+/// A DNS label, as Kubernetes names namespaces.
+fn is_namespace_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first() != Some(&b'-')
+        && bytes.last() != Some(&b'-')
 }

@@ -29,7 +29,9 @@ use crate::ingest::series_batch::{
     series_from_write_raw,
 };
 use crate::ingest::upload::{ProfileUpload, UploadError};
+use crate::server::auth::writer_scope;
 use crate::state::{AppState, SharedPermit};
+use kiln_storage::WriterScope;
 
 /// The gRPC server for WriteRaw.
 pub type WriteRawServer = IngestServer;
@@ -195,10 +197,11 @@ impl<R: SeriesReply> tonic::server::UnaryService<Bytes> for Unary<R> {
         Box::pin(async move {
             let per_series = wants_series_status(request.metadata());
             let permit = request.extensions().get::<SharedPermit>().cloned();
+            let writer = writer_scope(request.extensions());
             let endpoint = handler.method.endpoint();
             let metrics = handler.state.metrics();
             let report = handler
-                .run(permit, request.into_inner())
+                .run(permit, writer, request.into_inner())
                 .await
                 .map_err(|err| {
                     metrics.record_rejection(endpoint, err.reason());
@@ -230,9 +233,11 @@ impl Handler {
     async fn run(
         &self,
         permit: Option<SharedPermit>,
+        writer: Result<WriterScope, ApiError>,
         body: Bytes,
     ) -> Result<BatchReport, ApiError> {
         let state = &self.state;
+        let writer = writer?;
         let Some(permit) = permit else {
             return Err(ApiError::Worker {
                 work: "storing a gRPC ingest request",
@@ -254,7 +259,7 @@ impl Handler {
             work: "decoding a gRPC ingest request",
             message: e.to_string(),
         })??;
-        state.ingest_series(method.endpoint(), batch).await
+        state.ingest_series(method.endpoint(), &writer, batch).await
     }
 }
 

@@ -18,6 +18,7 @@ use crate::ingest::pyroscope::{
     BodyFormat, IngestBody, MultipartParts, build_upload, parse_ingest_params,
 };
 use crate::ingest::upload::{check_label_limits, uploads_from_push};
+use crate::server::auth::writer_scope;
 use crate::state::{AppState, WritePermit};
 use crate::wire::body::{decode_content_encoding_reserving, read_body_reserving};
 use crate::wire::content_type::{content_type, is_grpc};
@@ -44,6 +45,7 @@ async fn pyroscope_ingest_inner(
     query: &str,
     request: Request,
 ) -> Result<(), ApiError> {
+    let writer = writer_scope(request.extensions())?;
     // The slot first, then the body's memory as it arrives: a slow body
     // holds only what it has sent.
     let mut permit = state.admit_write_unsized()?;
@@ -87,7 +89,7 @@ async fn pyroscope_ingest_inner(
     // Its series labels come from `name`: checked here, once, as every
     // protocol checks them where its uploads are built.
     check_label_limits(&upload.labels, state.limits())?;
-    let result = state.ingest("ingest", vec![upload]).await;
+    let result = state.ingest("ingest", &writer, vec![upload]).await;
     drop(permit);
     result
 }
@@ -151,6 +153,7 @@ async fn push_connect(
     content_type: &str,
     request: Request,
 ) -> Result<Response, ApiError> {
+    let writer = writer_scope(request.extensions())?;
     let mut permit = state.admit_write_unsized()?;
     let limit = state.limits().max_request_bytes;
     let headers = request.headers().clone();
@@ -207,7 +210,7 @@ async fn push_connect(
         work: "decoding the Push request",
         message: e.to_string(),
     })??;
-    state.ingest("push", uploads).await?;
+    state.ingest("push", &writer, uploads).await?;
     drop(permit);
     Ok(if format == PushFormat::Json {
         ([(header::CONTENT_TYPE, "application/json")], "{}").into_response()

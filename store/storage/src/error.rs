@@ -101,6 +101,18 @@ pub enum StorageError {
         /// What is wrong with it.
         message: String,
     },
+    /// The writer's token may not write the namespace of one of the
+    /// profile's series.
+    #[error(
+        "this writer's token may write only the namespaces {allowed:?}; a series of the \
+         profile has namespace {namespace:?} (\"\": no `namespace` label)"
+    )]
+    NamespaceNotAllowed {
+        /// The namespace refused (cut to 256 characters).
+        namespace: String,
+        /// The namespaces the writer may write (the first 16).
+        allowed: Vec<String>,
+    },
     /// Another request with the same idempotency key is being stored now.
     #[error("a profile with idempotency key {key:?} is being stored right now; retry")]
     IdempotencyKeyInFlight {
@@ -262,6 +274,7 @@ impl StorageError {
             Self::InvalidProfile { source } => source.reason(),
             Self::Rejected { source } => source.reason(),
             Self::InvalidIdempotencyKey { .. } => "invalid_idempotency_key",
+            Self::NamespaceNotAllowed { .. } => "namespace_not_allowed",
             Self::IdempotencyKeyInFlight { .. } => "idempotency_key_in_flight",
             Self::TimeOutOfRange { .. } => "time_out_of_range",
             Self::QueryTimeout { .. } => "query_timeout",
@@ -294,6 +307,7 @@ impl StorageError {
             Self::InvalidProfile { .. }
             | Self::Rejected { .. }
             | Self::InvalidIdempotencyKey { .. }
+            | Self::NamespaceNotAllowed { .. }
             | Self::TimeOutOfRange { .. }
             | Self::OverMemoryBudget { .. }
             | Self::QueryTimeout { .. }

@@ -12,5 +12,5 @@ pub use bucket::{Bucket, BucketConfig, CorruptBlock};
 pub use error::{ErrorClass, StorageError};
 pub use store::{
     AcceptedTimes, CompactionReport, IngestAdmission, IngestRequest, IngestTurn, Store,
-    StoreConfig, StoreStats,
+    StoreConfig, StoreStats, WriterScope,
 };

@@ -89,7 +89,7 @@ pub use catalog::{Incomplete, Listing, MAX_LISTED, record_incomplete, with_reque
 pub use config::{AcceptedTimes, StoreConfig};
 pub use health::{HealthProblem, StoreHealth};
 use ingest::Ingest;
-pub use ingest::{IngestAdmission, IngestTurn, check_key, profile_key};
+pub use ingest::{IngestAdmission, IngestTurn, WriterScope, check_key, profile_key};
 pub use upkeep::CompactionReport;
 use upkeep::Upkeep;
 
@@ -104,6 +104,9 @@ pub struct IngestRequest {
     pub duration_nanos: Option<i64>,
     /// The pprof bytes as received, gzipped or not.
     pub pprof: bytes::Bytes,
+    /// The namespaces the writer may add to; every series the profile
+    /// writes is checked against it before the request is logged.
+    pub writer: WriterScope,
 }
 
 /// A snapshot of the store's state, for metrics.

@@ -30,6 +30,7 @@ fn request(seq: u64) -> IngestRequest {
         time_ms: Some(BASE_MS + (seq as i64 % 2) * 3_600_000 + seq as i64 * 1_000),
         duration_nanos: Some(DURATION_NANOS),
         pprof: pprof.into(),
+        writer: Default::default(),
     }
 }
 

@@ -31,6 +31,7 @@ fn seq_request(seq: u64) -> IngestRequest {
         time_ms: Some(recent_ms()),
         duration_nanos: Some(DURATION_NANOS),
         pprof: pprof.into(),
+        writer: Default::default(),
     }
 }
 

@@ -53,6 +53,7 @@ fn child_process_entry_point() {
                         time_ms: Some(BASE_MS + (round * 20 + seq) as i64 * 10_000),
                         duration_nanos: Some(DURATION_NANOS),
                         pprof: pprof.into(),
+                        writer: Default::default(),
                     })
                     .await
                     .expect("child ingest");

@@ -153,6 +153,7 @@ async fn bad_requests_are_client_errors_and_leave_nothing_behind() {
             time_ms: Some(BASE_MS),
             duration_nanos: None,
             pprof: pprof.into(),
+            writer: Default::default(),
         })
         .await
         .expect_err("no __name__");

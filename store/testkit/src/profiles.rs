@@ -79,6 +79,7 @@ pub fn request(pod: &str, time_ms: i64, pprof: Vec<u8>) -> IngestRequest {
         time_ms: Some(time_ms),
         duration_nanos: Some(DURATION_NANOS),
         pprof: pprof.into(),
+        writer: Default::default(),
     }
 }
 

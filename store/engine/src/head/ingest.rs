@@ -38,7 +38,7 @@ pub use limits::IngestLimits;
 
 use super::{Head, SeriesCensus};
 use crate::error::IngestError;
-use crate::model::{LabelSet, ProfileType};
+use crate::model::{LabelSet, NAMESPACE_LABEL, ProfileType};
 use signatures::Signatures;
 
 const UNSEEN: u32 = u32::MAX;
@@ -156,6 +156,16 @@ impl CheckedIngest {
             .iter()
             .flatten()
             .all(|labels| census.holds_series(labels))
+    }
+
+    /// The `namespace` label of each series the profile writes (`""` for
+    /// a series without one), once per series.
+    pub fn series_namespaces(&self) -> impl Iterator<Item = &str> {
+        self.plan
+            .slot_labels
+            .iter()
+            .flatten()
+            .map(|labels| labels.get(NAMESPACE_LABEL).unwrap_or(""))
     }
 
     /// The profile that was checked.

@@ -18,9 +18,11 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder};
 use super::model::uploads_from_batch;
 use super::{OtlpLimits, decode_export_reserving};
 use crate::error::ApiError;
+use crate::server::auth::writer_scope;
 use crate::state::{AppState, SharedPermit};
 use crate::wire::body::{decode_content_encoding_reserving, read_body_reserving};
 use crate::wire::content_type::media_type;
+use kiln_storage::WriterScope;
 
 /// Limits for OTLP decoding derived from the server's.
 fn otlp_limits(state: &AppState) -> OtlpLimits {
@@ -40,6 +42,7 @@ async fn export(
     protocol: &'static str,
     body: Bytes,
     permit: SharedPermit,
+    writer: &WriterScope,
 ) -> Result<ExportProfilesServiceResponse, ApiError> {
     let limits = state.limits().clone();
     let otlp_limits = otlp_limits(state);
@@ -68,7 +71,7 @@ async fn export(
     let total = uploads.len();
     for (stored, upload) in uploads.into_iter().enumerate() {
         let result = match upload {
-            Ok(upload) => state.ingest(protocol, vec![upload]).await,
+            Ok(upload) => state.ingest(protocol, writer, vec![upload]).await,
             Err(err) => Err(err),
         };
         if let Err(err) = result {
@@ -107,6 +110,7 @@ async fn export_http_inner(
     state: &AppState,
     request: Request,
 ) -> Result<ExportProfilesServiceResponse, ApiError> {
+    let writer = writer_scope(request.extensions())?;
     // The slot first, then the body's memory as it arrives and as it
     // inflates: a slow or compressed body holds only what it has become.
     let permit = SharedPermit::new(state.admit_write_unsized()?);
@@ -128,7 +132,7 @@ async fn export_http_inner(
     )
     .await?;
     let body = decode_content_encoding_reserving(&headers, raw, limit, &mut reserve)?;
-    export(state, "otlp_http", body.into(), permit).await
+    export(state, "otlp_http", body.into(), permit, &writer).await
 }
 
 /// `ProfilesService/Export` over gRPC.
@@ -169,9 +173,13 @@ impl tonic::server::UnaryService<Bytes> for ExportGrpc {
             // Admitted before tonic decoded it (`grpc_admission`), which
             // left the permit for what the export decodes.
             let permit = request.extensions().get::<SharedPermit>().cloned();
-            let result = match permit {
-                Some(permit) => export(&state, "otlp_grpc", request.into_inner(), permit).await,
-                None => Err(ApiError::Worker {
+            let writer = writer_scope(request.extensions());
+            let result = match (permit, writer) {
+                (_, Err(err)) => Err(err),
+                (Some(permit), Ok(writer)) => {
+                    export(&state, "otlp_grpc", request.into_inner(), permit, &writer).await
+                }
+                (None, Ok(_)) => Err(ApiError::Worker {
                     work: "storing the OTLP export",
                     message: "the request was not admitted".to_owned(),
                 }),

@@ -488,6 +488,7 @@ fn main() {
                     time_ms: Some(t + (p as i64 * 17) % STEP_MS),
                     duration_nanos: Some(10_000_000_000),
                     pprof: payload,
+                    writer: Default::default(),
                 }
             });
             let mut results = futures::stream::iter(requests.map(|r| ingest_retrying(&store, r)))

@@ -9,6 +9,7 @@
 //! - `live_head`: the sharded head writes apply to;
 //! - `idempotency`: the keys of recently stored profiles;
 //! - `time_window`: which profile times are accepted;
+//! - `writer_scope`: which namespaces a writer may write;
 //! - `replay` and `quarantine`: the WAL replayed into heads at open, with
 //!   the records that cannot be applied set aside.
 
@@ -19,8 +20,10 @@ mod quarantine;
 pub(super) mod replay;
 mod time_window;
 mod write;
+mod writer_scope;
 
 pub use idempotency::{check_key, profile_key};
+pub use writer_scope::WriterScope;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};

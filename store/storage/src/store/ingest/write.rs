@@ -146,6 +146,7 @@ impl Store {
         let pprof = request.pprof.clone();
         let request_time_ms = request.time_ms;
         let labels = request.labels;
+        let writer = request.writer;
         let shard = shared.ingest.head.shard_of(&labels);
         let turn = self.ingest_turn().await?;
         // Decode and run every engine check before the record is logged, so
@@ -188,12 +189,15 @@ impl Store {
             // series.
             let checked =
                 CheckedIngest::prepare(profile, &labels, duration_nanos, &config.ingest_limits)
-                    .and_then(|checked| {
-                        let limits = &config.ingest_limits;
-                        checker.ingest.head.count_series(shard, &checked, limits)?;
-                        Ok(checked)
-                    })
                     .map_err(|source| StorageError::Rejected { source })?;
+            // Before the count: a series the writer may not write must not
+            // be counted, or refused, as another namespace's.
+            writer.check(checked.series_namespaces())?;
+            checker
+                .ingest
+                .head
+                .count_series(shard, &checked, &config.ingest_limits)
+                .map_err(|source| StorageError::Rejected { source })?;
             checker
                 .ingest
                 .memory
