@@ -245,6 +245,14 @@ impl ApiError {
             Self::Storage {
                 source: StorageError::NamespaceNotAllowed { .. },
             } => StatusCode::FORBIDDEN,
+            // As a query body over the query memory: the same query will
+            // not fit again.
+            Self::Storage {
+                source:
+                    StorageError::Query {
+                        source: kiln_engine::QueryError::TooLarge { .. },
+                    },
+            } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Storage { source } => match source.class() {
                 ErrorClass::Client => StatusCode::BAD_REQUEST,
                 ErrorClass::Overloaded => match source {

@@ -144,6 +144,10 @@ fn store_config(config: &Config) -> StoreConfig {
     store.ingest_limits.max_series = config.limits.max_series;
     store.ingest_limits.max_samples_per_profile = config.limits.max_samples_per_profile;
     store.max_inflight_ingests = config.limits.max_inflight;
+    // One query memory: the bodies of queries in flight share it at the
+    // server, and each running query holds at most its share of it in
+    // the store.
+    store.query_memory_bytes = config.limits.query_memory_bytes as u64;
     store
 }
 

@@ -376,3 +376,47 @@ fn bodies_are_held_in_the_query_memory_budget() {
     assert!(text.contains("query memory budget"), "{text}");
     assert_serving(&mut store);
 }
+
+#[test]
+fn what_a_merge_builds_is_bounded_by_the_query_memory() {
+    // 2 MiB of query memory, shared by the running queries: a merge of
+    // 30,000 distinct stacks (60,000 distinct function names) holds more
+    // than that in its symbols alone, so it is refused as too large
+    // instead of growing with its range; a narrow selection still answers.
+    let mut store = seeded_store(&["--query-memory-bytes", "2097152"]);
+    for upload in 0..10 {
+        let body: String = (0..3_000)
+            .map(|i| format!("main;handler_{upload}_{i};leaf_{upload}_{i} 1\n"))
+            .collect();
+        let name = enc("wide.cpu{env=wide}");
+        let target =
+            format!("/ingest?name={name}&from=now-30s&until=now-20s&sampleRate=100&format=folded");
+        let response = http(store.addr, "POST", &target, &[], body.as_bytes()).expect("ingest");
+        assert_eq!(response.status, 200, "{}", response.text());
+    }
+    let started = Instant::now();
+    let wide = get(
+        store.addr,
+        &format!(
+            "/api/v1/flamegraph?query={}&from=now-1h",
+            enc(r#"process_cpu{service_name="wide"}"#)
+        ),
+    );
+    println!(
+        "wide merge answered {} in {:?}",
+        wide.status,
+        started.elapsed()
+    );
+    assert_eq!(wide.status, 413, "{}", wide.text());
+    assert!(wide.text().contains("query_too_large"), "{}", wide.text());
+    let narrow = get(
+        store.addr,
+        &format!(
+            "/api/v1/flamegraph?query={}&from=now-1h",
+            enc(r#"process_cpu{service_name="checkout", env="prod"}"#)
+        ),
+    );
+    assert_eq!(narrow.status, 200, "{}", narrow.text());
+    assert_eq!(narrow.json()["total"], 400_000_000, "{}", narrow.text());
+    assert_serving(&mut store);
+}

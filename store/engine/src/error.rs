@@ -267,6 +267,18 @@ pub enum QueryError {
         /// Deadline or cancellation.
         reason: crate::query::interrupt::StopReason,
     },
+    /// The query would hold more memory than its share: its range and
+    /// selection hold too many distinct stacks to merge at once.
+    #[error(
+        "the query would hold over {limit_bytes} bytes ({held_bytes} so far): its range and \
+         selection hold too many distinct stacks; narrow the range or the selector"
+    )]
+    TooLarge {
+        /// What it held when it stopped.
+        held_bytes: usize,
+        /// Its share of the query memory.
+        limit_bytes: usize,
+    },
     /// Part of a block turned out corrupt while being read lazily.
     #[error("block {block_id} is corrupt")]
     CorruptBlock {
@@ -289,6 +301,7 @@ impl QueryError {
             Self::TimelineShape => "timeline_shape",
             Self::CorruptBlock { .. } => "corrupt_block",
             Self::Stopped { .. } => "query_stopped",
+            Self::TooLarge { .. } => "query_too_large",
         }
     }
 }

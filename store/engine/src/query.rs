@@ -200,8 +200,10 @@ impl Queryable for Head {
     ) -> Result<(), QueryError> {
         check_range(range)?;
         let mut sums: HashMap<(u32, u32), i64> = HashMap::new();
+        let held = into.approx_bytes();
         for id in self.index.select(selector.matchers()) {
             interrupt::check()?;
+            interrupt::check_held(held + interrupt::sums_bytes(sums.capacity()))?;
             let Some(series) = self.series.get(id as usize) else {
                 continue;
             };
@@ -216,7 +218,7 @@ impl Queryable for Head {
             }
         }
         into.add_from(&self.symbols, sums);
-        Ok(())
+        interrupt::check_held(into.approx_bytes())
     }
 
     fn timeline_into(

@@ -47,8 +47,10 @@ pub struct LimitOptions {
     pub max_inflight_queries: Option<usize>,
     /// Memory, in bytes, all queries in flight may hold together for their
     /// request bodies and what is parsed from them, reserved as the bytes
-    /// arrive; a query that does not fit now gets 429 [default:
-    /// --memory-budget / 16].
+    /// arrive (a query that does not fit now gets 429); each running query
+    /// may also hold its share of it (this over the queries running at
+    /// once) in the profile it merges, past which it gets 413
+    /// `query_too_large` [default: --memory-budget / 4].
     #[arg(long, env = "KILN_QUERY_MEMORY_BYTES")]
     pub query_memory_bytes: Option<usize>,
 }

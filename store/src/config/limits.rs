@@ -47,7 +47,7 @@ impl Default for Limits {
             // What the default 2 GiB memory budget derives.
             max_inflight_queries: 64,
             // What the default 2 GiB memory budget derives.
-            query_memory_bytes: 128 << 20,
+            query_memory_bytes: 512 << 20,
         }
     }
 }
@@ -134,12 +134,11 @@ fn default_query_slots(memory_budget: u64) -> usize {
         .clamp(4, 256)
 }
 
-/// Query memory by default: the sixteenth of the memory budget that the
-/// store leaves over for query scratch and the runtime
-/// (`StoreConfig::apply_memory_budget`), at least room for a few of the
-/// largest query bodies.
+/// Query memory by default: the quarter of the memory budget that the store
+/// gives queries (`StoreConfig::apply_memory_budget`), at least room for a
+/// few of the largest query bodies.
 fn default_query_memory(memory_budget: u64) -> usize {
-    usize::try_from(memory_budget / 16)
+    usize::try_from(memory_budget / 4)
         .unwrap_or(usize::MAX)
         .max(4 << 20)
 }

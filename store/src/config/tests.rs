@@ -144,7 +144,7 @@ fn memory_budget_parses_quantities_and_refuses_tiny_or_bad_values() {
     let config = layered(None, &["--memory-budget", "1536Mi"]).unwrap();
     assert_eq!(config.memory_budget, 1536 << 20);
     assert_eq!(config.limits.max_inflight_queries, 48, "one per 32 MiB");
-    assert_eq!(config.limits.query_memory_bytes, 96 << 20, "a sixteenth");
+    assert_eq!(config.limits.query_memory_bytes, 384 << 20, "a quarter");
     assert_eq!(config.connections.max_connections, 3072, "one per 512 KiB");
     let config = layered(None, &["--query-memory-bytes", "8388608"]).unwrap();
     assert_eq!(config.limits.query_memory_bytes, 8 << 20);

@@ -282,7 +282,7 @@ impl StorageError {
             Self::QueriesBusy { .. } => "queries_busy",
             Self::OverMemoryBudget { .. } => "over_memory_budget",
             Self::MemoryBusy { .. } => "memory_busy",
-            Self::Query { .. } => "query",
+            Self::Query { source } => source.reason(),
             Self::Overloaded { .. } => "overloaded",
             Self::UploadBacklog { .. } => "upload_backlog",
             Self::ShuttingDown => "shutting_down",

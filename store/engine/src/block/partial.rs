@@ -15,7 +15,7 @@ use hashbrown::HashMap;
 use super::Block;
 use crate::error::QueryError;
 use crate::model::{BlockMeta, TimeRange};
-use crate::query::{CompiledSelector, MergedProfile, check_range};
+use crate::query::{CompiledSelector, MergedProfile, check_range, interrupt};
 use crate::symbols::{ContentKey, ContentKeyer, SymbolTable, SymbolTranslator};
 
 /// The summed `(stack, sample label set) -> value` entries of one block's
@@ -108,6 +108,8 @@ impl Block {
         // range keeps whole rollup windows (a day block's day) usable.
         let mut sums: HashMap<(u32, u32), i64> = HashMap::new();
         for id in self.index.select(selector.matchers()) {
+            interrupt::check()?;
+            interrupt::check_held(interrupt::sums_bytes(sums.capacity()))?;
             if let Some(series) = self.series.get(id as usize) {
                 self.merge_series(series, range, &mut sums)
                     .map_err(|e| self.corrupt_block(e))?;

@@ -231,13 +231,16 @@ impl Block {
     ) -> Result<(), QueryError> {
         check_range(range)?;
         let mut sums = Sums::new();
+        let held = into.approx_bytes();
         for id in self.index.select(selector.matchers()) {
             interrupt::check()?;
+            interrupt::check_held(held + interrupt::sums_bytes(sums.capacity()))?;
             if let Some(series) = self.series.get(id as usize) {
                 sum_series(series, &mut sums).map_err(|e| self.corrupt_block(e))?;
             }
         }
         into.add_from(&self.symbols, sums);
+        interrupt::check_held(into.approx_bytes())?;
         Ok(())
     }
 }

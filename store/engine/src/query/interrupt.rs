@@ -6,6 +6,12 @@
 //! ask [`check`] between series and stop with [`QueryError::Stopped`] once
 //! the deadline has passed or the request was dropped.
 //!
+//! The same interrupt bounds what a query builds: a merge over a long
+//! range of many distinct stacks would otherwise grow its merged profile
+//! until the store is killed. The merges ask [`check_held`] with what they
+//! hold between series, and stop with [`QueryError::TooLarge`] past the
+//! query's share of memory.
+//!
 //! Thread-local, so the [`crate::Queryable`] methods keep their signatures
 //! and a scan with no interrupt installed (compaction, tests) never stops.
 
@@ -25,6 +31,9 @@ pub struct Interrupt {
     /// Set when the request was dropped (its client went away, or an
     /// outer deadline fired first).
     pub cancelled: Arc<AtomicBool>,
+    /// Most bytes the query may hold in what it builds (its merged
+    /// profile and the sums of the scan in progress).
+    pub max_held_bytes: usize,
 }
 
 impl Interrupt {
@@ -69,6 +78,24 @@ pub fn run_interruptible<R>(interrupt: Interrupt, work: impl FnOnce() -> R) -> R
     work()
 }
 
+/// `Err(QueryError::TooLarge)` when `held` bytes are more than the
+/// installed interrupt allows; `Ok` when none is installed.
+pub fn check_held(held: usize) -> Result<(), QueryError> {
+    CURRENT.with(|current| match current.borrow().as_ref() {
+        Some(interrupt) if held > interrupt.max_held_bytes => Err(QueryError::TooLarge {
+            held_bytes: held,
+            limit_bytes: interrupt.max_held_bytes,
+        }),
+        _ => Ok(()),
+    })
+}
+
+/// What a scan's sums map of `capacity` entries holds: its key, its value
+/// and the map's control byte each.
+pub fn sums_bytes(capacity: usize) -> usize {
+    capacity.saturating_mul(size_of::<((u32, u32), i64)>() + 1)
+}
+
 /// `Err(QueryError::Stopped)` when the interrupt installed on this thread
 /// says stop; `Ok` when none is installed.
 pub fn check() -> Result<(), QueryError> {
@@ -93,9 +120,18 @@ mod tests {
         let later = Interrupt {
             deadline: Instant::now() + Duration::from_secs(3600),
             cancelled: Arc::clone(&cancelled),
+            max_held_bytes: 1 << 20,
         };
         run_interruptible(later, || {
             assert!(check().is_ok());
+            assert!(check_held(1 << 20).is_ok());
+            assert!(matches!(
+                check_held((1 << 20) + 1),
+                Err(QueryError::TooLarge {
+                    limit_bytes: 1_048_576,
+                    ..
+                })
+            ));
             cancelled.store(true, Ordering::Relaxed);
             assert!(matches!(
                 check(),
@@ -105,9 +141,11 @@ mod tests {
             ));
         });
         assert!(check().is_ok(), "restored after the work");
+        assert!(check_held(usize::MAX).is_ok(), "restored after the work");
         let past = Interrupt {
             deadline: Instant::now(),
             cancelled: Arc::new(AtomicBool::new(false)),
+            max_held_bytes: usize::MAX,
         };
         run_interruptible(past, || {
             assert!(matches!(

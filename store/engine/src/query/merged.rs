@@ -47,6 +47,14 @@ impl MergedProfile {
         self.values.len()
     }
 
+    /// Approximate heap bytes held, for the query's memory bound; O(1).
+    pub fn approx_bytes(&self) -> usize {
+        self.symbols.approx_bytes()
+            + self.values.capacity() * (size_of::<((u32, u32), i64)>() + 1)
+            + (self.by_content.nodes.capacity() + self.by_content.label_sets.capacity())
+                * (size_of::<(u128, u32)>() + 1)
+    }
+
     /// Adds `(stack, label set) -> value` entries whose ids refer to `src`.
     pub(crate) fn add_from(
         &mut self,

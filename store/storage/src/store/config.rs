@@ -116,6 +116,12 @@ pub struct StoreConfig {
     /// and decoded profiles; an ingest that does not fit now is refused as
     /// overload, one that can never fit as a client error.
     pub ingest_memory_bytes: u64,
+    /// Memory the queries running at once may hold for what they build:
+    /// each may hold its share, this over `max_running_queries`
+    /// ([`StoreConfig::query_held_bytes`]), and one that would hold more
+    /// is refused as too large instead of growing until the store is
+    /// killed.
+    pub query_memory_bytes: u64,
     /// Run the background loops (flush, compaction, retention, re-listing).
     /// Benchmarks and some tests drive these by hand instead.
     pub background: bool,
@@ -153,6 +159,7 @@ impl StoreConfig {
             max_running_queries: std::thread::available_parallelism()
                 .map_or(1, |cores| (cores.get() / 2).max(1)),
             ingest_memory_bytes: 512 << 20,
+            query_memory_bytes: 256 << 20,
             max_pending_upload_bytes: 256 << 20,
             open_listing_timeout: Duration::from_secs(10),
             background: true,
@@ -162,16 +169,27 @@ impl StoreConfig {
     /// Splits one memory budget (the store's whole allowance, e.g. its
     /// container's limit less headroom) over the parts that scale with
     /// configuration: an eighth for the live head, a sixteenth more for cut
-    /// heads waiting for upload (`max_pending_upload_bytes`), a quarter for
-    /// the block cache, a quarter for one compaction, a quarter for ingests
-    /// being decoded (`ingest_memory_bytes`). The remaining sixteenth covers
-    /// query scratch, the runtime and the allocator's slack.
+    /// heads waiting for upload (`max_pending_upload_bytes`), three
+    /// sixteenths for the block cache, and a quarter each for one
+    /// compaction, for ingests being decoded (`ingest_memory_bytes`) and
+    /// for what running queries build (`query_memory_bytes`). That is two
+    /// sixteenths more than the whole: a compaction, a burst of large
+    /// uploads and a query as large as its bound seldom peak at once, and
+    /// each is bounded on its own; the runtime and the allocator's slack
+    /// live in the headroom left outside the budget.
     pub fn apply_memory_budget(&mut self, budget_bytes: u64) {
         self.max_head_bytes = usize::try_from(budget_bytes / 8).unwrap_or(usize::MAX);
         self.max_pending_upload_bytes = budget_bytes / 16;
-        self.block_cache_bytes = budget_bytes / 4;
+        self.block_cache_bytes = budget_bytes / 16 * 3;
         self.compaction_memory_bytes = budget_bytes / 4;
         self.ingest_memory_bytes = budget_bytes / 4;
+        self.query_memory_bytes = budget_bytes / 4;
+    }
+
+    /// What one running query may hold: its share of `query_memory_bytes`.
+    pub fn query_held_bytes(&self) -> usize {
+        let share = self.query_memory_bytes / self.max_running_queries.max(1) as u64;
+        usize::try_from(share).unwrap_or(usize::MAX)
     }
 
     pub(crate) fn validate(&self) -> Result<(), StorageError> {

@@ -45,13 +45,15 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// An interrupt at `deadline`, and the guard that cancels it when dropped.
-pub(super) fn interrupt_at(deadline: Instant) -> (Interrupt, CancelOnDrop) {
+/// An interrupt at `deadline` for a query that may hold `max_held_bytes`,
+/// and the guard that cancels it when dropped.
+pub(super) fn interrupt_at(deadline: Instant, max_held_bytes: usize) -> (Interrupt, CancelOnDrop) {
     let cancelled = Arc::new(AtomicBool::new(false));
     (
         Interrupt {
             deadline,
             cancelled: Arc::clone(&cancelled),
+            max_held_bytes,
         },
         CancelOnDrop(cancelled),
     )

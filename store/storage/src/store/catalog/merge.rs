@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use kiln_engine::model::{BlockMeta, Selector, TimeRange};
+use kiln_engine::query::interrupt;
 use kiln_engine::{Block, CompiledSelector, MergedProfile, QueryError};
 
 use super::cache::{SpanKey, partial_key};
@@ -35,12 +36,16 @@ impl Store {
             range,
             move || CompiledSelector::new(&compiled),
             MergeInProgress::default,
-            move |s, q, acc| match q.as_block() {
-                Some(block) => {
-                    let target = acc.target_for(&block.meta().id);
-                    merge_block(&shared, block, &selector, s, range, target)
+            move |s, q, acc| {
+                match q.as_block() {
+                    Some(block) => {
+                        let target = acc.target_for(&block.meta().id);
+                        merge_block(&shared, block, &selector, s, range, target)?;
+                    }
+                    None => q.merge_into(s, range, &mut acc.merged)?,
                 }
-                None => q.merge_into(s, range, &mut acc.merged),
+                // The merge and the span built beside it, together.
+                interrupt::check_held(acc.approx_bytes())
             },
             move |metas, acc| answer_from_cache(&cache_shared, metas, &cached_selector, range, acc),
             move |acc| acc.finish(&finish_shared),
@@ -66,6 +71,11 @@ struct SpanInProgress {
 }
 
 impl MergeInProgress {
+    /// What the merge holds so far, the span in progress included.
+    fn approx_bytes(&self) -> usize {
+        self.merged.approx_bytes() + self.span.as_ref().map_or(0, |s| s.merged.approx_bytes())
+    }
+
     /// Where block `id`'s share goes: the span being built if `id` is in
     /// it, else the merge.
     fn target_for(&mut self, id: &str) -> &mut MergedProfile {

@@ -251,7 +251,8 @@ impl Store {
         // one clock; the blocking thread below stops at it, or as soon as
         // this future is dropped (`_cancel_on_drop`).
         let deadline = deadline::visit_deadline(timeout);
-        let (interrupt, _cancel_on_drop) = deadline::interrupt_at(deadline);
+        let (interrupt, _cancel_on_drop) =
+            deadline::interrupt_at(deadline, shared.config.query_held_bytes());
         let runner = self.query_runner(deadline).await?;
         // Checked between parts, and inside each head's and block's scan
         // between series (the engine's interrupt), so a query stops within
