@@ -187,13 +187,28 @@ static SERIES: Shape = Shape {
         },
     ],
 };
+/// `profile_id_selector`, which asks for single profiles by their ids.
+const fn profile_id_selector(number: u64) -> Field {
+    Field {
+        number,
+        name: "profileIdSelector",
+        rule: Rule::NotHonoured {
+            asks_for: PROFILE_ID_SELECTOR_ASKS_FOR,
+        },
+    }
+}
+
+/// Why a profile id selector is refused, in both codecs.
+pub const PROFILE_ID_SELECTOR_ASKS_FOR: &str =
+    "single profiles by id; Kiln merges whole series, so leave it empty";
+
 static SELECT_MERGE_STACKTRACES: Shape = Shape {
     message: "querier.v1.SelectMergeStacktracesRequest",
-    fields: &[stack_trace_selector(7)],
+    fields: &[stack_trace_selector(7), profile_id_selector(8)],
 };
 static SELECT_MERGE_PROFILE: Shape = Shape {
     message: "querier.v1.SelectMergeProfileRequest",
-    fields: &[stack_trace_selector(6)],
+    fields: &[stack_trace_selector(6), profile_id_selector(7)],
 };
 static SELECT_SERIES: Shape = Shape {
     message: "querier.v1.SelectSeriesRequest",
@@ -363,4 +378,46 @@ async fn call(
             });
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_api::querier::v1 as q;
+
+    use super::*;
+
+    #[test]
+    fn a_profile_id_selector_on_the_wire_is_refused_not_ignored() {
+        // `profile_id_selector` (field 8 of SelectMergeStacktracesRequest,
+        // 7 of SelectMergeProfileRequest), which kiln-api does not declare.
+        let mut stacktraces = q::SelectMergeStacktracesRequest {
+            label_selector: "{}".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        assert!(
+            decode_proto_request::<q::SelectMergeStacktracesRequest>(
+                "SelectMergeStacktraces",
+                &stacktraces
+            )
+            .is_ok()
+        );
+        stacktraces.extend(b"\x42\x02id");
+        let err = decode_proto_request::<q::SelectMergeStacktracesRequest>(
+            "SelectMergeStacktraces",
+            &stacktraces,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("profileIdSelector"), "{err}");
+        let err = decode_proto_request::<q::SelectMergeProfileRequest>(
+            "SelectMergeProfile",
+            b"\x3a\x02id",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("not supported by Kiln"), "{err}");
+        // In a Diff, each side is checked.
+        let mut diff = vec![0x12, stacktraces.len() as u8];
+        diff.extend(&stacktraces);
+        assert!(decode_proto_request::<q::DiffRequest>("Diff", &diff).is_err());
+    }
 }

@@ -218,10 +218,29 @@ impl JsonMessage for q::SelectMergeStacktracesRequest {
             "stackTraceSelector" | "stack_trace_selector" => {
                 self.stack_trace_selector = map.next_value_seed(StackTraceSelector)?;
             }
+            "profileIdSelector" | "profile_id_selector" => refuse_profile_ids(map)?,
             _ => return Ok(false),
         }
         Ok(true)
     }
+}
+
+/// A profile id selector is read (within the matcher cap) and refused when
+/// it names any profile: answering the whole series instead would answer
+/// another question than the one asked.
+fn refuse_profile_ids<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
+    let ids = StringList {
+        field: "profileIdSelector",
+        max: MAX_MATCHER_SETS,
+    }
+    .read(map)?;
+    if ids.is_empty() {
+        return Ok(());
+    }
+    Err(de::Error::custom(format!(
+        "`profileIdSelector` is not supported by Kiln: it asks for {}",
+        super::connect::PROFILE_ID_SELECTOR_ASKS_FOR
+    )))
 }
 
 impl JsonMessage for q::SelectMergeProfileRequest {
@@ -245,6 +264,7 @@ impl JsonMessage for q::SelectMergeProfileRequest {
             "stackTraceSelector" | "stack_trace_selector" => {
                 self.stack_trace_selector = map.next_value_seed(StackTraceSelector)?;
             }
+            "profileIdSelector" | "profile_id_selector" => refuse_profile_ids(map)?,
             _ => return Ok(false),
         }
         Ok(true)
@@ -466,6 +486,25 @@ mod tests {
         );
         let over = list_body("stackTraceSelector", "0", MAX_CALL_SITES + 1);
         assert!(select_merge_profile_request(&over).is_err());
+    }
+
+    #[test]
+    fn a_profile_id_selector_is_refused_not_ignored() {
+        for body in [
+            &br#"{"profileIdSelector":["7c9e6679-7425-40de-944b-e07fc1f90ae7"]}"#[..],
+            br#"{"profile_id_selector":[""]}"#,
+        ] {
+            let err = select_merge_stacktraces_request(body).unwrap_err();
+            assert!(err.to_string().contains("profileIdSelector"), "{err}");
+            assert_eq!(err.http_status(), 400, "{err}");
+            assert!(select_merge_profile_request(body).is_err());
+        }
+        // Empty, it asks for nothing.
+        let empty = br#"{"profileIdSelector":[],"maxNodes":"16"}"#;
+        assert_eq!(
+            select_merge_stacktraces_request(empty).unwrap().max_nodes,
+            Some(16)
+        );
     }
 
     #[test]

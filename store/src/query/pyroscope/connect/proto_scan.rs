@@ -46,6 +46,13 @@ pub enum Rule {
     /// refused: prost would merge the occurrences, adding up their
     /// repeated fields past any cap counted per occurrence.
     Message(&'static Shape),
+    /// A field Kiln does not honour: present at all, the request is
+    /// refused (as the JSON codec refuses it), since answering without it
+    /// would answer another question than the one asked.
+    NotHonoured {
+        /// What asking for it means, for the error.
+        asks_for: &'static str,
+    },
 }
 
 /// Refuses `bytes` when a repeated field of `shape` passes its cap, or when
@@ -79,6 +86,15 @@ pub fn check(bytes: &[u8], shape: &'static Shape) -> Result<(), ApiError> {
                     return Err(broken(shape, "a message field is not length-delimited"));
                 };
                 check(payload, inner)?;
+            }
+            Rule::NotHonoured { asks_for } => {
+                return Err(ApiError::BadMessage {
+                    message_type: shape.message,
+                    message: format!(
+                        "`{}` is not supported by Kiln: it asks for {asks_for}",
+                        field.name
+                    ),
+                });
             }
         }
     }
