@@ -8,6 +8,7 @@ mod flamegraph;
 mod group;
 pub mod interrupt;
 mod merged;
+mod sample_filter;
 mod timeline;
 mod top;
 
