@@ -9,7 +9,8 @@
 //! What they share: [`budget`] is the memory their bodies hold,
 //! [`params`] reads an HTTP query string, [`selector`]
 //! parses a selector (pure), [`selection`] resolves it against the store
-//! off the async workers, and [`group_by`] merges by label.
+//! off the async workers, [`group_by`] merges by label and [`spans`] keeps
+//! the samples of given tracing spans.
 
 pub mod budget;
 pub mod group_by;
@@ -19,3 +20,4 @@ pub mod params;
 pub mod pyroscope;
 pub mod selection;
 pub mod selector;
+pub mod spans;

@@ -21,6 +21,12 @@ const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 /// Total of the test profile: `main -> hot_loop` 30 ms, `main -> cold_path` 10 ms.
 const TOTAL: i64 = 40_000_000;
 
+/// The span the hot sample ran in, by its `link_table` entry: its id as
+/// bytes and as OpenTelemetry's hex text.
+const SPAN_ID: [u8; 8] = [0x9a, 0x51, 0x71, 0x83, 0xf2, 0x6a, 0x08, 0x9d];
+const SPAN_HEX: &str = "9a517183f26a089d";
+const TRACE_ID: [u8; 16] = [0x11; 16];
+
 /// Strings shared by every layout's dictionary.
 const STRINGS: [&str; 7] = [
     "",
@@ -74,10 +80,11 @@ fn body_v1_7(service: &str) -> Vec<u8> {
         unit_strindex: 2,
         aggregation_temporality: 1,
     };
-    let sample = |start, value| v1_7::Sample {
+    let sample = |start, value, link_index| v1_7::Sample {
         locations_start_index: start,
         locations_length: 2,
         value: vec![value],
+        link_index,
         ..Default::default()
     };
     v1_7::ExportRequest {
@@ -96,6 +103,13 @@ fn body_v1_7(service: &str) -> Vec<u8> {
                 function(5),
             ],
             string_table: strings(),
+            link_table: vec![
+                v1_7::Link::default(),
+                v1_7::Link {
+                    trace_id: TRACE_ID.to_vec(),
+                    span_id: SPAN_ID.to_vec(),
+                },
+            ],
             ..Default::default()
         }),
         resource_profiles: vec![v1_7::ResourceProfiles {
@@ -103,7 +117,7 @@ fn body_v1_7(service: &str) -> Vec<u8> {
             scope_profiles: vec![v1_7::ScopeProfiles {
                 profiles: vec![v1_7::Profile {
                     sample_type: vec![vt],
-                    sample: vec![sample(0, 30_000_000), sample(2, 10_000_000)],
+                    sample: vec![sample(0, 30_000_000, 1), sample(2, 10_000_000, 0)],
                     location_indices: vec![2, 1, 3, 1],
                     time_nanos: now_nanos(),
                     duration_nanos: 10_000_000_000,
@@ -151,6 +165,13 @@ fn dictionary_v1_8() -> v1_8::ProfilesDictionary {
             function(5),
         ],
         string_table: strings(),
+        link_table: vec![
+            v1_8::Link::default(),
+            v1_8::Link {
+                trace_id: TRACE_ID.to_vec(),
+                span_id: SPAN_ID.to_vec(),
+            },
+        ],
         stack_table: vec![
             v1_8::Stack::default(),
             v1_8::Stack {
@@ -177,6 +198,7 @@ fn samples_v1_8() -> Vec<v1_8::Sample> {
         v1_8::Sample {
             stack_index: 1,
             values: vec![30_000_000],
+            link_index: 1,
             ..Default::default()
         },
         v1_8::Sample {
@@ -265,6 +287,7 @@ fn samples_v1_10() -> Vec<v1_10::Sample> {
         v1_10::Sample {
             stack_index: 1,
             values: vec![30_000_000],
+            link_index: 1,
             ..Default::default()
         },
         v1_10::Sample {
@@ -310,13 +333,16 @@ fn post_otlp(store: &StoreProcess, body: &[u8], extra: &[(&str, &str)]) -> HttpR
     .expect("POST")
 }
 
-fn flamegraph_total(store: &StoreProcess, service: &str) -> (i64, Vec<String>) {
+/// The flame graph of `service`'s test profile, of one span's samples
+/// with `span`.
+fn flamegraph_total(store: &StoreProcess, service: &str, span: Option<&str>) -> (i64, Vec<String>) {
     let query = format!(
         "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{{service_name=\"{service}\",namespace=\"shop\",pod=\"checkout-0\"}}"
     );
+    let span = span.map(|id| format!("&span_id={id}")).unwrap_or_default();
     let response = get(
         store.addr,
-        &format!("/api/v1/flamegraph?query={}&from=now-1h", enc(&query)),
+        &format!("/api/v1/flamegraph?query={}&from=now-1h{span}", enc(&query)),
     );
     assert_eq!(response.status, 200, "{}", response.text());
     let json = response.json();
@@ -346,11 +372,19 @@ fn every_supported_revision_ingests_with_the_same_totals() {
         assert_eq!(reply.partial_success, None, "{service}");
     }
     for (service, _, _) in &bodies {
-        let (total, names) = flamegraph_total(&store, service);
+        let (total, names) = flamegraph_total(&store, service, None);
         assert_eq!(total, TOTAL, "{service}");
         for name in ["main", "hot_loop", "cold_path"] {
             assert!(names.iter().any(|n| n == name), "{service}: {names:?}");
         }
+        // The hot sample's link names its span: a span profile of it is
+        // the hot sample alone.
+        let (total, names) = flamegraph_total(&store, service, Some(SPAN_HEX));
+        assert_eq!(total, 30_000_000, "{service}: the linked span's samples");
+        assert!(
+            !names.iter().any(|n| n == "cold_path"),
+            "{service}: {names:?}"
+        );
     }
     let metrics = get(store.addr, "/metrics").text();
     for (_, _, revision) in &bodies {
@@ -434,12 +468,49 @@ fn malformed_otlp_bodies_get_clear_errors_under_limits_and_auth() {
         "{json}"
     );
 
+    // A link to no entry, and a span id of the wrong length: refused with
+    // the field named, never stored without its span.
+    let dangling = body_v1_10(
+        "svc-bad",
+        vec![v1_10::Sample {
+            stack_index: 1,
+            values: vec![1],
+            link_index: 7,
+            ..Default::default()
+        }],
+    );
+    let response = post_otlp(&store, &dangling, &[auth]);
+    assert_eq!(response.status, 400, "{}", response.text());
+    assert!(
+        response.text().contains("link_index = 7"),
+        "{}",
+        response.text()
+    );
+    let mut short_span = dictionary_v1_8();
+    short_span.link_table[1].span_id = vec![1, 2, 3, 4, 5];
+    let body = v1_10::ExportRequest {
+        dictionary: Some(short_span),
+        resource_profiles: Vec::new(),
+    }
+    .encode_to_vec();
+    let response = post_otlp(&store, &body, &[auth]);
+    assert_eq!(response.status, 400, "{}", response.text());
+    let json = response.json();
+    assert_eq!(json["reason"], "otlp_bad_link", "{json}");
+    assert!(
+        json["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("link.span_id is 5 bytes"),
+        "{json}"
+    );
+
     let mut gzipped = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gzipped.write_all(&good).unwrap();
     let gzipped = gzipped.finish().unwrap();
     let response = post_otlp(&store, &gzipped, &[auth, ("Content-Encoding", "gzip")]);
     assert_eq!(response.status, 200, "{}", response.text());
-    assert_eq!(flamegraph_total(&store, "svc-bad").0, TOTAL);
+    assert_eq!(flamegraph_total(&store, "svc-bad", None).0, TOTAL);
 }
 
 #[tokio::test]
@@ -465,7 +536,7 @@ async fn grpc_export_stores_and_refuses_like_http() {
         v1_10::ExportRequest::decode(body_v1_10("svc-grpc", samples_v1_10()).as_slice()).unwrap();
     let reply = call(request).await.expect("export accepted");
     assert_eq!(reply.into_inner().partial_success, None);
-    assert_eq!(flamegraph_total(&store, "svc-grpc").0, TOTAL);
+    assert_eq!(flamegraph_total(&store, "svc-grpc", None).0, TOTAL);
 
     let bad = v1_10::ExportRequest::decode(
         body_v1_10(
@@ -543,7 +614,7 @@ async fn grpc_export_is_bounded_after_gzip_and_needs_the_write_token() {
     call(good, Some("secret"))
         .await
         .expect("accepted with the token");
-    assert_eq!(flamegraph_total(&store, "svc-grpc-auth").0, TOTAL);
+    assert_eq!(flamegraph_total(&store, "svc-grpc-auth", None).0, TOTAL);
 }
 
 #[test]
@@ -561,7 +632,7 @@ fn a_profile_the_store_refuses_after_others_were_kept_is_a_partial_success() {
     let partial = reply.partial_success.expect("a partial success");
     assert_eq!(partial.rejected_profiles, 1);
     assert!(!partial.error_message.is_empty());
-    assert_eq!(flamegraph_total(&store, "svc-kept").0, TOTAL);
+    assert_eq!(flamegraph_total(&store, "svc-kept", None).0, TOTAL);
 }
 
 /// Bodies written by the official generated Python classes of PyPI

@@ -7,7 +7,7 @@
 
 use kiln_api::querier::v1 as q;
 use kiln_testkit::clock::now_ms;
-use kiln_testkit::http::{enc, get, http};
+use kiln_testkit::http::{Connect, enc, get, http, querier_call, stored_profile_type};
 use kiln_testkit::store_process::StoreProcess;
 use prost::Message;
 use serde_json::{Value, json};
@@ -39,27 +39,14 @@ fn seeded_store(envs: &[(&str, &str)], token: Option<&str>) -> StoreProcess {
     store
 }
 
-fn profile_type(store: &StoreProcess) -> String {
-    let types = get(store.addr, "/api/v1/profile-types").json();
-    types["profile_types"][0]["id"]
-        .as_str()
-        .expect("a stored type")
-        .to_owned()
-}
-
 /// A Connect JSON call as Grafana's datasource makes it.
 fn connect_json(store: &StoreProcess, method: &str, body: &Value) -> (u16, Value) {
-    let response = http(
+    let response = querier_call(
         store.addr,
-        "POST",
-        &format!("/querier.v1.QuerierService/{method}"),
-        &[
-            ("Content-Type", "application/json"),
-            ("Connect-Protocol-Version", "1"),
-        ],
+        method,
+        Connect::Json,
         body.to_string().as_bytes(),
-    )
-    .expect("POST a querier call");
+    );
     (response.status, response.json())
 }
 
@@ -75,7 +62,7 @@ fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
     let seeding = now_ms();
     let store = seeded_store(&[], None);
     let seeded = now_ms();
-    let type_id = profile_type(&store);
+    let type_id = stored_profile_type(store.addr, "");
     let end = now_ms();
     let start = end - 3_600_000;
     let selector = "{service_name=\"checkout\"}";
@@ -237,19 +224,14 @@ fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
         end,
         max_nodes: Some(16_384),
         format: q::ProfileFormat::Flamegraph as i32,
-        stack_trace_selector: None,
+        ..Default::default()
     };
-    let response = http(
+    let response = querier_call(
         store.addr,
-        "POST",
-        "/querier.v1.QuerierService/SelectMergeStacktraces",
-        &[
-            ("Content-Type", "application/proto"),
-            ("Connect-Protocol-Version", "1"),
-        ],
+        "SelectMergeStacktraces",
+        Connect::Proto,
         &request.encode_to_vec(),
-    )
-    .unwrap();
+    );
     assert_eq!(response.status, 200, "{}", response.text());
     let reply = q::SelectMergeStacktracesResponse::decode(response.body.as_slice()).unwrap();
     assert_eq!(reply.flamegraph.map(|g| g.total), Some(own_total));
@@ -261,17 +243,12 @@ fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
         end,
         ..Default::default()
     };
-    let response = http(
+    let response = querier_call(
         store.addr,
-        "POST",
-        "/querier.v1.QuerierService/SelectMergeProfile",
-        &[
-            ("Content-Type", "application/proto"),
-            ("Connect-Protocol-Version", "1"),
-        ],
+        "SelectMergeProfile",
+        Connect::Proto,
         &request.encode_to_vec(),
-    )
-    .unwrap();
+    );
     assert_eq!(response.status, 200, "{}", response.text());
     let pprof = kiln_pprof::proto::Profile::decode(response.body.as_slice()).unwrap();
     let pprof_total: i64 = pprof.sample.iter().map(|s| s.value[0]).sum();
@@ -287,17 +264,12 @@ fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
         max_nodes: Some(1),
         ..Default::default()
     };
-    let response = http(
+    let response = querier_call(
         store.addr,
-        "POST",
-        "/querier.v1.QuerierService/SelectMergeProfile",
-        &[
-            ("Content-Type", "application/proto"),
-            ("Connect-Protocol-Version", "1"),
-        ],
+        "SelectMergeProfile",
+        Connect::Proto,
         &request.encode_to_vec(),
-    )
-    .unwrap();
+    );
     assert_eq!(response.status, 200, "{}", response.text());
     let trimmed = kiln_pprof::proto::Profile::decode(response.body.as_slice()).unwrap();
     eprintln!(
@@ -391,4 +363,99 @@ fn querier_errors_use_connect_codes_and_read_tokens() {
     );
     let render = get(store.addr, "/pyroscope/render?query=process_cpu");
     assert_eq!(render.status, 401);
+}
+
+/// Grafana's own Go client (`github.com/grafana/pyroscope/api`'s
+/// `querierv1connect`) calls every `querier.v1` method, in Connect's
+/// binary and JSON codecs, on what the real Go SDKs uploaded (a span-tagged
+/// CPU profile: OpenTelemetry SDK, `otel-profiling-go`, `pyroscope-go`).
+/// Every total agrees with Kiln's own `/api/v1` for the same selection,
+/// and the two methods Kiln does not serve say `unimplemented`.
+#[test]
+fn grafanas_own_go_client_calls_every_method_in_both_codecs() {
+    use kiln_testkit::grafana_client::{Selection, run_grafana_querier_client};
+    use kiln_testkit::real_inputs::span_profiles::{SLOW_FUNCTION, run_span_profiles_app};
+
+    let store = StoreProcess::start(KILN_STORE, &[]);
+    let work = tempfile::tempdir().expect("temporary directory");
+    let app = "kiln.grafana.client";
+    let Some(spans) = run_span_profiles_app(work.path(), &store.url(), app, 2.0) else {
+        return;
+    };
+    let end = now_ms();
+    let start = end - 600_000;
+    let cpu_type = stored_profile_type(store.addr, "process_cpu:cpu:nanoseconds");
+    let selector = format!("{{service_name=\"{app}\"}}");
+    let own_total = |extra: &str| {
+        let own = get(
+            store.addr,
+            &format!(
+                "/api/v1/flamegraph?query={}&from={start}&to={end}{extra}",
+                enc(&format!("{cpu_type}{selector}"))
+            ),
+        )
+        .json();
+        own["total"].as_i64().unwrap_or_else(|| panic!("{own}"))
+    };
+    let total = own_total("");
+    let span_total = own_total(&format!("&span_id={}", spans.slow));
+    assert!(
+        0 < span_total && span_total < total,
+        "{span_total} of {total}"
+    );
+
+    let Some(answers) = run_grafana_querier_client(
+        work.path(),
+        &store.url(),
+        &Selection {
+            profile_type: &cpu_type,
+            label_selector: &selector,
+            start_ms: start,
+            end_ms: end,
+            span_id: &spans.slow,
+        },
+    ) else {
+        return;
+    };
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    for a in &answers {
+        let codec = &a.codec;
+        let has = |list: &Option<Vec<String>>, name: &str| {
+            list.as_deref()
+                .unwrap_or_default()
+                .iter()
+                .any(|n| n == name)
+        };
+        assert!(has(&a.profile_types, &cpu_type), "{codec}: {a:?}");
+        assert!(has(&a.label_names, "service_name"), "{codec}: {a:?}");
+        assert!(
+            !has(&a.label_names, "span_id"),
+            "{codec}: span ids made series"
+        );
+        assert!(has(&a.service_names, app), "{codec}: {a:?}");
+        assert!(a.series >= 1, "{codec}: {a:?}");
+        assert_eq!(
+            a.stacktraces_total, total,
+            "{codec}: SelectMergeStacktraces"
+        );
+        assert_eq!(a.span_total, span_total, "{codec}: SelectMergeSpanProfile");
+        assert!(has(&a.span_names, SLOW_FUNCTION), "{codec}: {a:?}");
+        assert_eq!(a.profile_total, total, "{codec}: SelectMergeProfile");
+        assert!(a.profile_functions > 0, "{codec}: {a:?}");
+        assert_eq!(a.series_total, total as f64, "{codec}: SelectSeries");
+        assert_eq!(
+            (a.diff_left_ticks, a.diff_right_ticks),
+            (total, total),
+            "{codec}: Diff"
+        );
+        assert!(a.data_ingested, "{codec}: GetProfileStats");
+        assert!(
+            start <= a.oldest_profile_time
+                && a.oldest_profile_time <= a.newest_profile_time
+                && a.newest_profile_time <= end,
+            "{codec}: GetProfileStats {a:?}"
+        );
+        assert_eq!(a.select_heatmap, "unimplemented", "{codec}");
+        assert_eq!(a.analyze_query, "unimplemented", "{codec}");
+    }
 }

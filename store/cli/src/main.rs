@@ -111,6 +111,10 @@ struct QueryArgs {
     /// frame `label=value` (e.g. --group-by namespace,pod).
     #[arg(long, env = "KILN_GROUP_BY", value_delimiter = ',')]
     group_by: Vec<String>,
+    /// Only the samples that ran in these tracing spans (span ids, 16 hex
+    /// digits each, e.g. --span-id 9a517183f26a089d).
+    #[arg(long, env = "KILN_SPAN_ID", value_delimiter = ',')]
+    span_id: Vec<String>,
     /// The selector, e.g. 'process_cpu{pod="checkout-1"}'.
     selector: String,
 }
@@ -295,6 +299,10 @@ fn query(client: &StoreClient, args: &QueryArgs) -> anyhow::Result<()> {
     let group_by = args.group_by.join(",");
     if !group_by.is_empty() {
         params.push(("group_by", &group_by));
+    }
+    let span_ids = args.span_id.join(",");
+    if !span_ids.is_empty() {
+        params.push(("span_id", &span_ids));
     }
     let output = args.output.as_deref();
     match format {

@@ -22,10 +22,11 @@ use kiln_store::query::pyroscope::{
     max_nodes, range_ms, step_ms,
 };
 use kiln_store::query::selector::parse_selector;
+use kiln_store::query::spans::{MAX_SELECTED_IDS, SpanSelector};
 use prost::Message;
 
 /// The methods, by the index byte 0 picks.
-pub const METHODS: [&str; 9] = [
+pub const METHODS: [&str; 10] = [
     "ProfileTypes",
     "LabelNames",
     "LabelValues",
@@ -35,6 +36,7 @@ pub const METHODS: [&str; 9] = [
     "SelectSeries",
     "Diff",
     "GetProfileStats",
+    "SelectMergeSpanProfile",
 ];
 
 /// A request body parsed into its typed message.
@@ -48,6 +50,7 @@ enum Request {
     SelectSeries(q::SelectSeriesRequest),
     Diff(q::DiffRequest),
     Stats,
+    SpanProfile(q::SelectMergeSpanProfileRequest),
 }
 
 /// Parses `body` as `method`'s request, JSON or protobuf, as the handler
@@ -92,6 +95,12 @@ fn parse(method: &str, proto: bool, body: &[u8]) -> Result<Request, ApiError> {
             Request::SelectSeries(decode(method, proto, body, json::select_series_request)?)
         }
         "Diff" => Request::Diff(decode(method, proto, body, json::diff_request)?),
+        "SelectMergeSpanProfile" => Request::SpanProfile(decode(
+            method,
+            proto,
+            body,
+            json::select_merge_span_profile_request,
+        )?),
         _ => Request::Stats,
     })
 }
@@ -152,6 +161,7 @@ pub fn connect(data: &[u8]) {
         }
         Request::Stacktraces(r) => {
             call_sites(r.stack_trace_selector.as_ref());
+            span_checks(&r.span_selector, &r.trace_id_selector);
             merge_checks(
                 &r.profile_type_id,
                 &r.label_selector,
@@ -162,6 +172,7 @@ pub fn connect(data: &[u8]) {
         }
         Request::Profile(r) => {
             call_sites(r.stack_trace_selector.as_ref());
+            span_checks(&[], &r.trace_id_selector);
             merge_checks(
                 &r.profile_type_id,
                 &r.label_selector,
@@ -184,7 +195,34 @@ pub fn connect(data: &[u8]) {
             }
         }
         Request::Stats => {}
+        Request::SpanProfile(r) => {
+            span_checks(&r.span_selector, &[]);
+            merge_checks(
+                &r.profile_type_id,
+                &r.label_selector,
+                r.start,
+                r.end,
+                r.max_nodes,
+            );
+        }
     }
+}
+
+/// Span and trace ids are read within their cap, and each is a number or
+/// refused with a reason.
+fn span_checks(span_ids: &[String], trace_ids: &[String]) {
+    assert!(span_ids.len() <= MAX_SELECTED_IDS && trace_ids.len() <= MAX_SELECTED_IDS);
+    let spans = checked(SpanSelector::span_ids(
+        span_ids.iter().map(String::as_str),
+        "span_selector",
+    ));
+    if let Some(Some(spans)) = spans {
+        assert!(span_ids.iter().all(|id| spans.matches(id.trim())));
+    }
+    let _ = checked(SpanSelector::trace_ids(
+        trace_ids.iter().map(String::as_str),
+        "trace_id_selector",
+    ));
 }
 
 fn matcher_checks(matchers: &[String], start: i64, end: i64) {
@@ -255,7 +293,7 @@ fn stored_series() -> &'static [LabelSet] {
 
 /// JSON and protobuf bodies of every method, prefixed by their byte 0.
 pub fn connect_seeds() -> Vec<Vec<u8>> {
-    let json_bodies: [&str; 9] = [
+    let json_bodies: [&str; 10] = [
         r#"{"start":"1795310000000","end":"1795310560000"}"#,
         r#"{"matchers":["{service_name=\"shop\"}"],"start":1795310000000,"end":1795310560000}"#,
         r#"{"name":"pod","matchers":["process_cpu{namespace=~\"sh.*\"}"]}"#,
@@ -265,6 +303,7 @@ pub fn connect_seeds() -> Vec<Vec<u8>> {
         SELECT_SERIES_JSON,
         r#"{"left":{"profileTypeID":"process_cpu:cpu:nanoseconds:cpu:nanoseconds","labelSelector":"{pod=\"a\"}"},"right":{"profileTypeID":"process_cpu:cpu:nanoseconds:cpu:nanoseconds","labelSelector":"{pod!=\"a\"}","stackTraceSelector":{}}}"#,
         "{}",
+        r#"{"profileTypeID":"process_cpu:cpu:nanoseconds:cpu:nanoseconds","labelSelector":"{}","spanSelector":["9a517183f26a089d","5A4FE264A9C987FE"],"start":"1795310000000","end":"1795310560000"}"#,
     ];
     let stacktraces = q::SelectMergeStacktracesRequest {
         profile_type_id: "process_cpu:cpu:nanoseconds:cpu:nanoseconds".into(),
@@ -273,9 +312,11 @@ pub fn connect_seeds() -> Vec<Vec<u8>> {
         end: 1_795_310_560_000,
         max_nodes: Some(64),
         format: 1,
-        stack_trace_selector: None,
+        span_selector: vec!["9a517183f26a089d".into()],
+        trace_id_selector: vec!["0af7651916cd43dd8448eb211c80319c".into()],
+        ..Default::default()
     };
-    let proto_bodies: [Vec<u8>; 9] = [
+    let proto_bodies: [Vec<u8>; 10] = [
         q::ProfileTypesRequest {
             start: 1_795_310_000_000,
             end: 1_795_310_560_000,
@@ -319,6 +360,12 @@ pub fn connect_seeds() -> Vec<Vec<u8>> {
         }
         .encode_to_vec(),
         Vec::new(),
+        q::SelectMergeSpanProfileRequest {
+            profile_type_id: "process_cpu:cpu:nanoseconds:cpu:nanoseconds".into(),
+            span_selector: vec!["9a517183f26a089d".into()],
+            ..Default::default()
+        }
+        .encode_to_vec(),
     ];
     let mut seeds = Vec::new();
     for (i, (json, proto)) in json_bodies.iter().zip(proto_bodies).enumerate() {

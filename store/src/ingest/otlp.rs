@@ -101,6 +101,16 @@ pub enum OtlpError {
         /// The limit.
         limit: usize,
     },
+    /// A link's trace or span id has the wrong length.
+    #[error("{field} is {len} bytes; an id of its kind is {expected} bytes (or empty)")]
+    BadLink {
+        /// `link.trace_id` or `link.span_id`.
+        field: &'static str,
+        /// Its length.
+        len: usize,
+        /// The length of such an id.
+        expected: usize,
+    },
     /// The request holds no profile with samples.
     #[error("the request contains no profiles with samples")]
     Empty,
@@ -118,6 +128,7 @@ impl OtlpError {
             Self::TooManySamples { .. } => "otlp_too_many_samples",
             Self::StackTooDeep { .. } => "otlp_stack_too_deep",
             Self::TooMany { .. } => "otlp_too_many",
+            Self::BadLink { .. } => "otlp_bad_link",
             Self::Empty => "otlp_empty",
         }
     }

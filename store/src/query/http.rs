@@ -19,6 +19,7 @@ use crate::query::params::Params;
 use crate::query::selection::{
     merged_pprof_gzip, parse_selector_off_workers, resolve_parsed, selector_matchers,
 };
+use crate::query::spans::{SpanSelector, keep_selected};
 use crate::state::AppState;
 
 /// Default and largest `max_nodes` of flame graphs.
@@ -202,15 +203,21 @@ pub async fn series(State(state): State<AppState>, RawQuery(query): RawQuery) ->
 }
 
 /// Merges the `query` selector's stacks in `range`, grouped by the labels
-/// in `group_by`; with the resolved selector and the group-by labels.
+/// in `group_by`, and with `span_id` or `trace_id` (ids separated by
+/// commas) only the samples of those spans or traces; with the resolved
+/// selector and the group-by labels.
 async fn grouped_merge(
     store: &Store,
     params: &Params,
     range: TimeRange,
 ) -> Result<(Selector, Vec<String>, kiln_engine::MergedProfile), ApiError> {
     let group_by = parse_group_by(params.get("group_by"))?;
+    let ids = |name| params.get(name).into_iter().flat_map(|ids| ids.split(','));
+    let spans = SpanSelector::span_ids(ids("span_id"), "span_id")?;
+    let traces = SpanSelector::trace_ids(ids("trace_id"), "trace_id")?;
     let selector = selector(store, params, "query", range).await?;
     let merged = merge_grouped(store, &selector, range, &group_by).await?;
+    let merged = keep_selected(store, merged, spans.into_iter().chain(traces).collect()).await?;
     Ok((selector, group_by, merged))
 }
 

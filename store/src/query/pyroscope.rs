@@ -25,6 +25,7 @@ use kiln_storage::Store;
 use crate::error::ApiError;
 use crate::query::group_by::{group_by_list, group_selector, series_groups, series_matchers};
 use crate::query::selection::{matchers as selector_matchers, resolve};
+use crate::query::spans::{SpanSelector, keep_selected};
 use crate::wire::time::{RangeError, inclusive_range_ms, now_ms};
 
 /// Flame graph node budget when the request sets none (Pyroscope's default).
@@ -145,13 +146,61 @@ pub async fn profile_types(
 pub async fn label_names(
     store: &Store,
     request: t::LabelNamesRequest,
+    names: LabelNameScheme,
 ) -> Result<Vec<String>, ApiError> {
     let range = range_ms(request.start, request.end)?;
     let mut all = BTreeSet::new();
     for set in matcher_sets(store, &request.matchers, range).await? {
-        all.extend(store.label_names(&set, range).await?);
+        all.extend(
+            store
+                .label_names(&set, range)
+                .await?
+                .into_iter()
+                .filter(|name| names.shows(name)),
+        );
     }
     Ok(all.into_iter().collect())
+}
+
+/// Which label names a client can read back, from its `Accept` header:
+/// Grafana and `profilecli` add `allow-utf8-labelnames=true` when they can
+/// quote any name in a selector (`{"k8s.pod.name"="..."}`). Without it, as
+/// in Pyroscope, only names of Prometheus' legacy form are listed, so an
+/// older client never offers a name it cannot select on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LabelNameScheme {
+    /// Every name (`allow-utf8-labelnames=true`).
+    Utf8,
+    /// `[A-Za-z_][A-Za-z0-9_]*` only.
+    Legacy,
+}
+
+impl LabelNameScheme {
+    /// The scheme an `Accept` header value asks for.
+    pub fn from_accept(accept: &str) -> Self {
+        let allows = accept.split(',').any(|media| {
+            media.split(';').skip(1).any(|parameter| {
+                parameter.split_once('=').is_some_and(|(name, value)| {
+                    name.trim().eq_ignore_ascii_case("allow-utf8-labelnames")
+                        && value.trim().trim_matches('"').eq_ignore_ascii_case("true")
+                })
+            })
+        });
+        if allows { Self::Utf8 } else { Self::Legacy }
+    }
+
+    /// Whether a label name is listed under this scheme.
+    pub fn shows(self, name: &str) -> bool {
+        self == Self::Utf8 || is_legacy_label_name(name)
+    }
+}
+
+fn is_legacy_label_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// `LabelValues`.
@@ -177,6 +226,7 @@ pub async fn label_values(
 pub async fn series(
     store: &Store,
     request: q::SeriesRequest,
+    names: LabelNameScheme,
 ) -> Result<q::SeriesResponse, ApiError> {
     let range = range_ms(request.start, request.end)?;
     let mut sets: BTreeSet<Vec<(String, String)>> = BTreeSet::new();
@@ -185,6 +235,7 @@ pub async fn series(
             let pairs = set
                 .iter()
                 .filter(|l| request.label_names.is_empty() || request.label_names.contains(&l.name))
+                .filter(|l| names.shows(&l.name))
                 .map(|l| (l.name.clone(), l.value.clone()))
                 .collect();
             sets.insert(pairs);
@@ -204,19 +255,33 @@ pub async fn series(
 }
 
 /// The merge a `SelectMerge*` request selects: its stack-trace selector
-/// refused, its range and selection checked; with the selector resolved.
+/// refused, its range and selection checked, and only the samples its
+/// span and trace selectors keep; with the selector resolved.
 async fn merge_selected(
     store: &Store,
     stack_trace_selector: Option<&t::StackTraceSelector>,
     profile_type: &str,
     label_selector: &str,
     (start, end): (i64, i64),
+    spans: Vec<SpanSelector>,
 ) -> Result<(Selector, MergedProfile), ApiError> {
     refuse_stack_trace_selector(stack_trace_selector)?;
     let range = range_ms(start, end)?;
     let selector = selection(store, profile_type, label_selector, range).await?;
     let merged = store.merge(&selector, range).await?;
+    let merged = keep_selected(store, merged, spans).await?;
     Ok((selector, merged))
+}
+
+/// The span and trace selectors of a request, each checked.
+fn span_selectors(
+    span_ids: &[String],
+    trace_ids: &[String],
+) -> Result<Vec<SpanSelector>, ApiError> {
+    let spans = SpanSelector::span_ids(span_ids.iter().map(String::as_str), "span_selector")?;
+    let traces =
+        SpanSelector::trace_ids(trace_ids.iter().map(String::as_str), "trace_id_selector")?;
+    Ok(spans.into_iter().chain(traces).collect())
 }
 
 /// `SelectMergeStacktraces`: the flame graph in flamebearer rows.
@@ -224,29 +289,78 @@ pub async fn select_merge_stacktraces(
     store: &Store,
     request: q::SelectMergeStacktracesRequest,
 ) -> Result<q::SelectMergeStacktracesResponse, ApiError> {
-    if request.format == q::ProfileFormat::Tree as i32 {
-        return Err(ApiError::Unimplemented {
-            what: "format PROFILE_FORMAT_TREE (Pyroscope's binary tree); ask for PROFILE_FORMAT_FLAMEGRAPH".to_owned(),
-        });
-    }
+    refuse_tree_format(request.format)?;
+    let spans = span_selectors(&request.span_selector, &request.trace_id_selector)?;
     let (_, merged) = merge_selected(
         store,
         request.stack_trace_selector.as_ref(),
         &request.profile_type_id,
         &request.label_selector,
         (request.start, request.end),
+        spans,
     )
     .await?;
-    let levels =
-        flamebearer::single_levels_off_workers(store, merged, max_nodes(request.max_nodes)).await?;
     Ok(q::SelectMergeStacktracesResponse {
-        flamegraph: Some(q::FlameGraph {
-            names: levels.names,
-            levels: wire_levels(levels.levels),
-            total: levels.total,
-            max_self: levels.max_self,
-        }),
+        flamegraph: Some(flame_graph(store, merged, request.max_nodes).await?),
         tree: Vec::new(),
+    })
+}
+
+/// `SelectMergeSpanProfile`: the flame graph of the samples that ran in
+/// the spans of `span_selector` (their `span_id` sample label), out of the
+/// series the selector picks.
+pub async fn select_merge_span_profile(
+    store: &Store,
+    request: q::SelectMergeSpanProfileRequest,
+) -> Result<q::SelectMergeSpanProfileResponse, ApiError> {
+    refuse_tree_format(request.format)?;
+    let spans = span_selectors(&request.span_selector, &[])?;
+    if spans.is_empty() {
+        // A span profile of no span would be empty whatever was stored.
+        return Err(ApiError::BadParameter {
+            parameter: "span_selector",
+            message: "name at least one span id".to_owned(),
+        });
+    }
+    let (_, merged) = merge_selected(
+        store,
+        None,
+        &request.profile_type_id,
+        &request.label_selector,
+        (request.start, request.end),
+        spans,
+    )
+    .await?;
+    Ok(q::SelectMergeSpanProfileResponse {
+        flamegraph: Some(flame_graph(store, merged, request.max_nodes).await?),
+        tree: Vec::new(),
+    })
+}
+
+/// Pyroscope's binary tree format is not written; the flame graph is.
+fn refuse_tree_format(format: i32) -> Result<(), ApiError> {
+    if format == q::ProfileFormat::Tree as i32 {
+        return Err(ApiError::Unimplemented {
+            what: "format PROFILE_FORMAT_TREE (Pyroscope's binary tree); ask for PROFILE_FORMAT_FLAMEGRAPH".to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// `merged` as a querier flame graph of at most `max_nodes` nodes.
+async fn flame_graph(
+    store: &Store,
+    merged: MergedProfile,
+    max_nodes_requested: Option<i64>,
+) -> Result<q::FlameGraph, ApiError> {
+    let levels =
+        flamebearer::single_levels_off_workers(store, merged, max_nodes(max_nodes_requested))
+            .await?;
+    Ok(q::FlameGraph {
+        names: levels.names,
+        levels: wire_levels(levels.levels),
+        total: levels.total,
+        max_self: levels.max_self,
     })
 }
 
@@ -263,12 +377,14 @@ pub async fn select_merge_profile(
     store: &Store,
     request: q::SelectMergeProfileRequest,
 ) -> Result<kiln_pprof::proto::Profile, ApiError> {
+    let spans = span_selectors(&[], &request.trace_id_selector)?;
     let (selector, merged) = merge_selected(
         store,
         request.stack_trace_selector.as_ref(),
         &request.profile_type_id,
         &request.label_selector,
         (request.start, request.end),
+        spans,
     )
     .await?;
     let profile_type = selector.profile_type.clone();
@@ -383,9 +499,16 @@ pub async fn diff(store: &Store, request: q::DiffRequest) -> Result<q::DiffRespo
             message: "both `left` and `right` are required".to_owned(),
         });
     };
+    let mut side_spans = Vec::with_capacity(2);
     for side in [&left, &right] {
         refuse_stack_trace_selector(side.stack_trace_selector.as_ref())?;
+        side_spans.push(span_selectors(
+            &side.span_selector,
+            &side.trace_id_selector,
+        )?);
     }
+    let right_spans = side_spans.pop().unwrap_or_default();
+    let left_spans = side_spans.pop().unwrap_or_default();
     let left_range = range_ms(left.start, left.end)?;
     let right_range = range_ms(right.start, right.end)?;
     let base_selector = selection(
@@ -412,7 +535,9 @@ pub async fn diff(store: &Store, request: q::DiffRequest) -> Result<q::DiffRespo
         });
     }
     let base = store.merge(&base_selector, left_range).await?;
+    let base = keep_selected(store, base, left_spans).await?;
     let compare = store.merge(&compare_selector, right_range).await?;
+    let compare = keep_selected(store, compare, right_spans).await?;
     let budget = max_nodes(left.max_nodes.or(right.max_nodes));
     let levels = flamebearer::diff_levels_off_workers(store, base, compare, budget).await?;
     Ok(q::DiffResponse {
@@ -552,5 +677,26 @@ mod tests {
         assert_eq!(step_ms(15.0, range).unwrap(), 15_000);
         assert_eq!(step_ms(0.0, range).unwrap(), 36_000);
         assert!(step_ms(f64::NAN, range).is_err());
+    }
+
+    #[test]
+    fn dotted_names_are_listed_only_to_clients_that_can_quote_them() {
+        use LabelNameScheme::{Legacy, Utf8};
+        for (accept, scheme) in [
+            ("application/json; allow-utf8-labelnames=true", Utf8),
+            ("*/*;allow-utf8-labelnames=true", Utf8),
+            (
+                "application/json, */*; Allow-UTF8-LabelNames=\"true\"",
+                Utf8,
+            ),
+            ("application/json", Legacy),
+            ("application/json; allow-utf8-labelnames=false", Legacy),
+            ("", Legacy),
+        ] {
+            assert_eq!(LabelNameScheme::from_accept(accept), scheme, "{accept:?}");
+        }
+        assert!(Legacy.shows("service_name") && Legacy.shows("__name__"));
+        assert!(!Legacy.shows("k8s.pod.name") && !Legacy.shows("9lives"));
+        assert!(Utf8.shows("k8s.pod.name"));
     }
 }

@@ -3,7 +3,9 @@
 //! The profile type is `name:sample_type:sample_unit:period_type:period_unit[:delta]`
 //! and may be cut short after any part (`process_cpu`, `memory:alloc_space`)
 //! as long as exactly one known profile type matches. Label names may contain
-//! dots (`service.name`), as Pyroscope clients send them. Values are quoted
+//! dots (`service.name`), as Pyroscope clients send them, and may be quoted
+//! to hold any character (`{"k8s.pod.name"="x"}`, Prometheus 3's form, which
+//! Grafana writes). Values are quoted
 //! with `"`, `'` or backticks; `"` and `'` strings take `\"`, `\\`, `\n`, `\t`
 //! escapes. Errors carry the 1-based character position of the mistake.
 
@@ -267,7 +269,18 @@ fn parse_matchers(cursor: &mut Cursor<'_>) -> Result<Vec<Matcher>, SelectorError
                 limit: MAX_MATCHERS,
             });
         }
-        let name = cursor.identifier("a label name or `}`")?;
+        // A quoted name (Prometheus 3, Grafana's selectors) may hold any
+        // character: `{"k8s.pod.name"="checkout-1"}`.
+        let name = if matches!(cursor.peek(), Some('"' | '\'' | '`')) {
+            let position = cursor.position();
+            let name = cursor.quoted_string()?;
+            if name.is_empty() {
+                return Err(cursor.expected_at(position, "a label name, not an empty one"));
+            }
+            name
+        } else {
+            cursor.identifier("a label name or `}`")?
+        };
         cursor.skip_spaces();
         let op = match (cursor.peek(), cursor.peek_second()) {
             (Some('='), Some('~')) => MatchOp::Regex,
@@ -491,6 +504,18 @@ mod tests {
                 ("env", MatchOp::NotRegex, "dev|test"),
             ]
         );
+    }
+
+    #[test]
+    fn quoted_label_names_hold_any_character() {
+        let parsed =
+            parse_selector(r#"process_cpu{"k8s.pod.name"="checkout-1", 'a b'!="c", pod="p"}"#)
+                .unwrap();
+        let names: Vec<&str> = parsed.matchers.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["k8s.pod.name", "a b", "pod"]);
+        let err = parse_selector(r#"process_cpu{""="x"}"#).unwrap_err();
+        assert!(err.to_string().contains("not an empty one"), "{err}");
+        assert!(parse_selector(r#"process_cpu{"open="x"}"#).is_err());
     }
 
     #[test]

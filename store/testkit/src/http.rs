@@ -168,6 +168,57 @@ fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
+/// The two encodings of a Connect unary call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Connect {
+    /// `application/json`, as Grafana's Pyroscope datasource sends.
+    Json,
+    /// `application/proto`, binary protobuf.
+    Proto,
+}
+
+/// A Connect unary call to `querier.v1.QuerierService/<method>`, sent as
+/// Grafana's clients send it (with `Connect-Protocol-Version: 1`),
+/// panicking on IO errors.
+#[track_caller]
+pub fn querier_call(
+    addr: SocketAddr,
+    method: &str,
+    encoding: Connect,
+    body: &[u8],
+) -> HttpResponse {
+    let content_type = match encoding {
+        Connect::Json => "application/json",
+        Connect::Proto => "application/proto",
+    };
+    http(
+        addr,
+        "POST",
+        &format!("/querier.v1.QuerierService/{method}"),
+        &[
+            ("Content-Type", content_type),
+            ("Connect-Protocol-Version", "1"),
+        ],
+        body,
+    )
+    .expect("POST a querier call")
+}
+
+/// The first profile type a store lists for the last ten minutes whose id
+/// starts with `prefix` (`""`: the first); panics when none does.
+#[track_caller]
+pub fn stored_profile_type(addr: SocketAddr, prefix: &str) -> String {
+    let types = get(addr, "/api/v1/profile-types?from=now-10m").json();
+    types["profile_types"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["id"].as_str())
+        .find(|id| id.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no profile type {prefix:?}... in {types}"))
+        .to_owned()
+}
+
 /// Percent-encodes a query value.
 pub fn enc(value: &str) -> String {
     form_urlencoded::byte_serialize(value.as_bytes()).collect()

@@ -13,7 +13,9 @@
 //! - [`moto`]: a pausable `moto_server` (S3); [`buckets`]: buckets that
 //!   fail on request; [`memory_cgroup`]: a memory cgroup to run a store in.
 //! - [`go_programs`]: Go programs built and run for real `runtime/pprof`
-//!   profiles; [`recorder`]: a listener that keeps what a real client sends.
+//!   profiles; [`recorder`]: a listener that keeps what a real client sends;
+//!   [`grafana_client`]: Grafana's own Go querier client, run against a
+//!   store.
 //! - [`real_inputs`]: real inputs made at test time, the twins of the
 //!   `../shared` fixtures: Go `runtime/pprof` profiles of every kind, `perf`
 //!   recordings and their folded stacks, a Java Flight Recorder file.
@@ -29,6 +31,7 @@ pub mod buckets;
 pub mod clock;
 pub mod fixtures;
 pub mod go_programs;
+pub mod grafana_client;
 pub mod http;
 pub mod memory_cgroup;
 pub mod moto;

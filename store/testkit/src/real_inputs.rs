@@ -3,8 +3,9 @@
 //! `runtime/pprof` ([`go_profiles`]), `perf` recordings of a C program and
 //! their folded stacks ([`perf_recordings`]), a Java Flight Recorder
 //! file, a format that is not pprof ([`jfr_recordings`]), and the requests
-//! of real Pyroscope SDKs: pyroscope-go ([`pyroscope_go`]) and the Node.js
-//! SDK ([`pyroscope_node`]).
+//! of real Pyroscope SDKs: pyroscope-go ([`pyroscope_go`]), pyroscope-go
+//! with OpenTelemetry span ids ([`span_profiles`]) and the Node.js SDK
+//! ([`pyroscope_node`]).
 //!
 //! Every maker writes into a directory the caller gives (a tempdir), never
 //! into the clone, and returns `None` after
@@ -18,11 +19,14 @@ pub mod jfr_recordings;
 pub mod perf_recordings;
 pub mod pyroscope_go;
 pub mod pyroscope_node;
+pub mod span_profiles;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::binaries::target_dir;
 use crate::prerequisites::missing;
+use crate::tools::go;
 
 /// A checked-in program of this crate, `store/testkit/programs/<name>`.
 fn program(name: &str) -> PathBuf {
@@ -60,4 +64,40 @@ fn run(command: &mut Command, what: &str) -> Output {
         String::from_utf8_lossy(&output.stderr)
     );
     output
+}
+
+/// Builds the Go module `programs/<name>` (pinned by its `go.mod` and
+/// `go.sum`) into `dir/<name>`; the first build downloads its modules
+/// through the Go module proxy into a cache under the target directory.
+/// `None` (after the house rule) without Go, or when the proxy cannot be
+/// reached.
+pub(crate) fn build_go_module(name: &str, dir: &Path) -> Option<PathBuf> {
+    let go = go()?;
+    let binary = dir.join(name);
+    let cache = target_dir().join("tmp");
+    let build = Command::new(&go)
+        .arg("build")
+        .arg("-o")
+        .arg(&binary)
+        .arg(".")
+        // Module mode needs the program's own directory, with its go.mod.
+        .current_dir(program(name))
+        .env("GOCACHE", cache.join("go-build-cache"))
+        .env("GOMODCACHE", cache.join("go-mod-cache"))
+        .env("GOFLAGS", "-mod=readonly -buildvcs=false")
+        .env("GOTOOLCHAIN", "local")
+        .env("HOME", dir)
+        .output()
+        .unwrap_or_else(|e| panic!("go build: cannot start: {e}"));
+    if !build.status.success() {
+        let stderr = String::from_utf8_lossy(&build.stderr);
+        if stderr.contains("dial tcp") || stderr.contains("lookup ") {
+            return missing(&format!(
+                "the Go module proxy is unreachable, so {name}'s modules were not fetched: {}",
+                stderr.trim()
+            ));
+        }
+        panic!("go build of {name} failed: {stderr}");
+    }
+    Some(binary)
 }

@@ -54,10 +54,46 @@ pub struct SelectMergeStacktracesRequest {
     pub stack_trace_selector: ::core::option::Option<
         super::super::types::v1::StackTraceSelector,
     >,
+    /// Field 8, `profile_id_selector`, and 9, `async`, are refused when set.
+    /// Only the samples of these traces (32 hex digits each)...
+    #[prost(string, repeated, tag = "10")]
+    pub trace_id_selector: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// ...and of these spans (16 hex digits each); empty: every sample.
+    #[prost(string, repeated, tag = "11")]
+    pub span_selector: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct SelectMergeStacktracesResponse {
+    #[prost(message, optional, tag = "1")]
+    pub flamegraph: ::core::option::Option<FlameGraph>,
+    /// Pyroscope's binary tree format; Kiln never fills it.
+    #[prost(bytes = "vec", tag = "2")]
+    pub tree: ::prost::alloc::vec::Vec<u8>,
+}
+/// The samples of the given spans only: those whose `span_id` sample label
+/// is one of `span_selector` (16 hex digits each).
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SelectMergeSpanProfileRequest {
+    #[prost(string, tag = "1")]
+    pub profile_type_id: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub label_selector: ::prost::alloc::string::String,
+    #[prost(string, repeated, tag = "3")]
+    pub span_selector: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    #[prost(int64, tag = "4")]
+    pub start: i64,
+    #[prost(int64, tag = "5")]
+    pub end: i64,
+    #[prost(int64, optional, tag = "6")]
+    pub max_nodes: ::core::option::Option<i64>,
+    #[prost(enumeration = "ProfileFormat", tag = "7")]
+    pub format: i32,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct SelectMergeSpanProfileResponse {
     #[prost(message, optional, tag = "1")]
     pub flamegraph: ::core::option::Option<FlameGraph>,
     /// Pyroscope's binary tree format; Kiln never fills it.
@@ -133,6 +169,10 @@ pub struct SelectMergeProfileRequest {
     pub stack_trace_selector: ::core::option::Option<
         super::super::types::v1::StackTraceSelector,
     >,
+    /// Field 7, `profile_id_selector`, is refused when set.
+    /// Only the samples of these traces (32 hex digits each); empty: all.
+    #[prost(string, repeated, tag = "8")]
+    pub trace_id_selector: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use kiln_contract::sample_labels::{SPAN_ID, TRACE_ID};
 use kiln_engine::model::NAME_LABEL;
 use kiln_pprof::{DecodeLimits, FunctionSpec, LabelValue, MappingSpec, ProfileBuilder};
 use kiln_storage::StorageError;
@@ -36,6 +37,8 @@ pub struct Dictionary {
     pub locations: Vec<Location>,
     /// Attributes with their keys and values resolved.
     pub attributes: Vec<Attribute>,
+    /// Links from samples to the trace spans they ran in.
+    pub links: Vec<SpanLink>,
     /// Every stack's location indices, end to end; a sample refers to its
     /// stack's range, shared by every sample of that stack.
     pub stack_locations: Vec<i32>,
@@ -85,6 +88,51 @@ pub struct Location {
     pub address: u64,
     /// (function index, line), innermost first.
     pub lines: Vec<(i32, i64)>,
+}
+
+/// A sample's link to the trace span it ran in, its ids as lowercase hex
+/// (OpenTelemetry's text form); an id that was not sent is empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpanLink {
+    /// 32 hex digits, or empty.
+    pub trace_id: String,
+    /// 16 hex digits, or empty.
+    pub span_id: String,
+}
+
+impl SpanLink {
+    /// The link of a `link_table` entry: each id empty, all zero (OTLP's
+    /// "no id") or of its length; anything else is refused.
+    pub fn from_wire(trace_id: &[u8], span_id: &[u8]) -> Result<Self, OtlpError> {
+        Ok(Self {
+            trace_id: hex_id("link.trace_id", trace_id, 16)?,
+            span_id: hex_id("link.span_id", span_id, 8)?,
+        })
+    }
+}
+
+fn hex_id(field: &'static str, bytes: &[u8], expected: usize) -> Result<String, OtlpError> {
+    if bytes.iter().all(|&b| b == 0) {
+        return Ok(String::new());
+    }
+    if bytes.len() != expected {
+        return Err(OtlpError::BadLink {
+            field,
+            len: bytes.len(),
+            expected,
+        });
+    }
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The link table entry of a sample's `link_index`: `None` for index 0 of
+/// an empty table (a sender that sends no links need not send the table's
+/// empty first entry either).
+pub(super) fn sample_link(index: i32, links: usize) -> Result<Option<usize>, OtlpError> {
+    if index == 0 && links == 0 {
+        return Ok(None);
+    }
+    check_index("sample.link_index", index.into(), "link_table", links).map(Some)
 }
 
 /// An attribute value Kiln keeps.
@@ -152,6 +200,8 @@ pub struct Sample {
     pub values: Vec<i64>,
     /// Indices into the attribute table.
     pub attributes: Vec<i32>,
+    /// Index into [`Dictionary::links`], when the sample has a link.
+    pub link: Option<usize>,
 }
 
 /// Checks that `index` is inside a table of `len` entries.
@@ -248,6 +298,12 @@ pub fn label_name_for_attribute(key: &str) -> String {
     if let Some((_, name)) = LABEL_RENAMES.iter().find(|(k, _)| *k == key) {
         return (*name).to_owned();
     }
+    sanitized_attribute_key(key)
+}
+
+/// `key` with characters outside `[A-Za-z0-9_.]` replaced by `_`, and a
+/// `_` in front of a leading digit or dot.
+fn sanitized_attribute_key(key: &str) -> String {
     let mut name: String = key
         .chars()
         .map(|c| {
@@ -280,18 +336,28 @@ fn series_labels(
     profile_name: &str,
 ) -> Vec<(String, String)> {
     let mut labels: Vec<(String, String)> = Vec::new();
-    for attribute in resource.iter().chain(scope) {
-        let Some(value) = attribute_text(&attribute.value) else {
-            continue;
-        };
-        let name = label_name_for_attribute(&attribute.key);
+    let mut set = |name: String, value: String| {
         if name == NAME_LABEL {
-            continue;
+            return;
         }
         match labels.iter_mut().find(|(n, _)| *n == name) {
             Some(slot) => slot.1 = value,
             None => labels.push((name, value)),
         }
+    };
+    for attribute in resource.iter().chain(scope) {
+        let Some(value) = attribute_text(&attribute.value) else {
+            continue;
+        };
+        let name = label_name_for_attribute(&attribute.key);
+        // A well-known attribute keeps its own dotted name beside Kiln's
+        // short one, as Pyroscope keeps it, so a selector written for
+        // either (`{"k8s.pod.name"="..."}`, `{pod="..."}`) finds it.
+        let dotted = sanitized_attribute_key(&attribute.key);
+        if dotted != name {
+            set(dotted, value.clone());
+        }
+        set(name, value);
     }
     if !labels.iter().any(|(n, _)| n == SERVICE_NAME_LABEL) {
         labels.push((SERVICE_NAME_LABEL.to_owned(), UNKNOWN_SERVICE.to_owned()));
@@ -448,7 +514,7 @@ fn profile_to_pprof(dictionary: &Dictionary, profile: &Profile) -> kiln_pprof::p
             };
             stack.push(id);
         }
-        let labels: Vec<(&str, LabelValue)> = sample
+        let mut labels: Vec<(&str, LabelValue)> = sample
             .attributes
             .iter()
             .filter_map(|&i| dictionary.attributes.get(i as usize))
@@ -464,6 +530,15 @@ fn profile_to_pprof(dictionary: &Dictionary, profile: &Profile) -> kiln_pprof::p
                 Some((attribute.key.as_str(), value))
             })
             .collect();
+        // The span a sample ran in becomes the per-sample labels that span
+        // profiles select on (`kiln_contract::sample_labels`).
+        if let Some(link) = sample.link.and_then(|i| dictionary.links.get(i)) {
+            for (name, id) in [(SPAN_ID, &link.span_id), (TRACE_ID, &link.trace_id)] {
+                if !id.is_empty() {
+                    labels.push((name, LabelValue::Str(id.clone())));
+                }
+            }
+        }
         builder.sample(&stack, &sample.values, &labels);
     }
     builder.finish()
@@ -504,6 +579,12 @@ mod tests {
         assert_eq!(get("process.runtime.name"), Some("go"));
         assert_eq!(get("weird_key_x"), Some("v"));
         assert_eq!(get("__name__"), Some("process_cpu"));
+        // The well-known ones keep their own names too.
+        assert_eq!(get("service.name"), Some("checkout"));
+        assert_eq!(get("k8s.namespace.name"), Some("shop"));
+        assert_eq!(get("k8s.pod.name"), Some("checkout-0"));
+        assert_eq!(get("container.name"), Some("app"));
+        assert_eq!(get("host.name"), Some("node-1"));
     }
 
     #[test]

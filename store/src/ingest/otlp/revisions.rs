@@ -9,7 +9,8 @@ use prost::Message;
 
 use super::model::{
     Attribute, AttributeValue, Batch, Dictionary, Function, Location, Mapping, Profile,
-    ResourceProfiles, Sample, ScopeProfiles, check_index, check_indices, sample_values,
+    ResourceProfiles, Sample, ScopeProfiles, SpanLink, check_index, check_indices, sample_link,
+    sample_values,
 };
 use super::{OtlpError, OtlpLimits, wire};
 
@@ -250,6 +251,7 @@ struct WireSample {
     values: Vec<i64>,
     timestamps: usize,
     attributes: Vec<i32>,
+    link_index: i32,
 }
 
 impl WireSample {
@@ -259,6 +261,7 @@ impl WireSample {
             values: s.values.clone(),
             timestamps: s.timestamps_unix_nano.len(),
             attributes: s.attribute_indices.clone(),
+            link_index: s.link_index,
         }
     }
 
@@ -268,6 +271,7 @@ impl WireSample {
             values: s.values.clone(),
             timestamps: s.timestamps_unix_nano.len(),
             attributes: s.attribute_indices.clone(),
+            link_index: s.link_index,
         }
     }
 }
@@ -328,6 +332,7 @@ fn assemble(
                             (profile_index, sample_index),
                         )?,
                         attributes: sample.attributes,
+                        link: sample_link(sample.link_index, dictionary.links.len())?,
                     });
                 }
                 batch_profiles.push(Profile {
@@ -492,6 +497,11 @@ fn dictionary_v1_8(
             })
         })
         .collect::<Result<Vec<_>, OtlpError>>()?;
+    let links = d
+        .link_table
+        .iter()
+        .map(|l| SpanLink::from_wire(&l.trace_id, &l.span_id))
+        .collect::<Result<Vec<_>, OtlpError>>()?;
     Ok((
         Dictionary {
             strings,
@@ -499,6 +509,7 @@ fn dictionary_v1_8(
             mappings,
             locations,
             attributes,
+            links,
             stack_locations,
         },
         stacks,

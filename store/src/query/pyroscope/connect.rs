@@ -17,11 +17,12 @@ use prost::Message;
 pub use body::MAX_QUERY_BODY_BYTES;
 use proto_scan::{Field, Rule, Shape};
 
-use super::json;
+use super::{LabelNameScheme, json};
 use super::{MAX_CALL_SITES, MAX_GROUP_BY_ENTRIES, MAX_MATCHER_SETS, MAX_SERIES_LABEL_NAMES};
 use crate::error::ApiError;
 use crate::query::budget::QueryReservation;
 use crate::query::group_by::within_deadline;
+use crate::query::spans::MAX_SELECTED_IDS;
 use crate::state::AppState;
 use crate::wire::content_type::media_type;
 
@@ -41,6 +42,7 @@ fn endpoint(method: &str) -> Option<&'static str> {
         "LabelValues" => "querier_label_values",
         "Series" => "querier_series",
         "SelectMergeStacktraces" => "querier_select_merge_stacktraces",
+        "SelectMergeSpanProfile" => "querier_select_merge_span_profile",
         "SelectMergeProfile" => "querier_select_merge_profile",
         "SelectSeries" => "querier_select_series",
         "Diff" => "querier_diff",
@@ -116,7 +118,14 @@ async fn serve(
     // Only now, with the whole body in, is a slot taken: a slow sender
     // holds none while it sends.
     let _slot = state.admit_query()?;
-    within_deadline(store, call(store, encoding, method, &bytes)).await
+    let names = LabelNameScheme::from_accept(
+        parts
+            .headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(""),
+    );
+    within_deadline(store, call(store, encoding, method, &bytes, names)).await
 }
 
 fn encoding(request: &Request) -> Result<Encoding, ApiError> {
@@ -202,13 +211,48 @@ const fn profile_id_selector(number: u64) -> Field {
 pub const PROFILE_ID_SELECTOR_ASKS_FOR: &str =
     "single profiles by id; Kiln merges whole series, so leave it empty";
 
+/// Why an async query request is refused, in both codecs.
+pub const ASYNC_ASKS_FOR: &str =
+    "an asynchronous query (Pyroscope's experimental polling); leave it unset";
+
+/// A list of span or trace ids.
+const fn ids(number: u64, name: &'static str) -> Field {
+    Field {
+        number,
+        name,
+        rule: Rule::Repeated {
+            max: MAX_SELECTED_IDS,
+        },
+    }
+}
+
 static SELECT_MERGE_STACKTRACES: Shape = Shape {
     message: "querier.v1.SelectMergeStacktracesRequest",
-    fields: &[stack_trace_selector(7), profile_id_selector(8)],
+    fields: &[
+        stack_trace_selector(7),
+        profile_id_selector(8),
+        Field {
+            number: 9,
+            name: "async",
+            rule: Rule::NotHonoured {
+                asks_for: ASYNC_ASKS_FOR,
+            },
+        },
+        ids(10, "traceIdSelector"),
+        ids(11, "spanSelector"),
+    ],
+};
+static SELECT_MERGE_SPAN_PROFILE: Shape = Shape {
+    message: "querier.v1.SelectMergeSpanProfileRequest",
+    fields: &[ids(3, "spanSelector")],
 };
 static SELECT_MERGE_PROFILE: Shape = Shape {
     message: "querier.v1.SelectMergeProfileRequest",
-    fields: &[stack_trace_selector(6), profile_id_selector(7)],
+    fields: &[
+        stack_trace_selector(6),
+        profile_id_selector(7),
+        ids(8, "traceIdSelector"),
+    ],
 };
 static SELECT_SERIES: Shape = Shape {
     message: "querier.v1.SelectSeriesRequest",
@@ -247,6 +291,7 @@ fn shape(method: &str) -> Option<&'static Shape> {
         "LabelValues" => &LABEL_VALUES,
         "Series" => &SERIES,
         "SelectMergeStacktraces" => &SELECT_MERGE_STACKTRACES,
+        "SelectMergeSpanProfile" => &SELECT_MERGE_SPAN_PROFILE,
         "SelectMergeProfile" => &SELECT_MERGE_PROFILE,
         "SelectSeries" => &SELECT_SERIES,
         "Diff" => &DIFF,
@@ -313,6 +358,7 @@ async fn call(
     encoding: Encoding,
     method: &str,
     body: &[u8],
+    names: LabelNameScheme,
 ) -> Result<Response, ApiError> {
     Ok(match method {
         "ProfileTypes" => {
@@ -323,7 +369,7 @@ async fn call(
         "LabelNames" => {
             let request = decode(encoding, method, body, json::label_names_request)?;
             let response = t::LabelNamesResponse {
-                names: super::label_names(store, request).await?,
+                names: super::label_names(store, request, names).await?,
             };
             reply(encoding, &response, |r| json::names_response(&r.names))?
         }
@@ -336,7 +382,7 @@ async fn call(
         }
         "Series" => {
             let request = decode(encoding, method, body, json::series_request)?;
-            let response = super::series(store, request).await?;
+            let response = super::series(store, request, names).await?;
             reply(encoding, &response, json::series_response)?
         }
         "SelectMergeStacktraces" => {
@@ -348,6 +394,20 @@ async fn call(
             )?;
             let response = super::select_merge_stacktraces(store, request).await?;
             reply(encoding, &response, json::select_merge_stacktraces_response)?
+        }
+        "SelectMergeSpanProfile" => {
+            let request = decode(
+                encoding,
+                method,
+                body,
+                json::select_merge_span_profile_request,
+            )?;
+            let response = super::select_merge_span_profile(store, request).await?;
+            reply(
+                encoding,
+                &response,
+                json::select_merge_span_profile_response,
+            )?
         }
         "SelectMergeProfile" => {
             let request = decode(encoding, method, body, json::select_merge_profile_request)?;

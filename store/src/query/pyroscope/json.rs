@@ -14,13 +14,15 @@ mod replies;
 
 pub use replies::{
     diff_response, names_response, pprof_response, profile_stats_response, profile_types_response,
-    select_merge_stacktraces_response, select_series_response, series_response,
+    select_merge_span_profile_response, select_merge_stacktraces_response, select_series_response,
+    series_response,
 };
 
 use fields::{StackTraceSelector, StringList, double, enumeration, int64, string};
 
 use super::{MAX_GROUP_BY_ENTRIES, MAX_MATCHER_SETS, MAX_SERIES_LABEL_NAMES};
 use crate::error::ApiError;
+use crate::query::spans::MAX_SELECTED_IDS;
 
 // Requests are read straight into their messages, field by field: a value
 // tree of the whole body first would cost some 32 bytes per two-byte
@@ -219,10 +221,38 @@ impl JsonMessage for q::SelectMergeStacktracesRequest {
                 self.stack_trace_selector = map.next_value_seed(StackTraceSelector)?;
             }
             "profileIdSelector" | "profile_id_selector" => refuse_profile_ids(map)?,
+            "traceIdSelector" | "trace_id_selector" => {
+                self.trace_id_selector = ids(map, "traceIdSelector")?;
+            }
+            "spanSelector" | "span_selector" => {
+                self.span_selector = ids(map, "spanSelector")?;
+            }
+            "async" => refuse_async(map)?,
             _ => return Ok(false),
         }
         Ok(true)
     }
+}
+
+/// A list of span or trace ids, refused past its cap while read.
+fn ids<'de, A: MapAccess<'de>>(map: &mut A, field: &'static str) -> Result<Vec<String>, A::Error> {
+    StringList {
+        field,
+        max: MAX_SELECTED_IDS,
+    }
+    .read(map)
+}
+
+/// An async query request is refused when set (`null` is unset): Kiln
+/// answers every query at once.
+fn refuse_async<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
+    if map.next_value::<Option<IgnoredAny>>()?.is_none() {
+        return Ok(());
+    }
+    Err(de::Error::custom(format!(
+        "`async` is not supported by Kiln: it asks for {}",
+        super::connect::ASYNC_ASKS_FOR
+    )))
 }
 
 /// A profile id selector is read (within the matcher cap) and refused when
@@ -241,6 +271,34 @@ fn refuse_profile_ids<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Erro
         "`profileIdSelector` is not supported by Kiln: it asks for {}",
         super::connect::PROFILE_ID_SELECTOR_ASKS_FOR
     )))
+}
+
+impl JsonMessage for q::SelectMergeSpanProfileRequest {
+    const NAME: &'static str = "querier.v1.SelectMergeSpanProfileRequest JSON";
+
+    fn read_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<bool, A::Error> {
+        match key {
+            "profileTypeID" | "profile_typeID" => {
+                self.profile_type_id = string(map, "profileTypeID")?;
+            }
+            "labelSelector" | "label_selector" => {
+                self.label_selector = string(map, "labelSelector")?;
+            }
+            "spanSelector" | "span_selector" => {
+                self.span_selector = ids(map, "spanSelector")?;
+            }
+            "start" => self.start = int64(map, "start")?.unwrap_or(0),
+            "end" => self.end = int64(map, "end")?.unwrap_or(0),
+            "maxNodes" | "max_nodes" => self.max_nodes = int64(map, "maxNodes")?,
+            "format" => self.format = enumeration(map, "format", &FORMATS)?.unwrap_or(0),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
 }
 
 impl JsonMessage for q::SelectMergeProfileRequest {
@@ -265,6 +323,9 @@ impl JsonMessage for q::SelectMergeProfileRequest {
                 self.stack_trace_selector = map.next_value_seed(StackTraceSelector)?;
             }
             "profileIdSelector" | "profile_id_selector" => refuse_profile_ids(map)?,
+            "traceIdSelector" | "trace_id_selector" => {
+                self.trace_id_selector = ids(map, "traceIdSelector")?;
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -349,6 +410,13 @@ pub fn series_request(body: &[u8]) -> Result<q::SeriesRequest, ApiError> {
 pub fn select_merge_stacktraces_request(
     body: &[u8],
 ) -> Result<q::SelectMergeStacktracesRequest, ApiError> {
+    parse(body)
+}
+
+/// `querier.v1.SelectMergeSpanProfileRequest`.
+pub fn select_merge_span_profile_request(
+    body: &[u8],
+) -> Result<q::SelectMergeSpanProfileRequest, ApiError> {
     parse(body)
 }
 

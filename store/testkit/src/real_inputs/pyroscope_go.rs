@@ -10,9 +10,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use super::{program, run};
-use crate::binaries::target_dir;
-use crate::tools::go;
+use super::{build_go_module, run};
 
 /// The functions the app spends its time in: the first under
 /// `endpoint=/a`, the second under `endpoint=/b`.
@@ -28,32 +26,7 @@ pub const STATIC_TAGS: [(&str, &str); 2] = [("env", "ci"), ("scope", "com.grafan
 /// (after the house rule) without Go, or when the module proxy cannot be
 /// reached.
 pub fn run_pyroscope_go_app(dir: &Path, server_url: &str, app: &str, seconds: f64) -> Option<()> {
-    let go = go()?;
-    let binary = dir.join("pyroscope_go_app");
-    let cache = target_dir().join("tmp");
-    let build = Command::new(&go)
-        .arg("build")
-        .arg("-o")
-        .arg(&binary)
-        .arg(".")
-        // Module mode needs the program's own directory, with its go.mod.
-        .current_dir(program("pyroscope_go_app"))
-        .env("GOCACHE", cache.join("go-build-cache"))
-        .env("GOMODCACHE", cache.join("go-mod-cache"))
-        .env("GOFLAGS", "-mod=readonly -buildvcs=false")
-        .env("HOME", dir)
-        .output()
-        .unwrap_or_else(|e| panic!("go build: cannot start: {e}"));
-    if !build.status.success() {
-        let stderr = String::from_utf8_lossy(&build.stderr);
-        if stderr.contains("dial tcp") || stderr.contains("lookup ") {
-            return crate::prerequisites::missing(&format!(
-                "the Go module proxy is unreachable, so pyroscope-go was not fetched: {}",
-                stderr.trim()
-            ));
-        }
-        panic!("go build of pyroscope_go_app failed: {stderr}");
-    }
+    let binary = build_go_module("pyroscope_go_app", dir)?;
     run(
         Command::new(&binary)
             .arg(server_url)

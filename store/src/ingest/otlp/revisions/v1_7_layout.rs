@@ -6,7 +6,7 @@ use kiln_api::kiln::otlp::v1_7;
 
 use super::super::model::{
     Batch, Dictionary, Function, Mapping, Profile, ResourceProfiles, Sample, ScopeProfiles,
-    check_index, check_indices, sample_values,
+    SpanLink, check_index, check_indices, sample_link, sample_values,
 };
 use super::super::{OtlpError, OtlpLimits};
 use super::{
@@ -55,6 +55,11 @@ pub(super) fn from_v1_7(
         )?);
     }
     dictionary.attributes = attributes(&d.attribute_table, &strings)?;
+    for link in &d.link_table {
+        dictionary
+            .links
+            .push(SpanLink::from_wire(&link.trace_id, &link.span_id)?);
+    }
     dictionary.strings = strings;
     let mut resources = Vec::new();
     let mut profile_index = 0;
@@ -153,6 +158,7 @@ pub(super) fn from_v1_7(
                             (profile_index, sample_index),
                         )?,
                         attributes: sample.attribute_indices.clone(),
+                        link: sample_link(sample.link_index, dictionary.links.len())?,
                     });
                 }
                 profiles.push(Profile {

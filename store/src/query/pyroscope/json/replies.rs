@@ -164,8 +164,19 @@ struct GraphReply<T> {
 pub fn select_merge_stacktraces_response(
     r: &q::SelectMergeStacktracesResponse,
 ) -> Result<Vec<u8>, ApiError> {
+    flame_graph_reply(r.flamegraph.as_ref())
+}
+
+/// `querier.v1.SelectMergeSpanProfileResponse`, the same shape.
+pub fn select_merge_span_profile_response(
+    r: &q::SelectMergeSpanProfileResponse,
+) -> Result<Vec<u8>, ApiError> {
+    flame_graph_reply(r.flamegraph.as_ref())
+}
+
+fn flame_graph_reply(graph: Option<&q::FlameGraph>) -> Result<Vec<u8>, ApiError> {
     let empty = q::FlameGraph::default();
-    let graph = r.flamegraph.as_ref().unwrap_or(&empty);
+    let graph = graph.unwrap_or(&empty);
     text(&GraphReply {
         flamegraph: FlameGraph {
             names: &graph.names,
