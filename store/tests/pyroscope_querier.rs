@@ -352,6 +352,24 @@ fn querier_errors_use_connect_codes_and_read_tokens() {
     assert_eq!(body["code"], "unimplemented");
     let (status, body) = call("SelectHeatmap", &json!({}));
     assert_eq!(status, 501, "{body}");
+    // Exemplars are refused, not silently left out of the answer.
+    let series = |exemplars: &str| {
+        call(
+            "SelectSeries",
+            &json!({"profileTypeID": "process_cpu", "labelSelector": "{}", "step": 10, "exemplarType": exemplars}),
+        )
+    };
+    let (status, body) = series("EXEMPLAR_TYPE_INDIVIDUAL");
+    assert_eq!(status, 501, "{body}");
+    assert_eq!(body["code"], "unimplemented");
+    assert!(
+        body["message"]
+            .to_string()
+            .contains("EXEMPLAR_TYPE_INDIVIDUAL"),
+        "{body}"
+    );
+    let (status, body) = series("EXEMPLAR_TYPE_NONE");
+    assert_eq!(status, 200, "{body}");
     let (status, body) = call("LabelValues", &json!({"name": 7}));
     assert_eq!(status, 400, "{body}");
     assert!(

@@ -387,8 +387,8 @@ fn select_series_proto() -> Vec<u8> {
         group_by: vec!["service_name".into(), "pod".into()],
         step: 15.0,
         aggregation: Some(0),
-        stack_trace_selector: None,
         limit: Some(10),
+        ..Default::default()
     }
     .encode_to_vec()
 }

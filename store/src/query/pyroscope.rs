@@ -403,6 +403,25 @@ pub async fn select_merge_profile(
     })
 }
 
+/// Exemplars are refused, never dropped: Kiln keeps merged series, so it
+/// has no single profile (Pyroscope's `INDIVIDUAL`) to point at, and no
+/// span exemplars (which Pyroscope does not serve either).
+fn refuse_exemplars(exemplar_type: i32) -> Result<(), ApiError> {
+    match t::ExemplarType::try_from(exemplar_type) {
+        Ok(t::ExemplarType::Unspecified | t::ExemplarType::None) => Ok(()),
+        Ok(t::ExemplarType::Individual) => Err(ApiError::Unimplemented {
+            what: "exemplar_type EXEMPLAR_TYPE_INDIVIDUAL (Kiln keeps merged series, not single profiles to point at); ask for EXEMPLAR_TYPE_NONE".to_owned(),
+        }),
+        Ok(t::ExemplarType::Span) => Err(ApiError::Unimplemented {
+            what: "exemplar_type EXEMPLAR_TYPE_SPAN; ask for EXEMPLAR_TYPE_NONE".to_owned(),
+        }),
+        Err(_) => Err(ApiError::BadParameter {
+            parameter: "exemplar_type",
+            message: format!("{exemplar_type} is not an exemplar type"),
+        }),
+    }
+}
+
 /// The timeline step: `step` seconds, else the range / 100 (at least 10 s).
 pub fn step_ms(step_seconds: f64, range: TimeRange) -> Result<i64, ApiError> {
     if step_seconds.is_nan() || step_seconds < 0.0 {
@@ -427,6 +446,7 @@ pub async fn select_series(
     request: q::SelectSeriesRequest,
 ) -> Result<q::SelectSeriesResponse, ApiError> {
     refuse_stack_trace_selector(request.stack_trace_selector.as_ref())?;
+    refuse_exemplars(request.exemplar_type)?;
     if request.aggregation == Some(t::TimeSeriesAggregationType::Average as i32) {
         return Err(ApiError::Unimplemented {
             what:

@@ -203,6 +203,10 @@ pub struct SelectSeriesRequest {
     /// Keep the top N series by total.
     #[prost(int64, optional, tag = "9")]
     pub limit: ::core::option::Option<i64>,
+    /// Anything but UNSPECIFIED or NONE is refused: Kiln keeps merged series,
+    /// not single profiles, and no exemplars.
+    #[prost(enumeration = "super::super::types::v1::ExemplarType", tag = "10")]
+    pub exemplar_type: i32,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]

@@ -91,7 +91,6 @@ pub struct LabelNamesResponse {
     #[prost(string, repeated, tag = "1")]
     pub names: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
 }
-/// Call-site filtering; Kiln refuses requests that set it (not supported).
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct StackTraceSelector {
@@ -152,6 +151,43 @@ impl TimeSeriesAggregationType {
         match value {
             "TIME_SERIES_AGGREGATION_TYPE_SUM" => Some(Self::Sum),
             "TIME_SERIES_AGGREGATION_TYPE_AVERAGE" => Some(Self::Average),
+            _ => None,
+        }
+    }
+}
+/// Call-site filtering; Kiln refuses requests that set it (not supported).
+/// What exemplars a SelectSeries asks for.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum ExemplarType {
+    Unspecified = 0,
+    None = 1,
+    /// Single profiles, by their ids.
+    Individual = 2,
+    /// Spans, by their ids.
+    Span = 3,
+}
+impl ExemplarType {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "EXEMPLAR_TYPE_UNSPECIFIED",
+            Self::None => "EXEMPLAR_TYPE_NONE",
+            Self::Individual => "EXEMPLAR_TYPE_INDIVIDUAL",
+            Self::Span => "EXEMPLAR_TYPE_SPAN",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "EXEMPLAR_TYPE_UNSPECIFIED" => Some(Self::Unspecified),
+            "EXEMPLAR_TYPE_NONE" => Some(Self::None),
+            "EXEMPLAR_TYPE_INDIVIDUAL" => Some(Self::Individual),
+            "EXEMPLAR_TYPE_SPAN" => Some(Self::Span),
             _ => None,
         }
     }

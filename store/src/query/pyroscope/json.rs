@@ -193,6 +193,13 @@ const FORMATS: [(&str, i32); 3] = [
     ("PROFILE_FORMAT_TREE", 2),
 ];
 
+const EXEMPLAR_TYPES: [(&str, i32); 4] = [
+    ("EXEMPLAR_TYPE_UNSPECIFIED", 0),
+    ("EXEMPLAR_TYPE_NONE", 1),
+    ("EXEMPLAR_TYPE_INDIVIDUAL", 2),
+    ("EXEMPLAR_TYPE_SPAN", 3),
+];
+
 const AGGREGATIONS: [(&str, i32); 2] = [
     ("TIME_SERIES_AGGREGATION_TYPE_SUM", 0),
     ("TIME_SERIES_AGGREGATION_TYPE_AVERAGE", 1),
@@ -362,6 +369,10 @@ impl JsonMessage for q::SelectSeriesRequest {
                 self.stack_trace_selector = map.next_value_seed(StackTraceSelector)?;
             }
             "limit" => self.limit = int64(map, "limit")?,
+            "exemplarType" | "exemplar_type" => {
+                self.exemplar_type =
+                    enumeration(map, "exemplarType", &EXEMPLAR_TYPES)?.unwrap_or(0);
+            }
             _ => return Ok(false),
         }
         Ok(true)
