@@ -102,29 +102,17 @@ fn sample_label_value<'a>(symbols: &'a SymbolTable, labels: u32, name: &str) -> 
 #[cfg(test)]
 mod tests {
     use crate::model::ProfileType;
-    use crate::symbols::{Function, Line, NO_MAPPING, SampleLabel};
+    use crate::symbols::SampleLabel;
 
     use super::MergedProfile;
-
-    fn frame(merged: &mut MergedProfile, name: &str) -> u32 {
-        let symbols = &mut merged.symbols;
-        let name = symbols.intern_string(name);
-        let function = symbols.intern_function(Function {
-            name,
-            system_name: name,
-            filename: 0,
-            start_line: 0,
-        });
-        symbols.intern_location(NO_MAPPING, 0, &[Line { function, line: 0 }])
-    }
 
     /// A merge of `main;work` (5) and `main;idle` (3), the first sample
     /// carrying a `thread=worker` sample label.
     fn sample_merge() -> MergedProfile {
         let mut merged = MergedProfile::new();
-        let main = frame(&mut merged, "main");
-        let work = frame(&mut merged, "work");
-        let idle = frame(&mut merged, "idle");
+        let main = merged.test_frame("main");
+        let work = merged.test_frame("work");
+        let idle = merged.test_frame("idle");
         let work_stack = merged.symbols.intern_stack(&[main, work]);
         let idle_stack = merged.symbols.intern_stack(&[main, idle]);
         let key = merged.symbols.intern_string("thread");

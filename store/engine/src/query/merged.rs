@@ -26,6 +26,24 @@ pub(crate) struct ContentIndex {
     pub(crate) label_sets: HashMap<ContentKey, u32>,
 }
 
+#[cfg(test)]
+impl MergedProfile {
+    /// Interns a location of one frame named `name`, for tests that build
+    /// merges by hand.
+    pub(crate) fn test_frame(&mut self, name: &str) -> u32 {
+        use crate::symbols::{Function, Line, NO_MAPPING};
+        let name = self.symbols.intern_string(name);
+        let function = self.symbols.intern_function(Function {
+            name,
+            system_name: name,
+            filename: 0,
+            start_line: 0,
+        });
+        self.symbols
+            .intern_location(NO_MAPPING, 0, &[Line { function, line: 0 }])
+    }
+}
+
 impl MergedProfile {
     /// An empty merge.
     pub fn new() -> Self {

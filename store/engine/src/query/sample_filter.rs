@@ -38,7 +38,7 @@ impl MergedProfile {
 
 #[cfg(test)]
 mod tests {
-    use crate::symbols::{Function, Line, NO_MAPPING, SampleLabel};
+    use crate::symbols::SampleLabel;
 
     use super::MergedProfile;
 
@@ -46,19 +46,12 @@ mod tests {
     /// `main;idle` (2) in no span.
     fn spans() -> MergedProfile {
         let mut merged = MergedProfile::new();
-        let mut frame = |name: &str| {
-            let symbols = &mut merged.symbols;
-            let name = symbols.intern_string(name);
-            let function = symbols.intern_function(Function {
-                name,
-                system_name: name,
-                filename: 0,
-                start_line: 0,
-            });
-            symbols.intern_location(NO_MAPPING, 0, &[Line { function, line: 0 }])
-        };
-        let (main, slow, other, idle) =
-            (frame("main"), frame("slow"), frame("other"), frame("idle"));
+        let (main, slow, other, idle) = (
+            merged.test_frame("main"),
+            merged.test_frame("slow"),
+            merged.test_frame("other"),
+            merged.test_frame("idle"),
+        );
         let key = merged.symbols.intern_string("span_id");
         let mut span = |id: &str| {
             let str = merged.symbols.intern_string(id);
