@@ -519,16 +519,11 @@ pub async fn diff(store: &Store, request: q::DiffRequest) -> Result<q::DiffRespo
             message: "both `left` and `right` are required".to_owned(),
         });
     };
-    let mut side_spans = Vec::with_capacity(2);
     for side in [&left, &right] {
         refuse_stack_trace_selector(side.stack_trace_selector.as_ref())?;
-        side_spans.push(span_selectors(
-            &side.span_selector,
-            &side.trace_id_selector,
-        )?);
     }
-    let right_spans = side_spans.pop().unwrap_or_default();
-    let left_spans = side_spans.pop().unwrap_or_default();
+    let left_spans = span_selectors(&left.span_selector, &left.trace_id_selector)?;
+    let right_spans = span_selectors(&right.span_selector, &right.trace_id_selector)?;
     let left_range = range_ms(left.start, left.end)?;
     let right_range = range_ms(right.start, right.end)?;
     let base_selector = selection(

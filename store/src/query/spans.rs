@@ -14,11 +14,31 @@ use crate::error::ApiError;
 /// Most ids one selector may name (Grafana and Tempo ask for one).
 pub const MAX_SELECTED_IDS: usize = 1024;
 
-/// A set of span or trace ids, as numbers, sorted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpanSelector {
-    /// The sample label the ids are matched against.
+/// Which ids a selector holds: the sample label they are matched against,
+/// how one is read, and what one looks like, for errors.
+#[derive(Debug, Clone, Copy)]
+struct IdKind {
     label: &'static str,
+    parse: fn(&str) -> Option<u128>,
+    looks_like: &'static str,
+}
+
+const SPAN_IDS: IdKind = IdKind {
+    label: SPAN_ID,
+    parse: |text| span_id(text).map(u128::from),
+    looks_like: "a span id (16 hex digits)",
+};
+
+const TRACE_IDS: IdKind = IdKind {
+    label: TRACE_ID,
+    parse: trace_id,
+    looks_like: "a trace id (32 hex digits)",
+};
+
+/// A set of span or trace ids, as numbers, sorted.
+#[derive(Debug, Clone)]
+pub struct SpanSelector {
+    kind: IdKind,
     ids: Vec<u128>,
 }
 
@@ -29,9 +49,7 @@ impl SpanSelector {
         texts: impl IntoIterator<Item = &'a str>,
         parameter: &'static str,
     ) -> Result<Option<Self>, ApiError> {
-        Self::parse(SPAN_ID, texts, parameter, |text| {
-            span_id(text).map(u128::from)
-        })
+        Self::parse(SPAN_IDS, texts, parameter)
     }
 
     /// The trace ids in `texts` (32 hex digits each), `None` when there are
@@ -40,16 +58,14 @@ impl SpanSelector {
         texts: impl IntoIterator<Item = &'a str>,
         parameter: &'static str,
     ) -> Result<Option<Self>, ApiError> {
-        Self::parse(TRACE_ID, texts, parameter, trace_id)
+        Self::parse(TRACE_IDS, texts, parameter)
     }
 
     fn parse<'a>(
-        label: &'static str,
+        kind: IdKind,
         texts: impl IntoIterator<Item = &'a str>,
         parameter: &'static str,
-        id: impl Fn(&str) -> Option<u128>,
     ) -> Result<Option<Self>, ApiError> {
-        let digits = if label == SPAN_ID { 16 } else { 32 };
         let mut ids = Vec::new();
         for text in texts {
             if ids.len() == MAX_SELECTED_IDS {
@@ -59,32 +75,27 @@ impl SpanSelector {
                 });
             }
             let text = text.trim();
-            let parsed = id(text).ok_or_else(|| ApiError::BadParameter {
+            let id = (kind.parse)(text).ok_or_else(|| ApiError::BadParameter {
                 parameter,
                 message: format!(
-                    "{:?} is not a {} id ({digits} hex digits)",
+                    "{:?} is not {}",
                     text.chars().take(40).collect::<String>(),
-                    if label == SPAN_ID { "span" } else { "trace" },
+                    kind.looks_like
                 ),
             })?;
-            ids.push(parsed);
+            ids.push(id);
         }
         if ids.is_empty() {
             return Ok(None);
         }
         ids.sort_unstable();
         ids.dedup();
-        Ok(Some(Self { label, ids }))
+        Ok(Some(Self { kind, ids }))
     }
 
     /// Whether a sample's label value is one of the ids.
     pub fn matches(&self, label_value: &str) -> bool {
-        let id = if self.label == SPAN_ID {
-            span_id(label_value).map(u128::from)
-        } else {
-            trace_id(label_value)
-        };
-        id.is_some_and(|id| self.ids.binary_search(&id).is_ok())
+        (self.kind.parse)(label_value).is_some_and(|id| self.ids.binary_search(&id).is_ok())
     }
 }
 
@@ -102,7 +113,7 @@ pub async fn keep_selected(
     Ok(store
         .run_query_work(move || {
             for selector in &selectors {
-                merged.retain_sample_label(selector.label, |value| selector.matches(value));
+                merged.retain_sample_label(selector.kind.label, |value| selector.matches(value));
             }
             merged
         })
@@ -127,7 +138,11 @@ mod tests {
             err.to_string().contains("\"xyz\" is not a span id"),
             "{err}"
         );
-        assert_eq!(SpanSelector::span_ids([], "spanSelector").unwrap(), None);
+        assert!(
+            SpanSelector::span_ids([], "spanSelector")
+                .unwrap()
+                .is_none()
+        );
         let many: Vec<String> = (0..=MAX_SELECTED_IDS)
             .map(|i| format!("{i:016x}"))
             .collect();
