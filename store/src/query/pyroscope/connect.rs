@@ -81,16 +81,6 @@ async fn serve(
     request: Request,
     reservation: &mut QueryReservation,
 ) -> Result<Response, ApiError> {
-    if endpoint(method).is_none() {
-        return Err(ApiError::Unimplemented {
-            what: format!(
-                "querier.v1.QuerierService/{}",
-                method.chars().take(60).collect::<String>()
-            ),
-        });
-    }
-    let encoding = encoding(&request)?;
-    let store = state.store()?;
     let (parts, request_body) = request.into_parts();
     let content_encoding = body::content_encoding(&parts.headers)?;
     // Each byte kept is reserved first: the body itself, and for a plain
@@ -109,6 +99,20 @@ async fn serve(
         &mut reserve,
     )
     .await?;
+    // Refused only once the body is in: an answer sent before it is read
+    // makes the server close a kept-alive connection with the body unread,
+    // and a client that reuses it (Grafana's Go client) sees a reset, not
+    // the refusal.
+    if endpoint(method).is_none() {
+        return Err(ApiError::Unimplemented {
+            what: format!(
+                "querier.v1.QuerierService/{}",
+                method.chars().take(60).collect::<String>()
+            ),
+        });
+    }
+    let encoding = encoding(&parts.headers)?;
+    let store = state.store()?;
     let bytes = match content_encoding {
         body::ContentEncoding::Identity => raw,
         body::ContentEncoding::Gzip => body::inflate(raw, MAX_QUERY_BODY_BYTES, &mut |bytes| {
@@ -128,8 +132,8 @@ async fn serve(
     within_deadline(store, call(store, encoding, method, &bytes, names)).await
 }
 
-fn encoding(request: &Request) -> Result<Encoding, ApiError> {
-    let content_type = media_type(request.headers());
+fn encoding(headers: &axum::http::HeaderMap) -> Result<Encoding, ApiError> {
+    let content_type = media_type(headers);
     match content_type.as_str() {
         "application/json" => Ok(Encoding::Json),
         "application/proto" | "application/protobuf" | "application/x-protobuf" => {
