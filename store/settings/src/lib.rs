@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 mod auth;
 mod bucket;
 mod limits;
+mod recording;
 mod server;
 mod storage;
 
@@ -27,6 +28,7 @@ pub use auth::{
 };
 pub use bucket::BucketOptions;
 pub use limits::LimitOptions;
+pub use recording::{RecordingOptions, RecordingRuleList, RecordingRuleOptions};
 pub use server::ServerOptions;
 pub use storage::StorageOptions;
 
@@ -72,6 +74,10 @@ pub struct StoreSettings {
     #[command(flatten)]
     #[serde(default)]
     pub limits: LimitOptions,
+    /// `[recording]`: recording rules and their series' retention.
+    #[command(flatten)]
+    #[serde(default)]
+    pub recording: RecordingOptions,
     /// `[auth]`: bearer tokens, from the environment or files only.
     #[command(flatten)]
     #[serde(default)]
