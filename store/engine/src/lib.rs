@@ -10,6 +10,7 @@ pub mod head;
 pub mod index;
 pub mod model;
 pub mod query;
+pub mod recording;
 pub mod symbols;
 mod wire;
 

@@ -29,6 +29,7 @@ mod apply;
 mod interner;
 mod limits;
 mod location_keys;
+mod recording;
 mod series_labels;
 mod signatures;
 #[cfg(test)]
