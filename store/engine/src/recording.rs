@@ -9,9 +9,11 @@
 //! Evaluating at ingest makes a month's chart cost a month of points, not a
 //! month of profiles.
 
+mod files;
 mod points;
 
-pub use points::{RECORDED_RESOLUTION_MS, RecordedFileError, RecordedPoints};
+pub use files::{RecordedFile, select_recorded};
+pub use points::{RECORDED_RESOLUTION_MS, RecordedFileError, RecordedPoints, bucket_of};
 
 use crate::index::{CompiledMatcher, compile_anchored_regex};
 

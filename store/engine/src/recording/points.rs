@@ -2,8 +2,9 @@
 //! [`RECORDED_RESOLUTION_MS`] bucket, and their file encoding.
 //!
 //! The file is `KREC`, a version byte, the series (labels, then points as
-//! zigzag deltas of bucket index and values), and a CRC-32 of all before
-//! it. A file is read whole and checked before anything is allocated for
+//! zigzag deltas of bucket index and values), the names of the files whose
+//! points it replaces (a merge of files lists them, so a reader can tell
+//! which points are already counted here), and a CRC-32 of all before it. A file is read whole and checked before anything is allocated for
 //! it: every count is bounded by the bytes left.
 
 use std::collections::BTreeMap;
@@ -136,8 +137,9 @@ impl RecordedPoints {
         }
     }
 
-    /// Encodes the points as a recorded-series file.
-    pub fn encode(&self) -> Vec<u8> {
+    /// Encodes the points as a recorded-series file that replaces the
+    /// files named in `replaces` (none for a file of new points).
+    pub fn encode(&self, replaces: &[String]) -> Vec<u8> {
         let mut out = Writer::new();
         out.raw(MAGIC);
         out.byte(VERSION);
@@ -157,13 +159,18 @@ impl RecordedPoints {
                 previous = index;
             }
         }
+        out.varint(replaces.len() as u64);
+        for name in replaces {
+            out.bytes(name.as_bytes());
+        }
         let crc = crc32fast::hash(out.as_slice());
         out.u32_le(crc);
         out.into_vec()
     }
 
-    /// Reads a recorded-series file written by [`RecordedPoints::encode`].
-    pub fn decode(bytes: &[u8]) -> Result<Self, RecordedFileError> {
+    /// Reads a recorded-series file written by [`RecordedPoints::encode`]:
+    /// its points and the names of the files it replaces.
+    pub fn decode(bytes: &[u8]) -> Result<(Self, Vec<String>), RecordedFileError> {
         let version = bytes.get(4).copied().unwrap_or(0);
         if bytes.len() < MAGIC.len() + 1 + 4 || &bytes[..4] != MAGIC || version != VERSION {
             return Err(RecordedFileError::Header { version });
@@ -200,10 +207,17 @@ impl RecordedPoints {
                 *point = point.saturating_add(value);
             }
         }
+        let count = reader.count(1).map_err(|_| malformed(&reader))?;
+        let mut replaces = Vec::with_capacity(count);
+        for _ in 0..count {
+            let name = reader.bytes().map_err(|_| malformed(&reader))?;
+            let name = std::str::from_utf8(name).map_err(|_| malformed(&reader))?;
+            replaces.push(name.to_owned());
+        }
         if !reader.is_empty() {
             return Err(malformed(&reader));
         }
-        Ok(decoded)
+        Ok((decoded, replaces))
     }
 }
 

@@ -207,8 +207,11 @@ fn points_sum_per_bucket_and_read_back_from_their_file() {
     points.add(&labels("m", "b"), -25_000, 3);
     assert_eq!(points.point_count(), 3);
     assert_eq!(points.time_bounds(), Some((-30_000, 10_000)));
-    let file = points.encode();
-    assert_eq!(RecordedPoints::decode(&file).unwrap(), points);
+    let file = points.encode(&["a.krec".to_owned()]);
+    assert_eq!(
+        RecordedPoints::decode(&file).unwrap(),
+        (points.clone(), vec!["a.krec".to_owned()])
+    );
 
     let mut selected = RecordedPoints::new();
     let pod_a = crate::index::CompiledMatcher::new(&Matcher {
@@ -232,7 +235,7 @@ fn points_sum_per_bucket_and_read_back_from_their_file() {
 fn damaged_files_are_refused_without_panicking() {
     let mut points = RecordedPoints::new();
     points.add(&labels("m", "a"), 1_000, 5);
-    let file = points.encode();
+    let file = points.encode(&["a".to_owned()]);
     for cut in 0..file.len() {
         assert!(
             RecordedPoints::decode(&file[..cut]).is_err(),
@@ -252,4 +255,40 @@ fn damaged_files_are_refused_without_panicking() {
         RecordedPoints::decode(&hostile),
         Err(RecordedFileError::Malformed { .. })
     ));
+}
+
+#[test]
+fn a_merged_file_replaces_its_sources_points_only_within_its_range() {
+    let file = |name: &str, range: (i64, i64), points: &[(i64, i64)], replaces: &[&str]| {
+        let mut recorded = RecordedPoints::new();
+        for &(t, v) in points {
+            recorded.add(&labels("m", "a"), t, v);
+        }
+        RecordedFile {
+            name: name.to_owned(),
+            range,
+            points: std::sync::Arc::new(recorded),
+            replaces: replaces.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    };
+    // f1 spans two days; the day-1 merge (of f1's day-1 points) was written
+    // but f1 was not deleted yet.
+    let f1 = file("f1", (0, 300_000), &[(10_000, 1), (200_000, 2)], &[]);
+    let day1 = file("d1", (0, 100_000), &[(10_000, 1)], &["f1"]);
+    let mut sum = RecordedPoints::new();
+    select_recorded(&[f1.clone(), day1.clone()], &[], 0, 1_000_000, &mut sum);
+    let series: Vec<(i64, i64)> = sum
+        .series()
+        .next()
+        .unwrap()
+        .1
+        .iter()
+        .map(|(t, v)| (*t, *v))
+        .collect();
+    assert_eq!(series, vec![(10_000, 1), (200_000, 2)]);
+    // A second merge of day 1 that also takes d1 keeps the same total.
+    let day1_again = file("d1b", (0, 100_000), &[(10_000, 1)], &["d1", "f1"]);
+    let mut again = RecordedPoints::new();
+    select_recorded(&[f1, day1, day1_again], &[], 0, 1_000_000, &mut again);
+    assert_eq!(again, sum);
 }
