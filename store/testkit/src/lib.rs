@@ -16,6 +16,8 @@
 //!   profiles; [`recorder`]: a listener that keeps what a real client sends;
 //!   [`grafana_client`]: Grafana's own Go querier client, run against a
 //!   store.
+//! - [`prometheus`]: a real Prometheus server, built from source, scraping
+//!   a store.
 //! - [`real_inputs`]: real inputs made at test time, the twins of the
 //!   `../shared` fixtures: Go `runtime/pprof` profiles of every kind, `perf`
 //!   recordings and their folded stacks, a Java Flight Recorder file.
@@ -39,6 +41,7 @@ pub mod prerequisites;
 pub mod process;
 #[cfg(feature = "storage")]
 pub mod profiles;
+pub mod prometheus;
 pub mod real_inputs;
 pub mod recorder;
 pub mod store_process;

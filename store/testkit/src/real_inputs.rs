@@ -72,32 +72,49 @@ fn run(command: &mut Command, what: &str) -> Output {
 /// `None` (after the house rule) without Go, or when the proxy cannot be
 /// reached.
 pub(crate) fn build_go_module(name: &str, dir: &Path) -> Option<PathBuf> {
-    let go = go()?;
     let binary = dir.join(name);
+    build_go_package(name, ".", &[], &binary)?;
+    Some(binary)
+}
+
+/// Builds `package` (`.`, or an import path the module `programs/<module>`
+/// requires, as a `tool` directive does) with build `tags` into `binary`,
+/// with the same caches and the same house rule as [`build_go_module`].
+pub(crate) fn build_go_package(
+    module: &str,
+    package: &str,
+    tags: &[&str],
+    binary: &Path,
+) -> Option<()> {
+    let go = go()?;
     let cache = target_dir().join("tmp");
+    // Go wants a writable HOME even with every cache set; the binary's
+    // directory is one the caller owns.
+    let home = binary.parent().unwrap_or(Path::new("."));
     let build = Command::new(&go)
         .arg("build")
+        .arg(format!("-tags={}", tags.join(",")))
         .arg("-o")
-        .arg(&binary)
-        .arg(".")
+        .arg(binary)
+        .arg(package)
         // Module mode needs the program's own directory, with its go.mod.
-        .current_dir(program(name))
+        .current_dir(program(module))
         .env("GOCACHE", cache.join("go-build-cache"))
         .env("GOMODCACHE", cache.join("go-mod-cache"))
         .env("GOFLAGS", "-mod=readonly -buildvcs=false")
         .env("GOTOOLCHAIN", "local")
-        .env("HOME", dir)
+        .env("HOME", home)
         .output()
         .unwrap_or_else(|e| panic!("go build: cannot start: {e}"));
     if !build.status.success() {
         let stderr = String::from_utf8_lossy(&build.stderr);
         if stderr.contains("dial tcp") || stderr.contains("lookup ") {
             return missing(&format!(
-                "the Go module proxy is unreachable, so {name}'s modules were not fetched: {}",
+                "the Go module proxy is unreachable, so {module}'s modules were not fetched: {}",
                 stderr.trim()
             ));
         }
-        panic!("go build of {name} failed: {stderr}");
+        panic!("go build of {package} in {module} failed: {stderr}");
     }
-    Some(binary)
+    Some(())
 }
