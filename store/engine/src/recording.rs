@@ -13,7 +13,7 @@ mod files;
 mod points;
 
 pub use files::{RecordedFile, select_recorded};
-pub use points::{RECORDED_RESOLUTION_MS, RecordedFileError, RecordedPoints, bucket_of};
+pub use points::{RECORDED_RESOLUTION_MS, RecordedFileError, RecordedPoints, Steps, bucket_of};
 
 use crate::index::{CompiledMatcher, compile_anchored_regex};
 

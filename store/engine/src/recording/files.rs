@@ -7,8 +7,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::RecordedPoints;
+use super::{RecordedPoints, Steps};
 use crate::index::CompiledMatcher;
+use crate::model::LabelSet;
 
 /// One recorded-series file as read from the bucket.
 #[derive(Debug, Clone)]
@@ -23,13 +24,12 @@ pub struct RecordedFile {
     pub replaces: Vec<String>,
 }
 
-/// Adds the points of `files` that the series `matchers` select, in
-/// `[start_ms, end_ms)`, to `into`, each point counted once.
+/// Adds the points of `files` that the series `matchers` select and
+/// `steps` takes to `into`, each point counted once.
 pub fn select_recorded(
     files: &[RecordedFile],
     matchers: &[CompiledMatcher],
-    start_ms: i64,
-    end_ms: i64,
+    steps: &Steps,
     into: &mut RecordedPoints,
 ) {
     let mut covered: HashMap<&str, Vec<(i64, i64)>> = HashMap::new();
@@ -41,23 +41,14 @@ pub fn select_recorded(
                 .push(file.range);
         }
     }
+    let keep = |labels: &LabelSet| matchers.iter().all(|m| m.matches_labels(labels));
     for file in files {
         let skipped = covered.get(file.name.as_str());
-        if skipped.is_none() {
-            file.points.select_into(matchers, start_ms, end_ms, into);
-            continue;
-        }
-        let mut kept = RecordedPoints::new();
+        let counted_elsewhere = |bucket_ms: i64| {
+            skipped
+                .is_some_and(|ranges| ranges.iter().any(|&(s, e)| s <= bucket_ms && bucket_ms < e))
+        };
         file.points
-            .select_into(matchers, start_ms, end_ms, &mut kept);
-        for (labels, points) in kept.series() {
-            for (&time_ms, &value) in points {
-                let counted_elsewhere = skipped
-                    .is_some_and(|ranges| ranges.iter().any(|&(s, e)| s <= time_ms && time_ms < e));
-                if !counted_elsewhere {
-                    into.add(labels, time_ms, value);
-                }
-            }
-        }
+            .select_into(keep, steps, counted_elsewhere, into);
     }
 }

@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::index::CompiledMatcher;
 use crate::model::{Label, LabelSet};
 use crate::wire::{Reader, WireError, Writer};
 
@@ -45,6 +44,57 @@ pub enum RecordedFileError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecordedPoints {
     series: BTreeMap<LabelSet, BTreeMap<i64, i64>>,
+}
+
+/// Which buckets a read takes and the times it sums them at: bucket `b`
+/// in `[from_ms, to_ms)` is added at `origin_ms + k * step_ms`, `k` the
+/// number of whole steps from `from_ms` to `b`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Steps {
+    /// First bucket taken.
+    pub from_ms: i64,
+    /// End of the buckets taken (exclusive).
+    pub to_ms: i64,
+    /// Width of an output step (a multiple of the resolution reads best).
+    pub step_ms: i64,
+    /// The first output time.
+    pub origin_ms: i64,
+}
+
+impl Steps {
+    /// A Prometheus-style range: an output at each `start + k * step` up
+    /// to `end`, each the sum of the buckets in `[t - step, t)`.
+    pub fn range(start_ms: i64, end_ms: i64, step_ms: i64) -> Self {
+        let step_ms = step_ms.max(1);
+        Self {
+            from_ms: start_ms.saturating_sub(step_ms),
+            to_ms: end_ms,
+            step_ms,
+            origin_ms: start_ms,
+        }
+    }
+
+    /// The buckets in `[from_ms, to_ms)` at their own times.
+    pub fn raw(from_ms: i64, to_ms: i64) -> Self {
+        Self {
+            from_ms,
+            to_ms,
+            step_ms: RECORDED_RESOLUTION_MS,
+            origin_ms: from_ms,
+        }
+    }
+
+    /// The output time of bucket `bucket_ms`, if the read takes it.
+    pub fn output_time(&self, bucket_ms: i64) -> Option<i64> {
+        if bucket_ms < self.from_ms || bucket_ms >= self.to_ms {
+            return None;
+        }
+        let steps = (bucket_ms - self.from_ms).div_euclid(self.step_ms);
+        Some(
+            self.origin_ms
+                .saturating_add(steps.saturating_mul(self.step_ms)),
+        )
+    }
 }
 
 /// The start of the bucket holding `time_ms`.
@@ -118,23 +168,41 @@ impl RecordedPoints {
         self.series.iter()
     }
 
-    /// Adds the points of the series `matchers` select whose bucket starts
-    /// in `[start_ms, end_ms)` to `into`.
+    /// Each series' points whose bucket `steps` takes, at their output
+    /// times, added to `into`; series `keep` refuses are skipped, and so
+    /// are points `counted_elsewhere` names (labels aside, by bucket).
     pub fn select_into(
         &self,
-        matchers: &[CompiledMatcher],
-        start_ms: i64,
-        end_ms: i64,
+        keep: impl Fn(&LabelSet) -> bool,
+        steps: &Steps,
+        counted_elsewhere: impl Fn(i64) -> bool,
         into: &mut Self,
     ) {
         for (labels, points) in &self.series {
-            if !matchers.iter().all(|m| m.matches_labels(labels)) {
+            if !keep(labels) {
                 continue;
             }
-            for (&time_ms, &value) in points.range(start_ms..end_ms.max(start_ms)) {
-                into.add(labels, time_ms, value);
+            for (&bucket_ms, &value) in points.range(steps.from_ms..steps.to_ms.max(steps.from_ms))
+            {
+                if counted_elsewhere(bucket_ms) {
+                    continue;
+                }
+                if let Some(time_ms) = steps.output_time(bucket_ms) {
+                    into.add_exact(labels, time_ms, value);
+                }
             }
         }
+    }
+
+    /// Adds `value` at exactly `time_ms` (an output step's time, which
+    /// need not be a bucket's start).
+    pub fn add_exact(&mut self, labels: &LabelSet, time_ms: i64, value: i64) {
+        let points = match self.series.get_mut(labels) {
+            Some(points) => points,
+            None => self.series.entry(labels.clone()).or_default(),
+        };
+        let point = points.entry(time_ms).or_insert(0);
+        *point = point.saturating_add(value);
     }
 
     /// Encodes the points as a recorded-series file that replaces the

@@ -213,17 +213,47 @@ fn points_sum_per_bucket_and_read_back_from_their_file() {
         (points.clone(), vec!["a.krec".to_owned()])
     );
 
-    let mut selected = RecordedPoints::new();
     let pod_a = crate::index::CompiledMatcher::new(&Matcher {
         name: "pod".to_owned(),
         op: MatchOp::Equal,
         value: "a".to_owned(),
     })
     .unwrap();
-    points.select_into(&[pod_a], 0, 10_000, &mut selected);
-    let (only, series) = selected.series().next().unwrap();
+    let file = RecordedFile {
+        name: "f".to_owned(),
+        range: (-30_000, 20_000),
+        points: std::sync::Arc::new(points.clone()),
+        replaces: Vec::new(),
+    };
+    let mut raw = RecordedPoints::new();
+    select_recorded(
+        std::slice::from_ref(&file),
+        &[pod_a.clone()],
+        &Steps::raw(0, 10_000),
+        &mut raw,
+    );
+    let (only, series) = raw.series().next().unwrap();
     assert_eq!(only, &labels("m", "a"));
     assert_eq!(series.iter().collect::<Vec<_>>(), vec![(&0, &12)]);
+    // Steps of 20 s from t=5 s: 5 s sums [-15 s, 5 s), 25 s sums [5 s, 25 s).
+    let mut stepped = RecordedPoints::new();
+    select_recorded(
+        &[file],
+        &[],
+        &Steps::range(5_000, 25_000, 20_000),
+        &mut stepped,
+    );
+    let sums: Vec<(String, i64, i64)> = stepped
+        .series()
+        .flat_map(|(l, p)| {
+            p.iter()
+                .map(|(t, v)| (l.get("pod").unwrap().to_owned(), *t, *v))
+        })
+        .collect();
+    assert_eq!(
+        sums,
+        vec![("a".to_owned(), 5_000, 12), ("a".to_owned(), 25_000, 1)]
+    );
 
     let mut merged = points.clone();
     merged.merge(&points);
@@ -276,7 +306,12 @@ fn a_merged_file_replaces_its_sources_points_only_within_its_range() {
     let f1 = file("f1", (0, 300_000), &[(10_000, 1), (200_000, 2)], &[]);
     let day1 = file("d1", (0, 100_000), &[(10_000, 1)], &["f1"]);
     let mut sum = RecordedPoints::new();
-    select_recorded(&[f1.clone(), day1.clone()], &[], 0, 1_000_000, &mut sum);
+    select_recorded(
+        &[f1.clone(), day1.clone()],
+        &[],
+        &Steps::raw(0, 1_000_000),
+        &mut sum,
+    );
     let series: Vec<(i64, i64)> = sum
         .series()
         .next()
@@ -289,6 +324,11 @@ fn a_merged_file_replaces_its_sources_points_only_within_its_range() {
     // A second merge of day 1 that also takes d1 keeps the same total.
     let day1_again = file("d1b", (0, 100_000), &[(10_000, 1)], &["d1", "f1"]);
     let mut again = RecordedPoints::new();
-    select_recorded(&[f1, day1, day1_again], &[], 0, 1_000_000, &mut again);
+    select_recorded(
+        &[f1, day1, day1_again],
+        &[],
+        &Steps::raw(0, 1_000_000),
+        &mut again,
+    );
     assert_eq!(again, sum);
 }
