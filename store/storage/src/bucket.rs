@@ -29,10 +29,12 @@ use crate::error::StorageError;
 mod config;
 mod local_files;
 mod ranges;
+mod recorded;
 
 pub use config::BucketConfig;
 use local_files::LocalFiles;
 pub(crate) use ranges::BucketRanges;
+pub use recorded::{RecordedKind, RecordedName};
 
 const BLOCKS_PREFIX: &str = "blocks";
 const DATA_FILE: &str = "data";

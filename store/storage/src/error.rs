@@ -180,6 +180,14 @@ pub enum StorageError {
         #[source]
         source: object_store::Error,
     },
+    /// A recorded-series file is too large or damaged; queries skip it.
+    #[error("recorded-series file {name}: {message}")]
+    RecordedFile {
+        /// Its file name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A block's `meta.json` could not be parsed.
     #[error("block {id}: meta.json is invalid: {source}")]
     BlockMeta {
@@ -289,6 +297,7 @@ impl StorageError {
             Self::Wal { .. } => "wal_io",
             Self::WalFailed { .. } => "wal_failed",
             Self::Bucket { .. } => "bucket",
+            Self::RecordedFile { .. } => "recorded_file",
             Self::BlockMeta { .. } => "block_meta",
             Self::MetaMismatch { .. } => "meta_mismatch",
             Self::OwnerMismatch { .. } => "owner_mismatch",
@@ -322,6 +331,7 @@ impl StorageError {
             Self::Wal { .. }
             | Self::WalFailed { .. }
             | Self::Bucket { .. }
+            | Self::RecordedFile { .. }
             | Self::BlockMeta { .. }
             | Self::MetaMismatch { .. }
             | Self::OwnerMismatch { .. }

@@ -11,8 +11,9 @@
 //! - `upkeep`: the leases, the background tasks, flushes and the
 //!   maintenance that compacts, cleans up and applies retention.
 //!
+//! `recorded` keeps what recording rules make of ingests, beside them.
 //! Opening (`recovery`), health, the configuration and the allocator
-//! serve all three.
+//! serve all of them.
 //!
 //! # Concurrency
 //!
@@ -58,7 +59,9 @@
 //!     taken under the view; neither while holding the other.
 //! 11. The leaves, each held for a few statements and never while taking
 //!     another lock: `catalog.bucket_state`, `upkeep.held`,
-//!     `ingest.recent_keys`, `upkeep.tasks`, `Shared::data_dir_lock` and the
+//!     `ingest.recent_keys`, `upkeep.tasks`, `Shared::data_dir_lock`,
+//!     `recorded.live` (under the cut gate by an ingest, under every shard
+//!     by a cut), `recorded.totals`, `recorded.files`, and the
 //!     live head's census of retained series (taken under a shard's write
 //!     lock by an apply).
 //!
@@ -71,6 +74,7 @@ mod catalog;
 mod config;
 mod health;
 mod ingest;
+pub(crate) mod recorded;
 mod recovery;
 mod upkeep;
 
@@ -90,6 +94,7 @@ pub use config::{AcceptedTimes, StoreConfig};
 pub use health::{HealthProblem, StoreHealth};
 use ingest::Ingest;
 pub use ingest::{IngestAdmission, IngestTurn, WriterScope, check_key, profile_key};
+pub use recorded::RecordedUpkeep;
 pub use upkeep::CompactionReport;
 use upkeep::Upkeep;
 
@@ -178,6 +183,8 @@ struct Shared {
     ingest: Ingest,
     catalog: Catalog,
     upkeep: Upkeep,
+    /// What recording rules made of the ingests (`recorded`).
+    recorded: recorded::Recorded,
 }
 
 impl Shared {
@@ -275,6 +282,10 @@ impl Store {
                 catalog::BucketState::new(listed, recovered.listing_error),
             ),
             upkeep: Upkeep::new(replica_lease, retention_lease, recovered.held),
+            recorded: recorded::Recorded::new(
+                recovered.recorded,
+                usize::try_from(config.block_cache_bytes / 8).unwrap_or(usize::MAX),
+            ),
             config,
             bucket,
             data_dir_lock: Mutex::new(Some(data_dir_lock)),

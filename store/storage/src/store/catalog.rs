@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use kiln_engine::Head;
 use kiln_engine::model::BlockMeta;
+use kiln_engine::recording::RecordedPoints;
 use tokio::sync::Semaphore;
 
 use super::{StoreConfig, lock};
@@ -138,11 +139,19 @@ pub(super) struct Frozen {
     pub(super) end_segment: u64,
     /// The heads' size when they were cut, for the upload budget.
     pub(super) bytes: u64,
+    /// What recording rules made of the heads' profiles.
+    pub(super) recorded: Arc<RecordedPoints>,
 }
 
 impl Frozen {
-    pub(super) fn new(heads: Vec<Head>, first_segment: u64, end_segment: u64) -> Self {
+    pub(super) fn new(
+        heads: Vec<Head>,
+        recorded: RecordedPoints,
+        first_segment: u64,
+        end_segment: u64,
+    ) -> Self {
         Self {
+            recorded: Arc::new(recorded),
             id: ulid::Ulid::new().to_string(),
             bytes: heads.iter().map(|h| h.approx_bytes() as u64).sum(),
             heads,

@@ -1,9 +1,11 @@
 //! Everything a [`Store`](crate::Store) can be tuned with, and the defaults.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kiln_engine::IngestLimits;
+use kiln_engine::recording::RecordingRule;
 use kiln_pprof::DecodeLimits;
 
 use crate::error::StorageError;
@@ -122,6 +124,11 @@ pub struct StoreConfig {
     /// is refused as too large instead of growing until the store is
     /// killed.
     pub query_memory_bytes: u64,
+    /// Recording rules, evaluated at ingest and on replay.
+    pub recording_rules: Arc<Vec<RecordingRule>>,
+    /// How long recorded series are kept (their own retention, usually
+    /// longer than the profiles').
+    pub recorded_retention: Duration,
     /// Run the background loops (flush, compaction, retention, re-listing).
     /// Benchmarks and some tests drive these by hand instead.
     pub background: bool,
@@ -162,6 +169,8 @@ impl StoreConfig {
             query_memory_bytes: 256 << 20,
             max_pending_upload_bytes: 256 << 20,
             open_listing_timeout: Duration::from_secs(10),
+            recording_rules: Arc::new(Vec::new()),
+            recorded_retention: Duration::from_secs(90 * 24 * 3600),
             background: true,
         }
     }
@@ -220,8 +229,8 @@ impl StoreConfig {
         if self.compaction_interval.is_zero() || self.retention_interval.is_zero() {
             return bad("compaction and retention intervals must be positive");
         }
-        if self.retention.is_zero() {
-            return bad("retention must be positive");
+        if self.retention.is_zero() || self.recorded_retention.is_zero() {
+            return bad("retention and recorded_retention must be positive");
         }
         if self.compaction_memory_bytes == 0
             || self.max_head_bytes == 0

@@ -5,11 +5,13 @@
 use std::fs;
 
 use kiln_engine::Head;
+use kiln_engine::recording::RecordedPoints;
 
 use super::StoreConfig;
 use super::catalog::Frozen;
 use super::ingest::replay::{ReplayPass, replay_until_clean, replayer};
 use super::ingest::wal_dir;
+use super::recorded::delete_unmatched_flush_file;
 use super::upkeep::markers::{Marker, MarkerBlock, marker_block, marker_io, read_markers};
 use crate::bucket::{Bucket, Listing};
 use crate::error::StorageError;
@@ -19,6 +21,8 @@ use crate::wal::{ReplayReport, Wal};
 pub(super) struct Recovered {
     pub(super) wal: Wal,
     pub(super) head: Head,
+    /// What recording rules made of the live head's records.
+    pub(super) recorded: RecordedPoints,
     pub(super) first_segment: u64,
     pub(super) report: ReplayReport,
     /// `None` when the bucket could not be listed in time.
@@ -90,7 +94,17 @@ pub(super) async fn recover(
                 covered.push((marker.first, marker.end));
                 settled.push(marker);
             }
-            MarkerBlock::Missing => settled.push(marker),
+            MarkerBlock::Missing => {
+                // Its segments are replayed, and their points recorded
+                // again: a points file the flush wrote first would count
+                // them twice.
+                if let Err(error) =
+                    delete_unmatched_flush_file(bucket, &config.replica, &marker.block_id).await
+                {
+                    tracing::warn!(block = %marker.block_id, %error, "cannot delete the recorded points of a block that was never uploaded; they may be counted twice");
+                }
+                settled.push(marker);
+            }
             MarkerBlock::Unknown(error) => {
                 tracing::warn!(block = %marker.block_id, %error, "cannot tell whether a flushed block was uploaded; keeping its WAL segments until the bucket answers");
                 listing_error = Some(error.to_string());
@@ -103,39 +117,41 @@ pub(super) async fn recover(
     let cut_bytes = config.max_head_bytes;
     let replayer = replayer(config);
     let replay_dir = dir.clone();
-    let (wal, frozen, head, first_segment, report) = tokio::task::spawn_blocking(move || {
-        let skip = |id: u64| in_ranges(&covered, id) || in_ranges(&held_ranges, id);
-        // Every other segment, even one without records (a crash right
-        // after creating it), belongs to the replayed heads, so their
-        // flushes delete it.
-        let uncovered: Vec<u64> = crate::wal::list_segments(&replay_dir)?
-            .into_iter()
-            .filter(|&id| !skip(id))
-            .collect();
-        let start = uncovered.first().copied();
-        let mut pass = ReplayPass::new(&replayer, start.unwrap_or(0), cut_bytes);
-        let (wal, mut report) = Wal::open(&replay_dir, segment_bytes, |replayed| {
-            if !skip(replayed.segment) {
-                pass.replay(replayed);
-            }
-        })?;
-        replay_until_clean(&mut pass, &replay_dir, &uncovered)?;
-        let (cut, head, head_first, quarantined) = pass.finish()?;
-        report.quarantined_records = quarantined;
-        wal.remove_segments(|id| in_ranges(&covered, id) && !in_ranges(&held_ranges, id))?;
-        let first = if start.is_some() {
-            head_first
-        } else {
-            wal.current_segment()
-        };
-        let frozen: Vec<Frozen> = cut
-            .into_iter()
-            .map(|c| Frozen::new(vec![c.head], c.first_segment, c.end_segment))
-            .collect();
-        Ok::<_, StorageError>((wal, frozen, head, first, report))
-    })
-    .await
-    .map_err(|e| StorageError::task("WAL replay", e))??;
+    let (wal, frozen, head, recorded, first_segment, report) =
+        tokio::task::spawn_blocking(move || {
+            let skip = |id: u64| in_ranges(&covered, id) || in_ranges(&held_ranges, id);
+            // Every other segment, even one without records (a crash right
+            // after creating it), belongs to the replayed heads, so their
+            // flushes delete it.
+            let uncovered: Vec<u64> = crate::wal::list_segments(&replay_dir)?
+                .into_iter()
+                .filter(|&id| !skip(id))
+                .collect();
+            let start = uncovered.first().copied();
+            let mut pass = ReplayPass::new(&replayer, start.unwrap_or(0), cut_bytes);
+            let (wal, mut report) = Wal::open(&replay_dir, segment_bytes, |replayed| {
+                if !skip(replayed.segment) {
+                    pass.replay(replayed);
+                }
+            })?;
+            replay_until_clean(&mut pass, &replay_dir, &uncovered)?;
+            let (cut, last, quarantined) = pass.finish()?;
+            let head_first = last.first_segment;
+            report.quarantined_records = quarantined;
+            wal.remove_segments(|id| in_ranges(&covered, id) && !in_ranges(&held_ranges, id))?;
+            let first = if start.is_some() {
+                head_first
+            } else {
+                wal.current_segment()
+            };
+            let frozen: Vec<Frozen> = cut
+                .into_iter()
+                .map(|c| Frozen::new(vec![c.head], c.recorded, c.first_segment, c.end_segment))
+                .collect();
+            Ok::<_, StorageError>((wal, frozen, last.head, last.recorded, first, report))
+        })
+        .await
+        .map_err(|e| StorageError::task("WAL replay", e))??;
     for marker in settled {
         fs::remove_file(&marker.path).map_err(marker_io("remove marker", &marker.path))?;
     }
@@ -153,6 +169,7 @@ pub(super) async fn recover(
     Ok(Recovered {
         wal,
         head,
+        recorded,
         first_segment,
         report,
         listing,

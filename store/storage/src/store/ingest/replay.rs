@@ -6,6 +6,9 @@ use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
+use kiln_engine::recording::{RecordedPoints, RecordingRule};
 use kiln_engine::{Head, IngestLimits};
 use kiln_pprof::{DecodeLimits, FlatProfile};
 
@@ -17,6 +20,7 @@ use crate::wal::Replayed;
 /// What replay needs to apply records.
 pub(in crate::store) struct Replayer {
     pub(in crate::store) decode_limits: DecodeLimits,
+    pub(in crate::store) recording_rules: Arc<Vec<RecordingRule>>,
     pub(in crate::store) ingest_limits: IngestLimits,
     pub(in crate::store) quarantine_dir: PathBuf,
 }
@@ -25,6 +29,8 @@ pub(in crate::store) struct Replayer {
 /// the records of segments `[first_segment, end_segment)`.
 pub(in crate::store) struct ReplayedHead {
     pub(in crate::store) head: Head,
+    /// What recording rules made of its records.
+    pub(in crate::store) recorded: RecordedPoints,
     pub(in crate::store) first_segment: u64,
     pub(in crate::store) end_segment: u64,
 }
@@ -37,6 +43,8 @@ pub(in crate::store) struct ReplayedHead {
 pub(in crate::store) struct ReplayPass<'r> {
     replayer: &'r Replayer,
     head: Head,
+    /// What recording rules made of `head`'s records.
+    recorded: RecordedPoints,
     /// The first segment of `head`'s range.
     head_first: u64,
     /// The segment of the last record handed over.
@@ -72,6 +80,7 @@ impl<'r> ReplayPass<'r> {
         Self {
             replayer,
             head: Head::new(),
+            recorded: RecordedPoints::new(),
             head_first: start_segment,
             last_segment: None,
             start_segment,
@@ -95,6 +104,7 @@ impl<'r> ReplayPass<'r> {
                 let head = std::mem::replace(&mut self.head, Head::new());
                 self.cut.push(ReplayedHead {
                     head,
+                    recorded: std::mem::take(&mut self.recorded),
                     first_segment: self.head_first,
                     end_segment: replayed.segment,
                 });
@@ -106,21 +116,29 @@ impl<'r> ReplayPass<'r> {
             Ok(record) => {
                 let replayer = self.replayer;
                 let head = &mut self.head;
+                let recorded = &mut self.recorded;
                 // NB: AssertUnwindSafe is sound here because a panic marks
-                // the head damaged and it is thrown away, never read.
+                // the head (and its points) damaged and they are thrown
+                // away, never read.
                 match catch_unwind(AssertUnwindSafe(|| {
                     decode_profile(&record.pprof, &replayer.decode_limits).and_then(|profile| {
-                        head.ingest(
-                            &profile,
-                            &record.labels,
-                            record.time_ms,
-                            record.duration_nanos,
-                            &replayer.ingest_limits,
-                        )
-                        .map_err(|source| StorageError::Rejected { source })
+                        let checked = head
+                            .check(
+                                profile,
+                                &record.labels,
+                                record.duration_nanos,
+                                &replayer.ingest_limits,
+                            )
+                            .map_err(|source| StorageError::Rejected { source })?;
+                        let values = checked.recorded_values(&replayer.recording_rules);
+                        head.apply_checked(checked, record.time_ms);
+                        for value in values {
+                            recorded.add(&value.labels, record.time_ms, value.value);
+                        }
+                        Ok(())
                     })
                 })) {
-                    Ok(Ok(_)) => return,
+                    Ok(Ok(())) => return,
                     Ok(Err(err)) => Refusal::Refused(err.to_string()),
                     Err(panic) => Refusal::Panicked(panic_message(panic.as_ref())),
                 }
@@ -159,23 +177,29 @@ impl<'r> ReplayPass<'r> {
     /// Starts over with an empty head, keeping the records set aside.
     pub(in crate::store) fn restart(&mut self) {
         self.head = Head::new();
+        self.recorded = RecordedPoints::new();
         self.head_first = self.start_segment;
         self.last_segment = None;
         self.cut.clear();
         self.damaged = false;
     }
 
-    /// The heads cut on the way (oldest first), the last head with the
-    /// first segment of its range, and how many records were set aside.
+    /// The heads cut on the way (oldest first), the last head (its
+    /// `first_segment` the first of its range; its end is not final, the
+    /// live head goes on), and how many records were set aside.
     pub(in crate::store) fn finish(
         self,
-    ) -> Result<(Vec<ReplayedHead>, Head, u64, u64), StorageError> {
+    ) -> Result<(Vec<ReplayedHead>, ReplayedHead, u64), StorageError> {
         match self.error {
             Some(err) => Err(err),
             None => Ok((
                 self.cut,
-                self.head,
-                self.head_first,
+                ReplayedHead {
+                    head: self.head,
+                    recorded: self.recorded,
+                    first_segment: self.head_first,
+                    end_segment: self.last_segment.map_or(self.head_first, |s| s + 1),
+                },
                 self.quarantined.len() as u64,
             )),
         }
@@ -185,6 +209,7 @@ impl<'r> ReplayPass<'r> {
 pub(in crate::store) fn replayer(config: &StoreConfig) -> Replayer {
     Replayer {
         decode_limits: config.decode_limits.clone(),
+        recording_rules: Arc::clone(&config.recording_rules),
         // Every logged record passed the head-dependent checks before it
         // was logged; replay must not refuse what was acknowledged.
         ingest_limits: config.ingest_limits.for_logged_records(),

@@ -152,60 +152,62 @@ impl Store {
         // Decode and run every engine check before the record is logged, so
         // nothing in the WAL can be refused on replay: a logged record that
         // replay cannot apply would stop every restart the same way.
-        let (checked, labels, time_ms, reservation) = tokio::task::spawn_blocking(move || {
-            let _turn = turn;
-            let config = &checker.config;
-            let profile = match decoded {
-                // Replay decodes these bytes under the same limits; the
-                // message checks covered all but their length.
-                Some(_) if pprof.len() > config.decode_limits.max_input_bytes => {
-                    return Err(StorageError::InvalidProfile {
-                        source: kiln_pprof::PprofError::InputTooLarge {
-                            size: pprof.len(),
-                            limit: config.decode_limits.max_input_bytes,
-                        },
-                    });
+        let (checked, labels, time_ms, reservation, recorded) =
+            tokio::task::spawn_blocking(move || {
+                let _turn = turn;
+                let config = &checker.config;
+                let profile = match decoded {
+                    // Replay decodes these bytes under the same limits; the
+                    // message checks covered all but their length.
+                    Some(_) if pprof.len() > config.decode_limits.max_input_bytes => {
+                        return Err(StorageError::InvalidProfile {
+                            source: kiln_pprof::PprofError::InputTooLarge {
+                                size: pprof.len(),
+                                limit: config.decode_limits.max_input_bytes,
+                            },
+                        });
+                    }
+                    Some(profile) => profile,
+                    None => {
+                        kiln_pprof::decode_flat_reserving(&pprof, &config.decode_limits, |bytes| {
+                            checker.ingest.memory.reserve(&mut reservation, bytes)
+                        })?
+                        .map_err(|source| StorageError::InvalidProfile { source })?
+                        .into()
+                    }
+                };
+                let time_ms = resolve_time_ms(request_time_ms, &profile);
+                if let AcceptedTimes::Recent { max_future_skew } = config.accepted_times {
+                    check_profile_time(time_ms, now_ms(), config.retention, max_future_skew)?;
                 }
-                Some(profile) => profile,
-                None => {
-                    kiln_pprof::decode_flat_reserving(&pprof, &config.decode_limits, |bytes| {
-                        checker.ingest.memory.reserve(&mut reservation, bytes)
-                    })?
-                    .map_err(|source| StorageError::InvalidProfile { source })?
-                    .into()
-                }
-            };
-            let time_ms = resolve_time_ms(request_time_ms, &profile);
-            if let AcceptedTimes::Recent { max_future_skew } = config.accepted_times {
-                check_profile_time(time_ms, now_ms(), config.retention, max_future_skew)?;
-            }
-            let duration_nanos = request
-                .duration_nanos
-                .unwrap_or_else(|| profile.duration_nanos());
-            // What the checks resolve is kept and applied after logging,
-            // so a shard's write lock covers only the apply. All but the
-            // series count read no head, so they hold no lock; the count
-            // reads the profile's shard, and every shard only for a new
-            // series.
-            let checked =
-                CheckedIngest::prepare(profile, &labels, duration_nanos, &config.ingest_limits)
+                let duration_nanos = request
+                    .duration_nanos
+                    .unwrap_or_else(|| profile.duration_nanos());
+                // What the checks resolve is kept and applied after logging,
+                // so a shard's write lock covers only the apply. All but the
+                // series count read no head, so they hold no lock; the count
+                // reads the profile's shard, and every shard only for a new
+                // series.
+                let checked =
+                    CheckedIngest::prepare(profile, &labels, duration_nanos, &config.ingest_limits)
+                        .map_err(|source| StorageError::Rejected { source })?;
+                // Before the count: a series the writer may not write must not
+                // be counted, or refused, as another namespace's.
+                writer.check(checked.series_namespaces())?;
+                checker
+                    .ingest
+                    .head
+                    .count_series(shard, &checked, &config.ingest_limits)
                     .map_err(|source| StorageError::Rejected { source })?;
-            // Before the count: a series the writer may not write must not
-            // be counted, or refused, as another namespace's.
-            writer.check(checked.series_namespaces())?;
-            checker
-                .ingest
-                .head
-                .count_series(shard, &checked, &config.ingest_limits)
-                .map_err(|source| StorageError::Rejected { source })?;
-            checker
-                .ingest
-                .memory
-                .reserve(&mut reservation, checked.approx_plan_bytes())?;
-            Ok::<_, StorageError>((checked, labels, time_ms, reservation))
-        })
-        .await
-        .map_err(|e| StorageError::task("pprof decode", e))??;
+                checker
+                    .ingest
+                    .memory
+                    .reserve(&mut reservation, checked.approx_plan_bytes())?;
+                let recorded = checked.recorded_values(&config.recording_rules);
+                Ok::<_, StorageError>((checked, labels, time_ms, reservation, recorded))
+            })
+            .await
+            .map_err(|e| StorageError::task("pprof decode", e))??;
         let record = WalRecord {
             labels,
             time_ms,
@@ -235,6 +237,8 @@ impl Store {
         })
         .await
         .map_err(|e| StorageError::task("head ingest", e))?;
+        // Under the gate, so a cut takes these with the profile's head.
+        shared.recorded.note_ingest(&recorded, time_ms);
         drop(gate);
         // The decoded profile is gone; so is what it reserved.
         drop(reservation);

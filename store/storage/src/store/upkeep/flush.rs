@@ -61,7 +61,8 @@ impl Store {
         // snapshots the view under the shards' read locks sees the data
         // exactly once.
         shared.ingest.head.cut(new_segment, |heads, first_segment| {
-            let frozen = Frozen::new(heads, first_segment, new_segment);
+            let recorded = shared.recorded.take_live();
+            let frozen = Frozen::new(heads, recorded, first_segment, new_segment);
             write(&shared.catalog.view).frozen.push(Arc::new(frozen));
         });
         Ok(())
@@ -112,6 +113,15 @@ impl Store {
             })
             .await
             .map_err(|e| StorageError::task("block encode", e))??;
+            // The points go first, named after the block: a crash before
+            // the block is up leaves a file recovery deletes (its segments
+            // are replayed), never a block whose points are missing.
+            let recorded = self.upload_recorded(&meta.id, &frozen.recorded).await;
+            shared.catalog.note_bucket(&recorded);
+            if let Err(err) = recorded {
+                tracing::warn!(block = %meta.id, error = %err, "recorded series upload failed; will retry");
+                return Err(err);
+            }
             let put = shared.bucket.put_block(&meta, data.into()).await;
             shared.catalog.note_bucket(&put);
             if let Err(err) = put {

@@ -74,6 +74,9 @@ async fn maintenance_loop(store: Store) {
             if let Err(err) = store.compact(now_ms()).await {
                 tracing::warn!(error = %err, "compaction failed");
             }
+            if let Err(err) = store.maintain_recorded(now_ms()).await {
+                tracing::warn!(error = %err, "merging recorded series failed");
+            }
         }
         if last_retention.is_none_or(|t| t.elapsed() >= config.retention_interval) {
             last_retention = Some(tokio::time::Instant::now());

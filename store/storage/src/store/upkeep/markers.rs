@@ -194,6 +194,14 @@ impl Store {
                 Vec::new()
             }
             MarkerBlock::Missing => {
+                // Replayed points would be counted beside those of a
+                // points file written before the block upload failed.
+                crate::store::recorded::delete_unmatched_flush_file(
+                    &shared.bucket,
+                    &shared.config.replica,
+                    &marker.block_id,
+                )
+                .await?;
                 let replayer = replayer(&shared.config);
                 let (first, end) = (marker.first, marker.end);
                 let dir = wal_dir(&shared.config);
@@ -206,13 +214,20 @@ impl Store {
                     let mut pass = ReplayPass::new(&replayer, first, cut_bytes);
                     crate::wal::reread(&dir, &segments, |replayed| pass.replay(replayed))?;
                     replay_until_clean(&mut pass, &dir, &segments)?;
-                    let (cut, head, head_first, quarantined) = pass.finish()?;
+                    let (cut, last, quarantined) = pass.finish()?;
                     let mut frozen: Vec<Frozen> = cut
                         .into_iter()
-                        .map(|c| Frozen::new(vec![c.head], c.first_segment, c.end_segment))
+                        .map(|c| {
+                            Frozen::new(vec![c.head], c.recorded, c.first_segment, c.end_segment)
+                        })
                         .collect();
-                    if !head.is_empty() {
-                        frozen.push(Frozen::new(vec![head], head_first, end));
+                    if !last.head.is_empty() {
+                        frozen.push(Frozen::new(
+                            vec![last.head],
+                            last.recorded,
+                            last.first_segment,
+                            end,
+                        ));
                     }
                     Ok::<_, StorageError>((frozen, quarantined))
                 })
