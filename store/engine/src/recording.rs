@@ -108,6 +108,10 @@ impl FunctionFilter {
 pub struct RecordingRule {
     metric_name: String,
     profile_type: ProfileType,
+    /// Whether `profile_type.delta` must match too; a type written with
+    /// five parts takes both, as a user who names CPU time means it
+    /// whether an agent sent it as deltas or not.
+    match_delta: bool,
     matchers: Vec<CompiledMatcher>,
     function: FunctionFilter,
     group_by: Vec<String>,
@@ -115,10 +119,12 @@ pub struct RecordingRule {
 
 impl RecordingRule {
     /// Compiles a rule; every name and pattern is checked here, so a rule
-    /// that compiles cannot fail at ingest.
+    /// that compiles cannot fail at ingest. With `match_delta` false the
+    /// rule reads `profile_type` whether its values are deltas or not.
     pub fn new(
         metric_name: &str,
         profile_type: ProfileType,
+        match_delta: bool,
         matchers: &[Matcher],
         function: FunctionFilter,
         group_by: &[String],
@@ -148,6 +154,7 @@ impl RecordingRule {
         Ok(Self {
             metric_name: metric_name.to_owned(),
             profile_type,
+            match_delta,
             matchers,
             function,
             group_by: group_by.to_vec(),
@@ -162,7 +169,14 @@ impl RecordingRule {
     /// True when the rule reads values of `profile_type` from a series
     /// labelled `labels`.
     pub fn selects(&self, profile_type: &ProfileType, labels: &LabelSet) -> bool {
-        *profile_type == self.profile_type && self.matchers.iter().all(|m| m.matches_labels(labels))
+        let wanted = &self.profile_type;
+        let same_type = profile_type.name == wanted.name
+            && profile_type.sample_type == wanted.sample_type
+            && profile_type.sample_unit == wanted.sample_unit
+            && profile_type.period_type == wanted.period_type
+            && profile_type.period_unit == wanted.period_unit
+            && (!self.match_delta || profile_type.delta == wanted.delta);
+        same_type && self.matchers.iter().all(|m| m.matches_labels(labels))
     }
 
     /// The function filter.

@@ -54,7 +54,7 @@ fn rule(
     group_by: &[&str],
 ) -> RecordingRule {
     let group_by: Vec<String> = group_by.iter().map(|s| (*s).to_owned()).collect();
-    RecordingRule::new(name, cpu_type(), matchers, function, &group_by).expect("compiles")
+    RecordingRule::new(name, cpu_type(), true, matchers, function, &group_by).expect("compiles")
 }
 
 fn value_of(values: &[RecordedValue], labels: &[(&str, &str)]) -> Option<i64> {
@@ -71,6 +71,7 @@ fn a_rule_sums_the_counted_samples_by_its_group_by_labels() {
     let total = RecordingRule::new(
         "cpu_total",
         cpu_delta.clone(),
+        true,
         &[],
         FunctionFilter::Any,
         &["pod".to_owned()],
@@ -79,6 +80,7 @@ fn a_rule_sums_the_counted_samples_by_its_group_by_labels() {
     let marshal = RecordingRule::new(
         "marshal",
         cpu_delta.clone(),
+        true,
         &[],
         FunctionFilter::Exact("json.Marshal".to_owned()),
         &["service_name".to_owned()],
@@ -87,6 +89,7 @@ fn a_rule_sums_the_counted_samples_by_its_group_by_labels() {
     let regex = RecordingRule::new(
         "enc",
         cpu_delta,
+        true,
         &[],
         FunctionFilter::regex("enc.*").unwrap(),
         &[],
@@ -119,6 +122,10 @@ fn a_rule_reads_only_its_profile_type_and_selected_series() {
     // type selects nothing.
     let cumulative = rule("cpu", &[], FunctionFilter::Any, &[]);
     assert!(checked("shop").recorded_values(&[cumulative]).is_empty());
+    // Written with five parts, the type takes deltas too.
+    let either =
+        RecordingRule::new("cpu", cpu_type(), false, &[], FunctionFilter::Any, &[]).unwrap();
+    assert_eq!(checked("shop").recorded_values(&[either])[0].value, 95);
     let delta = ProfileType {
         delta: true,
         ..cpu_type()
@@ -131,6 +138,7 @@ fn a_rule_reads_only_its_profile_type_and_selected_series() {
     let elsewhere = RecordingRule::new(
         "cpu",
         delta.clone(),
+        true,
         &[other_service],
         FunctionFilter::Any,
         &[],
@@ -143,8 +151,15 @@ fn a_rule_reads_only_its_profile_type_and_selected_series() {
     );
     assert_eq!(checked("cart").recorded_values(&[elsewhere])[0].value, 95);
     // A group-by label the series lacks is left out.
-    let absent =
-        RecordingRule::new("cpu", delta, &[], FunctionFilter::Any, &["zone".to_owned()]).unwrap();
+    let absent = RecordingRule::new(
+        "cpu",
+        delta,
+        true,
+        &[],
+        FunctionFilter::Any,
+        &["zone".to_owned()],
+    )
+    .unwrap();
     let values = checked("shop").recorded_values(&[absent]);
     assert_eq!(value_of(&values, &[("__name__", "cpu")]), Some(95));
 }
@@ -153,7 +168,7 @@ fn a_rule_reads_only_its_profile_type_and_selected_series() {
 fn bad_rules_are_refused_by_name() {
     let bad = |name: &str, group_by: &[&str]| {
         let group_by: Vec<String> = group_by.iter().map(|s| (*s).to_owned()).collect();
-        RecordingRule::new(name, cpu_type(), &[], FunctionFilter::Any, &group_by).unwrap_err()
+        RecordingRule::new(name, cpu_type(), true, &[], FunctionFilter::Any, &group_by).unwrap_err()
     };
     assert!(matches!(bad("1abc", &[]), RuleError::MetricName { .. }));
     assert!(matches!(bad("a-b", &[]), RuleError::MetricName { .. }));
@@ -186,7 +201,15 @@ fn bad_rules_are_refused_by_name() {
         value: "(".to_owned(),
     };
     assert!(matches!(
-        RecordingRule::new("ok", cpu_type(), &[bad_matcher], FunctionFilter::Any, &[]).unwrap_err(),
+        RecordingRule::new(
+            "ok",
+            cpu_type(),
+            true,
+            &[bad_matcher],
+            FunctionFilter::Any,
+            &[]
+        )
+        .unwrap_err(),
         RuleError::Matcher { .. }
     ));
 }
