@@ -7,12 +7,14 @@
 pub mod condition;
 pub mod profile_store;
 pub mod profiling_target;
+pub mod recording_rule;
 
 pub use profile_store::{
     AgentSpec, AllowedPeer, AuthSpec, NetworkPolicySpec, ObjectStorageSpec, ProfileStore,
     ProfileStoreSpec, ProfileStoreStatus, RetentionSpec, SecretKeysRef, SecurityMode, StorageSpec,
 };
 pub use profiling_target::{ProfilingTarget, ProfilingTargetSpec, ProfilingTargetStatus, StoreRef};
+pub use recording_rule::RecordingRuleSpec;
 
 /// API group of both kinds.
 pub const GROUP: &str = "kiln.dev";

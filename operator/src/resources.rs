@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod command_line;
 pub mod network_policy;
+pub mod recording;
 pub mod store;
 pub mod targets;
 pub mod tokens;

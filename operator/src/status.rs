@@ -3,11 +3,12 @@
 //! branch is unit-tested here; the controllers only fetch, apply and patch.
 
 pub mod ownership;
+pub mod recording;
 pub mod store;
 pub mod target;
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 
 /// A failed step as a condition shows it: a fixed reason and the whole error chain.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -103,3 +103,39 @@ fn an_allow_from_entry_needs_a_selector() {
     })))
     .expect("a pod selector is enough");
 }
+
+fn recording_rule(extra: serde_json::Value) -> serde_json::Value {
+    let mut rule = serde_json::json!({
+        "metricName": "kiln_json_marshal_cpu_nanoseconds_total",
+        "profileType": "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+        "groupBy": ["service_name"],
+    });
+    if let (Some(rule), Some(extra)) = (rule.as_object_mut(), extra.as_object()) {
+        rule.extend(extra.clone());
+    }
+    rule
+}
+
+#[test]
+fn a_recording_rule_takes_function_or_function_regex_but_not_both() {
+    for one in [
+        serde_json::json!({"function": "encoding/json.Marshal"}),
+        serde_json::json!({"functionRegex": "encoding/json\\..*"}),
+        serde_json::json!({}),
+    ] {
+        kube::core::cel::validate_cel(&store(serde_json::json!({
+            "recordingRules": [recording_rule(one.clone())]
+        })))
+        .unwrap_or_else(|errors| panic!("{one} is valid: {errors:?}"));
+    }
+    let errors = kube::core::cel::validate_cel(&store(serde_json::json!({
+        "recordingRules": [recording_rule(serde_json::json!({
+            "function": "encoding/json.Marshal", "functionRegex": "encoding/json\\..*"
+        }))]
+    })))
+    .expect_err("both must fail");
+    assert!(
+        format!("{errors:?}").contains("function or functionRegex, not both"),
+        "{errors:?}"
+    );
+}

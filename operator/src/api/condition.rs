@@ -12,6 +12,8 @@ pub const AVAILABLE: &str = "Available";
 pub const AGENTS_READY: &str = "AgentsReady";
 /// The last reconcile applied the whole spec without error.
 pub const RECONCILED: &str = "Reconciled";
+/// Every recording rule in the spec is rendered to the store (none was left out as invalid).
+pub const RECORDING_RULES_VALID: &str = "RecordingRulesValid";
 /// Summary condition of a target: it is published to its store's agents.
 pub const READY: &str = "Ready";
 

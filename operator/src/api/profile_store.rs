@@ -10,6 +10,8 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::recording_rule::RecordingRuleSpec;
+
 /// A duration as the store's `--retention` flag takes it: `30d`, `168h`, `2w`.
 pub const DURATION_PATTERN: &str = r"^[0-9]+(ms|s|m|h|d|w)$";
 /// A Kubernetes quantity as written by users: `10Gi`, `500M`, `1T`.
@@ -109,6 +111,14 @@ pub struct ProfileStoreSpec {
     /// Stop reconciling: children are left as they are until this is false again.
     #[serde(default)]
     pub paused: bool,
+    /// Recording rules: counters the store computes from incoming profiles, served at its
+    /// `/metrics/recorded` and through its Prometheus-compatible query API. At most 64, metric
+    /// names unique. A rule the operator finds invalid is left out of the store's config and
+    /// named in the `RecordingRulesValid` condition; the others still apply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["metricName".to_owned()]))]
+    pub recording_rules: Vec<RecordingRuleSpec>,
 }
 
 /// Retention of profiles in the store.
@@ -123,6 +133,11 @@ pub struct RetentionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(QUANTITY_PATTERN))]
     pub size: Option<String>,
+    /// How long the series of `recordingRules` are kept (`90d`, `52w`), independently of the
+    /// profiles; the store's default (`90d`) when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(RETENTION_PATTERN), length(max = 32))]
+    pub recorded: Option<String>,
 }
 
 /// Local storage of each store replica.
@@ -305,7 +320,7 @@ pub struct ProfileStoreStatus {
     /// In-cluster address of the store, `<service>.<namespace>.svc:<port>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
-    /// `Available`, `AgentsReady` and `Reconciled`.
+    /// `Available`, `AgentsReady`, `Reconciled` and `RecordingRulesValid`.
     #[serde(default)]
     #[schemars(schema_with = "super::condition::conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -316,6 +331,7 @@ impl Default for RetentionSpec {
         Self {
             duration: default_retention(),
             size: None,
+            recorded: None,
         }
     }
 }

@@ -19,7 +19,7 @@ use kiln_store_settings::{BucketOptions, StoreSettings};
 
 use super::{
     BuildDefaults, BuildError, CONFIG_HASH_ANNOTATION, StoreNames, command_line, common_labels,
-    owned_meta, selector_labels, stable_hash, stamp_applied_hash, tokens,
+    owned_meta, recording, selector_labels, stable_hash, stamp_applied_hash, tokens,
 };
 use crate::api::ProfileStore;
 use kiln_contract::endpoints::{HEALTHZ_PATH, READYZ_PATH};
@@ -63,10 +63,14 @@ pub fn bucket_options(store: &ProfileStore) -> BucketOptions {
 }
 
 /// Store config as environment variables (`envFrom`): the object storage
-/// settings of [`bucket_options`], by the variable names the store reads.
+/// settings of [`bucket_options`] and the valid recording rules of
+/// [`recording::recording_options`], by the variable names the store reads.
+/// The pod template carries this map's hash, so a rule change rolls the
+/// store.
 pub fn config_map(store: &ProfileStore, names: &StoreNames) -> Result<ConfigMap, BuildError> {
     let settings = StoreSettings {
         bucket: bucket_options(store),
+        recording: recording::recording_options(store),
         ..StoreSettings::default()
     };
     let config = ConfigMap {

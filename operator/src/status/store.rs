@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 
 use super::Failure;
+use super::recording::recording_rules_valid;
 use crate::api::condition::{
     AGENTS_READY, AVAILABLE, DesiredCondition, RECONCILED, merge_conditions,
 };
@@ -143,6 +144,7 @@ pub fn desired_conditions(
         available(store, observed),
         agents_ready(store, observed),
         reconciled(observed, aggregation),
+        recording_rules_valid(store),
     ]
 }
 

@@ -5,6 +5,7 @@
 
 mod chart;
 mod kustomize;
+mod recording_rules;
 mod schema_check;
 
 use std::io::Write;

@@ -6,6 +6,7 @@ mod budgets;
 mod fake_api;
 mod namespace_deletion;
 mod network_policy;
+mod recording_rules;
 mod tokens;
 
 use std::sync::Arc;
@@ -127,7 +128,11 @@ async fn new_store_creates_every_child_with_one_field_manager_and_reports_status
         .filter(|c| c.method == Method::POST && c.path.contains("/events"))
         .count();
     assert_eq!(
-        events, 4,
+        condition(&status_store, "RecordingRulesValid")["status"],
+        "True"
+    );
+    assert_eq!(
+        events, 5,
         "one event per new condition and one for the generated tokens"
     );
 }

@@ -395,7 +395,7 @@ fn an_unchanged_world_writes_no_status() {
         &time(100),
     )
     .expect("a new status is written");
-    assert_eq!(first.conditions.len(), 3);
+    assert_eq!(first.conditions.len(), 4);
     assert_eq!(
         next_status(&first, counts(), &desired, Some(3), &time(200)),
         None
