@@ -18,6 +18,7 @@ mod bucket;
 mod connections;
 mod file;
 mod limits;
+mod recording;
 #[cfg(test)]
 mod tests;
 mod tokens;
@@ -27,6 +28,7 @@ pub use bucket::{BucketSettings, ObjectStoreKind};
 pub use connections::ConnectionLimits;
 pub use file::{parse_file_settings, read_file_settings};
 pub use limits::Limits;
+pub use recording::{RecordingSettings, compile_rules};
 pub use tokens::{NamespaceToken, read_token_files};
 pub use units::{parse_bytes, parse_duration};
 
@@ -137,6 +139,8 @@ pub struct Config {
     pub read_tokens: Vec<String>,
     /// Log filter.
     pub log: String,
+    /// Recording rules and their series' retention.
+    pub recording: RecordingSettings,
 }
 
 /// More head shards than this only repeat the symbols in memory.
@@ -277,6 +281,7 @@ impl Config {
             write_tokens: tokens::trimmed(settings.auth.write_tokens.as_deref()),
             read_tokens: tokens::trimmed(settings.auth.read_tokens.as_deref()),
             log: server.log.clone().unwrap_or_else(|| "info".to_owned()),
+            recording: RecordingSettings::resolve(&settings.recording)?,
         })
     }
 }

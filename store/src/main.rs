@@ -53,8 +53,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
     // Recovery runs while the port is already up: /healthz answers and
     // /readyz says 503 until the WAL is replayed and the bucket listed.
     let bucket = bucket(&config)?;
+    let store_config = store_config(&config)?;
     let store = tokio::select! {
-        opened = Store::open(store_config(&config), bucket) => {
+        opened = Store::open(store_config, bucket) => {
             opened.context("opening the store")?
         }
         _ = stopped(stop_rx.clone()) => {
@@ -117,7 +118,7 @@ async fn wait_for_signal(stop: watch::Sender<bool>) {
     let _ = stop.send(true);
 }
 
-fn store_config(config: &Config) -> StoreConfig {
+fn store_config(config: &Config) -> anyhow::Result<StoreConfig> {
     let mut store = StoreConfig::new(&config.data_dir, &config.replica);
     store.flush_interval = config.flush_interval;
     store.relist_interval = config.relist_interval;
@@ -148,7 +149,12 @@ fn store_config(config: &Config) -> StoreConfig {
     // server, and each running query holds at most its share of it in
     // the store.
     store.query_memory_bytes = config.limits.query_memory_bytes as u64;
-    store
+    store.recording_rules = std::sync::Arc::new(
+        kiln_store::config::compile_rules(&config.recording.rules)
+            .context("compiling recording rules")?,
+    );
+    store.recorded_retention = config.recording.retention;
+    Ok(store)
 }
 
 fn bucket(config: &Config) -> anyhow::Result<Bucket> {

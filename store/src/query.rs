@@ -18,6 +18,7 @@ pub mod grpc;
 pub mod http;
 pub mod params;
 pub mod pyroscope;
+pub mod recorded;
 pub mod selection;
 pub mod selector;
 pub mod spans;

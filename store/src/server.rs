@@ -12,7 +12,7 @@ use kiln_contract::endpoints::METRICS_PATH;
 use crate::ingest::grpc::{PushServer, WriteRawServer, ingest_servers};
 use crate::ingest::{grpc_admission, http as http_ingest, otlp};
 use crate::query::grpc::QueryServer;
-use crate::query::{http as http_query, pyroscope};
+use crate::query::{http as http_query, pyroscope, recorded};
 use crate::state::AppState;
 use auth::require_token;
 use routes::{Endpoint, ROUTES};
@@ -105,6 +105,13 @@ fn handler(endpoint: Endpoint, services: &Services, state: &AppState) -> MethodR
         Endpoint::Top => get(http_query::top),
         Endpoint::Timeline => get(http_query::timeline),
         Endpoint::Diff => get(http_query::diff),
+        Endpoint::RecordedMetrics => get(recorded::metrics),
+        Endpoint::RecordedQuery => get(recorded::query).post(recorded::query),
+        Endpoint::RecordedQueryRange => get(recorded::query_range).post(recorded::query_range),
+        Endpoint::RecordedSeries => get(recorded::series).post(recorded::series),
+        Endpoint::RecordedLabels => get(recorded::labels).post(recorded::labels),
+        Endpoint::RecordedLabelValues => get(recorded::label_values),
+        Endpoint::RecordedBuildInfo => get(recorded::buildinfo),
     }
 }
 

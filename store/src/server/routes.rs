@@ -67,6 +67,20 @@ pub enum Endpoint {
     Timeline,
     /// `GET /api/v1/diff`.
     Diff,
+    /// `GET /metrics/recorded`: recording rules' series, Prometheus text.
+    RecordedMetrics,
+    /// `/prometheus/api/v1/query` over recorded series.
+    RecordedQuery,
+    /// `/prometheus/api/v1/query_range` over recorded series.
+    RecordedQueryRange,
+    /// `/prometheus/api/v1/series`.
+    RecordedSeries,
+    /// `/prometheus/api/v1/labels`.
+    RecordedLabels,
+    /// `/prometheus/api/v1/label/{name}/values`.
+    RecordedLabelValues,
+    /// `/prometheus/api/v1/status/buildinfo`.
+    RecordedBuildInfo,
 }
 
 /// One route: an axum path pattern, who may call it and what serves it.
@@ -138,6 +152,37 @@ pub const ROUTES: &[Route] = &[
     route("/api/v1/top", Access::Read, Endpoint::Top),
     route("/api/v1/timeline", Access::Read, Endpoint::Timeline),
     route("/api/v1/diff", Access::Read, Endpoint::Diff),
+    route("/metrics/recorded", Access::Read, Endpoint::RecordedMetrics),
+    route(
+        "/prometheus/api/v1/query",
+        Access::Read,
+        Endpoint::RecordedQuery,
+    ),
+    route(
+        "/prometheus/api/v1/query_range",
+        Access::Read,
+        Endpoint::RecordedQueryRange,
+    ),
+    route(
+        "/prometheus/api/v1/series",
+        Access::Read,
+        Endpoint::RecordedSeries,
+    ),
+    route(
+        "/prometheus/api/v1/labels",
+        Access::Read,
+        Endpoint::RecordedLabels,
+    ),
+    route(
+        "/prometheus/api/v1/label/{name}/values",
+        Access::Read,
+        Endpoint::RecordedLabelValues,
+    ),
+    route(
+        "/prometheus/api/v1/status/buildinfo",
+        Access::Read,
+        Endpoint::RecordedBuildInfo,
+    ),
 ];
 
 /// The access of the route whose pattern the router matched (axum's
