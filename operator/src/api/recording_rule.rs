@@ -14,7 +14,7 @@ pub const METRIC_NAME_PATTERN: &str = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$";
 pub const LABEL_NAME_PATTERN: &str = r"^[a-zA-Z_][a-zA-Z0-9_]*$";
 /// A profile type, `name:sample_type:sample_unit:period_type:period_unit`: a name, then four
 /// parts that may be empty (`memory:inuse_space:bytes::`), as the store's selectors write it.
-pub const PROFILE_TYPE_PATTERN: &str = r"^[^:]+(:[^:]*){4}$";
+pub const PROFILE_TYPE_PATTERN: &str = r"^[^:]+(:[^:]*){4}(:delta)?$";
 /// Most rules one store takes.
 pub const MAX_RECORDING_RULES: usize = 64;
 /// Longest metric name.
@@ -42,7 +42,8 @@ pub struct RecordingRuleSpec {
     pub metric_name: String,
     /// Profile type whose samples are counted,
     /// `name:sample_type:sample_unit:period_type:period_unit`, e.g.
-    /// `process_cpu:cpu:nanoseconds:cpu:nanoseconds`.
+    /// `process_cpu:cpu:nanoseconds:cpu:nanoseconds` (counted whether agents send deltas or
+    /// not); a sixth part `:delta` counts delta profiles only.
     #[schemars(length(min = 1, max = 256), pattern(PROFILE_TYPE_PATTERN))]
     pub profile_type: String,
     /// Series label matchers, e.g. `{namespace="shop"}`; every series of the profile type when
@@ -115,6 +116,7 @@ mod tests {
         for good in [
             "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
             "memory:inuse_space:bytes::",
+            "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta",
         ] {
             assert!(pattern.is_match(good), "{good}");
         }

@@ -43,8 +43,9 @@ pub enum RuleProblem {
         /// The field, as the spec spells it.
         field: &'static str,
     },
-    /// `profileType` does not have five `:`-separated parts after a name.
-    #[error("profileType is not name:sample_type:sample_unit:period_type:period_unit")]
+    /// `profileType` does not have five `:`-separated parts after a name
+    /// (and an optional sixth, `delta`).
+    #[error("profileType is not name:sample_type:sample_unit:period_type:period_unit[:delta]")]
     ProfileType,
     /// `selector` is not label matchers in braces.
     #[error("selector is not label matchers in braces, e.g. {{namespace=\"shop\"}}")]
@@ -177,7 +178,8 @@ pub fn check_rule(rule: &RecordingRuleSpec) -> Result<RecordingRuleOptions, Rule
     }
     check_length("profileType", &rule.profile_type, MAX_PROFILE_TYPE_LENGTH)?;
     let parts: Vec<&str> = rule.profile_type.split(':').collect();
-    if parts.len() != 5 || parts[0].is_empty() {
+    let delta_only = parts.len() == 6 && parts[5] == "delta";
+    if !(parts.len() == 5 || delta_only) || parts[0].is_empty() {
         return Err(RuleProblem::ProfileType);
     }
     // An empty selector means every series, as an absent one does.
