@@ -21,7 +21,7 @@ pub mod querier;
 pub mod trees;
 
 /// The fuzz targets, by the name `--target` takes.
-pub const TARGETS: [&str; 11] = [
+pub const TARGETS: [&str; 12] = [
     "pprof",
     "folded",
     "multipart",
@@ -33,6 +33,7 @@ pub const TARGETS: [&str; 11] = [
     "select_series",
     "otlp_revisions",
     "query_trees",
+    "recorded",
 ];
 
 /// Fixed "now" for the `/ingest` parameters and stored profiles, so runs
@@ -53,6 +54,7 @@ pub fn run(target: &str, data: &[u8]) -> bool {
         "select_series" => querier::select_series(data),
         "otlp_revisions" => otlp_revisions::otlp_revisions(data),
         "query_trees" => trees::query_trees(data),
+        "recorded" => recorded(data),
         _ => return false,
     }
     true
@@ -143,6 +145,37 @@ pub fn block(data: &[u8]) {
     }
 }
 
+/// A recorded-series file as the bucket returns it: refused, or read into
+/// points that write back to a file reading the same.
+pub fn recorded(data: &[u8]) {
+    use kiln_engine::recording::RecordedPoints;
+    match RecordedPoints::decode(data) {
+        Ok((points, replaces)) => {
+            let again = RecordedPoints::decode(&points.encode(&replaces));
+            assert!(again.is_ok_and(|(p, r)| p == points && r == replaces));
+        }
+        Err(error) => assert!(!error.to_string().is_empty()),
+    }
+}
+
+/// A recorded-series file as a merge writes it: two series, three points,
+/// one replaced file.
+fn recorded_bytes() -> Vec<u8> {
+    let mut points = kiln_engine::recording::RecordedPoints::new();
+    for (pod, time_ms, value) in [
+        ("a", NOW_MS, 5),
+        ("a", NOW_MS + 10_000, 7),
+        ("b", NOW_MS, 1),
+    ] {
+        let labels = LabelSet::new(vec![
+            Label::new("__name__", "kiln_cpu"),
+            Label::new("pod", pod),
+        ]);
+        points.add(&labels, time_ms, value);
+    }
+    points.encode(&["f_01JFUZZSEEDBLOCK000000000_0_10000.krec".to_owned()])
+}
+
 /// A small CPU profile, with `stacks` distinct stacks.
 fn cpu_profile(stacks: usize) -> kiln_pprof::proto::Profile {
     let mut builder = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
@@ -224,6 +257,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "select_series" => querier::select_series_seeds(),
         "otlp_revisions" => otlp_revisions::seeds(),
         "query_trees" => trees::seeds(&pprof),
+        "recorded" => vec![recorded_bytes()],
         _ => Vec::new(),
     }
 }
@@ -311,5 +345,6 @@ mod tests {
         }
         assert!(decode_payload(&seeds("wal_record")[0]).is_ok());
         assert!(kiln_engine::Block::decode(&seeds("block")[0]).is_ok());
+        assert!(kiln_engine::recording::RecordedPoints::decode(&seeds("recorded")[0]).is_ok());
     }
 }

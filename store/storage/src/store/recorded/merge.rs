@@ -15,7 +15,7 @@ use kiln_engine::recording::{RecordedPoints, Steps, select_recorded};
 use super::super::config::millis;
 use crate::bucket::{RecordedKind, RecordedName};
 use crate::error::StorageError;
-use crate::store::Store;
+use crate::store::{Store, lock, read};
 
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * HOUR_MS;
@@ -74,10 +74,24 @@ impl Store {
             shared.recorded.forget(&name.file_name());
             upkeep.deleted += 1;
         }
+        // A flush file whose block is not known to be up stays as it is:
+        // the flush retries (rewriting the same file) or recovery deletes
+        // it and replays its records, and either must find it by its
+        // block's name, not merged into a file that would count it again.
+        let pending: BTreeSet<String> = {
+            let view = read(&shared.catalog.view);
+            let held = lock(&shared.upkeep.held);
+            view.frozen
+                .iter()
+                .map(|f| f.id.clone())
+                .chain(held.iter().map(|m| m.block_id.clone()))
+                .collect()
+        };
         let this_hour = now_ms.div_euclid(HOUR_MS) * HOUR_MS;
         let candidates: Vec<&RecordedName> = kept
             .iter()
             .filter(|n| !is_settled(n, now_ms) && n.end_ms <= this_hour)
+            .filter(|n| !(n.kind == RecordedKind::Flush && pending.contains(&n.id)))
             .collect();
         if candidates.is_empty() {
             return Ok(upkeep);
