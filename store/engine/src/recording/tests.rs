@@ -251,7 +251,7 @@ fn points_sum_per_bucket_and_read_back_from_their_file() {
     let mut raw = RecordedPoints::new();
     select_recorded(
         std::slice::from_ref(&file),
-        &[pod_a.clone()],
+        std::slice::from_ref(&pod_a),
         &Steps::raw(0, 10_000),
         &mut raw,
     );
