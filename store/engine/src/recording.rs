@@ -11,9 +11,11 @@
 
 mod files;
 mod points;
+mod rule_set;
 
 pub use files::{RecordedFile, select_recorded};
 pub use points::{RECORDED_RESOLUTION_MS, RecordedFileError, RecordedPoints, Steps, bucket_of};
+pub use rule_set::RecordingRules;
 
 use crate::index::{CompiledMatcher, compile_anchored_regex};
 
@@ -45,6 +47,12 @@ pub enum RuleError {
     GroupBy {
         /// The label name (its first 256 characters).
         name: String,
+    },
+    /// More rules than one store evaluates.
+    #[error("{count} recording rules; at most {MAX_RULES} are evaluated")]
+    TooManyRules {
+        /// How many were given.
+        count: usize,
     },
     /// More group-by labels than allowed.
     #[error("group_by names {count} labels; at most {MAX_GROUP_BY} are kept")]

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kiln_engine::model::ProfileType;
-use kiln_engine::recording::{FunctionFilter, MAX_RULES, RecordingRule};
+use kiln_engine::recording::{FunctionFilter, MAX_RULES, RecordingRule, RecordingRules};
 use kiln_store_settings::{RecordingOptions, RecordingRuleOptions};
 
 use super::ConfigError;
@@ -50,7 +50,7 @@ impl RecordingSettings {
 
 /// Compiles every rule, refusing more than [`MAX_RULES`], a metric name
 /// used twice, or any rule that does not compile.
-pub fn compile_rules(rules: &[RecordingRuleOptions]) -> Result<Vec<RecordingRule>, ConfigError> {
+pub fn compile_rules(rules: &[RecordingRuleOptions]) -> Result<RecordingRules, ConfigError> {
     if rules.len() > MAX_RULES {
         return Err(invalid(format!(
             "{} rules; at most {MAX_RULES} are evaluated",
@@ -71,7 +71,7 @@ pub fn compile_rules(rules: &[RecordingRuleOptions]) -> Result<Vec<RecordingRule
                 .map_err(|message| invalid(format!("rule {:?}: {message}", rule.metric_name)))?,
         );
     }
-    Ok(compiled)
+    RecordingRules::new(compiled).map_err(|e| invalid(e.to_string()))
 }
 
 fn compile_rule(rule: &RecordingRuleOptions) -> Result<RecordingRule, String> {
@@ -147,7 +147,7 @@ mod tests {
     fn good_rules_resolve_with_the_default_retention() {
         let settings = resolve(vec![rule("a"), rule("b")]).unwrap();
         assert_eq!(settings.retention, Duration::from_secs(90 * 86_400));
-        assert_eq!(compile_rules(&settings.rules).unwrap().len(), 2);
+        assert_eq!(compile_rules(&settings.rules).unwrap().rules().len(), 2);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kiln_engine::model::{MatchOp, Matcher};
-use kiln_engine::recording::{FunctionFilter, RecordingRule, Steps, bucket_of};
+use kiln_engine::recording::{FunctionFilter, RecordingRule, RecordingRules, Steps, bucket_of};
 use kiln_storage::store::RecordedUpkeep;
 use kiln_storage::{Store, StoreConfig};
 use kiln_testkit::profiles::*;
@@ -38,7 +38,7 @@ fn rule() -> RecordingRule {
 
 fn recording_config(root: &Path) -> StoreConfig {
     let mut config = config(&root.join("data"), REPLICA);
-    config.recording_rules = Arc::new(vec![rule()]);
+    config.recording_rules = Arc::new(RecordingRules::new(vec![rule()]).expect("one rule"));
     config
 }
 

@@ -95,7 +95,8 @@ fn a_rule_sums_the_counted_samples_by_its_group_by_labels() {
         &[],
     )
     .unwrap();
-    let values = checked("shop").recorded_values(&[total, marshal, regex]);
+    let values =
+        checked("shop").recorded_values(&RecordingRules::new(vec![total, marshal, regex]).unwrap());
     assert_eq!(
         value_of(&values, &[("__name__", "cpu_total"), ("pod", "a")]),
         Some(35)
@@ -121,11 +122,18 @@ fn a_rule_reads_only_its_profile_type_and_selected_series() {
     // The profile is a delta profile (it has a duration): the cumulative
     // type selects nothing.
     let cumulative = rule("cpu", &[], FunctionFilter::Any, &[]);
-    assert!(checked("shop").recorded_values(&[cumulative]).is_empty());
+    assert!(
+        checked("shop")
+            .recorded_values(&RecordingRules::new(vec![cumulative]).unwrap())
+            .is_empty()
+    );
     // Written with five parts, the type takes deltas too.
     let either =
         RecordingRule::new("cpu", cpu_type(), false, &[], FunctionFilter::Any, &[]).unwrap();
-    assert_eq!(checked("shop").recorded_values(&[either])[0].value, 95);
+    assert_eq!(
+        checked("shop").recorded_values(&RecordingRules::new(vec![either]).unwrap())[0].value,
+        95
+    );
     let delta = ProfileType {
         delta: true,
         ..cpu_type()
@@ -146,10 +154,13 @@ fn a_rule_reads_only_its_profile_type_and_selected_series() {
     .unwrap();
     assert!(
         checked("shop")
-            .recorded_values(std::slice::from_ref(&elsewhere))
+            .recorded_values(&RecordingRules::new(vec![elsewhere.clone()]).unwrap())
             .is_empty()
     );
-    assert_eq!(checked("cart").recorded_values(&[elsewhere])[0].value, 95);
+    assert_eq!(
+        checked("cart").recorded_values(&RecordingRules::new(vec![elsewhere]).unwrap())[0].value,
+        95
+    );
     // A group-by label the series lacks is left out.
     let absent = RecordingRule::new(
         "cpu",
@@ -160,7 +171,7 @@ fn a_rule_reads_only_its_profile_type_and_selected_series() {
         &["zone".to_owned()],
     )
     .unwrap();
-    let values = checked("shop").recorded_values(&[absent]);
+    let values = checked("shop").recorded_values(&RecordingRules::new(vec![absent]).unwrap());
     assert_eq!(value_of(&values, &[("__name__", "cpu")]), Some(95));
 }
 

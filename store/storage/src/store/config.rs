@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kiln_engine::IngestLimits;
-use kiln_engine::recording::RecordingRule;
+use kiln_engine::recording::RecordingRules;
 use kiln_pprof::DecodeLimits;
 
 use crate::error::StorageError;
@@ -125,7 +125,7 @@ pub struct StoreConfig {
     /// killed.
     pub query_memory_bytes: u64,
     /// Recording rules, evaluated at ingest and on replay.
-    pub recording_rules: Arc<Vec<RecordingRule>>,
+    pub recording_rules: Arc<RecordingRules>,
     /// How long recorded series are kept (their own retention, usually
     /// longer than the profiles').
     pub recorded_retention: Duration,
@@ -169,7 +169,7 @@ impl StoreConfig {
             query_memory_bytes: 256 << 20,
             max_pending_upload_bytes: 256 << 20,
             open_listing_timeout: Duration::from_secs(10),
-            recording_rules: Arc::new(Vec::new()),
+            recording_rules: Arc::new(RecordingRules::none()),
             recorded_retention: Duration::from_secs(90 * 24 * 3600),
             background: true,
         }

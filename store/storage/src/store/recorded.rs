@@ -148,6 +148,7 @@ impl Store {
         self.shared
             .config
             .recording_rules
+            .rules()
             .iter()
             .map(|rule| rule.metric_name().to_owned())
             .collect()

@@ -1,117 +1,175 @@
-//! The values a checked profile gives each recording rule: read from the
+//! The values a checked profile gives each recording rule, read from the
 //! plan the checks resolved (each sample's series labels per profile
-//! type), so evaluating rules costs one pass over the samples and no
-//! second label resolution.
+//! type). One pass over the samples serves every rule: a sample's frames
+//! are matched once, as a bit per rule ([`RecordingRules`]), and values are
+//! summed per (rule, slot) before any label set is touched.
 
 use hashbrown::HashMap;
 use kiln_pprof::ProfileView;
 
 use super::CheckedIngest;
 use crate::model::LabelSet;
-use crate::recording::{FunctionFilter, RecordedValue, RecordingRule};
+use crate::recording::{RecordedValue, RecordingRules};
 
 impl CheckedIngest {
     /// What this profile adds to each rule's series: per rule, per
     /// recorded label set, the sum of the values of the samples counted.
-    /// A sample counts once even when several of its frames match.
-    pub fn recorded_values(&self, rules: &[RecordingRule]) -> Vec<RecordedValue> {
+    /// A sample counts once per rule even when several frames match.
+    pub fn recorded_values(&self, rules: &RecordingRules) -> Vec<RecordedValue> {
+        if rules.is_empty() {
+            return Vec::new();
+        }
         let profile = &self.profile;
         let plan = &self.plan;
         let type_count = plan.types.len();
-        let mut recorded = Vec::new();
-        for rule in rules {
-            // Per slot (signature, profile type): the recorded labels, when
-            // the rule selects the slot's series.
-            let slots: Vec<Option<LabelSet>> = plan
-                .slot_labels
-                .iter()
-                .enumerate()
-                .map(|(slot, labels)| {
-                    let labels = labels.as_ref()?;
-                    rule.selects(&plan.types[slot % type_count], labels)
-                        .then(|| rule.recorded_labels(labels))
-                })
-                .collect();
-            if slots.iter().all(Option::is_none) {
+        let slot_count = plan.slot_labels.len();
+        // Per rule, per slot (signature, profile type): whether the rule
+        // reads the slot's series; `None` for a rule that reads none.
+        let selected: Vec<Option<Vec<bool>>> = rules
+            .rules()
+            .iter()
+            .map(|rule| {
+                let slots: Vec<bool> = plan
+                    .slot_labels
+                    .iter()
+                    .enumerate()
+                    .map(|(slot, labels)| {
+                        labels
+                            .as_ref()
+                            .is_some_and(|l| rule.selects(&plan.types[slot % type_count], l))
+                    })
+                    .collect();
+                slots.iter().any(|&s| s).then_some(slots)
+            })
+            .collect();
+        let reading: Vec<usize> = (0..selected.len())
+            .filter(|&r| selected[r].is_some())
+            .collect();
+        if reading.is_empty() {
+            return Vec::new();
+        }
+        let unfiltered = rules.unfiltered_bits();
+        let mut frames = FrameBits::new(profile, rules);
+        let mut sums = vec![0i64; rules.rules().len() * slot_count];
+        for (index, &signature) in plan.sample_signature.iter().enumerate() {
+            let sample = profile.sample(index);
+            let bits = unfiltered | frames.sample_bits(sample.location_ids);
+            if bits == 0 {
                 continue;
             }
-            let mut frames = FrameMatches::new(profile, rule.function());
-            let mut sums: HashMap<&LabelSet, i64> = HashMap::new();
-            for (index, &signature) in plan.sample_signature.iter().enumerate() {
-                let base = signature as usize * type_count;
-                let sample = profile.sample(index);
-                let mut counted = None;
+            let base = signature as usize * type_count;
+            for &r in &reading {
+                if bits & (1 << r) == 0 {
+                    continue;
+                }
+                let Some(slots) = &selected[r] else { continue };
                 for (t, &value) in sample.values.iter().enumerate() {
-                    let Some(Some(labels)) = slots.get(base + t) else {
-                        continue;
-                    };
-                    if value == 0 {
-                        continue;
+                    if value != 0 && slots.get(base + t).copied().unwrap_or(false) {
+                        let sum = &mut sums[r * slot_count + base + t];
+                        *sum = sum.saturating_add(value);
                     }
-                    if !*counted.get_or_insert_with(|| frames.sample_matches(sample.location_ids)) {
-                        break;
-                    }
-                    let sum = sums.entry(labels).or_insert(0);
-                    *sum = sum.saturating_add(value);
                 }
             }
-            recorded.extend(sums.into_iter().map(|(labels, value)| RecordedValue {
-                labels: labels.clone(),
-                value,
-            }));
+        }
+        let mut recorded = Vec::new();
+        for &r in &reading {
+            let rule = &rules.rules()[r];
+            let mut by_labels: HashMap<LabelSet, i64> = HashMap::new();
+            for (slot, labels) in plan.slot_labels.iter().enumerate() {
+                let sum = sums[r * slot_count + slot];
+                if sum == 0 {
+                    continue;
+                }
+                if let Some(labels) = labels {
+                    let total = by_labels.entry(rule.recorded_labels(labels)).or_insert(0);
+                    *total = total.saturating_add(sum);
+                }
+            }
+            recorded.extend(
+                by_labels
+                    .into_iter()
+                    .map(|(labels, value)| RecordedValue { labels, value }),
+            );
         }
         recorded
     }
 }
 
-/// Whether a location holds a frame the filter matches, computed once per
-/// location of the profile.
-struct FrameMatches<'p, P: ProfileView> {
+/// The rule bits of each location's frames, computed once per location
+/// (and once per function) of the profile.
+struct FrameBits<'p, P: ProfileView> {
     profile: &'p P,
-    filter: &'p FunctionFilter,
-    /// Per location position: unknown, or whether it matches.
-    known: Vec<Option<bool>>,
+    rules: &'p RecordingRules,
+    /// Per location position, when known.
+    locations: Vec<Option<u64>>,
+    /// Per function position, when known.
+    functions: Vec<Option<u64>>,
+    /// No rule filters by function: nothing to match.
+    idle: bool,
 }
 
-impl<'p, P: ProfileView> FrameMatches<'p, P> {
-    fn new(profile: &'p P, filter: &'p FunctionFilter) -> Self {
-        let known = match filter {
-            FunctionFilter::Any => Vec::new(),
-            _ => vec![None; profile.location_count()],
-        };
+impl<'p, P: ProfileView> FrameBits<'p, P> {
+    fn new(profile: &'p P, rules: &'p RecordingRules) -> Self {
+        let idle = rules.unfiltered_bits().count_ones() as usize == rules.rules().len();
         Self {
             profile,
-            filter,
-            known,
+            rules,
+            locations: if idle {
+                Vec::new()
+            } else {
+                vec![None; profile.location_count()]
+            },
+            functions: if idle {
+                Vec::new()
+            } else {
+                vec![None; profile.function_count()]
+            },
+            idle,
         }
     }
 
-    fn sample_matches(&mut self, location_ids: &[u64]) -> bool {
-        if matches!(self.filter, FunctionFilter::Any) {
-            return true;
+    fn sample_bits(&mut self, location_ids: &[u64]) -> u64 {
+        if self.idle {
+            return 0;
         }
-        location_ids.iter().any(|&id| self.location_matches(id))
+        location_ids
+            .iter()
+            .fold(0, |bits, &id| bits | self.location_bits(id))
     }
 
-    fn location_matches(&mut self, id: u64) -> bool {
+    fn location_bits(&mut self, id: u64) -> u64 {
         let Some(position) = self.profile.location_position(id) else {
-            return false;
+            return 0;
         };
-        if let Some(Some(known)) = self.known.get(position) {
-            return *known;
+        if let Some(Some(bits)) = self.locations.get(position) {
+            return *bits;
         }
         let profile = self.profile;
-        let matches = profile.location_at(position).is_some_and(|location| {
-            location.lines.iter().any(|line| {
-                profile
-                    .function_position(line.function_id)
-                    .and_then(|f| profile.function_at(f))
-                    .is_some_and(|function| self.filter.matches(profile.string(function.name)))
-            })
-        });
-        if let Some(slot) = self.known.get_mut(position) {
-            *slot = Some(matches);
+        let mut bits = 0;
+        if let Some(location) = profile.location_at(position) {
+            for line in location.lines {
+                if let Some(function) = profile.function_position(line.function_id) {
+                    bits |= self.function_bits(function);
+                }
+            }
         }
-        matches
+        if let Some(slot) = self.locations.get_mut(position) {
+            *slot = Some(bits);
+        }
+        bits
+    }
+
+    fn function_bits(&mut self, position: usize) -> u64 {
+        if let Some(Some(bits)) = self.functions.get(position) {
+            return *bits;
+        }
+        let bits = self
+            .profile
+            .function_at(position)
+            .map_or(0, |f| self.rules.function_bits(self.profile.string(f.name)));
+        if let Some(slot) = self.functions.get_mut(position) {
+            *slot = Some(bits);
+        }
+        bits
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use kiln_engine::recording::{RecordedPoints, RecordingRule};
+use kiln_engine::recording::{RecordedPoints, RecordingRules};
 use kiln_engine::{Head, IngestLimits};
 use kiln_pprof::{DecodeLimits, FlatProfile};
 
@@ -20,7 +20,7 @@ use crate::wal::Replayed;
 /// What replay needs to apply records.
 pub(in crate::store) struct Replayer {
     pub(in crate::store) decode_limits: DecodeLimits,
-    pub(in crate::store) recording_rules: Arc<Vec<RecordingRule>>,
+    pub(in crate::store) recording_rules: Arc<RecordingRules>,
     pub(in crate::store) ingest_limits: IngestLimits,
     pub(in crate::store) quarantine_dir: PathBuf,
 }
