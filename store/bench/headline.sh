@@ -23,12 +23,13 @@ page=docs/benchmarks.md
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/kiln-target}"
 tools_dir="${KILN_TOOLS_DIR:-/var/tmp/kiln-tools}"
 
-groups_all=(store store-2000 budget http cores grpc memory-limit hostile outage fuzz
+groups_all=(store store-2000 budget rules http cores grpc memory-limit hostile outage fuzz
   agent unwinding python binaries reach k8s-agent ui e2e)
 declare -A command_of=(
   [store]="KILN_BENCH_PODS=500 cargo bench -p kiln-storage --no-default-features --bench workload"
   [store-2000]="KILN_BENCH_PODS=2000 cargo bench -p kiln-storage --no-default-features --bench workload"
   [budget]="KILN_BENCH_MEMORY_BUDGET=536870912 KILN_BENCH_PODS=500, then 2000: the store command"
+  [rules]="cargo run --release -p kiln-engine --example recording_cost"
   [http]="KILN_BENCH_PROTOCOL=ingest KILN_BENCH_WRITERS=w KILN_BENCH_CLIENT_PROCESSES=1 KILN_BENCH_SECONDS=10 cargo bench -p kiln-store --bench write_load, w = 1 2 4 8"
   [cores]="store/bench/cores.sh WRITE_LOAD_BIN new=RELEASE_KILN_STORE (16 cores or more)"
   [grpc]="KILN_BENCH_WRITERS=32 KILN_BENCH_SAMPLES=200, then 50: cargo bench -p kiln-store --bench write_load"
@@ -89,6 +90,10 @@ run_budget() {
   why="$(run_workload "$out/budget-500.txt" KILN_BENCH_PODS=500 KILN_BENCH_MEMORY_BUDGET=536870912)"
   [ -z "$why" ] || { echo "$why"; return; }
   run_workload "$out/budget-2000.txt" KILN_BENCH_PODS=2000 KILN_BENCH_MEMORY_BUDGET=536870912
+}
+run_rules() {
+  logged "$out/rules.txt" cargo run --release -q -p kiln-engine --example recording_cost \
+    || echo "the recording_cost example failed (see $out/rules.txt)"
 }
 run_http() {
   local w
@@ -223,6 +228,10 @@ cell() { # row -> this run's Kiln figure
       a="$(at_end "$out/budget-500.txt")"; b="$(at_end "$out/budget-2000.txt")"
       echo "$a / $b MiB ($(ratio "$a" "$b"); ingest phase alone" \
         "$(ratio "$(S "$out/budget-500.txt" peak_rss_ingest_mib)" "$(S "$out/budget-2000.txt" peak_rss_ingest_mib)"))" ;;
+    rules.cost)
+      awk '/ rules: / { n = $1; us[n] = $3 } /^checks/ { base = $NF == "us/profile" ? $(NF - 1) : base }
+           /bytes\/point/ { bpp = $(NF - 1) }
+           END { if (1 in us) printf "%s / %s / %s us per profile (checks %s); %s B per point\n", us[1], us[8], us[64], base, bpp }' "$out/rules.txt" ;;
     http.clients)
       local w rates=() cpus=()
       for w in 1 2 4 8; do read -r a b <<<"$(http_point "$out/http-$w.txt")"; rates+=("$a"); cpus+=("$b"); done
