@@ -42,6 +42,7 @@ pub mod process;
 #[cfg(feature = "storage")]
 pub mod profiles;
 pub mod prometheus;
+pub mod prometheus_api_client;
 pub mod real_inputs;
 pub mod recorder;
 pub mod store_process;
