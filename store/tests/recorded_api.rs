@@ -6,8 +6,8 @@
 //! replay) where the since-start counters begin again. The real-Prometheus
 //! twin is `recording_rules_prometheus.rs`.
 
-use kiln_pprof::{FunctionSpec, ProfileBuilder};
 use kiln_testkit::http::{HttpResponse, enc, http};
+use kiln_testkit::rule_profiles::{RuleProfile, three_stack_cpu_profile};
 use kiln_testkit::store_process::StoreProcess;
 use serde_json::Value;
 
@@ -81,38 +81,6 @@ fn matrix_sum(data: &Value) -> i64 {
         .sum()
 }
 
-/// CPU time in three stacks: through `fn_3_a` (30 ms), elsewhere (50 ms),
-/// and through both `fn_3_b` and `fn_3_c` (20 ms, counted once by a rule
-/// on `fn_3_.*`). Returns the gzipped pprof, the total and the `fn_3_*` part.
-fn cpu_profile() -> (Vec<u8>, i64, i64) {
-    let mut builder = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
-    builder.period("cpu", "nanoseconds", 10_000_000);
-    builder.time(0, 10_000_000_000);
-    let mut frame = |name: &str| {
-        let function = builder.function(&FunctionSpec {
-            name: name.to_owned(),
-            ..FunctionSpec::default()
-        });
-        builder.location(0, 0x1000 + function * 16, &[(function, 1)])
-    };
-    let (main, work, a, other, b, c) = (
-        frame("main"),
-        frame("work"),
-        frame("fn_3_a"),
-        frame("other"),
-        frame("fn_3_b"),
-        frame("fn_3_c"),
-    );
-    builder.sample(&[a, work, main], &[30_000_000], &[]);
-    builder.sample(&[other, main], &[50_000_000], &[]);
-    builder.sample(&[c, b, main], &[20_000_000], &[]);
-    (
-        kiln_pprof::encode_gzip(&builder.finish()),
-        100_000_000,
-        50_000_000,
-    )
-}
-
 /// `/api/v1/top`'s total over `[from, to]`.
 fn top_total(store: &StoreProcess, from: i64, to: i64) -> i64 {
     let selector = enc("process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{service_name=\"shop\"}");
@@ -128,7 +96,11 @@ fn top_total(store: &StoreProcess, from: i64, to: i64) -> i64 {
 fn recorded_series_are_served_as_prometheus_text_and_a_prometheus_api() {
     let at = profile_s();
     let store = start(tempfile::tempdir().expect("temp dir"));
-    let (pprof, cpu_total, fn3) = cpu_profile();
+    let RuleProfile {
+        pprof,
+        total: cpu_total,
+        fn3,
+    } = three_stack_cpu_profile();
     let upload = http(
         store.addr,
         "POST",

@@ -7,9 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use kiln_pprof::{FunctionSpec, ProfileBuilder};
 use kiln_testkit::http::{enc, http};
 use kiln_testkit::prometheus_api_client::{PromAnswers, PromRequest, PrometheusApiClient};
+use kiln_testkit::rule_profiles::{RuleProfile, three_stack_cpu_profile};
 use kiln_testkit::store_process::StoreProcess;
 
 const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
@@ -25,39 +25,6 @@ fn rules() -> String {
          "group_by": ["service_name"]}
     ])
     .to_string()
-}
-
-/// CPU time in three stacks: through `fn_3_a` (30 ms), elsewhere (50 ms),
-/// and through both `fn_3_b` and `fn_3_c` (20 ms, counted once by a rule
-/// on `fn_3_.*`). Returns the gzipped pprof, its total and its `fn_3_*`
-/// part.
-fn cpu_profile() -> (Vec<u8>, i64, i64) {
-    let mut builder = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
-    builder.period("cpu", "nanoseconds", 10_000_000);
-    builder.time(0, 10_000_000_000);
-    let mut frame = |name: &str| {
-        let function = builder.function(&FunctionSpec {
-            name: name.to_owned(),
-            ..FunctionSpec::default()
-        });
-        builder.location(0, 0x1000 + function * 16, &[(function, 1)])
-    };
-    let (main, work, a, other, b, c) = (
-        frame("main"),
-        frame("work"),
-        frame("fn_3_a"),
-        frame("other"),
-        frame("fn_3_b"),
-        frame("fn_3_c"),
-    );
-    builder.sample(&[a, work, main], &[30_000_000], &[]);
-    builder.sample(&[other, main], &[50_000_000], &[]);
-    builder.sample(&[c, b, main], &[20_000_000], &[]);
-    (
-        kiln_pprof::encode_gzip(&builder.finish()),
-        100_000_000,
-        50_000_000,
-    )
 }
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -101,7 +68,11 @@ fn prometheus_go_client_reads_recorded_series() {
             ("KILN_READ_TOKENS", TOKEN),
         ],
     );
-    let (pprof, cpu_total, fn3) = cpu_profile();
+    let RuleProfile {
+        pprof,
+        total: cpu_total,
+        fn3,
+    } = three_stack_cpu_profile();
     // Two pods of one service: `sum by (service_name)` has two series to
     // add up.
     for pod in ["a", "b"] {

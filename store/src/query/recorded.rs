@@ -15,9 +15,8 @@ mod promql;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use axum::body::Body;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::extract::{FromRequest, Path, Request, State};
+use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use kiln_engine::model::{Label, LabelSet, Matcher};
 use kiln_engine::recording::{METRIC_NAME_LABEL, RecordedPoints, Steps};
@@ -94,7 +93,8 @@ fn exposition_labels(labels: &LabelSet) -> String {
 }
 
 /// An error in Prometheus' shape: `{"status":"error","errorType",...}`.
-struct PromError {
+#[derive(Debug)]
+pub struct PromError {
     status: StatusCode,
     kind: &'static str,
     message: String,
@@ -147,45 +147,46 @@ fn success(data: Value) -> Response {
 /// The parameters of a GET's query string and, for a POST, its form body
 /// (Grafana posts), the body's winning on a repeated name; `match[]`
 /// gathered from both.
-struct PromParams {
+#[derive(Debug)]
+pub struct PromParams {
     params: Params,
     matches: Vec<String>,
 }
 
-async fn read_params(
-    state: &AppState,
-    method: &Method,
-    headers: &HeaderMap,
-    query: Option<String>,
-    body: Body,
-) -> Result<PromParams, PromError> {
-    let mut text = query.unwrap_or_default();
-    if method == Method::POST {
-        let form = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
-        if !form {
-            return Err(PromError::bad_data(
-                "a POST takes an application/x-www-form-urlencoded body",
-            ));
+impl FromRequest<AppState> for PromParams {
+    type Rejection = PromError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, PromError> {
+        let (parts, body) = request.into_parts();
+        let mut text = parts.uri.query().unwrap_or_default().to_owned();
+        if parts.method == Method::POST {
+            let form = parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+            if !form {
+                return Err(PromError::bad_data(
+                    "a POST takes an application/x-www-form-urlencoded body",
+                ));
+            }
+            let body = read_body(body, MAX_FORM_BYTES, state.body_read_timeout()).await?;
+            let body = String::from_utf8(body)
+                .map_err(|_| PromError::bad_data("the form body is not UTF-8"))?;
+            if !text.is_empty() && !body.is_empty() {
+                text.push('&');
+            }
+            text.push_str(&body);
         }
-        let body = read_body(body, MAX_FORM_BYTES, state.body_read_timeout()).await?;
-        let body = String::from_utf8(body)
-            .map_err(|_| PromError::bad_data("the form body is not UTF-8"))?;
-        if !text.is_empty() && !body.is_empty() {
-            text.push('&');
-        }
-        text.push_str(&body);
+        let matches = form_urlencoded::parse(text.as_bytes())
+            .filter(|(name, value)| name == "match[]" && !value.is_empty())
+            .map(|(_, value)| value.into_owned())
+            .collect();
+        Ok(Self {
+            params: Params::parse(Some(&text)),
+            matches,
+        })
     }
-    let matches = form_urlencoded::parse(text.as_bytes())
-        .filter(|(name, value)| name == "match[]" && !value.is_empty())
-        .map(|(_, value)| value.into_owned())
-        .collect();
-    Ok(PromParams {
-        params: Params::parse(Some(&text)),
-        matches,
-    })
 }
 
 fn time_param(params: &Params, name: &'static str, default: i64) -> Result<i64, PromError> {
@@ -278,15 +279,8 @@ fn parse_query(params: &Params) -> Result<PromQuery, PromError> {
 }
 
 /// `GET|POST /prometheus/api/v1/query_range`.
-pub async fn query_range(
-    State(state): State<AppState>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-    body: Body,
-) -> Response {
+pub async fn query_range(State(state): State<AppState>, p: PromParams) -> Response {
     answer(&state, "recorded_query_range", async |store| {
-        let p = read_params(&state, &method, &headers, query, body).await?;
         let start = time_param(&p.params, "start", now_ms())?;
         let end = time_param(&p.params, "end", now_ms())?;
         let step = step_param(&p.params)?;
@@ -325,15 +319,8 @@ pub async fn query_range(
 }
 
 /// `GET|POST /prometheus/api/v1/query`: the five minutes before `time`.
-pub async fn query(
-    State(state): State<AppState>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-    body: Body,
-) -> Response {
+pub async fn query(State(state): State<AppState>, p: PromParams) -> Response {
     answer(&state, "recorded_query", async |store| {
-        let p = read_params(&state, &method, &headers, query, body).await?;
         let time = time_param(&p.params, "time", now_ms())?;
         match parse_query(&p.params)? {
             PromQuery::Scalar(value) => Ok(success(
@@ -393,15 +380,8 @@ async fn listed_series(store: &Store, p: &PromParams) -> Result<Vec<LabelSet>, P
 }
 
 /// `GET|POST /prometheus/api/v1/series`.
-pub async fn series(
-    State(state): State<AppState>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-    body: Body,
-) -> Response {
+pub async fn series(State(state): State<AppState>, p: PromParams) -> Response {
     answer(&state, "recorded_series", async |store| {
-        let p = read_params(&state, &method, &headers, query, body).await?;
         let series = listed_series(store, &p).await?;
         Ok(success(Value::Array(
             series.iter().map(metric_json).collect(),
@@ -411,15 +391,8 @@ pub async fn series(
 }
 
 /// `GET|POST /prometheus/api/v1/labels`.
-pub async fn labels(
-    State(state): State<AppState>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-    body: Body,
-) -> Response {
+pub async fn labels(State(state): State<AppState>, p: PromParams) -> Response {
     answer(&state, "recorded_labels", async |store| {
-        let p = read_params(&state, &method, &headers, query, body).await?;
         let mut names: std::collections::BTreeSet<String> = listed_series(store, &p)
             .await?
             .iter()
@@ -435,13 +408,9 @@ pub async fn labels(
 pub async fn label_values(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-    body: Body,
+    p: PromParams,
 ) -> Response {
     answer(&state, "recorded_label_values", async |store| {
-        let p = read_params(&state, &method, &headers, query, body).await?;
         let mut values: std::collections::BTreeSet<String> = listed_series(store, &p)
             .await?
             .iter()

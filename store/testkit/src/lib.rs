@@ -45,6 +45,8 @@ pub mod prometheus;
 pub mod prometheus_api_client;
 pub mod real_inputs;
 pub mod recorder;
+#[cfg(feature = "engine")]
+pub mod rule_profiles;
 pub mod store_process;
 pub mod tools;
 pub mod wire;
