@@ -16,6 +16,8 @@ pub struct RecordingRules {
     exact: HashMap<String, u64>,
     /// Every regex filter, and the rule bit of each pattern in order.
     regexes: Option<(regex::RegexSet, Vec<u64>)>,
+    /// The rules (by bit) without a function filter.
+    unfiltered: u64,
 }
 
 impl RecordingRules {
@@ -32,9 +34,10 @@ impl RecordingRules {
         let mut exact: HashMap<String, u64> = HashMap::new();
         let mut patterns = Vec::new();
         let mut bits = Vec::new();
+        let mut unfiltered = 0;
         for (i, rule) in rules.iter().enumerate() {
             match rule.function() {
-                FunctionFilter::Any => {}
+                FunctionFilter::Any => unfiltered |= 1 << i,
                 FunctionFilter::Exact(name) => *exact.entry(name.clone()).or_default() |= 1 << i,
                 FunctionFilter::Regex(regex) => {
                     // Already anchored, and each within the size limit.
@@ -61,6 +64,7 @@ impl RecordingRules {
             rules,
             exact,
             regexes,
+            unfiltered,
         })
     }
 
@@ -87,10 +91,11 @@ impl RecordingRules {
 
     /// The rules (by bit) that count a sample whatever its frames.
     pub(crate) fn unfiltered_bits(&self) -> u64 {
-        self.rules
-            .iter()
-            .enumerate()
-            .filter(|(_, rule)| matches!(rule.function(), FunctionFilter::Any))
-            .fold(0, |bits, (i, _)| bits | 1 << i)
+        self.unfiltered
+    }
+
+    /// True when some rule filters by function, so frames need matching.
+    pub(crate) fn filters_functions(&self) -> bool {
+        !self.exact.is_empty() || self.regexes.is_some()
     }
 }

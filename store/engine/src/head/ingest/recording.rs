@@ -110,7 +110,7 @@ struct FrameBits<'p, P: ProfileView> {
 
 impl<'p, P: ProfileView> FrameBits<'p, P> {
     fn new(profile: &'p P, rules: &'p RecordingRules) -> Self {
-        let idle = rules.unfiltered_bits().count_ones() as usize == rules.rules().len();
+        let idle = !rules.filters_functions();
         Self {
             profile,
             rules,
