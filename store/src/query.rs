@@ -9,14 +9,16 @@
 //! What they share: [`budget`] is the memory their bodies hold,
 //! [`params`] reads an HTTP query string, [`selector`]
 //! parses a selector (pure), [`selection`] resolves it against the store
-//! off the async workers, [`group_by`] merges by label and [`spans`] keeps
-//! the samples of given tracing spans.
+//! off the async workers, [`group_by`] merges by label, [`spans`] keeps
+//! the samples of given tracing spans and [`profile_ids`] names single
+//! profiles (exemplars) and finds them again.
 
 pub mod budget;
 pub mod group_by;
 pub mod grpc;
 pub mod http;
 pub mod params;
+pub mod profile_ids;
 pub mod pyroscope;
 pub mod recorded;
 pub mod selection;

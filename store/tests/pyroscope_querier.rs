@@ -7,7 +7,9 @@
 
 use kiln_api::querier::v1 as q;
 use kiln_testkit::clock::now_ms;
-use kiln_testkit::http::{Connect, enc, get, http, querier_call, stored_profile_type};
+use kiln_testkit::http::{
+    Connect, enc, get, http, json_int64, querier_call, querier_json, stored_profile_type,
+};
 use kiln_testkit::store_process::StoreProcess;
 use prost::Message;
 use serde_json::{Value, json};
@@ -39,24 +41,6 @@ fn seeded_store(envs: &[(&str, &str)], token: Option<&str>) -> StoreProcess {
     store
 }
 
-/// A Connect JSON call as Grafana's datasource makes it.
-fn connect_json(store: &StoreProcess, method: &str, body: &Value) -> (u16, Value) {
-    let response = querier_call(
-        store.addr,
-        method,
-        Connect::Json,
-        body.to_string().as_bytes(),
-    );
-    (response.status, response.json())
-}
-
-fn int(value: &Value) -> i64 {
-    match value {
-        Value::String(s) => s.parse().expect("int64 string"),
-        other => other.as_i64().expect("int64"),
-    }
-}
-
 #[test]
 fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
     let seeding = now_ms();
@@ -77,8 +61,8 @@ fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
     let own_total = own["total"].as_i64().unwrap();
     assert_eq!(own_total, 450_000_000, "45 samples at 100 Hz: {own}");
 
-    let (status, types) = connect_json(
-        &store,
+    let (status, types) = querier_json(
+        store.addr,
         "ProfileTypes",
         &json!({"start": start.to_string(), "end": end.to_string()}),
     );
@@ -86,8 +70,8 @@ fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
     assert_eq!(types["profileTypes"][0]["ID"], type_id.as_str());
     assert_eq!(types["profileTypes"][0]["name"], "process_cpu");
 
-    let (status, names) = connect_json(
-        &store,
+    let (status, names) = querier_json(
+        store.addr,
         "LabelNames",
         &json!({"matchers": [selector], "start": start, "end": end}),
     );
@@ -102,16 +86,16 @@ fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
     .json();
     assert_eq!(names["names"], own_names["names"]);
 
-    let (status, values) = connect_json(
-        &store,
+    let (status, values) = querier_json(
+        store.addr,
         "LabelValues",
         &json!({"name": "env", "matchers": [selector], "start": start, "end": end}),
     );
     assert_eq!(status, 200, "{values}");
     assert_eq!(values["names"], json!(["dev", "prod"]));
 
-    let (status, series) = connect_json(
-        &store,
+    let (status, series) = querier_json(
+        store.addr,
         "Series",
         &json!({"matchers": [selector], "labelNames": ["env", "service_name"], "start": start, "end": end}),
     );
@@ -127,10 +111,10 @@ fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
         "start": start.to_string(), "end": end.to_string(), "maxNodes": "16384",
         "format": "PROFILE_FORMAT_FLAMEGRAPH",
     });
-    let (status, merged) = connect_json(&store, "SelectMergeStacktraces", &select);
+    let (status, merged) = querier_json(store.addr, "SelectMergeStacktraces", &select);
     assert_eq!(status, 200, "{merged}");
     let graph = &merged["flamegraph"];
-    assert_eq!(int(&graph["total"]), own_total);
+    assert_eq!(json_int64(&graph["total"]), own_total);
     let names: Vec<&str> = graph["names"]
         .as_array()
         .unwrap()
@@ -144,7 +128,7 @@ fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
         .as_array()
         .unwrap()
         .iter()
-        .map(int)
+        .map(json_int64)
         .collect();
     assert_eq!(root[..3], [0, own_total, 0], "root quad");
 
@@ -161,10 +145,10 @@ fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
         .as_array()
         .unwrap()
         .iter()
-        .map(int)
+        .map(json_int64)
         .sum();
-    let (status, series) = connect_json(
-        &store,
+    let (status, series) = querier_json(
+        store.addr,
         "SelectSeries",
         &json!({
             "profileTypeID": type_id, "labelSelector": selector, "start": start, "end": end,
@@ -189,19 +173,19 @@ fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
 
     let left = json!({"profileTypeID": type_id, "labelSelector": "{env=\"dev\"}", "start": start, "end": end});
     let right = json!({"profileTypeID": type_id, "labelSelector": "{env=\"prod\"}", "start": start, "end": end});
-    let (status, diff) = connect_json(&store, "Diff", &json!({"left": left, "right": right}));
+    let (status, diff) = querier_json(store.addr, "Diff", &json!({"left": left, "right": right}));
     assert_eq!(status, 200, "{diff}");
-    assert_eq!(int(&diff["flamegraph"]["leftTicks"]), 50_000_000);
-    assert_eq!(int(&diff["flamegraph"]["rightTicks"]), 400_000_000);
+    assert_eq!(json_int64(&diff["flamegraph"]["leftTicks"]), 50_000_000);
+    assert_eq!(json_int64(&diff["flamegraph"]["rightTicks"]), 400_000_000);
 
-    let (status, stats) = connect_json(&store, "GetProfileStats", &json!({}));
+    let (status, stats) = querier_json(store.addr, "GetProfileStats", &json!({}));
     assert_eq!(status, 200, "{stats}");
     assert_eq!(stats["dataIngested"], true);
     // The seeded profiles span `now-30s`..`now-20s` as the store read `now`:
     // their first and last sample, to the millisecond, lie within that.
     let (oldest, newest) = (
-        int(&stats["oldestProfileTime"]),
-        int(&stats["newestProfileTime"]),
+        json_int64(&stats["oldestProfileTime"]),
+        json_int64(&stats["newestProfileTime"]),
     );
     eprintln!(
         "GetProfileStats: oldest {} ms, newest {} ms before the seeding ended",
@@ -301,7 +285,7 @@ fn grafana_shaped_calls_answer_the_same_totals_as_kilns_own_api() {
         .as_array()
         .unwrap()
         .iter()
-        .map(int)
+        .map(json_int64)
         .sum();
     assert_eq!(timeline_sum, own_total);
     let values = get(store.addr, "/pyroscope/label-values?label=env").json();
@@ -317,7 +301,7 @@ fn querier_errors_use_connect_codes_and_read_tokens() {
         ],
         Some("writer"),
     );
-    let (status, body) = connect_json(&store, "LabelNames", &json!({}));
+    let (status, body) = querier_json(store.addr, "LabelNames", &json!({}));
     assert_eq!(status, 401, "{body}");
     assert_eq!(body["code"], "unauthenticated");
 
@@ -352,24 +336,38 @@ fn querier_errors_use_connect_codes_and_read_tokens() {
     assert_eq!(body["code"], "unimplemented");
     let (status, body) = call("SelectHeatmap", &json!({}));
     assert_eq!(status, 501, "{body}");
-    // Exemplars are refused, not silently left out of the answer.
+    // Span exemplars are refused, not silently left out of the answer.
     let series = |exemplars: &str| {
         call(
             "SelectSeries",
             &json!({"profileTypeID": "process_cpu", "labelSelector": "{}", "step": 10, "exemplarType": exemplars}),
         )
     };
-    let (status, body) = series("EXEMPLAR_TYPE_INDIVIDUAL");
+    let (status, body) = series("EXEMPLAR_TYPE_SPAN");
     assert_eq!(status, 501, "{body}");
     assert_eq!(body["code"], "unimplemented");
     assert!(
-        body["message"]
-            .to_string()
-            .contains("EXEMPLAR_TYPE_INDIVIDUAL"),
+        body["message"].to_string().contains("EXEMPLAR_TYPE_SPAN"),
         "{body}"
     );
-    let (status, body) = series("EXEMPLAR_TYPE_NONE");
-    assert_eq!(status, 200, "{body}");
+    for asked in ["EXEMPLAR_TYPE_NONE", "EXEMPLAR_TYPE_INDIVIDUAL"] {
+        let (status, body) = series(asked);
+        assert_eq!(status, 200, "{asked}: {body}");
+    }
+    // A profile id that Kiln did not issue is a bad parameter, named.
+    let (status, body) = call(
+        "SelectMergeStacktraces",
+        &json!({"profileTypeID": "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+            "profileIdSelector": ["7c9e6679-7425-40de-944b-e07fc1f90ae7"]}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], "invalid_argument");
+    assert!(
+        body["message"]
+            .to_string()
+            .contains("not a profile id that Kiln issued"),
+        "{body}"
+    );
     let (status, body) = call("LabelValues", &json!({"name": 7}));
     assert_eq!(status, 400, "{body}");
     assert!(
@@ -461,6 +459,29 @@ fn grafanas_own_go_client_calls_every_method_in_both_codecs() {
         assert_eq!(a.profile_total, total, "{codec}: SelectMergeProfile");
         assert!(a.profile_functions > 0, "{codec}: {a:?}");
         assert_eq!(a.series_total, total as f64, "{codec}: SelectSeries");
+        // Exemplars: each point's heaviest profile, never more than the
+        // point, and opened by its id it answers its own total.
+        eprintln!(
+            "{codec}: {} exemplars; the heaviest, {}, weighs {} of {total}",
+            a.exemplars, a.exemplar_id, a.exemplar_value
+        );
+        assert!(a.exemplars >= 1, "{codec}: no exemplars {a:?}");
+        assert!(!a.exemplar_over_point, "{codec}: {a:?}");
+        assert!(
+            0 < a.exemplar_value && a.exemplar_value <= total,
+            "{codec}: {a:?}"
+        );
+        assert!(a.exemplar_labels >= 1, "{codec}: {a:?}");
+        assert_eq!(
+            a.exemplar_profile_total, a.exemplar_value,
+            "{codec}: SelectMergeProfile by id {}",
+            a.exemplar_id
+        );
+        assert_eq!(
+            a.exemplar_stacktraces_total, a.exemplar_value,
+            "{codec}: SelectMergeStacktraces by id {}",
+            a.exemplar_id
+        );
         assert_eq!(
             (a.diff_left_ticks, a.diff_right_ticks),
             (total, total),

@@ -32,6 +32,7 @@ pub use model::{
 };
 pub use query::{
     CompiledSelector, DiffFlameGraph, DiffNode, FlameGraph, FlameNode, MAX_FRAME_TREE_NODES,
-    MAX_TIMELINE_STEPS, MAX_UNWOUND_FRAMES, MergedProfile, Queryable, Timeline, TopEntry, diff,
+    MAX_TIMELINE_STEPS, MAX_UNWOUND_FRAMES, MergedProfile, ProfileExemplar, Queryable,
+    StepExemplars, Timeline, TopEntry, diff,
 };
 pub use symbols::SymbolTable;

@@ -3,6 +3,7 @@
 //! (flame graphs, top tables, diffs, pprof) plus [`Timeline`]s.
 
 mod diff;
+mod exemplars;
 mod export;
 mod flamegraph;
 mod group;
@@ -16,6 +17,8 @@ use hashbrown::HashMap;
 use roaring::RoaringBitmap;
 
 pub use diff::{DiffFlameGraph, DiffNode, diff};
+pub(crate) use exemplars::offer_series;
+pub use exemplars::{ProfileExemplar, StepExemplars};
 pub use flamegraph::{
     FlameGraph, FlameNode, MAX_FRAME_TREE_NODES, MAX_UNWOUND_FRAMES, OTHER_NODE_NAME,
 };
@@ -74,6 +77,14 @@ pub trait Queryable {
         selector: &CompiledSelector,
         range: TimeRange,
         into: &mut Timeline,
+    ) -> Result<(), QueryError>;
+    /// Offers each selected profile in `range` (a series at one
+    /// millisecond) to `into`, which keeps the heaviest per step.
+    fn exemplars_into(
+        &self,
+        selector: &CompiledSelector,
+        range: TimeRange,
+        into: &mut StepExemplars,
     ) -> Result<(), QueryError>;
     /// The immutable block this is, if it is one: a caller may then keep
     /// what it read from it ([`crate::Block::merge_partial`]) for later
@@ -143,6 +154,32 @@ impl Head {
                     .is_some_and(|s| s.runs.iter().any(|run| range.contains(run.time_ms)))
             })
             .collect()
+    }
+
+    /// Calls `each` with every selected series and its runs `(time,
+    /// total)` within `range`.
+    fn each_series_runs(
+        &self,
+        selector: &CompiledSelector,
+        range: TimeRange,
+        mut each: impl FnMut(&LabelSet, &mut dyn Iterator<Item = (i64, i64)>),
+    ) -> Result<(), QueryError> {
+        check_range(range)?;
+        for id in self.index.select(selector.matchers()) {
+            interrupt::check()?;
+            let Some(series) = self.series.get(id as usize) else {
+                continue;
+            };
+            each(
+                &series.labels,
+                &mut series
+                    .runs
+                    .iter()
+                    .filter(|run| range.contains(run.time_ms))
+                    .map(|run| (run.time_ms, run.total)),
+            );
+        }
+        Ok(())
     }
 
     fn select(&self, matchers: &[CompiledMatcher], range: TimeRange) -> RoaringBitmap {
@@ -228,18 +265,19 @@ impl Queryable for Head {
         range: TimeRange,
         into: &mut Timeline,
     ) -> Result<(), QueryError> {
-        check_range(range)?;
-        for id in self.index.select(selector.matchers()) {
-            interrupt::check()?;
-            let Some(series) = self.series.get(id as usize) else {
-                continue;
-            };
-            for run in &series.runs {
-                if range.contains(run.time_ms) {
-                    into.add(run.time_ms, run.total);
-                }
-            }
-        }
-        Ok(())
+        self.each_series_runs(selector, range, |_, runs| {
+            runs.for_each(|(time_ms, total)| into.add(time_ms, total));
+        })
+    }
+
+    fn exemplars_into(
+        &self,
+        selector: &CompiledSelector,
+        range: TimeRange,
+        into: &mut StepExemplars,
+    ) -> Result<(), QueryError> {
+        self.each_series_runs(selector, range, |labels, runs| {
+            offer_series(into, labels, runs.collect());
+        })
     }
 }

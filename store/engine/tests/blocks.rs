@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use kiln_engine::{
     Block, BlockError, CompiledSelector, Head, IngestLimits, Label, LabelSet, MatchOp, Matcher,
-    MergedProfile, ProfileType, Queryable, Selector, ShardCensus, TimeRange, Timeline,
-    compact_blocks, compile_matchers, encode_block, encode_heads,
+    MergedProfile, ProfileType, Queryable, Selector, ShardCensus, StepExemplars, TimeRange,
+    Timeline, compact_blocks, compile_matchers, encode_block, encode_heads,
 };
 use kiln_pprof::{DecodeLimits, FunctionSpec, LabelValue, MappingSpec, Profile, ProfileBuilder};
 use proptest::prelude::*;
@@ -286,6 +286,24 @@ fn assert_same_answers(expected: &dyn Queryable, actual: &dyn Queryable, what: &
                     e.total(),
                     "{context}: timeline total equals merge total"
                 );
+                let (mut xa, mut xe) = (
+                    StepExemplars::new(range, HOUR).unwrap(),
+                    StepExemplars::new(range, HOUR).unwrap(),
+                );
+                expected.exemplars_into(&selector, range, &mut xe).unwrap();
+                actual.exemplars_into(&selector, range, &mut xa).unwrap();
+                assert_eq!(xa, xe, "{context}: exemplars");
+                for (step, exemplar) in xe.steps.iter().enumerate() {
+                    let value = te.values[step];
+                    match exemplar {
+                        // Each step's heaviest profile is a part of it.
+                        Some(kept) => assert!(
+                            kept.value <= value,
+                            "{context}: step {step}: {kept:?} over {value}"
+                        ),
+                        None => assert_eq!(value, 0, "{context}: step {step}"),
+                    }
+                }
             }
         }
     }

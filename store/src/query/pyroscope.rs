@@ -10,6 +10,7 @@
 //! meaning the defaults of Kiln's own API (the last hour up to now).
 
 pub mod connect;
+pub mod exemplars;
 pub mod flamebearer;
 pub mod json;
 pub mod render;
@@ -24,6 +25,9 @@ use kiln_storage::Store;
 
 use crate::error::ApiError;
 use crate::query::group_by::{group_by_list, group_selector, series_groups, series_matchers};
+use crate::query::pyroscope::exemplars::{
+    ExemplarRequest, merge_profiles, parse_profile_ids, wire_exemplar,
+};
 use crate::query::selection::{matchers as selector_matchers, resolve};
 use crate::query::spans::{SpanSelector, keep_selected};
 use crate::wire::time::{RangeError, inclusive_range_ms, now_ms};
@@ -254,22 +258,33 @@ pub async fn series(
     })
 }
 
+/// What a `SelectMerge*` request narrows its merge to, beside its
+/// selector and range.
+#[derive(Default)]
+struct Narrowing<'a> {
+    stack_trace_selector: Option<&'a t::StackTraceSelector>,
+    /// Only these profiles (exemplar ids); empty: all.
+    profile_ids: &'a [String],
+    /// Only the samples of these spans and traces; empty: all.
+    spans: Vec<SpanSelector>,
+}
+
 /// The merge a `SelectMerge*` request selects: its stack-trace selector
-/// refused, its range and selection checked, and only the samples its
-/// span and trace selectors keep; with the selector resolved.
+/// refused, its range, selection and profile ids checked, and only the
+/// samples its span and trace selectors keep; with the selector resolved.
 async fn merge_selected(
     store: &Store,
-    stack_trace_selector: Option<&t::StackTraceSelector>,
     profile_type: &str,
     label_selector: &str,
     (start, end): (i64, i64),
-    spans: Vec<SpanSelector>,
+    narrowing: Narrowing<'_>,
 ) -> Result<(Selector, MergedProfile), ApiError> {
-    refuse_stack_trace_selector(stack_trace_selector)?;
+    refuse_stack_trace_selector(narrowing.stack_trace_selector)?;
+    let profile_ids = parse_profile_ids(narrowing.profile_ids)?;
     let range = range_ms(start, end)?;
     let selector = selection(store, profile_type, label_selector, range).await?;
-    let merged = store.merge(&selector, range).await?;
-    let merged = keep_selected(store, merged, spans).await?;
+    let merged = merge_profiles(store, &selector, range, &profile_ids).await?;
+    let merged = keep_selected(store, merged, narrowing.spans).await?;
     Ok((selector, merged))
 }
 
@@ -293,11 +308,14 @@ pub async fn select_merge_stacktraces(
     let spans = span_selectors(&request.span_selector, &request.trace_id_selector)?;
     let (_, merged) = merge_selected(
         store,
-        request.stack_trace_selector.as_ref(),
         &request.profile_type_id,
         &request.label_selector,
         (request.start, request.end),
-        spans,
+        Narrowing {
+            stack_trace_selector: request.stack_trace_selector.as_ref(),
+            profile_ids: &request.profile_id_selector,
+            spans,
+        },
     )
     .await?;
     Ok(q::SelectMergeStacktracesResponse {
@@ -324,11 +342,13 @@ pub async fn select_merge_span_profile(
     }
     let (_, merged) = merge_selected(
         store,
-        None,
         &request.profile_type_id,
         &request.label_selector,
         (request.start, request.end),
-        spans,
+        Narrowing {
+            spans,
+            ..Narrowing::default()
+        },
     )
     .await?;
     Ok(q::SelectMergeSpanProfileResponse {
@@ -380,11 +400,14 @@ pub async fn select_merge_profile(
     let spans = span_selectors(&[], &request.trace_id_selector)?;
     let (selector, merged) = merge_selected(
         store,
-        request.stack_trace_selector.as_ref(),
         &request.profile_type_id,
         &request.label_selector,
         (request.start, request.end),
-        spans,
+        Narrowing {
+            stack_trace_selector: request.stack_trace_selector.as_ref(),
+            profile_ids: &request.profile_id_selector,
+            spans,
+        },
     )
     .await?;
     let profile_type = selector.profile_type.clone();
@@ -401,25 +424,6 @@ pub async fn select_merge_profile(
         work: "building the profile",
         message: e.to_string(),
     })
-}
-
-/// Exemplars are refused, never dropped: Kiln keeps merged series, so it
-/// has no single profile (Pyroscope's `INDIVIDUAL`) to point at, and no
-/// span exemplars (which Pyroscope does not serve either).
-fn refuse_exemplars(exemplar_type: i32) -> Result<(), ApiError> {
-    match t::ExemplarType::try_from(exemplar_type) {
-        Ok(t::ExemplarType::Unspecified | t::ExemplarType::None) => Ok(()),
-        Ok(t::ExemplarType::Individual) => Err(ApiError::Unimplemented {
-            what: "exemplar_type EXEMPLAR_TYPE_INDIVIDUAL (Kiln keeps merged series, not single profiles to point at); ask for EXEMPLAR_TYPE_NONE".to_owned(),
-        }),
-        Ok(t::ExemplarType::Span) => Err(ApiError::Unimplemented {
-            what: "exemplar_type EXEMPLAR_TYPE_SPAN; ask for EXEMPLAR_TYPE_NONE".to_owned(),
-        }),
-        Err(_) => Err(ApiError::BadParameter {
-            parameter: "exemplar_type",
-            message: format!("{exemplar_type} is not an exemplar type"),
-        }),
-    }
 }
 
 /// The timeline step: `step` seconds, else the range / 100 (at least 10 s).
@@ -446,7 +450,7 @@ pub async fn select_series(
     request: q::SelectSeriesRequest,
 ) -> Result<q::SelectSeriesResponse, ApiError> {
     refuse_stack_trace_selector(request.stack_trace_selector.as_ref())?;
-    refuse_exemplars(request.exemplar_type)?;
+    let exemplar_request = ExemplarRequest::from_wire(request.exemplar_type)?;
     if request.aggregation == Some(t::TimeSeriesAggregationType::Average as i32) {
         return Err(ApiError::Unimplemented {
             what:
@@ -476,6 +480,10 @@ pub async fn select_series(
     for values in groups {
         let group = group_selector(&selector, &group_by, &values);
         let timeline = store.timeline(&group, range, step_ms).await?;
+        let exemplars = match exemplar_request {
+            ExemplarRequest::Individual => Some(store.exemplars(&group, range, step_ms).await?),
+            ExemplarRequest::None => None,
+        };
         let points: Vec<t::Point> = timeline
             .values
             .iter()
@@ -487,6 +495,12 @@ pub async fn select_series(
                 timestamp: timeline
                     .start_ms
                     .saturating_add((i as i64).saturating_mul(timeline.step_ms)),
+                // The same range and step as the timeline: step i is i.
+                exemplars: exemplars
+                    .as_ref()
+                    .and_then(|e| wire_exemplar(e, i))
+                    .into_iter()
+                    .collect(),
             })
             .collect();
         if points.is_empty() {
@@ -522,6 +536,8 @@ pub async fn diff(store: &Store, request: q::DiffRequest) -> Result<q::DiffRespo
     for side in [&left, &right] {
         refuse_stack_trace_selector(side.stack_trace_selector.as_ref())?;
     }
+    let left_ids = parse_profile_ids(&left.profile_id_selector)?;
+    let right_ids = parse_profile_ids(&right.profile_id_selector)?;
     let left_spans = span_selectors(&left.span_selector, &left.trace_id_selector)?;
     let right_spans = span_selectors(&right.span_selector, &right.trace_id_selector)?;
     let left_range = range_ms(left.start, left.end)?;
@@ -549,9 +565,9 @@ pub async fn diff(store: &Store, request: q::DiffRequest) -> Result<q::DiffRespo
             ),
         });
     }
-    let base = store.merge(&base_selector, left_range).await?;
+    let base = merge_profiles(store, &base_selector, left_range, &left_ids).await?;
     let base = keep_selected(store, base, left_spans).await?;
-    let compare = store.merge(&compare_selector, right_range).await?;
+    let compare = merge_profiles(store, &compare_selector, right_range, &right_ids).await?;
     let compare = keep_selected(store, compare, right_spans).await?;
     let budget = max_nodes(left.max_nodes.or(right.max_nodes));
     let levels = flamebearer::diff_levels_off_workers(store, base, compare, budget).await?;

@@ -38,6 +38,20 @@ pub struct ClientAnswers {
     pub profile_functions: usize,
     /// `SelectSeries`: every point's value, summed.
     pub series_total: f64,
+    /// How many SelectSeries points carried an exemplar.
+    pub exemplars: usize,
+    /// Whether any exemplar weighed more than its point.
+    pub exemplar_over_point: bool,
+    /// The heaviest exemplar's profile id ("" with none).
+    pub exemplar_id: String,
+    /// Its value.
+    pub exemplar_value: i64,
+    /// How many labels it carried.
+    pub exemplar_labels: usize,
+    /// SelectMergeProfile's total for its id alone.
+    pub exemplar_profile_total: i64,
+    /// SelectMergeStacktraces' total for its id alone.
+    pub exemplar_stacktraces_total: i64,
     /// `Diff` of the selection with itself: left and right ticks.
     pub diff_left_ticks: i64,
     /// Right ticks.

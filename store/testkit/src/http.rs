@@ -204,6 +204,27 @@ pub fn querier_call(
     .expect("POST a querier call")
 }
 
+/// A Connect JSON querier call, as Grafana's datasource makes it: the
+/// status and the JSON answer.
+#[track_caller]
+pub fn querier_json(
+    addr: SocketAddr,
+    method: &str,
+    body: &serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let response = querier_call(addr, method, Connect::Json, body.to_string().as_bytes());
+    (response.status, response.json())
+}
+
+/// A protobuf JSON int64: a string, or a number from a lenient writer.
+#[track_caller]
+pub fn json_int64(value: &serde_json::Value) -> i64 {
+    match value {
+        serde_json::Value::String(s) => s.parse().expect("int64 string"),
+        other => other.as_i64().expect("int64"),
+    }
+}
+
 /// The first profile type a store lists for the last ten minutes whose id
 /// starts with `prefix` (`""`: the first); panics when none does.
 #[track_caller]

@@ -54,7 +54,11 @@ pub struct SelectMergeStacktracesRequest {
     pub stack_trace_selector: ::core::option::Option<
         super::super::types::v1::StackTraceSelector,
     >,
-    /// Field 8, `profile_id_selector`, and 9, `async`, are refused when set.
+    /// Only the profiles of these ids (from SelectSeries exemplars); empty:
+    /// every profile of the selection.
+    #[prost(string, repeated, tag = "8")]
+    pub profile_id_selector: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// Field 9, `async`, is refused when set.
     /// Only the samples of these traces (32 hex digits each)...
     #[prost(string, repeated, tag = "10")]
     pub trace_id_selector: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
@@ -169,7 +173,10 @@ pub struct SelectMergeProfileRequest {
     pub stack_trace_selector: ::core::option::Option<
         super::super::types::v1::StackTraceSelector,
     >,
-    /// Field 7, `profile_id_selector`, is refused when set.
+    /// Only the profiles of these ids (from SelectSeries exemplars); empty:
+    /// every profile of the selection.
+    #[prost(string, repeated, tag = "7")]
+    pub profile_id_selector: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
     /// Only the samples of these traces (32 hex digits each); empty: all.
     #[prost(string, repeated, tag = "8")]
     pub trace_id_selector: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
@@ -203,8 +210,8 @@ pub struct SelectSeriesRequest {
     /// Keep the top N series by total.
     #[prost(int64, optional, tag = "9")]
     pub limit: ::core::option::Option<i64>,
-    /// Anything but UNSPECIFIED or NONE is refused: Kiln keeps merged series,
-    /// not single profiles, and no exemplars.
+    /// INDIVIDUAL adds each point's heaviest profile as an exemplar; SPAN is
+    /// refused.
     #[prost(enumeration = "super::super::types::v1::ExemplarType", tag = "10")]
     pub exemplar_type: i32,
 }

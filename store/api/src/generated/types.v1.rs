@@ -47,13 +47,38 @@ pub struct Series {
 }
 /// One step of a time series.
 #[allow(clippy::all)]
-#[derive(Clone, Copy, PartialEq, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct Point {
     #[prost(double, tag = "1")]
     pub value: f64,
     /// Unix milliseconds.
     #[prost(int64, tag = "2")]
     pub timestamp: i64,
+    /// Field 3, `annotations`, is never written by Kiln.
+    /// The step's heaviest single profile, when SelectSeries asks for
+    /// EXEMPLAR_TYPE_INDIVIDUAL.
+    #[prost(message, repeated, tag = "4")]
+    pub exemplars: ::prost::alloc::vec::Vec<Exemplar>,
+}
+/// One profile that a point of a series counts: its id can be handed back
+/// in a `profile_id_selector`.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Exemplar {
+    /// Unix milliseconds.
+    #[prost(int64, tag = "1")]
+    pub timestamp: i64,
+    #[prost(string, tag = "2")]
+    pub profile_id: ::prost::alloc::string::String,
+    /// Never written by Kiln (span exemplars are refused).
+    #[prost(string, tag = "3")]
+    pub span_id: ::prost::alloc::string::String,
+    /// The profile's total.
+    #[prost(int64, tag = "4")]
+    pub value: i64,
+    /// The profile's series labels.
+    #[prost(message, repeated, tag = "5")]
+    pub labels: ::prost::alloc::vec::Vec<LabelPair>,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -91,6 +116,7 @@ pub struct LabelNamesResponse {
     #[prost(string, repeated, tag = "1")]
     pub names: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
 }
+/// Call-site filtering; Kiln refuses requests that set it (not supported).
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct StackTraceSelector {
@@ -155,7 +181,6 @@ impl TimeSeriesAggregationType {
         }
     }
 }
-/// Call-site filtering; Kiln refuses requests that set it (not supported).
 /// What exemplars a SelectSeries asks for.
 #[allow(clippy::all)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]

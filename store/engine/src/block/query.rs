@@ -12,7 +12,8 @@ use crate::error::{BlockError, QueryError};
 use crate::index::CompiledMatcher;
 use crate::model::{LabelSet, ProfileType, TimeRange};
 use crate::query::{
-    CompiledSelector, MergedProfile, Queryable, Timeline, check_range, interrupt, sorted_label_sets,
+    CompiledSelector, MergedProfile, Queryable, StepExemplars, Timeline, check_range, interrupt,
+    offer_series, sorted_label_sets,
 };
 use crate::wire::Reader;
 
@@ -52,6 +53,38 @@ impl Block {
             previous = ts;
         }
         Ok(out)
+    }
+
+    /// Calls `each` with every selected series whose span meets `range`,
+    /// and its rows `(time, total)` within the range.
+    fn each_series_totals(
+        &self,
+        selector: &CompiledSelector,
+        range: TimeRange,
+        mut each: impl FnMut(&LabelSet, &mut dyn Iterator<Item = (i64, i64)>),
+    ) -> Result<(), QueryError> {
+        check_range(range)?;
+        for id in self.index.select(selector.matchers()) {
+            interrupt::check()?;
+            let Some(series) = self.series.get(id as usize) else {
+                continue;
+            };
+            if !range.overlaps(&TimeRange {
+                start_ms: series.min_ms,
+                end_ms: series.max_ms.saturating_add(1),
+            }) {
+                continue;
+            }
+            let totals = self.totals(series).map_err(|e| self.corrupt_block(e))?;
+            each(
+                &series.labels,
+                &mut totals
+                    .into_iter()
+                    .filter(|&(ts, ..)| range.contains(ts))
+                    .map(|(ts, total, _)| (ts, total)),
+            );
+        }
+        Ok(())
     }
 
     fn has_data_in(&self, series: &BlockSeries, range: TimeRange) -> Result<bool, BlockError> {
@@ -310,24 +343,19 @@ impl Queryable for Block {
         range: TimeRange,
         into: &mut Timeline,
     ) -> Result<(), QueryError> {
-        check_range(range)?;
-        for id in self.index.select(selector.matchers()) {
-            interrupt::check()?;
-            let Some(series) = self.series.get(id as usize) else {
-                continue;
-            };
-            if !range.overlaps(&TimeRange {
-                start_ms: series.min_ms,
-                end_ms: series.max_ms.saturating_add(1),
-            }) {
-                continue;
-            }
-            for (ts, total, _) in self.totals(series).map_err(|e| self.corrupt_block(e))? {
-                if range.contains(ts) {
-                    into.add(ts, total);
-                }
-            }
-        }
-        Ok(())
+        self.each_series_totals(selector, range, |_, rows| {
+            rows.for_each(|(ts, total)| into.add(ts, total));
+        })
+    }
+
+    fn exemplars_into(
+        &self,
+        selector: &CompiledSelector,
+        range: TimeRange,
+        into: &mut StepExemplars,
+    ) -> Result<(), QueryError> {
+        self.each_series_totals(selector, range, |labels, rows| {
+            offer_series(into, labels, rows.collect());
+        })
     }
 }

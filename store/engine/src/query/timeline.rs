@@ -6,6 +6,25 @@ use crate::model::TimeRange;
 /// Most steps one timeline may have.
 pub const MAX_TIMELINE_STEPS: i64 = 100_000;
 
+/// How many steps of `step_ms` cover `range`: the step must be positive,
+/// the range not empty, and the steps at most [`MAX_TIMELINE_STEPS`].
+pub(crate) fn step_count(range: TimeRange, step_ms: i64) -> Result<usize, QueryError> {
+    if step_ms <= 0 {
+        return Err(QueryError::InvalidStep { step_ms });
+    }
+    super::check_range(range)?;
+    let span = i128::from(range.end_ms) - i128::from(range.start_ms);
+    let steps = (span + i128::from(step_ms) - 1) / i128::from(step_ms);
+    if steps > i128::from(MAX_TIMELINE_STEPS) {
+        return Err(QueryError::TooManySteps {
+            steps: i64::try_from(steps).unwrap_or(i64::MAX),
+            limit: MAX_TIMELINE_STEPS,
+        });
+    }
+    // At most MAX_TIMELINE_STEPS, so it fits.
+    Ok(steps as usize)
+}
+
 /// Per-step totals over a range; step `i` covers
 /// `[start_ms + i * step_ms, start_ms + (i + 1) * step_ms)`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -21,22 +40,10 @@ pub struct Timeline {
 impl Timeline {
     /// An all-zero timeline over `range` in steps of `step_ms`.
     pub fn new(range: TimeRange, step_ms: i64) -> Result<Self, QueryError> {
-        if step_ms <= 0 {
-            return Err(QueryError::InvalidStep { step_ms });
-        }
-        super::check_range(range)?;
-        let span = i128::from(range.end_ms) - i128::from(range.start_ms);
-        let steps = (span + i128::from(step_ms) - 1) / i128::from(step_ms);
-        if steps > i128::from(MAX_TIMELINE_STEPS) {
-            return Err(QueryError::TooManySteps {
-                steps: i64::try_from(steps).unwrap_or(i64::MAX),
-                limit: MAX_TIMELINE_STEPS,
-            });
-        }
         Ok(Self {
             start_ms: range.start_ms,
             step_ms,
-            values: vec![0; steps as usize],
+            values: vec![0; step_count(range, step_ms)?],
         })
     }
 

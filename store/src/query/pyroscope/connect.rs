@@ -17,6 +17,7 @@ use prost::Message;
 pub use body::MAX_QUERY_BODY_BYTES;
 use proto_scan::{Field, Rule, Shape};
 
+use super::exemplars::MAX_PROFILE_IDS;
 use super::{LabelNameScheme, json};
 use super::{MAX_CALL_SITES, MAX_GROUP_BY_ENTRIES, MAX_MATCHER_SETS, MAX_SERIES_LABEL_NAMES};
 use crate::error::ApiError;
@@ -200,20 +201,16 @@ static SERIES: Shape = Shape {
         },
     ],
 };
-/// `profile_id_selector`, which asks for single profiles by their ids.
+/// `profile_id_selector`: single profiles by their exemplar ids.
 const fn profile_id_selector(number: u64) -> Field {
     Field {
         number,
         name: "profileIdSelector",
-        rule: Rule::NotHonoured {
-            asks_for: PROFILE_ID_SELECTOR_ASKS_FOR,
+        rule: Rule::Repeated {
+            max: MAX_PROFILE_IDS,
         },
     }
 }
-
-/// Why a profile id selector is refused, in both codecs.
-pub const PROFILE_ID_SELECTOR_ASKS_FOR: &str =
-    "single profiles by id; Kiln merges whole series, so leave it empty";
 
 /// Why an async query request is refused, in both codecs.
 pub const ASYNC_ASKS_FOR: &str =
@@ -451,37 +448,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_profile_id_selector_on_the_wire_is_refused_not_ignored() {
-        // `profile_id_selector` (field 8 of SelectMergeStacktracesRequest,
-        // 7 of SelectMergeProfileRequest), which kiln-api does not declare.
-        let mut stacktraces = q::SelectMergeStacktracesRequest {
-            label_selector: "{}".into(),
+    fn profile_id_selectors_are_read_within_their_cap() {
+        // `profile_id_selector`: field 8 of SelectMergeStacktracesRequest,
+        // 7 of SelectMergeProfileRequest.
+        let id = "018c2b5e-3f00-7000-8000-000000000400";
+        let read = decode_proto_request::<q::SelectMergeStacktracesRequest>(
+            "SelectMergeStacktraces",
+            &q::SelectMergeStacktracesRequest {
+                profile_id_selector: vec![id.to_owned()],
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        )
+        .expect("one id");
+        assert_eq!(read.profile_id_selector, vec![id.to_owned()]);
+        let over = q::SelectMergeProfileRequest {
+            profile_id_selector: vec![id.to_owned(); MAX_PROFILE_IDS + 1],
             ..Default::default()
         }
         .encode_to_vec();
-        assert!(
-            decode_proto_request::<q::SelectMergeStacktracesRequest>(
-                "SelectMergeStacktraces",
-                &stacktraces
-            )
-            .is_ok()
-        );
-        stacktraces.extend(b"\x42\x02id");
-        let err = decode_proto_request::<q::SelectMergeStacktracesRequest>(
-            "SelectMergeStacktraces",
-            &stacktraces,
-        )
-        .unwrap_err();
+        let err = decode_proto_request::<q::SelectMergeProfileRequest>("SelectMergeProfile", &over)
+            .unwrap_err();
         assert!(err.to_string().contains("profileIdSelector"), "{err}");
-        let err = decode_proto_request::<q::SelectMergeProfileRequest>(
-            "SelectMergeProfile",
-            b"\x3a\x02id",
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("not supported by Kiln"), "{err}");
         // In a Diff, each side is checked.
-        let mut diff = vec![0x12, stacktraces.len() as u8];
-        diff.extend(&stacktraces);
+        let side = q::SelectMergeStacktracesRequest {
+            profile_id_selector: vec![id.to_owned(); MAX_PROFILE_IDS + 1],
+            ..Default::default()
+        };
+        let diff = q::DiffRequest {
+            left: None,
+            right: Some(side),
+        }
+        .encode_to_vec();
         assert!(decode_proto_request::<q::DiffRequest>("Diff", &diff).is_err());
     }
 }

@@ -20,6 +20,7 @@ pub use replies::{
 
 use fields::{StackTraceSelector, StringList, double, enumeration, int64, string};
 
+use super::exemplars::MAX_PROFILE_IDS;
 use super::{MAX_GROUP_BY_ENTRIES, MAX_MATCHER_SETS, MAX_SERIES_LABEL_NAMES};
 use crate::error::ApiError;
 use crate::query::spans::MAX_SELECTED_IDS;
@@ -227,7 +228,9 @@ impl JsonMessage for q::SelectMergeStacktracesRequest {
             "stackTraceSelector" | "stack_trace_selector" => {
                 self.stack_trace_selector = map.next_value_seed(StackTraceSelector)?;
             }
-            "profileIdSelector" | "profile_id_selector" => refuse_profile_ids(map)?,
+            "profileIdSelector" | "profile_id_selector" => {
+                self.profile_id_selector = profile_ids(map)?;
+            }
             "traceIdSelector" | "trace_id_selector" => {
                 self.trace_id_selector = ids(map, "traceIdSelector")?;
             }
@@ -262,22 +265,14 @@ fn refuse_async<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
     )))
 }
 
-/// A profile id selector is read (within the matcher cap) and refused when
-/// it names any profile: answering the whole series instead would answer
-/// another question than the one asked.
-fn refuse_profile_ids<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
-    let ids = StringList {
+/// A profile id selector, refused past its cap while read; each id is
+/// checked when the request is answered.
+fn profile_ids<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Vec<String>, A::Error> {
+    StringList {
         field: "profileIdSelector",
-        max: MAX_MATCHER_SETS,
+        max: MAX_PROFILE_IDS,
     }
-    .read(map)?;
-    if ids.is_empty() {
-        return Ok(());
-    }
-    Err(de::Error::custom(format!(
-        "`profileIdSelector` is not supported by Kiln: it asks for {}",
-        super::connect::PROFILE_ID_SELECTOR_ASKS_FOR
-    )))
+    .read(map)
 }
 
 impl JsonMessage for q::SelectMergeSpanProfileRequest {
@@ -329,7 +324,9 @@ impl JsonMessage for q::SelectMergeProfileRequest {
             "stackTraceSelector" | "stack_trace_selector" => {
                 self.stack_trace_selector = map.next_value_seed(StackTraceSelector)?;
             }
-            "profileIdSelector" | "profile_id_selector" => refuse_profile_ids(map)?,
+            "profileIdSelector" | "profile_id_selector" => {
+                self.profile_id_selector = profile_ids(map)?;
+            }
             "traceIdSelector" | "trace_id_selector" => {
                 self.trace_id_selector = ids(map, "traceIdSelector")?;
             }
@@ -568,22 +565,21 @@ mod tests {
     }
 
     #[test]
-    fn a_profile_id_selector_is_refused_not_ignored() {
+    fn profile_id_selectors_are_read_in_either_spelling_within_their_cap() {
+        let id = "018c2b5e-3f00-7000-8000-000000000400";
         for body in [
-            &br#"{"profileIdSelector":["7c9e6679-7425-40de-944b-e07fc1f90ae7"]}"#[..],
-            br#"{"profile_id_selector":[""]}"#,
+            format!(r#"{{"profileIdSelector":["{id}"]}}"#),
+            format!(r#"{{"profile_id_selector":["{id}"]}}"#),
         ] {
-            let err = select_merge_stacktraces_request(body).unwrap_err();
-            assert!(err.to_string().contains("profileIdSelector"), "{err}");
-            assert_eq!(err.http_status(), 400, "{err}");
-            assert!(select_merge_profile_request(body).is_err());
+            let read = select_merge_stacktraces_request(body.as_bytes()).expect("read");
+            assert_eq!(read.profile_id_selector, vec![id.to_owned()]);
+            let read = select_merge_profile_request(body.as_bytes()).expect("read");
+            assert_eq!(read.profile_id_selector, vec![id.to_owned()]);
         }
-        // Empty, it asks for nothing.
-        let empty = br#"{"profileIdSelector":[],"maxNodes":"16"}"#;
-        assert_eq!(
-            select_merge_stacktraces_request(empty).unwrap().max_nodes,
-            Some(16)
-        );
+        let over = list_body("profileIdSelector", "\"x\"", MAX_PROFILE_IDS + 1);
+        let err = select_merge_stacktraces_request(&over).unwrap_err();
+        assert!(err.to_string().contains("profileIdSelector"), "{err}");
+        assert_eq!(err.http_status(), 400, "{err}");
     }
 
     #[test]

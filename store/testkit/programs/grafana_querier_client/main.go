@@ -24,25 +24,34 @@ import (
 
 // answers is what one codec's calls returned.
 type answers struct {
-	Codec             string   `json:"codec"`
-	ProfileTypes      []string `json:"profile_types"`
-	LabelNames        []string `json:"label_names"`
-	ServiceNames      []string `json:"service_names"`
-	Series            int      `json:"series"`
-	StacktracesTotal  int64    `json:"stacktraces_total"`
-	StacktracesNames  []string `json:"stacktraces_names"`
-	SpanTotal         int64    `json:"span_total"`
-	SpanNames         []string `json:"span_names"`
-	ProfileTotal      int64    `json:"profile_total"`
-	ProfileFunctions  int      `json:"profile_functions"`
-	SeriesTotal       float64  `json:"series_total"`
-	DiffLeftTicks     int64    `json:"diff_left_ticks"`
-	DiffRightTicks    int64    `json:"diff_right_ticks"`
-	DataIngested      bool     `json:"data_ingested"`
-	OldestProfileTime int64    `json:"oldest_profile_time"`
-	NewestProfileTime int64    `json:"newest_profile_time"`
-	SelectHeatmap     string   `json:"select_heatmap"`
-	AnalyzeQuery      string   `json:"analyze_query"`
+	Codec            string   `json:"codec"`
+	ProfileTypes     []string `json:"profile_types"`
+	LabelNames       []string `json:"label_names"`
+	ServiceNames     []string `json:"service_names"`
+	Series           int      `json:"series"`
+	StacktracesTotal int64    `json:"stacktraces_total"`
+	StacktracesNames []string `json:"stacktraces_names"`
+	SpanTotal        int64    `json:"span_total"`
+	SpanNames        []string `json:"span_names"`
+	ProfileTotal     int64    `json:"profile_total"`
+	ProfileFunctions int      `json:"profile_functions"`
+	SeriesTotal      float64  `json:"series_total"`
+	// Exemplars: how many points carried one, whether any outweighed its
+	// point, and the heaviest one opened by its id in both merge calls.
+	Exemplars                int    `json:"exemplars"`
+	ExemplarOverPoint        bool   `json:"exemplar_over_point"`
+	ExemplarID               string `json:"exemplar_id"`
+	ExemplarValue            int64  `json:"exemplar_value"`
+	ExemplarLabels           int    `json:"exemplar_labels"`
+	ExemplarProfileTotal     int64  `json:"exemplar_profile_total"`
+	ExemplarStacktracesTotal int64  `json:"exemplar_stacktraces_total"`
+	DiffLeftTicks            int64  `json:"diff_left_ticks"`
+	DiffRightTicks           int64  `json:"diff_right_ticks"`
+	DataIngested             bool   `json:"data_ingested"`
+	OldestProfileTime        int64  `json:"oldest_profile_time"`
+	NewestProfileTime        int64  `json:"newest_profile_time"`
+	SelectHeatmap            string `json:"select_heatmap"`
+	AnalyzeQuery             string `json:"analyze_query"`
 }
 
 func call(codec string, client querierv1connect.QuerierServiceClient, profileType, selector string, start, end int64, span string) (*answers, error) {
@@ -107,14 +116,50 @@ func call(codec string, client querierv1connect.QuerierServiceClient, profileTyp
 	step := float64(end-start) / 1000 / 10
 	points, err := client.SelectSeries(ctx, connect.NewRequest(&querierv1.SelectSeriesRequest{
 		ProfileTypeID: profileType, LabelSelector: selector, Start: start, End: end, Step: step,
+		ExemplarType: typesv1.ExemplarType_EXEMPLAR_TYPE_INDIVIDUAL,
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("SelectSeries: %w", err)
 	}
+	var heaviest *typesv1.Exemplar
 	for _, s := range points.Msg.Series {
 		for _, p := range s.Points {
 			out.SeriesTotal += p.Value
+			for _, e := range p.Exemplars {
+				out.Exemplars++
+				if float64(e.Value) > p.Value {
+					out.ExemplarOverPoint = true
+				}
+				if heaviest == nil || e.Value > heaviest.Value {
+					heaviest = e
+				}
+			}
 		}
+	}
+	if heaviest != nil {
+		out.ExemplarID = heaviest.ProfileId
+		out.ExemplarValue = heaviest.Value
+		out.ExemplarLabels = len(heaviest.Labels)
+		one, err := client.SelectMergeProfile(ctx, connect.NewRequest(&querierv1.SelectMergeProfileRequest{
+			ProfileTypeID: profileType, LabelSelector: selector, Start: start, End: end,
+			ProfileIdSelector: []string{heaviest.ProfileId},
+		}))
+		if err != nil {
+			return nil, fmt.Errorf("SelectMergeProfile by profile id: %w", err)
+		}
+		for _, sample := range one.Msg.Sample {
+			if len(sample.Value) > 0 {
+				out.ExemplarProfileTotal += sample.Value[0]
+			}
+		}
+		graph, err := client.SelectMergeStacktraces(ctx, connect.NewRequest(&querierv1.SelectMergeStacktracesRequest{
+			ProfileTypeID: profileType, LabelSelector: selector, Start: start, End: end,
+			ProfileIdSelector: []string{heaviest.ProfileId},
+		}))
+		if err != nil {
+			return nil, fmt.Errorf("SelectMergeStacktraces by profile id: %w", err)
+		}
+		out.ExemplarStacktracesTotal = graph.Msg.Flamegraph.GetTotal()
 	}
 
 	side := func() *querierv1.SelectMergeStacktracesRequest {

@@ -208,9 +208,22 @@ pub fn diff_response(r: &q::DiffResponse) -> Result<Vec<u8>, ApiError> {
 /// `querier.v1.SelectSeriesResponse`.
 pub fn select_series_response(r: &q::SelectSeriesResponse) -> Result<Vec<u8>, ApiError> {
     #[derive(Serialize)]
-    struct Point {
+    #[serde(rename_all = "camelCase")]
+    struct Exemplar<'a, L> {
+        timestamp: Text<i64>,
+        profile_id: &'a str,
+        #[serde(skip_serializing_if = "str::is_empty")]
+        span_id: &'a str,
+        value: Text<i64>,
+        labels: L,
+    }
+    #[derive(Serialize)]
+    struct Point<E> {
         value: f64,
         timestamp: Text<i64>,
+        // Protobuf JSON leaves an empty list out.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        exemplars: Option<E>,
     }
     #[derive(Serialize)]
     struct Series<L, P> {
@@ -227,6 +240,15 @@ pub fn select_series_response(r: &q::SelectSeriesResponse) -> Result<Vec<u8>, Ap
             points: each(&s.points, |p| Point {
                 value: p.value,
                 timestamp: Text(p.timestamp),
+                exemplars: (!p.exemplars.is_empty()).then(|| {
+                    each(&p.exemplars, |e| Exemplar {
+                        timestamp: Text(e.timestamp),
+                        profile_id: &e.profile_id,
+                        span_id: &e.span_id,
+                        value: Text(e.value),
+                        labels: pairs(&e.labels),
+                    })
+                }),
             }),
         }),
     })
@@ -429,16 +451,37 @@ mod tests {
                     name: "env".to_owned(),
                     value: "prod".to_owned(),
                 }],
-                points: vec![t::Point {
-                    value: 1.5,
-                    timestamp: 1_700_000_000_000,
-                }],
+                points: vec![
+                    t::Point {
+                        value: 1.5,
+                        timestamp: 1_700_000_000_000,
+                        exemplars: vec![],
+                    },
+                    t::Point {
+                        value: 2.0,
+                        timestamp: 1_700_000_010_000,
+                        exemplars: vec![t::Exemplar {
+                            timestamp: 1_700_000_012_345,
+                            profile_id: "018bcfe5-6839-7000-8000-000000000400".to_owned(),
+                            span_id: String::new(),
+                            value: 2,
+                            labels: vec![t::LabelPair {
+                                name: "pod".to_owned(),
+                                value: "a".to_owned(),
+                            }],
+                        }],
+                    },
+                ],
             }],
         };
         assert_eq!(
             parsed(select_series_response(&series)),
             json!({"series": [{"labels": [{"name": "env", "value": "prod"}],
-                "points": [{"value": 1.5, "timestamp": "1700000000000"}]}]})
+                "points": [{"value": 1.5, "timestamp": "1700000000000"},
+                    {"value": 2.0, "timestamp": "1700000010000",
+                     "exemplars": [{"timestamp": "1700000012345",
+                        "profileId": "018bcfe5-6839-7000-8000-000000000400",
+                        "value": "2", "labels": [{"name": "pod", "value": "a"}]}]}]}]})
         );
         let types = q::ProfileTypesResponse {
             profile_types: vec![t::ProfileType {

@@ -11,8 +11,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use kiln_engine::model::{BlockMeta, LabelSet, Matcher, ProfileType, Selector, TimeRange};
 use kiln_engine::query::interrupt::run_interruptible;
 use kiln_engine::{
-    Block, BlockError, CompiledMatcher, CompiledSelector, QueryError, Queryable, Timeline,
-    compile_matchers,
+    Block, BlockError, CompiledMatcher, CompiledSelector, QueryError, Queryable, StepExemplars,
+    Timeline, compile_matchers,
 };
 
 use super::cache::Evicted;
@@ -509,6 +509,26 @@ impl Store {
             move || CompiledSelector::new(&selector),
             move || timeline.clone(),
             move |s, q, acc| q.timeline_into(s, range, acc),
+        )
+        .await
+    }
+
+    /// Per step of [`Store::timeline`]'s shape, the selection's heaviest
+    /// single profile (a series at one millisecond).
+    pub async fn exemplars(
+        &self,
+        selector: &Selector,
+        range: TimeRange,
+        step_ms: i64,
+    ) -> Result<StepExemplars, StorageError> {
+        let selector = selector.clone();
+        let exemplars =
+            StepExemplars::new(range, step_ms).map_err(|source| StorageError::Query { source })?;
+        self.visit_all(
+            range,
+            move || CompiledSelector::new(&selector),
+            move || exemplars.clone(),
+            move |s, q, acc| q.exemplars_into(s, range, acc),
         )
         .await
     }
