@@ -26,19 +26,43 @@ use crate::state::AppState;
 const DEFAULT_MAX_NODES: usize = 8192;
 const MAX_MAX_NODES: usize = 1 << 20;
 
+/// An error a query endpoint answers with: its own response, and the
+/// reason the rejection metrics count it under. Kiln's API answers
+/// [`ApiError`]s; the Prometheus-compatible one answers in Prometheus'
+/// error shape.
+pub(crate) trait QueryRejection: IntoResponse + From<ApiError> {
+    /// The `reason` label of the rejection metrics.
+    fn reason(&self) -> &'static str;
+}
+
+impl QueryRejection for ApiError {
+    fn reason(&self) -> &'static str {
+        ApiError::reason(self)
+    }
+}
+
 /// Runs `work`, timing it and counting failures, and renders errors.
 pub(crate) async fn timed<T: IntoResponse>(
     state: &AppState,
     endpoint: &'static str,
     work: impl AsyncFnOnce(&Store) -> Result<T, ApiError>,
 ) -> Response {
+    timed_as(state, endpoint, work).await
+}
+
+/// [`timed`], for an endpoint that answers errors of its own shape.
+pub(crate) async fn timed_as<T: IntoResponse, E: QueryRejection>(
+    state: &AppState,
+    endpoint: &'static str,
+    work: impl AsyncFnOnce(&Store) -> Result<T, E>,
+) -> Response {
     let started = Instant::now();
     let result = match state.admit_query() {
         Ok(_permit) => match state.store() {
             Ok(store) => work(store).await,
-            Err(err) => Err(err),
+            Err(err) => Err(E::from(err)),
         },
-        Err(err) => Err(err),
+        Err(err) => Err(E::from(err)),
     };
     state.metrics().record_query(endpoint, started.elapsed());
     match result {

@@ -24,6 +24,7 @@ use kiln_storage::Store;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
+use crate::query::http::{QueryRejection, timed_as};
 use crate::query::params::Params;
 use crate::state::AppState;
 use crate::wire::body::read_body;
@@ -130,6 +131,12 @@ impl From<ApiError> for PromError {
 impl From<kiln_storage::StorageError> for PromError {
     fn from(source: kiln_storage::StorageError) -> Self {
         ApiError::from(source).into()
+    }
+}
+
+impl QueryRejection for PromError {
+    fn reason(&self) -> &'static str {
+        self.kind
     }
 }
 
@@ -438,28 +445,14 @@ pub async fn buildinfo() -> Response {
     }))
 }
 
-/// Runs `work` under a query slot, timed and counted like `/api/v1`.
+/// Runs `work` under a query slot, timed and counted like `/api/v1`,
+/// answering errors in Prometheus' shape.
 async fn answer(
     state: &AppState,
     endpoint: &'static str,
     work: impl AsyncFnOnce(&Store) -> Result<Response, PromError>,
 ) -> Response {
-    let started = std::time::Instant::now();
-    let result = match state.admit_query() {
-        Ok(_permit) => match state.store() {
-            Ok(store) => work(store).await,
-            Err(err) => Err(err.into()),
-        },
-        Err(err) => Err(err.into()),
-    };
-    state.metrics().record_query(endpoint, started.elapsed());
-    match result {
-        Ok(response) => response,
-        Err(err) => {
-            state.metrics().record_rejection(endpoint, err.kind);
-            err.into_response()
-        }
-    }
+    timed_as(state, endpoint, work).await
 }
 
 #[cfg(test)]

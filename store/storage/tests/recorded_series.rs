@@ -398,6 +398,47 @@ async fn recorded_retention_deletes_old_files() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retention_lease_holder_expires_a_gone_replicas_files() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut config = recording_config(root.path());
+    config.recorded_retention = Duration::from_secs(24 * 3600);
+    let store = open(root.path(), config).await;
+    let (_, second) = two_days(&store).await;
+    let day1 = day0() + DAY_MS;
+    // Every file now belongs to a replica that is gone: no one would
+    // merge them, and before, no one deleted them either.
+    let gone = root.path().join("bucket/recorded/gone-replica");
+    std::fs::rename(recorded_dir(root.path()), &gone).expect("the files change hands");
+    // The local bucket removes a folder once its last file is deleted.
+    let gone_files = || std::fs::read_dir(&gone).map_or(0, |files| files.count());
+    let listed = gone_files();
+
+    let upkeep = store
+        .maintain_recorded(day1 + DAY_MS)
+        .await
+        .expect("maintain");
+    assert_eq!(
+        upkeep,
+        RecordedUpkeep {
+            merged: 0,
+            deleted: 3
+        },
+        "day 0's 3 files expired; another replica's files are never merged here"
+    );
+    assert_eq!(gone_files(), listed - 3);
+    assert_eq!(
+        recorded_sum(&store, day1, day1 + DAY_MS).await,
+        second,
+        "the gone replica's files that are not expired still answer"
+    );
+    store
+        .maintain_recorded(day1 + 10 * DAY_MS)
+        .await
+        .expect("maintain");
+    assert_eq!(gone_files(), 0, "every file of the gone replica expired");
+}
+
 /// Six profiles of two pods within a minute of the base time; their total.
 async fn ingest_six(store: &Store) -> i64 {
     let mut sum = 0;

@@ -54,21 +54,22 @@ fn is_settled(name: &RecordedName, now_ms: i64) -> bool {
 
 impl Store {
     /// Merges this replica's recorded files whose time is past (see the
-    /// module docs) and deletes those older than `recorded_retention`.
+    /// module docs) and deletes those older than `recorded_retention`
+    /// (every replica's, while this one holds the retention lease).
     pub async fn maintain_recorded(&self, now_ms: i64) -> Result<RecordedUpkeep, StorageError> {
         let shared = &self.shared;
         let replica = shared.config.replica.as_str();
         let mut upkeep = RecordedUpkeep::default();
-        let own: Vec<RecordedName> = shared
-            .bucket
-            .list_recorded()
-            .await?
-            .into_iter()
-            .filter(|n| n.replica == replica)
-            .collect();
+        let listed = shared.bucket.list_recorded().await?;
         let horizon = now_ms.saturating_sub(millis(shared.config.recorded_retention));
-        let (expired, kept): (Vec<RecordedName>, Vec<RecordedName>) =
-            own.into_iter().partition(|n| n.end_ms <= horizon);
+        // Each replica expires its own files; the one that holds the
+        // retention lease (as for blocks) also expires those of replicas
+        // that are gone, which no one else would ever delete.
+        let sweeps_all = self.hold_retention_lease().await;
+        let (expired, rest): (Vec<RecordedName>, Vec<RecordedName>) = listed
+            .into_iter()
+            .partition(|n| n.end_ms <= horizon && (sweeps_all || n.replica == replica));
+        let kept: Vec<RecordedName> = rest.into_iter().filter(|n| n.replica == replica).collect();
         for name in &expired {
             shared.bucket.delete_recorded(name).await?;
             shared.recorded.forget(&name.file_name());
