@@ -28,8 +28,12 @@
 # over WriteRaw (--store), the peer over OTLP gRPC. The peer is built once
 # by lib.sh's build_otel_peer (outside the repository).
 #
+# PEER=none runs Kiln's agent alone (where the peer cannot be built: it is
+# fetched from the Go module proxy); the Go build is then helm's
+# (e2e/cluster/helm, modules from ./kiln-dev's cache), not the peer's.
+#
 # Usage (root): agent/bench/peer_otel.sh [steady|rust|go]...  (default: all)
-#   env: KILN_AGENT (a release kiln-agent; else built here), KILN_STORE,
+#   env: KILN_AGENT (a release kiln-agent; else built here), KILN_STORE, PEER,
 #        HZ (19), SECONDS_STEADY (60), CHURN_SECONDS (90), ROUNDS (2),
 #        WARMUP (20), OTEL_PROFILER_VERSION, KEEP_DIR (/tmp/peer-otel-keep:
 #        the last run's folded stacks, agent logs and Kiln's metrics)
@@ -48,7 +52,8 @@ keep="${KEEP_DIR:-/tmp/peer-otel-keep}"
 modes=("$@")
 [ "${#modes[@]}" -gt 0 ] || modes=(steady rust go)
 
-peer="$(build_otel_peer)"
+peer=""
+[ "${PEER:-otel}" = none ] || peer="$(build_otel_peer)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/kiln-target}"
 if [ -z "${KILN_AGENT:-}" ]; then
   cargo build --release -q -p kiln-agent --manifest-path "$repo/Cargo.toml"
@@ -89,7 +94,7 @@ start_store() {
   exit 1
 }
 start_store "$kiln_port"
-start_store "$peer_port"
+[ -z "$peer" ] || start_store "$peer_port"
 
 # --- the agents, as shipped: whole machine, no flags in any program ---
 start_agents() {
@@ -98,18 +103,21 @@ start_agents() {
   "$KILN_AGENT" --all --frequency "$hz" --store "http://127.0.0.1:$kiln_port" \
     --metrics-addr "127.0.0.1:$metrics_port" 2>"$work/kiln.log" 9>&- &
   kiln_pid=$!
-  "$peer" -samples-per-second "$hz" -collection-agent "127.0.0.1:$peer_port" \
-    -disable-tls >"$work/peer.log" 2>&1 9>&- &
-  peer_pid=$!
+  peer_pid=""
+  if [ -n "$peer" ]; then
+    "$peer" -samples-per-second "$hz" -collection-agent "127.0.0.1:$peer_port" \
+      -disable-tls >"$work/peer.log" 2>&1 9>&- &
+    peer_pid=$!
+  fi
   sleep "$warmup"
   kill -0 "$kiln_pid" || { tail -20 "$work/kiln.log"; exit 1; }
-  kill -0 "$peer_pid" || { tail -20 "$work/peer.log"; exit 1; }
+  [ -z "$peer" ] || kill -0 "$peer_pid" || { tail -20 "$work/peer.log"; exit 1; }
 }
 stop_agents() {
   sleep 12 # the last window of each reaches its store
   curl -s "http://127.0.0.1:$metrics_port/metrics" >"$work/kiln.metrics" || true
-  kill -TERM "$kiln_pid" "$peer_pid" 2>/dev/null || true
-  wait "$kiln_pid" "$peer_pid" 2>/dev/null || true
+  kill -TERM "$kiln_pid" $peer_pid 2>/dev/null || true
+  wait "$kiln_pid" $peer_pid 2>/dev/null || true
   flock -u 9
 }
 # Processes created on the host since boot (forks and clones of threads
@@ -121,19 +129,20 @@ measure_both() {
   local seconds="$1" label="$2" tk k0 k1 p0 p1 kb0 kb1 pb0 pb1 f0 f1
   tk="$(getconf CLK_TCK)"
   echo "$label: load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  k0="$(cpu_ticks "$kiln_pid")"; p0="$(cpu_ticks "$peer_pid")"
-  kb0="$(bpf_run_time_ns "$kiln_pid")"; pb0="$(bpf_run_time_ns "$peer_pid")"
+  k0="$(cpu_ticks "$kiln_pid")"; kb0="$(bpf_run_time_ns "$kiln_pid")"
+  [ -z "$peer" ] || { p0="$(cpu_ticks "$peer_pid")"; pb0="$(bpf_run_time_ns "$peer_pid")"; }
   f0="$(forks)"
   window_from="$(date +%s)"
   sleep "$seconds"
   window_to="$(date +%s)"
   f1="$(forks)"
   new_processes=$((f1 - f0))
-  k1="$(cpu_ticks "$kiln_pid")"; p1="$(cpu_ticks "$peer_pid")"
-  kb1="$(bpf_run_time_ns "$kiln_pid")"; pb1="$(bpf_run_time_ns "$peer_pid")"
+  k1="$(cpu_ticks "$kiln_pid")"; kb1="$(bpf_run_time_ns "$kiln_pid")"
+  [ -z "$peer" ] || { p1="$(cpu_ticks "$peer_pid")"; pb1="$(bpf_run_time_ns "$peer_pid")"; }
   echo "$label: load average after: $(cut -d' ' -f1-3 /proc/loadavg); new processes on the host: $new_processes"
   report_agent "$label" kiln "$kiln_pid" "$((k1 - k0))" "$((kb1 - kb0))" "$tk" "$seconds"
-  report_agent "$label" otel-ebpf-profiler "$peer_pid" "$((p1 - p0))" "$((pb1 - pb0))" "$tk" "$seconds"
+  [ -z "$peer" ] ||
+    report_agent "$label" otel-ebpf-profiler "$peer_pid" "$((p1 - p0))" "$((pb1 - pb0))" "$tk" "$seconds"
 }
 report_agent() {
   local label="$1" name="$2" pid="$3" dt="$4" db="$5" tk="$6" s="$7" peak
@@ -349,7 +358,11 @@ steady() {
   measure_both "$steady_seconds" "steady ${#pids[@]} programs hz=$hz ${steady_seconds}s"
   stop_agents
   folded_by_pid "$kiln_port" pid >"$work/kiln.folded"
-  folded_by_pid "$peer_port" process.pid >"$work/peer.folded"
+  if [ -n "$peer" ]; then
+    folded_by_pid "$peer_port" process.pid >"$work/peer.folded"
+  else
+    : >"$work/peer.folded"
+  fi
   local runtime
   for runtime in java17 java25-forky node20 node24-forky ruby3.1 python3.11 python3.13-forky go-stripped; do
     [ -n "${runtime_pids[$runtime]:-}" ] || continue
@@ -383,6 +396,15 @@ TOML
 }
 go_build_loop() {
   local src
+  if [ -z "$peer" ]; then
+    # helm, offline, from the modules ./kiln-dev test keeps.
+    while true; do
+      rm -rf "$work/gocache"
+      (cd "$repo/e2e/cluster/helm" && GOCACHE="$work/gocache" GOFLAGS=-mod=readonly \
+        GOPROXY=off GOTOOLCHAIN=local GOMODCACHE="$tools/go/mod" CGO_ENABLED=0 \
+        go build -a -o /dev/null helm.sh/helm/v3/cmd/helm >/dev/null 2>&1) || sleep 1
+    done
+  fi
   src="$(dirname "$peer")/src-${OTEL_PROFILER_VERSION:-v0.0.202633}"
   while true; do
     rm -rf "$work/gocache"
@@ -413,7 +435,7 @@ pkill_tree() {
   kill -KILL "$1" 2>/dev/null || true
 }
 
-echo "peer_otel: $(nproc) CPUs, $(uname -r), kiln-agent $KILN_AGENT, peer $peer"
+echo "peer_otel: $(nproc) CPUs, $(uname -r), kiln-agent $KILN_AGENT, peer ${peer:-none}"
 for mode in "${modes[@]}"; do
   case "$mode" in
     steady) steady ;;

@@ -446,10 +446,8 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             .cached_processes
             .set(self.processes.cached_processes() as u64);
         self.metrics.queue_length.set(self.queue.len() as u64);
-        // blazesym keeps every ELF file it read mapped, and the symbol-table
-        // pages it touched stay resident. Names already found are cached by
-        // (file, offset), so unmapping after each window costs little
-        // CPU and keeps RSS from growing with every binary ever seen.
+        // Symbol indexes not looked up for a few windows are dropped, so RSS
+        // does not grow with every binary ever seen.
         self.processes.take_file_evictions();
         self.metrics.add_drop(
             "open_file_budget_spent",

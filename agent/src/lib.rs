@@ -35,6 +35,7 @@ pub mod safe_open;
 pub mod sample_source;
 pub mod sampler;
 pub mod ship;
+pub mod symbol_index;
 pub mod symbol_objects;
 pub mod symbolize;
 pub mod target_set;

@@ -56,11 +56,11 @@ pub struct AgentMetrics {
     unwind_objects: Mutex<BTreeMap<&'static str, u64>>,
     /// Bytes of unwind sections cached.
     pub unwind_cache_bytes: Counter,
-    /// ELF objects' symbol tables copied and indexed (see `symbol_objects`).
+    /// ELF objects' symbol tables indexed (see `symbol_objects`).
     pub symbol_objects_loaded: Counter,
     /// Of those, dropped to stay within their byte budget.
     pub symbol_objects_evicted: Counter,
-    /// Bytes of symbol-table copies held now.
+    /// Bytes of symbol indexes and the names read through them held now.
     pub symbol_object_bytes: Counter,
     /// Processes checked for CPython, by result.
     python_processes: Mutex<BTreeMap<&'static str, u64>>,
@@ -289,18 +289,18 @@ impl AgentMetrics {
             ),
             Family::counter(
                 "kiln_agent_symbol_objects_loaded_total",
-                "ELF objects whose symbol tables were copied and indexed for naming frames \
-                 (each a full read of the tables; objects are kept across windows).",
+                "ELF objects whose symbol tables were indexed for naming frames \
+                 (each a full read of the tables; indexes are kept across windows).",
                 self.symbol_objects_loaded.get(),
             ),
             Family::counter(
                 "kiln_agent_symbol_objects_evicted_total",
-                "Indexed ELF objects dropped to keep their copies within the byte budget.",
+                "Indexed ELF objects dropped to keep their indexes within the byte budget.",
                 self.symbol_objects_evicted.get(),
             ),
             Family::gauge(
                 "kiln_agent_symbol_object_bytes",
-                "Bytes of ELF symbol-table copies held for naming frames.",
+                "Bytes of ELF symbol indexes and names held for naming frames.",
                 self.symbol_object_bytes.get(),
             ),
             Family::gauge(

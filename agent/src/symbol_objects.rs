@@ -1,33 +1,32 @@
-//! ELF objects' symbol tables, ready to be looked up, kept from one window
-//! to the next by file identity within a byte budget.
+//! ELF objects' symbol indexes, kept from one window to the next by file
+//! identity within a byte budget.
 //!
-//! Naming a file offset takes a sealed copy of the object's symbol tables
-//! (`elf_symbols::symbolization_copy`) and an address index blazesym sorts
-//! over every symbol. For a compiler's shared library (rustc's
-//! `librustc_driver` and `libLLVM`, about 27 MB of tables each) that is the
-//! agent's largest cost on a node that builds: every new compiler process
-//! samples offsets never named before, and making the copy and the index
-//! again in each window cost more than everything else the agent does.
-//! Each object here has a blazesym symbolizer of its own, so one object
-//! can be dropped without the others; objects idle for a window are
-//! dropped, and the least recently used ones go first when a new copy would
-//! not fit the budget.
+//! Naming a file offset needs an address index over the object's symbols.
+//! For a compiler's shared library (rustc's `librustc_driver` and
+//! `libLLVM`, 165,000 and 258,000 symbols) building it is the agent's
+//! largest cost on a node that builds: every new compiler process samples
+//! offsets never named before. So indexes are kept across windows; they
+//! are compact (`symbol_index`: twelve bytes a symbol, names left in the
+//! file), so keeping one costs a few MiB, not the object's tables. Objects
+//! idle for a few windows are dropped, and the least recently used ones go
+//! first when a new index would not fit the budget.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::path::PathBuf;
+use std::collections::hash_map::Entry;
+use std::sync::Arc;
 
-use blazesym::symbolize as blaze;
-
-use crate::elf_symbols::ElfCopyError;
+use crate::elf_symbols::{ElfSymbolsError, read_symbol_index, read_symbol_name};
 use crate::process_info::{FileIdentity, MappedFile};
+use crate::symbol_index::{SymbolIndex, SymbolTableKind};
 
-/// One object's sealed copy and the symbolizer that has read it.
+/// One object's index and the names read through it.
 #[derive(Debug)]
 struct HeldObject {
-    symbolizer: blaze::Symbolizer,
-    copy: File,
-    /// Allocated bytes of the (sparse) copy.
+    index: SymbolIndex,
+    /// Names by symbol, demangled, each read once: every offset in a
+    /// function shares its name (`None`: unreadable).
+    names: HashMap<(SymbolTableKind, u32), Option<Arc<str>>>,
+    /// Heap bytes of the index and the names.
     bytes: u64,
     /// The window it was last looked up in.
     last_window: u64,
@@ -40,7 +39,7 @@ pub struct SymbolObjects {
     held_bytes: u64,
     budget_bytes: u64,
     window: u64,
-    /// Copies made (each one a full read and index of an object's tables).
+    /// Indexes built (each a full read of an object's symbol tables).
     loads: u64,
     /// Objects dropped to make room within the budget.
     evictions: u64,
@@ -53,9 +52,13 @@ pub struct SymbolObjects {
 /// half a minute later.
 const IDLE_WINDOWS: u64 = 3;
 
+/// What a name costs besides its bytes: the `Arc` header, its map slot,
+/// and the allocator's rounding.
+const NAME_OVERHEAD_BYTES: u64 = 64;
+
 impl SymbolObjects {
-    /// Holds at most `budget_bytes` of copies (one larger copy is still
-    /// held alone, so that it can be looked up at all).
+    /// Holds at most `budget_bytes` of indexes and names (one larger
+    /// object is still held alone, so that it can be looked up at all).
     pub fn new(budget_bytes: u64) -> SymbolObjects {
         SymbolObjects {
             held: HashMap::new(),
@@ -67,44 +70,56 @@ impl SymbolObjects {
         }
     }
 
-    /// The symbolizer for `file` and the `/proc/self/fd/N` path of its
-    /// copy, which it keys its state by. The copy is made on first use,
-    /// with at most `max_copy_bytes`.
-    pub fn get(
+    /// The names of `offsets` (file offsets) in `file`, in order. The
+    /// index is built on first use, refused when the object's symbol and
+    /// string tables hold more than `max_table_bytes`.
+    pub fn names(
         &mut self,
         identity: FileIdentity,
         file: &MappedFile,
-        max_copy_bytes: u64,
-    ) -> Result<(&blaze::Symbolizer, PathBuf), ElfCopyError> {
-        use std::os::fd::AsRawFd;
-        use std::os::unix::fs::MetadataExt;
-        let window = self.window;
-        let fresh = if self.held.contains_key(&identity) {
-            None
-        } else {
-            let copy = crate::elf_symbols::symbolization_copy(&file.file, max_copy_bytes)?;
-            // The copy is sparse: its allocated blocks are what it costs.
-            let bytes = copy
-                .metadata()
-                .map_or(0, |m| m.blocks().saturating_mul(512));
+        max_table_bytes: u64,
+        offsets: &[u64],
+    ) -> Result<Vec<Option<Arc<str>>>, ElfSymbolsError> {
+        if !self.held.contains_key(&identity) {
+            let index = read_symbol_index(&file.file, max_table_bytes)?;
+            let bytes = index.held_bytes();
             self.make_room(bytes);
             self.loads += 1;
             self.held_bytes = self.held_bytes.saturating_add(bytes);
-            Some(HeldObject {
-                symbolizer: new_symbolizer(),
-                copy,
-                bytes,
-                last_window: window,
+            self.held.insert(
+                identity,
+                HeldObject {
+                    index,
+                    names: HashMap::new(),
+                    bytes,
+                    last_window: self.window,
+                },
+            );
+        }
+        let Some(held) = self.held.get_mut(&identity) else {
+            // Inserted above; nothing is dropped in between.
+            return Ok(vec![None; offsets.len()]);
+        };
+        held.last_window = self.window;
+        let mut added = 0u64;
+        let names = offsets
+            .iter()
+            .map(|&offset| {
+                let found = held.index.find(offset)?;
+                match held.names.entry((found.table, found.position)) {
+                    Entry::Occupied(name) => name.get().clone(),
+                    Entry::Vacant(slot) => {
+                        let name = read_symbol_name(&file.file, &found)
+                            .map(|raw| Arc::<str>::from(demangle(&raw)));
+                        added += NAME_OVERHEAD_BYTES + name.as_ref().map_or(0, |n| n.len() as u64);
+                        slot.insert(name).clone()
+                    }
+                }
             })
-        };
-        let held = match fresh {
-            Some(object) => self.held.entry(identity).or_insert(object),
-            // Present: checked above, and nothing was dropped since.
-            None => self.held.get_mut(&identity).ok_or(ElfCopyError::NotElf)?,
-        };
-        held.last_window = window;
-        let path = PathBuf::from(format!("/proc/self/fd/{}", held.copy.as_raw_fd()));
-        Ok((&held.symbolizer, path))
+            .collect();
+        held.bytes = held.bytes.saturating_add(added);
+        self.held_bytes = self.held_bytes.saturating_add(added);
+        Ok(names)
     }
 
     /// Drops the least recently used objects until `incoming` more bytes fit.
@@ -131,7 +146,8 @@ impl SymbolObjects {
     }
 
     /// Ends a window: objects without lookups in the last [`IDLE_WINDOWS`]
-    /// windows are dropped.
+    /// windows are dropped, and so is the oldest when names read this
+    /// window took the total past the budget.
     pub fn end_window(&mut self) {
         let keep_since = self.window.saturating_sub(IDLE_WINDOWS - 1);
         let idle: Vec<FileIdentity> = self
@@ -143,6 +159,9 @@ impl SymbolObjects {
         for identity in &idle {
             self.drop_object(identity);
         }
+        if self.held.len() > 1 {
+            self.make_room(0);
+        }
         self.window += 1;
     }
 
@@ -152,12 +171,12 @@ impl SymbolObjects {
         self.held_bytes = 0;
     }
 
-    /// Bytes of copies held now.
+    /// Bytes of indexes and names held now.
     pub fn held_bytes(&self) -> u64 {
         self.held_bytes
     }
 
-    /// Copies made since start (each a full read and index of an object).
+    /// Indexes built since start (each a full read of an object's tables).
     pub fn loads(&self) -> u64 {
         self.loads
     }
@@ -168,13 +187,17 @@ impl SymbolObjects {
     }
 }
 
-/// A blazesym symbolizer for ELF symbols only, names demangled.
-pub fn new_symbolizer() -> blaze::Symbolizer {
-    blaze::Symbolizer::builder()
-        .enable_code_info(false)
-        .enable_inlined_fns(false)
-        .enable_demangling(true)
-        .build()
+/// A symbol's name as people read it: Rust (legacy and v0, without the
+/// hash) or C++ demangled, else as it is (C, or a name neither scheme
+/// parses). Rust is tried first: a legacy Rust name is also valid C++.
+pub fn demangle(raw: &str) -> String {
+    if let Ok(rust) = rustc_demangle::try_demangle(raw) {
+        return format!("{rust:#}");
+    }
+    cpp_demangle::Symbol::new(raw)
+        .ok()
+        .and_then(|symbol| symbol.demangle().ok())
+        .unwrap_or_else(|| raw.to_owned())
 }
 
 #[cfg(test)]
@@ -182,10 +205,14 @@ mod tests {
     use super::*;
     use crate::proc_maps::MappingKind;
     use crate::process_info::{ProcessTable, boottime_ns_to_ticks, parse_stat_start_ticks};
-    use std::sync::Arc;
 
-    /// Two distinct ELF objects this test process maps (itself and a
-    /// library), opened as the agent opens them.
+    #[inline(never)]
+    fn kiln_held_marker() -> u64 {
+        std::hint::black_box(11)
+    }
+
+    /// Two distinct ELF objects this test process maps (itself first, then
+    /// a library), opened as the agent opens them.
     fn two_objects() -> Vec<Arc<MappedFile>> {
         let stat = std::fs::read_to_string("/proc/self/stat").expect("own stat");
         let ticks = parse_stat_start_ticks(&stat).expect("start time");
@@ -211,47 +238,94 @@ mod tests {
         objects
     }
 
+    /// The file offset of `kiln_held_marker` in the test binary.
+    fn marker_offset() -> u64 {
+        let address = kiln_held_marker as *const () as u64;
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("own maps");
+        let maps = crate::proc_maps::parse_executable_maps(&maps).expect("parse");
+        let index = crate::proc_maps::find_mapping(&maps, address).expect("mapped");
+        maps[index].file_offset_of(address)
+    }
+
     #[test]
-    fn an_object_is_copied_once_while_it_is_looked_up() {
+    fn an_object_is_indexed_once_while_it_is_looked_up() {
         let objects = two_objects();
         let mut held = SymbolObjects::new(u64::MAX);
         for _ in 0..5 {
-            held.get(objects[0].identity, &objects[0], u64::MAX)
-                .expect("copied");
+            held.names(objects[0].identity, &objects[0], u64::MAX, &[0])
+                .expect("indexed");
             held.end_window();
         }
         assert_eq!(held.loads(), 1);
         assert!(held.held_bytes() > 0);
-        // Idle for longer than IDLE_WINDOWS: dropped, and copied again.
+        // Idle for longer than IDLE_WINDOWS: dropped, and indexed again.
         for _ in 0..=IDLE_WINDOWS {
             held.end_window();
         }
         assert_eq!(held.held_bytes(), 0);
-        held.get(objects[0].identity, &objects[0], u64::MAX)
-            .expect("copied");
+        held.names(objects[0].identity, &objects[0], u64::MAX, &[0])
+            .expect("indexed");
         assert_eq!(held.loads(), 2);
+    }
+
+    #[test]
+    fn offsets_in_one_function_share_its_demangled_name() {
+        assert_eq!(kiln_held_marker(), 11);
+        let objects = two_objects();
+        let offset = marker_offset();
+        let mut held = SymbolObjects::new(u64::MAX);
+        let names = held
+            .names(
+                objects[0].identity,
+                &objects[0],
+                u64::MAX,
+                &[offset, offset + 1],
+            )
+            .expect("indexed");
+        let first = names[0].as_ref().expect("named");
+        assert!(first.ends_with("kiln_held_marker"), "demangled: {first}");
+        assert!(!first.contains("::h"), "without the hash: {first}");
+        let second = names[1].as_ref().expect("named");
+        assert!(Arc::ptr_eq(first, second), "one allocation for both");
+        assert!(matches!(
+            held.names(objects[1].identity, &objects[1], 1, &[0]),
+            Err(ElfSymbolsError::TooLarge { .. })
+        ));
     }
 
     #[test]
     fn the_least_recently_used_object_makes_room() {
         let objects = two_objects();
         let mut held = SymbolObjects::new(u64::MAX);
-        held.get(objects[0].identity, &objects[0], u64::MAX)
-            .expect("copied");
+        held.names(objects[0].identity, &objects[0], u64::MAX, &[])
+            .expect("indexed");
         let first = held.held_bytes();
+        held.names(objects[1].identity, &objects[1], u64::MAX, &[])
+            .expect("indexed");
+        let second = held.held_bytes() - first;
         // A budget that holds either object but not both.
-        let mut held = SymbolObjects::new(first);
-        held.get(objects[0].identity, &objects[0], u64::MAX)
-            .expect("copied");
+        let mut held = SymbolObjects::new(first.max(second));
+        held.names(objects[0].identity, &objects[0], u64::MAX, &[])
+            .expect("indexed");
         held.end_window();
-        held.get(objects[1].identity, &objects[1], u64::MAX)
-            .expect("copied");
+        held.names(objects[1].identity, &objects[1], u64::MAX, &[])
+            .expect("indexed");
         assert_eq!(held.evictions(), 1);
         assert_eq!(held.held.len(), 1);
         assert!(held.held.contains_key(&objects[1].identity));
-        // Looked up again while held: not copied again.
-        held.get(objects[1].identity, &objects[1], u64::MAX)
+        // Looked up again while held: not indexed again.
+        held.names(objects[1].identity, &objects[1], u64::MAX, &[])
             .expect("held");
         assert_eq!(held.loads(), 2);
+    }
+
+    #[test]
+    fn rust_and_cpp_names_are_demangled_and_c_names_kept() {
+        assert_eq!(
+            demangle("_ZN4kiln5agent3run17h0123456789abcdefE"),
+            "kiln::agent::run"
+        );
+        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
+        assert_eq!(demangle("lzma_code"), "lzma_code");
     }
 }

@@ -1,6 +1,7 @@
 //! Symbolization on the node: kernel frames from kallsyms, user frames
-//! normalized per mapping to (build id, file offset) and named from ELF
-//! symbols by blazesym, with perf maps for JIT code. Frames that cannot be
+//! normalized per mapping to (build id, file offset) and named from each
+//! object's ELF symbols (`symbol_objects`), with perf maps for JIT code and
+//! blazesym for the vDSO. Frames that cannot be
 //! named keep their mapping, address and build id for the store.
 
 use std::collections::{HashMap, HashSet};
@@ -10,6 +11,7 @@ use blazesym::symbolize::source::{self as blaze_source, Source};
 use blazesym::symbolize::{self as blaze, Input};
 
 use crate::bounded_cache::BoundedCache;
+use crate::elf_symbols::ElfSymbolsError;
 use crate::kallsyms::KernelSymbols;
 use crate::perf_map::{PerfMap, PerfMapLimits, PerfMapRead, PerfMapVersion, read_process_perf_map};
 use crate::proc_maps::{self, MappingKind};
@@ -75,7 +77,7 @@ pub struct StackSymbolizer {
     kernel_mapping: Arc<FrameMapping>,
     /// (file, file offset) to name; `None` caches a miss.
     names: BoundedCache<(FileIdentity, u64), Option<Arc<str>>>,
-    /// ELF objects' symbol tables, copied and indexed, kept across windows.
+    /// ELF objects' symbol indexes, kept across windows.
     objects: SymbolObjects,
     /// Offsets to look up, per file.
     pending: HashMap<FileIdentity, (Arc<MappedFile>, HashSet<u64>)>,
@@ -96,17 +98,10 @@ pub struct StackSymbolizer {
 /// of the agent's `--max-symbol-table-bytes`.
 pub use kiln_agent_settings::DEFAULT_MAX_SYMBOL_TABLE_BYTES;
 
-/// Most bytes of ELF copies blazesym may keep mapped (and its parsed
-/// symbol tables with them): bounds the memory symbolizing a few huge
-/// binaries (a compiler's 150 MB shared library) can take. Room for both
-/// of rustc's libraries (about 27 MB of tables each), which a Rust build
-/// looks up in every window.
-const MAPPED_ELF_BUDGET: u64 = 64 << 20;
-
-/// What a copy for blazesym may hold besides the symbol tables and their
-/// strings (already capped): the ELF, program and section headers (65,535
-/// section headers are 4 MiB) and the section name table.
-const COPY_HEADER_ALLOWANCE: u64 = 8 << 20;
+/// Most bytes of symbol indexes (and the names read through them) kept
+/// across windows: room for the libraries of a few compilers (rustc's two
+/// take about 5 MiB), which a build looks up in every window.
+const SYMBOL_INDEX_BUDGET: u64 = 16 << 20;
 
 impl StackSymbolizer {
     /// A symbolizer with kernel symbols and a bound on cached names.
@@ -122,7 +117,7 @@ impl StackSymbolizer {
                 build_id: String::new(),
             }),
             names: BoundedCache::new(max_cached_names),
-            objects: SymbolObjects::new(MAPPED_ELF_BUDGET),
+            objects: SymbolObjects::new(SYMBOL_INDEX_BUDGET),
             pending: HashMap::new(),
             perf_maps: HashMap::new(),
             previous_perf_maps: HashMap::new(),
@@ -139,8 +134,8 @@ impl StackSymbolizer {
         self.max_symbol_table_bytes = bytes;
     }
 
-    /// ELF objects' symbol tables copied and indexed since start, objects
-    /// dropped for the budget since start, and bytes of copies held now.
+    /// ELF objects' symbol tables indexed since start, objects dropped for
+    /// the budget since start, and bytes of indexes and names held now.
     pub fn object_totals(&self) -> (u64, u64, u64) {
         (
             self.objects.loads(),
@@ -298,47 +293,25 @@ impl StackSymbolizer {
         }
     }
 
-    /// Looks up every queued (file, offset), one blazesym call per file, and
+    /// Looks up every queued (file, offset), one index per file, and
     /// caches the names (misses too).
     pub fn run_queued_lookups(&mut self) {
         for (identity, (file, offsets)) in std::mem::take(&mut self.pending) {
             let offsets: Vec<u64> = offsets.into_iter().collect();
-            let table_bytes = crate::elf_symbols::symbol_table_bytes(&file.file).unwrap_or(0);
-            if table_bytes > self.max_symbol_table_bytes {
-                tracing::info!(path = %file.path, table_bytes, cap = self.max_symbol_table_bytes,
-                    "symbol tables over the cap: frames keep their addresses");
-                self.refused_objects += 1;
-                for offset in offsets {
-                    self.names.insert((identity, offset), None);
-                }
-                continue;
-            }
-            // Blazesym maps what it reads: it gets a sealed copy, so a
-            // process truncating its own library cannot SIGBUS the agent.
-            let cap = self
-                .max_symbol_table_bytes
-                .saturating_add(COPY_HEADER_ALLOWANCE);
-            let (symbolizer, path) = match self.objects.get(identity, &file, cap) {
-                Ok(found) => found,
-                Err(error) => {
-                    tracing::debug!(path = %file.path, %error, "ELF object not copied for symbolization");
-                    for offset in offsets {
-                        self.names.insert((identity, offset), None);
-                    }
-                    continue;
-                }
-            };
-            let mut elf = blaze_source::Elf::new(path);
-            elf.debug_syms = false;
-            let source = Source::Elf(elf);
-            let names: Vec<Option<Arc<str>>> =
-                match symbolizer.symbolize(&source, Input::FileOffset(&offsets)) {
-                    Ok(results) => results
-                        .iter()
-                        .map(|r| r.as_sym().map(|sym| intern(&sym.name)))
-                        .collect(),
+            let names =
+                match self
+                    .objects
+                    .names(identity, &file, self.max_symbol_table_bytes, &offsets)
+                {
+                    Ok(names) => names,
                     Err(error) => {
-                        tracing::debug!(path = %file.path, %error, "ELF symbolization failed");
+                        if let ElfSymbolsError::TooLarge { .. } = error {
+                            tracing::info!(path = %file.path, %error,
+                                "symbol tables over the cap: frames keep their addresses");
+                            self.refused_objects += 1;
+                        } else {
+                            tracing::debug!(path = %file.path, %error, "ELF symbols not indexed");
+                        }
                         vec![None; offsets.len()]
                     }
                 };
@@ -464,8 +437,13 @@ fn tally(stats: &mut SymbolizationStats, symbolized: bool) {
     }
 }
 
+/// A blazesym symbolizer for the vDSO's ELF symbols, names demangled.
 fn new_blaze_symbolizer() -> blaze::Symbolizer {
-    crate::symbol_objects::new_symbolizer()
+    blaze::Symbolizer::builder()
+        .enable_code_info(false)
+        .enable_inlined_fns(false)
+        .enable_demangling(true)
+        .build()
 }
 
 #[cfg(test)]

@@ -5,7 +5,9 @@
 //! the cap or with broken CFI).
 //!
 //! Unwind sections are cached per object (its file identity), in
-//! a byte budget, and shared by every process that maps the object. A
+//! a byte budget, and shared by every process that maps the object; an
+//! object no process was read with for a few windows is dropped (a build's
+//! build scripts and proc macros run once). A
 //! process's module list is built once per window from its snapshot, so
 //! `dlopen`ed libraries are seen, and dropped at the window's end, so no
 //! evicted section outlives the window.
@@ -293,7 +295,15 @@ struct CachedObject {
     sections: Option<Arc<UnwindSections>>,
     bytes: u64,
     last_used: u64,
+    /// The window a process was last read with it.
+    last_window: u64,
 }
+
+/// Windows an object may go unused before it is dropped: long enough
+/// that a compiler's libraries stay through a build (each compiler
+/// process reads them again), short enough that the objects of processes
+/// that ran once leave within half a minute of the window they ran in.
+const IDLE_WINDOWS: u64 = 3;
 
 /// One process's modules, built for the current window.
 struct ProcessModules {
@@ -311,6 +321,7 @@ pub struct StackUnwinder {
     objects: HashMap<ObjectKey, CachedObject>,
     cached_bytes: u64,
     clock: u64,
+    window: u64,
     processes: HashMap<(u32, u64), ProcessModules>,
     stats: UnwindStats,
 }
@@ -334,6 +345,7 @@ impl StackUnwinder {
             objects: HashMap::new(),
             cached_bytes: 0,
             clock: 0,
+            window: 0,
             processes: HashMap::new(),
             // Every outcome is reported from the start, at zero, so rates
             // and alerts on it need no special case for "absent".
@@ -442,9 +454,20 @@ impl StackUnwinder {
         stack
     }
 
-    /// Drops every process's modules: called at the end of each window.
+    /// Drops every process's modules, and the objects unused for
+    /// [`IDLE_WINDOWS`] windows: called at the end of each window.
     pub fn end_window(&mut self) {
         self.processes.clear();
+        let keep_since = self.window.saturating_sub(IDLE_WINDOWS - 1);
+        let cached_bytes = &mut self.cached_bytes;
+        self.objects.retain(|_, object| {
+            let keep = object.last_window >= keep_since;
+            if !keep {
+                *cached_bytes -= object.bytes;
+            }
+            keep
+        });
+        self.window += 1;
     }
 
     /// Cumulative statistics.
@@ -465,6 +488,7 @@ impl StackUnwinder {
         self.clock += 1;
         if let Some(cached) = self.objects.get_mut(&key) {
             cached.last_used = self.clock;
+            cached.last_window = self.window;
             return cached.sections.clone();
         }
         let result = match (&key, file) {
@@ -504,6 +528,7 @@ impl StackUnwinder {
                 sections: sections.clone(),
                 bytes,
                 last_used: self.clock,
+                last_window: self.window,
             },
         );
         sections

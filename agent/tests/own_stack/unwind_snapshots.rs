@@ -102,6 +102,36 @@ fn own_stack_unwinds_through_every_caller_with_eh_frame() {
     assert!(unwinder.cached_bytes() > 0);
 }
 
+/// Issue 48: objects of processes that ran once (a build's build scripts)
+/// leave the cache a few windows later; those read again stay.
+#[test]
+fn objects_unused_for_a_few_windows_leave_the_cache() {
+    let pid = std::process::id();
+    let mut table = ProcessTable::new(16, 64);
+    let start = own_start_ns(100);
+    let process = table.refresh(pid, start).expect("own process");
+    let mut unwinder = StackUnwinder::new(StackUnwinderConfig::default());
+    for _ in 0..6 {
+        unwinder.load_process(&process);
+        unwinder.end_window();
+    }
+    let held = unwinder.cached_bytes();
+    assert!(held > 0);
+    let loaded = unwinder.stats().objects.get("loaded").copied().unwrap_or(0);
+    for _ in 0..2 {
+        unwinder.end_window();
+    }
+    assert_eq!(unwinder.cached_bytes(), held, "kept for a while");
+    unwinder.end_window();
+    assert_eq!(unwinder.cached_bytes(), 0, "dropped once idle");
+    unwinder.load_process(&process);
+    assert_eq!(
+        unwinder.stats().objects.get("loaded").copied().unwrap_or(0),
+        2 * loaded,
+        "read again"
+    );
+}
+
 #[test]
 fn without_unwind_info_the_walk_falls_back_to_frame_pointers() {
     let captured = outer_frame();
