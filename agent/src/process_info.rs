@@ -199,7 +199,17 @@ impl ProcessTable {
         pid: u32,
         start_boottime_ns: u64,
     ) -> Result<Arc<ProcessSnapshot>, ProcessReadError> {
-        let snapshot = Arc::new(self.read_process(pid, start_boottime_ns)?);
+        let snapshot = self.read_process(pid, start_boottime_ns)?;
+        // A process that exited but is not reaped yet (a zombie) keeps its
+        // /proc entry with no mappings left: the snapshot taken while it
+        // lived is the one that names its last window's frames.
+        if snapshot.maps.is_empty()
+            && let Some(cached) = self.snapshots.get(&(pid, start_boottime_ns))
+            && !cached.maps.is_empty()
+        {
+            return Ok(Arc::clone(cached));
+        }
+        let snapshot = Arc::new(snapshot);
         self.snapshots
             .insert((pid, start_boottime_ns), Arc::clone(&snapshot));
         Ok(snapshot)
@@ -455,6 +465,20 @@ mod tests {
             tolerated,
             "another device is refused (but on overlayfs and btrfs)"
         );
+    }
+
+    #[test]
+    fn a_zombie_keeps_the_mappings_it_had_while_it_lived() {
+        let (proc_root, mut table, start_ns) = fake_proc();
+        let line = "1000-2000 r-xp 00000000 00:00 0 /lib.so\n";
+        std::fs::write(proc_root.path().join("42/maps"), line).expect("maps");
+        let alive = table.refresh(42, start_ns).expect("the fake process reads");
+        assert_eq!(alive.maps.len(), 1);
+        // Exited, not reaped: same pid and start, nothing mapped (issue 52's
+        // off-CPU test found its last window unnamed without this).
+        std::fs::write(proc_root.path().join("42/maps"), "").expect("maps");
+        let zombie = table.snapshot(42, start_ns).expect("still known");
+        assert_eq!(zombie.maps.len(), 1, "the living snapshot is kept");
     }
 
     #[test]
