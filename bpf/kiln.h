@@ -33,7 +33,17 @@ enum kiln_counter {
 	KILN_COUNTER_SNAPSHOT_LOST = 8,
 	/* Python (or Ruby) stacks cut at KILN_PY_MAX_FRAMES interpreter frames. */
 	KILN_COUNTER_PY_TRUNCATED = 9,
-	KILN_COUNTER_COUNT = 10,
+	/* Targeted threads that blocked (left the CPU to sleep or wait). */
+	KILN_COUNTER_OFF_CPU_BLOCKS = 10,
+	/* Blocks captured: their stack held until the thread's wakeup. */
+	KILN_COUNTER_OFF_CPU_CAPTURED = 11,
+	/* Blocks the per-CPU capture budget had no room for (not weighed). */
+	KILN_COUNTER_OFF_CPU_BUDGET_SPENT = 12,
+	/* Captured blocks that ended within config.off_cpu_min_ns: not sent. */
+	KILN_COUNTER_OFF_CPU_SHORT = 13,
+	/* Ended blocks lost because the `samples` ring buffer was full. */
+	KILN_COUNTER_OFF_CPU_LOST = 14,
+	KILN_COUNTER_COUNT = 15,
 };
 
 /* Unwind modes in `struct kiln_config.unwind`. */
@@ -208,6 +218,23 @@ struct kiln_config {
 	__u32 record_tid;
 	/* One of enum kiln_unwind. */
 	__u32 unwind;
+	/*
+	 * Off-CPU: capture one targeted block in this many, chosen at random
+	 * (userspace raises it with the block rate); 0 turns off-CPU off.
+	 */
+	__u32 off_cpu_keep_one_in;
+	/* Off-CPU: most blocks captured per CPU per 100 ms, whatever the rate. */
+	__u32 off_cpu_captures_per_tick;
+	/* Off-CPU: blocks shorter than this (ns) are dropped in the kernel. */
+	__u64 off_cpu_min_ns;
+};
+
+/* `kiln_stack_snapshot.kind`. */
+enum kiln_sample_kind {
+	/* A cpu-clock sample of a running thread. */
+	KILN_SAMPLE_CPU = 0,
+	/* A thread that blocked, sent when it was woken (off_cpu_ns set). */
+	KILN_SAMPLE_OFF_CPU = 1,
 };
 
 /* Value of `allowed_cgroups` and `allowed_pids`: how to sample a target. */
@@ -271,6 +298,14 @@ struct kiln_stack_snapshot {
 	__u32 stack_len;
 	/* comm of the sampled thread. */
 	char comm[16];
+	/* One of enum kiln_sample_kind. */
+	__u32 kind;
+	/* Off-CPU: config.off_cpu_keep_one_in when the block was captured. */
+	__u32 off_cpu_keep_one_in;
+	/* Off-CPU: when the thread left the CPU (bpf_ktime_get_ns). */
+	__u64 blocked_at_ns;
+	/* Off-CPU: from leaving the CPU to its wakeup, ns. */
+	__u64 off_cpu_ns;
 	/* Kernel stack, leaf first. */
 	__u64 kernel_ips[KILN_MAX_STACK_DEPTH];
 	/* Valid entries of py_frames. */

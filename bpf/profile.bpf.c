@@ -21,6 +21,7 @@
 #include <linux/bpf_perf_event.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
 
 #include "kiln.h"
 
@@ -35,6 +36,7 @@ struct thread_struct {
 } __attribute__((preserve_access_index));
 
 struct task_struct {
+	int pid;
 	struct task_struct *group_leader;
 	__u64 start_boottime;
 	struct thread_struct thread;
@@ -124,6 +126,40 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 * 1024 * 1024);
 } samples SEC(".maps");
+
+/*
+ * Off-CPU: the captured block of each thread (by thread id), from its
+ * switch-out until its wakeup sends it. Sized by userspace; when more
+ * captured threads sleep at once, the least recently used entry (the
+ * longest asleep) is evicted and its block is lost.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 512);
+	__type(key, __u32);
+	__type(value, struct kiln_stack_snapshot);
+} off_cpu_pending SEC(".maps");
+
+/* Off-CPU: a snapshot is filled here first; it is too large for the BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kiln_stack_snapshot);
+} off_cpu_scratch SEC(".maps");
+
+/* Off-CPU: blocks captured on this CPU in its current 100 ms tick. */
+struct kiln_off_cpu_budget {
+	__u64 tick;
+	__u64 used;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kiln_off_cpu_budget);
+} off_cpu_budget SEC(".maps");
 
 static __always_inline void bump(__u32 counter)
 {
@@ -340,37 +376,42 @@ static __always_inline int read_ruby_frames(struct kiln_stack_snapshot *event,
 	return 1;
 }
 
-static __always_inline void emit_snapshot(struct bpf_perf_event_data *ctx,
+/*
+ * Fills `event` for the current thread: identity, kernel stack (from `ctx`,
+ * the context of whichever program runs, less its `skip_kernel` leaf-most
+ * frames), the user registers in `regs`
+ * when `has_user`, up to KILN_STACK_SNAPSHOT_BYTES of user stack from their
+ * sp, and any Ruby or Python frames.
+ */
+static __always_inline void fill_snapshot(void *ctx, struct kiln_stack_snapshot *event,
 					  __u32 pid, __u32 tid, __u64 cgroup_id,
-					  __u64 start)
+					  __u64 start, int has_user,
+					  struct kiln_pt_regs *regs, __u64 skip_kernel)
 {
-	struct kiln_stack_snapshot *event =
-		bpf_ringbuf_reserve(&samples, sizeof(*event), 0);
-	if (!event) {
-		bump(KILN_COUNTER_SNAPSHOT_LOST);
-		return;
-	}
 	event->pid = pid;
 	event->tid = tid;
 	event->cgroup_id = cgroup_id;
 	event->start_boottime_ns = start;
+	event->kind = KILN_SAMPLE_CPU;
+	event->off_cpu_keep_one_in = 0;
+	event->blocked_at_ns = 0;
+	event->off_cpu_ns = 0;
 	bpf_get_current_comm(&event->comm, sizeof(event->comm));
 
 	long kernel_bytes = bpf_get_stack(ctx, event->kernel_ips,
-					  sizeof(event->kernel_ips), 0);
+					  sizeof(event->kernel_ips), skip_kernel);
 	event->kernel_depth = kernel_bytes > 0 ? kernel_bytes / sizeof(__u64) : 0;
 
-	struct kiln_pt_regs regs = {};
 	event->stack_len = 0;
-	if (user_registers(ctx, &regs)) {
-		event->ip = regs.ip;
-		event->sp = regs.sp;
-		event->bp = regs.bp;
+	if (has_user) {
+		event->ip = regs->ip;
+		event->sp = regs->sp;
+		event->bp = regs->bp;
 		__u32 copied = 0;
 		for (__u32 i = 0; i < KILN_STACK_SNAPSHOT_BYTES / KILN_STACK_SNAPSHOT_CHUNK; i++) {
 			if (bpf_probe_read_user(&event->stack[i * KILN_STACK_SNAPSHOT_CHUNK],
 						KILN_STACK_SNAPSHOT_CHUNK,
-						(void *)(regs.sp + i * KILN_STACK_SNAPSHOT_CHUNK)) != 0)
+						(void *)(regs->sp + i * KILN_STACK_SNAPSHOT_CHUNK)) != 0)
 				break;
 			copied += KILN_STACK_SNAPSHOT_CHUNK;
 		}
@@ -382,8 +423,40 @@ static __always_inline void emit_snapshot(struct bpf_perf_event_data *ctx,
 	}
 	if (!read_ruby_frames(event, pid))
 		read_python_frames(event, pid);
+}
+
+static __always_inline void emit_snapshot(struct bpf_perf_event_data *ctx,
+					  __u32 pid, __u32 tid, __u64 cgroup_id,
+					  __u64 start)
+{
+	struct kiln_stack_snapshot *event =
+		bpf_ringbuf_reserve(&samples, sizeof(*event), 0);
+	if (!event) {
+		bump(KILN_COUNTER_SNAPSHOT_LOST);
+		return;
+	}
+	struct kiln_pt_regs regs = {};
+	int has_user = user_registers(ctx, &regs);
+	fill_snapshot(ctx, event, pid, tid, cgroup_id, start, has_user, &regs, 0);
 	bpf_ringbuf_submit(event, 0);
 	bump(KILN_COUNTER_SAMPLES);
+}
+
+/*
+ * The target entry of the current thread, or 0 when it is not a target.
+ * `*all` is set when every process is a target (no entry to return).
+ */
+static __always_inline struct kiln_target *current_target(struct kiln_config *cfg,
+							  __u32 pid, __u64 cgroup_id,
+							  int *all)
+{
+	*all = 0;
+	if (cfg->filter == KILN_FILTER_CGROUPS)
+		return bpf_map_lookup_elem(&allowed_cgroups, &cgroup_id);
+	if (cfg->filter == KILN_FILTER_PIDS)
+		return bpf_map_lookup_elem(&allowed_pids, &pid);
+	*all = 1;
+	return 0;
 }
 
 SEC("perf_event")
@@ -401,16 +474,10 @@ int kiln_profile(struct bpf_perf_event_data *ctx)
 		return 0;
 
 	__u64 cgroup_id = bpf_get_current_cgroup_id();
-	struct kiln_target *target = 0;
-	if (cfg->filter == KILN_FILTER_CGROUPS) {
-		target = bpf_map_lookup_elem(&allowed_cgroups, &cgroup_id);
-		if (!target)
-			return 0;
-	} else if (cfg->filter == KILN_FILTER_PIDS) {
-		target = bpf_map_lookup_elem(&allowed_pids, &pid);
-		if (!target)
-			return 0;
-	}
+	int all = 0;
+	struct kiln_target *target = current_target(cfg, pid, cgroup_id, &all);
+	if (!target && !all)
+		return 0;
 	if (target && target->keep_one_in > 1 &&
 	    bpf_get_prandom_u32() % target->keep_one_in != 0) {
 		bump(KILN_COUNTER_SUBSAMPLED);
@@ -469,5 +536,123 @@ int kiln_profile(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 	bump(KILN_COUNTER_SAMPLES);
+	return 0;
+}
+
+/* Length of one off-CPU budget tick. */
+#define KILN_OFF_CPU_TICK_NS 100000000ULL
+/*
+ * Kernel frames above the scheduler in a tracepoint program's stack: the
+ * program itself and bpf_trace_run4, which would lead every off-CPU stack.
+ */
+#define KILN_OFF_CPU_SKIP_FRAMES 2
+/* TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE: asleep until a wakeup. */
+#define KILN_TASK_SLEEPING 3
+
+/*
+ * Off-CPU, start of a block. The thread leaving the CPU (`prev`) is still
+ * current here, so its user registers, user stack and kernel stack are read
+ * as the sampler reads them. Only voluntary sleeps count: a preempted thread
+ * is runnable, and its wait for a CPU is not time it spent blocked.
+ *
+ * Cost per second is bounded whatever the switch rate: one block in
+ * `off_cpu_keep_one_in` is chosen at random (userspace raises it with the
+ * block rate, and each capture records it, so its weight stays unbiased),
+ * and at most `off_cpu_captures_per_tick` per CPU per 100 ms are captured
+ * (blocks past that are counted, not weighed).
+ */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(kiln_off_cpu_switch, _Bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
+	if (preempt || !(prev_state & KILN_TASK_SLEEPING))
+		return 0;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 pid = pid_tgid >> 32;
+	__u32 tid = (__u32)pid_tgid;
+	if (tid == 0)
+		return 0;
+	__u32 zero = 0;
+	struct kiln_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg || cfg->off_cpu_keep_one_in == 0)
+		return 0;
+	__u64 cgroup_id = bpf_get_current_cgroup_id();
+	int all = 0;
+	if (!current_target(cfg, pid, cgroup_id, &all) && !all)
+		return 0;
+	bump(KILN_COUNTER_OFF_CPU_BLOCKS);
+	__u32 keep_one_in = cfg->off_cpu_keep_one_in;
+	if (keep_one_in > 1 && bpf_get_prandom_u32() % keep_one_in != 0)
+		return 0;
+
+	__u64 now = bpf_ktime_get_ns();
+	struct kiln_off_cpu_budget *budget = bpf_map_lookup_elem(&off_cpu_budget, &zero);
+	if (!budget)
+		return 0;
+	__u64 tick = now / KILN_OFF_CPU_TICK_NS;
+	if (budget->tick != tick) {
+		budget->tick = tick;
+		budget->used = 0;
+	}
+	if (budget->used >= cfg->off_cpu_captures_per_tick) {
+		bump(KILN_COUNTER_OFF_CPU_BUDGET_SPENT);
+		return 0;
+	}
+	budget->used += 1; /* per-CPU slot: no other writer */
+
+	struct kiln_stack_snapshot *event = bpf_map_lookup_elem(&off_cpu_scratch, &zero);
+	if (!event)
+		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *leader = BPF_CORE_READ(task, group_leader);
+	__u64 start = BPF_CORE_READ(leader, start_boottime);
+	announce_process(pid, start);
+
+	/* In the kernel: the user registers are those saved at its entry. */
+	struct kiln_pt_regs regs = {};
+	struct kiln_pt_regs *saved = (struct kiln_pt_regs *)bpf_task_pt_regs(task);
+	int has_user = saved && bpf_probe_read_kernel(&regs, sizeof(regs), saved) == 0 &&
+		       (regs.cs & 3) == 3 && regs.sp != 0;
+	fill_snapshot(ctx, event, pid, cfg->record_tid ? tid : 0, cgroup_id, start,
+		      has_user, &regs, KILN_OFF_CPU_SKIP_FRAMES);
+	event->kind = KILN_SAMPLE_OFF_CPU;
+	event->off_cpu_keep_one_in = keep_one_in;
+	event->blocked_at_ns = now;
+	/* A stale entry of this thread (a wakeup never seen) is replaced. */
+	if (bpf_map_update_elem(&off_cpu_pending, &tid, event, BPF_ANY) == 0)
+		bump(KILN_COUNTER_OFF_CPU_CAPTURED);
+	return 0;
+}
+
+/*
+ * Off-CPU, end of a block: at the wakeup, not at the next switch-in. On
+ * some kernels (these VMs among them) sched_switch does not fire when a CPU
+ * leaves idle, so the switch-in of a woken thread is often never seen;
+ * sched_wakeup always is. The time from wakeup to running is run-queue
+ * wait, which on-CPU profiles and scheduler metrics already show.
+ */
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(kiln_off_cpu_wakeup, struct task_struct *woken)
+{
+	__u32 tid = BPF_CORE_READ(woken, pid);
+	struct kiln_stack_snapshot *event = bpf_map_lookup_elem(&off_cpu_pending, &tid);
+	if (!event)
+		return 0;
+	__u32 zero = 0;
+	struct kiln_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	__u64 now = bpf_ktime_get_ns();
+	__u64 blocked = now > event->blocked_at_ns ? now - event->blocked_at_ns : 0;
+	if (!cfg || blocked < cfg->off_cpu_min_ns) {
+		bump(KILN_COUNTER_OFF_CPU_SHORT);
+	} else {
+		event->off_cpu_ns = blocked;
+		/*
+		 * No wakeup of the reader: it polls every 100 ms, and a wakeup
+		 * from inside the scheduler is work best not done there.
+		 */
+		if (bpf_ringbuf_output(&samples, event, sizeof(*event), BPF_RB_NO_WAKEUP) != 0)
+			bump(KILN_COUNTER_OFF_CPU_LOST);
+	}
+	bpf_map_delete_elem(&off_cpu_pending, &tid);
 	return 0;
 }

@@ -36,11 +36,21 @@ pub enum KernelCounter {
     SnapshotLost,
     /// Python stacks cut at [`PY_MAX_FRAMES`] frames.
     PyTruncated,
+    /// Targeted threads that blocked (off-CPU on).
+    OffCpuBlocks,
+    /// Blocks captured, their stacks held until the wakeup.
+    OffCpuCaptured,
+    /// Blocks the per-CPU capture budget had no room for.
+    OffCpuBudgetSpent,
+    /// Captured blocks shorter than the minimum, dropped in the kernel.
+    OffCpuShort,
+    /// Ended blocks lost because the `samples` ring buffer was full.
+    OffCpuLost,
 }
 
 impl KernelCounter {
     /// Every counter, in map-index order.
-    pub const ALL: [KernelCounter; 10] = [
+    pub const ALL: [KernelCounter; 15] = [
         KernelCounter::Samples,
         KernelCounter::UserStackCollision,
         KernelCounter::KernelStackCollision,
@@ -51,6 +61,11 @@ impl KernelCounter {
         KernelCounter::NewProcessLost,
         KernelCounter::SnapshotLost,
         KernelCounter::PyTruncated,
+        KernelCounter::OffCpuBlocks,
+        KernelCounter::OffCpuCaptured,
+        KernelCounter::OffCpuBudgetSpent,
+        KernelCounter::OffCpuShort,
+        KernelCounter::OffCpuLost,
     ];
 
     /// Index of the counter in the `counters` map.
@@ -66,6 +81,11 @@ impl KernelCounter {
             KernelCounter::NewProcessLost => 7,
             KernelCounter::SnapshotLost => 8,
             KernelCounter::PyTruncated => 9,
+            KernelCounter::OffCpuBlocks => 10,
+            KernelCounter::OffCpuCaptured => 11,
+            KernelCounter::OffCpuBudgetSpent => 12,
+            KernelCounter::OffCpuShort => 13,
+            KernelCounter::OffCpuLost => 14,
         }
     }
 }
@@ -104,6 +124,21 @@ pub struct Config {
     pub record_tid: u32,
     /// An [`UnwindMode`] as `u32`.
     pub unwind: u32,
+    /// Off-CPU: one targeted block in this many is captured; 0 is off.
+    pub off_cpu_keep_one_in: u32,
+    /// Off-CPU: most blocks captured per CPU per 100 ms.
+    pub off_cpu_captures_per_tick: u32,
+    /// Off-CPU: blocks shorter than this (ns) are dropped in the kernel.
+    pub off_cpu_min_ns: u64,
+}
+
+/// `enum kiln_sample_kind`: what a stack snapshot stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SampleKind {
+    /// A cpu-clock sample of a running thread.
+    Cpu,
+    /// A thread that blocked, sent at its wakeup.
+    OffCpu,
 }
 
 /// `struct kiln_target`, the value of `allowed_cgroups` and `allowed_pids`.
@@ -327,7 +362,10 @@ mod snapshot_layout {
     pub const KERNEL_DEPTH: usize = 48;
     pub const STACK_LEN: usize = 52;
     pub const COMM: usize = 56;
-    pub const KERNEL_IPS: usize = 72;
+    pub const KIND: usize = 72;
+    pub const OFF_CPU_KEEP_ONE_IN: usize = 76;
+    pub const OFF_CPU_NS: usize = 88;
+    pub const KERNEL_IPS: usize = 96;
     pub const PY_DEPTH: usize = KERNEL_IPS + super::MAX_STACK_DEPTH * 8;
     pub const PY_STATUS: usize = PY_DEPTH + 4;
     pub const PY_FRAMES: usize = PY_STATUS + 4;
@@ -359,6 +397,11 @@ pub struct StackSnapshot<'a> {
     pub bp: u64,
     /// comm of the sampled thread.
     pub comm: [u8; 16],
+    /// A CPU sample or an off-CPU block.
+    pub kind: SampleKind,
+    /// Off-CPU time this record stands for, ns: the block's length times
+    /// the one-in-N it was chosen by (0 for CPU samples).
+    pub off_cpu_ns: u64,
     /// Kernel stack, leaf first.
     pub kernel: Vec<u64>,
     /// Whether and how CPython frames were read.
@@ -409,6 +452,15 @@ impl<'a> StackSnapshot<'a> {
                 })
             })
             .collect::<Option<Vec<PyFrame>>>()?;
+        // Any kind but off-CPU reads as a CPU sample: the older meaning.
+        let (kind, off_cpu_ns) = match u32_at(at::KIND)? {
+            1 => (
+                SampleKind::OffCpu,
+                u64_at(at::OFF_CPU_NS)?
+                    .saturating_mul(u64::from(u32_at(at::OFF_CPU_KEEP_ONE_IN)?.max(1))),
+            ),
+            _ => (SampleKind::Cpu, 0),
+        };
         Some(StackSnapshot {
             pid: u32_at(at::PID)?,
             tid: u32_at(at::TID)?,
@@ -418,6 +470,8 @@ impl<'a> StackSnapshot<'a> {
             sp: u64_at(at::SP)?,
             bp: u64_at(at::BP)?,
             comm: bytes.get(at::COMM..at::COMM + 16)?.try_into().ok()?,
+            kind,
+            off_cpu_ns,
             kernel,
             py_status: PyStatus::from_raw(u32_at(at::PY_STATUS)?),
             py_frames,
@@ -426,10 +480,10 @@ impl<'a> StackSnapshot<'a> {
     }
 }
 
-const _: () = assert!(STACK_SNAPSHOT_SIZE == 19_016);
+const _: () = assert!(STACK_SNAPSHOT_SIZE == 19_040);
 const _: () = assert!(size_of::<PythonProcess>() == 32);
 const _: () = assert!(size_of::<RubyProcess>() == 48);
-const _: () = assert!(size_of::<Config>() == 16);
+const _: () = assert!(size_of::<Config>() == 32);
 const _: () = assert!(size_of::<TargetValue>() == 8);
 const _: () = assert!(size_of::<CountKey>() == 32);
 const _: () = assert!(align_of::<CountKey>() == 8);
@@ -479,8 +533,9 @@ mod tests {
         bytes[32..40].copy_from_slice(&0x7ff0u64.to_ne_bytes());
         bytes[48..52].copy_from_slice(&2u32.to_ne_bytes());
         bytes[52..56].copy_from_slice(&u32::MAX.to_ne_bytes());
-        bytes[72..80].copy_from_slice(&0xffff_0001u64.to_ne_bytes());
+        bytes[96..104].copy_from_slice(&0xffff_0001u64.to_ne_bytes());
         let snapshot = StackSnapshot::from_bytes(&bytes).expect("full record");
+        assert_eq!((snapshot.kind, snapshot.off_cpu_ns), (SampleKind::Cpu, 0));
         assert_eq!(
             (snapshot.pid, snapshot.ip, snapshot.sp),
             (7, 0x4000, 0x7ff0)
@@ -503,5 +558,23 @@ mod tests {
         for (i, counter) in KernelCounter::ALL.iter().enumerate() {
             assert_eq!(counter.index() as usize, i);
         }
+    }
+
+    #[test]
+    fn off_cpu_snapshot_weighs_its_block_by_the_one_in_n_it_was_chosen_by() {
+        let mut bytes = vec![0u8; STACK_SNAPSHOT_SIZE];
+        bytes[72..76].copy_from_slice(&1u32.to_ne_bytes());
+        bytes[76..80].copy_from_slice(&4u32.to_ne_bytes());
+        bytes[80..88].copy_from_slice(&123u64.to_ne_bytes());
+        bytes[88..96].copy_from_slice(&2_500_000u64.to_ne_bytes());
+        let snapshot = StackSnapshot::from_bytes(&bytes).expect("full record");
+        assert_eq!(
+            (snapshot.kind, snapshot.off_cpu_ns),
+            (SampleKind::OffCpu, 10_000_000)
+        );
+        // A capture always records its one-in-N; a zero is read as one.
+        bytes[76..80].copy_from_slice(&0u32.to_ne_bytes());
+        let snapshot = StackSnapshot::from_bytes(&bytes).expect("full record");
+        assert_eq!(snapshot.off_cpu_ns, 2_500_000);
     }
 }

@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::abi::{self, CountKey, CountValue, FilterMode, MAX_STACK_DEPTH, StackSnapshot};
+use crate::abi::{
+    self, CountKey, CountValue, FilterMode, MAX_STACK_DEPTH, SampleKind, StackSnapshot,
+};
 
 /// One generation as read from the kernel.
 #[derive(Debug, Clone, Default)]
@@ -48,8 +50,12 @@ pub struct StackSample {
     pub user: Vec<u64>,
     /// Kernel instruction pointers, leaf first (empty when missing).
     pub kernel: Vec<u64>,
-    /// Number of samples.
+    /// A CPU sample or an off-CPU block: which profile it goes into.
+    pub kind: SampleKind,
+    /// Number of samples (CPU) or of captured blocks (off-CPU).
     pub count: u64,
+    /// Off-CPU time the blocks stand for, ns (0 for CPU samples).
+    pub off_cpu_ns: u64,
 }
 
 /// What was lost while turning a window into groups.
@@ -80,7 +86,7 @@ pub fn group_of(sample: &StackSample, mode: FilterMode) -> GroupKey {
 /// and bounded like them.
 #[derive(Debug, Default)]
 pub struct UnwoundWindow {
-    counts: HashMap<UnwoundKey, (u64, [u8; 16])>,
+    counts: HashMap<UnwoundKey, UnwoundValue>,
     capacity: usize,
     dropped: u64,
 }
@@ -93,6 +99,14 @@ struct UnwoundKey {
     cgroup_id: u64,
     user: Vec<u64>,
     kernel: Vec<u64>,
+    kind: SampleKind,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct UnwoundValue {
+    count: u64,
+    off_cpu_ns: u64,
+    comm: [u8; 16],
 }
 
 impl UnwoundWindow {
@@ -115,11 +129,18 @@ impl UnwoundWindow {
             cgroup_id: snapshot.cgroup_id,
             user,
             kernel: snapshot.kernel.clone(),
+            kind: snapshot.kind,
         };
-        if let Some((count, _)) = self.counts.get_mut(&key) {
-            *count += 1;
+        if let Some(value) = self.counts.get_mut(&key) {
+            value.count += 1;
+            value.off_cpu_ns = value.off_cpu_ns.saturating_add(snapshot.off_cpu_ns);
         } else if self.counts.len() < self.capacity {
-            self.counts.insert(key, (1, snapshot.comm));
+            let value = UnwoundValue {
+                count: 1,
+                off_cpu_ns: snapshot.off_cpu_ns,
+                comm: snapshot.comm,
+            };
+            self.counts.insert(key, value);
         } else {
             self.dropped += 1;
         }
@@ -130,15 +151,17 @@ impl UnwoundWindow {
         let samples = self
             .counts
             .drain()
-            .map(|(key, (count, comm))| StackSample {
+            .map(|(key, value)| StackSample {
                 pid: key.pid,
                 tid: key.tid,
                 start_boottime_ns: key.start_boottime_ns,
                 cgroup_id: key.cgroup_id,
-                comm: abi::comm_to_string(&comm),
+                comm: abi::comm_to_string(&value.comm),
                 user: key.user,
                 kernel: key.kernel,
-                count,
+                kind: key.kind,
+                count: value.count,
+                off_cpu_ns: value.off_cpu_ns,
             })
             .collect();
         (samples, std::mem::take(&mut self.dropped))
@@ -184,7 +207,9 @@ pub fn group_window(
             comm: abi::comm_to_string(&value.comm),
             user,
             kernel,
+            kind: SampleKind::Cpu,
             count: value.samples,
+            off_cpu_ns: 0,
         };
         groups
             .entry(group_of(&sample, mode))
@@ -263,6 +288,8 @@ mod tests {
             sp: 0,
             bp: 0,
             comm: *b"busy\0\0\0\0\0\0\0\0\0\0\0\0",
+            kind: SampleKind::Cpu,
+            off_cpu_ns: 0,
             kernel: vec![0xffff_1000],
             py_status: PyStatus::None,
             py_frames: Vec::new(),
@@ -280,6 +307,43 @@ mod tests {
         assert_eq!((samples[0].count, samples[0].comm.as_str()), (2, "busy"));
         assert_eq!(samples[0].kernel, vec![0xffff_1000]);
         assert_eq!(window.take(), (Vec::new(), 0), "take empties the window");
+    }
+
+    #[test]
+    fn unwound_window_keeps_off_cpu_blocks_apart_and_sums_their_time() {
+        let stack = [0u8; 0];
+        let snapshot = |kind: SampleKind, off_cpu_ns: u64| StackSnapshot {
+            pid: 1,
+            tid: 0,
+            cgroup_id: 9,
+            start_boottime_ns: 5,
+            ip: 0x10,
+            sp: 0,
+            bp: 0,
+            comm: *b"wait\0\0\0\0\0\0\0\0\0\0\0\0",
+            kind,
+            off_cpu_ns,
+            kernel: vec![0xffff_1000],
+            py_status: PyStatus::None,
+            py_frames: Vec::new(),
+            stack: &stack,
+        };
+        let mut window = UnwoundWindow::new(8);
+        window.add(&snapshot(SampleKind::Cpu, 0), vec![0x10]);
+        window.add(&snapshot(SampleKind::OffCpu, 3_000_000), vec![0x10]);
+        window.add(&snapshot(SampleKind::OffCpu, 5_000_000), vec![0x10]);
+        let (mut samples, dropped) = window.take();
+        samples.sort_by_key(|s| s.kind);
+        assert_eq!(dropped, 0);
+        let summary: Vec<_> = samples
+            .iter()
+            .map(|s| (s.kind, s.count, s.off_cpu_ns))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![(SampleKind::Cpu, 1, 0), (SampleKind::OffCpu, 2, 8_000_000)],
+            "the same stack on and off the CPU goes into two profiles"
+        );
     }
 
     #[test]

@@ -14,13 +14,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiln_contract::labels as label;
 
-use crate::abi::KernelCounter;
+use crate::abi::{KernelCounter, SampleKind};
 use crate::aggregate::{self, GroupKey, StackSample, UnwoundWindow};
 use crate::hotspot::{HotspotConfig, HotspotUnwinder};
 use crate::language::{self, Language};
 use crate::metrics::AgentMetrics;
 use crate::process_info::{ProcessSnapshot, ProcessTable};
-use crate::profile_build::{self, PROFILE_NAME, ResolvedSample, WindowMeta};
+use crate::profile_build::{self, OFF_CPU_PROFILE_NAME, PROFILE_NAME, ResolvedSample, WindowMeta};
 use crate::python::PythonUnwinder;
 use crate::python::frames::is_python_frame;
 use crate::sample_source::{SampleSource, SamplerError};
@@ -48,6 +48,31 @@ pub struct CollectorConfig {
     /// Which runtimes' own frames are read when unwinding snapshots
     /// (CPython's is the `python` part).
     pub runtimes: RuntimeReaders,
+    /// Off-CPU on: the most blocks the kernel captures per CPU per second,
+    /// which the one-in-N of captured blocks is kept under.
+    pub off_cpu_captures_per_cpu_second: Option<u32>,
+}
+
+/// Off-CPU: the one-in-N to capture targeted blocks by when they come at
+/// `blocks_per_cpu_second`, so that on average half the per-CPU budget
+/// `captures_per_cpu_second` is used (the other half absorbs bursts before
+/// the kernel's hard cap drops blocks unweighed).
+pub fn off_cpu_keep_one_in(blocks_per_cpu_second: f64, captures_per_cpu_second: u32) -> u32 {
+    let wanted = (f64::from(captures_per_cpu_second) / 2.0).max(1.0);
+    let ratio = (blocks_per_cpu_second / wanted).ceil();
+    if ratio.is_finite() && ratio > 1.0 {
+        // Saturating: a rate past u32::MAX blocks per second is not real.
+        ratio.min(f64::from(u32::MAX)) as u32
+    } else {
+        1
+    }
+}
+
+/// The kernel's block total at the last look, to rate the next from.
+#[derive(Debug, Clone, Copy)]
+struct OffCpuRate {
+    blocks: u64,
+    at: Instant,
 }
 
 /// Which runtimes' frames the collector reads from their VMs, each on its
@@ -127,6 +152,8 @@ pub struct Collector<S: TargetSource, K: SampleSource = Sampler> {
     /// Processes re-read this window because a sample hit an unknown mapping.
     reloaded: HashSet<(u32, u64)>,
     window_start: SystemTime,
+    /// Off-CPU: the block total last seen, to set the one-in-N from.
+    off_cpu_rate: Option<OffCpuRate>,
 }
 
 impl<S: TargetSource, K: SampleSource> Collector<S, K> {
@@ -170,6 +197,7 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             queue,
             metrics,
             window_start: SystemTime::now(),
+            off_cpu_rate: None,
         }
     }
 
@@ -376,9 +404,14 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
         let (unwound, unwound_dropped) = self.unwound.take();
         self.metrics
             .add_drop("unwound_window_full", unwound_dropped);
+        // Off-CPU blocks make a profile of their own per target and window.
+        let mut off_cpu_groups: BTreeMap<GroupKey, Vec<StackSample>> = BTreeMap::new();
         for sample in unwound {
-            groups
-                .entry(aggregate::group_of(&sample, mode))
+            let into = match sample.kind {
+                SampleKind::Cpu => &mut groups,
+                SampleKind::OffCpu => &mut off_cpu_groups,
+            };
+            into.entry(aggregate::group_of(&sample, mode))
                 .or_default()
                 .push(sample);
         }
@@ -401,7 +434,7 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
         // First pass: read each process once and queue every user address, so
         // the symbolizer reads each ELF file once for the whole window.
         let mut snapshots: Snapshots = HashMap::new();
-        for sample in groups.values().flatten() {
+        for sample in groups.values().chain(off_cpu_groups.values()).flatten() {
             let key = (sample.pid, sample.start_boottime_ns);
             let snapshot = snapshots
                 .entry(key)
@@ -414,9 +447,17 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
         }
         self.symbolizer.run_queued_lookups();
         let mut stats = SymbolizationStats::default();
-        for (group, samples) in groups {
+        let kinds = groups
+            .into_iter()
+            .map(|group| (SampleKind::Cpu, group))
+            .chain(
+                off_cpu_groups
+                    .into_iter()
+                    .map(|group| (SampleKind::OffCpu, group)),
+            );
+        for (kind, (group, samples)) in kinds {
             let item = self.build_group(
-                group,
+                (kind, group),
                 &samples,
                 &snapshots,
                 start_unix_ns,
@@ -489,6 +530,16 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
                 KernelCounter::PyTruncated => self
                     .metrics
                     .set_drop_total("python_frames_truncated", total),
+                KernelCounter::OffCpuBlocks => {
+                    self.metrics.off_cpu_blocks.set(total);
+                    self.adapt_off_cpu_keep_one_in(total)?;
+                }
+                KernelCounter::OffCpuCaptured => self.metrics.off_cpu_captured.set(total),
+                KernelCounter::OffCpuBudgetSpent => {
+                    self.metrics.set_drop_total("off_cpu_budget_spent", total)
+                }
+                KernelCounter::OffCpuShort => self.metrics.off_cpu_short.set(total),
+                KernelCounter::OffCpuLost => self.metrics.set_drop_total("off_cpu_lost", total),
             }
         }
         if let Some((run_time, runs)) = self.sampler.program_stats() {
@@ -500,9 +551,34 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
         Ok(())
     }
 
+    /// Off-CPU: sets the one-in-N of captured blocks from the block rate
+    /// since the last look (the kernel's total is `blocks`), so the capture
+    /// cost per second stays bounded and each capture's weight unbiased.
+    fn adapt_off_cpu_keep_one_in(&mut self, blocks: u64) -> Result<(), SamplerError> {
+        let Some(captures) = self.config.off_cpu_captures_per_cpu_second else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        let Some(last) = self.off_cpu_rate.replace(OffCpuRate { blocks, at: now }) else {
+            self.metrics.off_cpu_keep_one_in.set(1);
+            return Ok(());
+        };
+        let seconds = now.duration_since(last.at).as_secs_f64();
+        let cpus = self.sampler.attached_cpu_count().max(1) as f64;
+        if seconds < 0.5 {
+            // Too short a span to rate; keep the last look for the next.
+            self.off_cpu_rate = Some(last);
+            return Ok(());
+        }
+        let rate = blocks.saturating_sub(last.blocks) as f64 / seconds / cpus;
+        let keep_one_in = off_cpu_keep_one_in(rate, captures);
+        self.metrics.off_cpu_keep_one_in.set(u64::from(keep_one_in));
+        self.sampler.set_off_cpu_keep_one_in(keep_one_in)
+    }
+
     fn build_group(
         &mut self,
-        group: GroupKey,
+        (kind, group): (SampleKind, GroupKey),
         samples: &[StackSample],
         snapshots: &Snapshots,
         start_unix_ns: i64,
@@ -561,6 +637,7 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
                     language: language.label(),
                     frames,
                     count: sample.count,
+                    off_cpu_ns: sample.off_cpu_ns,
                 });
             }
         }
@@ -577,12 +654,23 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             node: self.config.node.clone(),
             record_tid: self.config.record_tid,
         };
-        let profile = profile_build::build_profile(&meta, &resolved);
+        let (profile, name, prefix) = match kind {
+            SampleKind::Cpu => (
+                profile_build::build_profile(&meta, &resolved),
+                PROFILE_NAME,
+                "cpu",
+            ),
+            SampleKind::OffCpu => (
+                profile_build::build_off_cpu_profile(&meta, &resolved),
+                OFF_CPU_PROFILE_NAME,
+                "offcpu",
+            ),
+        };
         let pprof_gzip = kiln_pprof::encode_gzip(&profile);
 
         let mut labels: BTreeMap<String, String> =
             entry.map(|e| e.labels.clone()).unwrap_or_default();
-        labels.insert(label::PROFILE_NAME.to_owned(), PROFILE_NAME.to_owned());
+        labels.insert(label::PROFILE_NAME.to_owned(), name.to_owned());
         if let Some((language, _)) = languages
             .iter()
             .max_by_key(|(l, n)| (**n, std::cmp::Reverse(**l)))
@@ -599,12 +687,12 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
                 start_boottime_ns,
             } => {
                 format!(
-                    "cpu-{}-pid{pid}-{start_boottime_ns}",
+                    "{prefix}-{}-pid{pid}-{start_boottime_ns}",
                     start_unix_ns / 1_000_000
                 )
             }
             GroupKey::Cgroup { cgroup_id } => {
-                format!("cpu-{}-cgroup{cgroup_id}", start_unix_ns / 1_000_000)
+                format!("{prefix}-{}-cgroup{cgroup_id}", start_unix_ns / 1_000_000)
             }
         };
         ShipItem {
@@ -682,4 +770,19 @@ fn unix_ns(time: SystemTime) -> i64 {
     time.duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::off_cpu_keep_one_in;
+
+    #[test]
+    fn off_cpu_keeps_every_block_until_the_rate_passes_half_the_budget() {
+        assert_eq!(off_cpu_keep_one_in(0.0, 100), 1);
+        assert_eq!(off_cpu_keep_one_in(50.0, 100), 1);
+        assert_eq!(off_cpu_keep_one_in(51.0, 100), 2);
+        assert_eq!(off_cpu_keep_one_in(50_000.0, 100), 1000);
+        assert_eq!(off_cpu_keep_one_in(f64::NAN, 100), 1);
+        assert_eq!(off_cpu_keep_one_in(1e30, 1), u32::MAX);
+    }
 }

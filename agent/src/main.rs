@@ -19,7 +19,7 @@ use kiln_agent::metrics::{AgentMetrics, spawn_metrics_thread};
 use kiln_agent::preflight;
 use kiln_agent::process_info::ProcessTable;
 use kiln_agent::python::{PythonUnwinder, PythonUnwinderConfig};
-use kiln_agent::sampler::{Sampler, SamplerConfig};
+use kiln_agent::sampler::{OffCpuConfig, Sampler, SamplerConfig};
 use kiln_agent::ship::{ShipQueue, Sink, StoreToken, run_shipper};
 use kiln_agent::symbolize::StackSymbolizer;
 use kiln_agent::target_set::{SamplingRates, TargetSource};
@@ -30,12 +30,22 @@ use kiln_agent_settings::{AgentSettings, UnwinderChoice};
 /// Half a second of snapshots from every CPU at the default rate, and a
 /// fifth of one at the highest, so the collector's 100 ms polls and a slow
 /// drain never overflow it.
-fn default_snapshot_ring_bytes(rates: SamplingRates) -> u32 {
+fn default_snapshot_ring_bytes(rates: SamplingRates, off_cpu_per_second: u32) -> u32 {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    let per_second = |hz: u32| cpus * u64::from(hz) * kiln_agent::abi::STACK_SNAPSHOT_SIZE as u64;
+    // Off-CPU blocks arrive at up to their capture budget, like samples.
+    let per_second = |hz: u32| {
+        cpus * u64::from(hz.saturating_add(off_cpu_per_second))
+            * kiln_agent::abi::STACK_SNAPSHOT_SIZE as u64
+    };
     let bytes = (per_second(rates.default_hz) / 2).max(per_second(rates.max_hz) / 5);
     u32::try_from(bytes.clamp(1 << 20, 64 << 20)).unwrap_or(64 << 20)
 }
+
+/// Captured threads asleep at once (one 19 KiB snapshot each, about 10 MiB
+/// of kernel memory): past it the longest asleep is evicted and its block
+/// lost. Blocked threads are captured at most a few hundred per CPU per
+/// second, and most wake within the second.
+const OFF_CPU_PENDING_ENTRIES: u32 = 512;
 
 /// The log filter when neither `--log`/`KILN_LOG` nor `RUST_LOG` is set.
 const DEFAULT_LOG: &str = "kiln_agent=info";
@@ -140,6 +150,17 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
         default_hz: cli.frequency,
         max_hz: cli.max_frequency.max(cli.frequency),
     };
+    // Off-CPU blocks are snapshots too: unwound in userspace like samples.
+    let off_cpu = (cli.off_cpu && unwind == UnwindMode::StackSnapshot).then_some(OffCpuConfig {
+        min_block: cli.off_cpu_min_block,
+        captures_per_cpu_second: cli.off_cpu_captures_per_second,
+        pending_entries: OFF_CPU_PENDING_ENTRIES,
+    });
+    if cli.off_cpu && off_cpu.is_none() {
+        anyhow::bail!(
+            "--off-cpu needs --unwinder eh-frame (blocked stacks are unwound in userspace)"
+        );
+    }
     let sampler = Sampler::start(
         SamplerConfig {
             rates,
@@ -147,10 +168,14 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
             count_map_entries,
             record_tid: cli.record_tid,
             unwind,
-            snapshot_ring_bytes: cli
-                .snapshot_ring_bytes
-                .unwrap_or_else(|| default_snapshot_ring_bytes(rates)),
+            snapshot_ring_bytes: cli.snapshot_ring_bytes.unwrap_or_else(|| {
+                default_snapshot_ring_bytes(
+                    rates,
+                    off_cpu.map_or(0, |off| off.captures_per_cpu_second),
+                )
+            }),
             btf_path: cli.btf_path.clone(),
+            off_cpu,
         },
         &targets,
     )?;
@@ -212,6 +237,7 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
             java: cli.java_frames,
             javascript: cli.javascript_frames,
         },
+        off_cpu_captures_per_cpu_second: off_cpu.map(|off| off.captures_per_cpu_second),
     };
     let max_cached_symbols = cli.max_cached_symbols;
     let max_symbol_table_bytes = cli.max_symbol_table_bytes;

@@ -46,6 +46,14 @@ pub struct AgentMetrics {
     pub samples: Counter,
     /// Samples skipped by per-target subsampling (total).
     pub subsampled: Counter,
+    /// Off-CPU: targeted threads that blocked (total, kernel).
+    pub off_cpu_blocks: Counter,
+    /// Off-CPU: blocks captured (total, kernel).
+    pub off_cpu_captured: Counter,
+    /// Off-CPU: captured blocks shorter than the minimum (total, kernel).
+    pub off_cpu_short: Counter,
+    /// Off-CPU: one block in this many is captured now (0: off).
+    pub off_cpu_keep_one_in: Counter,
     /// Samples or profiles lost, by reason.
     drops: Mutex<BTreeMap<&'static str, u64>>,
     /// Failed sends, by reason.
@@ -251,6 +259,21 @@ impl AgentMetrics {
                 "kiln_agent_subsampled_total",
                 "Samples skipped by per-target subsampling.",
                 self.subsampled.get(),
+            ),
+            Family::counters_by(
+                "kiln_agent_off_cpu_blocks_total",
+                "Blocks of targeted threads seen with off-CPU on, by what became of them.",
+                "result",
+                vec![
+                    ("seen", self.off_cpu_blocks.get()),
+                    ("captured", self.off_cpu_captured.get()),
+                    ("short", self.off_cpu_short.get()),
+                ],
+            ),
+            Family::gauge(
+                "kiln_agent_off_cpu_keep_one_in",
+                "Off-CPU: one targeted block in this many is captured (0: off-CPU is off).",
+                self.off_cpu_keep_one_in.get(),
             ),
             Family::counter(
                 "kiln_agent_profiles_built_total",

@@ -15,6 +15,11 @@ use crate::symbolize::{Frame, FrameMapping};
 /// series, and Parca accepts any name.
 pub const PROFILE_NAME: &str = "process_cpu";
 
+/// The `__name__` of the agent's off-CPU profiles (time threads spent
+/// blocked, weighed at their wakeup): a profile type of its own, so that it
+/// is never merged with CPU time.
+pub const OFF_CPU_PROFILE_NAME: &str = "off_cpu";
+
 /// Name given to a sample whose user and kernel stacks were both lost.
 pub const LOST_STACK_FUNCTION: &str = "[lost stack]";
 
@@ -32,8 +37,10 @@ pub struct ResolvedSample {
     pub language: &'static str,
     /// Frames, leaf first.
     pub frames: Vec<Frame>,
-    /// Number of samples.
+    /// Number of samples (CPU) or captured blocks (off-CPU).
     pub count: u64,
+    /// Off-CPU time the blocks stand for, ns (0 in CPU profiles).
+    pub off_cpu_ns: u64,
 }
 
 /// What every profile of a window shares.
@@ -67,7 +74,37 @@ pub fn build_profile(meta: &WindowMeta, samples: &[ResolvedSample]) -> proto::Pr
         .period("cpu", "nanoseconds", meta.period_ns)
         .time(meta.start_unix_ns, meta.duration_ns)
         .default_sample_type("cpu");
+    add_samples(builder, meta, samples, |sample| {
+        let count = i64::try_from(sample.count).unwrap_or(i64::MAX);
+        [count, count.saturating_mul(meta.period_ns)]
+    })
+}
 
+/// Builds the off-CPU pprof of one target for one window: sample types
+/// `blocks/count` (captured blocks) and `off_cpu/nanoseconds` (the time they
+/// stand for: each block's length times the one-in-N it was chosen by),
+/// period `off_cpu/nanoseconds` 1, the same labels as [`build_profile`].
+pub fn build_off_cpu_profile(meta: &WindowMeta, samples: &[ResolvedSample]) -> proto::Profile {
+    let mut builder = ProfileBuilder::new(&[("blocks", "count"), ("off_cpu", "nanoseconds")]);
+    builder
+        .period("off_cpu", "nanoseconds", 1)
+        .time(meta.start_unix_ns, meta.duration_ns)
+        .default_sample_type("off_cpu");
+    add_samples(builder, meta, samples, |sample| {
+        [
+            i64::try_from(sample.count).unwrap_or(i64::MAX),
+            i64::try_from(sample.off_cpu_ns).unwrap_or(i64::MAX),
+        ]
+    })
+}
+
+/// Adds every sample, with `values` as its two values, and finishes.
+fn add_samples(
+    mut builder: ProfileBuilder,
+    meta: &WindowMeta,
+    samples: &[ResolvedSample],
+    values: impl Fn(&ResolvedSample) -> [i64; 2],
+) -> proto::Profile {
     // A mapping says it has functions when any of its frames got a name.
     let symbolized_mappings: HashSet<*const FrameMapping> = samples
         .iter()
@@ -116,7 +153,6 @@ pub fn build_profile(meta: &WindowMeta, samples: &[ResolvedSample]) -> proto::Pr
             });
             location_ids.push(builder.location(0, 0, &[(id, 0)]));
         }
-        let count = i64::try_from(sample.count).unwrap_or(i64::MAX);
         // `comm`, `pid` and `tid` stay per sample in the store (they are
         // named in `kiln_contract::sample_labels`). `node` and `language`
         // repeat series labels, which the store drops as redundant, but a
@@ -132,11 +168,7 @@ pub fn build_profile(meta: &WindowMeta, samples: &[ResolvedSample]) -> proto::Pr
         if meta.record_tid {
             labels.push((TID, LabelValue::Str(sample.tid.to_string())));
         }
-        builder.sample(
-            &location_ids,
-            &[count, count.saturating_mul(meta.period_ns)],
-            &labels,
-        );
+        builder.sample(&location_ids, &values(sample), &labels);
     }
     builder.finish()
 }
@@ -183,6 +215,7 @@ mod tests {
                 language: "native",
                 frames: vec![frame(0x1010, Some("hot_a")), frame(0x1100, Some("main"))],
                 count: 3,
+                off_cpu_ns: 0,
             },
             ResolvedSample {
                 pid: 7,
@@ -191,6 +224,7 @@ mod tests {
                 language: "native",
                 frames: vec![frame(0x1500, None)],
                 count: 1,
+                off_cpu_ns: 0,
             },
         ];
         let profile = build_profile(&meta(), &samples);
@@ -231,6 +265,7 @@ mod tests {
             language: "native",
             frames: vec![],
             count: 2,
+            off_cpu_ns: 0,
         }];
         let mut with_tid = meta();
         with_tid.record_tid = true;
@@ -243,6 +278,30 @@ mod tests {
             5,
             "comm, pid, node, language, tid"
         );
+    }
+
+    #[test]
+    fn off_cpu_profile_carries_blocks_and_their_time_under_its_own_types() {
+        let samples = vec![ResolvedSample {
+            pid: 3,
+            tid: 0,
+            comm: "sleepy".into(),
+            language: "native",
+            frames: vec![],
+            count: 4,
+            off_cpu_ns: 40_000_000,
+        }];
+        let profile = build_off_cpu_profile(&meta(), &samples);
+        let bytes = kiln_pprof::encode_gzip(&profile);
+        let decoded = kiln_pprof::decode(&bytes, &kiln_pprof::DecodeLimits::default())
+            .expect("the built profile is valid");
+        let types: Vec<(&str, &str)> = decoded
+            .sample_types()
+            .iter()
+            .map(|t| (decoded.string(t.r#type), decoded.string(t.unit)))
+            .collect();
+        assert_eq!(types, vec![("blocks", "count"), ("off_cpu", "nanoseconds")]);
+        assert_eq!(profile.sample[0].value, vec![4, 40_000_000]);
     }
 
     #[test]

@@ -70,6 +70,12 @@ pub trait SampleSource {
 
     /// Cumulative `(run time, runs)` of the sampling program, when known.
     fn program_stats(&self) -> Option<(Duration, u64)>;
+
+    /// Off-CPU: captures one targeted block in `keep_one_in` from now on;
+    /// sources without off-CPU ignore it.
+    fn set_off_cpu_keep_one_in(&mut self, _keep_one_in: u32) -> Result<(), SamplerError> {
+        Ok(())
+    }
 }
 
 /// Why the kernel side failed.

@@ -11,7 +11,7 @@ use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf, Sta
 use aya::programs::perf_event::{
     PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent,
 };
-use aya::programs::{PerfEvent, ProgramError};
+use aya::programs::{BtfTracePoint, PerfEvent, ProgramError};
 use aya::{Btf, Ebpf, EbpfLoader, Endianness};
 
 use crate::abi::{
@@ -25,6 +25,13 @@ use crate::target_set::{AllowListChanges, SamplingRates, TargetSet};
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profile.bpf.o"));
 
 const PROGRAM_NAME: &str = "kiln_profile";
+
+/// The off-CPU programs: a block starts at `sched_switch` and ends at
+/// `sched_wakeup` (see bpf/profile.bpf.c for why not at the switch-in).
+const OFF_CPU_PROGRAMS: [(&str, &str); 2] = [
+    ("kiln_off_cpu_switch", "sched_switch"),
+    ("kiln_off_cpu_wakeup", "sched_wakeup"),
+];
 
 /// How in-flight BPF runs that read the old generation get to finish before
 /// it is read. A run takes microseconds; this is orders of magnitude more.
@@ -48,6 +55,19 @@ pub struct SamplerConfig {
     pub snapshot_ring_bytes: u32,
     /// Kernel BTF for CO-RE relocations.
     pub btf_path: PathBuf,
+    /// Off-CPU time, when on (stack snapshots only).
+    pub off_cpu: Option<OffCpuConfig>,
+}
+
+/// How blocked time is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffCpuConfig {
+    /// Blocks shorter than this are dropped in the kernel.
+    pub min_block: Duration,
+    /// Most blocks captured per CPU per second, whatever the switch rate.
+    pub captures_per_cpu_second: u32,
+    /// Captured threads asleep at once; past it the longest asleep is lost.
+    pub pending_entries: u32,
 }
 
 fn map_error(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> SamplerError {
@@ -128,6 +148,10 @@ impl Sampler {
                 .next_power_of_two(),
         };
         loader.map_max_entries("samples", ring_bytes);
+        // Off: the pending map (a snapshot per entry, kernel memory) stays
+        // at one entry, as its programs are never loaded.
+        let pending = config.off_cpu.map_or(1, |off| off.pending_entries.max(1));
+        loader.map_max_entries("off_cpu_pending", pending);
         let mut ebpf = loader
             .load(BPF_OBJECT)
             .map_err(|source| SamplerError::Load { source })?;
@@ -146,6 +170,30 @@ impl Sampler {
             }
             source => SamplerError::Program { source },
         })?;
+        if config.off_cpu.is_some() {
+            for (name, tracepoint) in OFF_CPU_PROGRAMS {
+                let program: &mut BtfTracePoint = ebpf
+                    .program_mut(name)
+                    .ok_or(SamplerError::Missing { name })?
+                    .try_into()
+                    .map_err(|source| SamplerError::Program { source })?;
+                program
+                    .load(tracepoint, &btf)
+                    .map_err(|source| match source {
+                        ProgramError::LoadError {
+                            io_error,
+                            verifier_log,
+                        } => {
+                            tracing::debug!(%verifier_log, "BPF verifier log ({name})");
+                            SamplerError::ProgramRejected { io_error }
+                        }
+                        source => SamplerError::Program { source },
+                    })?;
+                program
+                    .attach()
+                    .map_err(|source| SamplerError::Program { source })?;
+            }
+        }
         // Statistics cost two clock reads per run; they are how /metrics
         // reports the sampler's own cost. Older kernels lack the syscall.
         let stats = match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
@@ -171,6 +219,13 @@ impl Sampler {
             filter: targets.filter_mode() as u32,
             record_tid: u32::from(config.record_tid),
             unwind: config.unwind as u32,
+            off_cpu_keep_one_in: u32::from(config.off_cpu.is_some()),
+            off_cpu_captures_per_tick: config
+                .off_cpu
+                .map_or(0, |off| off.captures_per_cpu_second.div_ceil(10)),
+            off_cpu_min_ns: config.off_cpu.map_or(0, |off| {
+                u64::try_from(off.min_block.as_nanos()).unwrap_or(u64::MAX)
+            }),
         };
         let base_hz = config.rates.base_hz(targets);
         let mut sampler = Sampler {
@@ -445,10 +500,30 @@ impl Sampler {
             .collect()
     }
 
-    /// Cumulative `(run time, runs)` of the program from kernel statistics.
+    /// Cumulative `(run time, runs)` of the programs from kernel
+    /// statistics: the sampler's, and the off-CPU programs' when loaded.
     pub fn program_stats(&self) -> Option<(Duration, u64)> {
         let info = self.ebpf.program(PROGRAM_NAME)?.info().ok()?;
-        Some((info.run_time(), info.run_count()))
+        let (mut run_time, mut runs) = (info.run_time(), info.run_count());
+        if self.config.off_cpu.is_some() {
+            for (name, _) in OFF_CPU_PROGRAMS {
+                if let Some(info) = self.ebpf.program(name).and_then(|p| p.info().ok()) {
+                    run_time += info.run_time();
+                    runs += info.run_count();
+                }
+            }
+        }
+        Some((run_time, runs))
+    }
+
+    /// Captures one targeted block in `keep_one_in` from now on (off-CPU
+    /// on only; each capture records the value it was taken under).
+    pub fn set_off_cpu_keep_one_in(&mut self, keep_one_in: u32) -> Result<(), SamplerError> {
+        if self.config.off_cpu.is_none() || self.kernel_config.off_cpu_keep_one_in == keep_one_in {
+            return Ok(());
+        }
+        self.kernel_config.off_cpu_keep_one_in = keep_one_in.max(1);
+        self.write_kernel_config()
     }
 
     /// Hands every stack snapshot waiting in the ring buffer to `each`, in
@@ -539,6 +614,10 @@ impl SampleSource for Sampler {
 
     fn kernel_counters(&self) -> Result<Vec<(KernelCounter, u64)>, SamplerError> {
         Sampler::kernel_counters(self)
+    }
+
+    fn set_off_cpu_keep_one_in(&mut self, keep_one_in: u32) -> Result<(), SamplerError> {
+        Sampler::set_off_cpu_keep_one_in(self, keep_one_in)
     }
 
     fn program_stats(&self) -> Option<(Duration, u64)> {

@@ -160,6 +160,22 @@ pub struct AgentSettings {
     /// V8's `v8dbg_*` constants and the live heap.
     #[arg(long, env = "KILN_JAVASCRIPT_FRAMES", default_value_t = true, action = clap::ArgAction::Set)]
     pub javascript_frames: bool,
+    /// Record off-CPU time (eh-frame unwinder): where targeted threads
+    /// blocked (sleeps, locks, IO) and for how long, as a profile type of
+    /// its own (`off_cpu`). Off by default: it hooks every context switch
+    /// and wakeup on the node (a few tens of ns each, for every process)
+    /// and holds about 10 MiB of kernel memory.
+    #[arg(long, env = "KILN_OFF_CPU")]
+    pub off_cpu: bool,
+    /// Off-CPU blocks shorter than this are not recorded.
+    #[arg(long, env = "KILN_OFF_CPU_MIN_BLOCK", default_value = "1ms", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_text")]
+    pub off_cpu_min_block: Duration,
+    /// Most off-CPU blocks captured per CPU per second, whatever the
+    /// context-switch rate; past half of it one block in N is captured and
+    /// weighed N times.
+    #[arg(long, env = "KILN_OFF_CPU_CAPTURES_PER_SECOND", default_value_t = 200, value_parser = clap::value_parser!(u32).range(10..=10_000))]
+    pub off_cpu_captures_per_second: u32,
     /// Bytes of CPython code objects (names, file names, line tables) cached.
     #[arg(long, env = "KILN_PYTHON_CODE_CACHE_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub python_code_cache_bytes: usize,
@@ -258,6 +274,9 @@ impl Default for AgentSettings {
             ruby_frames: true,
             java_frames: true,
             javascript_frames: true,
+            off_cpu: false,
+            off_cpu_min_block: Duration::from_millis(1),
+            off_cpu_captures_per_second: 200,
             python_code_cache_bytes: 8 * 1024 * 1024,
             log: None,
         }

@@ -14,7 +14,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use kiln_agent::abi::{
-    CountKey, CountValue, KernelCounter, NewProcess, PyStatus, PythonProcess, StackSnapshot,
+    CountKey, CountValue, KernelCounter, NewProcess, PyStatus, PythonProcess, SampleKind,
+    StackSnapshot,
 };
 use kiln_agent::aggregate::DrainedWindow;
 use kiln_agent::collector::{Collector, CollectorConfig, CollectorParts};
@@ -135,6 +136,8 @@ impl SampleSource for RecordedSamples {
                 sp: sample.sp,
                 bp: sample.bp,
                 comm: comm_bytes("recorded-thread"),
+                kind: SampleKind::Cpu,
+                off_cpu_ns: 0,
                 kernel: Vec::new(),
                 py_status: PyStatus::None,
                 py_frames: Vec::new(),
@@ -203,6 +206,7 @@ fn collect_once(samples: RecordedSamples, unwinder: Option<StackUnwinder>) -> Ve
         record_tid: true,
         unwound_stacks_capacity: 1024,
         runtimes: Default::default(),
+        off_cpu_captures_per_cpu_second: None,
     };
     Collector::new(config, parts).run(&AtomicBool::new(true));
     assert_eq!(metrics.windows.get(), 1, "one window drained");
@@ -399,6 +403,8 @@ fn recorded_frame_pointer_counts_are_symbolized_with_their_counts() {
             sp: recorded.sp,
             bp: recorded.bp,
             comm: [0; 16],
+            kind: SampleKind::Cpu,
+            off_cpu_ns: 0,
             kernel: Vec::new(),
             py_status: PyStatus::None,
             py_frames: Vec::new(),

@@ -5,7 +5,7 @@
 
 use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
-use kiln_agent::abi::{PyStatus, StackSnapshot};
+use kiln_agent::abi::{PyStatus, SampleKind, StackSnapshot};
 use kiln_agent::process_info::{ProcessTable, parse_stat_start_ticks};
 use kiln_agent::unwind::{StackUnwinder, StackUnwinderConfig, UnwindOutcome, walk_stack};
 use kiln_agent::unwind_info::{
@@ -48,6 +48,8 @@ fn snapshot_of(captured: &Captured, pid: u32, start: u64) -> StackSnapshot<'_> {
         sp: captured.sp,
         bp: captured.bp,
         comm: [0; 16],
+        kind: SampleKind::Cpu,
+        off_cpu_ns: 0,
         kernel: Vec::new(),
         py_status: PyStatus::None,
         py_frames: Vec::new(),
@@ -175,6 +177,8 @@ fn kernel_threads_have_no_user_stack() {
         sp: 0,
         bp: 0,
         comm: [0; 16],
+        kind: SampleKind::Cpu,
+        off_cpu_ns: 0,
         kernel: vec![0xffff_ffff_8100_0000],
         py_status: PyStatus::None,
         py_frames: Vec::new(),

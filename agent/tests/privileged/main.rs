@@ -1,5 +1,6 @@
 //! The real agent on the real machine: the `kiln-agent` binary samples real
-//! programs on the real kernel ([`sampling`], [`unwinding`], [`python_frames`]), and
+//! programs on the real kernel ([`sampling`], [`unwinding`], [`python_frames`],
+//! [`off_cpu`]), and
 //! runs in Kubernetes mode against pods on a real containerd ([`cri_e2e`],
 //! [`cri_python`], [`cri_hostile_pods`], [`cri_hostile_runtimes`], [`cri_same_path`],
 //! [`cri_rates`]); [`python_offsets`] checks the
@@ -30,6 +31,7 @@ mod cri_rates;
 mod cri_same_path;
 mod java_frames;
 mod node_frames;
+mod off_cpu;
 mod python_forky;
 mod python_frames;
 mod python_offsets;
