@@ -103,6 +103,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Replica name.
     pub replica: String,
+    /// The store's name, claimed in the bucket prefix.
+    pub store_name: Option<String>,
     /// Head cut interval.
     pub flush_interval: Duration,
     /// Bucket re-listing interval.
@@ -246,6 +248,7 @@ impl Config {
             bucket: BucketSettings::resolve(&settings.bucket, &data_dir)?,
             data_dir,
             replica,
+            store_name: storage.store_name.clone().filter(|n| !n.is_empty()),
             flush_interval,
             relist_interval: positive_duration(
                 "storage.relist_interval",

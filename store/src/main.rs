@@ -120,6 +120,7 @@ async fn wait_for_signal(stop: watch::Sender<bool>) {
 
 fn store_config(config: &Config) -> anyhow::Result<StoreConfig> {
     let mut store = StoreConfig::new(&config.data_dir, &config.replica);
+    store.store_name = config.store_name.clone();
     store.flush_interval = config.flush_interval;
     store.relist_interval = config.relist_interval;
     store.retention = config.retention;

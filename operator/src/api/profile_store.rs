@@ -177,7 +177,7 @@ pub struct ObjectStorageSpec {
     /// Bucket region.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
-    /// Key prefix inside the bucket, so several stores can share one bucket.
+    /// Key prefix inside the bucket. Default: `<namespace>/<name>`, so stores sharing a bucket never mix; `/` for the bucket's root (where stores before v0.2 wrote). The store claims its prefix, and a store of another name refuses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
     /// Credentials from a Secret in the store's namespace; otherwise the pod's ambient identity.

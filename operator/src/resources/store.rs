@@ -46,13 +46,18 @@ pub fn bucket_options(store: &ProfileStore) -> BucketOptions {
     let Some(bucket) = &store.spec.object_storage else {
         return BucketOptions::default();
     };
-    let prefix = bucket.prefix.as_deref().unwrap_or("").trim_matches('/');
+    // Unset: the store's own prefix, so two stores given one bucket never
+    // mix; set to "/" (or empty): the bucket's root, as earlier releases used.
+    let prefix = match bucket.prefix.as_deref() {
+        Some(prefix) => prefix.trim_matches('/').to_owned(),
+        None => store_name(store),
+    };
     BucketOptions {
         kind: Some("s3".to_owned()),
         name: Some(bucket.bucket.clone()),
         endpoint: bucket.endpoint.clone(),
         region: bucket.region.clone(),
-        prefix: (!prefix.is_empty()).then(|| prefix.to_owned()),
+        prefix: (!prefix.is_empty()).then_some(prefix),
         allow_http: bucket
             .endpoint
             .as_deref()
@@ -123,11 +128,22 @@ fn service_port(port: i32) -> ServicePort {
     }
 }
 
+/// The name a store's replicas claim their bucket prefix with, and its
+/// default prefix: `<namespace>/<name>`, unique in the cluster.
+pub fn store_name(store: &ProfileStore) -> String {
+    format!(
+        "{}/{}",
+        store.metadata.namespace.as_deref().unwrap_or("default"),
+        store.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
 /// The settings of `kiln-store` the spec asks for, in the store's own
 /// settings type; everything else keeps the store's defaults. Bucket
 /// settings go through the config ConfigMap's environment instead.
 pub fn store_settings(store: &ProfileStore) -> StoreSettings {
     let mut settings = StoreSettings::default();
+    settings.storage.store_name = Some(store_name(store));
     settings.server.listen = Some(SocketAddr::from(([0, 0, 0, 0], STORE_CONTAINER_PORT)));
     settings.storage.data_dir = Some(PathBuf::from(DATA_DIR));
     settings.storage.retention = Some(store.spec.retention.duration.clone());

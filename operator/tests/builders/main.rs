@@ -213,6 +213,7 @@ fn store_gets_retention_flags_and_data_dir() {
         vec![
             "--listen=0.0.0.0:7470",
             "--data-dir=/var/lib/kiln",
+            "--store-name=kiln/main",
             "--retention=30d",
             "--retention-bytes=53687091200",
             // Three quarters of the default 2Gi memory limit.
@@ -361,6 +362,31 @@ fn object_storage_becomes_env_with_secret_references() {
     let secret = env[0].value_from.clone().unwrap().secret_key_ref.unwrap();
     assert_eq!(secret.name, "s3-creds");
     assert_eq!(secret.key, "AWS_ACCESS_KEY_ID");
+}
+
+#[test]
+fn each_store_claims_its_own_bucket_prefix_by_default() {
+    let names_of = |object: &ProfileStore| {
+        let names = StoreNames::of(object).unwrap();
+        let config = store::config_map(object, &names).unwrap();
+        let args = store::store_args(object).unwrap();
+        (config.data.unwrap(), args)
+    };
+    let shared = serde_json::json!({"objectStorage": {"bucket": "profiles"}});
+    let (data, args) = names_of(&profile_store(shared));
+    assert_eq!(data["KILN_BUCKET_PREFIX"], "kiln/main");
+    assert!(
+        args.contains(&"--store-name=kiln/main".to_owned()),
+        "{args:?}"
+    );
+    // Another store on the same bucket: another prefix.
+    let mut other = profile_store(serde_json::json!({"objectStorage": {"bucket": "profiles"}}));
+    other.metadata.namespace = Some("staging".to_owned());
+    assert_eq!(names_of(&other).0["KILN_BUCKET_PREFIX"], "staging/main");
+    // "/" keeps the bucket's root, where earlier releases wrote.
+    let root =
+        profile_store(serde_json::json!({"objectStorage": {"bucket": "profiles", "prefix": "/"}}));
+    assert!(!names_of(&root).0.contains_key("KILN_BUCKET_PREFIX"));
 }
 
 #[test]

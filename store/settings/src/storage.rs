@@ -15,6 +15,9 @@ pub struct StorageOptions {
     /// This replica's name; replicas sharing a bucket need distinct names [default: $HOSTNAME or "kiln"].
     #[arg(long, env = "KILN_REPLICA")]
     pub replica: Option<String>,
+    /// The store these replicas form, claimed in the bucket prefix; a store of another name refuses the prefix (the operator sets `<namespace>/<name>`) [default: none, nothing claimed].
+    #[arg(long, env = "KILN_STORE_NAME")]
+    pub store_name: Option<String>,
     /// How often the head is cut into a block, e.g. `60s`; bounds cross-replica staleness [default: 60s].
     #[arg(long, env = "KILN_FLUSH_INTERVAL")]
     pub flush_interval: Option<String>,

@@ -214,6 +214,27 @@ pub enum StorageError {
         /// What is wrong.
         message: String,
     },
+    /// The bucket prefix was claimed by a store of another name: sharing it
+    /// would mix the two stores' profiles and retention.
+    #[error(
+        "the bucket prefix belongs to store {owner:?}, not {store:?}; give each store its own bucket or --bucket-prefix"
+    )]
+    BucketClaimedByAnotherStore {
+        /// This store's name.
+        store: String,
+        /// The name in the prefix's claim.
+        owner: String,
+    },
+    /// A step that must be done by a lease's holder alone was not done (or
+    /// was stopped): this process no longer trusts the generation it holds,
+    /// so another process may hold the lease now.
+    #[error("{action}: the lease {lease} is no longer held by this process")]
+    LeaseLost {
+        /// The lease's bucket path.
+        lease: String,
+        /// What was not done.
+        action: &'static str,
+    },
     /// Another live process holds this replica name's lease in the bucket:
     /// two processes acting for one name would compact the same blocks and
     /// count their data twice.
@@ -303,6 +324,8 @@ impl StorageError {
             Self::OwnerMismatch { .. } => "owner_mismatch",
             Self::Block { .. } => "block",
             Self::Lease { .. } => "lease",
+            Self::LeaseLost { .. } => "lease_lost",
+            Self::BucketClaimedByAnotherStore { .. } => "bucket_claimed",
             Self::ReplicaNameInUse { .. } => "replica_name_in_use",
             Self::Config { .. } => "config",
             Self::Spill { .. } => "compaction_spill",
@@ -337,6 +360,8 @@ impl StorageError {
             | Self::OwnerMismatch { .. }
             | Self::Block { .. }
             | Self::Lease { .. }
+            | Self::LeaseLost { .. }
+            | Self::BucketClaimedByAnotherStore { .. }
             | Self::ReplicaNameInUse { .. }
             | Self::Config { .. }
             | Self::Spill { .. }

@@ -8,18 +8,34 @@
 //! created with `PutMode::Create` (an `If-None-Match: *` put on S3, a hard
 //! link on local disk), so of two processes racing for one generation
 //! exactly one wins. The newest generation is the lease: it names its
-//! holder (one process, by a ULID drawn at start) and when it expires. The
-//! holder renews it by creating the next generation before then; anyone may
-//! take it once it has expired, by creating the next generation too. Only
+//! holder (one process, by a ULID drawn at start) and how long it lasts.
+//! The holder renews it by creating the next generation; anyone may take
+//! it once it has lapsed, by creating the next generation too. Only
 //! creation is needed, which every `object_store` backend Kiln builds
 //! supports (a compare-and-swap `PutMode::Update` is not: local disk lacks it).
 //!
-//! Clocks: the holder trusts the lease until the expiry it wrote, by its
-//! own clock; another process waits [`TAKEOVER_GRACE_MS`] past that expiry
-//! by its clock before taking over, so clock skew below that is harmless.
+//! Clocks: no process compares its clock with another's. The holder
+//! trusts a generation for its time-to-live measured on its own monotonic
+//! clock from *before* it began writing it. Another process measures, on
+//! its own monotonic clock, how long it has seen that same generation as
+//! the newest, and takes over only after the time-to-live plus a third
+//! ([`takeover_after`]). Since it can first see a generation only after
+//! it was written, the holder's trust ends at least that third earlier,
+//! whatever either wall clock says; the third covers clock rates that
+//! differ and requests still in flight. (Earlier releases compared a wall
+//! clock expiry, so a replica whose clock ran 40 s fast took a live lease.)
+//!
+//! Fencing: what a holder does with a lease (upload a compacted block,
+//! delete its sources, apply retention) runs through [`Lease::fenced`],
+//! which refuses when the generation it holds is no longer trusted and
+//! stops the request when that trust runs out, so a holder paused past
+//! its lease (a long upload, a stopped process) cannot delete once
+//! another process may hold the lease. [`Lease::confirm`] also checks the
+//! bucket: the newest generation must still be the one held.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use object_store::path::Path;
@@ -30,9 +46,13 @@ use crate::error::StorageError;
 /// The bucket prefix under which every lease lives.
 pub const LEASES_PREFIX: &str = "leases";
 
-/// How long past a lease's expiry (by the reader's clock) before another
-/// process takes it: the clock skew between replicas that is tolerated.
-pub const TAKEOVER_GRACE_MS: i64 = 10_000;
+/// How long another process must have seen one generation of a lease,
+/// unchanged and not released, before it may take it over: the lease's
+/// time-to-live plus a third, for clock rates that differ and requests in
+/// flight.
+pub fn takeover_after(ttl: Duration) -> Duration {
+    ttl.saturating_add(ttl / 3)
+}
 
 /// One generation of a lease, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -41,8 +61,21 @@ pub struct LeaseRecord {
     pub holder: String,
     /// The holder's replica name, for people reading the bucket.
     pub replica: String,
-    /// Unix ms (holder's clock) after which the lease lapses; 0 = released.
+    /// Unix ms by the holder's clock when this generation lapses, for people
+    /// reading the bucket; never compared with another clock. 0 = released.
     pub expires_at_ms: i64,
+    /// How long this generation lasts without renewal, in ms; 0 in
+    /// generations written by earlier releases (the reader's own
+    /// time-to-live is used then).
+    #[serde(default)]
+    pub ttl_ms: u64,
+}
+
+impl LeaseRecord {
+    /// Given up by its holder: anyone may take it at once.
+    pub fn is_released(&self) -> bool {
+        self.expires_at_ms == 0
+    }
 }
 
 /// What to do about a lease, given its newest generation.
@@ -62,23 +95,32 @@ pub enum LeaseDecision {
     },
 }
 
-/// Decides whether `holder` may write the next generation after `latest`.
+/// Decides whether `holder` may write the next generation after `latest`,
+/// which this process has seen as the newest for `seen_for` (on its own
+/// monotonic clock); `own_ttl` stands in for a generation that names none.
 /// Pure, so every rule is unit-tested.
-pub fn decide(latest: Option<(u64, &LeaseRecord)>, holder: &str, now_ms: i64) -> LeaseDecision {
-    match latest {
-        None => LeaseDecision::Write { generation: 0 },
-        Some((generation, record))
-            if record.holder == holder
-                || record.expires_at_ms.saturating_add(TAKEOVER_GRACE_MS) < now_ms =>
-        {
-            LeaseDecision::Write {
-                generation: generation.saturating_add(1),
-            }
+pub fn decide(
+    latest: Option<(u64, &LeaseRecord)>,
+    holder: &str,
+    seen_for: Duration,
+    own_ttl: Duration,
+) -> LeaseDecision {
+    let Some((generation, record)) = latest else {
+        return LeaseDecision::Write { generation: 0 };
+    };
+    let ttl = match record.ttl_ms {
+        0 => own_ttl,
+        ms => Duration::from_millis(ms),
+    };
+    if record.holder == holder || record.is_released() || seen_for > takeover_after(ttl) {
+        LeaseDecision::Write {
+            generation: generation.saturating_add(1),
         }
-        Some((generation, record)) => LeaseDecision::HeldByOther {
+    } else {
+        LeaseDecision::HeldByOther {
             generation,
             record: record.clone(),
-        },
+        }
     }
 }
 
@@ -99,10 +141,10 @@ fn generation_name(generation: u64) -> String {
 /// The state of a lease after an attempt to take or renew it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseState {
-    /// This process holds it until `until_ms` (its own clock).
+    /// This process holds this generation.
     Held {
-        /// Expiry written in the lease.
-        until_ms: i64,
+        /// The generation it wrote.
+        generation: u64,
     },
     /// Another process holds it.
     HeldByOther {
@@ -113,6 +155,15 @@ pub enum LeaseState {
     },
 }
 
+/// What one process knows of a lease, on its own monotonic clock.
+#[derive(Debug, Default)]
+struct LeaseClock {
+    /// The generation this process holds and until when it trusts it.
+    held: Option<(u64, Instant)>,
+    /// The newest generation seen and since when it has been the newest.
+    seen: Option<(u64, Instant)>,
+}
+
 /// One lease as seen by one process.
 #[derive(Debug)]
 pub struct Lease {
@@ -120,9 +171,8 @@ pub struct Lease {
     prefix: Path,
     holder: String,
     replica: String,
-    ttl_ms: i64,
-    /// Unix ms until which this process holds the lease; 0 when it does not.
-    held_until_ms: AtomicI64,
+    ttl: Duration,
+    clock: Mutex<LeaseClock>,
 }
 
 fn bucket_err(op: &'static str, path: &Path) -> impl FnOnce(object_store::Error) -> StorageError {
@@ -137,21 +187,52 @@ impl Lease {
         scope: &str,
         holder: &str,
         replica: &str,
-        ttl: std::time::Duration,
+        ttl: Duration,
     ) -> Self {
         Self {
             store,
             prefix: Path::from(format!("{LEASES_PREFIX}/{scope}")),
             holder: holder.to_string(),
             replica: replica.to_string(),
-            ttl_ms: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
-            held_until_ms: AtomicI64::new(0),
+            ttl,
+            clock: Mutex::new(LeaseClock::default()),
         }
     }
 
-    /// True while this process holds the lease by its own clock.
-    pub fn is_held(&self, now_ms: i64) -> bool {
-        now_ms < self.held_until_ms.load(Ordering::SeqCst)
+    fn clock(&self) -> std::sync::MutexGuard<'_, LeaseClock> {
+        self.clock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How long this process may still act on the lease; `None` when it
+    /// does not hold it (or no longer trusts the generation it wrote).
+    pub fn time_left(&self) -> Option<Duration> {
+        let (_, until) = self.clock().held?;
+        until
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
+    }
+
+    /// True while this process holds the lease with more than `margin` left.
+    pub fn is_held(&self, margin: Duration) -> bool {
+        self.time_left().is_some_and(|left| left > margin)
+    }
+
+    fn forget_held(&self) {
+        self.clock().held = None;
+    }
+
+    /// How long `generation` has been the newest this process has seen,
+    /// starting the count when it is new.
+    fn seen_for(&self, generation: u64) -> Duration {
+        let now = Instant::now();
+        let mut clock = self.clock();
+        match clock.seen {
+            Some((seen, since)) if seen == generation => now.saturating_duration_since(since),
+            _ => {
+                clock.seen = Some((generation, now));
+                Duration::ZERO
+            }
+        }
     }
 
     /// The newest generation and what it says; `None` when there is none.
@@ -198,28 +279,43 @@ impl Lease {
     }
 
     /// Takes the lease if it is free or lapsed, renews it if it is ours.
-    pub async fn acquire(&self, now_ms: i64) -> Result<LeaseState, StorageError> {
+    pub async fn acquire(&self) -> Result<LeaseState, StorageError> {
+        // Trust in what this call writes counts from before it read the
+        // lease, so it ends before anyone who sees the write may take over.
+        let started = Instant::now();
         let latest = self.latest().await?;
-        let generation = match decide(latest.as_ref().map(|(g, r)| (*g, r)), &self.holder, now_ms) {
+        let seen_for = latest
+            .as_ref()
+            .map_or(Duration::ZERO, |(generation, _)| self.seen_for(*generation));
+        let decision = decide(
+            latest.as_ref().map(|(g, r)| (*g, r)),
+            &self.holder,
+            seen_for,
+            self.ttl,
+        );
+        let generation = match decision {
             LeaseDecision::Write { generation } => generation,
             LeaseDecision::HeldByOther { generation, record } => {
-                self.held_until_ms.store(0, Ordering::SeqCst);
+                self.forget_held();
                 return Ok(LeaseState::HeldByOther { generation, record });
             }
         };
-        let until_ms = now_ms.saturating_add(self.ttl_ms);
-        match self.write(generation, until_ms).await {
+        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        let expires_at_ms = crate::store::now_ms()
+            .saturating_add(i64::try_from(ttl_ms).unwrap_or(i64::MAX))
+            .max(1);
+        match self.write(generation, expires_at_ms, ttl_ms).await {
             Ok(()) => {
-                self.held_until_ms.store(until_ms, Ordering::SeqCst);
+                self.clock().held = Some((generation, started + self.ttl));
                 self.delete_older_than(generation).await;
-                Ok(LeaseState::Held { until_ms })
+                Ok(LeaseState::Held { generation })
             }
             Err(StorageError::Bucket {
                 source: object_store::Error::AlreadyExists { .. },
                 ..
             }) => {
                 // Another process wrote this generation first: it holds it.
-                self.held_until_ms.store(0, Ordering::SeqCst);
+                self.forget_held();
                 match self.latest().await? {
                     Some((generation, record)) if record.holder != self.holder => {
                         Ok(LeaseState::HeldByOther { generation, record })
@@ -234,27 +330,68 @@ impl Lease {
         }
     }
 
-    /// Gives the lease up (a generation that has already expired), so the
+    /// True when this process still trusts its generation and the bucket
+    /// still names it as the newest: the check before a step that must not
+    /// happen twice (a compaction's output, its deletion of sources).
+    pub async fn confirm(&self) -> Result<bool, StorageError> {
+        let Some((held, _)) = self.clock().held else {
+            return Ok(false);
+        };
+        if self.time_left().is_none() {
+            return Ok(false);
+        }
+        let newest = self.latest().await?;
+        let ours = matches!(&newest, Some((generation, record)) if *generation == held && record.holder == self.holder);
+        if !ours {
+            self.forget_held();
+        }
+        Ok(ours)
+    }
+
+    /// Runs `action` (`what`, for the error) only while this process holds
+    /// the lease, and stops it when the trust in its generation runs out,
+    /// so nothing it does lands after another process may have taken over.
+    pub async fn fenced<T, F>(&self, what: &'static str, action: F) -> Result<T, StorageError>
+    where
+        F: Future<Output = Result<T, StorageError>>,
+    {
+        let lost = || StorageError::LeaseLost {
+            lease: self.prefix.to_string(),
+            action: what,
+        };
+        let left = self.time_left().ok_or_else(lost)?;
+        tokio::time::timeout(left, action)
+            .await
+            .map_err(|_elapsed| lost())?
+    }
+
+    /// Gives the lease up (a generation that says it is released), so the
     /// next process need not wait for it to lapse. Only when held.
     pub async fn release(&self) -> Result<(), StorageError> {
-        if self.held_until_ms.swap(0, Ordering::SeqCst) == 0 {
+        if self.clock().held.take().is_none() {
             return Ok(());
         }
         if let Some((generation, record)) = self.latest().await?
             && record.holder == self.holder
         {
             let next = generation.saturating_add(1);
-            self.write(next, 0).await?;
+            self.write(next, 0, 0).await?;
             self.delete_older_than(next).await;
         }
         Ok(())
     }
 
-    async fn write(&self, generation: u64, expires_at_ms: i64) -> Result<(), StorageError> {
+    async fn write(
+        &self,
+        generation: u64,
+        expires_at_ms: i64,
+        ttl_ms: u64,
+    ) -> Result<(), StorageError> {
         let record = LeaseRecord {
             holder: self.holder.clone(),
             replica: self.replica.clone(),
             expires_at_ms,
+            ttl_ms,
         };
         let path = self.prefix.clone().join(generation_name(generation));
         let json = serde_json::to_vec(&record).map_err(|source| StorageError::Lease {
@@ -294,18 +431,25 @@ impl Lease {
 mod tests {
     use super::*;
 
+    const TTL: Duration = Duration::from_secs(30);
+
     fn record(holder: &str, expires_at_ms: i64) -> LeaseRecord {
         LeaseRecord {
             holder: holder.into(),
             replica: "r".into(),
             expires_at_ms,
+            ttl_ms: 30_000,
         }
+    }
+
+    fn local_bucket(dir: &std::path::Path) -> Arc<dyn ObjectStore> {
+        Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir).expect("local"))
     }
 
     #[test]
     fn a_free_lease_starts_at_generation_zero() {
         assert_eq!(
-            decide(None, "me", 5),
+            decide(None, "me", Duration::ZERO, TTL),
             LeaseDecision::Write { generation: 0 }
         );
     }
@@ -313,34 +457,65 @@ mod tests {
     #[test]
     fn the_holder_renews_even_after_its_lease_lapsed_if_nobody_took_it() {
         let mine = record("me", 1_000);
-        assert_eq!(
-            decide(Some((7, &mine)), "me", 500),
-            LeaseDecision::Write { generation: 8 }
-        );
-        assert_eq!(
-            decide(Some((7, &mine)), "me", 1_000_000),
-            LeaseDecision::Write { generation: 8 }
-        );
+        for seen_for in [Duration::ZERO, Duration::from_secs(3600)] {
+            assert_eq!(
+                decide(Some((7, &mine)), "me", seen_for, TTL),
+                LeaseDecision::Write { generation: 8 }
+            );
+        }
     }
 
     #[test]
-    fn another_holder_is_waited_for_until_its_expiry_plus_the_grace() {
+    fn another_holder_is_waited_for_by_how_long_its_generation_was_seen() {
         let theirs = record("them", 1_000);
-        let held = decide(Some((3, &theirs)), "me", 1_000 + TAKEOVER_GRACE_MS);
+        let wait = takeover_after(TTL);
+        assert_eq!(wait, Duration::from_secs(40));
         assert_eq!(
-            held,
+            decide(Some((3, &theirs)), "me", wait, TTL),
             LeaseDecision::HeldByOther {
                 generation: 3,
                 record: theirs.clone()
             }
         );
         assert_eq!(
-            decide(Some((3, &theirs)), "me", 1_001 + TAKEOVER_GRACE_MS),
+            decide(
+                Some((3, &theirs)),
+                "me",
+                wait + Duration::from_millis(1),
+                TTL
+            ),
             LeaseDecision::Write { generation: 4 }
         );
-        // Released: expired since the epoch.
+        // Released: taken at once.
         assert_eq!(
-            decide(Some((3, &record("them", 0))), "me", TAKEOVER_GRACE_MS + 1),
+            decide(Some((3, &record("them", 0))), "me", Duration::ZERO, TTL),
+            LeaseDecision::Write { generation: 4 }
+        );
+    }
+
+    #[test]
+    fn the_holders_wall_clock_expiry_is_never_compared() {
+        // A holder whose clock runs far behind (or a reader's clock far
+        // ahead) writes an expiry that looks long past: the lease is
+        // still live until it goes unrenewed for its whole time-to-live.
+        let behind = record("them", 1);
+        assert!(matches!(
+            decide(Some((3, &behind)), "me", Duration::from_secs(1), TTL),
+            LeaseDecision::HeldByOther { .. }
+        ));
+        // A generation of an earlier release names no time-to-live: the
+        // reader's own stands in.
+        let old = LeaseRecord {
+            ttl_ms: 0,
+            ..record("them", 1)
+        };
+        let short = Duration::from_secs(3);
+        assert!(matches!(
+            decide(Some((3, &old)), "me", Duration::from_secs(4), short),
+            LeaseDecision::HeldByOther { .. }
+        ));
+        assert_eq!(
+            decide(Some((3, &old)), "me", Duration::from_millis(4_001), short),
             LeaseDecision::Write { generation: 4 }
         );
     }
@@ -357,43 +532,111 @@ mod tests {
     #[tokio::test]
     async fn two_processes_racing_for_a_lease_get_one_holder() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store: Arc<dyn ObjectStore> = Arc::new(
-            object_store::local::LocalFileSystem::new_with_prefix(dir.path()).expect("local"),
-        );
-        let ttl = std::time::Duration::from_secs(30);
-        let a = Lease::new(Arc::clone(&store), "replica/r", "a", "r", ttl);
-        let b = Lease::new(Arc::clone(&store), "replica/r", "b", "r", ttl);
-        let now = 1_000_000;
-        let (ra, rb) = tokio::join!(a.acquire(now), b.acquire(now));
+        let store = local_bucket(dir.path());
+        let a = Lease::new(Arc::clone(&store), "replica/r", "a", "r", TTL);
+        let b = Lease::new(Arc::clone(&store), "replica/r", "b", "r", TTL);
+        let (ra, rb) = tokio::join!(a.acquire(), b.acquire());
         let (ra, rb) = (ra.expect("a"), rb.expect("b"));
         let held = [&ra, &rb]
             .iter()
             .filter(|s| matches!(s, LeaseState::Held { .. }))
             .count();
         assert_eq!(held, 1, "{ra:?} {rb:?}");
-        let (winner, loser) = if a.is_held(now) { (&a, &b) } else { (&b, &a) };
-        assert!(!loser.is_held(now));
+        let (winner, loser) = if a.is_held(Duration::ZERO) {
+            (&a, &b)
+        } else {
+            (&b, &a)
+        };
+        assert!(!loser.is_held(Duration::ZERO));
+        assert!(winner.is_held(Duration::from_secs(29)));
         // Renewal by the winner; the loser still sees it held.
+        assert_eq!(
+            winner.acquire().await.expect("renew"),
+            LeaseState::Held { generation: 1 }
+        );
+        assert!(winner.confirm().await.expect("confirm"));
         assert!(matches!(
-            winner.acquire(now + 10_000).await.expect("renew"),
-            LeaseState::Held { until_ms } if until_ms == now + 40_000
-        ));
-        assert!(matches!(
-            loser.acquire(now + 10_000).await.expect("retry"),
-            LeaseState::HeldByOther { .. }
+            loser.acquire().await.expect("retry"),
+            LeaseState::HeldByOther { generation: 1, .. }
         ));
         // Released: the other takes it at once.
         winner.release().await.expect("release");
-        assert!(!winner.is_held(now + 10_000));
+        assert!(!winner.is_held(Duration::ZERO));
         assert!(matches!(
-            loser
-                .acquire(now + 10_000 + TAKEOVER_GRACE_MS + 1)
-                .await
-                .expect("take"),
-            LeaseState::Held { .. }
+            loser.acquire().await.expect("take"),
+            LeaseState::Held { generation: 3 }
         ));
         // Old generations are cleaned up.
         let left = loser.generations().await.expect("list");
         assert_eq!(left.len(), 1, "{left:?}");
+    }
+
+    #[tokio::test]
+    async fn a_paused_holder_is_fenced_before_another_takes_over() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = local_bucket(dir.path());
+        let ttl = Duration::from_millis(300);
+        let stale = Lease::new(Arc::clone(&store), "retention", "stale", "a", ttl);
+        let next = Lease::new(Arc::clone(&store), "retention", "next", "b", ttl);
+        assert_eq!(
+            stale.acquire().await.expect("take"),
+            LeaseState::Held { generation: 0 }
+        );
+        assert!(matches!(
+            next.acquire().await.expect("see"),
+            LeaseState::HeldByOther { .. }
+        ));
+        // A step that outlives the lease is stopped when its trust ends,
+        // not when the other process takes over (later).
+        let started = Instant::now();
+        let paused = stale
+            .fenced("delete sources", async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok::<_, StorageError>(())
+            })
+            .await;
+        assert!(
+            matches!(paused, Err(StorageError::LeaseLost { .. })),
+            "{paused:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(1));
+        // The other process has not yet waited long enough.
+        assert!(matches!(
+            next.acquire().await.expect("wait"),
+            LeaseState::HeldByOther { .. }
+        ));
+        tokio::time::sleep(takeover_after(ttl)).await;
+        assert_eq!(
+            next.acquire().await.expect("take over"),
+            LeaseState::Held { generation: 1 }
+        );
+        // The paused holder, resumed, can do nothing more.
+        assert!(!stale.confirm().await.expect("confirm"));
+        let after = stale
+            .fenced("delete sources", async { Ok::<_, StorageError>(()) })
+            .await;
+        assert!(
+            matches!(after, Err(StorageError::LeaseLost { .. })),
+            "{after:?}"
+        );
+        assert!(next.confirm().await.expect("confirm"));
+    }
+
+    #[tokio::test]
+    async fn confirm_sees_a_newer_generation_in_the_bucket() {
+        // A holder whose monotonic clock did not advance (a suspended VM)
+        // still trusts its generation; the bucket says otherwise.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = local_bucket(dir.path());
+        let ours = Lease::new(Arc::clone(&store), "retention", "ours", "a", TTL);
+        assert!(matches!(
+            ours.acquire().await.expect("take"),
+            LeaseState::Held { .. }
+        ));
+        let theirs = Lease::new(Arc::clone(&store), "retention", "theirs", "b", TTL);
+        theirs.write(1, 1, 30_000).await.expect("write over");
+        assert!(ours.is_held(Duration::ZERO));
+        assert!(!ours.confirm().await.expect("confirm"));
+        assert!(!ours.is_held(Duration::ZERO));
     }
 }

@@ -196,7 +196,7 @@ impl Shared {
 }
 
 /// The wall clock in unix ms (0 before 1970, saturating far ahead).
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -246,6 +246,7 @@ impl Store {
         upkeep::reset_spill_dir(&config.data_dir)?;
         let holder = upkeep::holder_id(&config)?;
         let bucket = bucket.into();
+        let claim = upkeep::bucket_claim::claim_at_open(&bucket, &config).await?;
         let replica_lease = upkeep::replica_lease(&bucket, &config, &holder);
         upkeep::claim_replica_name(&replica_lease, &config).await?;
         let retention_lease = upkeep::retention_lease(&bucket, &config, &holder);
@@ -281,7 +282,7 @@ impl Store {
                 corrupt,
                 catalog::BucketState::new(listed, recovered.listing_error),
             ),
-            upkeep: Upkeep::new(replica_lease, retention_lease, recovered.held),
+            upkeep: Upkeep::new(claim, replica_lease, retention_lease, recovered.held),
             recorded: recorded::Recorded::new(
                 recovered.recorded,
                 usize::try_from(config.block_cache_bytes / 8).unwrap_or(usize::MAX),

@@ -288,3 +288,67 @@ async fn queries_on_one_replica_racing_compaction_on_another_are_exact_or_refuse
         expected
     );
 }
+
+/// The block directories of replica `replica` in a local bucket.
+fn block_dirs(bucket: &Path, replica: &str) -> usize {
+    std::fs::read_dir(bucket.join("blocks").join(replica)).map_or(0, |dirs| dirs.count())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_lost_its_lease_during_a_slow_upload_deletes_nothing() {
+    use kiln_testkit::buckets::faulty::FaultyBucket;
+
+    let root = tempfile::tempdir().expect("tempdir");
+    let bucket_dir = root.path().join("bucket");
+    let bucket = local_bucket(&bucket_dir);
+    let faulty = FaultyBucket::new(bucket.clone());
+    let stale = Store::open(
+        short_lease(config(&root.path().join("stale"), "r")),
+        faulty.clone() as std::sync::Arc<dyn object_store::ObjectStore>,
+    )
+    .await
+    .expect("stale opens");
+    let mut expected = 0;
+    for k in 0..3i64 {
+        let (p, t) = cpu_profile(k as u64 + 1, 20);
+        expected += t;
+        stale
+            .ingest(request("pod-a", BASE_MS + k * 60_000, p))
+            .await
+            .expect("ingest");
+        stale.flush().await.expect("flush");
+    }
+    assert_eq!(block_dirs(&bucket_dir, "r"), 3);
+
+    // The compacted block's meta.json lands, but its put answers only after
+    // the lease has lapsed and another process (on another disk) has taken
+    // the name over: a slow upload, or a process paused right after it.
+    faulty.slow_puts_of("meta.json", Duration::from_secs(8));
+    let compaction = {
+        let stale = stale.clone();
+        tokio::spawn(async move { stale.compact(BASE_MS + 3 * 24 * 3_600_000).await })
+    };
+    let next = Store::open(short_lease(config(&root.path().join("next"), "r")), bucket)
+        .await
+        .expect("the stale holder's lease lapses");
+    let outcome = compaction.await.expect("join");
+    assert!(
+        matches!(&outcome, Err(StorageError::LeaseLost { .. })),
+        "{outcome:?}"
+    );
+    // The stale holder deleted nothing: its sources are still there, hidden
+    // by the block that supersedes them, so every answer is exact.
+    assert_eq!(block_dirs(&bucket_dir, "r"), 4, "sources and their merge");
+    assert_eq!(total(&next, &all_selector(), everything()).await, expected);
+    // Resumed, it holds nothing and does nothing.
+    let again = stale
+        .compact(BASE_MS + 3 * 24 * 3_600_000)
+        .await
+        .expect("compact");
+    assert_eq!(again.deleted, 0, "{again:?}");
+    assert_eq!(block_dirs(&bucket_dir, "r"), 4);
+    // The name's new holder deletes the superseded sources.
+    next.refresh_blocks().await.expect("relist");
+    assert_eq!(block_dirs(&bucket_dir, "r"), 1);
+    assert_eq!(total(&next, &all_selector(), everything()).await, expected);
+}

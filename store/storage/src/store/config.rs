@@ -37,10 +37,15 @@ pub struct StoreConfig {
     /// distinct names: each compacts only its own blocks. A store refuses to
     /// open while another live process holds the name's lease.
     pub replica: String,
+    /// The store these replicas form, claimed in the bucket prefix
+    /// (`kiln-store.json`): a store of another name refuses the prefix.
+    /// `None` claims and checks nothing.
+    pub store_name: Option<String>,
     /// How long a lease in the bucket (this replica name's, or retention's)
     /// lasts without renewal; the holder renews it every third of this. A
-    /// store that crashed on another disk frees its name this long (plus
-    /// `lease::TAKEOVER_GRACE_MS`) after its last renewal.
+    /// store that crashed on another disk frees its name once another
+    /// process has seen its last generation unrenewed for this long plus a
+    /// third (`lease::takeover_after`), measured on that process's clock.
     pub lease_ttl: Duration,
     /// How often the head is cut into a block and uploaded. This bounds how
     /// stale other replicas' view of this replica's data can be.
@@ -142,6 +147,7 @@ impl StoreConfig {
         Self {
             data_dir: data_dir.into(),
             replica: replica.into(),
+            store_name: None,
             lease_ttl: Duration::from_secs(30),
             flush_interval: Duration::from_secs(60),
             max_head_bytes: 256 << 20,
@@ -219,6 +225,11 @@ impl StoreConfig {
             return bad(
                 "replica name must be 1 to 253 characters of letters, digits, '.', '_' and '-' (a host name is)",
             );
+        }
+        if let Some(name) = &self.store_name
+            && (name.is_empty() || name.len() > 253 || name.chars().any(char::is_control))
+        {
+            return bad("store name must be 1 to 253 characters without control characters");
         }
         if self.lease_ttl < Duration::from_secs(3) {
             return bad("lease_ttl must be at least 3 s");

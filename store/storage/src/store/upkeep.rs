@@ -10,8 +10,10 @@
 //! - `maintenance`: re-listing with cleanup, compaction and retention;
 //! - `spill`: the files a compaction's output waits in until uploaded;
 //! - `ownership`: the data directory's lock and the bucket's leases;
+//! - `bucket_claim`: which store the bucket prefix belongs to;
 //! - `loops`: the background tasks that run all of the above.
 
+pub(super) mod bucket_claim;
 mod flush;
 mod loops;
 mod maintenance;
@@ -41,6 +43,8 @@ pub(super) struct Upkeep {
     /// Serializes bucket listing, uploads, compaction and retention, so a
     /// listing never overwrites a block added while it ran.
     pub(super) maintenance: tokio::sync::Mutex<()>,
+    /// Whether the bucket prefix is this store's (see `bucket_claim`).
+    pub(super) bucket_claim: bucket_claim::BucketClaim,
     /// This process's claim on its replica name: only its holder cleans up
     /// and compacts that replica's blocks.
     pub(super) replica_lease: Lease,
@@ -79,9 +83,15 @@ pub(super) struct UpkeepCounters {
 impl Upkeep {
     /// Upkeep with the leases taken at open and the markers it could not
     /// settle; no task runs yet.
-    pub(super) fn new(replica_lease: Lease, retention_lease: Lease, held: Vec<Marker>) -> Self {
+    pub(super) fn new(
+        claim: bucket_claim::ClaimState,
+        replica_lease: Lease,
+        retention_lease: Lease,
+        held: Vec<Marker>,
+    ) -> Self {
         let (shutdown_tx, _) = watch::channel(false);
         Self {
+            bucket_claim: bucket_claim::BucketClaim::new(claim),
             maintenance: tokio::sync::Mutex::new(()),
             replica_lease,
             retention_lease,

@@ -7,6 +7,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
@@ -24,6 +25,8 @@ pub struct FaultyBucket {
     down: AtomicBool,
     /// GETs of paths containing one of these fail.
     failing_gets: Mutex<Vec<String>>,
+    /// Puts of paths containing this land, then answer this much later.
+    slow_puts: Mutex<Option<(String, Duration)>>,
 }
 
 fn unavailable(what: &str) -> object_store::Error {
@@ -40,6 +43,7 @@ impl FaultyBucket {
             inner,
             down: AtomicBool::new(false),
             failing_gets: Mutex::new(Vec::new()),
+            slow_puts: Mutex::new(None),
         })
     }
 
@@ -54,6 +58,13 @@ impl FaultyBucket {
             .lock()
             .expect("lock")
             .push(path_part.to_owned());
+    }
+
+    /// From now on, a put of a path containing `path_part` is stored at
+    /// once but answered only `delay` later: a slow upload, or a process
+    /// paused right after its upload.
+    pub fn slow_puts_of(&self, path_part: &str, delay: Duration) {
+        *self.slow_puts.lock().expect("lock") = Some((path_part.to_owned(), delay));
     }
 
     /// GETs succeed again.
@@ -84,7 +95,18 @@ impl ObjectStore for FaultyBucket {
         opts: PutOptions,
     ) -> Result<PutResult> {
         self.check("put")?;
-        self.inner.put_opts(location, payload, opts).await
+        let result = self.inner.put_opts(location, payload, opts).await;
+        let delay = self
+            .slow_puts
+            .lock()
+            .expect("lock")
+            .as_ref()
+            .filter(|(part, _)| location.as_ref().contains(part.as_str()))
+            .map(|(_, delay)| *delay);
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        result
     }
 
     async fn put_multipart_opts(

@@ -71,7 +71,19 @@ impl Store {
             .partition(|n| n.end_ms <= horizon && (sweeps_all || n.replica == replica));
         let kept: Vec<RecordedName> = rest.into_iter().filter(|n| n.replica == replica).collect();
         for name in &expired {
-            shared.bucket.delete_recorded(name).await?;
+            if name.replica == replica {
+                shared.bucket.delete_recorded(name).await?;
+            } else {
+                // Another replica's: only while this one holds retention.
+                shared
+                    .upkeep
+                    .retention_lease
+                    .fenced(
+                        "delete a gone replica's recorded file",
+                        shared.bucket.delete_recorded(name),
+                    )
+                    .await?;
+            }
             shared.recorded.forget(&name.file_name());
             upkeep.deleted += 1;
         }

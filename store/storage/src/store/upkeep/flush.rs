@@ -72,6 +72,12 @@ impl Store {
     /// segments are only ever deleted in order. Caller holds `maintenance`.
     async fn upload_pending(&self) -> Result<(), StorageError> {
         let shared = &self.shared;
+        if !read(&shared.catalog.view).frozen.is_empty() && !self.bucket_is_ours().await? {
+            return Err(StorageError::Lease {
+                path: super::bucket_claim::CLAIM_FILE.to_owned(),
+                message: "the bucket's store claim could not be checked yet; uploads wait".into(),
+            });
+        }
         loop {
             let Some(frozen) = read(&shared.catalog.view).frozen.first().cloned() else {
                 return Ok(());

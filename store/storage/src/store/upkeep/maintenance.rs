@@ -94,21 +94,38 @@ impl Store {
                 }
             }
         }
-        if (!leftovers.is_empty() || !abandoned.is_empty()) && self.hold_replica_lease().await {
+        if (!leftovers.is_empty() || !abandoned.is_empty()) && self.confirm_replica_lease().await {
+            let lease = &shared.upkeep.replica_lease;
             for meta in leftovers {
                 tracing::info!(block = %meta.id, "deleting a block superseded by compaction");
-                shared.bucket.delete_block(&meta).await?;
+                lease
+                    .fenced(
+                        "delete a block superseded by compaction",
+                        shared.bucket.delete_block(&meta),
+                    )
+                    .await?;
                 write(&shared.catalog.view).blocks.remove(&meta.id);
             }
             for upload in abandoned {
                 tracing::info!(block = %upload.id, "deleting an abandoned upload");
-                shared.bucket.delete_incomplete(&upload).await?;
+                lease
+                    .fenced(
+                        "delete an abandoned upload",
+                        shared.bucket.delete_incomplete(&upload),
+                    )
+                    .await?;
             }
         }
-        if !legacy.is_empty() && self.hold_retention_lease().await {
+        if !legacy.is_empty() && self.confirm_retention_lease().await {
+            let lease = &shared.upkeep.retention_lease;
             for upload in legacy {
                 tracing::info!(block = %upload.id, "deleting an upload at the old layout older than retention");
-                shared.bucket.delete_incomplete(&upload).await?;
+                lease
+                    .fenced(
+                        "delete an old-layout upload past retention",
+                        shared.bucket.delete_incomplete(&upload),
+                    )
+                    .await?;
             }
         }
         // The bucket answers again: settle the flush markers open could not
@@ -283,12 +300,20 @@ impl Store {
             return Ok(None);
         };
         let shared = &self.shared;
-        // The merge may have taken a while: the lease must still be held
-        // when the block that supersedes the sources appears.
-        if !self.hold_replica_lease().await {
+        // The merge may have taken a while: the lease must still be held,
+        // by the generation the bucket names, when the block that
+        // supersedes the sources appears; otherwise a process that took the
+        // name over may be merging the same sources, and both would count.
+        if !self.confirm_replica_lease().await {
             return Ok(None);
         }
-        shared.bucket.put_block_file(&meta, &spill.path).await?;
+        let lease = &shared.upkeep.replica_lease;
+        lease
+            .fenced(
+                "upload a compacted block",
+                shared.bucket.put_block_file(&meta, &spill.path),
+            )
+            .await?;
         drop(spill);
         {
             let mut view = write(&shared.catalog.view);
@@ -304,11 +329,22 @@ impl Store {
             }
         }
         let mut deleted = 0;
+        // The upload may have been slow: a holder that lost the lease
+        // meanwhile leaves the sources (hidden by the new block) to the
+        // name's new holder, which deletes them as leftovers.
+        if !self.confirm_replica_lease().await {
+            return Ok(Some((meta, deleted)));
+        }
         for source in &meta.sources {
             let Some(source_meta) = read(&shared.catalog.view).blocks.get(source).cloned() else {
                 continue;
             };
-            shared.bucket.delete_block(&source_meta).await?;
+            lease
+                .fenced(
+                    "delete a compacted block's sources",
+                    shared.bucket.delete_block(&source_meta),
+                )
+                .await?;
             write(&shared.catalog.view).blocks.remove(source);
             lock(&shared.catalog.cache).remove(source);
             deleted += 1;
@@ -332,9 +368,10 @@ impl Store {
     pub async fn enforce_retention(&self, now_ms: i64) -> Result<Vec<String>, StorageError> {
         let shared = &self.shared;
         let _maintenance = shared.upkeep.maintenance.lock().await;
-        if !self.hold_retention_lease().await {
+        if !self.confirm_retention_lease().await {
             return Ok(Vec::new());
         }
+        let lease = &shared.upkeep.retention_lease;
         let metas: Vec<BlockMeta> = read(&shared.catalog.view)
             .blocks
             .values()
@@ -350,7 +387,12 @@ impl Store {
             let Some(meta) = metas.iter().find(|m| &m.id == id) else {
                 continue;
             };
-            shared.bucket.delete_block(meta).await?;
+            lease
+                .fenced(
+                    "delete a block past retention",
+                    shared.bucket.delete_block(meta),
+                )
+                .await?;
             {
                 let mut view = write(&shared.catalog.view);
                 let mut blocks = view.blocks.clone();

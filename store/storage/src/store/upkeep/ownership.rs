@@ -21,7 +21,7 @@ use std::time::Duration;
 use crate::error::StorageError;
 use crate::lease::{Lease, LeaseState};
 
-use crate::store::{Store, StoreConfig, now_ms};
+use crate::store::{Store, StoreConfig};
 
 const HOLDER_FILE: &str = "store-id";
 const LOCK_FILE: &str = "lock";
@@ -124,7 +124,7 @@ pub(in crate::store) async fn claim_replica_name(
 ) -> Result<(), StorageError> {
     let mut first_seen: Option<u64> = None;
     loop {
-        match lease.acquire(now_ms()).await {
+        match lease.acquire().await {
             Ok(LeaseState::Held { .. }) => return Ok(()),
             Ok(LeaseState::HeldByOther { generation, record }) => {
                 match first_seen {
@@ -163,6 +163,9 @@ impl Store {
     /// half its time left, renewing it first if needed: the check before
     /// anything that deletes or compacts this replica's blocks.
     pub(in crate::store) async fn hold_replica_lease(&self) -> bool {
+        if !self.bucket_is_ours().await.unwrap_or(false) {
+            return false;
+        }
         hold(
             &self.shared.upkeep.replica_lease,
             &self.shared.config,
@@ -174,6 +177,9 @@ impl Store {
     /// Like [`Store::hold_replica_lease`] for the retention lease, which any
     /// replica may take once it lapses.
     pub(in crate::store) async fn hold_retention_lease(&self) -> bool {
+        if !self.bucket_is_ours().await.unwrap_or(false) {
+            return false;
+        }
         hold(
             &self.shared.upkeep.retention_lease,
             &self.shared.config,
@@ -182,12 +188,26 @@ impl Store {
         .await
     }
 
+    /// [`Store::hold_replica_lease`], confirmed by the bucket: before
+    /// uploading a compacted block or deleting its sources.
+    pub(in crate::store) async fn confirm_replica_lease(&self) -> bool {
+        self.hold_replica_lease().await
+            && confirm(&self.shared.upkeep.replica_lease, "replica").await
+    }
+
+    /// [`Store::hold_retention_lease`], confirmed by the bucket: before
+    /// deleting what retention expired.
+    pub(in crate::store) async fn confirm_retention_lease(&self) -> bool {
+        self.hold_retention_lease().await
+            && confirm(&self.shared.upkeep.retention_lease, "retention").await
+    }
+
     /// Renews the leases this process holds (the replica lease always, so a
     /// name lost during an outage is taken back once nobody else has it).
     pub(in crate::store) async fn renew_leases(&self) {
         let shared = &self.shared;
         renew(&shared.upkeep.replica_lease, "replica").await;
-        if shared.upkeep.retention_lease.is_held(now_ms()) {
+        if shared.upkeep.retention_lease.is_held(Duration::ZERO) {
             renew(&shared.upkeep.retention_lease, "retention").await;
         }
     }
@@ -206,8 +226,7 @@ impl Store {
 }
 
 async fn hold(lease: &Lease, config: &StoreConfig, what: &str) -> bool {
-    let half = i64::try_from(config.lease_ttl.as_millis() / 2).unwrap_or(i64::MAX);
-    if lease.is_held(now_ms().saturating_add(half)) {
+    if lease.is_held(config.lease_ttl / 2) {
         return true;
     }
     renew(lease, what).await
@@ -216,8 +235,7 @@ async fn hold(lease: &Lease, config: &StoreConfig, what: &str) -> bool {
 /// Writes the lease's next generation if this process may; true when it
 /// holds the lease afterwards.
 async fn renew(lease: &Lease, what: &str) -> bool {
-    let now = now_ms();
-    match lease.acquire(now).await {
+    match lease.acquire().await {
         Ok(LeaseState::Held { .. }) => true,
         Ok(LeaseState::HeldByOther { record, .. }) => {
             if what == "replica" {
@@ -231,7 +249,26 @@ async fn renew(lease: &Lease, what: &str) -> bool {
         }
         Err(err) => {
             tracing::warn!(lease = what, error = %err, "cannot renew lease");
-            lease.is_held(now_ms())
+            lease.is_held(Duration::ZERO)
+        }
+    }
+}
+
+/// The bucket's word that the generation held is still the newest: after
+/// [`hold`], the check before a step that must not be done twice.
+async fn confirm(lease: &Lease, what: &str) -> bool {
+    match lease.confirm().await {
+        Ok(true) => true,
+        Ok(false) => {
+            tracing::error!(
+                lease = what,
+                "the lease this store held was taken by another store; not acting on it"
+            );
+            false
+        }
+        Err(err) => {
+            tracing::warn!(lease = what, error = %err, "cannot confirm the lease; not acting on it now");
+            false
         }
     }
 }
