@@ -139,3 +139,24 @@ fn a_recording_rule_takes_function_or_function_regex_but_not_both() {
         "{errors:?}"
     );
 }
+
+#[test]
+fn a_pprof_scrape_may_not_take_longer_than_its_interval() {
+    let scraped = |pprof: serde_json::Value| {
+        let spec: ProfilingTargetSpec = serde_json::from_value(serde_json::json!({
+            "storeRef": {"name": "main"}, "pprof": pprof
+        }))
+        .expect("valid spec");
+        ProfilingTarget::new("go", spec)
+    };
+    kube::core::cel::validate_cel(&scraped(serde_json::json!({"port": 6060})))
+        .expect("the defaults pass");
+    let errors = kube::core::cel::validate_cel(&scraped(serde_json::json!({
+        "port": 6060, "intervalSeconds": 10, "timeoutSeconds": 20
+    })))
+    .expect_err("a timeout past the interval must fail");
+    assert!(
+        format!("{errors:?}").contains("pprof.timeoutSeconds must be at most"),
+        "{errors:?}"
+    );
+}

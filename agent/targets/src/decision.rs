@@ -66,6 +66,8 @@ pub struct ProfilingPlan {
     pub matched_targets: Vec<String>,
     /// Annotations that were present but unusable, so the agent can log them once.
     pub ignored_annotations: Vec<IgnoredAnnotation>,
+    /// The pprof endpoints to scrape on this pod, if a matching target asks.
+    pub pprof_scrape: Option<crate::PprofScrape>,
 }
 
 /// An annotation whose value could not be used.
@@ -179,11 +181,19 @@ impl TargetsFile {
         let mut matched_targets: Vec<String> =
             matched.iter().map(|target| target.source.clone()).collect();
         matched_targets.sort();
+        // Of several targets asking to scrape one pod, the first by source
+        // decides, so the answer does not depend on the file's order.
+        let pprof_scrape = matched
+            .iter()
+            .filter(|target| target.pprof_scrape.is_some())
+            .min_by(|a, b| a.source.cmp(&b.source))
+            .and_then(|target| target.pprof_scrape.clone());
         Decision::Profile(ProfilingPlan {
             sampling_hz,
             labels,
             matched_targets,
             ignored_annotations: ignored,
+            pprof_scrape,
         })
     }
 }
@@ -236,6 +246,7 @@ mod tests {
             sampling_hz: hz,
             labels: BTreeMap::new(),
             pod_annotations: BTreeMap::new(),
+            pprof_scrape: None,
         }
     }
 
@@ -259,6 +270,36 @@ mod tests {
             Decision::Profile(plan) => plan,
             Decision::Skip(reason) => panic!("expected a plan, got skip {reason:?}"),
         }
+    }
+
+    #[test]
+    fn a_pod_is_scraped_as_the_first_matching_target_by_source_asks() {
+        use crate::scrape::{PprofProfile, PprofScrape};
+        let scrape = |port| PprofScrape {
+            port,
+            path_prefix: "/debug/pprof".to_owned(),
+            profiles: vec![PprofProfile::Heap],
+            interval_seconds: 15,
+            timeout_seconds: 5,
+        };
+        let mut b = target("shop/b", "shop", false, 19);
+        b.pprof_scrape = Some(scrape(7000));
+        let mut a = target("shop/a", "shop", false, 19);
+        a.pprof_scrape = Some(scrape(6060));
+        let plain = target("shop/0", "shop", false, 19);
+        let none = map(&[]);
+        for file in [
+            TargetsFile::new([b.clone(), a.clone(), plain.clone()]),
+            TargetsFile::new([plain.clone(), a.clone(), b.clone()]),
+        ] {
+            let chosen = plan(decide(&file, "shop", &none, &none, "app")).pprof_scrape;
+            assert_eq!(chosen.map(|s| s.port), Some(6060));
+        }
+        let unscraped = TargetsFile::new([plain]);
+        assert_eq!(
+            plan(decide(&unscraped, "shop", &none, &none, "app")).pprof_scrape,
+            None
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::error::TargetsError;
+use crate::scrape::PprofScrape;
 use crate::selector::LabelSelector;
 use crate::{
     ANNOTATION_PREFIX, FORMAT_VERSION, MAX_FILE_BYTES, MAX_SAMPLING_HZ, MIN_SAMPLING_HZ,
@@ -51,6 +52,9 @@ pub struct Target {
     /// `requireAnnotation` are ignored).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pod_annotations: BTreeMap<String, String>,
+    /// pprof endpoints to scrape on the selected pods, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pprof_scrape: Option<PprofScrape>,
 }
 
 impl TargetsFile {
@@ -63,6 +67,9 @@ impl TargetsFile {
                 target.containers.sort();
                 target.containers.dedup();
                 target.selector.normalize();
+                if let Some(scrape) = &mut target.pprof_scrape {
+                    scrape.normalize();
+                }
                 target
             })
             .collect();
@@ -184,6 +191,9 @@ impl Target {
         if let Some((field, problem)) = self.selector.problems() {
             return Err(invalid(&field, problem));
         }
+        if let Some((field, problem)) = self.pprof_scrape.as_ref().and_then(PprofScrape::problems) {
+            return Err(invalid(field, problem));
+        }
         if let Some(key) = self
             .pod_annotations
             .keys()
@@ -233,6 +243,7 @@ mod tests {
             sampling_hz: 19,
             labels: BTreeMap::new(),
             pod_annotations: BTreeMap::new(),
+            pprof_scrape: None,
         }
     }
 
@@ -375,6 +386,33 @@ mod tests {
             .insert("example.com/other".into(), "x".into());
         let err = TargetsFile::new([relay]).validate().unwrap_err();
         assert!(err.to_string().contains("podAnnotations"), "{err}");
+    }
+
+    #[test]
+    fn pprof_scrapes_round_trip_in_canonical_order_and_are_validated() {
+        use crate::scrape::{PprofProfile, PprofScrape};
+        let mut scraped = target("shop/go", "shop");
+        scraped.pprof_scrape = Some(PprofScrape {
+            port: 6060,
+            path_prefix: "/debug/pprof".to_owned(),
+            profiles: vec![
+                PprofProfile::Goroutine,
+                PprofProfile::Heap,
+                PprofProfile::Heap,
+            ],
+            interval_seconds: 15,
+            timeout_seconds: 10,
+        });
+        let json = TargetsFile::new([scraped]).to_json().unwrap();
+        assert!(json.contains("\"pprofScrape\""), "{json}");
+        let parsed = TargetsFile::parse(json.as_bytes()).unwrap();
+        let profiles = &parsed.targets[0].pprof_scrape.as_ref().unwrap().profiles;
+        assert_eq!(profiles, &[PprofProfile::Heap, PprofProfile::Goroutine]);
+        let bad = json.replace("\"port\": 6060", "\"port\": 0");
+        let err = TargetsFile::parse(bad.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("pprofScrape.port"), "{err}");
+        let unknown = json.replace("\"heap\"", "\"threadcreate\"");
+        assert!(TargetsFile::parse(unknown.as_bytes()).is_err());
     }
 
     #[test]

@@ -3,11 +3,13 @@
 pub mod decision;
 pub mod error;
 pub mod file;
+pub mod scrape;
 pub mod selector;
 
 pub use decision::{Decision, PodView, ProfilingPlan, SkipReason};
 pub use error::TargetsError;
 pub use file::{Target, TargetsFile};
+pub use scrape::{PprofProfile, PprofScrape};
 pub use selector::{LabelSelector, LabelSource, SelectorOperator, SelectorRequirement};
 
 use kiln_contract::{labels, sample_labels};

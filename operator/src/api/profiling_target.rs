@@ -85,9 +85,80 @@ pub struct ProfilingTargetSpec {
     ))]
     #[x_kube(validation = Rule::new("self.all(name, size(name) <= 63)").message("label names are at most 63 characters").reason(Reason::FieldValueInvalid))]
     pub labels: BTreeMap<String, String>,
+    /// Scrape the selected pods' pprof endpoints (Go's `net/http/pprof`): heap, allocations,
+    /// goroutines, mutex and block profiles, labelled as their CPU profiles are. Each node's
+    /// agent scrapes only the pods on its node, over the pod IP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pprof: Option<PprofScrapeSpec>,
     /// Stop profiling these pods without deleting the target.
     #[serde(default)]
     pub suspend: bool,
+}
+
+/// Which pprof endpoints of a pod to scrape, and how often.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.timeoutSeconds <= self.intervalSeconds").message("pprof.timeoutSeconds must be at most pprof.intervalSeconds").reason(Reason::FieldValueInvalid))]
+pub struct PprofScrapeSpec {
+    /// The container port serving pprof.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: u16,
+    /// The path the profiles are served under.
+    #[serde(default = "default_pprof_path")]
+    #[schemars(pattern(PPROF_PATH_PATTERN), length(max = 256))]
+    pub path_prefix: String,
+    /// Which profiles: `heap` and `goroutine` are stored as they are (in use now);
+    /// `allocs`, `mutex` and `block` count since the process started and are stored as the
+    /// difference between two scrapes, so a range query means "in this range". Default: all five.
+    #[serde(default = "default_pprof_profiles")]
+    #[schemars(length(min = 1, max = 5))]
+    pub profiles: Vec<PprofProfileName>,
+    /// Seconds between two scrapes of one pod.
+    #[serde(default = "default_pprof_interval")]
+    #[schemars(range(min = 5, max = 3600))]
+    pub interval_seconds: u32,
+    /// Seconds one scrape may take (at most `intervalSeconds`).
+    #[serde(default = "default_pprof_timeout")]
+    #[schemars(range(min = 1, max = 60))]
+    pub timeout_seconds: u32,
+}
+
+/// A profile served by `net/http/pprof`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum PprofProfileName {
+    /// In-use heap.
+    Heap,
+    /// Allocations.
+    Allocs,
+    /// Goroutines.
+    Goroutine,
+    /// Mutex contention.
+    Mutex,
+    /// Blocking on synchronization.
+    Block,
+}
+
+/// An absolute path of plain characters, no `..`.
+const PPROF_PATH_PATTERN: &str = r"^/([A-Za-z0-9_~-]+(\.[A-Za-z0-9_~-]+)*/?)*$";
+
+fn default_pprof_path() -> String {
+    "/debug/pprof".to_owned()
+}
+fn default_pprof_profiles() -> Vec<PprofProfileName> {
+    vec![
+        PprofProfileName::Heap,
+        PprofProfileName::Allocs,
+        PprofProfileName::Goroutine,
+        PprofProfileName::Mutex,
+        PprofProfileName::Block,
+    ]
+}
+fn default_pprof_interval() -> u32 {
+    15
+}
+fn default_pprof_timeout() -> u32 {
+    10
 }
 
 /// Reference to a `ProfileStore`.

@@ -5,11 +5,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kiln_targets::{
-    LabelSelector as TargetSelector, SelectorOperator, SelectorRequirement, Target, TargetsFile,
+    LabelSelector as TargetSelector, PprofProfile, PprofScrape, SelectorOperator,
+    SelectorRequirement, Target, TargetsFile,
 };
 
 use super::{BuildError, StoreNames, owned_meta, stamp_applied_hash};
-use crate::api::profiling_target::{MAX_LABEL_NAME_LENGTH, MAX_LABEL_VALUE_LENGTH};
+use crate::api::profiling_target::{
+    MAX_LABEL_NAME_LENGTH, MAX_LABEL_VALUE_LENGTH, PprofProfileName, PprofScrapeSpec,
+};
 use crate::api::{ProfileStore, ProfilingTarget};
 
 /// A target that points at the store but cannot be published, and why.
@@ -98,10 +101,32 @@ pub fn to_file_target(target: &ProfilingTarget) -> Result<Target, String> {
         sampling_hz: target.spec.sampling_hz,
         labels: target.spec.labels.clone(),
         pod_annotations: BTreeMap::new(),
+        pprof_scrape: target.spec.pprof.as_ref().map(pprof_scrape),
     };
     let check = TargetsFile::new([file_target.clone()]);
     check.validate().map_err(|error| error.to_string())?;
     Ok(file_target)
+}
+
+/// A target's pprof scraping, in the targets file's terms.
+fn pprof_scrape(spec: &PprofScrapeSpec) -> PprofScrape {
+    PprofScrape {
+        port: spec.port,
+        path_prefix: spec.path_prefix.clone(),
+        profiles: spec
+            .profiles
+            .iter()
+            .map(|name| match name {
+                PprofProfileName::Heap => PprofProfile::Heap,
+                PprofProfileName::Allocs => PprofProfile::Allocs,
+                PprofProfileName::Goroutine => PprofProfile::Goroutine,
+                PprofProfileName::Mutex => PprofProfile::Mutex,
+                PprofProfileName::Block => PprofProfile::Block,
+            })
+            .collect(),
+        interval_seconds: spec.interval_seconds,
+        timeout_seconds: spec.timeout_seconds,
+    }
 }
 
 /// Builds the file from every target in the cluster: only those pointing at this store, not
@@ -205,6 +230,7 @@ pub fn relay_targets(pods: &[ObjectMeta]) -> Vec<Target> {
                 sampling_hz: RELAY_SAMPLING_HZ,
                 labels: BTreeMap::new(),
                 pod_annotations,
+                pprof_scrape: None,
             };
             TargetsFile::new([relay.clone()])
                 .validate()

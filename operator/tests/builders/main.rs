@@ -484,6 +484,36 @@ fn targets_are_aggregated_sorted_and_only_for_their_store() {
 }
 
 #[test]
+fn pprof_scraping_is_relayed_with_its_defaults_and_a_bad_one_is_rejected() {
+    let object = profile_store(serde_json::json!({}));
+    let names = StoreNames::of(&object).unwrap();
+    let scraped = target(
+        "shop",
+        "go",
+        serde_json::json!({"storeRef": {"name": "main", "namespace": "kiln"}, "pprof": {"port": 6060}}),
+    );
+    let mut bad = target(
+        "shop",
+        "bad",
+        serde_json::json!({"storeRef": {"name": "main", "namespace": "kiln"},
+            "pprof": {"port": 6060, "pathPrefix": "/debug/../pprof"}}),
+    );
+    bad.spec.pprof.as_mut().unwrap().timeout_seconds = 30;
+    let aggregation = aggregate(&names, &[scraped, bad]);
+    assert_eq!(aggregation.rejected.len(), 1);
+    assert!(
+        aggregation.rejected[0].problem.contains("pprofScrape"),
+        "{}",
+        aggregation.rejected[0].problem
+    );
+    let scrape = aggregation.file.targets[0].pprof_scrape.clone().unwrap();
+    assert_eq!(scrape.port, 6060);
+    assert_eq!(scrape.path_prefix, "/debug/pprof");
+    assert_eq!(scrape.profiles, kiln_targets::PprofProfile::ALL.to_vec());
+    assert_eq!((scrape.interval_seconds, scrape.timeout_seconds), (15, 10));
+}
+
+#[test]
 fn unknown_selector_operator_is_rejected_not_dropped() {
     let object = profile_store(serde_json::json!({}));
     let names = StoreNames::of(&object).unwrap();
