@@ -91,6 +91,8 @@ struct RecordedSamples {
     cgroup_id: u64,
     new_processes: Vec<NewProcess>,
     snapshots: Vec<CapturedStack>,
+    /// Off-CPU blocks: a stack and the off-CPU ns it stands for.
+    off_cpu: Vec<(CapturedStack, u64)>,
     window: DrainedWindow,
     drains: u32,
 }
@@ -126,7 +128,12 @@ impl SampleSource for RecordedSamples {
 
     fn take_snapshots(&mut self, each: &mut dyn FnMut(StackSnapshot<'_>)) -> SnapshotBatch {
         let recorded = std::mem::take(&mut self.snapshots);
-        for sample in &recorded {
+        let off_cpu = std::mem::take(&mut self.off_cpu);
+        let cpu = recorded.iter().map(|sample| (sample, SampleKind::Cpu, 0));
+        let blocks = off_cpu
+            .iter()
+            .map(|(sample, ns)| (sample, SampleKind::OffCpu, *ns));
+        for (sample, kind, off_cpu_ns) in cpu.chain(blocks) {
             each(StackSnapshot {
                 pid: self.pid,
                 tid: sample.tid,
@@ -136,8 +143,8 @@ impl SampleSource for RecordedSamples {
                 sp: sample.sp,
                 bp: sample.bp,
                 comm: comm_bytes("recorded-thread"),
-                kind: SampleKind::Cpu,
-                off_cpu_ns: 0,
+                kind,
+                off_cpu_ns,
                 kernel: Vec::new(),
                 py_status: PyStatus::None,
                 py_frames: Vec::new(),
@@ -145,7 +152,7 @@ impl SampleSource for RecordedSamples {
             });
         }
         SnapshotBatch {
-            read: recorded.len() as u64,
+            read: (recorded.len() + off_cpu.len()) as u64,
             malformed: 0,
         }
     }
@@ -455,4 +462,63 @@ fn recorded_frame_pointer_counts_are_symbolized_with_their_counts() {
         .unwrap_or_else(|| panic!("the missing stack is kept as lost: {flat:#?}"));
     assert_eq!(lost.values, vec![2, 2 * PERIOD_NS]);
     assert_eq!(lost.labels.get("pid"), Some(&pid.to_string()));
+}
+
+/// Off-CPU blocks (issue 52) go through the same unwinder and symbolizer
+/// as CPU samples, into a profile of their own beside the CPU one: name
+/// `off_cpu`, the target's labels, blocks and their summed time as values.
+#[test]
+fn recorded_off_cpu_blocks_become_an_off_cpu_pprof_beside_the_cpu_one() {
+    let deep = kiln_recorded_outer();
+    let pid = std::process::id();
+    let start = own_start_ns();
+    let samples = RecordedSamples {
+        pid,
+        start_boottime_ns: start,
+        cgroup_id: 1,
+        new_processes: vec![NewProcess {
+            pid,
+            reserved: 0,
+            start_boottime_ns: start,
+        }],
+        snapshots: vec![deep.clone()],
+        off_cpu: vec![(deep.clone(), 3_000_000), (deep.clone(), 5_000_000)],
+        ..RecordedSamples::default()
+    };
+    let unwinder = StackUnwinder::new(StackUnwinderConfig::default());
+    let items = collect_once(samples, Some(unwinder));
+    assert_eq!(items.len(), 2, "one CPU and one off-CPU profile");
+    let off_cpu = items
+        .iter()
+        .find(|item| series_labels(item).get("__name__") == Some(&"off_cpu"))
+        .expect("an off-CPU profile");
+    let cpu = items
+        .iter()
+        .find(|item| series_labels(item).get("__name__") == Some(&"process_cpu"))
+        .expect("a CPU profile");
+    assert_ne!(
+        off_cpu.file_stem, cpu.file_stem,
+        "their idempotency keys differ"
+    );
+    let mut off_labels = series_labels(off_cpu);
+    let mut cpu_labels = series_labels(cpu);
+    off_labels.remove("__name__");
+    cpu_labels.remove("__name__");
+    assert_eq!(off_labels, cpu_labels, "the same series labels otherwise");
+
+    let profile = decode(off_cpu);
+    let types: Vec<(&str, &str)> = profile
+        .sample_types()
+        .iter()
+        .map(|t| (profile.string(t.r#type), profile.string(t.unit)))
+        .collect();
+    assert_eq!(types, [("blocks", "count"), ("off_cpu", "nanoseconds")]);
+    let flat = flatten(&profile);
+    assert_eq!(flat.len(), 1, "one stack: {flat:#?}");
+    assert_eq!(flat[0].values, vec![2, 8_000_000]);
+    assert!(
+        position(&flat[0].functions, "kiln_recorded_outer").is_some(),
+        "the blocked stack is unwound and named: {:?}",
+        flat[0].functions
+    );
 }
