@@ -70,6 +70,40 @@ fn exemplars_name_each_points_heaviest_profile_and_open_it_by_id() {
         reply
     };
 
+    // Averaged, each step is its mean upload: (40 + 5) / 2 samples in the
+    // first, 10 in the second; grouped by env, prod's and dev's own.
+    let averages = |group_by: &[&str]| {
+        let (status, reply) = querier_json(
+            store.addr,
+            "SelectSeries",
+            &json!({
+                "profileTypeID": type_id, "labelSelector": selector,
+                "start": start.to_string(), "end": end.to_string(), "step": 120,
+                "groupBy": group_by, "aggregation": "TIME_SERIES_AGGREGATION_TYPE_AVERAGE",
+            }),
+        );
+        assert_eq!(status, 200, "{reply}");
+        reply["series"]
+            .as_array()
+            .expect("series")
+            .iter()
+            .map(|s| {
+                s["points"]
+                    .as_array()
+                    .expect("points")
+                    .iter()
+                    .map(|p| p["value"].as_f64().expect("value"))
+                    .collect::<Vec<f64>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    let sample = SAMPLE_NS as f64;
+    assert_eq!(averages(&[]), vec![vec![22.5 * sample, 10.0 * sample]]);
+    assert_eq!(
+        averages(&["env"]),
+        vec![vec![5.0 * sample], vec![40.0 * sample, 10.0 * sample]]
+    );
+
     let reply = select_series(&[]);
     let found = exemplars(&reply);
     let summary: Vec<(i64, i64)> = found

@@ -162,7 +162,7 @@ impl Head {
         &self,
         selector: &CompiledSelector,
         range: TimeRange,
-        mut each: impl FnMut(&LabelSet, &mut dyn Iterator<Item = (i64, i64)>),
+        mut each: impl FnMut(&LabelSet, &mut dyn Iterator<Item = (i64, i64, u64)>),
     ) -> Result<(), QueryError> {
         check_range(range)?;
         for id in self.index.select(selector.matchers()) {
@@ -176,7 +176,7 @@ impl Head {
                     .runs
                     .iter()
                     .filter(|run| range.contains(run.time_ms))
-                    .map(|run| (run.time_ms, run.total)),
+                    .map(|run| (run.time_ms, run.total, u64::from(run.count))),
             );
         }
         Ok(())
@@ -266,7 +266,7 @@ impl Queryable for Head {
         into: &mut Timeline,
     ) -> Result<(), QueryError> {
         self.each_series_runs(selector, range, |_, runs| {
-            runs.for_each(|(time_ms, total)| into.add(time_ms, total));
+            runs.for_each(|(time_ms, total, profiles)| into.add(time_ms, total, profiles));
         })
     }
 
@@ -277,7 +277,7 @@ impl Queryable for Head {
         into: &mut StepExemplars,
     ) -> Result<(), QueryError> {
         self.each_series_runs(selector, range, |labels, runs| {
-            offer_series(into, labels, runs.collect());
+            offer_series(into, labels, runs.map(|(t, total, _)| (t, total)).collect());
         })
     }
 }

@@ -451,13 +451,20 @@ pub async fn select_series(
 ) -> Result<q::SelectSeriesResponse, ApiError> {
     refuse_stack_trace_selector(request.stack_trace_selector.as_ref())?;
     let exemplar_request = ExemplarRequest::from_wire(request.exemplar_type)?;
-    if request.aggregation == Some(t::TimeSeriesAggregationType::Average as i32) {
-        return Err(ApiError::Unimplemented {
-            what:
-                "aggregation TIME_SERIES_AGGREGATION_TYPE_AVERAGE (Kiln keeps per-step sums only)"
-                    .to_owned(),
-        });
-    }
+    // Average: each step's mean profile total per series, as Pyroscope
+    // does, so a gauge (heap in use, goroutines) scraped several times in a
+    // step reads as its level, not as the level times the scrapes.
+    let average = match request.aggregation {
+        None => false,
+        Some(a) if a == t::TimeSeriesAggregationType::Sum as i32 => false,
+        Some(a) if a == t::TimeSeriesAggregationType::Average as i32 => true,
+        Some(other) => {
+            return Err(ApiError::BadParameter {
+                parameter: "aggregation",
+                message: format!("unknown aggregation {other}"),
+            });
+        }
+    };
     let group_by = group_by_list(request.group_by)?;
     let range = range_ms(request.start, request.end)?;
     let step_ms = step_ms(request.step, range)?;
@@ -484,13 +491,19 @@ pub async fn select_series(
             ExemplarRequest::Individual => Some(store.exemplars(&group, range, step_ms).await?),
             ExemplarRequest::None => None,
         };
-        let points: Vec<t::Point> = timeline
-            .values
+        let step_values: Vec<f64> = if average {
+            timeline.averages()
+        } else {
+            timeline.values.iter().map(|&v| v as f64).collect()
+        };
+        let points: Vec<t::Point> = step_values
             .iter()
             .enumerate()
-            .filter(|(_, v)| **v != 0)
+            .filter(|&(i, v)| {
+                *v != 0.0 || (average && timeline.profiles.get(i).is_some_and(|&n| n > 0))
+            })
             .map(|(i, v)| t::Point {
-                value: *v as f64,
+                value: *v,
                 // Within the range: the timeline has a bucket per step.
                 timestamp: timeline
                     .start_ms

@@ -61,7 +61,7 @@ impl Block {
         &self,
         selector: &CompiledSelector,
         range: TimeRange,
-        mut each: impl FnMut(&LabelSet, &mut dyn Iterator<Item = (i64, i64)>),
+        mut each: impl FnMut(&LabelSet, &mut dyn Iterator<Item = (i64, i64, u64)>),
     ) -> Result<(), QueryError> {
         check_range(range)?;
         for id in self.index.select(selector.matchers()) {
@@ -78,10 +78,7 @@ impl Block {
             let totals = self.totals(series).map_err(|e| self.corrupt_block(e))?;
             each(
                 &series.labels,
-                &mut totals
-                    .into_iter()
-                    .filter(|&(ts, ..)| range.contains(ts))
-                    .map(|(ts, total, _)| (ts, total)),
+                &mut totals.into_iter().filter(|&(ts, ..)| range.contains(ts)),
             );
         }
         Ok(())
@@ -344,7 +341,7 @@ impl Queryable for Block {
         into: &mut Timeline,
     ) -> Result<(), QueryError> {
         self.each_series_totals(selector, range, |_, rows| {
-            rows.for_each(|(ts, total)| into.add(ts, total));
+            rows.for_each(|(ts, total, profiles)| into.add(ts, total, profiles));
         })
     }
 
@@ -355,7 +352,7 @@ impl Queryable for Block {
         into: &mut StepExemplars,
     ) -> Result<(), QueryError> {
         self.each_series_totals(selector, range, |labels, rows| {
-            offer_series(into, labels, rows.collect());
+            offer_series(into, labels, rows.map(|(t, total, _)| (t, total)).collect());
         })
     }
 }
