@@ -85,6 +85,76 @@ fn go_style_multipart_stores_the_growth_of_cumulative_types() {
 }
 
 #[test]
+fn a_gauges_timeline_averages_its_profiles_and_a_cumulative_types_sums_them() {
+    let store = StoreProcess::start(KILN_STORE, &[]);
+    let config = br#"{"alloc_space":{"units":"bytes","cumulative":true},"inuse_space":{"units":"bytes","aggregation":"average"}}"#;
+    // Two scrapes of one process, within one step: in use 4000 then 2000
+    // bytes; 1000 and then 500 more bytes allocated.
+    for (from, inuse, alloc_before, alloc_now) in [
+        ("now-40s", 4_000, 9_000, 10_000),
+        ("now-20s", 2_000, 10_000, 10_500),
+    ] {
+        let body = multipart(&[
+            ("profile", &heap_profile(alloc_now, inuse)),
+            ("prev_profile", &heap_profile(alloc_before, 0)),
+            ("sample_type_config", config),
+        ]);
+        let response = http(
+            store.addr,
+            "POST",
+            &format!(
+                "/ingest?name={}&from={from}&until={from}&spyName=gospy",
+                enc("goapp{env=prod}")
+            ),
+            &[("Content-Type", "multipart/form-data; boundary=BOUNDARY")],
+            &body,
+        )
+        .expect("ingest");
+        assert_eq!(response.status, 200, "{}", response.text());
+    }
+    let timeline = |query: &str, extra: &str| {
+        let response = get(
+            store.addr,
+            &format!(
+                "/api/v1/timeline?query={}&from=now-1h&step=2h{extra}",
+                enc(query)
+            ),
+        );
+        assert_eq!(response.status, 200, "{}", response.text());
+        let body = response.json();
+        let values: Vec<i64> = body["timeline"]["values"]
+            .as_array()
+            .expect("values")
+            .iter()
+            .map(|v| v.as_i64().expect("value"))
+            .collect();
+        (
+            body["aggregation"]
+                .as_str()
+                .expect("aggregation")
+                .to_owned(),
+            values,
+        )
+    };
+    let inuse = r#"memory:inuse_space{service_name="goapp"}"#;
+    assert_eq!(timeline(inuse, ""), ("average".to_owned(), vec![3_000]));
+    assert_eq!(
+        timeline(inuse, "&aggregation=sum"),
+        ("sum".to_owned(), vec![6_000])
+    );
+    let alloc = r#"memory:alloc_space{service_name="goapp"}"#;
+    assert_eq!(timeline(alloc, ""), ("sum".to_owned(), vec![1_500]));
+    let bad = get(
+        store.addr,
+        &format!(
+            "/api/v1/timeline?query={}&from=now-1h&aggregation=max",
+            enc(inuse)
+        ),
+    );
+    assert_eq!(bad.status, 400, "{}", bad.text());
+}
+
+#[test]
 fn lines_format_counts_each_stack_line_once() {
     let store = StoreProcess::start(KILN_STORE, &[]);
     let response = http(

@@ -173,6 +173,14 @@ pub struct TimelineResponse {
     pub unit: String,
     /// The totals per step.
     pub timeline: Timeline,
+    /// How each step's profiles were combined: `sum`, or `average` (their
+    /// mean, the default for gauges such as heap in use and goroutines).
+    #[serde(default = "sum_aggregation")]
+    pub aggregation: String,
+}
+
+fn sum_aggregation() -> String {
+    "sum".to_owned()
 }
 
 /// Per-step totals; step `i` covers
@@ -183,8 +191,12 @@ pub struct Timeline {
     pub start_ms: i64,
     /// Step length in ms.
     pub step_ms: i64,
-    /// Sum of profile totals per step.
+    /// Profile totals per step, summed or averaged (rounded) as the
+    /// response's `aggregation` says.
     pub values: Vec<i64>,
+    /// Profiles per step.
+    #[serde(default)]
+    pub profiles: Vec<u64>,
 }
 
 /// `GET /api/v1/diff`.

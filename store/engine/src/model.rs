@@ -170,6 +170,14 @@ pub struct ProfileType {
 }
 
 impl ProfileType {
+    /// True for a level measured at one instant (heap in use, goroutines
+    /// now) rather than work over a period: summing several of its
+    /// profiles over time means nothing, their mean does.
+    pub fn is_gauge(&self) -> bool {
+        self.sample_type.starts_with("inuse_")
+            || matches!(self.sample_type.as_str(), "goroutine" | "goroutines")
+    }
+
     /// Parses `name:sample_type:sample_unit:period_type:period_unit[:delta]`,
     /// the form [`fmt::Display`] writes. Returns `None` for anything else.
     pub fn parse(id: &str) -> Option<Self> {

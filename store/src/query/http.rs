@@ -356,15 +356,38 @@ pub async fn timeline(State(state): State<AppState>, RawQuery(query): RawQuery) 
             }
         };
         let selector = selector(store, &params, "query", range).await?;
+        let average = match params.get("aggregation") {
+            None => selector.profile_type.is_gauge(),
+            Some("sum") => false,
+            Some("average") => true,
+            Some(other) => {
+                return Err(ApiError::BadParameter {
+                    parameter: "aggregation",
+                    message: format!("{other:?}: expected sum or average"),
+                });
+            }
+        };
         let timeline = store.timeline(&selector, range, step_ms).await?;
+        let values = if average {
+            // Rounded: every unit Kiln stores is whole (ns, bytes, counts).
+            timeline
+                .averages()
+                .iter()
+                .map(|m| m.round() as i64)
+                .collect()
+        } else {
+            timeline.values
+        };
         Ok(Json(TimelineResponse {
             profile_type: selector.profile_type.to_string(),
             unit: selector.profile_type.sample_unit,
             timeline: Timeline {
                 start_ms: timeline.start_ms,
                 step_ms: timeline.step_ms,
-                values: timeline.values,
+                values,
+                profiles: timeline.profiles,
             },
+            aggregation: if average { "average" } else { "sum" }.to_owned(),
         }))
     })
     .await

@@ -172,7 +172,7 @@ export class Api {
     return this.get('top', { query, ...rangeParams(range), limit: String(limit), group_by: groupParam(groupBy) }, channel);
   }
 
-  // {profile_type, unit, timeline: {start_ms, step_ms, values}}
+  // {profile_type, unit, aggregation, timeline: {start_ms, step_ms, values, profiles}}
   timeline(query, range, stepMs, channel) {
     return this.get('timeline', { query, ...rangeParams(range), step: `${stepMs}ms` }, channel);
   }

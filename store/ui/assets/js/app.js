@@ -287,8 +287,8 @@ async function run({ push }) {
       layout = layoutDiffFlameGraph(result.diff);
       flame.setData(layout, { unit: result.unit, zoomPath: state.zoom });
       table.setDiff(diffTableRows(layout));
-      panelA.timeline.setData(tlA.timeline, rangeA, tlA.unit);
-      panelB.timeline.setData(tlB.timeline, rangeB, tlB.unit);
+      panelA.timeline.setData(tlA.timeline, rangeA, tlA.unit, tlA.aggregation);
+      panelB.timeline.setData(tlB.timeline, rangeB, tlB.unit, tlB.aggregation);
       $('#flame-summary').textContent = `${profileTypeLabel(result.profile_type)} · A ${formatValue(
         result.left_total,
         result.unit,
@@ -318,7 +318,7 @@ async function run({ push }) {
       table.setTop(functions, tp.total, tp.unit);
       renderSandwich();
       if (!fg.total) showEmptyState();
-      panelA.timeline.setData(tlA.timeline, rangeA, tlA.unit);
+      panelA.timeline.setData(tlA.timeline, rangeA, tlA.unit, tlA.aggregation);
       $('#flame-summary').textContent = `${profileTypeLabel(fg.profile_type)} · total ${formatValue(
         fg.total,
         fg.unit,

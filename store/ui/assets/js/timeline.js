@@ -33,11 +33,13 @@ export class TimelineChart {
   }
 
   // `timeline` is kiln-engine's {start_ms, step_ms, values}; `range` the
-  // queried {startMs, endMs}.
-  setData(timeline, range, unit) {
+  // queried {startMs, endMs}; `aggregation` the store's `sum` or `average`
+  // (a gauge such as heap in use: each step's mean profile).
+  setData(timeline, range, unit, aggregation) {
     this.data = timeline;
     this.range = range;
     this.unit = unit || '';
+    this.aggregation = aggregation || 'sum';
     this.hoverStep = -1;
     this.draw();
   }
@@ -174,7 +176,8 @@ export class TimelineChart {
         const t = first + this.hoverStep * step;
         ctx.fillStyle = 'rgba(17, 24, 39, 0.08)';
         ctx.fillRect(this.xOf(t), PAD_TOP, Math.max(1, this.xOf(t + step) - this.xOf(t)), plotH);
-        this.info.textContent = `${formatDateTime(t)} · ${formatValue(values[this.hoverStep], this.unit)}`;
+        const mean = this.aggregation === 'average' ? ' (mean per profile)' : '';
+        this.info.textContent = `${formatDateTime(t)} · ${formatValue(values[this.hoverStep], this.unit)}${mean}`;
       } else {
         this.info.textContent = 'Drag across the chart to narrow the time range.';
       }
