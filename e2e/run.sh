@@ -14,6 +14,7 @@
 #   7. the API server refuses bad CRs with the CRD's messages;
 #   8. a JVM and a Node started without profiling flags (e2e/manifests/runtimes.yaml) have
 #      their hot functions named under their callers in >= 95 % of their threads' samples;
+#   8b. the annotated pod's sleeping thread shows under off_cpu with the wall time it slept;
 #   9. deleting the ProfileStore leaves nothing it owned behind.
 # Without a reachable cluster it prints SKIP and exits 0, or fails when CI is set.
 #
@@ -136,6 +137,7 @@ timed "5 store pod deleted" check_store_restart
 timed "6 capabilities mode" check_capabilities
 timed "7 bad CRs refused" check_validation
 timed "8 JVM and Node without flags" check_runtimes
+timed "8b off-CPU time of a sleeping thread" check_off_cpu
 timed "9 store deleted" check_deletion
 
 log "PASS: checks 1-9 passed in $((SECONDS - started_at)) s"

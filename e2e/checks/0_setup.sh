@@ -20,7 +20,7 @@ find_kiln_cli() {
 # The CPU burner, static, in an image of its own, loaded into the nodes' runtime.
 build_workload_image() {
   local rootfs="$work_dir/workload-rootfs" archive="$work_dir/hot-loop.tar"
-  gcc -O2 -static -fno-omit-frame-pointer -Wall -Wextra -Werror \
+  gcc -O2 -static -pthread -fno-omit-frame-pointer -Wall -Wextra -Werror \
     -o "$work_dir/kiln-e2e-hot-loop" "$e2e_dir/workload/hot_loop.c" || fail "cannot build the workload"
   "$e2e_dir/images/rootfs.sh" "$rootfs" "$work_dir/kiln-e2e-hot-loop=/usr/local/bin/kiln-e2e-hot-loop" \
     || fail "cannot assemble the workload's root filesystem"

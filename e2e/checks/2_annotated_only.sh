@@ -43,3 +43,30 @@ check_annotated_only() {
     fail "the plain pod $plain_pod was profiled without the annotation"
   fi
 }
+
+# Check 8b (run after check 8, once the annotated pod has run for minutes): the workload's
+# second thread sleeps in kiln_e2e_sleeper all its life, so the store's off-CPU profile of
+# the pod (spec.agent.offCpu in config/samples) names it with the wall time of the range.
+# Agent windows are 10 s apart, so a 60 s range holds six of them whatever its phase; each
+# holds the sleeps that ended in it.
+check_off_cpu() {
+  log "check 8b: the annotated pod's sleeping thread shows under off_cpu with the time it slept"
+  forward_store
+  local pod matchers t0 t1 stacks slept span_ns
+  pod="$(pod_of annotated)"
+  [ -n "$pod" ] || fail "the annotated workload pod is not running"
+  matchers="{namespace=\"$workload_ns\",pod=\"$pod\"}"
+  t1=$(( $(date +%s) - 2 * agent_window_seconds ))
+  t0=$(( t1 - 60 ))
+  stacks="$("$kiln_cli" query --format folded --from "$t0" --to "$t1" "off_cpu:off_cpu$matchers")" \
+    || fail "no off_cpu profile of $pod between $t0 and $t1"
+  grep -q 'kiln_e2e_sleeper' <<<"$stacks" \
+    || fail "kiln_e2e_sleeper is on none of $pod's off-CPU stacks: $(head -5 <<<"$stacks")"
+  slept="$(awk '/kiln_e2e_sleeper/ { sum += $NF } END { printf "%.0f\n", sum }' <<<"$stacks")"
+  span_ns=$(( (t1 - t0) * 1000000000 ))
+  note "kiln_e2e_sleeper: $((slept / 1000000)) ms off-CPU in $((span_ns / 1000000)) ms ($((slept * 100 / span_ns)) %)"
+  note "its stack: $(grep 'kiln_e2e_sleeper' <<<"$stacks" | sort -t' ' -k2 -n -r | head -1 | cut -c1-200)"
+  if (( slept * 100 < span_ns * 85 || slept * 100 > span_ns * 115 )); then
+    fail "kiln_e2e_sleeper slept $slept ns by the off-CPU profile, not the range's $span_ns ns (within 15 %)"
+  fi
+}

@@ -235,6 +235,11 @@ pub struct AgentSpec {
     /// CHECKPOINT_RESTORE and DAC_READ_SEARCH and needs kernel 5.11+ and a recent runtime.
     #[serde(default)]
     pub security_mode: SecurityMode,
+    /// Also record off-CPU time (`off_cpu` profiles: where the profiled pods' threads blocked,
+    /// and for how long). Off by default: the agents then hook every context switch and wakeup
+    /// on the node, a few tens of nanoseconds each, for every process.
+    #[serde(default)]
+    pub off_cpu: bool,
 }
 
 /// Which of the store's APIs need a bearer token from the `<store>-tokens` Secret.
@@ -373,6 +378,7 @@ impl Default for AgentSpec {
             priority_class_name: None,
             container_runtime_socket: default_cri_socket(),
             security_mode: SecurityMode::Privileged,
+            off_cpu: false,
         }
     }
 }

@@ -91,6 +91,7 @@ pub fn agent_settings(store: &ProfileStore, names: &StoreNames) -> AgentSettings
         )),
         targets_file: Some(Path::new(TARGETS_DIR).join(kiln_targets::CONFIGMAP_KEY)),
         metrics_addr: format!("0.0.0.0:{AGENT_METRICS_PORT}"),
+        off_cpu: store.spec.agent.off_cpu,
         ..AgentSettings::default()
     }
 }

@@ -205,6 +205,17 @@ fn agent_tolerates_everything_by_default_and_takes_overrides() {
 }
 
 #[test]
+fn off_cpu_is_an_agent_flag_only_when_the_store_asks() {
+    let plain = profile_store(serde_json::json!({}));
+    let names = StoreNames::of(&plain).unwrap();
+    let args = kiln_operator::resources::agent::agent_args(&plain, &names).unwrap();
+    assert!(!args.iter().any(|a| a.starts_with("--off-cpu")), "{args:?}");
+    let asked = profile_store(serde_json::json!({"agent": {"offCpu": true}}));
+    let args = kiln_operator::resources::agent::agent_args(&asked, &names).unwrap();
+    assert!(args.contains(&"--off-cpu".to_owned()), "{args:?}");
+}
+
+#[test]
 fn store_gets_retention_flags_and_data_dir() {
     let object =
         profile_store(serde_json::json!({"retention": {"duration": "30d", "size": "50Gi"}}));
