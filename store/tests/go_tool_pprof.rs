@@ -16,10 +16,22 @@ const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 /// A Push (Connect, binary) of a CPU profile with one hot function.
 fn push_profile(store: &StoreProcess, service: &str, hot_ms: i64) {
+    push_typed(
+        store,
+        service,
+        ("process_cpu", "cpu", "nanoseconds"),
+        hot_ms * 1_000_000,
+    );
+}
+
+/// A Push of a profile `(name, sample type, unit)` with one hot function
+/// holding `value`.
+fn push_typed(store: &StoreProcess, service: &str, kind: (&str, &str, &str), value: i64) {
+    let (name, sample_type, unit) = kind;
     let now = now_nanos();
-    let mut builder = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
+    let mut builder = ProfileBuilder::new(&[(sample_type, unit)]);
     builder
-        .period("cpu", "nanoseconds", 10_000_000)
+        .period(sample_type, unit, 1)
         .time(now, 10_000_000_000);
     let main = builder.function(&FunctionSpec {
         name: "main.main".into(),
@@ -33,13 +45,13 @@ fn push_profile(store: &StoreProcess, service: &str, hot_ms: i64) {
     });
     let main_loc = builder.location(0, 0x401000, &[(main, 10)]);
     let hot_loc = builder.location(0, 0x402000, &[(hot, 20)]);
-    builder.sample(&[hot_loc, main_loc], &[hot_ms * 1_000_000], &[]);
+    builder.sample(&[hot_loc, main_loc], &[value], &[]);
     let request = kiln_api::push::v1::PushRequest {
         series: vec![kiln_api::push::v1::RawProfileSeries {
             labels: vec![
                 kiln_api::types::v1::LabelPair {
                     name: "__name__".into(),
-                    value: "process_cpu".into(),
+                    value: name.into(),
                 },
                 kiln_api::types::v1::LabelPair {
                     name: "service_name".into(),
@@ -63,19 +75,12 @@ fn push_profile(store: &StoreProcess, service: &str, hot_ms: i64) {
     assert_eq!(response.status, 200, "{}", response.text());
 }
 
-#[test]
-fn go_tool_pprof_reads_the_merged_profile_over_http() {
-    if Command::new("go").arg("version").output().is_err() {
-        missing::<()>("go (Debian golang-go)");
-        return;
-    }
-    let store = StoreProcess::start(KILN_STORE, &[]);
-    push_profile(&store, "svc", 30);
-    push_profile(&store, "svc", 50);
+/// `go tool pprof -raw` of the store's export for `query`.
+fn go_tool_pprof_raw(store: &StoreProcess, query: &str) -> String {
     let url = format!(
         "{}/api/v1/pprof?query={}&from=now-1h&to=now",
         store.url(),
-        enc(r#"process_cpu{service_name="svc"}"#)
+        enc(query)
     );
     let tmp = tempfile::tempdir().expect("temp dir");
     let output = Command::new("go")
@@ -87,9 +92,55 @@ fn go_tool_pprof_reads_the_merged_profile_over_http() {
         .env("GOCACHE", target_dir().join("tmp").join("go-build-cache"))
         .output()
         .expect("run go tool pprof");
-    let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "go tool pprof failed: {stderr}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn go_tool_pprof_reads_memory_goroutine_and_off_cpu_exports() {
+    if Command::new("go").arg("version").output().is_err() {
+        missing::<()>("go (Debian golang-go)");
+        return;
+    }
+    let store = StoreProcess::start(KILN_STORE, &[]);
+    for (kind, value) in [
+        (("memory", "inuse_space", "bytes"), 4_096),
+        (("memory", "alloc_objects", "count"), 17),
+        (("goroutine", "goroutine", "count"), 9),
+        (("off_cpu", "off_cpu", "nanoseconds"), 123_456_789),
+    ] {
+        push_typed(&store, "svc", kind, value);
+        let (name, sample_type, unit) = kind;
+        let stdout = go_tool_pprof_raw(
+            &store,
+            &format!("{name}:{sample_type}:{unit}{{service_name=\"svc\"}}"),
+        );
+        assert!(
+            stdout.contains("main.pprofVisibleHotFunction"),
+            "{kind:?}: function missing: {stdout}"
+        );
+        assert!(
+            stdout.contains(&format!("{sample_type}/{unit}")),
+            "{kind:?}: sample type missing: {stdout}"
+        );
+        assert!(
+            stdout.contains(&format!(" {value}: ")) || stdout.contains(&format!("{value}:")),
+            "{kind:?}: value {value} missing: {stdout}"
+        );
+    }
+}
+
+#[test]
+fn go_tool_pprof_reads_the_merged_profile_over_http() {
+    if Command::new("go").arg("version").output().is_err() {
+        missing::<()>("go (Debian golang-go)");
+        return;
+    }
+    let store = StoreProcess::start(KILN_STORE, &[]);
+    push_profile(&store, "svc", 30);
+    push_profile(&store, "svc", 50);
+    let stdout = go_tool_pprof_raw(&store, r#"process_cpu{service_name="svc"}"#);
     assert!(
         stdout.contains("main.pprofVisibleHotFunction"),
         "function missing: {stdout}"
