@@ -33,7 +33,10 @@ enum kiln_counter {
 	KILN_COUNTER_SNAPSHOT_LOST = 8,
 	/* Python (or Ruby) stacks cut at KILN_PY_MAX_FRAMES interpreter frames. */
 	KILN_COUNTER_PY_TRUNCATED = 9,
-	/* Targeted threads that blocked (left the CPU to sleep or wait). */
+	/*
+	 * Targeted threads that blocked (left the CPU to sleep or wait) and
+	 * were chosen by the one-in-off_cpu_keep_one_in draw.
+	 */
 	KILN_COUNTER_OFF_CPU_BLOCKS = 10,
 	/* Blocks captured: their stack held until the thread's wakeup. */
 	KILN_COUNTER_OFF_CPU_CAPTURED = 11,
@@ -223,8 +226,11 @@ struct kiln_config {
 	 * (userspace raises it with the block rate); 0 turns off-CPU off.
 	 */
 	__u32 off_cpu_keep_one_in;
-	/* Off-CPU: most blocks captured per CPU per 100 ms, whatever the rate. */
-	__u32 off_cpu_captures_per_tick;
+	/*
+	 * Off-CPU: most blocks captured per CPU per second, whatever the rate
+	 * (bursts up to half a second's worth pass).
+	 */
+	__u32 off_cpu_captures_per_second;
 	/* Off-CPU: blocks shorter than this (ns) are dropped in the kernel. */
 	__u64 off_cpu_min_ns;
 };

@@ -148,10 +148,15 @@ struct {
 	__type(value, struct kiln_stack_snapshot);
 } off_cpu_scratch SEC(".maps");
 
-/* Off-CPU: blocks captured on this CPU in its current 100 ms tick. */
+/*
+ * Off-CPU: this CPU's capture budget, a token bucket. A capture costs
+ * KILN_NS_PER_SECOND tokens; tokens come at off_cpu_captures_per_second
+ * a nanosecond, up to half a second's worth, so bursts pass and only a
+ * sustained rate past the budget (before userspace raises N) is refused.
+ */
 struct kiln_off_cpu_budget {
-	__u64 tick;
-	__u64 used;
+	__u64 at_ns;
+	__u64 tokens;
 };
 
 struct {
@@ -539,8 +544,7 @@ int kiln_profile(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
-/* Length of one off-CPU budget tick. */
-#define KILN_OFF_CPU_TICK_NS 100000000ULL
+#define KILN_NS_PER_SECOND 1000000000ULL
 /*
  * Kernel frames above the scheduler in a tracepoint program's stack: the
  * program itself and bpf_trace_run4, which would lead every off-CPU stack.
@@ -557,8 +561,9 @@ int kiln_profile(struct bpf_perf_event_data *ctx)
  *
  * Cost per second is bounded whatever the switch rate: one block in
  * `off_cpu_keep_one_in` is chosen at random (userspace raises it with the
- * block rate, and each capture records it, so its weight stays unbiased),
- * and at most `off_cpu_captures_per_tick` per CPU per 100 ms are captured
+ * targeted block rate, and each capture records it, so its weight stays
+ * unbiased),
+ * and at most `off_cpu_captures_per_second` per CPU are captured
  * (blocks past that are counted, not weighed).
  */
 SEC("tp_btf/sched_switch")
@@ -576,29 +581,41 @@ int BPF_PROG(kiln_off_cpu_switch, _Bool preempt, struct task_struct *prev,
 	struct kiln_config *cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg || cfg->off_cpu_keep_one_in == 0)
 		return 0;
+	/*
+	 * The one-in-N draw comes before the target check: it is independent
+	 * of the thread, so the choice stays unbiased, and the costlier lookup
+	 * runs for one switch in N only (this runs at every switch of the
+	 * node). The counter below is of chosen blocks; userspace multiplies
+	 * it by N for the block rate.
+	 */
+	__u32 keep_one_in = cfg->off_cpu_keep_one_in;
+	if (keep_one_in > 1 && bpf_get_prandom_u32() % keep_one_in != 0)
+		return 0;
 	__u64 cgroup_id = bpf_get_current_cgroup_id();
 	int all = 0;
 	if (!current_target(cfg, pid, cgroup_id, &all) && !all)
 		return 0;
 	bump(KILN_COUNTER_OFF_CPU_BLOCKS);
-	__u32 keep_one_in = cfg->off_cpu_keep_one_in;
-	if (keep_one_in > 1 && bpf_get_prandom_u32() % keep_one_in != 0)
-		return 0;
 
 	__u64 now = bpf_ktime_get_ns();
 	struct kiln_off_cpu_budget *budget = bpf_map_lookup_elem(&off_cpu_budget, &zero);
 	if (!budget)
 		return 0;
-	__u64 tick = now / KILN_OFF_CPU_TICK_NS;
-	if (budget->tick != tick) {
-		budget->tick = tick;
-		budget->used = 0;
-	}
-	if (budget->used >= cfg->off_cpu_captures_per_tick) {
+	/* Per-CPU slot: no other writer. At most a second is refilled at once. */
+	__u64 per_second = cfg->off_cpu_captures_per_second;
+	__u64 elapsed = now - budget->at_ns;
+	if (elapsed > KILN_NS_PER_SECOND)
+		elapsed = KILN_NS_PER_SECOND;
+	__u64 tokens = budget->tokens + elapsed * per_second;
+	if (tokens > per_second * (KILN_NS_PER_SECOND / 2))
+		tokens = per_second * (KILN_NS_PER_SECOND / 2);
+	budget->at_ns = now;
+	if (tokens < KILN_NS_PER_SECOND) {
+		budget->tokens = tokens;
 		bump(KILN_COUNTER_OFF_CPU_BUDGET_SPENT);
 		return 0;
 	}
-	budget->used += 1; /* per-CPU slot: no other writer */
+	budget->tokens = tokens - KILN_NS_PER_SECOND;
 
 	struct kiln_stack_snapshot *event = bpf_map_lookup_elem(&off_cpu_scratch, &zero);
 	if (!event)

@@ -36,7 +36,8 @@ pub enum KernelCounter {
     SnapshotLost,
     /// Python stacks cut at [`PY_MAX_FRAMES`] frames.
     PyTruncated,
-    /// Targeted threads that blocked (off-CPU on).
+    /// Targeted threads that blocked, chosen by the one-in-N draw
+    /// (off-CPU on): times N, the targeted block rate.
     OffCpuBlocks,
     /// Blocks captured, their stacks held until the wakeup.
     OffCpuCaptured,
@@ -126,8 +127,9 @@ pub struct Config {
     pub unwind: u32,
     /// Off-CPU: one targeted block in this many is captured; 0 is off.
     pub off_cpu_keep_one_in: u32,
-    /// Off-CPU: most blocks captured per CPU per 100 ms.
-    pub off_cpu_captures_per_tick: u32,
+    /// Off-CPU: most blocks captured per CPU per second (bursts of half
+    /// a second's worth pass).
+    pub off_cpu_captures_per_second: u32,
     /// Off-CPU: blocks shorter than this (ns) are dropped in the kernel.
     pub off_cpu_min_ns: u64,
 }

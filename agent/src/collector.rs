@@ -68,10 +68,12 @@ pub fn off_cpu_keep_one_in(blocks_per_cpu_second: f64, captures_per_cpu_second: 
     }
 }
 
-/// The kernel's block total at the last look, to rate the next from.
+/// The kernel's total of chosen blocks at the last look, and the one-in-N
+/// they were chosen by since, to rate the next look from.
 #[derive(Debug, Clone, Copy)]
 struct OffCpuRate {
-    blocks: u64,
+    chosen: u64,
+    keep_one_in: u32,
     at: Instant,
 }
 
@@ -104,6 +106,11 @@ const EVENT_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// New processes read from `/proc` per poll (2,560 a second): a fork storm
 /// costs the collector a bounded share of each poll.
 const NEW_PROCESS_READS_PER_POLL: usize = 256;
+
+/// How often the off-CPU block rate is looked at (and the one-in-N set):
+/// often, because until N rises a burst of blocks meets the kernel's hard
+/// cap, where blocks are dropped unweighed.
+const OFF_CPU_LOOK_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Everything the collector owns besides its settings.
 #[derive(Debug)]
@@ -152,8 +159,10 @@ pub struct Collector<S: TargetSource, K: SampleSource = Sampler> {
     /// Processes re-read this window because a sample hit an unknown mapping.
     reloaded: HashSet<(u32, u64)>,
     window_start: SystemTime,
-    /// Off-CPU: the block total last seen, to set the one-in-N from.
+    /// Off-CPU: the chosen-block total last seen, to set the one-in-N from.
     off_cpu_rate: Option<OffCpuRate>,
+    /// Off-CPU: targeted blocks so far, estimated (chosen ones times N).
+    off_cpu_blocks: u64,
 }
 
 impl<S: TargetSource, K: SampleSource> Collector<S, K> {
@@ -171,6 +180,12 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             python,
         } = parts;
         let readers = config.runtimes;
+        // The kernel starts at one in one.
+        let off_cpu_rate = config.off_cpu_captures_per_cpu_second.map(|_| OffCpuRate {
+            chosen: 0,
+            keep_one_in: 1,
+            at: Instant::now(),
+        });
         Collector {
             v8: unwinder
                 .as_ref()
@@ -197,7 +212,8 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             queue,
             metrics,
             window_start: SystemTime::now(),
-            off_cpu_rate: None,
+            off_cpu_rate,
+            off_cpu_blocks: 0,
         }
     }
 
@@ -215,6 +231,9 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
             let stopping = shutdown.load(Ordering::Relaxed);
             self.read_new_processes();
             self.unwind_snapshots();
+            if let Err(error) = self.look_at_off_cpu_rate() {
+                tracing::warn!(%error, "setting the off-CPU one-in-N failed");
+            }
             let now = Instant::now();
             if now >= next_refresh {
                 next_refresh = now + self.config.target_refresh_interval;
@@ -530,10 +549,8 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
                 KernelCounter::PyTruncated => self
                     .metrics
                     .set_drop_total("python_frames_truncated", total),
-                KernelCounter::OffCpuBlocks => {
-                    self.metrics.off_cpu_blocks.set(total);
-                    self.adapt_off_cpu_keep_one_in(total)?;
-                }
+                // Estimated from the chosen blocks in look_at_off_cpu_rate.
+                KernelCounter::OffCpuBlocks => {}
                 KernelCounter::OffCpuCaptured => self.metrics.off_cpu_captured.set(total),
                 KernelCounter::OffCpuBudgetSpent => {
                     self.metrics.set_drop_total("off_cpu_budget_spent", total)
@@ -551,29 +568,62 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
         Ok(())
     }
 
-    /// Off-CPU: sets the one-in-N of captured blocks from the block rate
-    /// since the last look (the kernel's total is `blocks`), so the capture
-    /// cost per second stays bounded and each capture's weight unbiased.
-    fn adapt_off_cpu_keep_one_in(&mut self, blocks: u64) -> Result<(), SamplerError> {
-        let Some(captures) = self.config.off_cpu_captures_per_cpu_second else {
+    /// Every [`OFF_CPU_LOOK_INTERVAL`] (off-CPU on): reads the kernel's
+    /// chosen-block total and adapts the one-in-N to it.
+    fn look_at_off_cpu_rate(&mut self) -> Result<(), SamplerError> {
+        let (Some(captures), Some(last)) = (
+            self.config.off_cpu_captures_per_cpu_second,
+            self.off_cpu_rate,
+        ) else {
             return Ok(());
         };
-        let now = Instant::now();
-        let Some(last) = self.off_cpu_rate.replace(OffCpuRate { blocks, at: now }) else {
-            self.metrics.off_cpu_keep_one_in.set(1);
-            return Ok(());
-        };
-        let seconds = now.duration_since(last.at).as_secs_f64();
-        let cpus = self.sampler.attached_cpu_count().max(1) as f64;
-        if seconds < 0.5 {
-            // Too short a span to rate; keep the last look for the next.
-            self.off_cpu_rate = Some(last);
+        if last.at.elapsed() < OFF_CPU_LOOK_INTERVAL {
             return Ok(());
         }
-        let rate = blocks.saturating_sub(last.blocks) as f64 / seconds / cpus;
-        let keep_one_in = off_cpu_keep_one_in(rate, captures);
+        let chosen = self
+            .sampler
+            .kernel_counters()?
+            .into_iter()
+            .find_map(|(counter, total)| (counter == KernelCounter::OffCpuBlocks).then_some(total))
+            .unwrap_or(last.chosen);
+        self.adapt_off_cpu_keep_one_in(captures, last, chosen)
+    }
+
+    /// Off-CPU: sets the one-in-N of captured blocks from the targeted
+    /// block rate since the `last` look (the kernel's total of chosen
+    /// blocks is now `chosen`; each stood for the N then in force), so the
+    /// capture cost per second stays bounded and each capture's weight
+    /// unbiased.
+    fn adapt_off_cpu_keep_one_in(
+        &mut self,
+        captures: u32,
+        last: OffCpuRate,
+        chosen: u64,
+    ) -> Result<(), SamplerError> {
+        let now = Instant::now();
+        let seconds = now.duration_since(last.at).as_secs_f64();
+        let cpus = self.sampler.attached_cpu_count().max(1) as f64;
+        let since = chosen
+            .saturating_sub(last.chosen)
+            .saturating_mul(u64::from(last.keep_one_in));
+        self.off_cpu_blocks = self.off_cpu_blocks.saturating_add(since);
+        self.metrics.off_cpu_blocks.set(self.off_cpu_blocks);
+        let blocks = since as f64;
+        let keep_one_in = off_cpu_keep_one_in(blocks / seconds / cpus, captures);
+        // Rated from here on; the old N stays in force if the write fails.
+        self.off_cpu_rate = Some(OffCpuRate {
+            chosen,
+            keep_one_in: last.keep_one_in,
+            at: now,
+        });
+        self.sampler.set_off_cpu_keep_one_in(keep_one_in)?;
+        self.off_cpu_rate = Some(OffCpuRate {
+            chosen,
+            keep_one_in,
+            at: now,
+        });
         self.metrics.off_cpu_keep_one_in.set(u64::from(keep_one_in));
-        self.sampler.set_off_cpu_keep_one_in(keep_one_in)
+        Ok(())
     }
 
     fn build_group(

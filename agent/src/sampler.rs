@@ -220,9 +220,9 @@ impl Sampler {
             record_tid: u32::from(config.record_tid),
             unwind: config.unwind as u32,
             off_cpu_keep_one_in: u32::from(config.off_cpu.is_some()),
-            off_cpu_captures_per_tick: config
+            off_cpu_captures_per_second: config
                 .off_cpu
-                .map_or(0, |off| off.captures_per_cpu_second.div_ceil(10)),
+                .map_or(0, |off| off.captures_per_cpu_second),
             off_cpu_min_ns: config.off_cpu.map_or(0, |off| {
                 u64::try_from(off.min_block.as_nanos()).unwrap_or(u64::MAX)
             }),

@@ -242,3 +242,112 @@ fn off_cpu_profiles_are_stored_and_queried_as_their_own_profile_type() {
         assert_within_ten_percent(function, cumulative, wall[key]);
     }
 }
+
+/// A thread's `/proc/PID/task/TID/schedstat` (ns on a CPU, ns runnable
+/// but waiting for one) read at a moment.
+struct SchedStat {
+    at: Instant,
+    on_cpu_ns: u64,
+    waiting_ns: u64,
+}
+
+#[track_caller]
+fn sched_stat(pid: u32, tid: u32) -> SchedStat {
+    let path = format!("/proc/{pid}/task/{tid}/schedstat");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut fields = text
+        .split_whitespace()
+        .map(|f| f.parse::<u64>().expect("a number"));
+    SchedStat {
+        at: Instant::now(),
+        on_cpu_ns: fields.next().expect("time on a CPU"),
+        waiting_ns: fields.next().expect("time waiting"),
+    }
+}
+
+/// The share of the time between `start` and `end` the thread was neither
+/// on a CPU nor waiting for one: blocked.
+fn blocked_share(start: &SchedStat, end: &SchedStat) -> f64 {
+    let elapsed = end.at.duration_since(start.at).as_nanos() as f64;
+    let busy = (end.on_cpu_ns - start.on_cpu_ns) + (end.waiting_ns - start.waiting_ns);
+    (elapsed - busy as f64) / elapsed
+}
+
+/// Past half the capture budget, one block in N is captured and weighed N
+/// times: the two threads of a pipe ping-pong paced by 3 ms sleeps (~900
+/// blocks a second, N about 5 with the default budget) are each estimated
+/// within 10 % of the time they were blocked (the windows' length times
+/// the share of it the kernel's schedstat says they were neither running
+/// nor runnable, so a busy machine's run-queue waits are not counted).
+#[test]
+fn one_in_n_captures_estimate_the_blocked_time_without_bias() {
+    if !privileged_prerequisites() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let exe = dir.path().join("switch_rate");
+    build_workload("switch_rate.c", &exe);
+    let workload = KillOnDrop(
+        Command::new(&exe)
+            .arg("1000")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("workload starts"),
+    );
+    let pid = workload.0.id();
+    // Its two threads: main (tid = pid) and the ponger it starts.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ponger = loop {
+        let tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .expect("task dir")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        if let Some(&tid) = tids.iter().find(|&&tid| tid != pid) {
+            break tid;
+        }
+        assert!(Instant::now() < deadline, "the ponger thread never started");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let threads = [("main", pid), ("kiln_ponger", ponger)];
+    let before: Vec<SchedStat> = threads
+        .iter()
+        .map(|&(_, tid)| sched_stat(pid, tid))
+        .collect();
+    let output = dir.path().join("profiles");
+    let status = Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
+        .args(["--pid", &pid.to_string(), "--off-cpu"])
+        .args(["--drain-interval", "10s", "--duration", "30s"])
+        .args(["--metrics-addr", "off"])
+        .arg("--output-dir")
+        .arg(&output)
+        .stderr(Stdio::null())
+        .status()
+        .expect("agent runs");
+    let after: Vec<SchedStat> = threads
+        .iter()
+        .map(|&(_, tid)| sched_stat(pid, tid))
+        .collect();
+    assert!(status.success(), "agent failed: {status}");
+    drop(workload);
+
+    let profiles: Vec<Profile> = read_profiles(&output)
+        .into_iter()
+        .filter(|p| p.sample_types().first().map(|t| p.string(t.r#type)) == Some("blocks"))
+        .collect();
+    let windows_ns: i64 = profiles.iter().map(Profile::duration_nanos).sum();
+    let samples = off_cpu_samples(&profiles);
+    let blocks: i64 = samples.iter().map(|s| s.blocks).sum();
+    assert!(blocks > 0, "no off-CPU blocks recorded");
+    // No block of this workload lasts much over 3 ms: a mean weight of more
+    // than twice that says blocks were captured one in N and weighed N.
+    let off_cpu_ns: i64 = samples.iter().map(|s| s.off_cpu_ns).sum();
+    assert!(
+        off_cpu_ns / blocks > 6_000_000,
+        "{blocks} blocks weigh {off_cpu_ns} ns: not subsampled"
+    );
+    for ((function, _), (start, end)) in threads.iter().zip(before.iter().zip(&after)) {
+        let blocked_ns = (windows_ns as f64 * blocked_share(start, end)) as i64;
+        assert_within_ten_percent(function, off_cpu_ns_under(&samples, function), blocked_ns);
+    }
+}
