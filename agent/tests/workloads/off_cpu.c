@@ -10,8 +10,10 @@
  * - kiln_waiter: waits for its turn, then kiln_lock_wait() blocks in
  *   pthread_mutex_lock until the holder releases the mutex.
  * It prints the wall time spent inside kiln_sleep_known's nanosleep calls
- * and kiln_lock_wait's pthread_mutex_lock calls, in ns, and exits:
- *   sleep_ns=N lock_ns=N
+ * and kiln_lock_wait's pthread_mutex_lock calls, and the time the sleeper
+ * and the waiter spent runnable but waiting for a CPU (schedstat; on a
+ * busy machine, after each wakeup), in ns, and exits:
+ *   sleep_ns=N lock_ns=N sleep_runnable_ns=N lock_runnable_ns=N
  */
 #include <pthread.h>
 #include <semaphore.h>
@@ -28,6 +30,21 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static sem_t turn;
 static uint64_t sleep_ns;
 static uint64_t lock_ns;
+static uint64_t sleep_runnable_ns;
+static uint64_t lock_runnable_ns;
+
+/* This thread's time runnable but not running, ns (schedstat's second field). */
+static uint64_t runnable_ns(void)
+{
+	unsigned long long on_cpu = 0, waiting = 0;
+	FILE *f = fopen("/proc/thread-self/schedstat", "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%llu %llu", &on_cpu, &waiting) != 2)
+		waiting = 0;
+	fclose(f);
+	return waiting;
+}
 
 static uint64_t now_ns(void)
 {
@@ -66,8 +83,10 @@ __attribute__((noinline)) void kiln_lock_wait(void)
 __attribute__((noinline)) void *kiln_sleeper(void *arg)
 {
 	(void)arg;
+	uint64_t runnable = runnable_ns();
 	for (int i = 0; i < ROUNDS * (HOLD_MS + REST_MS) / SLEEP_MS; i++)
 		kiln_sleep_known();
+	sleep_runnable_ns = runnable_ns() - runnable;
 	return NULL;
 }
 
@@ -90,7 +109,9 @@ __attribute__((noinline)) void *kiln_waiter(void *arg)
 	for (int i = 0; i < ROUNDS; i++) {
 		while (sem_wait(&turn) != 0)
 			;
+		uint64_t runnable = runnable_ns();
 		kiln_lock_wait();
+		lock_runnable_ns += runnable_ns() - runnable;
 	}
 	return NULL;
 }
@@ -107,7 +128,8 @@ int main(void)
 	pthread_create(&threads[2], NULL, kiln_waiter, NULL);
 	for (int i = 0; i < 3; i++)
 		pthread_join(threads[i], NULL);
-	printf("sleep_ns=%llu lock_ns=%llu\n", (unsigned long long)sleep_ns,
-	       (unsigned long long)lock_ns);
+	printf("sleep_ns=%llu lock_ns=%llu sleep_runnable_ns=%llu lock_runnable_ns=%llu\n",
+	       (unsigned long long)sleep_ns, (unsigned long long)lock_ns,
+	       (unsigned long long)sleep_runnable_ns, (unsigned long long)lock_runnable_ns);
 	return 0;
 }
