@@ -8,7 +8,8 @@
 //! rendering and [`preflight`] checks. IO: [`sampler`] (aya; the collector sees it through
 //! [`sample_source::SampleSource`], so tests can feed recorded samples), [`process_info`]
 //! (`/proc`), [`symbolize`] (blazesym), [`ship`] sinks (files, tonic),
-//! [`collector`] (the thread tying them together).
+//! [`collector`] (the thread tying them together), [`scrape`] (pprof endpoints;
+//! its `delta` module is pure).
 
 pub mod abi;
 pub mod aggregate;
@@ -34,6 +35,7 @@ pub mod runtime_processes;
 pub mod safe_open;
 pub mod sample_source;
 pub mod sampler;
+pub mod scrape;
 pub mod ship;
 pub mod symbol_index;
 pub mod symbol_objects;

@@ -58,6 +58,12 @@ pub struct AgentMetrics {
     drops: Mutex<BTreeMap<&'static str, u64>>,
     /// Failed sends, by reason.
     ship_errors: Mutex<BTreeMap<&'static str, u64>>,
+    /// pprof scrapes that succeeded, by what was stored.
+    scrapes: Mutex<BTreeMap<&'static str, u64>>,
+    /// pprof scrapes that failed, by reason.
+    scrape_errors: Mutex<BTreeMap<&'static str, u64>>,
+    /// Bytes of previous scrapes kept for deltas.
+    pub scrape_state_bytes: Counter,
     /// User stacks unwound from snapshots, by outcome.
     unwind_outcomes: Mutex<BTreeMap<&'static str, u64>>,
     /// Objects whose unwind info was read, by result.
@@ -246,6 +252,27 @@ impl AgentMetrics {
         add_to(&self.ship_errors, reason, 1);
     }
 
+    /// Counts one pprof scrape that stored `outcome`.
+    pub fn add_scrape(&self, outcome: &'static str) {
+        add_to(&self.scrapes, outcome, 1);
+    }
+
+    /// Counts one failed pprof scrape for `reason`.
+    pub fn add_scrape_error(&self, reason: &'static str) {
+        add_to(&self.scrape_errors, reason, 1);
+    }
+
+    /// Failed pprof scrapes so far for `reason`.
+    pub fn scrape_errors(&self, reason: &str) -> u64 {
+        let map = self.scrape_errors.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(reason).copied().unwrap_or(0)
+    }
+
+    /// Sets the bytes of delta state held.
+    pub fn set_scrape_state_bytes(&self, bytes: u64) {
+        self.scrape_state_bytes.set(bytes);
+    }
+
     /// Renders the Prometheus text format (0.0.4, see
     /// [`CONTENT_TYPE`]); `rss` is `(current, peak)` bytes.
     pub fn render(&self, rss: Option<(u64, u64)>) -> String {
@@ -363,6 +390,11 @@ impl AgentMetrics {
                 u64::from(self.collector_health(unix_ms()).is_err()),
             ),
             Family::gauge(
+                "kiln_agent_scrape_state_bytes",
+                "Bytes of previous pprof scrapes kept to take deltas of cumulative profiles.",
+                self.scrape_state_bytes.get(),
+            ),
+            Family::gauge(
                 "kiln_agent_python_code_cache_bytes",
                 "Bytes of CPython code objects (names, files, line tables) cached.",
                 self.python_code_cache_bytes.get(),
@@ -380,7 +412,7 @@ impl AgentMetrics {
                 peak,
             ));
         }
-        let labelled: [(&'static str, &'static str, &'static str, &Mutex<_>); 9] = [
+        let labelled: [(&'static str, &'static str, &'static str, &Mutex<_>); 11] = [
             (
                 "kiln_agent_dropped_total",
                 "Samples or profiles lost, by reason.",
@@ -443,6 +475,22 @@ impl AgentMetrics {
                 "Failed sends, by reason.",
                 "reason",
                 &self.ship_errors,
+            ),
+            (
+                "kiln_agent_scrapes_total",
+                "pprof scrapes that succeeded, by what was stored (gauge, delta, restarted: \
+                 stored whole after a process restart, baseline: the first of a cumulative \
+                 profile, kept only to take deltas against).",
+                "outcome",
+                &self.scrapes,
+            ),
+            (
+                "kiln_agent_scrape_errors_total",
+                "pprof scrapes that failed, by reason (timeout, connect, http, redirect, \
+                 status, content_type, too_large, decode, decompressed_too_large, \
+                 sample_types, state_budget).",
+                "reason",
+                &self.scrape_errors,
             ),
         ];
         for (name, help, label, values) in labelled {
