@@ -20,6 +20,7 @@ use kiln_agent::preflight;
 use kiln_agent::process_info::ProcessTable;
 use kiln_agent::python::{PythonUnwinder, PythonUnwinderConfig};
 use kiln_agent::sampler::{OffCpuConfig, Sampler, SamplerConfig};
+use kiln_agent::scrape::{ScrapeConfig, ScrapeEndpoint, run_scraper};
 use kiln_agent::ship::{ShipQueue, Sink, StoreToken, run_shipper};
 use kiln_agent::symbolize::StackSymbolizer;
 use kiln_agent::target_set::{SamplingRates, TargetSource};
@@ -86,6 +87,15 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: AgentSettings) -> anyhow::Result<()> {
+    let profiles_cpu = cli.all
+        || !cli.pid.is_empty()
+        || !cli.cgroup.is_empty()
+        || !cli.cgroup_id.is_empty()
+        || cli.kubernetes
+        || cli.cri_socket.is_some();
+    if !profiles_cpu {
+        return run_scrape_only(cli);
+    }
     let checked = preflight::run(&cli.btf_path, cli.unwinder == UnwinderChoice::EhFrame)?;
     for degradation in preflight::degradations(checked.capabilities, checked.kernel) {
         tracing::warn!(kernel = %checked.kernel, "{degradation}");
@@ -106,22 +116,9 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
         })
     };
     let targets = source.current_targets().context("resolving the targets")?;
-    let sink = match (&cli.output_dir, &cli.store) {
-        (Some(dir), _) => {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            Sink::Directory(dir.clone())
-        }
-        (None, Some(endpoint)) => Sink::Store {
-            endpoint: endpoint.clone(),
-            token: cli
-                .store_token_file
-                .as_deref()
-                .map(StoreToken::from_file)
-                .transpose()?,
-        },
-        (None, None) => anyhow::bail!("give --output-dir or --store"),
-    };
+    let sink = sink(&cli)?;
     let node = cli.node_name.clone().unwrap_or_else(host_name);
+    let scrape_endpoints = scrape_endpoints(&cli, &node)?;
 
     let unwind = match cli.unwinder {
         UnwinderChoice::EhFrame => UnwindMode::StackSnapshot,
@@ -296,6 +293,15 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
                 shutdown_rx.clone(),
             ));
         }
+        // Scrapes run on tasks of their own, never on the collector thread.
+        let (_endpoints, endpoints) = tokio::sync::watch::channel(scrape_endpoints);
+        tokio::spawn(run_scraper(
+            endpoints,
+            ScrapeConfig::default(),
+            queue.clone(),
+            Arc::clone(&metrics),
+            shutdown_rx.clone(),
+        ));
         let shipper = tokio::spawn(run_shipper(sink, queue, Arc::clone(&metrics), shutdown_rx));
         wait_for_stop(cli.duration).await;
         tracing::info!("stopping: draining the last window");
@@ -323,6 +329,91 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
         server.stop();
     }
     result
+}
+
+/// Where profiles go: `--output-dir` or `--store`.
+fn sink(cli: &AgentSettings) -> anyhow::Result<Sink> {
+    Ok(match (&cli.output_dir, &cli.store) {
+        (Some(dir), _) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            Sink::Directory(dir.clone())
+        }
+        (None, Some(endpoint)) => Sink::Store {
+            endpoint: endpoint.clone(),
+            token: cli
+                .store_token_file
+                .as_deref()
+                .map(StoreToken::from_file)
+                .transpose()?,
+        },
+        (None, None) => anyhow::bail!("give --output-dir or --store"),
+    })
+}
+
+fn scrape_endpoints(cli: &AgentSettings, node: &str) -> anyhow::Result<Vec<ScrapeEndpoint>> {
+    Ok(kiln_agent::scrape::host_endpoints(
+        &cli.scrape,
+        cli.scrape_service_name.as_deref(),
+        node,
+        cli.scrape_interval,
+        cli.scrape_timeout,
+    )?)
+}
+
+/// `--scrape` without CPU targets: no BPF, so no privileges; pprof
+/// endpoints scraped and shipped until stopped.
+fn run_scrape_only(cli: AgentSettings) -> anyhow::Result<()> {
+    let sink = sink(&cli)?;
+    let node = cli.node_name.clone().unwrap_or_else(host_name);
+    let endpoints = scrape_endpoints(&cli, &node)?;
+    // Bodies and decoded profiles are large and short-lived: mapped on
+    // their own and returned on free, as in the CPU path.
+    release_startup_memory();
+    let metrics = Arc::new(AgentMetrics::default());
+    let queue = ShipQueue::new(cli.queue_capacity, Arc::clone(&metrics));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let metrics_server = if cli.metrics_addr == "off" {
+        None
+    } else {
+        let listener = std::net::TcpListener::bind(&cli.metrics_addr)
+            .with_context(|| format!("binding /metrics to {}", cli.metrics_addr))?;
+        if let Ok(address) = listener.local_addr() {
+            tracing::info!(%address, "serving /metrics");
+        }
+        Some(
+            spawn_metrics_thread(listener, Arc::clone(&metrics))
+                .context("starting the metrics thread")?,
+        )
+    };
+    tracing::info!(endpoints = endpoints.len(), "scraping pprof endpoints only");
+    runtime.block_on(async move {
+        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+        let (_endpoints, endpoints) = tokio::sync::watch::channel(endpoints);
+        let scraper = tokio::spawn(run_scraper(
+            endpoints,
+            ScrapeConfig::default(),
+            queue.clone(),
+            Arc::clone(&metrics),
+            shutdown_rx.clone(),
+        ));
+        let shipper = tokio::spawn(run_shipper(sink, queue, metrics, shutdown_rx));
+        wait_for_stop(cli.duration).await;
+        let _ = shutdown_tx.send(true);
+        let _ = scraper.await;
+        if tokio::time::timeout(Duration::from_secs(15), shipper)
+            .await
+            .is_err()
+        {
+            tracing::warn!("gave up shipping the last profiles after 15 s");
+        }
+    });
+    if let Some(server) = metrics_server {
+        server.stop();
+    }
+    Ok(())
 }
 
 async fn wait_for_stop(duration: Option<Duration>) {

@@ -21,11 +21,11 @@ pub const DEFAULT_MAX_SYMBOL_TABLE_BYTES: u64 = 64 << 20;
 
 /// Kiln's node agent: samples on-CPU stacks with eBPF and ships pprof.
 ///
-/// Choose what to profile (--pid, --all, --cgroup/--cgroup-id) and where
-/// profiles go (--output-dir or --store).
+/// Choose what to profile (--pid, --all, --cgroup/--cgroup-id, or only
+/// --scrape pprof endpoints) and where profiles go (--output-dir or --store).
 #[derive(Debug, Clone, PartialEq, Eq, Parser, Serialize)]
 #[command(name = "kiln-agent", version)]
-#[command(group(ArgGroup::new("targets").required(true).multiple(true).args(["pid", "all", "cgroup", "cgroup_id", "cri_socket", "kubernetes"])))]
+#[command(group(ArgGroup::new("targets").required(true).multiple(true).args(["pid", "all", "cgroup", "cgroup_id", "cri_socket", "kubernetes", "scrape"])))]
 #[command(group(ArgGroup::new("sink").required(true).args(["output_dir", "store"])))]
 pub struct AgentSettings {
     /// Profile these processes (comma-separated PIDs).
@@ -179,6 +179,24 @@ pub struct AgentSettings {
     /// Bytes of CPython code objects (names, file names, line tables) cached.
     #[arg(long, env = "KILN_PYTHON_CODE_CACHE_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub python_code_cache_bytes: usize,
+    /// Scrape the pprof endpoints under these base URLs (comma-separated,
+    /// e.g. http://127.0.0.1:6060/debug/pprof): heap, allocs, goroutine,
+    /// mutex and block, each on the scrape interval. Plain http:// only;
+    /// redirects are never followed. Alone (no --pid/--all/--cgroup), the
+    /// agent only scrapes, and needs no privileges.
+    #[arg(long, env = "KILN_SCRAPE", value_delimiter = ',')]
+    pub scrape: Vec<String>,
+    /// Between two scrapes of one profile of a --scrape endpoint.
+    #[arg(long, env = "KILN_SCRAPE_INTERVAL", default_value = "15s", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_text")]
+    pub scrape_interval: Duration,
+    /// Longest one scrape may take, connection to last byte.
+    #[arg(long, env = "KILN_SCRAPE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_text")]
+    pub scrape_timeout: Duration,
+    /// `service_name` of --scrape profiles; by default `host:port` of each URL.
+    #[arg(long, env = "KILN_SCRAPE_SERVICE_NAME")]
+    pub scrape_service_name: Option<String>,
     /// Log filter, e.g. `info` or `kiln_agent=debug` (as for every Kiln
     /// binary). Without it, `RUST_LOG` is read, else `kiln_agent=info`.
     #[arg(long, env = "KILN_LOG")]
@@ -278,6 +296,10 @@ impl Default for AgentSettings {
             off_cpu_min_block: Duration::from_millis(1),
             off_cpu_captures_per_second: 200,
             python_code_cache_bytes: 8 * 1024 * 1024,
+            scrape: Vec::new(),
+            scrape_interval: Duration::from_secs(15),
+            scrape_timeout: Duration::from_secs(10),
+            scrape_service_name: None,
             log: None,
         }
     }
@@ -350,6 +372,15 @@ mod tests {
                 .expect("valid");
         assert_eq!(cli.pid, vec![1, 2]);
         assert_eq!(cli.frequency, 19);
+        let scrape_only = AgentSettings::try_parse_from([
+            "kiln-agent",
+            "--scrape",
+            "http://127.0.0.1:6060/debug/pprof,http://127.0.0.1:6061/debug/pprof",
+            "--store",
+            "http://127.0.0.1:7470",
+        ])
+        .expect("scraping alone is a target");
+        assert_eq!(scrape_only.scrape.len(), 2);
     }
 
     #[test]
