@@ -61,7 +61,7 @@ enum Command {
     /// differential flame graph with --output diff.svg.
     Diff(DiffArgs),
     /// Start Kiln on this machine: kiln-store on a local data directory plus
-    /// kiln-agent --all, until Ctrl-C.
+    /// kiln-agent --all (and any --scrape pprof endpoints), until Ctrl-C.
     Up(UpArgs),
 }
 
@@ -186,6 +186,12 @@ struct UpArgs {
     /// Run only the store, without the host agent.
     #[arg(long, env = "KILN_NO_AGENT")]
     no_agent: bool,
+    /// Also scrape the pprof endpoints under these base URLs with the agent
+    /// (comma-separated, e.g. http://127.0.0.1:6060/debug/pprof): heap,
+    /// allocations, goroutines, mutex and block profiles. Without root the
+    /// agent only scrapes.
+    #[arg(long, env = "KILN_SCRAPE", value_delimiter = ',')]
+    scrape: Vec<String>,
     /// How long to wait for the store to become ready (recovery can take a while).
     #[arg(long, env = "KILN_READY_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
     ready_timeout: Duration,
@@ -218,6 +224,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             listen: args.listen.clone(),
             data_dir: args.data_dir.clone().unwrap_or_else(up::default_data_dir),
             agent: !args.no_agent,
+            scrape: args.scrape.clone(),
             ready_timeout: args.ready_timeout,
         });
     }

@@ -1,6 +1,7 @@
 //! `kiln up`: Kiln on one machine. Starts `kiln-store` on a local data
-//! directory and `kiln-agent --all` for the host, prints the UI address,
-//! and stops both on Ctrl-C.
+//! directory and `kiln-agent --all` for the host (plus `--scrape` pprof
+//! endpoints; scraping alone without root), its `/metrics` on a free port,
+//! prints the UI address, and stops both on Ctrl-C.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
@@ -40,6 +41,8 @@ pub struct UpOptions {
     pub data_dir: PathBuf,
     /// Start the agent too.
     pub agent: bool,
+    /// pprof base URLs the agent scrapes.
+    pub scrape: Vec<String>,
     /// How long to wait for the store to become ready.
     pub ready_timeout: Duration,
 }
@@ -147,11 +150,9 @@ pub fn run(options: &UpOptions) -> anyhow::Result<()> {
                 "kiln: kiln-agent was not found next to kiln or on PATH; running the store alone"
             ),
             Some(binary) => {
-                eprintln!("kiln: starting {} --all", binary.display());
-                agent = Some(spawn(
-                    &binary,
-                    &["--all".to_owned(), "--store".to_owned(), url.clone()],
-                )?);
+                let args = agent_args(&options.scrape, &url, is_root(), free_metrics_addr());
+                eprintln!("kiln: starting {} {}", binary.display(), args.join(" "));
+                agent = Some(spawn(&binary, &args)?);
             }
         }
     }
@@ -171,6 +172,44 @@ pub fn run(options: &UpOptions) -> anyhow::Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// The agent's flags: every process of the host when root (BPF needs it),
+/// the `--scrape` endpoints in any case (scraping alone needs no
+/// privileges), and its `/metrics` on `metrics`.
+fn agent_args(scrape: &[String], store_url: &str, root: bool, metrics: String) -> Vec<String> {
+    let mut args = Vec::new();
+    if root || scrape.is_empty() {
+        args.push("--all".to_owned());
+    }
+    if !scrape.is_empty() {
+        args.extend(["--scrape".to_owned(), scrape.join(",")]);
+    }
+    args.extend([
+        "--store".to_owned(),
+        store_url.to_owned(),
+        "--metrics-addr".to_owned(),
+        metrics,
+    ]);
+    args
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A loopback address for the agent's `/metrics` that is free now: the
+/// agent's default (7471) when nothing holds it, else one the kernel picks,
+/// so a second `kiln up`, or a store on 7471, does not collide with it.
+fn free_metrics_addr() -> String {
+    let default = "127.0.0.1:7471";
+    if std::net::TcpListener::bind(default).is_ok() {
+        return default.to_owned();
+    }
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map_or_else(|_| "off".to_owned(), |address| address.to_string())
 }
 
 fn wait_ready(url: &str, store: &mut Child, timeout: Duration) -> anyhow::Result<()> {
@@ -214,5 +253,52 @@ fn supervise(store: &mut Child, agent: &mut Option<Child>) -> anyhow::Result<()>
             *agent = None;
         }
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agent_scrapes_alone_without_root_and_beside_cpu_with_it() {
+        let store = "http://127.0.0.1:7470";
+        let metrics = || "127.0.0.1:7471".to_owned();
+        assert_eq!(
+            agent_args(&[], store, false, metrics()),
+            [
+                "--all",
+                "--store",
+                store,
+                "--metrics-addr",
+                "127.0.0.1:7471"
+            ]
+        );
+        let urls = [
+            "http://a:1/debug/pprof".to_owned(),
+            "http://b:2/x".to_owned(),
+        ];
+        assert_eq!(
+            agent_args(&urls, store, false, metrics()),
+            [
+                "--scrape",
+                "http://a:1/debug/pprof,http://b:2/x",
+                "--store",
+                store,
+                "--metrics-addr",
+                "127.0.0.1:7471"
+            ]
+        );
+        assert_eq!(agent_args(&urls, store, true, metrics())[0], "--all");
+    }
+
+    #[test]
+    fn the_metrics_address_moves_off_a_taken_port() {
+        let held = std::net::TcpListener::bind("127.0.0.1:7471");
+        let address = free_metrics_addr();
+        if held.is_ok() {
+            assert_ne!(address, "127.0.0.1:7471");
+        }
+        assert!(address.starts_with("127.0.0.1:"), "{address}");
     }
 }
