@@ -119,6 +119,34 @@ impl std::fmt::Debug for Sampler {
     }
 }
 
+/// Loads and attaches the off-CPU programs (block start at the switch,
+/// block end at the wakeup).
+fn attach_off_cpu(ebpf: &mut aya::Ebpf, btf: &Btf) -> Result<(), SamplerError> {
+    for (name, tracepoint) in OFF_CPU_PROGRAMS {
+        let program: &mut BtfTracePoint = ebpf
+            .program_mut(name)
+            .ok_or(SamplerError::Missing { name })?
+            .try_into()
+            .map_err(|source| SamplerError::Program { source })?;
+        program
+            .load(tracepoint, btf)
+            .map_err(|source| match source {
+                ProgramError::LoadError {
+                    io_error,
+                    verifier_log,
+                } => {
+                    tracing::debug!(%verifier_log, "BPF verifier log ({name})");
+                    SamplerError::ProgramRejected { io_error }
+                }
+                source => SamplerError::Program { source },
+            })?;
+        program
+            .attach()
+            .map_err(|source| SamplerError::Program { source })?;
+    }
+    Ok(())
+}
+
 impl Sampler {
     /// Loads the program, sets the filter mode of `targets`, and attaches
     /// to every online CPU (failures on some CPUs are logged and retried by
@@ -170,29 +198,15 @@ impl Sampler {
             }
             source => SamplerError::Program { source },
         })?;
-        if config.off_cpu.is_some() {
-            for (name, tracepoint) in OFF_CPU_PROGRAMS {
-                let program: &mut BtfTracePoint = ebpf
-                    .program_mut(name)
-                    .ok_or(SamplerError::Missing { name })?
-                    .try_into()
-                    .map_err(|source| SamplerError::Program { source })?;
-                program
-                    .load(tracepoint, &btf)
-                    .map_err(|source| match source {
-                        ProgramError::LoadError {
-                            io_error,
-                            verifier_log,
-                        } => {
-                            tracing::debug!(%verifier_log, "BPF verifier log ({name})");
-                            SamplerError::ProgramRejected { io_error }
-                        }
-                        source => SamplerError::Program { source },
-                    })?;
-                program
-                    .attach()
-                    .map_err(|source| SamplerError::Program { source })?;
-            }
+        let mut config = config;
+        if config.off_cpu.is_some()
+            && let Err(error) = attach_off_cpu(&mut ebpf, &btf)
+        {
+            // CPU profiles matter more than off-CPU ones: a kernel or a
+            // security mode that refuses the scheduler programs leaves the
+            // sampler running without them.
+            tracing::warn!(%error, "off-CPU profiling is off: its scheduler programs could not be attached");
+            config.off_cpu = None;
         }
         // Statistics cost two clock reads per run; they are how /metrics
         // reports the sampler's own cost. Older kernels lack the syscall.
