@@ -10,8 +10,14 @@
 //! [`TargetSet`]. The collector thread polls [`KubernetesTargets`] like any
 //! other source and applies only the difference to the BPF allow-list, so a
 //! pod that goes is dropped from the kernel maps at the next poll.
+//!
+//! Selected pods whose target asks for `pprofScrape` are published as
+//! scrape endpoints too ([`KubernetesTargets::scrape_endpoints`]), over the
+//! pod IP the runtime reports for the sandbox (`PodSandboxStatus`), asked
+//! once per pod.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,6 +28,8 @@ use kiln_cri::{CriClient, CriError, PodInventory, RuntimeSnapshot, select_contai
 use kiln_targets::TargetsFile;
 use tokio::sync::watch;
 
+use crate::scrape::ScrapeEndpoint;
+use crate::scrape::pods::pod_endpoints;
 use crate::ship::Backoff;
 use crate::target_set::{TargetEntry, TargetSet, TargetSource, TargetSourceError};
 
@@ -43,21 +51,29 @@ pub struct KubernetesConfig {
     pub resync_interval: Duration,
 }
 
-/// The latest target set published by discovery; cheap to clone.
+/// The latest target set and scrape endpoints published by discovery;
+/// cheap to clone.
 #[derive(Debug, Clone)]
 pub struct KubernetesTargets {
     latest: Arc<Mutex<TargetSet>>,
+    scrapes: Arc<watch::Sender<Vec<ScrapeEndpoint>>>,
 }
 
 impl Default for KubernetesTargets {
     fn default() -> Self {
         KubernetesTargets {
             latest: Arc::new(Mutex::new(TargetSet::Cgroups(Default::default()))),
+            scrapes: Arc::new(watch::channel(Vec::new()).0),
         }
     }
 }
 
 impl KubernetesTargets {
+    /// The pods' pprof endpoints as discovery publishes them.
+    pub fn scrape_endpoints(&self) -> watch::Receiver<Vec<ScrapeEndpoint>> {
+        self.scrapes.subscribe()
+    }
+
     fn publish(&self, targets: TargetSet) {
         // A poisoned lock only means a panic elsewhere; the value is still a whole set.
         let mut slot = self
@@ -106,6 +122,8 @@ pub struct Discovery {
     details: HashMap<String, ContainerDetails>,
     cgroup_ids: HashMap<String, u64>,
     inventory: PodInventory,
+    /// Pod IPs by sandbox id, of pods with an endpoint to scrape.
+    pod_ips: HashMap<String, IpAddr>,
     published: KubernetesTargets,
 }
 
@@ -124,6 +142,7 @@ impl Discovery {
             details: HashMap::new(),
             cgroup_ids: HashMap::new(),
             inventory: PodInventory::default(),
+            pod_ips: HashMap::new(),
             published,
         }
     }
@@ -195,19 +214,45 @@ impl Discovery {
                 "containers changed"
             );
         }
+        self.pod_ips
+            .retain(|sandbox, _| inventory.pods.contains_key(sandbox));
         self.inventory = inventory;
         self.publish();
     }
 
-    /// Recomputes the target set from the current inventory and targets.
-    pub fn publish(&self) {
-        let selected = select_containers(
+    /// Sandboxes of pods to scrape whose IP is not known yet.
+    pub fn sandboxes_without_ip(&self) -> Vec<String> {
+        let (_, missing) = pod_endpoints(&self.selected(), &self.pod_ips);
+        missing.into_iter().collect()
+    }
+
+    /// Records the IP the runtime reported for `sandbox`.
+    pub fn set_pod_ip(&mut self, sandbox: String, ip: IpAddr) {
+        self.pod_ips.insert(sandbox, ip);
+    }
+
+    fn selected(&self) -> Vec<kiln_cri::SelectedContainer> {
+        select_containers(
             &self.inventory,
             &self.targets_file,
             &self.config.node,
             &self.config.copied_pod_labels,
             &self.cgroup_ids,
-        );
+        )
+    }
+
+    /// Recomputes the target set and scrape endpoints from the current
+    /// inventory and targets.
+    pub fn publish(&self) {
+        let selected = self.selected();
+        let (endpoints, _) = pod_endpoints(&selected, &self.pod_ips);
+        self.published.scrapes.send_if_modified(|current| {
+            let changed = *current != endpoints;
+            if changed {
+                *current = endpoints;
+            }
+            changed
+        });
         let cgroups = selected
             .into_iter()
             .map(|container| {
@@ -301,6 +346,15 @@ async fn session(
         let targets_changed = discovery.reload_targets_file();
         let snapshot = client.snapshot(discovery.known_details()).await?;
         discovery.apply(snapshot);
+        let sandboxes = discovery.sandboxes_without_ip();
+        if !sandboxes.is_empty() {
+            for sandbox in sandboxes {
+                if let Some(ip) = pod_ip(&mut client, &sandbox).await {
+                    discovery.set_pod_ip(sandbox, ip);
+                }
+            }
+            discovery.publish();
+        }
         if targets_changed {
             tracing::info!("targets file changed; target set recomputed");
         }
@@ -321,6 +375,26 @@ async fn session(
                 }
             }
             _ = shutdown.changed() => return Ok(()),
+        }
+    }
+}
+
+/// The pod IP of `sandbox` (its primary one), `None` when the runtime has
+/// none (host network pods report the node's) or the call fails; asked
+/// again at the next snapshot.
+async fn pod_ip(client: &mut CriClient, sandbox: &str) -> Option<IpAddr> {
+    let request = kiln_cri::runtime::v1::PodSandboxStatusRequest {
+        pod_sandbox_id: sandbox.to_owned(),
+        verbose: false,
+    };
+    match client.runtime().pod_sandbox_status(request).await {
+        Ok(response) => {
+            let ip = response.into_inner().status?.network?.ip;
+            ip.parse().ok()
+        }
+        Err(status) => {
+            tracing::debug!(sandbox, %status, "no pod IP yet");
+            None
         }
     }
 }
@@ -434,6 +508,44 @@ mod tests {
         assert_eq!(selected_pods(&mut published), vec!["a", "c"]);
         discovery.apply(snapshot(&cgroups, &[("c", true)]));
         assert_eq!(selected_pods(&mut published), vec!["c"]);
+    }
+
+    #[test]
+    fn pods_whose_target_asks_for_pprof_are_published_as_endpoints_once_their_ip_is_known() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cgroups = dir.path().join("cgroup");
+        let file = dir.path().join("targets.json");
+        std::fs::write(
+            &file,
+            r#"{"version":1,"targets":[{"source":"shop/b","namespace":"shop",
+            "selector":{"matchLabels":{"app":"b"}},"requireAnnotation":false,"samplingHz":19,"labels":{},
+            "pprofScrape":{"port":6060,"pathPrefix":"/debug/pprof","profiles":["heap","goroutine"],
+            "intervalSeconds":15,"timeoutSeconds":5}}]}"#,
+        )
+        .expect("write");
+        let (mut discovery, published) = discovery(dir.path(), Some(file));
+        assert!(discovery.reload_targets_file());
+        let endpoints = published.scrape_endpoints();
+        discovery.apply(snapshot(&cgroups, &[("a", true), ("b", false)]));
+        assert!(endpoints.borrow().is_empty(), "no IP yet");
+        assert_eq!(discovery.sandboxes_without_ip(), ["s-b"]);
+        discovery.set_pod_ip("s-b".to_owned(), "10.0.0.7".parse().expect("ip"));
+        discovery.publish();
+        {
+            let endpoints = endpoints.borrow();
+            assert_eq!(endpoints.len(), 1);
+            assert_eq!(endpoints[0].labels["pod"], "b");
+            assert_eq!(endpoints[0].labels["namespace"], "shop");
+            assert_eq!(endpoints[0].labels["node"], "node-a");
+            assert_eq!(
+                endpoints[0].urls[0].1,
+                "http://10.0.0.7:6060/debug/pprof/heap"
+            );
+        }
+        // The pod goes: its endpoint and IP go with it.
+        discovery.apply(snapshot(&cgroups, &[("a", true)]));
+        assert!(endpoints.borrow().is_empty());
+        assert!(discovery.pod_ips.is_empty());
     }
 
     #[test]

@@ -118,7 +118,12 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
     let targets = source.current_targets().context("resolving the targets")?;
     let sink = sink(&cli)?;
     let node = cli.node_name.clone().unwrap_or_else(host_name);
-    let scrape_endpoints = scrape_endpoints(&cli, &node)?;
+    // Kubernetes mode scrapes the pods discovery publishes; otherwise --scrape.
+    let scrape_endpoints = if matches!(source, AgentTargets::Kubernetes(_)) {
+        kubernetes_targets.scrape_endpoints()
+    } else {
+        tokio::sync::watch::channel(scrape_endpoints(&cli, &node)?).1
+    };
 
     let unwind = match cli.unwinder {
         UnwinderChoice::EhFrame => UnwindMode::StackSnapshot,
@@ -294,9 +299,8 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
             ));
         }
         // Scrapes run on tasks of their own, never on the collector thread.
-        let (_endpoints, endpoints) = tokio::sync::watch::channel(scrape_endpoints);
         tokio::spawn(run_scraper(
-            endpoints,
+            scrape_endpoints,
             ScrapeConfig::default(),
             queue.clone(),
             Arc::clone(&metrics),

@@ -9,6 +9,7 @@
 
 pub mod delta;
 pub mod fetch;
+pub mod pods;
 pub mod runner;
 
 use std::collections::BTreeMap;

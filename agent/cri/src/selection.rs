@@ -21,6 +21,10 @@ pub struct SelectedContainer {
     /// `pod_uid`, `container`, `container_id`, targets' extra labels,
     /// `service_name` and allow-listed pod labels. The agent adds `comm` and `pid`.
     pub labels: BTreeMap<String, String>,
+    /// The pod's sandbox id (its network, hence its IP, is the sandbox's).
+    pub sandbox_id: String,
+    /// The pod's pprof endpoint to scrape, when its target asks for one.
+    pub pprof_scrape: Option<kiln_targets::PprofScrape>,
 }
 
 /// Decides about every container of `inventory` with `targets`.
@@ -77,6 +81,8 @@ pub fn select_containers(
                 cgroup_id,
                 sampling_hz: plan.sampling_hz,
                 labels,
+                sandbox_id: pod.sandbox_id.clone(),
+                pprof_scrape: plan.pprof_scrape,
             });
         }
     }

@@ -115,6 +115,13 @@ pub struct PodSandboxStatusRequest {
     #[prost(bool, tag = "2")]
     pub verbose: bool,
 }
+/// The pod's network; Kiln scrapes pprof endpoints over its primary IP.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PodSandboxNetworkStatus {
+    #[prost(string, tag = "1")]
+    pub ip: ::prost::alloc::string::String,
+}
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct PodSandboxStatus {
@@ -126,6 +133,8 @@ pub struct PodSandboxStatus {
     pub state: i32,
     #[prost(int64, tag = "4")]
     pub created_at: i64,
+    #[prost(message, optional, tag = "5")]
+    pub network: ::core::option::Option<PodSandboxNetworkStatus>,
     #[prost(map = "string, string", tag = "7")]
     pub labels: ::std::collections::HashMap<
         ::prost::alloc::string::String,
