@@ -56,33 +56,28 @@ fn exemplars_name_each_points_heaviest_profile_and_open_it_by_id() {
     let type_id = stored_profile_type(store.addr, "");
     let selector = "{service_name=\"checkout\"}";
     let (start, end) = ((t1 - 60) * 1000, (t1 + 180) * 1000);
-    let select_series = |group_by: &[&str]| {
-        let (status, reply) = querier_json(
-            store.addr,
-            "SelectSeries",
-            &json!({
-                "profileTypeID": type_id, "labelSelector": selector,
-                "start": start.to_string(), "end": end.to_string(), "step": 120,
-                "groupBy": group_by, "exemplarType": "EXEMPLAR_TYPE_INDIVIDUAL",
-            }),
-        );
+    // `option` is one more request field: the exemplars, or an aggregation.
+    let series_with = |group_by: &[&str], option: (&str, &str)| {
+        let mut request = json!({
+            "profileTypeID": type_id, "labelSelector": selector,
+            "start": start.to_string(), "end": end.to_string(), "step": 120,
+            "groupBy": group_by,
+        });
+        request[option.0] = json!(option.1);
+        let (status, reply) = querier_json(store.addr, "SelectSeries", &request);
         assert_eq!(status, 200, "{reply}");
         reply
     };
+    let select_series =
+        |group_by: &[&str]| series_with(group_by, ("exemplarType", "EXEMPLAR_TYPE_INDIVIDUAL"));
 
     // Averaged, each step is its mean upload: (40 + 5) / 2 samples in the
     // first, 10 in the second; grouped by env, prod's and dev's own.
     let averages = |group_by: &[&str]| {
-        let (status, reply) = querier_json(
-            store.addr,
-            "SelectSeries",
-            &json!({
-                "profileTypeID": type_id, "labelSelector": selector,
-                "start": start.to_string(), "end": end.to_string(), "step": 120,
-                "groupBy": group_by, "aggregation": "TIME_SERIES_AGGREGATION_TYPE_AVERAGE",
-            }),
+        let reply = series_with(
+            group_by,
+            ("aggregation", "TIME_SERIES_AGGREGATION_TYPE_AVERAGE"),
         );
-        assert_eq!(status, 200, "{reply}");
         reply["series"]
             .as_array()
             .expect("series")
