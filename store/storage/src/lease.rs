@@ -133,6 +133,28 @@ pub fn parse_generation(file_name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// Puts `bytes` at `path` only if nothing is there (`If-None-Match: *` on
+/// S3, a hard link on local disk): of two racing creators exactly one
+/// succeeds, the other gets `AlreadyExists`. Leases and the bucket's store
+/// claim are built on this alone.
+pub(crate) async fn create_object(
+    store: &dyn ObjectStore,
+    path: &Path,
+    bytes: Vec<u8>,
+) -> Result<(), object_store::Error> {
+    store
+        .put_opts(
+            path,
+            PutPayload::from(bytes),
+            PutOptions {
+                mode: PutMode::Create,
+                ..PutOptions::default()
+            },
+        )
+        .await
+        .map(|_| ())
+}
+
 /// Zero-padded, so names sort by generation.
 fn generation_name(generation: u64) -> String {
     format!("{generation:020}.json")
@@ -398,18 +420,9 @@ impl Lease {
             path: path.to_string(),
             message: source.to_string(),
         })?;
-        self.store
-            .put_opts(
-                &path,
-                PutPayload::from(json),
-                PutOptions {
-                    mode: PutMode::Create,
-                    ..PutOptions::default()
-                },
-            )
+        create_object(self.store.as_ref(), &path, json)
             .await
-            .map_err(bucket_err("put", &path))?;
-        Ok(())
+            .map_err(bucket_err("put", &path))
     }
 
     /// Best effort: superseded generations are garbage, and one left behind

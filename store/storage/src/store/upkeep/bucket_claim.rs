@@ -13,8 +13,8 @@
 
 use std::sync::Mutex;
 
+use object_store::ObjectStoreExt;
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use crate::bucket::Bucket;
 use crate::error::StorageError;
@@ -119,18 +119,9 @@ async fn read_or_create(
             claimed_at_ms: now_ms(),
         };
         let json = serde_json::to_vec(&record).map_err(|source| claim_err(source.to_string()))?;
-        let put = store
-            .put_opts(
-                &path,
-                PutPayload::from(json),
-                PutOptions {
-                    mode: PutMode::Create,
-                    ..PutOptions::default()
-                },
-            )
-            .await;
+        let put = crate::lease::create_object(store.as_ref(), &path, json).await;
         match put {
-            Ok(_) => {
+            Ok(()) => {
                 tracing::info!(store = name, "claimed the bucket prefix for this store");
                 return Ok(true);
             }
