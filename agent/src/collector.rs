@@ -22,13 +22,19 @@ use crate::metrics::AgentMetrics;
 use crate::process_info::{ProcessSnapshot, ProcessTable};
 use crate::profile_build::{self, OFF_CPU_PROFILE_NAME, PROFILE_NAME, ResolvedSample, WindowMeta};
 use crate::python::PythonUnwinder;
-use crate::python::frames::is_python_frame;
 use crate::sample_source::{SampleSource, SamplerError};
 use crate::sampler::Sampler;
 use crate::ship::{ShipItem, ShipQueue};
 use crate::symbolize::{Frame, StackSymbolizer, SymbolizationStats};
 use crate::target_set::{SamplingRates, TargetSet, TargetSource};
 use crate::unwind::StackUnwinder;
+
+mod off_cpu_rate;
+mod runtime_frames;
+
+use off_cpu_rate::OffCpuRate;
+pub use off_cpu_rate::off_cpu_keep_one_in;
+pub use runtime_frames::RuntimeReaders;
 
 /// Collector settings.
 #[derive(Debug, Clone)]
@@ -53,52 +59,6 @@ pub struct CollectorConfig {
     pub off_cpu_captures_per_cpu_second: Option<u32>,
 }
 
-/// Off-CPU: the one-in-N to capture targeted blocks by when they come at
-/// `blocks_per_cpu_second`, so that on average half the per-CPU budget
-/// `captures_per_cpu_second` is used (the other half absorbs bursts before
-/// the kernel's hard cap drops blocks unweighed).
-pub fn off_cpu_keep_one_in(blocks_per_cpu_second: f64, captures_per_cpu_second: u32) -> u32 {
-    let wanted = (f64::from(captures_per_cpu_second) / 2.0).max(1.0);
-    let ratio = (blocks_per_cpu_second / wanted).ceil();
-    if ratio.is_finite() && ratio > 1.0 {
-        // Saturating: a rate past u32::MAX blocks per second is not real.
-        ratio.min(f64::from(u32::MAX)) as u32
-    } else {
-        1
-    }
-}
-
-/// The kernel's total of chosen blocks at the last look, and the one-in-N
-/// they were chosen by since, to rate the next look from.
-#[derive(Debug, Clone, Copy)]
-struct OffCpuRate {
-    chosen: u64,
-    keep_one_in: u32,
-    at: Instant,
-}
-
-/// Which runtimes' frames the collector reads from their VMs, each on its
-/// own, so that an operator can turn one reader off without the others.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RuntimeReaders {
-    /// Ruby (CRuby) frames.
-    pub ruby: bool,
-    /// Java frames of HotSpot JVMs.
-    pub java: bool,
-    /// JavaScript frames of V8 (Node).
-    pub javascript: bool,
-}
-
-impl Default for RuntimeReaders {
-    fn default() -> Self {
-        RuntimeReaders {
-            ruby: true,
-            java: true,
-            javascript: true,
-        }
-    }
-}
-
 /// How often new-process events are read; short, so a process that lives
 /// for a moment is still read from `/proc` while it exists.
 const EVENT_POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -106,11 +66,6 @@ const EVENT_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// New processes read from `/proc` per poll (2,560 a second): a fork storm
 /// costs the collector a bounded share of each poll.
 const NEW_PROCESS_READS_PER_POLL: usize = 256;
-
-/// How often the off-CPU block rate is looked at (and the one-in-N set):
-/// often, because until N rises a burst of blocks meets the kernel's hard
-/// cap, where blocks are dropped unweighed.
-const OFF_CPU_LOOK_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Everything the collector owns besides its settings.
 #[derive(Debug)]
@@ -568,64 +523,6 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
         Ok(())
     }
 
-    /// Every [`OFF_CPU_LOOK_INTERVAL`] (off-CPU on): reads the kernel's
-    /// chosen-block total and adapts the one-in-N to it.
-    fn look_at_off_cpu_rate(&mut self) -> Result<(), SamplerError> {
-        let (Some(captures), Some(last)) = (
-            self.config.off_cpu_captures_per_cpu_second,
-            self.off_cpu_rate,
-        ) else {
-            return Ok(());
-        };
-        if last.at.elapsed() < OFF_CPU_LOOK_INTERVAL {
-            return Ok(());
-        }
-        let chosen = self
-            .sampler
-            .kernel_counters()?
-            .into_iter()
-            .find_map(|(counter, total)| (counter == KernelCounter::OffCpuBlocks).then_some(total))
-            .unwrap_or(last.chosen);
-        self.adapt_off_cpu_keep_one_in(captures, last, chosen)
-    }
-
-    /// Off-CPU: sets the one-in-N of captured blocks from the targeted
-    /// block rate since the `last` look (the kernel's total of chosen
-    /// blocks is now `chosen`; each stood for the N then in force), so the
-    /// capture cost per second stays bounded and each capture's weight
-    /// unbiased.
-    fn adapt_off_cpu_keep_one_in(
-        &mut self,
-        captures: u32,
-        last: OffCpuRate,
-        chosen: u64,
-    ) -> Result<(), SamplerError> {
-        let now = Instant::now();
-        let seconds = now.duration_since(last.at).as_secs_f64();
-        let cpus = self.sampler.attached_cpu_count().max(1) as f64;
-        let since = chosen
-            .saturating_sub(last.chosen)
-            .saturating_mul(u64::from(last.keep_one_in));
-        self.off_cpu_blocks = self.off_cpu_blocks.saturating_add(since);
-        self.metrics.off_cpu_blocks.set(self.off_cpu_blocks);
-        let blocks = since as f64;
-        let keep_one_in = off_cpu_keep_one_in(blocks / seconds / cpus, captures);
-        // Rated from here on; the old N stays in force if the write fails.
-        self.off_cpu_rate = Some(OffCpuRate {
-            chosen,
-            keep_one_in: last.keep_one_in,
-            at: now,
-        });
-        self.sampler.set_off_cpu_keep_one_in(keep_one_in)?;
-        self.off_cpu_rate = Some(OffCpuRate {
-            chosen,
-            keep_one_in,
-            at: now,
-        });
-        self.metrics.off_cpu_keep_one_in.set(u64::from(keep_one_in));
-        Ok(())
-    }
-
     fn build_group(
         &mut self,
         (kind, group): (SampleKind, GroupKey),
@@ -753,47 +650,6 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
     }
 }
 
-impl<S: TargetSource, K: SampleSource> Collector<S, K> {
-    /// `native` frames (of the untagged entries of `stack`, in order) with
-    /// the Python frames of `stack` put back where they were.
-    fn weave_python_frames(&self, stack: &[u64], native: Vec<Frame>) -> Vec<Frame> {
-        let (python, ruby) = (self.python.as_ref(), self.ruby.as_ref());
-        if (python.is_none() && ruby.is_none() && self.hotspot.is_none())
-            || !stack.iter().any(|&e| is_python_frame(e))
-        {
-            return native;
-        }
-        let mut native = native.into_iter();
-        stack
-            .iter()
-            .filter_map(|&entry| {
-                if !is_python_frame(entry) {
-                    return native.next();
-                }
-                if let Some(java) = self.hotspot.as_ref().and_then(|h| h.frame(entry)) {
-                    return Some(Frame {
-                        address: 0,
-                        mapping: None,
-                        function: Some(std::sync::Arc::clone(&java.function)),
-                        file: Some(std::sync::Arc::clone(&java.file)).filter(|f| !f.is_empty()),
-                        line: java.line,
-                    });
-                }
-                let name = ruby
-                    .and_then(|r| r.frame(entry))
-                    .or_else(|| python?.frame(entry))?;
-                Some(Frame {
-                    address: 0,
-                    mapping: None,
-                    function: Some(std::sync::Arc::clone(&name.function)),
-                    file: Some(std::sync::Arc::clone(&name.file)),
-                    line: name.line,
-                })
-            })
-            .collect()
-    }
-}
-
 /// Hands the heap pages freed in this window (its stacks, snapshots of
 /// exited processes, symbolization buffers) back to the kernel, so RSS
 /// follows what the agent holds rather than its busiest window.
@@ -820,19 +676,4 @@ fn unix_ns(time: SystemTime) -> i64 {
     time.duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
         .unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::off_cpu_keep_one_in;
-
-    #[test]
-    fn off_cpu_keeps_every_block_until_the_rate_passes_half_the_budget() {
-        assert_eq!(off_cpu_keep_one_in(0.0, 100), 1);
-        assert_eq!(off_cpu_keep_one_in(50.0, 100), 1);
-        assert_eq!(off_cpu_keep_one_in(51.0, 100), 2);
-        assert_eq!(off_cpu_keep_one_in(50_000.0, 100), 1000);
-        assert_eq!(off_cpu_keep_one_in(f64::NAN, 100), 1);
-        assert_eq!(off_cpu_keep_one_in(1e30, 1), u32::MAX);
-    }
 }
