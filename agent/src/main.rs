@@ -15,7 +15,7 @@ use kiln_agent::cli_targets::StaticTargets;
 use kiln_agent::collector::{Collector, CollectorConfig, CollectorParts, RuntimeReaders};
 use kiln_agent::cri_discovery::{AgentTargets, KubernetesConfig, KubernetesTargets, run_discovery};
 use kiln_agent::kallsyms::KernelSymbols;
-use kiln_agent::metrics::{AgentMetrics, spawn_metrics_thread};
+use kiln_agent::metrics::{AgentMetrics, MetricsThread, spawn_metrics_thread};
 use kiln_agent::preflight;
 use kiln_agent::process_info::ProcessTable;
 use kiln_agent::python::{PythonUnwinder, PythonUnwinderConfig};
@@ -276,19 +276,7 @@ fn run(cli: AgentSettings) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let metrics_server = if cli.metrics_addr == "off" {
-        None
-    } else {
-        let listener = std::net::TcpListener::bind(&cli.metrics_addr)
-            .with_context(|| format!("binding /metrics to {}", cli.metrics_addr))?;
-        if let Ok(address) = listener.local_addr() {
-            tracing::info!(%address, "serving /metrics");
-        }
-        Some(
-            spawn_metrics_thread(listener, Arc::clone(&metrics))
-                .context("starting the metrics thread")?,
-        )
-    };
+    let metrics_server = start_metrics_server(&cli.metrics_addr, &metrics)?;
     let result = runtime.block_on(async move {
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
         if let Some(config) = kubernetes_config {
@@ -379,19 +367,7 @@ fn run_scrape_only(cli: AgentSettings) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let metrics_server = if cli.metrics_addr == "off" {
-        None
-    } else {
-        let listener = std::net::TcpListener::bind(&cli.metrics_addr)
-            .with_context(|| format!("binding /metrics to {}", cli.metrics_addr))?;
-        if let Ok(address) = listener.local_addr() {
-            tracing::info!(%address, "serving /metrics");
-        }
-        Some(
-            spawn_metrics_thread(listener, Arc::clone(&metrics))
-                .context("starting the metrics thread")?,
-        )
-    };
+    let metrics_server = start_metrics_server(&cli.metrics_addr, &metrics)?;
     tracing::info!(endpoints = endpoints.len(), "scraping pprof endpoints only");
     runtime.block_on(async move {
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
@@ -520,6 +496,24 @@ fn host_name() -> String {
         .ok()
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// Serves `/metrics` on `addr` from a thread of its own; `None` for `off`.
+fn start_metrics_server(
+    addr: &str,
+    metrics: &Arc<AgentMetrics>,
+) -> anyhow::Result<Option<MetricsThread>> {
+    if addr == "off" {
+        return Ok(None);
+    }
+    let listener =
+        std::net::TcpListener::bind(addr).with_context(|| format!("binding /metrics to {addr}"))?;
+    if let Ok(address) = listener.local_addr() {
+        tracing::info!(%address, "serving /metrics");
+    }
+    let server = spawn_metrics_thread(listener, Arc::clone(metrics))
+        .context("starting the metrics thread")?;
+    Ok(Some(server))
 }
 
 #[cfg(test)]
