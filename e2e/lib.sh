@@ -19,6 +19,9 @@ fail() {
 
 diagnose() {
   printf '\n-- diagnostics --\n'
+  # A Pending pod is most often a tainted node (disk or memory pressure).
+  kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name}: taints={.spec.taints} conditions={range .status.conditions[?(@.status=="True")]}{.type} {end}{"\n"}{end}' 2>&1 || true
+  df -h / /var/lib 2>&1 || true
   kubectl -n "$system_ns" logs deploy/kiln-operator --tail=80 2>&1 || true
   kubectl get profilestores,profilingtargets -A -o wide 2>&1 || true
   kubectl -n "$system_ns" get statefulsets,daemonsets,services,configmaps,pvc,pods -o wide 2>&1 || true

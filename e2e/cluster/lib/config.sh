@@ -105,10 +105,14 @@ oomScoreAdj: 0
 # waits until the shared disk is nearly full.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+# Floors are absolute, not percentages: the kubelet counts the space left to
+# non-root users, and a CI VM may reserve most of a large disk for root, so
+# "2 % of 256 GiB" tainted the node with disk-pressure while 5 GiB was free.
 evictionHard:
   memory.available: 100Mi
-  nodefs.available: 2%
-  imagefs.available: 2%
+  nodefs.available: 512Mi
+  imagefs.available: 512Mi
+  nodefs.inodesFree: 1%
 EOF
 }
 
