@@ -92,6 +92,56 @@ impl ConfigError {
     }
 }
 
+/// Another replica of this store, as `--peers` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerAddress {
+    /// Its replica name.
+    pub name: String,
+    /// Its `host:port` (plain HTTP: replicas talk inside the cluster).
+    pub authority: String,
+}
+
+/// The `name=http://host:port` list, without `own` (the operator gives
+/// every replica the same list).
+fn peer_addresses(list: Option<&str>, own: &str) -> Result<Vec<PeerAddress>, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid {
+        setting: "storage.peers",
+        message,
+    };
+    let mut peers: Vec<PeerAddress> = Vec::new();
+    for entry in list.unwrap_or("").split(',').map(str::trim) {
+        if entry.is_empty() {
+            continue;
+        }
+        let (name, url) = entry
+            .split_once('=')
+            .ok_or_else(|| invalid(format!("{entry:?} is not `name=http://host:port`")))?;
+        let authority = url
+            .strip_prefix("http://")
+            .map(|rest| rest.trim_end_matches('/'))
+            .filter(|a| !a.is_empty() && !a.contains('/') && !a.contains('@'))
+            .ok_or_else(|| invalid(format!("{url:?} is not `http://host:port`")))?;
+        if authority
+            .rsplit_once(':')
+            .is_none_or(|(_, port)| port.parse::<u16>().is_err())
+        {
+            return Err(invalid(format!("{url:?} names no port")));
+        }
+        if name.is_empty() || peers.iter().any(|p| p.name == name) {
+            return Err(invalid(format!(
+                "replica names must be set and distinct: {name:?}"
+            )));
+        }
+        if name != own {
+            peers.push(PeerAddress {
+                name: name.to_owned(),
+                authority: authority.to_owned(),
+            });
+        }
+    }
+    Ok(peers)
+}
+
 /// The validated configuration the server runs with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -105,6 +155,8 @@ pub struct Config {
     pub replica: String,
     /// The store's name, claimed in the bucket prefix.
     pub store_name: Option<String>,
+    /// The other replicas, asked for their unflushed data by every query.
+    pub peers: Vec<PeerAddress>,
     /// Head cut interval.
     pub flush_interval: Duration,
     /// Bucket re-listing interval.
@@ -240,6 +292,7 @@ impl Config {
             .or(hostname)
             .filter(|r| !r.is_empty())
             .unwrap_or_else(|| "kiln".to_owned());
+        let peers = peer_addresses(storage.peers.as_deref(), &replica)?;
         Ok(Self {
             listen: server
                 .listen
@@ -249,6 +302,7 @@ impl Config {
             data_dir,
             replica,
             store_name: storage.store_name.clone().filter(|n| !n.is_empty()),
+            peers,
             flush_interval,
             relist_interval: positive_duration(
                 "storage.relist_interval",

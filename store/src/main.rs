@@ -63,6 +63,15 @@ async fn run(config: Config) -> anyhow::Result<()> {
             return Ok(());
         }
     };
+    if let Some(peers) =
+        kiln_store::query::peers::client(&config.peers, state.read_tokens().first().cloned())
+    {
+        tracing::info!(
+            peers = config.peers.len(),
+            "queries ask the other replicas for their unflushed data"
+        );
+        store.connect_peers(peers);
+    }
     state.set_store(store.clone());
     tracing::info!(
         blocks = store.blocks().len(),

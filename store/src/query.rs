@@ -18,6 +18,7 @@ pub mod group_by;
 pub mod grpc;
 pub mod http;
 pub mod params;
+pub mod peers;
 pub mod profile_ids;
 pub mod pyroscope;
 pub mod recorded;

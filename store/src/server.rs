@@ -112,6 +112,7 @@ fn handler(endpoint: Endpoint, services: &Services, state: &AppState) -> MethodR
         Endpoint::RecordedLabels => get(recorded::labels).post(recorded::labels),
         Endpoint::RecordedLabelValues => get(recorded::label_values),
         Endpoint::RecordedBuildInfo => get(recorded::buildinfo),
+        Endpoint::PeerHead => post(crate::query::peers::peer_head),
     }
 }
 
@@ -147,6 +148,14 @@ async fn mark_partial(request: Request, next: axum::middleware::Next) -> Respons
         }
         if incomplete.held_wal_ranges > 0 {
             reasons.push(format!("wal_held={}", incomplete.held_wal_ranges));
+        }
+        if !incomplete.unanswered_peers.is_empty() {
+            let peers: Vec<&str> = incomplete
+                .unanswered_peers
+                .iter()
+                .map(|p| p.peer.as_str())
+                .collect();
+            reasons.push(format!("peers_unanswered={}", peers.join(" ")));
         }
         if let Ok(value) = axum::http::HeaderValue::from_str(&reasons.join(", ")) {
             response.headers_mut().insert(PARTIAL_HEADER, value);

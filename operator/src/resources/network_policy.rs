@@ -1,5 +1,5 @@
 //! The store's NetworkPolicy (`spec.networkPolicy.enabled`): ingress to the store's port only
-//! from this store's agents and the clients the spec lists, so any other pod in the cluster
+//! from this store's agents, its other replicas and the clients the spec lists, so any other pod in the cluster
 //! can neither read every namespace's profiles nor write profiles with spoofed labels.
 
 use k8s_openapi::api::networking::v1::{
@@ -24,7 +24,12 @@ pub fn network_policy(
         pod_selector: Some(match_labels(selector_labels(names, "agent"))),
         ..NetworkPolicyPeer::default()
     };
-    let mut from = vec![agents];
+    // Every query at a replica asks the others for their unflushed data.
+    let replicas = NetworkPolicyPeer {
+        pod_selector: Some(match_labels(selector_labels(names, "store"))),
+        ..NetworkPolicyPeer::default()
+    };
+    let mut from = vec![agents, replicas];
     from.extend(store.spec.network_policy.allow_from.iter().map(peer));
     let policy = NetworkPolicy {
         metadata: owned_meta(store, names, &names.store, "store"),

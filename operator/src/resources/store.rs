@@ -154,7 +154,26 @@ pub fn store_settings(store: &ProfileStore) -> StoreSettings {
         .as_deref()
         .and_then(quantity_to_bytes);
     settings.storage.memory_budget = store_memory_budget(store).map(|bytes| bytes.to_string());
+    settings.storage.peers = store_peers(store);
     settings
+}
+
+/// `--peers` for a store of several replicas: every replica by its pod
+/// name (the store's default replica name is its host name) and its
+/// stable name under the headless Service. Each replica skips itself, so
+/// all get the same list. `None` for one replica.
+pub fn store_peers(store: &ProfileStore) -> Option<String> {
+    if store.spec.replicas <= 1 {
+        return None;
+    }
+    let name = store.metadata.name.as_deref().unwrap_or_default();
+    let namespace = store.metadata.namespace.as_deref().unwrap_or("default");
+    let peers: Vec<String> = (0..store.spec.replicas)
+        .map(|i| {
+            format!("{name}-{i}=http://{name}-{i}.{name}-headless.{namespace}.svc:{STORE_CONTAINER_PORT}")
+        })
+        .collect();
+    Some(peers.join(","))
 }
 
 /// Command-line flags of `kiln-store`, rendered from [`store_settings`].

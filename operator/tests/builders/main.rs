@@ -246,6 +246,29 @@ fn store_gets_retention_flags_and_data_dir() {
 }
 
 #[test]
+fn replicas_of_a_store_are_each_others_peers() {
+    let one = profile_store(serde_json::json!({}));
+    assert!(
+        !store::store_args(&one)
+            .expect("renders")
+            .iter()
+            .any(|a| a.starts_with("--peers"))
+    );
+    let three = profile_store(serde_json::json!({"replicas": 3}));
+    let peers = store::store_args(&three)
+        .expect("renders")
+        .into_iter()
+        .find(|a| a.starts_with("--peers="))
+        .expect("--peers for three replicas");
+    assert_eq!(
+        peers,
+        "--peers=main-0=http://main-0.main-headless.kiln.svc:7470,\
+         main-1=http://main-1.main-headless.kiln.svc:7470,\
+         main-2=http://main-2.main-headless.kiln.svc:7470"
+    );
+}
+
+#[test]
 fn store_memory_budget_follows_the_container_memory_limit() {
     let budget_arg = |o: &ProfileStore| {
         store::store_args(o)

@@ -1,6 +1,6 @@
 //! Any pod can reach a store's Service, so its reads are open to the whole cluster. The
-//! opt-in NetworkPolicy admits this store's agents and the listed clients to the store's
-//! port, and nothing else.
+//! opt-in NetworkPolicy admits this store's agents, its other replicas (which ask each
+//! other for unflushed data) and the listed clients to the store's port, and nothing else.
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kiln_operator::resources::StoreNames;
@@ -10,7 +10,7 @@ use serde_json::json;
 use super::profile_store;
 
 #[test]
-fn policy_admits_the_agents_and_the_listed_clients_to_the_store_port() {
+fn policy_admits_the_agents_the_replicas_and_the_listed_clients_to_the_store_port() {
     let object = profile_store(json!({"networkPolicy": {"enabled": true, "allowFrom": [
         {"namespaceSelector": {"kubernetes.io/metadata.name": "monitoring"},
          "podSelector": {"app": "grafana"}},
@@ -36,7 +36,7 @@ fn policy_admits_the_agents_and_the_listed_clients_to_the_store_port() {
     let ports = rules[0].ports.clone().expect("ports");
     assert_eq!(ports[0].port, Some(IntOrString::String("api".to_owned())));
     let from = rules[0].from.clone().expect("peers");
-    assert_eq!(from.len(), 3);
+    assert_eq!(from.len(), 4);
     let agents = from[0].pod_selector.clone().and_then(|s| s.match_labels);
     assert_eq!(
         agents.expect("agent labels")["app.kubernetes.io/component"],
@@ -46,7 +46,16 @@ fn policy_admits_the_agents_and_the_listed_clients_to_the_store_port() {
         from[0].namespace_selector.is_none(),
         "agents in the store's namespace"
     );
-    let grafana_namespaces = from[1]
+    let replicas = from[1].pod_selector.clone().and_then(|s| s.match_labels);
+    assert_eq!(
+        replicas.expect("store labels")["app.kubernetes.io/component"],
+        "store"
+    );
+    assert!(
+        from[1].namespace_selector.is_none(),
+        "replicas of this store"
+    );
+    let grafana_namespaces = from[2]
         .namespace_selector
         .clone()
         .and_then(|s| s.match_labels);
@@ -54,5 +63,5 @@ fn policy_admits_the_agents_and_the_listed_clients_to_the_store_port() {
         grafana_namespaces.expect("namespace labels")["kubernetes.io/metadata.name"],
         "monitoring"
     );
-    assert!(from[2].namespace_selector.is_none());
+    assert!(from[3].namespace_selector.is_none());
 }

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use roaring::RoaringBitmap;
 
-pub use encode::{BlockSink, encode_block, encode_heads};
+pub use encode::{BlockSink, encode_block, encode_heads, encode_selection};
 pub use partial::BlockPartial;
 pub(crate) use ranged::projected_hold;
 pub use ranged::{SharedBlockRanges, projected_ranged_hold};

@@ -17,7 +17,7 @@ mod wire;
 pub use block::format::{BLOB_CRC_VERSION, BlockCompression, FORMAT_VERSION};
 pub use block::{
     Block, BlockPartial, BlockRanges, BlockSeriesDirectory, BlockSink, SharedBlockRanges,
-    StoredSeries, encode_block, encode_heads, projected_ranged_hold,
+    StoredSeries, encode_block, encode_heads, encode_selection, projected_ranged_hold,
 };
 pub use compact::{
     CompactionError, MergeLimits, MergeOutput, StreamedMerge, compact_blocks, compact_streaming,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use kiln_engine::{
     Block, BlockError, CompiledSelector, Head, IngestLimits, Label, LabelSet, MatchOp, Matcher,
     MergedProfile, ProfileType, Queryable, Selector, ShardCensus, StepExemplars, TimeRange,
-    Timeline, compact_blocks, compile_matchers, encode_block, encode_heads,
+    Timeline, compact_blocks, compile_matchers, encode_block, encode_heads, encode_selection,
 };
 use kiln_pprof::{DecodeLimits, FunctionSpec, LabelValue, MappingSpec, Profile, ProfileBuilder};
 use proptest::prelude::*;
@@ -370,6 +370,63 @@ fn shards_encode_into_one_block_that_answers_like_one_head() {
         encode_heads(&[], "01E", "r"),
         Err(BlockError::Empty)
     ));
+}
+
+/// What a replica hands a querying peer: only the selected series, only
+/// their profiles in the range, from every shard, answering exactly like a
+/// head that held just those profiles.
+#[test]
+fn a_selection_of_shards_answers_like_a_head_of_just_the_selection() {
+    let items = workload();
+    let mut shards: Vec<Vec<(usize, i64, Profile)>> = vec![Vec::new(); 2];
+    for (i, item) in items.iter().enumerate() {
+        shards[i % 2].push(item.clone());
+    }
+    let heads: Vec<Head> = shards.iter().map(|s| head_of(s)).collect();
+    let refs: Vec<&Head> = heads.iter().collect();
+    let range = TimeRange {
+        start_ms: T0 + DAY / 2,
+        end_ms: T0 + 3 * DAY / 2,
+    };
+    let matchers = compile_matchers(&[Matcher {
+        name: "pod".into(),
+        op: MatchOp::Regex,
+        value: "pod-[12]".into(),
+    }])
+    .unwrap();
+    let (meta, bytes) = encode_selection(&refs, &matchers, range, "01PEER", "replica-b")
+        .unwrap()
+        .expect("the selection holds profiles");
+    let expected: Vec<(usize, i64, Profile)> = items
+        .iter()
+        .filter(|(pod, time_ms, _)| (*pod == 1 || *pod == 2) && range.contains(*time_ms))
+        .cloned()
+        .collect();
+    let expected = head_of(&expected);
+    let block = Block::decode(&bytes).unwrap();
+    assert_eq!(meta.series as usize, expected.series_count());
+    assert_eq!(meta.samples, expected.samples());
+    assert_eq!(
+        (meta.min_time_ms, meta.max_time_ms),
+        expected.time_bounds().unwrap()
+    );
+    assert!(
+        block.symbols().location_count() < heads[0].symbols().location_count() * 2,
+        "symbols come from the selection, not copied whole"
+    );
+    assert_same_answers(&expected, &block, "selection vs a head of just it");
+    // Nothing selected is no block, not an error.
+    let nobody = compile_matchers(&[Matcher {
+        name: "pod".into(),
+        op: MatchOp::Equal,
+        value: "pod-9".into(),
+    }])
+    .unwrap();
+    assert!(
+        encode_selection(&refs, &nobody, range, "01NONE", "r")
+            .unwrap()
+            .is_none()
+    );
 }
 
 #[test]

@@ -18,6 +18,9 @@ pub struct StorageOptions {
     /// The store these replicas form, claimed in the bucket prefix; a store of another name refuses the prefix (the operator sets `<namespace>/<name>`) [default: none, nothing claimed].
     #[arg(long, env = "KILN_STORE_NAME")]
     pub store_name: Option<String>,
+    /// The replicas of this store as `name=http://host:port`, comma-separated: every query asks each (but this replica) for its unflushed data, and an answer lacking one is marked partial (the operator lists every replica of a `ProfileStore`) [default: none].
+    #[arg(long, env = "KILN_PEERS")]
+    pub peers: Option<String>,
     /// How often the head is cut into a block, e.g. `60s`; bounds cross-replica staleness [default: 60s].
     #[arg(long, env = "KILN_FLUSH_INTERVAL")]
     pub flush_interval: Option<String>,

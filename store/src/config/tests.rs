@@ -251,3 +251,29 @@ fn namespace_tokens_bind_a_token_to_its_namespaces() {
         assert!(!err.contains(entries), "{err}");
     }
 }
+
+#[test]
+fn peers_are_every_other_replica_and_bad_entries_name_the_setting() {
+    let list = "kiln-0=http://kiln-0.kiln-peers.ns.svc:7470,kiln-1=http://10.0.0.7:7470/";
+    let config = layered(None, &["--replica", "kiln-0", "--peers", list]).unwrap();
+    assert_eq!(
+        config.peers,
+        vec![PeerAddress {
+            name: "kiln-1".into(),
+            authority: "10.0.0.7:7470".into(),
+        }]
+    );
+    assert!(layered(None, &[]).unwrap().peers.is_empty());
+    for bad in [
+        "kiln-1",
+        "kiln-1=https://a:1",
+        "kiln-1=http://a",
+        "kiln-1=http://a:1/path",
+        "kiln-1=http://user@a:1",
+        "=http://a:1",
+        "a=http://a:1,a=http://b:1",
+    ] {
+        let err = layered(None, &["--peers", bad]).unwrap_err();
+        assert!(err.to_string().contains("storage.peers"), "{bad}: {err}");
+    }
+}

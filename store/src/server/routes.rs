@@ -81,6 +81,9 @@ pub enum Endpoint {
     RecordedLabelValues,
     /// `/prometheus/api/v1/status/buildinfo`.
     RecordedBuildInfo,
+    /// `POST /internal/v1/peer-head`: this replica's unflushed data, for a
+    /// peer's query.
+    PeerHead,
 }
 
 /// One route: an axum path pattern, who may call it and what serves it.
@@ -182,6 +185,11 @@ pub const ROUTES: &[Route] = &[
         "/prometheus/api/v1/status/buildinfo",
         Access::Read,
         Endpoint::RecordedBuildInfo,
+    ),
+    route(
+        crate::query::peers::PEER_HEAD_PATH,
+        Access::Read,
+        Endpoint::PeerHead,
     ),
 ];
 

@@ -268,6 +268,14 @@ pub enum StorageError {
         #[source]
         source: kiln_engine::BlockError,
     },
+    /// A peer asked for more of this replica's unflushed data than one
+    /// answer may hold; it narrows its query or counts this replica as
+    /// unanswered.
+    #[error("the selected unflushed data is past {max_bytes} bytes, what one peer answer may hold")]
+    PeerAnswerTooLarge {
+        /// The limit.
+        max_bytes: usize,
+    },
     /// A compaction's local spill file could not be written or read back.
     #[error("compaction spill file {op} failed at {}: {source}", path.display())]
     Spill {
@@ -329,6 +337,7 @@ impl StorageError {
             Self::ReplicaNameInUse { .. } => "replica_name_in_use",
             Self::Config { .. } => "config",
             Self::Spill { .. } => "compaction_spill",
+            Self::PeerAnswerTooLarge { .. } => "peer_answer_too_large",
             Self::Task { .. } => "task",
         }
     }
@@ -343,6 +352,7 @@ impl StorageError {
             | Self::TimeOutOfRange { .. }
             | Self::OverMemoryBudget { .. }
             | Self::QueryTimeout { .. }
+            | Self::PeerAnswerTooLarge { .. }
             | Self::Query { .. } => ErrorClass::Client,
             Self::Overloaded { .. }
             | Self::MemoryBusy { .. }

@@ -4,6 +4,7 @@ pub mod bucket;
 pub mod error;
 pub mod lease;
 pub mod memory_gate;
+pub mod peers;
 pub mod planner;
 pub mod store;
 pub mod wal;

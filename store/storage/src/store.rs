@@ -256,6 +256,7 @@ impl Store {
         let listed = recovered.listing.is_some();
         let listing = recovered.listing.unwrap_or_default();
         view.set_blocks(listing.blocks);
+        view.remember_own_uploads(&config.replica, now_ms());
         view.frozen = recovered.frozen.into_iter().map(Arc::new).collect();
         let upload_now = !view.frozen.is_empty();
         let corrupt = listing

@@ -54,6 +54,21 @@ impl StoreProcess {
         store
     }
 
+    /// Starts a store listening on `addr` (one its peers were told of
+    /// before it started).
+    #[track_caller]
+    pub fn start_on(
+        binary: impl AsRef<Path>,
+        addr: SocketAddr,
+        data_dir: tempfile::TempDir,
+        extra: &[&str],
+    ) -> Self {
+        let mut store =
+            Self::spawn_command_on(Command::new(binary.as_ref()), addr, data_dir, extra, &[]);
+        store.wait_for("/readyz");
+        store
+    }
+
     /// Starts a store and waits only until it answers `/healthz` (it may
     /// still be recovering).
     #[track_caller]
@@ -91,12 +106,22 @@ impl StoreProcess {
 
     #[track_caller]
     fn spawn_command(
-        mut command: Command,
+        command: Command,
         data_dir: tempfile::TempDir,
         extra: &[&str],
         envs: &[(&str, &str)],
     ) -> Self {
-        let addr = free_port();
+        Self::spawn_command_on(command, free_port(), data_dir, extra, envs)
+    }
+
+    #[track_caller]
+    fn spawn_command_on(
+        mut command: Command,
+        addr: SocketAddr,
+        data_dir: tempfile::TempDir,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Self {
         // Apart from the data directory, which tests inspect and reuse.
         let log_dir = tempfile::tempdir().expect("temp dir for the store's log");
         let log = std::fs::File::create(log_dir.path().join("store.log")).expect("store log file");
@@ -172,6 +197,17 @@ impl StoreProcess {
 
     fn log_path(&self) -> PathBuf {
         self.log_dir.path().join("store.log")
+    }
+
+    /// Kills the store (SIGKILL: no flush, no goodbye) and returns its
+    /// data dir, to start it again as a crashed replica restarts.
+    pub fn kill(mut self) -> tempfile::TempDir {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::mem::replace(&mut self.data_dir, dir)
     }
 
     /// Sends SIGTERM and waits for a clean exit; returns the data dir.

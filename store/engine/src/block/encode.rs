@@ -18,8 +18,10 @@ use crate::model::{BlockMeta, LabelSet, ProfileType};
 use crate::symbols::{SymbolTable, SymbolTranslator};
 use crate::wire::Writer;
 
+mod selection;
 mod series;
 
+pub use selection::encode_selection;
 pub(crate) use series::SeriesEncoder;
 
 /// Rollup chunks of the top level span this long.

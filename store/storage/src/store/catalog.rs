@@ -7,6 +7,8 @@
 //!
 //! - `read`: the queries, over the live head, the view and the cache;
 //! - `merge`: merges, answered from cached partials where they can be;
+//! - `peer_head`: answering a peer's query with this replica's unflushed
+//!   data, and choosing what a query reads from its peers' answers;
 //! - `listing`: listing the bucket again into the view;
 //! - `cache`: decoded blocks and merge partials, within a byte budget;
 //! - `deadline`: one deadline for all the visits of a request;
@@ -19,12 +21,14 @@ mod deadline;
 mod incomplete;
 mod listing;
 mod merge;
+mod peer_head;
 mod read;
 mod series_census;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
 
 use kiln_engine::Head;
 use kiln_engine::model::BlockMeta;
@@ -33,6 +37,7 @@ use tokio::sync::Semaphore;
 
 use super::{StoreConfig, lock};
 use crate::error::StorageError;
+use crate::peers::PeerSource;
 use cache::BlockCache;
 pub use deadline::with_request_deadline;
 pub use incomplete::{Incomplete, record_incomplete};
@@ -57,6 +62,13 @@ pub(super) struct Catalog {
     pub(super) listings_done: AtomicU64,
     /// Queries reading heads and blocks now (`max_running_queries`).
     pub(super) query_runners: Arc<Semaphore>,
+    /// Peers' requests for this replica's heads being answered now: a pool
+    /// apart from `query_runners`, so replicas whose queries all wait on
+    /// each other's answers never hold each other's turns.
+    pub(super) peer_runners: Arc<Semaphore>,
+    /// The other replicas, asked for their unflushed data by every query;
+    /// unset for a store alone.
+    pub(super) peers: std::sync::OnceLock<Arc<dyn PeerSource>>,
 }
 
 impl Catalog {
@@ -75,6 +87,8 @@ impl Catalog {
             listing: tokio::sync::Mutex::new(()),
             listings_done: AtomicU64::new(0),
             query_runners: Arc::new(Semaphore::new(config.max_running_queries)),
+            peer_runners: Arc::new(Semaphore::new(config.max_running_queries.div_ceil(2))),
+            peers: std::sync::OnceLock::new(),
         }
     }
 
@@ -166,6 +180,9 @@ impl Frozen {
     }
 }
 
+/// Recent uploads remembered at most: ten minutes of one-second flushes.
+const MAX_RECENT_UPLOADS: usize = 600;
+
 /// What queries see besides the live head. Replaced as a whole under one
 /// lock, so a head moving to a block is never seen twice or not at all.
 #[derive(Debug, Default, Clone)]
@@ -175,12 +192,71 @@ pub(super) struct View {
     pub(super) blocks: BTreeMap<String, BlockMeta>,
     /// Blocks superseded by a compacted block that lists them as sources.
     pub(super) hidden: BTreeSet<String>,
+    /// Blocks this replica uploaded in the last
+    /// [`crate::peers::RECENT_UPLOADS_KEPT`], oldest first, for peers that
+    /// have not listed them yet.
+    pub(super) recent_uploads: VecDeque<(Instant, BlockMeta)>,
 }
 
 impl View {
     pub(super) fn set_blocks(&mut self, blocks: BTreeMap<String, BlockMeta>) {
         self.hidden = crate::planner::superseded_blocks(&blocks);
         self.blocks = blocks;
+    }
+
+    /// Records a block this replica just uploaded, forgetting those past
+    /// [`crate::peers::RECENT_UPLOADS_KEPT`].
+    pub(super) fn note_upload(&mut self, meta: BlockMeta) {
+        let now = Instant::now();
+        while let Some((at, _)) = self.recent_uploads.front() {
+            if now.duration_since(*at) < crate::peers::RECENT_UPLOADS_KEPT
+                && self.recent_uploads.len() < MAX_RECENT_UPLOADS
+            {
+                break;
+            }
+            self.recent_uploads.pop_front();
+        }
+        self.recent_uploads.push_back((now, meta));
+    }
+
+    /// Remembers, at open, the blocks an earlier process of this replica
+    /// uploaded in the last [`crate::peers::RECENT_UPLOADS_KEPT`] (by the
+    /// time in their ULIDs): a peer that has not listed them since would
+    /// otherwise miss what the replica flushed just before a crash.
+    pub(super) fn remember_own_uploads(&mut self, replica: &str, now_ms: i64) {
+        let kept_ms = crate::peers::RECENT_UPLOADS_KEPT.as_millis() as i64;
+        let now = Instant::now();
+        let mut own: Vec<(i64, &BlockMeta)> = self
+            .blocks
+            .values()
+            .filter(|meta| meta.replica == replica)
+            .filter_map(|meta| {
+                let made_ms = ulid::Ulid::from_string(&meta.id).ok()?.timestamp_ms() as i64;
+                let age_ms = now_ms.saturating_sub(made_ms).max(0);
+                (age_ms < kept_ms).then_some((age_ms, meta))
+            })
+            .collect();
+        // Oldest first, as uploads are noted.
+        own.sort_by_key(|(age_ms, _)| std::cmp::Reverse(*age_ms));
+        let skip = own.len().saturating_sub(MAX_RECENT_UPLOADS);
+        self.recent_uploads = own
+            .into_iter()
+            .skip(skip)
+            .map(|(age_ms, meta)| {
+                let age = std::time::Duration::from_millis(age_ms as u64);
+                (now.checked_sub(age).unwrap_or(now), meta.clone())
+            })
+            .collect();
+    }
+
+    /// The blocks uploaded in the last [`crate::peers::RECENT_UPLOADS_KEPT`].
+    pub(super) fn recent_uploads(&self) -> Vec<BlockMeta> {
+        let now = Instant::now();
+        self.recent_uploads
+            .iter()
+            .filter(|(at, _)| now.duration_since(*at) < crate::peers::RECENT_UPLOADS_KEPT)
+            .map(|(_, meta)| meta.clone())
+            .collect()
     }
 
     pub(super) fn visible(&self) -> impl Iterator<Item = &BlockMeta> {

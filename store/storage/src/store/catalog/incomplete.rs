@@ -12,6 +12,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use crate::bucket::CorruptBlock;
+use crate::peers::UnansweredPeer;
 use crate::store::lock;
 
 /// Why an answer may lack data. Empty (`is_complete`) when nothing was
@@ -27,12 +28,19 @@ pub struct Incomplete {
     /// WAL ranges held back until the bucket says whether their block was
     /// uploaded: their data is in neither the heads nor a visible block.
     pub held_wal_ranges: usize,
+    /// Peers that did not answer for their unflushed data in time (or
+    /// whose answer was unusable): what they acknowledged since their last
+    /// flush is missing.
+    pub unanswered_peers: Vec<UnansweredPeer>,
 }
 
 impl Incomplete {
     /// True when the answer holds everything the store has for the query.
     pub fn is_complete(&self) -> bool {
-        self.skipped_blocks.is_empty() && !self.bucket_not_listed && self.held_wal_ranges == 0
+        self.skipped_blocks.is_empty()
+            && !self.bucket_not_listed
+            && self.held_wal_ranges == 0
+            && self.unanswered_peers.is_empty()
     }
 
     pub(super) fn add(&mut self, other: Incomplete) {
@@ -43,6 +51,11 @@ impl Incomplete {
         }
         self.bucket_not_listed |= other.bucket_not_listed;
         self.held_wal_ranges = self.held_wal_ranges.max(other.held_wal_ranges);
+        for peer in other.unanswered_peers {
+            if !self.unanswered_peers.iter().any(|p| p.peer == peer.peer) {
+                self.unanswered_peers.push(peer);
+            }
+        }
     }
 }
 

@@ -18,8 +18,10 @@ use kiln_engine::{
 use super::cache::Evicted;
 use super::deadline;
 use super::incomplete::{self, Incomplete};
+use super::peer_head::{FromPeers, ask_peers, selector_matchers};
 use crate::bucket::{BucketRanges, CorruptBlock};
 use crate::error::StorageError;
+use crate::peers::{PeerAnswers, PeerScope, UnansweredPeer};
 use crate::store::{Shared, Store, allocator, lock, read};
 
 /// Most entries any listing holds or answers (label names, values, series,
@@ -202,6 +204,7 @@ impl Store {
     async fn visit_all<C, T, F>(
         &self,
         range: TimeRange,
+        scope: Vec<Matcher>,
         compile: impl FnOnce() -> Result<C, QueryError> + Send + 'static,
         new_acc: impl Fn() -> T + Send + 'static,
         visit: F,
@@ -212,7 +215,7 @@ impl Store {
         F: Fn(&C, &dyn Queryable, &mut T) -> Result<(), QueryError> + Send + 'static,
     {
         self.visit_all_cached(
-            range,
+            PeerScope::new(scope, range),
             compile,
             new_acc,
             visit,
@@ -222,14 +225,15 @@ impl Store {
         .await
     }
 
-    /// [`Store::visit_all`], where `cached` may answer blocks from what
+    /// [`Store::visit_all`] over `scope` (its range, and what peers are
+    /// asked for), where `cached` may answer blocks from what
     /// the cache holds for them (merge partials) given only the metadata
     /// of the blocks to visit; it returns, per block, whether it answered
     /// it (the others are loaded and visited). `finish` turns the result
     /// into the answer on the same blocking thread.
     pub(super) async fn visit_all_cached<C, T, R, F, K>(
         &self,
-        range: TimeRange,
+        scope: PeerScope,
         compile: impl FnOnce() -> Result<C, QueryError> + Send + 'static,
         new_acc: impl Fn() -> T + Send + 'static,
         visit: F,
@@ -243,6 +247,7 @@ impl Store {
         F: Fn(&C, &dyn Queryable, &mut T) -> Result<(), QueryError> + Send + 'static,
         K: Fn(&[BlockMeta], &mut T) -> Vec<bool> + Send + 'static,
     {
+        let range = scope.range();
         let shared = Arc::clone(&self.shared);
         let store = self.clone();
         let runtime = tokio::runtime::Handle::current();
@@ -254,6 +259,13 @@ impl Store {
         let (interrupt, _cancel_on_drop) =
             deadline::interrupt_at(deadline, shared.config.query_held_bytes());
         let runner = self.query_runner(deadline).await?;
+        // Peers get three quarters of what is left, so an answer that comes
+        // at their deadline still leaves this replica time to read it.
+        let peers = shared.catalog.peers.get().cloned();
+        let now = Instant::now();
+        let peer_deadline = now + deadline.saturating_duration_since(now) * 3 / 4;
+        let peer_runtime = runtime.clone();
+        let ask = move || ask_peers(peers.as_ref(), &peer_runtime, &scope, peer_deadline);
         // Checked between parts, and inside each head's and block's scan
         // between series (the engine's interrupt), so a query stops within
         // one series' work of its deadline instead of holding its turn (and
@@ -277,17 +289,19 @@ impl Store {
                 for attempt in 0..QUERY_ATTEMPTS {
                     let listings = store.listings_done();
                     let mut skipped = Vec::new();
+                    let mut unanswered_peers = Vec::new();
                     if let Some(acc) = visit_snapshot(
                         &shared,
                         &runtime,
                         range,
                         new_acc(),
-                        (&visit, &cached),
+                        (&visit, &cached, &ask),
                         &check_deadline,
-                        &mut skipped,
+                        (&mut skipped, &mut unanswered_peers),
                     )? {
                         let missed = Incomplete {
                             skipped_blocks: skipped,
+                            unanswered_peers,
                             ..Incomplete::default()
                         };
                         return Ok((finish(acc), missed));
@@ -358,6 +372,7 @@ impl Store {
     async fn sorted_union<C, T, F>(
         &self,
         range: TimeRange,
+        scope: Vec<Matcher>,
         compile: impl FnOnce() -> Result<C, QueryError> + Send + 'static,
         list: F,
         limit: usize,
@@ -370,6 +385,7 @@ impl Store {
         let (all, truncated) = self
             .visit_all(
                 range,
+                scope,
                 compile,
                 || (BTreeSet::new(), false),
                 move |c, q, (acc, truncated): &mut (BTreeSet<T>, bool)| {
@@ -393,6 +409,7 @@ impl Store {
         Ok(self
             .sorted_union(
                 range,
+                Vec::new(),
                 || Ok(()),
                 move |(), q| Ok(q.profile_types(range)),
                 MAX_LISTED,
@@ -424,6 +441,7 @@ impl Store {
         let matchers = matchers.to_vec();
         self.sorted_union(
             range,
+            matchers.clone(),
             move || compile_matchers(&matchers),
             move |m: &Vec<CompiledMatcher>, q| q.label_names(m, range),
             limit,
@@ -457,6 +475,7 @@ impl Store {
         let name = name.to_string();
         self.sorted_union(
             range,
+            matchers.clone(),
             move || compile_matchers(&matchers),
             move |m: &Vec<CompiledMatcher>, q| q.label_values(&name, m, range),
             limit,
@@ -487,6 +506,7 @@ impl Store {
         let matchers = matchers.to_vec();
         self.sorted_union(
             range,
+            matchers.clone(),
             move || compile_matchers(&matchers),
             move |m: &Vec<CompiledMatcher>, q| q.series(m, range),
             limit,
@@ -506,6 +526,7 @@ impl Store {
             Timeline::new(range, step_ms).map_err(|source| StorageError::Query { source })?;
         self.visit_all(
             range,
+            selector_matchers(&selector),
             move || CompiledSelector::new(&selector),
             move || timeline.clone(),
             move |s, q, acc| q.timeline_into(s, range, acc),
@@ -526,6 +547,7 @@ impl Store {
             StepExemplars::new(range, step_ms).map_err(|source| StorageError::Query { source })?;
         self.visit_all(
             range,
+            selector_matchers(&selector),
             move || CompiledSelector::new(&selector),
             move || exemplars.clone(),
             move |s, q, acc| q.exemplars_into(s, range, acc),
@@ -556,19 +578,24 @@ const QUERY_ATTEMPTS: usize = 3;
 
 /// One pass of [`Store::visit_all`] over one snapshot of the view; `None`
 /// when a listed block was gone by the time it was read.
-fn visit_snapshot<T, F, K>(
+///
+/// Peers are asked after this replica's own snapshot is taken (see
+/// [`crate::peers`] for why that order makes the union exact).
+fn visit_snapshot<T, F, K, A>(
     shared: &Shared,
     runtime: &tokio::runtime::Handle,
     range: TimeRange,
     mut acc: T,
-    (visit, cached): (&F, &K),
+    (visit, cached, ask): (&F, &K, &A),
     check_deadline: &impl Fn(usize, usize) -> Result<(), StorageError>,
-    skipped: &mut Vec<CorruptBlock>,
+    (skipped, unanswered): (&mut Vec<CorruptBlock>, &mut Vec<UnansweredPeer>),
 ) -> Result<Option<T>, StorageError>
 where
     F: Fn(&dyn Queryable, &mut T) -> Result<(), QueryError>,
     K: Fn(&[BlockMeta], &mut T) -> Vec<bool>,
+    A: Fn() -> PeerAnswers,
 {
+    let has_peers = shared.catalog.peers.get().is_some();
     // A scan stopped part way is the visit's deadline (or its request
     // gone), reported as such.
     let failed = |source: QueryError, visited: usize, total: usize| match source {
@@ -578,13 +605,14 @@ where
         },
         source => StorageError::Query { source },
     };
-    let (frozen, metas) = {
+    let (frozen, mut metas, known) = {
         // The view is snapshotted under every shard's read lock: a cut
         // (which holds every write lock) moves data head -> frozen
         // atomically with respect to this.
         let shards = shared.ingest.head.read_all();
         let view = read(&shared.catalog.view);
         let frozen = view.frozen.clone();
+        let known = has_peers.then(|| view.known_ids());
         let metas: Vec<BlockMeta> = view
             .visible()
             .filter(|m| overlaps(m, &range))
@@ -597,14 +625,28 @@ where
         for shard in shards {
             visit(&*shard, &mut acc).map_err(|source| failed(source, 0, total))?;
         }
-        (frozen, metas)
+        (frozen, metas, known)
     };
+    let from_peers = match known {
+        Some(known) => FromPeers::choose(ask(), &known),
+        None => FromPeers::default(),
+    };
+    unanswered.extend(from_peers.unanswered);
+    metas.extend(
+        from_peers
+            .unlisted
+            .into_iter()
+            .filter(|m| overlaps(m, &range)),
+    );
     let total = 1 + frozen.len() + metas.len();
     for (i, pending) in frozen.iter().enumerate() {
         check_deadline(1 + i, total)?;
         for head in &pending.heads {
             visit(head, &mut acc).map_err(|source| failed(source, 1 + i, total))?;
         }
+    }
+    for data in &from_peers.blocks {
+        visit(data, &mut acc).map_err(|source| failed(source, 1 + frozen.len(), total))?;
     }
     let answered = cached(&metas, &mut acc);
     for (i, meta) in metas.iter().enumerate() {

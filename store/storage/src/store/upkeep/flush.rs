@@ -140,6 +140,7 @@ impl Store {
                 let mut blocks = view.blocks.clone();
                 blocks.insert(meta.id.clone(), meta.clone());
                 view.set_blocks(blocks);
+                view.note_upload(meta.clone());
             }
             // Its series were counted as the head created them: the census
             // need not read them back.
