@@ -394,7 +394,7 @@ fn a_selection_of_shards_answers_like_a_head_of_just_the_selection() {
         value: "pod-[12]".into(),
     }])
     .unwrap();
-    let (meta, bytes) = encode_selection(&refs, &matchers, range, "01PEER", "replica-b")
+    let (meta, bytes) = encode_selection(&refs, &matchers, range, true, ("01PEER", "replica-b"))
         .unwrap()
         .expect("the selection holds profiles");
     let expected: Vec<(usize, i64, Profile)> = items
@@ -415,6 +415,37 @@ fn a_selection_of_shards_answers_like_a_head_of_just_the_selection() {
         "symbols come from the selection, not copied whole"
     );
     assert_same_answers(&expected, &block, "selection vs a head of just it");
+    // Totals only: the same series and timelines, no stacks, fewer bytes.
+    let (_, totals) = encode_selection(&refs, &matchers, range, false, ("01TOT", "replica-b"))
+        .unwrap()
+        .expect("the selection holds profiles");
+    assert!(
+        totals.len() < bytes.len() / 2,
+        "{} vs {}",
+        totals.len(),
+        bytes.len()
+    );
+    let totals = Block::decode(&totals).unwrap();
+    let all = compile_matchers(&[]).unwrap();
+    assert_eq!(
+        totals.series(&all, range).unwrap(),
+        expected.series(&all, range).unwrap()
+    );
+    for profile_type in expected.profile_types(range) {
+        let selector = CompiledSelector::new(&Selector {
+            profile_type,
+            matchers: vec![],
+        })
+        .unwrap();
+        let mut want = Timeline::new(range, HOUR).unwrap();
+        expected.timeline_into(&selector, range, &mut want).unwrap();
+        let mut got = Timeline::new(range, HOUR).unwrap();
+        totals.timeline_into(&selector, range, &mut got).unwrap();
+        assert_eq!(got, want);
+        let mut merged = MergedProfile::default();
+        totals.merge_into(&selector, range, &mut merged).unwrap();
+        assert_eq!(merged.total(), 0, "no stacks");
+    }
     // Nothing selected is no block, not an error.
     let nobody = compile_matchers(&[Matcher {
         name: "pod".into(),
@@ -423,7 +454,7 @@ fn a_selection_of_shards_answers_like_a_head_of_just_the_selection() {
     }])
     .unwrap();
     assert!(
-        encode_selection(&refs, &nobody, range, "01NONE", "r")
+        encode_selection(&refs, &nobody, range, true, ("01NONE", "r"))
             .unwrap()
             .is_none()
     );

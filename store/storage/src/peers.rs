@@ -43,14 +43,23 @@ pub struct PeerScope {
     pub start_ms: i64,
     /// Exclusive end, unix ms.
     pub end_ms: i64,
+    /// Whether the query reads stacks (merges); listings, timelines and
+    /// exemplars read only each profile's total, so peers send only those.
+    #[serde(default = "reads_stacks")]
+    pub stacks: bool,
+}
+
+fn reads_stacks() -> bool {
+    true
 }
 
 impl PeerScope {
-    pub fn new(matchers: Vec<Matcher>, range: TimeRange) -> Self {
+    pub fn new(matchers: Vec<Matcher>, range: TimeRange, stacks: bool) -> Self {
         Self {
             matchers,
             start_ms: range.start_ms,
             end_ms: range.end_ms,
+            stacks,
         }
     }
 

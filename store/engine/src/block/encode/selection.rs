@@ -15,12 +15,16 @@ use crate::symbols::SymbolTranslator;
 /// profiles inside `range`, into one block named `id`. `None` when nothing
 /// is selected. The block's level is 0 and it has no sources: it is a view
 /// of live data, never uploaded.
+///
+/// Without `stacks`, series keep only their per-profile totals: enough for
+/// listings, timelines and exemplars, and a fraction of the bytes and time
+/// (a listing selects every series).
 pub fn encode_selection(
     heads: &[&Head],
     matchers: &[CompiledMatcher],
     range: TimeRange,
-    id: &str,
-    replica: &str,
+    stacks: bool,
+    (id, replica): (&str, &str),
 ) -> Result<Option<(BlockMeta, Vec<u8>)>, BlockError> {
     let mut order: BTreeMap<&LabelSet, Vec<(usize, &HeadSeries)>> = BTreeMap::new();
     let mut bounds: Option<(i64, i64)> = None;
@@ -65,6 +69,9 @@ pub fn encode_selection(
                     continue;
                 }
                 values.add_total(run.time_ms, run.total, u64::from(run.count));
+                if !stacks {
+                    continue;
+                }
                 for point in points {
                     let key = (
                         translator.node(symbols, &mut writer.symbols, point.stack),

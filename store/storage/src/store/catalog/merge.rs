@@ -33,7 +33,11 @@ impl Store {
         let cache_shared = Arc::clone(&self.shared);
         let finish_shared = Arc::clone(&self.shared);
         self.visit_all_cached(
-            crate::peers::PeerScope::new(super::peer_head::selector_matchers(&selector), range),
+            crate::peers::PeerScope::new(
+                super::peer_head::selector_matchers(&selector),
+                range,
+                true,
+            ),
             move || CompiledSelector::new(&compiled),
             MergeInProgress::default,
             move |s, q, acc| {

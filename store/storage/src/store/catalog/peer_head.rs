@@ -65,26 +65,26 @@ impl Store {
                 ..PeerHead::default()
             };
             let mut held = 0usize;
-            let mut add =
-                |pending: Option<String>, heads: &[&kiln_engine::Head]| {
-                    let id = ulid::Ulid::new().to_string();
-                    let encoded = encode_selection(heads, &matchers, range, &id, &replica)
+            let mut add = |pending: Option<String>, heads: &[&kiln_engine::Head]| {
+                let id = ulid::Ulid::new().to_string();
+                let encoded =
+                    encode_selection(heads, &matchers, range, scope.stacks, (&id, &replica))
                         .map_err(|source| StorageError::Block {
                             id: id.clone(),
                             source,
                         })?;
-                    if let Some((_, bytes)) = encoded {
-                        held += bytes.len();
-                        if held > max_bytes {
-                            return Err(StorageError::PeerAnswerTooLarge { max_bytes });
-                        }
-                        answer.blocks.push(PeerBlock {
-                            pending,
-                            bytes: Bytes::from(bytes),
-                        });
+                if let Some((_, bytes)) = encoded {
+                    held += bytes.len();
+                    if held > max_bytes {
+                        return Err(StorageError::PeerAnswerTooLarge { max_bytes });
                     }
-                    Ok(())
-                };
+                    answer.blocks.push(PeerBlock {
+                        pending,
+                        bytes: Bytes::from(bytes),
+                    });
+                }
+                Ok(())
+            };
             let frozen = {
                 let shards = shared.ingest.head.read_all();
                 let view = read(&shared.catalog.view);

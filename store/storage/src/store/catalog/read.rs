@@ -215,7 +215,8 @@ impl Store {
         F: Fn(&C, &dyn Queryable, &mut T) -> Result<(), QueryError> + Send + 'static,
     {
         self.visit_all_cached(
-            PeerScope::new(scope, range),
+            // Only merges read stacks, and they call the cached visit.
+            PeerScope::new(scope, range, false),
             compile,
             new_acc,
             visit,
