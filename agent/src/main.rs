@@ -21,7 +21,7 @@ use kiln_agent::process_info::ProcessTable;
 use kiln_agent::python::{PythonUnwinder, PythonUnwinderConfig};
 use kiln_agent::sampler::{OffCpuConfig, Sampler, SamplerConfig};
 use kiln_agent::scrape::{ScrapeConfig, ScrapeEndpoint, run_scraper};
-use kiln_agent::ship::{ShipQueue, Sink, StoreToken, run_shipper};
+use kiln_agent::ship::{ReplicaChoice, ShipQueue, Sink, StoreToken, run_shipper};
 use kiln_agent::symbolize::StackSymbolizer;
 use kiln_agent::target_set::{SamplingRates, TargetSource};
 use kiln_agent::unwind::{StackUnwinder, StackUnwinderConfig};
@@ -332,6 +332,10 @@ fn sink(cli: &AgentSettings) -> anyhow::Result<Sink> {
         }
         (None, Some(endpoint)) => Sink::Store {
             endpoint: endpoint.clone(),
+            replicas: ReplicaChoice::new(
+                cli.store_replicas.clone(),
+                &cli.node_name.clone().unwrap_or_else(host_name),
+            ),
             token: cli
                 .store_token_file
                 .as_deref()

@@ -5,6 +5,7 @@
 //! refused is dropped, only the rest is retried, so one bad profile does not
 //! lose its neighbours' data and a retry does not store a profile twice.
 
+mod replica_choice;
 mod series_ack;
 
 use std::collections::VecDeque;
@@ -15,6 +16,7 @@ use std::time::Duration;
 use kiln_api::parca::profilestore::v1alpha1 as parca;
 
 use crate::metrics::AgentMetrics;
+pub use replica_choice::{FAILOVER_AFTER, RETURN_AFTER, ReplicaChoice, preferred_index};
 pub use series_ack::{SERIES_STATUS_METADATA, Settled, settle};
 
 /// One profile ready to leave the node.
@@ -195,6 +197,10 @@ pub enum Sink {
     Store {
         /// The gRPC endpoint, e.g. `http://kiln-store:7470`.
         endpoint: String,
+        /// A store of several replicas, each by its stable name: every
+        /// batch and its retries go to the one chosen for this node
+        /// ([`ReplicaChoice`]) instead of `endpoint`.
+        replicas: Option<ReplicaChoice>,
         /// The store's write token, sent as `authorization: Bearer ...`.
         token: Option<StoreToken>,
     },
@@ -386,6 +392,10 @@ pub async fn run_shipper(
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     let mut client = None;
+    let mut replicas = match &sink {
+        Sink::Store { replicas, .. } => replicas.clone(),
+        Sink::Directory(_) => None,
+    };
     loop {
         let batch = queue.pop_batch(MAX_BATCH);
         if batch.is_empty() {
@@ -400,7 +410,12 @@ pub async fn run_shipper(
         }
         let result = match &sink {
             Sink::Directory(dir) => write_files(dir, &batch).await.map(|()| Vec::new()),
-            Sink::Store { endpoint, token } => {
+            Sink::Store {
+                endpoint, token, ..
+            } => {
+                let endpoint = replicas
+                    .as_ref()
+                    .map_or(endpoint.as_str(), |r| r.endpoint());
                 send_write_raw(endpoint, token.as_ref(), &mut client, &batch).await
             }
         };
@@ -418,6 +433,13 @@ pub async fn run_shipper(
                 }
                 if settled.retry.is_empty() {
                     backoff.reset();
+                    if replicas
+                        .as_mut()
+                        .is_some_and(|r| r.settled(std::time::Instant::now()))
+                    {
+                        tracing::info!("returning to this node's own store replica");
+                        client = None;
+                    }
                     continue;
                 }
                 // The store stopped part way (overload, shutdown): only what
@@ -438,6 +460,15 @@ pub async fn run_shipper(
                 metrics.add_ship_error(error.reason());
                 tracing::warn!(%error, "shipping a profile failed");
                 client = None;
+                if error.is_retryable()
+                    && let Some(replicas) = replicas.as_mut()
+                    && replicas.failed(std::time::Instant::now())
+                {
+                    tracing::warn!(
+                        next = replicas.endpoint(),
+                        "the store replica failed for {FAILOVER_AFTER:?}; retrying at the next"
+                    );
+                }
                 if !error.is_retryable() {
                     metrics.add_drop("rejected", batch.len() as u64);
                     continue;

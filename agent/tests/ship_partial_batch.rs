@@ -104,6 +104,7 @@ async fn a_partly_stored_batch_resends_only_what_was_not_stored() {
     let shipper = tokio::spawn(run_shipper(
         Sink::Store {
             endpoint: format!("http://{address}"),
+            replicas: None,
             token: None,
         },
         queue.clone(),

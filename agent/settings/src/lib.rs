@@ -65,6 +65,19 @@ pub struct AgentSettings {
     /// Ship profiles to this store with Parca's WriteRaw (e.g. http://127.0.0.1:7470).
     #[arg(long, env = "KILN_STORE")]
     pub store: Option<String>,
+    /// The replicas of a store of several, each by its stable name
+    /// (comma-separated, e.g. `http://kiln-0.kiln-headless.ns.svc:7470,...`):
+    /// every upload and its retries go to the one this node's name picks,
+    /// so a retry after a rolling restart reaches the replica that knows
+    /// its idempotency keys; another only after that one failed for 3
+    /// minutes. Unset: `--store` (the operator sets both).
+    #[arg(
+        long,
+        env = "KILN_STORE_REPLICAS",
+        value_delimiter = ',',
+        requires = "store"
+    )]
+    pub store_replicas: Vec<String>,
     /// A file holding the store's write token, sent as a bearer token with
     /// every upload (a file, so the token never shows in /proc/*/cmdline).
     #[arg(long, env = "KILN_STORE_TOKEN_FILE", requires = "store")]
@@ -268,6 +281,7 @@ impl Default for AgentSettings {
             resync_interval: Duration::from_secs(2),
             output_dir: None,
             store: None,
+            store_replicas: Vec::new(),
             store_token_file: None,
             frequency: 19,
             max_frequency: 100,

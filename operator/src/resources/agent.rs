@@ -89,6 +89,10 @@ pub fn agent_settings(store: &ProfileStore, names: &StoreNames) -> AgentSettings
             "http://{}",
             names.endpoint(store.spec.service_port)
         )),
+        store_replicas: super::store::replica_endpoints(store)
+            .into_iter()
+            .map(|(_, url)| url)
+            .collect(),
         targets_file: Some(Path::new(TARGETS_DIR).join(kiln_targets::CONFIGMAP_KEY)),
         metrics_addr: format!("0.0.0.0:{AGENT_METRICS_PORT}"),
         off_cpu: store.spec.agent.off_cpu,

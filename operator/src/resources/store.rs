@@ -163,17 +163,30 @@ pub fn store_settings(store: &ProfileStore) -> StoreSettings {
 /// stable name under the headless Service. Each replica skips itself, so
 /// all get the same list. `None` for one replica.
 pub fn store_peers(store: &ProfileStore) -> Option<String> {
+    let peers: Vec<String> = replica_endpoints(store)
+        .into_iter()
+        .map(|(name, url)| format!("{name}={url}"))
+        .collect();
+    (!peers.is_empty()).then(|| peers.join(","))
+}
+
+/// Each replica of a store of several, by pod name, and its stable address
+/// under the headless Service: what replicas ask each other at, and what
+/// agents ship to (each node to one). Empty for one replica.
+pub fn replica_endpoints(store: &ProfileStore) -> Vec<(String, String)> {
     if store.spec.replicas <= 1 {
-        return None;
+        return Vec::new();
     }
     let name = store.metadata.name.as_deref().unwrap_or_default();
     let namespace = store.metadata.namespace.as_deref().unwrap_or("default");
-    let peers: Vec<String> = (0..store.spec.replicas)
+    (0..store.spec.replicas)
         .map(|i| {
-            format!("{name}-{i}=http://{name}-{i}.{name}-headless.{namespace}.svc:{STORE_CONTAINER_PORT}")
+            let pod = format!("{name}-{i}");
+            let url =
+                format!("http://{pod}.{name}-headless.{namespace}.svc:{STORE_CONTAINER_PORT}");
+            (pod, url)
         })
-        .collect();
-    Some(peers.join(","))
+        .collect()
 }
 
 /// Command-line flags of `kiln-store`, rendered from [`store_settings`].

@@ -269,6 +269,28 @@ fn replicas_of_a_store_are_each_others_peers() {
 }
 
 #[test]
+fn agents_ship_to_one_replica_by_its_stable_name() {
+    let one = profile_store(serde_json::json!({}));
+    let names = StoreNames::of(&one).unwrap();
+    let args = kiln_operator::resources::agent::agent_args(&one, &names).unwrap();
+    assert!(
+        !args.iter().any(|a| a.starts_with("--store-replicas")),
+        "{args:?}"
+    );
+    let three = profile_store(serde_json::json!({"replicas": 3}));
+    let args = kiln_operator::resources::agent::agent_args(&three, &names).unwrap();
+    assert!(
+        args.contains(
+            &"--store-replicas=http://main-0.main-headless.kiln.svc:7470,\
+              http://main-1.main-headless.kiln.svc:7470,\
+              http://main-2.main-headless.kiln.svc:7470"
+                .to_owned()
+        ),
+        "{args:?}"
+    );
+}
+
+#[test]
 fn store_memory_budget_follows_the_container_memory_limit() {
     let budget_arg = |o: &ProfileStore| {
         store::store_args(o)
