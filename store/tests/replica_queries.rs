@@ -7,6 +7,11 @@
 //! listing). A replica that is killed makes the others' answers say
 //! `Kiln-Partial`, never pass a short answer off as whole, and once it is
 //! back on its disk the answers are exact again.
+//!
+//! The same runs on a local-disk bucket and on SeaweedFS, a real
+//! distributed object store, through its S3 gateway (`seaweedfs_` tests,
+//! which `./kiln-dev test` runs once its background build of SeaweedFS is
+//! done).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,6 +19,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use kiln_testkit::http::{enc, free_port, http};
+use kiln_testkit::moto::AWS_ENV;
+use kiln_testkit::seaweedfs::{SeaweedFs, start_seaweedfs};
 use kiln_testkit::store_process::StoreProcess;
 
 /// The store binary cargo built for these tests.
@@ -31,18 +38,55 @@ struct Ledger {
     acked: AtomicI64,
 }
 
+/// Where the replicas' bucket is.
+enum Bucket {
+    LocalDisk(tempfile::TempDir),
+    SeaweedFs(SeaweedFs),
+}
+
+impl Bucket {
+    fn local() -> Self {
+        Bucket::LocalDisk(tempfile::tempdir().expect("bucket dir"))
+    }
+
+    /// A bucket on a fresh SeaweedFS, or `None` (said, and failed in CI)
+    /// when it is not built.
+    fn seaweedfs() -> Option<Self> {
+        let server = start_seaweedfs()?;
+        server.create_bucket("kiln");
+        Some(Bucket::SeaweedFs(server))
+    }
+
+    fn flags(&self) -> Vec<String> {
+        match self {
+            Bucket::LocalDisk(dir) => vec![
+                "--bucket".into(),
+                dir.path().to_str().expect("utf-8 path").into(),
+            ],
+            Bucket::SeaweedFs(server) => server.store_flags("kiln"),
+        }
+    }
+
+    fn env(&self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Bucket::LocalDisk(_) => &[],
+            Bucket::SeaweedFs(_) => &AWS_ENV,
+        }
+    }
+}
+
 struct Cluster {
     relist_interval: &'static str,
-    bucket: tempfile::TempDir,
+    bucket: Bucket,
     addrs: Vec<SocketAddr>,
     stores: Vec<Option<StoreProcess>>,
 }
 
 impl Cluster {
-    fn new(relist_interval: &'static str) -> Self {
+    fn new(relist_interval: &'static str, bucket: Bucket) -> Self {
         let mut cluster = Cluster {
             relist_interval,
-            bucket: tempfile::tempdir().expect("bucket dir"),
+            bucket,
             addrs: (0..REPLICAS).map(|_| free_port()).collect(),
             stores: (0..REPLICAS).map(|_| None).collect(),
         };
@@ -62,25 +106,27 @@ impl Cluster {
     }
 
     fn start(&mut self, i: usize, data_dir: tempfile::TempDir) {
-        let bucket = self.bucket.path().to_str().expect("utf-8 path").to_owned();
-        let peers = self.peers();
-        let replica = format!("r{i}");
-        let store = StoreProcess::start_on(
-            KILN_STORE,
-            self.addrs[i],
-            data_dir,
-            &[
-                "--bucket",
-                &bucket,
+        let mut args = self.bucket.flags();
+        args.extend(
+            [
                 "--replica",
-                &replica,
+                &format!("r{i}"),
                 "--peers",
-                &peers,
+                &self.peers(),
                 "--flush-interval",
                 "1s",
                 "--relist-interval",
                 self.relist_interval,
-            ],
+            ]
+            .map(str::to_owned),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let store = StoreProcess::start_on(
+            KILN_STORE,
+            self.addrs[i],
+            data_dir,
+            &args,
+            self.bucket.env(),
         );
         self.stores[i] = Some(store);
     }
@@ -123,15 +169,34 @@ fn total_at(store: SocketAddr) -> (i64, Option<String>) {
 /// their answers alone.
 #[test]
 fn every_replica_answers_with_every_replicas_acknowledged_data_at_all_times() {
-    let cluster = write_and_check(Cluster::new("60s"));
+    let cluster = write_and_check(Cluster::new("60s", Bucket::local()));
     kill_and_restart_one(cluster);
+}
+
+/// The same on SeaweedFS's S3 gateway: real listings, real conditional
+/// puts for the leases, real latency on every upload.
+#[test]
+fn seaweedfs_every_replica_answers_with_every_replicas_acknowledged_data() {
+    let Some(bucket) = Bucket::seaweedfs() else {
+        return;
+    };
+    let cluster = write_and_check(Cluster::new("60s", bucket));
+    kill_and_restart_one(cluster);
+}
+
+#[test]
+fn seaweedfs_a_pending_head_the_query_has_listed_already_is_counted_once() {
+    let Some(bucket) = Bucket::seaweedfs() else {
+        return;
+    };
+    write_and_check(Cluster::new("1s", bucket));
 }
 
 /// Listing every second, a query often lists a block a peer still answers
 /// for as pending: it must count it once.
 #[test]
 fn a_pending_head_the_query_has_listed_already_is_counted_once() {
-    write_and_check(Cluster::new("1s"));
+    write_and_check(Cluster::new("1s", Bucket::local()));
 }
 
 /// Three writers, one per replica, for 12 s; returns the cluster at rest.

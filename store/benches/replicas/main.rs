@@ -88,6 +88,7 @@ fn start(replicas: usize, bucket: &std::path::Path) -> Vec<StoreProcess> {
                 addr,
                 tempfile::tempdir().expect("data dir"),
                 &args,
+                &[],
             )
         })
         .collect()

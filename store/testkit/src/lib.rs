@@ -10,7 +10,8 @@
 //! - [`http`]: free ports and a minimal HTTP/1.1 client.
 //! - [`clock`]: the wall clock in seconds, milliseconds and nanoseconds.
 //! - [`fixtures`]: the real fixtures in `../shared/testdata`, when present.
-//! - [`moto`]: a pausable `moto_server` (S3); [`buckets`]: buckets that
+//! - [`moto`]: a pausable `moto_server` (S3); [`seaweedfs`]: a real
+//!   distributed object store (SeaweedFS's S3 gateway); [`buckets`]: buckets that
 //!   fail on request; [`memory_cgroup`]: a memory cgroup to run a store in.
 //! - [`go_programs`]: Go programs built and run for real `runtime/pprof`
 //!   profiles; [`recorder`]: a listener that keeps what a real client sends;
@@ -47,6 +48,7 @@ pub mod real_inputs;
 pub mod recorder;
 #[cfg(feature = "engine")]
 pub mod rule_profiles;
+pub mod seaweedfs;
 pub mod store_process;
 pub mod tools;
 pub mod wire;

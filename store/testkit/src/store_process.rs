@@ -55,16 +55,17 @@ impl StoreProcess {
     }
 
     /// Starts a store listening on `addr` (one its peers were told of
-    /// before it started).
+    /// before it started), with extra environment variables.
     #[track_caller]
     pub fn start_on(
         binary: impl AsRef<Path>,
         addr: SocketAddr,
         data_dir: tempfile::TempDir,
         extra: &[&str],
+        envs: &[(&str, &str)],
     ) -> Self {
         let mut store =
-            Self::spawn_command_on(Command::new(binary.as_ref()), addr, data_dir, extra, &[]);
+            Self::spawn_command_on(Command::new(binary.as_ref()), addr, data_dir, extra, envs);
         store.wait_for("/readyz");
         store
     }
