@@ -134,17 +134,23 @@ impl Moto {
 
     /// The flags that point a store at `bucket` on this server.
     pub fn store_flags(&self, bucket: &str) -> Vec<String> {
-        [
-            "--object-store",
-            "s3",
-            "--bucket",
-            bucket,
-            "--bucket-endpoint",
-            &self.endpoint(),
-            "--bucket-allow-http",
-            "true",
-        ]
-        .map(str::to_owned)
-        .to_vec()
+        s3_store_flags(&self.endpoint(), bucket)
     }
+}
+
+/// The flags that point a store at `bucket` on the plain-HTTP S3 endpoint
+/// `endpoint` (moto's, SeaweedFS's).
+pub fn s3_store_flags(endpoint: &str, bucket: &str) -> Vec<String> {
+    [
+        "--object-store",
+        "s3",
+        "--bucket",
+        bucket,
+        "--bucket-endpoint",
+        endpoint,
+        "--bucket-allow-http",
+        "true",
+    ]
+    .map(str::to_owned)
+    .to_vec()
 }

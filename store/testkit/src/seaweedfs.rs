@@ -156,18 +156,7 @@ impl SeaweedFs {
     /// The flags that point a store at `bucket` on this server (with
     /// [`crate::moto::AWS_ENV`] for the credentials).
     pub fn store_flags(&self, bucket: &str) -> Vec<String> {
-        [
-            "--object-store",
-            "s3",
-            "--bucket",
-            bucket,
-            "--bucket-endpoint",
-            &self.endpoint(),
-            "--bucket-allow-http",
-            "true",
-        ]
-        .map(str::to_owned)
-        .to_vec()
+        crate::moto::s3_store_flags(&self.endpoint(), bucket)
     }
 
     /// What the server logged so far.
