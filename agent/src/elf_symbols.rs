@@ -13,6 +13,7 @@ use object::elf;
 use object::read::elf::{FileHeader, NoteIterator, ProgramHeader, SectionHeader};
 use object::{Endianness, ReadCache, SectionIndex};
 
+use crate::go_pclntab::Pclntab;
 use crate::symbol_index::{
     FoundSymbol, RawSymbol, SymbolIndex, SymbolIndexBuilder, SymbolTableKind,
 };
@@ -114,7 +115,7 @@ pub fn read_symbol_index(
     file: &File,
     max_table_bytes: u64,
 ) -> Result<SymbolIndex, ElfSymbolsError> {
-    let (loads, tables, endian) = {
+    let (loads, tables, go_table, endian) = {
         let data = ReadCache::new(file);
         let (header, endian) = parse_headers(&data).ok_or(ElfSymbolsError::NotElf)?;
         let loads: Vec<(u64, u64, u64)> = header
@@ -153,11 +154,27 @@ pub fn read_symbol_index(
                 (strings.sh_offset(endian), strings.sh_size(endian)),
             ));
         }
-        (loads, tables, endian)
+        // A stripped Go binary names its functions only in Go's own table.
+        let go_table = if tables
+            .iter()
+            .any(|(kind, ..)| *kind == SymbolTableKind::Full)
+        {
+            None
+        } else {
+            let text = sections
+                .section_by_name(endian, b".text")
+                .map_or(0, |(_, text)| text.sh_addr(endian));
+            sections
+                .section_by_name(endian, b".gopclntab")
+                .filter(|(_, section)| section.sh_type(endian) == elf::SHT_PROGBITS)
+                .map(|(_, section)| (section.sh_offset(endian), section.sh_size(endian), text))
+        };
+        (loads, tables, go_table, endian)
     };
     let bytes = tables
         .iter()
         .map(|&(_, (_, size), (_, strings))| size.saturating_add(strings))
+        .chain(go_table.map(|(_, size, _)| size))
         .fold(0u64, u64::saturating_add);
     if bytes > max_table_bytes {
         return Err(ElfSymbolsError::TooLarge {
@@ -198,8 +215,56 @@ pub fn read_symbol_index(
             done += batch;
         }
     }
+    if let Some(go_table) = go_table {
+        add_go_functions(file, go_table, &mut builder)?;
+    }
     Ok(builder.finish())
 }
+
+/// Indexes the functions of a Go binary's `.gopclntab` (offset, size and
+/// the `.text` address) as its full symbol table: their names lie in the
+/// table's name section, NUL-terminated like a string table's. A table
+/// whose header is not one Go writes adds nothing.
+fn add_go_functions(
+    file: &File,
+    (offset, size, text): (u64, u64, u64),
+    builder: &mut SymbolIndexBuilder,
+) -> Result<(), ElfSymbolsError> {
+    // Within the caller's cap, so it fits memory; held only while indexed.
+    let mut section = vec![0u8; usize::try_from(size).map_err(|_| ElfSymbolsError::NotElf)?];
+    file.read_exact_at(&mut section, offset)
+        .map_err(|source| ElfSymbolsError::Read {
+            what: "Go's function table",
+            source,
+        })?;
+    let Ok(pclntab) = Pclntab::parse(&section, text) else {
+        return Ok(());
+    };
+    let names = pclntab.names();
+    builder.start_table(
+        SymbolTableKind::Full,
+        (offset + names.start as u64, names.len() as u64),
+        pclntab.function_count(),
+    );
+    for function in pclntab.functions(&section) {
+        builder.add(
+            SymbolTableKind::Full,
+            RawSymbol {
+                name: function.name,
+                info: GO_FUNCTION_INFO,
+                section: GO_FUNCTION_SECTION,
+                address: function.entry,
+                size: function.end - function.entry,
+            },
+        );
+    }
+    Ok(())
+}
+
+/// What a Go function is indexed as: a defined (`STT_FUNC`) symbol of
+/// some section, as the symbol table would have said before strip.
+const GO_FUNCTION_INFO: u8 = 2;
+const GO_FUNCTION_SECTION: u16 = 1;
 
 /// The name of a symbol an index found, read from its string table in
 /// `file`; `None` when it cannot be read (a truncated file: a short

@@ -19,6 +19,7 @@ pub mod collector;
 pub mod cri_discovery;
 pub mod elf_symbols;
 pub mod frame_table;
+pub mod go_pclntab;
 pub mod hotspot;
 pub mod kallsyms;
 pub mod language;

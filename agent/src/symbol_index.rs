@@ -19,7 +19,8 @@
 /// Which of an object's symbol tables a symbol comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SymbolTableKind {
-    /// `.symtab`, which strip removes.
+    /// `.symtab`, which strip removes; for a stripped Go binary, the
+    /// functions of its `.gopclntab` (see `go_pclntab`).
     Full,
     /// `.dynsym`, the exported symbols.
     Dynamic,

@@ -24,6 +24,9 @@ use crate::proc_maps::{MapEntry, MappingKind};
 use crate::process_info::{FileIdentity, MappedFile, ProcessSnapshot};
 use crate::unwind_info::{self, SectionBytes, UnwindInfoError, UnwindInfoLimits, UnwindSections};
 
+mod go_frames;
+use go_frames::{GoFrames, GoModule};
+
 /// How one sample's user stack came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum UnwindOutcome {
@@ -313,6 +316,8 @@ struct ProcessModules {
     covered: Vec<Range<u64>>,
     /// Executable mappings the snapshot knew of, sorted.
     mapped: Vec<Range<u64>>,
+    /// Mappings of Go binaries walked by Go's own rules.
+    go: Vec<GoModule>,
 }
 
 /// Unwinds stack snapshots of many processes; see the module docs.
@@ -377,6 +382,7 @@ impl StackUnwinder {
         let mut unwinder = UnwinderX86_64::new();
         let mut covered = Vec::new();
         let mut mapped = Vec::new();
+        let mut go = Vec::new();
         for (entry, file) in process.maps.iter().zip(&process.files) {
             mapped.push(entry.start..entry.end);
             let key_and_source = match (&entry.kind, file) {
@@ -392,7 +398,18 @@ impl StackUnwinder {
             let Some(sections) = self.sections(key, file.map(Arc::as_ref)) else {
                 continue;
             };
-            if let Some(module) = build_module(entry, &sections) {
+            if sections.go_frames.is_some()
+                && let Some(base_avma) = sections.base_avma(entry.start, entry.file_offset)
+            {
+                go.push(GoModule {
+                    range: entry.start..entry.end,
+                    base_avma,
+                    sections: sections.clone(),
+                });
+            }
+            if sections.has_cfi()
+                && let Some(module) = build_module(entry, &sections)
+            {
                 covered.push(entry.start..entry.end);
                 unwinder.add_module(module);
             }
@@ -404,6 +421,7 @@ impl StackUnwinder {
                 cache: CacheX86_64::new(),
                 covered,
                 mapped,
+                go,
             },
         );
     }
@@ -428,13 +446,17 @@ impl StackUnwinder {
         {
             Some(process) => {
                 let covered = &process.covered;
+                let go = GoFrames {
+                    modules: &process.go,
+                    then: runtime,
+                };
                 walk_stack_with_runtime(
                     &process.unwinder,
                     &mut process.cache,
                     registers,
                     snapshot.stack,
                     |pc| contains(covered, pc),
-                    runtime,
+                    &go,
                 )
             }
             None => walk_stack_with_runtime(

@@ -16,6 +16,8 @@ use object::elf::{FileHeader64, PF_X, PT_LOAD, SHF_COMPRESSED, SHT_NOBITS};
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 use object::{Endianness, ReadCache, ReadRef};
 
+use crate::go_pclntab::{GoFrameTable, Pclntab};
+
 /// The smallest page size segments are mapped with on x86-64.
 const PAGE_SIZE: u64 = 4096;
 
@@ -89,6 +91,9 @@ pub struct UnwindSections {
     pub debug_frame: Option<SectionBytes>,
     /// Loadable segments, to place the object in an address space.
     pub segments: Vec<LoadSegment>,
+    /// A Go binary's stack-pointer rules from `.gopclntab`, read only when
+    /// it has no CFI (`-ldflags=-w` drops Go's `.debug_frame`).
+    pub go_frames: Option<GoFrameTable>,
 }
 
 impl UnwindSections {
@@ -99,6 +104,12 @@ impl UnwindSections {
             + len(self.eh_frame_hdr.as_ref().map(|(_, b)| b))
             + len(self.debug_frame.as_ref())
             + (self.segments.len() * size_of::<LoadSegment>()) as u64
+            + self.go_frames.as_ref().map_or(0, GoFrameTable::held_bytes)
+    }
+
+    /// Whether the object has CFI for framehop (else only Go's rules).
+    pub fn has_cfi(&self) -> bool {
+        self.eh_frame.is_some() || self.debug_frame.is_some()
     }
 
     /// The address at which the object's address 0 sits when the file
@@ -153,8 +164,9 @@ pub enum UnwindInfoError {
         /// The cap.
         cap: u64,
     },
-    /// The object has neither `.eh_frame` nor `.debug_frame`.
-    #[error("no .eh_frame or .debug_frame section")]
+    /// The object has neither `.eh_frame` nor `.debug_frame`, nor a Go
+    /// function table with usable stack-pointer rules.
+    #[error("no .eh_frame, .debug_frame or usable .gopclntab section")]
     NoUnwindInfo,
 }
 
@@ -252,8 +264,37 @@ fn read_sections_with<'data, R: ReadRef<'data>>(
         Some(_) => None,
         None => find(b".debug_frame").filter(|s| s.sh_size(endian) > 0),
     };
+    let text_svma = find(b".text").map(range);
     if eh_frame.is_none() && debug_frame.is_none() {
-        return Err(UnwindInfoError::NoUnwindInfo);
+        let go_frames = find(b".gopclntab")
+            .filter(|s| s.sh_size(endian) > 0)
+            .ok_or(UnwindInfoError::NoUnwindInfo)
+            .and_then(|section| {
+                let size = section.sh_size(endian);
+                if size > limits.max_bytes_per_object {
+                    return Err(UnwindInfoError::TooLarge {
+                        bytes: size,
+                        cap: limits.max_bytes_per_object,
+                    });
+                }
+                let bytes =
+                    fetch(section.sh_offset(endian), size).ok_or(UnwindInfoError::Malformed {
+                        what: ".gopclntab data",
+                    })?;
+                let text = text_svma.as_ref().map_or(0, |t| t.start);
+                let pclntab =
+                    Pclntab::parse(&bytes, text).map_err(|_| UnwindInfoError::Malformed {
+                        what: ".gopclntab header",
+                    })?;
+                let base = segments.iter().map(|s| s.vaddr).min().unwrap_or(0);
+                GoFrameTable::build(&pclntab, &bytes, base).ok_or(UnwindInfoError::NoUnwindInfo)
+            })?;
+        return Ok(UnwindSections {
+            text_svma,
+            segments,
+            go_frames: Some(go_frames),
+            ..UnwindSections::default()
+        });
     }
     let bytes: u64 = [eh_frame, eh_frame_hdr, debug_frame]
         .iter()
@@ -295,12 +336,13 @@ fn read_sections_with<'data, R: ReadRef<'data>>(
         Some(section) => Some(read(section, ".debug_frame data")?),
     };
     Ok(UnwindSections {
-        text_svma: find(b".text").map(range),
+        text_svma,
         got_svma: find(b".got").map(range),
         eh_frame,
         eh_frame_hdr,
         debug_frame,
         segments,
+        go_frames: None,
     })
 }
 

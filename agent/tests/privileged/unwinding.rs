@@ -247,6 +247,105 @@ fn rust_release_build_samples_reach_the_outermost_of_three_calls() {
     );
 }
 
+/// A Go program as most images ship it, `-ldflags='-s -w'`: no `.symtab`,
+/// no `.debug_frame`, only Go's own `.gopclntab`. Its hot function is a
+/// frameless leaf, so a frame-pointer walk skips its caller.
+const STRIPPED_GO_PROGRAM: &str = r#"package main
+
+import "os"
+
+//go:noinline
+func kilnGoHot(seed uint64) uint64 {
+	x := seed
+	for i := 0; i < 2000000; i++ {
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+	return x
+}
+
+//go:noinline
+func kilnGoCaller(seed uint64) uint64 {
+	return kilnGoHot(seed) ^ seed
+}
+
+func main() {
+	var sink uint64
+	for {
+		sink = kilnGoCaller(sink)
+		if sink == 42 {
+			os.Exit(1)
+		}
+	}
+}
+"#;
+
+/// A stripped Go binary is named from its `.gopclntab`, and its frameless
+/// leaf's caller is found through Go's stack-pointer table.
+#[test]
+fn stripped_go_samples_name_a_frameless_leaf_under_its_caller() {
+    if !privileged_prerequisites() {
+        return;
+    }
+    if !require_program("go", "Go builds the workload") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let source = dir.path().join("main.go");
+    std::fs::write(&source, STRIPPED_GO_PROGRAM).expect("source");
+    let binary = dir.path().join("kiln-go-stripped");
+    let output = Command::new("go")
+        .args(["build", "-ldflags=-s -w", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .env("CGO_ENABLED", "0")
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "")
+        .env("GO111MODULE", "off")
+        .output()
+        .expect("go runs");
+    assert!(
+        output.status.success(),
+        "go build: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let elf = std::fs::read(&binary).expect("built");
+    let elf = object::File::parse(elf.as_slice()).expect("an ELF file");
+    use object::{Object, ObjectSection};
+    for stripped in [".symtab", ".debug_frame", ".eh_frame"] {
+        assert!(
+            elf.section_by_name(stripped).is_none(),
+            "the binary has no {stripped}"
+        );
+    }
+    assert!(
+        elf.section_by_name(".gopclntab")
+            .is_some_and(|s| s.size() > 0)
+    );
+    let workload = KillOnDrop(
+        Command::new(&binary)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("workload starts"),
+    );
+    let samples = profile_pid(workload.0.id(), 10, dir.path(), "native");
+    let total: i64 = samples.iter().map(|s| s.count).sum();
+    let under_caller: i64 = samples
+        .iter()
+        .filter(|s| {
+            let hot = s.frames.iter().position(|(_, f)| f == "main.kilnGoHot");
+            let caller = s.frames.iter().position(|(_, f)| f == "main.kilnGoCaller");
+            matches!((hot, caller), (Some(hot), Some(caller)) if hot < caller)
+        })
+        .map(|s| s.count)
+        .sum();
+    assert_reach(&samples, &["main.kilnGoCaller"], 0.95, "stripped Go");
+    assert!(
+        under_caller as f64 >= 0.95 * total as f64,
+        "stripped Go: {under_caller} of {total} samples have main.kilnGoHot under main.kilnGoCaller"
+    );
+}
+
 /// Node keeps frame pointers in JIT code and names it in a perf map; those
 /// frames have no unwind info, so the walk falls back to frame pointers.
 #[test]

@@ -1,0 +1,515 @@
+//! Go's function table, `.gopclntab` (pure).
+//!
+//! Every Go binary keeps it, stripped or not, because Go's own runtime
+//! walks stacks and names functions with it. `-ldflags='-s -w'` (the
+//! default of many images' builds) removes `.symtab` and `.debug_frame`,
+//! which leaves this table as the only source of names, and of where a
+//! frame's return address is: a Go leaf function that needs no stack frame
+//! keeps no frame pointer, so a frame-pointer walk skips its caller.
+//!
+//! Read here, for the layouts of Go 1.16 to today (the header's magic
+//! names the layout):
+//! - the functions: entry address, end and name, for the symbol index;
+//! - each function's stack-pointer table (`pcsp`): how far below the
+//!   caller's stack pointer the function's own is at each pc, which gives
+//!   every Go frame's return address without CFI or frame pointers;
+//! - which functions are the roots of their stacks (`TOPFRAME`).
+//!
+//! Everything is bounds-checked against the section's bytes, every count
+//! against what those bytes can hold, and the pc tables' varints against
+//! overflow: the section comes from a container's file.
+
+use std::ops::Range;
+
+/// Why a `.gopclntab` was not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GoPclntabError {
+    /// The magic is not one of the layouts read here (before Go 1.16, or
+    /// not a function table at all).
+    #[error("unknown .gopclntab magic {magic:#x}")]
+    UnknownMagic {
+        /// The first four bytes.
+        magic: u32,
+    },
+    /// A field points outside the section, or a count is more than the
+    /// section can hold.
+    #[error("malformed .gopclntab: {what}")]
+    Malformed {
+        /// What was wrong.
+        what: &'static str,
+    },
+}
+
+/// The header layouts, by the Go release that introduced them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PclntabLayout {
+    /// Go 1.16 and 1.17: absolute entry addresses.
+    Go116,
+    /// Go 1.18 and 1.19: entries relative to the text start.
+    Go118,
+    /// Go 1.20 and later: as 1.18, with each function's start line.
+    Go120,
+}
+
+/// One function of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GoFunction {
+    /// Entry address (stated, as in the ELF file).
+    pub entry: u64,
+    /// The next function's entry: where this one ends.
+    pub end: u64,
+    /// Offset of the name in the name table (see [`Pclntab::names`]).
+    pub name: u32,
+    /// Offset of its stack-pointer table in the pc tables.
+    pub pcsp: u32,
+    /// Whether Go marks it as the root of its stack (`runtime.goexit`,
+    /// `runtime.mstart`, `runtime.rt0_go`).
+    pub top_frame: bool,
+}
+
+/// A parsed header, with the function table's place in the section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pclntab {
+    /// Which layout.
+    pub layout: PclntabLayout,
+    /// The pc quantum (1 on x86-64).
+    quantum: u8,
+    /// Functions in the table.
+    functions: usize,
+    /// Where `entry` offsets count from (1.18 and later).
+    text_start: u64,
+    /// Offsets in the section.
+    names: Range<usize>,
+    pc_tables: usize,
+    function_table: usize,
+}
+
+/// `_func.flag`'s bit for a stack's root.
+const FUNC_FLAG_TOPFRAME: u8 = 1;
+
+/// Steps decoded from one function's pc table at most: a stack-pointer
+/// table has a few (prologue, epilogue, calls that grow the stack); a
+/// forged one stops here.
+const MAX_STEPS_PER_TABLE: usize = 4096;
+
+fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(
+        bytes.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(
+        bytes.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
+}
+
+impl Pclntab {
+    /// Parses the header of a `.gopclntab` section; `text_section` is the
+    /// `.text` section's address, used where the header's text start is 0
+    /// (position-independent binaries leave it to a relocation).
+    pub fn parse(section: &[u8], text_section: u64) -> Result<Pclntab, GoPclntabError> {
+        let malformed = |what| GoPclntabError::Malformed { what };
+        let magic = u32_at(section, 0).ok_or(malformed("header"))?;
+        let layout = match magic {
+            0xffff_fffa => PclntabLayout::Go116,
+            0xffff_fff0 => PclntabLayout::Go118,
+            0xffff_fff1 => PclntabLayout::Go120,
+            magic => return Err(GoPclntabError::UnknownMagic { magic }),
+        };
+        let quantum = *section.get(6).ok_or(malformed("header"))?;
+        let pointer_size = *section.get(7).ok_or(malformed("header"))?;
+        if pointer_size != 8 || !matches!(quantum, 1 | 2 | 4) {
+            return Err(malformed("pointer size or pc quantum"));
+        }
+        let word = |index: usize| -> Result<u64, GoPclntabError> {
+            u64_at(section, 8 + index * 8).ok_or(malformed("header"))
+        };
+        let offset = |index: usize| -> Result<usize, GoPclntabError> {
+            usize::try_from(word(index)?)
+                .ok()
+                .filter(|&at| at <= section.len())
+                .ok_or(malformed("an offset past the section"))
+        };
+        let functions = usize::try_from(word(0)?).map_err(|_| malformed("function count"))?;
+        // Word 1 is the file count; 1.18 added the text start as word 2.
+        let (text_start, first_offset) = match layout {
+            PclntabLayout::Go116 => (0, 2),
+            PclntabLayout::Go118 | PclntabLayout::Go120 => match word(2)? {
+                0 => (text_section, 3),
+                start => (start, 3),
+            },
+        };
+        let names_start = offset(first_offset)?;
+        let names_end = offset(first_offset + 1)?; // the compilation units follow
+        let pc_tables = offset(first_offset + 3)?;
+        let function_table = offset(first_offset + 4)?;
+        if names_start > names_end {
+            return Err(malformed("name table bounds"));
+        }
+        let table = Pclntab {
+            layout,
+            quantum,
+            functions,
+            text_start,
+            names: names_start..names_end,
+            pc_tables,
+            function_table,
+        };
+        // The table holds one more entry than functions (the last end).
+        let entries_bytes = functions
+            .checked_add(1)
+            .and_then(|n| n.checked_mul(table.entry_size()))
+            .and_then(|n| n.checked_add(function_table))
+            .ok_or(malformed("function count"))?;
+        if entries_bytes > section.len() {
+            return Err(malformed("function count"));
+        }
+        Ok(table)
+    }
+
+    /// Functions in the table.
+    pub fn function_count(&self) -> usize {
+        self.functions
+    }
+
+    /// Where the name table lies in the section: names are NUL-terminated.
+    pub fn names(&self) -> Range<usize> {
+        self.names.clone()
+    }
+
+    fn entry_size(&self) -> usize {
+        match self.layout {
+            PclntabLayout::Go116 => 16,
+            PclntabLayout::Go118 | PclntabLayout::Go120 => 8,
+        }
+    }
+
+    /// The entry address and `_func` offset of table entry `index`.
+    fn entry(&self, section: &[u8], index: usize) -> Option<(u64, usize)> {
+        let at = self.function_table + index * self.entry_size();
+        match self.layout {
+            PclntabLayout::Go116 => Some((
+                u64_at(section, at)?,
+                usize::try_from(u64_at(section, at + 8)?).ok()?,
+            )),
+            PclntabLayout::Go118 | PclntabLayout::Go120 => Some((
+                self.text_start
+                    .checked_add(u64::from(u32_at(section, at)?))?,
+                usize::try_from(u32_at(section, at + 4)?).ok()?,
+            )),
+        }
+    }
+
+    /// Function `index`; `None` when its record is out of bounds or its
+    /// entries are out of order.
+    pub fn function(&self, section: &[u8], index: usize) -> Option<GoFunction> {
+        if index >= self.functions {
+            return None;
+        }
+        let (entry, record) = self.entry(section, index)?;
+        let (end, _) = self.entry(section, index + 1)?;
+        if end <= entry {
+            return None;
+        }
+        let record = self.function_table.checked_add(record)?;
+        // _func: the entry (a word in 1.16, 4 bytes later), then nameOff,
+        // args, deferreturn, pcsp; funcID and flag after cuOffset (and
+        // 1.20's startLine).
+        let (fields, flag_at) = match self.layout {
+            PclntabLayout::Go116 => (record + 8, record + 41),
+            PclntabLayout::Go118 => (record + 4, record + 37),
+            PclntabLayout::Go120 => (record + 4, record + 41),
+        };
+        let name = u32_at(section, fields)?;
+        let pcsp = u32_at(section, fields + 12)?;
+        let flag = *section.get(flag_at)?;
+        Some(GoFunction {
+            entry,
+            end,
+            name,
+            pcsp,
+            top_frame: flag & FUNC_FLAG_TOPFRAME != 0,
+        })
+    }
+
+    /// The functions, in address order; malformed records are left out.
+    pub fn functions<'a>(&'a self, section: &'a [u8]) -> impl Iterator<Item = GoFunction> + 'a {
+        (0..self.functions).filter_map(move |index| self.function(section, index))
+    }
+
+    /// The steps of `function`'s stack-pointer table: from each pc to the
+    /// next, how many bytes the function's stack pointer is below the one
+    /// it was entered with. Ends at the function's end, at a malformed
+    /// varint, or after [`MAX_STEPS_PER_TABLE`] steps.
+    pub fn sp_steps(&self, section: &[u8], function: &GoFunction) -> Vec<(Range<u64>, i32)> {
+        let Some(start) = self.pc_tables.checked_add(function.pcsp as usize) else {
+            return Vec::new();
+        };
+        let Some(mut table) = section.get(start..) else {
+            return Vec::new();
+        };
+        let mut steps = Vec::new();
+        let (mut pc, mut value) = (function.entry, -1i64);
+        while steps.len() < MAX_STEPS_PER_TABLE && pc < function.end {
+            let Some((delta, rest)) = uvarint(table) else {
+                break;
+            };
+            // A zero value delta ends the table, except as the first step.
+            if delta == 0 && !steps.is_empty() {
+                break;
+            }
+            let Some((pc_delta, rest)) = uvarint(rest) else {
+                break;
+            };
+            table = rest;
+            // Zig-zag: the low bit is the sign.
+            let delta = if delta & 1 != 0 {
+                !(delta >> 1) as i64
+            } else {
+                (delta >> 1) as i64
+            };
+            value = value.saturating_add(delta);
+            let next = pc_delta
+                .checked_mul(u64::from(self.quantum))
+                .and_then(|d| pc.checked_add(d))
+                .map_or(function.end, |next| next.min(function.end));
+            let (Ok(sp), true) = (i32::try_from(value), next > pc) else {
+                break;
+            };
+            steps.push((pc..next, sp));
+            pc = next;
+        }
+        steps
+    }
+}
+
+/// A little-endian base-128 varint of at most 32 bits (Go's pc tables
+/// write `uint32`s), and what follows it.
+fn uvarint(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    let mut value = 0u64;
+    for (index, &byte) in bytes.iter().enumerate().take(5) {
+        value |= u64::from(byte & 0x7f) << (7 * index);
+        if byte & 0x80 == 0 {
+            return Some((value, &bytes[index + 1..]));
+        }
+    }
+    None
+}
+
+/// Where a Go frame's caller is, from the stack-pointer tables of every
+/// function of one binary: 8 bytes a step, a few steps a function.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GoFrameTable {
+    /// Stated address the starts count from.
+    base: u64,
+    /// (start from `base`, rule), sorted by start; each holds to the next.
+    rows: Box<[(u32, i32)]>,
+}
+
+/// A row that no function covers (a gap, or past the last function).
+const NO_FUNCTION: i32 = i32::MIN;
+/// A row of a function that is its stack's root.
+const ROOT: i32 = i32::MIN + 1;
+
+/// What [`GoFrameTable::rule`] says of a pc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GoFrameRule {
+    /// The stack pointer is this many bytes below the one the function was
+    /// entered with, where its return address lies.
+    StackPointerBelowEntry(u32),
+    /// The function is its stack's root: there is no caller.
+    Root,
+}
+
+impl GoFrameTable {
+    /// The table of every function of `pclntab`, for starts from `base`
+    /// (the binary's lowest load address); `None` when no function has a
+    /// usable table.
+    pub fn build(pclntab: &Pclntab, section: &[u8], base: u64) -> Option<GoFrameTable> {
+        let mut rows: Vec<(u32, i32)> = Vec::with_capacity(pclntab.function_count() * 3);
+        let relative = |address: u64| u32::try_from(address.checked_sub(base)?).ok();
+        let mut last_end = None;
+        for function in pclntab.functions(section) {
+            let (Some(start), Some(end)) = (relative(function.entry), relative(function.end))
+            else {
+                continue;
+            };
+            // Functions out of order would break the binary search.
+            if rows.last().is_some_and(|&(last, _)| last > start) {
+                return None;
+            }
+            if last_end.is_some_and(|e| e < start) {
+                rows.push((last_end.unwrap_or(start), NO_FUNCTION));
+            }
+            if function.top_frame {
+                rows.push((start, ROOT));
+            } else {
+                for (range, sp) in pclntab.sp_steps(section, &function) {
+                    let Some(at) = relative(range.start) else {
+                        continue;
+                    };
+                    // A negative offset is no frame Go writes.
+                    rows.push((at, if sp < 0 { NO_FUNCTION } else { sp }));
+                }
+            }
+            last_end = Some(end);
+        }
+        let end = last_end?;
+        rows.push((end, NO_FUNCTION));
+        // Runs of one rule need one row.
+        rows.dedup_by(|next, previous| next.1 == previous.1);
+        Some(GoFrameTable {
+            base,
+            rows: rows.into_boxed_slice(),
+        })
+    }
+
+    /// The rule at stated address `pc`; `None` outside Go's functions.
+    pub fn rule(&self, pc: u64) -> Option<GoFrameRule> {
+        let relative = u32::try_from(pc.checked_sub(self.base)?).ok()?;
+        let after = self.rows.partition_point(|&(start, _)| start <= relative);
+        let (_, rule) = self.rows[after.checked_sub(1)?];
+        match rule {
+            NO_FUNCTION => None,
+            ROOT => Some(GoFrameRule::Root),
+            sp => u32::try_from(sp)
+                .ok()
+                .map(GoFrameRule::StackPointerBelowEntry),
+        }
+    }
+
+    /// Bytes the table holds.
+    pub fn held_bytes(&self) -> u64 {
+        (self.rows.len() * size_of::<(u32, i32)>()) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Go 1.20 table of two functions at 0x401000 and 0x401040 (the
+    /// first a root), ending at 0x401080, written as Go's linker lays it out.
+    fn table_120() -> Vec<u8> {
+        let mut section = vec![0u8; 0x200];
+        section[..4].copy_from_slice(&0xffff_fff1u32.to_le_bytes());
+        section[6] = 1; // quantum
+        section[7] = 8; // pointer size
+        let words: [u64; 8] = [2, 0, 0x401000, 0x60, 0x70, 0x70, 0x80, 0x100];
+        for (i, word) in words.iter().enumerate() {
+            section[8 + i * 8..16 + i * 8].copy_from_slice(&word.to_le_bytes());
+        }
+        section[0x60..0x6a].copy_from_slice(b"main.root\0");
+        section[0x6a..0x70].copy_from_slice(b"main.\0");
+        // pcsp of the second function: 0 for 4 bytes, 24 for 0x38, 0 to the end.
+        // Value deltas are zig-zag: +1 from -1 is 2, +24 is 48, -24 is 47.
+        section[0x80..0x86].copy_from_slice(&[2, 4, 48, 0x38, 47, 4]);
+        // function table: (entryoff, funcoff) x 3
+        let table = [(0u32, 0x40u32), (0x40, 0x70), (0x80, 0)];
+        for (i, (entry, func)) in table.iter().enumerate() {
+            section[0x100 + i * 8..0x104 + i * 8].copy_from_slice(&entry.to_le_bytes());
+            section[0x104 + i * 8..0x108 + i * 8].copy_from_slice(&func.to_le_bytes());
+        }
+        // _func records at 0x140 and 0x170: nameOff at +4, pcsp at +16, flag at +41.
+        section[0x144..0x148].copy_from_slice(&0u32.to_le_bytes());
+        section[0x140 + 41] = FUNC_FLAG_TOPFRAME;
+        section[0x174..0x178].copy_from_slice(&5u32.to_le_bytes());
+        section[0x180..0x184].copy_from_slice(&0u32.to_le_bytes());
+        section
+    }
+
+    #[test]
+    fn a_go_120_table_gives_each_function_its_range_name_and_root_flag() {
+        let section = table_120();
+        let table = Pclntab::parse(&section, 0).expect("parsed");
+        assert_eq!(table.layout, PclntabLayout::Go120);
+        assert_eq!(table.names(), 0x60..0x70);
+        let functions: Vec<GoFunction> = table.functions(&section).collect();
+        assert_eq!(functions.len(), 2);
+        assert_eq!(
+            (functions[0].entry, functions[0].end, functions[0].top_frame),
+            (0x401000, 0x401040, true)
+        );
+        assert_eq!(
+            (functions[1].entry, functions[1].end, functions[1].name),
+            (0x401040, 0x401080, 5)
+        );
+        assert_eq!(
+            table.sp_steps(&section, &functions[1]),
+            vec![
+                (0x401040..0x401044, 0),
+                (0x401044..0x40107c, 24),
+                (0x40107c..0x401080, 0)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_frame_table_answers_each_pc_with_its_functions_rule() {
+        let section = table_120();
+        let pclntab = Pclntab::parse(&section, 0).expect("parsed");
+        let frames = GoFrameTable::build(&pclntab, &section, 0x400000).expect("built");
+        assert_eq!(frames.rule(0x401010), Some(GoFrameRule::Root));
+        assert_eq!(
+            frames.rule(0x401040),
+            Some(GoFrameRule::StackPointerBelowEntry(0))
+        );
+        assert_eq!(
+            frames.rule(0x401050),
+            Some(GoFrameRule::StackPointerBelowEntry(24))
+        );
+        assert_eq!(
+            frames.rule(0x40107f),
+            Some(GoFrameRule::StackPointerBelowEntry(0))
+        );
+        assert_eq!(frames.rule(0x401080), None, "past the last function");
+        assert_eq!(frames.rule(0x400fff), None, "before the first");
+        assert_eq!(frames.rule(0x3fffff), None, "below the base");
+    }
+
+    #[test]
+    fn forged_headers_and_tables_are_refused_or_cut_short() {
+        let section = table_120();
+        assert!(matches!(
+            Pclntab::parse(&section[..4], 0),
+            Err(GoPclntabError::Malformed { .. })
+        ));
+        let mut wrong = section.clone();
+        wrong[..4].copy_from_slice(&0xffff_fffbu32.to_le_bytes());
+        assert_eq!(
+            Pclntab::parse(&wrong, 0),
+            Err(GoPclntabError::UnknownMagic { magic: 0xffff_fffb })
+        );
+        // More functions than the section holds.
+        let mut many = section.clone();
+        many[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(Pclntab::parse(&many, 0).is_err());
+        // An offset past the end.
+        let mut far = section.clone();
+        far[64..72].copy_from_slice(&0x10_0000u64.to_le_bytes());
+        assert!(Pclntab::parse(&far, 0).is_err());
+        // A pc table of endless varints and one that never ends.
+        let mut endless = section.clone();
+        endless[0x80..0x86].copy_from_slice(&[0xff; 6]);
+        let table = Pclntab::parse(&endless, 0).expect("header is fine");
+        let function = table.function(&endless, 1).expect("record is fine");
+        assert!(table.sp_steps(&endless, &function).is_empty());
+        let mut long = section.clone();
+        long[0x80..0x84].copy_from_slice(&[2, 1, 2, 1]);
+        long[0x84..0x100].fill(1);
+        let table = Pclntab::parse(&long, 0).expect("header is fine");
+        let function = table.function(&long, 1).expect("record is fine");
+        let steps = table.sp_steps(&long, &function);
+        assert!(steps.len() <= 0x40, "bounded by the function's size");
+        assert!(steps.iter().all(|(range, _)| range.end <= 0x401080));
+    }
+
+    #[test]
+    fn varints_past_32_bits_are_malformed() {
+        assert_eq!(uvarint(&[0x05, 9]), Some((5, &[9u8][..])));
+        assert_eq!(uvarint(&[0x80, 0x01]), Some((128, &[][..])));
+        assert_eq!(uvarint(&[0x80; 6]), None);
+        assert_eq!(uvarint(&[]), None);
+    }
+}
