@@ -13,7 +13,7 @@ use object::elf;
 use object::read::elf::{FileHeader, NoteIterator, ProgramHeader, SectionHeader};
 use object::{Endianness, ReadCache, SectionIndex};
 
-use crate::go_pclntab::Pclntab;
+use crate::go_pclntab::{Pclntab, WindowedSection};
 use crate::symbol_index::{
     FoundSymbol, RawSymbol, SymbolIndex, SymbolIndexBuilder, SymbolTableKind,
 };
@@ -174,7 +174,6 @@ pub fn read_symbol_index(
     let bytes = tables
         .iter()
         .map(|&(_, (_, size), (_, strings))| size.saturating_add(strings))
-        .chain(go_table.map(|(_, size, _)| size))
         .fold(0u64, u64::saturating_add);
     if bytes > max_table_bytes {
         return Err(ElfSymbolsError::TooLarge {
@@ -216,37 +215,49 @@ pub fn read_symbol_index(
         }
     }
     if let Some(go_table) = go_table {
-        add_go_functions(file, go_table, &mut builder)?;
+        add_go_functions(file, go_table, max_table_bytes - bytes, &mut builder)?;
     }
     Ok(builder.finish())
 }
 
 /// Indexes the functions of a Go binary's `.gopclntab` (offset, size and
 /// the `.text` address) as its full symbol table: their names lie in the
-/// table's name section, NUL-terminated like a string table's. A table
-/// whose header is not one Go writes adds nothing.
+/// table's name section, NUL-terminated like a string table's. The table
+/// is read a window at a time; it is charged as the `.symtab` and
+/// `.strtab` it stands in for (24 bytes a function, and its names)
+/// against `max_table_bytes`. A header that is not one Go writes adds
+/// nothing.
 fn add_go_functions(
     file: &File,
     (offset, size, text): (u64, u64, u64),
+    max_table_bytes: u64,
     builder: &mut SymbolIndexBuilder,
 ) -> Result<(), ElfSymbolsError> {
-    // Within the caller's cap, so it fits memory; held only while indexed.
-    let mut section = vec![0u8; usize::try_from(size).map_err(|_| ElfSymbolsError::NotElf)?];
-    file.read_exact_at(&mut section, offset)
-        .map_err(|source| ElfSymbolsError::Read {
-            what: "Go's function table",
-            source,
-        })?;
-    let Ok(pclntab) = Pclntab::parse(&section, text) else {
+    let size = usize::try_from(size).map_err(|_| ElfSymbolsError::NotElf)?;
+    let mut source = WindowedSection::new(
+        |at, buffer: &mut [u8]| file.read_exact_at(buffer, at).is_ok(),
+        offset,
+        size,
+    );
+    let Ok(pclntab) = Pclntab::parse(&mut source, text) else {
         return Ok(());
     };
     let names = pclntab.names();
+    let bytes = (pclntab.function_count() as u64)
+        .saturating_mul(size_of::<Symbol>() as u64)
+        .saturating_add(names.len() as u64);
+    if bytes > max_table_bytes {
+        return Err(ElfSymbolsError::TooLarge {
+            bytes,
+            cap: max_table_bytes,
+        });
+    }
     builder.start_table(
         SymbolTableKind::Full,
         (offset + names.start as u64, names.len() as u64),
         pclntab.function_count(),
     );
-    for function in pclntab.functions(&section) {
+    pclntab.each_function(&mut source, |_, function| {
         builder.add(
             SymbolTableKind::Full,
             RawSymbol {
@@ -257,7 +268,7 @@ fn add_go_functions(
                 size: function.end - function.entry,
             },
         );
-    }
+    });
     Ok(())
 }
 

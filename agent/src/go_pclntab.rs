@@ -92,50 +92,181 @@ const FUNC_FLAG_TOPFRAME: u8 = 1;
 /// forged one stops here.
 const MAX_STEPS_PER_TABLE: usize = 4096;
 
-fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(
-        bytes.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
+/// The bytes of a `.gopclntab`: the whole section in memory, or a file's
+/// section read a window at a time ([`WindowedSection`]). A large Go
+/// binary's table is tens of MB (kube-apiserver's: 62 MB), and most of it
+/// is line tables this module never reads.
+pub trait PclntabSource {
+    /// The section's length.
+    fn section_len(&self) -> usize;
+    /// `len` bytes at `offset`: `None` past the end or when reading fails.
+    /// `len` is at most [`MAX_READ`].
+    fn bytes(&mut self, offset: usize, len: usize) -> Option<&[u8]>;
 }
 
-fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(
-        bytes.get(at..at.checked_add(8)?)?.try_into().ok()?,
-    ))
+/// The most bytes [`PclntabSource::bytes`] is asked for at once.
+pub const MAX_READ: usize = 64;
+
+impl PclntabSource for &[u8] {
+    fn section_len(&self) -> usize {
+        self.len()
+    }
+
+    fn bytes(&mut self, offset: usize, len: usize) -> Option<&[u8]> {
+        self.get(offset..offset.checked_add(len)?)
+    }
+}
+
+/// Bytes per window, and windows kept: the function table and records are
+/// read in order, the pc tables mostly in order with a few shared tables
+/// read again and again.
+const WINDOW_BYTES: usize = 64 * 1024;
+const WINDOWS: usize = 4;
+
+/// A file's section read through `read_at(file offset, buffer)` a window
+/// at a time, the least recently used window replaced: 256 KiB at most,
+/// whatever the section's size.
+pub struct WindowedSection<R: FnMut(u64, &mut [u8]) -> bool> {
+    read_at: R,
+    section_offset: u64,
+    section_len: usize,
+    /// (start in the section, bytes, last use)
+    windows: Vec<(usize, Vec<u8>, u64)>,
+    clock: u64,
+    reads: u64,
+}
+
+impl<R: FnMut(u64, &mut [u8]) -> bool> std::fmt::Debug for WindowedSection<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WindowedSection")
+            .field("section_offset", &self.section_offset)
+            .field("section_len", &self.section_len)
+            .field("windows", &self.windows.len())
+            .field("reads", &self.reads)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: FnMut(u64, &mut [u8]) -> bool> WindowedSection<R> {
+    /// The section at `section_offset` of `section_len` bytes.
+    pub fn new(read_at: R, section_offset: u64, section_len: usize) -> Self {
+        WindowedSection {
+            read_at,
+            section_offset,
+            section_len,
+            windows: Vec::with_capacity(WINDOWS),
+            clock: 0,
+            reads: 0,
+        }
+    }
+
+    /// Windows read so far.
+    pub fn reads(&self) -> u64 {
+        self.reads
+    }
+}
+
+impl<R: FnMut(u64, &mut [u8]) -> bool> PclntabSource for WindowedSection<R> {
+    fn section_len(&self) -> usize {
+        self.section_len
+    }
+
+    fn bytes(&mut self, offset: usize, len: usize) -> Option<&[u8]> {
+        let end = offset.checked_add(len)?;
+        if end > self.section_len || len > MAX_READ {
+            return None;
+        }
+        self.clock += 1;
+        let clock = self.clock;
+        let found = self
+            .windows
+            .iter()
+            .position(|(start, bytes, _)| *start <= offset && end <= start + bytes.len());
+        let index = match found {
+            Some(index) => index,
+            None => {
+                // From the page holding `offset`, so that a read just behind
+                // the last one still falls in the window.
+                let start = offset & !4095;
+                let size = WINDOW_BYTES.min(self.section_len - start);
+                let mut bytes = vec![0; size];
+                let at = self.section_offset.checked_add(start as u64)?;
+                if !(self.read_at)(at, &mut bytes) {
+                    return None;
+                }
+                self.reads += 1;
+                if self.windows.len() < WINDOWS {
+                    self.windows.push((start, bytes, clock));
+                    self.windows.len() - 1
+                } else {
+                    let oldest = self
+                        .windows
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, (_, _, used))| *used)
+                        .map_or(0, |(index, _)| index);
+                    self.windows[oldest] = (start, bytes, clock);
+                    oldest
+                }
+            }
+        };
+        let (start, bytes, used) = &mut self.windows[index];
+        *used = clock;
+        bytes.get(offset - *start..end - *start)
+    }
+}
+
+fn u8_at(source: &mut impl PclntabSource, at: usize) -> Option<u8> {
+    Some(source.bytes(at, 1)?[0])
+}
+
+fn u32_at(source: &mut impl PclntabSource, at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(source.bytes(at, 4)?.try_into().ok()?))
+}
+
+fn u64_at(source: &mut impl PclntabSource, at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(source.bytes(at, 8)?.try_into().ok()?))
 }
 
 impl Pclntab {
     /// Parses the header of a `.gopclntab` section; `text_section` is the
     /// `.text` section's address, used where the header's text start is 0
     /// (position-independent binaries leave it to a relocation).
-    pub fn parse(section: &[u8], text_section: u64) -> Result<Pclntab, GoPclntabError> {
+    pub fn parse(
+        source: &mut impl PclntabSource,
+        text_section: u64,
+    ) -> Result<Pclntab, GoPclntabError> {
         let malformed = |what| GoPclntabError::Malformed { what };
-        let magic = u32_at(section, 0).ok_or(malformed("header"))?;
+        let section_len = source.section_len();
+        let magic = u32_at(source, 0).ok_or(malformed("header"))?;
         let layout = match magic {
             0xffff_fffa => PclntabLayout::Go116,
             0xffff_fff0 => PclntabLayout::Go118,
             0xffff_fff1 => PclntabLayout::Go120,
             magic => return Err(GoPclntabError::UnknownMagic { magic }),
         };
-        let quantum = *section.get(6).ok_or(malformed("header"))?;
-        let pointer_size = *section.get(7).ok_or(malformed("header"))?;
+        let quantum = u8_at(source, 6).ok_or(malformed("header"))?;
+        let pointer_size = u8_at(source, 7).ok_or(malformed("header"))?;
         if pointer_size != 8 || !matches!(quantum, 1 | 2 | 4) {
             return Err(malformed("pointer size or pc quantum"));
         }
-        let word = |index: usize| -> Result<u64, GoPclntabError> {
-            u64_at(section, 8 + index * 8).ok_or(malformed("header"))
-        };
+        let mut words = [0u64; 8];
+        for (index, word) in words.iter_mut().enumerate() {
+            // 1.16's header has seven words; the eighth is then the
+            // function table's first entry, never used as a header word.
+            *word = u64_at(source, 8 + index * 8).ok_or(malformed("header"))?;
+        }
         let offset = |index: usize| -> Result<usize, GoPclntabError> {
-            usize::try_from(word(index)?)
+            usize::try_from(words[index])
                 .ok()
-                .filter(|&at| at <= section.len())
+                .filter(|&at| at <= section_len)
                 .ok_or(malformed("an offset past the section"))
         };
-        let functions = usize::try_from(word(0)?).map_err(|_| malformed("function count"))?;
+        let functions = usize::try_from(words[0]).map_err(|_| malformed("function count"))?;
         // Word 1 is the file count; 1.18 added the text start as word 2.
         let (text_start, first_offset) = match layout {
             PclntabLayout::Go116 => (0, 2),
-            PclntabLayout::Go118 | PclntabLayout::Go120 => match word(2)? {
+            PclntabLayout::Go118 | PclntabLayout::Go120 => match words[2] {
                 0 => (text_section, 3),
                 start => (start, 3),
             },
@@ -162,7 +293,7 @@ impl Pclntab {
             .and_then(|n| n.checked_mul(table.entry_size()))
             .and_then(|n| n.checked_add(function_table))
             .ok_or(malformed("function count"))?;
-        if entries_bytes > section.len() {
+        if entries_bytes > section_len {
             return Err(malformed("function count"));
         }
         Ok(table)
@@ -186,29 +317,29 @@ impl Pclntab {
     }
 
     /// The entry address and `_func` offset of table entry `index`.
-    fn entry(&self, section: &[u8], index: usize) -> Option<(u64, usize)> {
+    fn entry(&self, source: &mut impl PclntabSource, index: usize) -> Option<(u64, usize)> {
         let at = self.function_table + index * self.entry_size();
         match self.layout {
             PclntabLayout::Go116 => Some((
-                u64_at(section, at)?,
-                usize::try_from(u64_at(section, at + 8)?).ok()?,
+                u64_at(source, at)?,
+                usize::try_from(u64_at(source, at + 8)?).ok()?,
             )),
             PclntabLayout::Go118 | PclntabLayout::Go120 => Some((
                 self.text_start
-                    .checked_add(u64::from(u32_at(section, at)?))?,
-                usize::try_from(u32_at(section, at + 4)?).ok()?,
+                    .checked_add(u64::from(u32_at(source, at)?))?,
+                usize::try_from(u32_at(source, at + 4)?).ok()?,
             )),
         }
     }
 
     /// Function `index`; `None` when its record is out of bounds or its
     /// entries are out of order.
-    pub fn function(&self, section: &[u8], index: usize) -> Option<GoFunction> {
+    pub fn function(&self, source: &mut impl PclntabSource, index: usize) -> Option<GoFunction> {
         if index >= self.functions {
             return None;
         }
-        let (entry, record) = self.entry(section, index)?;
-        let (end, _) = self.entry(section, index + 1)?;
+        let (entry, record) = self.entry(source, index)?;
+        let (end, _) = self.entry(source, index + 1)?;
         if end <= entry {
             return None;
         }
@@ -221,9 +352,9 @@ impl Pclntab {
             PclntabLayout::Go118 => (record + 4, record + 37),
             PclntabLayout::Go120 => (record + 4, record + 41),
         };
-        let name = u32_at(section, fields)?;
-        let pcsp = u32_at(section, fields + 12)?;
-        let flag = *section.get(flag_at)?;
+        let name = u32_at(source, fields)?;
+        let pcsp = u32_at(source, fields + 12)?;
+        let flag = u8_at(source, flag_at)?;
         Some(GoFunction {
             entry,
             end,
@@ -233,36 +364,46 @@ impl Pclntab {
         })
     }
 
-    /// The functions, in address order; malformed records are left out.
-    pub fn functions<'a>(&'a self, section: &'a [u8]) -> impl Iterator<Item = GoFunction> + 'a {
-        (0..self.functions).filter_map(move |index| self.function(section, index))
+    /// Calls `each` with the source and every function, in address order;
+    /// malformed records are left out.
+    pub fn each_function<S: PclntabSource>(
+        &self,
+        source: &mut S,
+        mut each: impl FnMut(&mut S, GoFunction),
+    ) {
+        for index in 0..self.functions {
+            if let Some(function) = self.function(source, index) {
+                each(source, function);
+            }
+        }
     }
 
     /// The steps of `function`'s stack-pointer table: from each pc to the
     /// next, how many bytes the function's stack pointer is below the one
     /// it was entered with. Ends at the function's end, at a malformed
     /// varint, or after [`MAX_STEPS_PER_TABLE`] steps.
-    pub fn sp_steps(&self, section: &[u8], function: &GoFunction) -> Vec<(Range<u64>, i32)> {
-        let Some(start) = self.pc_tables.checked_add(function.pcsp as usize) else {
-            return Vec::new();
-        };
-        let Some(mut table) = section.get(start..) else {
+    pub fn sp_steps(
+        &self,
+        source: &mut impl PclntabSource,
+        function: &GoFunction,
+    ) -> Vec<(Range<u64>, i32)> {
+        let Some(mut at) = self.pc_tables.checked_add(function.pcsp as usize) else {
             return Vec::new();
         };
         let mut steps = Vec::new();
         let (mut pc, mut value) = (function.entry, -1i64);
         while steps.len() < MAX_STEPS_PER_TABLE && pc < function.end {
-            let Some((delta, rest)) = uvarint(table) else {
+            let Some((delta, used)) = uvarint_at(source, at) else {
                 break;
             };
             // A zero value delta ends the table, except as the first step.
             if delta == 0 && !steps.is_empty() {
                 break;
             }
-            let Some((pc_delta, rest)) = uvarint(rest) else {
+            let Some((pc_delta, used_too)) = uvarint_at(source, at + used) else {
                 break;
             };
-            table = rest;
+            at += used + used_too;
             // Zig-zag: the low bit is the sign.
             let delta = if delta & 1 != 0 {
                 !(delta >> 1) as i64
@@ -282,6 +423,14 @@ impl Pclntab {
         }
         steps
     }
+}
+
+/// The varint at `at` and the bytes it took.
+fn uvarint_at(source: &mut impl PclntabSource, at: usize) -> Option<(u64, usize)> {
+    let len = source.section_len().checked_sub(at)?.min(5);
+    let bytes = source.bytes(at, len)?;
+    let (value, rest) = uvarint(bytes)?;
+    Some((value, len - rest.len()))
 }
 
 /// A little-endian base-128 varint of at most 32 bits (Go's pc tables
@@ -307,6 +456,10 @@ pub struct GoFrameTable {
     rows: Box<[(u32, i32)]>,
 }
 
+/// Rows of one table at most: kube-apiserver's 138,620 functions have
+/// 772,888 (6.2 MB).
+const MAX_ROWS: usize = 2 << 20;
+
 /// A row that no function covers (a gap, or past the last function).
 const NO_FUNCTION: i32 = i32::MIN;
 /// A row of a function that is its stack's root.
@@ -326,38 +479,77 @@ impl GoFrameTable {
     /// The table of every function of `pclntab`, for starts from `base`
     /// (the binary's lowest load address); `None` when no function has a
     /// usable table.
-    pub fn build(pclntab: &Pclntab, section: &[u8], base: u64) -> Option<GoFrameTable> {
-        let mut rows: Vec<(u32, i32)> = Vec::with_capacity(pclntab.function_count() * 3);
+    pub fn build(
+        pclntab: &Pclntab,
+        source: &mut impl PclntabSource,
+        base: u64,
+    ) -> Option<GoFrameTable> {
         let relative = |address: u64| u32::try_from(address.checked_sub(base)?).ok();
-        let mut last_end = None;
-        for function in pclntab.functions(section) {
+        // First the functions in address order, then their tables in the
+        // order they lie in the section: Go's linker shares one copy of
+        // equal tables, so in address order the reads jump about (50,765
+        // windows of 64 KiB for kube-apiserver's 40 MB table).
+        // (start, end) from the base, the table's offset, whether a root.
+        let mut functions: Vec<(u32, u32, u32, bool)> =
+            Vec::with_capacity(pclntab.function_count().min(1 << 16));
+        let mut in_order = true;
+        pclntab.each_function(source, |_, function| {
             let (Some(start), Some(end)) = (relative(function.entry), relative(function.end))
             else {
-                continue;
+                return;
             };
-            // Functions out of order would break the binary search.
-            if rows.last().is_some_and(|&(last, _)| last > start) {
+            // Overlapping or unsorted functions would break the search.
+            in_order &= functions
+                .last()
+                .is_none_or(|&(_, last_end, ..)| last_end <= start);
+            if in_order {
+                functions.push((start, end, function.pcsp, function.top_frame));
+            }
+        });
+        if !in_order {
+            return None;
+        }
+        let mut rows: Vec<(u32, i32)> = Vec::with_capacity(functions.len() * 4);
+        for &(start, end, _, top_frame) in &functions {
+            // A function's end has no rule until the next one's start; a
+            // root has no caller; where another's table is cut short or
+            // missing it has no rule, never the rule of the one before it.
+            rows.push((end, NO_FUNCTION));
+            rows.push((start, if top_frame { ROOT } else { NO_FUNCTION }));
+        }
+        functions.retain(|&(.., top_frame)| !top_frame);
+        functions.sort_unstable_by_key(|&(_, _, pcsp, _)| pcsp);
+        for &(start, end, pcsp, _) in &functions {
+            let function = GoFunction {
+                entry: base + u64::from(start),
+                end: base + u64::from(end),
+                name: 0,
+                pcsp,
+                top_frame: false,
+            };
+            for (range, sp) in pclntab.sp_steps(source, &function) {
+                // A negative offset is no frame Go writes.
+                let rule = if sp < 0 { NO_FUNCTION } else { sp };
+                rows.push((relative(range.start)?, rule));
+            }
+            // Forged functions can share one long table; real ones have a
+            // few rows each.
+            if rows.len() > MAX_ROWS {
                 return None;
             }
-            if last_end.is_some_and(|e| e < start) {
-                rows.push((last_end.unwrap_or(start), NO_FUNCTION));
-            }
-            if function.top_frame {
-                rows.push((start, ROOT));
-            } else {
-                for (range, sp) in pclntab.sp_steps(section, &function) {
-                    let Some(at) = relative(range.start) else {
-                        continue;
-                    };
-                    // A negative offset is no frame Go writes.
-                    rows.push((at, if sp < 0 { NO_FUNCTION } else { sp }));
-                }
-            }
-            last_end = Some(end);
         }
-        let end = last_end?;
-        rows.push((end, NO_FUNCTION));
-        // Runs of one rule need one row.
+        drop(functions);
+        // At one pc a rule outweighs no rule (a table's first step and the
+        // marks of a function's start and the one before's end meet there).
+        rows.sort_unstable_by_key(|&(start, rule)| (start, rule != NO_FUNCTION));
+        // Of rows at one pc the last holds; runs of one rule need one row.
+        rows.dedup_by(|next, previous| {
+            let same_start = next.0 == previous.0;
+            if same_start {
+                *previous = *next;
+            }
+            same_start
+        });
         rows.dedup_by(|next, previous| next.1 == previous.1);
         Some(GoFrameTable {
             base,
@@ -389,14 +581,29 @@ impl GoFrameTable {
 mod tests {
     use super::*;
 
-    /// A Go 1.20 table of two functions at 0x401000 and 0x401040 (the
-    /// first a root), ending at 0x401080, written as Go's linker lays it out.
-    fn table_120() -> Vec<u8> {
+    fn functions(table: &Pclntab, mut section: &[u8]) -> Vec<GoFunction> {
+        let mut all = Vec::new();
+        table.each_function(&mut section, |_, function| all.push(function));
+        all
+    }
+
+    /// A table of two functions at 0x401000 and 0x401040 (the first a
+    /// root), ending at 0x401080, in `layout`, as Go's linker lays it out.
+    fn table(layout: PclntabLayout) -> Vec<u8> {
         let mut section = vec![0u8; 0x200];
-        section[..4].copy_from_slice(&0xffff_fff1u32.to_le_bytes());
+        let magic: u32 = match layout {
+            PclntabLayout::Go116 => 0xffff_fffa,
+            PclntabLayout::Go118 => 0xffff_fff0,
+            PclntabLayout::Go120 => 0xffff_fff1,
+        };
+        section[..4].copy_from_slice(&magic.to_le_bytes());
         section[6] = 1; // quantum
         section[7] = 8; // pointer size
-        let words: [u64; 8] = [2, 0, 0x401000, 0x60, 0x70, 0x70, 0x80, 0x100];
+        // nfunc, nfiles, [textStart,] funcname, cu, filetab, pctab, pcln
+        let words: Vec<u64> = match layout {
+            PclntabLayout::Go116 => vec![2, 0, 0x60, 0x70, 0x70, 0x80, 0x100],
+            _ => vec![2, 0, 0x401000, 0x60, 0x70, 0x70, 0x80, 0x100],
+        };
         for (i, word) in words.iter().enumerate() {
             section[8 + i * 8..16 + i * 8].copy_from_slice(&word.to_le_bytes());
         }
@@ -405,27 +612,72 @@ mod tests {
         // pcsp of the second function: 0 for 4 bytes, 24 for 0x38, 0 to the end.
         // Value deltas are zig-zag: +1 from -1 is 2, +24 is 48, -24 is 47.
         section[0x80..0x86].copy_from_slice(&[2, 4, 48, 0x38, 47, 4]);
-        // function table: (entryoff, funcoff) x 3
-        let table = [(0u32, 0x40u32), (0x40, 0x70), (0x80, 0)];
-        for (i, (entry, func)) in table.iter().enumerate() {
-            section[0x100 + i * 8..0x104 + i * 8].copy_from_slice(&entry.to_le_bytes());
-            section[0x104 + i * 8..0x108 + i * 8].copy_from_slice(&func.to_le_bytes());
-        }
-        // _func records at 0x140 and 0x170: nameOff at +4, pcsp at +16, flag at +41.
-        section[0x144..0x148].copy_from_slice(&0u32.to_le_bytes());
-        section[0x140 + 41] = FUNC_FLAG_TOPFRAME;
-        section[0x174..0x178].copy_from_slice(&5u32.to_le_bytes());
-        section[0x180..0x184].copy_from_slice(&0u32.to_le_bytes());
+        // The function table, (entry, funcoff) x 3, then the _func records
+        // at 0x140 and 0x170 (offsets from the table): the name offset, the
+        // pcsp offset (0 for both) and the flag where the layout puts them.
+        let entries = [(0x401000u64, 0x40u64), (0x401040, 0x70), (0x401080, 0)];
+        let (fields, flag) = match layout {
+            PclntabLayout::Go116 => {
+                for (i, (entry, func)) in entries.iter().enumerate() {
+                    section[0x100 + i * 16..0x108 + i * 16].copy_from_slice(&entry.to_le_bytes());
+                    section[0x108 + i * 16..0x110 + i * 16].copy_from_slice(&func.to_le_bytes());
+                }
+                (8, 41)
+            }
+            PclntabLayout::Go118 | PclntabLayout::Go120 => {
+                for (i, (entry, func)) in entries.iter().enumerate() {
+                    let entry = (entry - 0x401000) as u32;
+                    let func = *func as u32;
+                    section[0x100 + i * 8..0x104 + i * 8].copy_from_slice(&entry.to_le_bytes());
+                    section[0x104 + i * 8..0x108 + i * 8].copy_from_slice(&func.to_le_bytes());
+                }
+                (
+                    4,
+                    if layout == PclntabLayout::Go118 {
+                        37
+                    } else {
+                        41
+                    },
+                )
+            }
+        };
+        section[0x140 + fields..0x144 + fields].copy_from_slice(&0u32.to_le_bytes());
+        section[0x140 + flag] = FUNC_FLAG_TOPFRAME;
+        section[0x170 + fields..0x174 + fields].copy_from_slice(&5u32.to_le_bytes());
         section
+    }
+
+    fn table_120() -> Vec<u8> {
+        table(PclntabLayout::Go120)
+    }
+
+    #[test]
+    fn the_go_116_and_118_layouts_read_as_the_120_one() {
+        for layout in [PclntabLayout::Go116, PclntabLayout::Go118] {
+            let section = table(layout);
+            let table = Pclntab::parse(&mut section.as_slice(), 0).expect("parsed");
+            assert_eq!(table.layout, layout);
+            let reference = table_120();
+            let expected = functions(
+                &Pclntab::parse(&mut reference.as_slice(), 0).expect("parsed"),
+                &reference,
+            );
+            let functions: Vec<GoFunction> = functions(&table, &section);
+            assert_eq!(functions, expected, "{layout:?}");
+            assert_eq!(
+                table.sp_steps(&mut section.as_slice(), &functions[1]).len(),
+                3
+            );
+        }
     }
 
     #[test]
     fn a_go_120_table_gives_each_function_its_range_name_and_root_flag() {
         let section = table_120();
-        let table = Pclntab::parse(&section, 0).expect("parsed");
+        let table = Pclntab::parse(&mut section.as_slice(), 0).expect("parsed");
         assert_eq!(table.layout, PclntabLayout::Go120);
         assert_eq!(table.names(), 0x60..0x70);
-        let functions: Vec<GoFunction> = table.functions(&section).collect();
+        let functions: Vec<GoFunction> = functions(&table, &section);
         assert_eq!(functions.len(), 2);
         assert_eq!(
             (functions[0].entry, functions[0].end, functions[0].top_frame),
@@ -436,7 +688,7 @@ mod tests {
             (0x401040, 0x401080, 5)
         );
         assert_eq!(
-            table.sp_steps(&section, &functions[1]),
+            table.sp_steps(&mut section.as_slice(), &functions[1]),
             vec![
                 (0x401040..0x401044, 0),
                 (0x401044..0x40107c, 24),
@@ -448,8 +700,9 @@ mod tests {
     #[test]
     fn the_frame_table_answers_each_pc_with_its_functions_rule() {
         let section = table_120();
-        let pclntab = Pclntab::parse(&section, 0).expect("parsed");
-        let frames = GoFrameTable::build(&pclntab, &section, 0x400000).expect("built");
+        let pclntab = Pclntab::parse(&mut section.as_slice(), 0).expect("parsed");
+        let frames =
+            GoFrameTable::build(&pclntab, &mut section.as_slice(), 0x400000).expect("built");
         assert_eq!(frames.rule(0x401010), Some(GoFrameRule::Root));
         assert_eq!(
             frames.rule(0x401040),
@@ -472,35 +725,43 @@ mod tests {
     fn forged_headers_and_tables_are_refused_or_cut_short() {
         let section = table_120();
         assert!(matches!(
-            Pclntab::parse(&section[..4], 0),
+            Pclntab::parse(&mut &section[..4], 0),
             Err(GoPclntabError::Malformed { .. })
         ));
         let mut wrong = section.clone();
         wrong[..4].copy_from_slice(&0xffff_fffbu32.to_le_bytes());
         assert_eq!(
-            Pclntab::parse(&wrong, 0),
+            Pclntab::parse(&mut wrong.as_slice(), 0),
             Err(GoPclntabError::UnknownMagic { magic: 0xffff_fffb })
         );
         // More functions than the section holds.
         let mut many = section.clone();
         many[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(Pclntab::parse(&many, 0).is_err());
+        assert!(Pclntab::parse(&mut many.as_slice(), 0).is_err());
         // An offset past the end.
         let mut far = section.clone();
         far[64..72].copy_from_slice(&0x10_0000u64.to_le_bytes());
-        assert!(Pclntab::parse(&far, 0).is_err());
+        assert!(Pclntab::parse(&mut far.as_slice(), 0).is_err());
         // A pc table of endless varints and one that never ends.
         let mut endless = section.clone();
         endless[0x80..0x86].copy_from_slice(&[0xff; 6]);
-        let table = Pclntab::parse(&endless, 0).expect("header is fine");
-        let function = table.function(&endless, 1).expect("record is fine");
-        assert!(table.sp_steps(&endless, &function).is_empty());
+        let table = Pclntab::parse(&mut endless.as_slice(), 0).expect("header is fine");
+        let function = table
+            .function(&mut endless.as_slice(), 1)
+            .expect("record is fine");
+        assert!(
+            table
+                .sp_steps(&mut endless.as_slice(), &function)
+                .is_empty()
+        );
         let mut long = section.clone();
         long[0x80..0x84].copy_from_slice(&[2, 1, 2, 1]);
         long[0x84..0x100].fill(1);
-        let table = Pclntab::parse(&long, 0).expect("header is fine");
-        let function = table.function(&long, 1).expect("record is fine");
-        let steps = table.sp_steps(&long, &function);
+        let table = Pclntab::parse(&mut long.as_slice(), 0).expect("header is fine");
+        let function = table
+            .function(&mut long.as_slice(), 1)
+            .expect("record is fine");
+        let steps = table.sp_steps(&mut long.as_slice(), &function);
         assert!(steps.len() <= 0x40, "bounded by the function's size");
         assert!(steps.iter().all(|(range, _)| range.end <= 0x401080));
     }

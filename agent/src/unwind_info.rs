@@ -16,7 +16,7 @@ use object::elf::{FileHeader64, PF_X, PT_LOAD, SHF_COMPRESSED, SHT_NOBITS};
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 use object::{Endianness, ReadCache, ReadRef};
 
-use crate::go_pclntab::{GoFrameTable, Pclntab};
+use crate::go_pclntab::{GoFrameTable, Pclntab, WindowedSection};
 
 /// The smallest page size segments are mapped with on x86-64.
 const PAGE_SIZE: u64 = 4096;
@@ -270,24 +270,31 @@ fn read_sections_with<'data, R: ReadRef<'data>>(
             .filter(|s| s.sh_size(endian) > 0)
             .ok_or(UnwindInfoError::NoUnwindInfo)
             .and_then(|section| {
-                let size = section.sh_size(endian);
-                if size > limits.max_bytes_per_object {
-                    return Err(UnwindInfoError::TooLarge {
-                        bytes: size,
-                        cap: limits.max_bytes_per_object,
-                    });
-                }
-                let bytes =
-                    fetch(section.sh_offset(endian), size).ok_or(UnwindInfoError::Malformed {
-                        what: ".gopclntab data",
-                    })?;
+                // Read a window at a time (see go_pclntab), so the section's
+                // size costs reads, not memory; the rules are capped there.
+                let size = usize::try_from(section.sh_size(endian)).map_err(|_| {
+                    UnwindInfoError::Malformed {
+                        what: ".gopclntab size",
+                    }
+                })?;
+                let mut source = WindowedSection::new(
+                    |at, buffer: &mut [u8]| {
+                        fetch(at, buffer.len() as u64)
+                            .filter(|bytes| bytes.len() == buffer.len())
+                            .map(|bytes| buffer.copy_from_slice(&bytes))
+                            .is_some()
+                    },
+                    section.sh_offset(endian),
+                    size,
+                );
                 let text = text_svma.as_ref().map_or(0, |t| t.start);
                 let pclntab =
-                    Pclntab::parse(&bytes, text).map_err(|_| UnwindInfoError::Malformed {
+                    Pclntab::parse(&mut source, text).map_err(|_| UnwindInfoError::Malformed {
                         what: ".gopclntab header",
                     })?;
                 let base = segments.iter().map(|s| s.vaddr).min().unwrap_or(0);
-                GoFrameTable::build(&pclntab, &bytes, base).ok_or(UnwindInfoError::NoUnwindInfo)
+                GoFrameTable::build(&pclntab, &mut source, base)
+                    .ok_or(UnwindInfoError::NoUnwindInfo)
             })?;
         return Ok(UnwindSections {
             text_svma,

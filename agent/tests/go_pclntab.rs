@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kiln_agent::elf_symbols::{read_symbol_index, read_symbol_name};
-use kiln_agent::go_pclntab::{GoFrameRule, GoFrameTable, Pclntab};
+use kiln_agent::go_pclntab::{GoFrameRule, GoFrameTable, GoFunction, Pclntab, WindowedSection};
 use kiln_agent::unwind_info::{UnwindInfoLimits, read_from_file};
 use object::{Object, ObjectSection, ObjectSymbol};
 
@@ -94,6 +94,12 @@ fn pclntab_of(binary: &Path) -> (Vec<u8>, u64, u64) {
     (section.data().expect("data").to_vec(), text, base)
 }
 
+fn all_functions(pclntab: &Pclntab, mut section: &[u8]) -> Vec<GoFunction> {
+    let mut all = Vec::new();
+    pclntab.each_function(&mut section, |_, function| all.push(function));
+    all
+}
+
 #[test]
 fn go_function_table_matches_the_symbol_table_and_names_a_stripped_binary() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -105,7 +111,7 @@ fn go_function_table_matches_the_symbol_table_and_names_a_stripped_binary() {
     // Every function the table lists lies where .symtab says, and sizes
     // agree up to the alignment padding between functions.
     let (section, text, _) = pclntab_of(&full);
-    let pclntab = Pclntab::parse(&section, text).expect("a layout read here");
+    let pclntab = Pclntab::parse(&mut section.as_slice(), text).expect("a layout read here");
     assert!(
         pclntab.function_count() > 500,
         "the runtime's functions too"
@@ -117,8 +123,8 @@ fn go_function_table_matches_the_symbol_table_and_names_a_stripped_binary() {
         String::from_utf8(section[at..at + end].to_vec()).expect("UTF-8")
     };
     for wanted in ["main.kilnGoHot", "main.kilnGoCaller", "runtime.goexit"] {
-        let function = pclntab
-            .functions(&section)
+        let function = all_functions(&pclntab, &section)
+            .into_iter()
             .find(|f| name_of(f.name) == wanted)
             .unwrap_or_else(|| panic!("{wanted} in .gopclntab"));
         let (address, size) = symtab_function(&full, wanted);
@@ -141,14 +147,15 @@ fn go_function_table_matches_the_symbol_table_and_names_a_stripped_binary() {
     let index = read_symbol_index(&file, 64 << 20).expect("indexed");
     let (hot, hot_size) = symtab_function(&full, "main.kilnGoHot");
     let (stripped_section, stripped_text, _) = pclntab_of(&stripped);
+    let stripped_table =
+        Pclntab::parse(&mut stripped_section.as_slice(), stripped_text).expect("parsed");
     assert_eq!(
-        Pclntab::parse(&stripped_section, stripped_text)
-            .expect("parsed")
-            .functions(&stripped_section)
+        all_functions(&stripped_table, &stripped_section)
+            .into_iter()
             .find(|f| f.entry == hot)
             .map(|f| f.name),
-        pclntab
-            .functions(&section)
+        all_functions(&pclntab, &section)
+            .into_iter()
             .find(|f| f.entry == hot)
             .map(|f| f.name),
         "-s -w moves no function"
@@ -182,8 +189,34 @@ fn go_stack_pointer_rules_find_the_callers_of_framed_and_frameless_functions() {
     };
     let full = build(dir.path(), "full", "").expect("Go ran once already");
     let (section, text, base) = pclntab_of(&stripped);
-    let pclntab = Pclntab::parse(&section, text).expect("parsed");
-    let frames = GoFrameTable::build(&pclntab, &section, base).expect("rules");
+    let pclntab = Pclntab::parse(&mut section.as_slice(), text).expect("parsed");
+    let frames = GoFrameTable::build(&pclntab, &mut section.as_slice(), base).expect("rules");
+    // Read from the file a window at a time, the table is the same, and
+    // costs a handful of 64 KiB reads.
+    let file = File::open(&stripped).expect("open");
+    let (offset, _) = {
+        let bytes = std::fs::read(&stripped).expect("built");
+        let elf = object::File::parse(bytes.as_slice()).expect("ELF");
+        let section = elf.section_by_name(".gopclntab").expect(".gopclntab");
+        section.file_range().expect("in the file")
+    };
+    let mut windows = WindowedSection::new(
+        |at, buffer: &mut [u8]| {
+            std::os::unix::fs::FileExt::read_exact_at(&file, buffer, at).is_ok()
+        },
+        offset,
+        section.len(),
+    );
+    let windowed = Pclntab::parse(&mut windows, text).expect("parsed");
+    assert_eq!(
+        GoFrameTable::build(&windowed, &mut windows, base).as_ref(),
+        Some(&frames)
+    );
+    eprintln!(
+        "{} windows of 64 KiB read for a {} byte table",
+        windows.reads(),
+        section.len()
+    );
 
     // The leaf allocates no frame: its return address is at its stack
     // pointer at every pc.
