@@ -15,6 +15,8 @@
 #   8. a JVM and a Node started without profiling flags (e2e/manifests/runtimes.yaml) have
 #      their hot functions named under their callers in >= 95 % of their threads' samples;
 #   8b. the annotated pod's sleeping thread shows under off_cpu with the wall time it slept;
+#   8c. a Go program's net/http/pprof endpoints, scraped over the pod IP: its heap names its
+#      allocation site, its goroutine counts and allocation deltas match its own counts;
 #   9. deleting the ProfileStore leaves nothing it owned behind.
 # Without a reachable cluster it prints SKIP and exits 0, or fails when CI is set.
 #
@@ -30,7 +32,10 @@
 #                          e2e/images/load.sh, this machine's containerd)
 #   KILN_E2E_JDK           the JDK whose jlink and javac make the JVM workload's image
 #                          (default /usr/lib/jvm/java-17-openjdk-amd64); `node` on PATH
-#                          goes into the Node workload's
+#                          goes into the Node workload's, and `go` on PATH builds the Go one
+#   KILN_E2E_CHECKS        the checks to run, e.g. "8c" or "2,6" (default: all); setup and
+#                          check 1, which install everything, always run. Checks 3, 5 and 6
+#                          use the pods check 2 finds, so list 2 with them
 #   KILN_E2E_KEEP=1        leave everything installed for inspection
 set -euo pipefail
 
@@ -100,8 +105,20 @@ trap cleanup EXIT
 set -o errtrace
 trap 'echo "FAIL: \`$BASH_COMMAND\` exited $? at ${BASH_SOURCE[0]}:$LINENO" >&2' ERR
 
-# timed NAME FUNCTION: runs one check and records how long it took.
+# selected NAME: whether KILN_E2E_CHECKS (unset: all) lists the check NAME starts with.
+selected() {
+  local id="${1%% *}"
+  case "$id" in setup|1) return 0 ;; esac
+  [ -z "${KILN_E2E_CHECKS:-}" ] && return 0
+  case " ${KILN_E2E_CHECKS//,/ } " in
+    *" $id "*) return 0 ;;
+  esac
+  return 1
+}
+
+# timed NAME FUNCTION: runs one check, if selected, and records how long it took.
 timed() {
+  selected "$1" || return 0
   local begin=$SECONDS
   "$2"
   check_times+=("$1: $((SECONDS - begin)) s")
@@ -125,6 +142,8 @@ timed() {
 . "$e2e_dir/checks/7_validation.sh"
 # shellcheck source=e2e/checks/8_runtimes.sh
 . "$e2e_dir/checks/8_runtimes.sh"
+# shellcheck source=e2e/checks/8c_pprof.sh
+. "$e2e_dir/checks/8c_pprof.sh"
 # shellcheck source=e2e/checks/9_deletion.sh
 . "$e2e_dir/checks/9_deletion.sh"
 
@@ -138,7 +157,8 @@ timed "6 capabilities mode" check_capabilities
 timed "7 bad CRs refused" check_validation
 timed "8 JVM and Node without flags" check_runtimes
 timed "8b off-CPU time of a sleeping thread" check_off_cpu
+timed "8c pprof endpoints of a Go program" check_pprof
 timed "9 store deleted" check_deletion
 
-log "PASS: checks 1-9 passed in $((SECONDS - started_at)) s"
+log "PASS: ${KILN_E2E_CHECKS:+the selected }checks ${KILN_E2E_CHECKS:-1-9} passed in $((SECONDS - started_at)) s"
 printf '   %s\n' "${check_times[@]}"

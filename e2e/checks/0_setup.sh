@@ -102,6 +102,7 @@ setup() {
   find_kiln_cli
   build_workload_image
   build_runtime_images
+  build_pprof_image
   remove_leftovers
 
   # The README's quickstart, in its order.
