@@ -130,6 +130,7 @@ pub struct WindowedSection<R: FnMut(u64, &mut [u8]) -> bool> {
     read_at: R,
     section_offset: u64,
     section_len: usize,
+    window_bytes: usize,
     /// (start in the section, bytes, last use)
     windows: Vec<(usize, Vec<u8>, u64)>,
     clock: u64,
@@ -148,12 +149,25 @@ impl<R: FnMut(u64, &mut [u8]) -> bool> std::fmt::Debug for WindowedSection<R> {
 }
 
 impl<R: FnMut(u64, &mut [u8]) -> bool> WindowedSection<R> {
-    /// The section at `section_offset` of `section_len` bytes.
+    /// The section at `section_offset` of `section_len` bytes, read
+    /// 64 KiB at a time (to read it through).
     pub fn new(read_at: R, section_offset: u64, section_len: usize) -> Self {
+        Self::with_window(read_at, section_offset, section_len, WINDOW_BYTES)
+    }
+
+    /// The same, read `window_bytes` at a time (at least [`MAX_READ`]; to
+    /// look up one function: a record and a table, a few dozen bytes each).
+    pub fn with_window(
+        read_at: R,
+        section_offset: u64,
+        section_len: usize,
+        window_bytes: usize,
+    ) -> Self {
         WindowedSection {
             read_at,
             section_offset,
             section_len,
+            window_bytes: window_bytes.max(MAX_READ),
             windows: Vec::with_capacity(WINDOWS),
             clock: 0,
             reads: 0,
@@ -187,8 +201,11 @@ impl<R: FnMut(u64, &mut [u8]) -> bool> PclntabSource for WindowedSection<R> {
             None => {
                 // From the page holding `offset`, so that a read just behind
                 // the last one still falls in the window.
-                let start = offset & !4095;
-                let size = WINDOW_BYTES.min(self.section_len - start);
+                let mut start = offset - offset % self.window_bytes.min(4096);
+                if end > start + self.window_bytes {
+                    start = offset;
+                }
+                let size = self.window_bytes.min(self.section_len - start);
                 let mut bytes = vec![0; size];
                 let at = self.section_offset.checked_add(start as u64)?;
                 if !(self.read_at)(at, &mut bytes) {
@@ -332,17 +349,13 @@ impl Pclntab {
         }
     }
 
-    /// Function `index`; `None` when its record is out of bounds or its
-    /// entries are out of order.
-    pub fn function(&self, source: &mut impl PclntabSource, index: usize) -> Option<GoFunction> {
-        if index >= self.functions {
-            return None;
-        }
-        let (entry, record) = self.entry(source, index)?;
-        let (end, _) = self.entry(source, index + 1)?;
-        if end <= entry {
-            return None;
-        }
+    /// A record's name offset, stack-pointer table offset and root flag;
+    /// `record` counts from the function table, as its entries do.
+    fn record_fields(
+        &self,
+        source: &mut impl PclntabSource,
+        record: usize,
+    ) -> Option<(u32, u32, bool)> {
         let record = self.function_table.checked_add(record)?;
         // _func: the entry (a word in 1.16, 4 bytes later), then nameOff,
         // args, deferreturn, pcsp; funcID and flag after cuOffset (and
@@ -355,12 +368,27 @@ impl Pclntab {
         let name = u32_at(source, fields)?;
         let pcsp = u32_at(source, fields + 12)?;
         let flag = u8_at(source, flag_at)?;
+        Some((name, pcsp, flag & FUNC_FLAG_TOPFRAME != 0))
+    }
+
+    /// Function `index`; `None` when its record is out of bounds or its
+    /// entries are out of order.
+    pub fn function(&self, source: &mut impl PclntabSource, index: usize) -> Option<GoFunction> {
+        if index >= self.functions {
+            return None;
+        }
+        let (entry, record) = self.entry(source, index)?;
+        let (end, _) = self.entry(source, index + 1)?;
+        if end <= entry {
+            return None;
+        }
+        let (name, pcsp, top_frame) = self.record_fields(source, record)?;
         Some(GoFunction {
             entry,
             end,
             name,
             pcsp,
-            top_frame: flag & FUNC_FLAG_TOPFRAME != 0,
+            top_frame,
         })
     }
 
@@ -446,26 +474,7 @@ fn uvarint(bytes: &[u8]) -> Option<(u64, &[u8])> {
     None
 }
 
-/// Where a Go frame's caller is, from the stack-pointer tables of every
-/// function of one binary: 8 bytes a step, a few steps a function.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GoFrameTable {
-    /// Stated address the starts count from.
-    base: u64,
-    /// (start from `base`, rule), sorted by start; each holds to the next.
-    rows: Box<[(u32, i32)]>,
-}
-
-/// Rows of one table at most: kube-apiserver's 138,620 functions have
-/// 772,888 (6.2 MB).
-const MAX_ROWS: usize = 2 << 20;
-
-/// A row that no function covers (a gap, or past the last function).
-const NO_FUNCTION: i32 = i32::MIN;
-/// A row of a function that is its stack's root.
-const ROOT: i32 = i32::MIN + 1;
-
-/// What [`GoFrameTable::rule`] says of a pc.
+/// What [`GoFunctionRules::rule_at`] says of a pc.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GoFrameRule {
     /// The stack pointer is this many bytes below the one the function was
@@ -475,105 +484,158 @@ pub enum GoFrameRule {
     Root,
 }
 
-impl GoFrameTable {
-    /// The table of every function of `pclntab`, for starts from `base`
-    /// (the binary's lowest load address); `None` when no function has a
-    /// usable table.
+/// A Go binary's functions by address, from the function table alone (8
+/// bytes a function: kube-apiserver's 138,620 take 1.1 MB); a function's
+/// stack-pointer table is read only when a pc first lands in it
+/// ([`GoFunctionIndex::rules`]), since most functions are never sampled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoFunctionIndex {
+    header: Pclntab,
+    /// Stated address the starts count from.
+    base: u64,
+    /// (start from `base`, record offset from the function table), sorted.
+    functions: Box<[(u32, u32)]>,
+    /// Where the last function ends, from `base`.
+    end: u32,
+}
+
+/// Where a pc's function is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GoFunctionAt {
+    /// Its position in the table (the key of its rules).
+    pub index: u32,
+    /// Its entry and end (stated addresses).
+    pub entry: u64,
+    pub end: u64,
+}
+
+/// One function's rules: the steps of its stack-pointer table as (offset
+/// from its entry, bytes below the entry stack pointer), or root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GoFunctionRules {
+    /// `runtime.goexit` and the other roots.
+    Root,
+    /// Steps in order; none where its table was missing or malformed.
+    Steps(Box<[(u32, u32)]>),
+}
+
+impl GoFunctionRules {
+    /// The rule at `offset` bytes into the function.
+    pub fn rule_at(&self, offset: u64) -> Option<GoFrameRule> {
+        match self {
+            GoFunctionRules::Root => Some(GoFrameRule::Root),
+            GoFunctionRules::Steps(steps) => {
+                let offset = u32::try_from(offset).ok()?;
+                let after = steps.partition_point(|&(start, _)| start <= offset);
+                let (_, below) = steps[after.checked_sub(1)?];
+                Some(GoFrameRule::StackPointerBelowEntry(below))
+            }
+        }
+    }
+
+    /// Bytes held.
+    pub fn held_bytes(&self) -> u64 {
+        match self {
+            GoFunctionRules::Root => 0,
+            GoFunctionRules::Steps(steps) => (steps.len() * size_of::<(u32, u32)>()) as u64,
+        }
+    }
+}
+
+impl GoFunctionIndex {
+    /// Reads the function table of `pclntab` (entries only, in order),
+    /// starts counted from `base` (the binary's lowest load address);
+    /// `None` when it is empty, unsorted or out of reach of 32-bit offsets.
     pub fn build(
         pclntab: &Pclntab,
         source: &mut impl PclntabSource,
         base: u64,
-    ) -> Option<GoFrameTable> {
+    ) -> Option<GoFunctionIndex> {
         let relative = |address: u64| u32::try_from(address.checked_sub(base)?).ok();
-        // First the functions in address order, then their tables in the
-        // order they lie in the section: Go's linker shares one copy of
-        // equal tables, so in address order the reads jump about (50,765
-        // windows of 64 KiB for kube-apiserver's 40 MB table).
-        // (start, end) from the base, the table's offset, whether a root.
-        let mut functions: Vec<(u32, u32, u32, bool)> =
+        let mut functions: Vec<(u32, u32)> =
             Vec::with_capacity(pclntab.function_count().min(1 << 16));
-        let mut in_order = true;
-        pclntab.each_function(source, |_, function| {
-            let (Some(start), Some(end)) = (relative(function.entry), relative(function.end))
-            else {
-                return;
-            };
+        for index in 0..pclntab.function_count() {
+            let (entry, record) = pclntab.entry(source, index)?;
+            let start = relative(entry)?;
             // Overlapping or unsorted functions would break the search.
-            in_order &= functions
-                .last()
-                .is_none_or(|&(_, last_end, ..)| last_end <= start);
-            if in_order {
-                functions.push((start, end, function.pcsp, function.top_frame));
-            }
-        });
-        if !in_order {
-            return None;
-        }
-        let mut rows: Vec<(u32, i32)> = Vec::with_capacity(functions.len() * 4);
-        for &(start, end, _, top_frame) in &functions {
-            // A function's end has no rule until the next one's start; a
-            // root has no caller; where another's table is cut short or
-            // missing it has no rule, never the rule of the one before it.
-            rows.push((end, NO_FUNCTION));
-            rows.push((start, if top_frame { ROOT } else { NO_FUNCTION }));
-        }
-        functions.retain(|&(.., top_frame)| !top_frame);
-        functions.sort_unstable_by_key(|&(_, _, pcsp, _)| pcsp);
-        for &(start, end, pcsp, _) in &functions {
-            let function = GoFunction {
-                entry: base + u64::from(start),
-                end: base + u64::from(end),
-                name: 0,
-                pcsp,
-                top_frame: false,
-            };
-            for (range, sp) in pclntab.sp_steps(source, &function) {
-                // A negative offset is no frame Go writes.
-                let rule = if sp < 0 { NO_FUNCTION } else { sp };
-                rows.push((relative(range.start)?, rule));
-            }
-            // Forged functions can share one long table; real ones have a
-            // few rows each.
-            if rows.len() > MAX_ROWS {
+            if functions.last().is_some_and(|&(last, _)| last >= start) {
                 return None;
             }
+            functions.push((start, u32::try_from(record).ok()?));
         }
-        drop(functions);
-        // At one pc a rule outweighs no rule (a table's first step and the
-        // marks of a function's start and the one before's end meet there).
-        rows.sort_unstable_by_key(|&(start, rule)| (start, rule != NO_FUNCTION));
-        // Of rows at one pc the last holds; runs of one rule need one row.
-        rows.dedup_by(|next, previous| {
-            let same_start = next.0 == previous.0;
-            if same_start {
-                *previous = *next;
-            }
-            same_start
-        });
-        rows.dedup_by(|next, previous| next.1 == previous.1);
-        Some(GoFrameTable {
+        let (end, _) = pclntab.entry(source, pclntab.function_count())?;
+        let end = relative(end)?;
+        if functions.last().is_none_or(|&(last, _)| last >= end) {
+            return None;
+        }
+        Some(GoFunctionIndex {
+            header: pclntab.clone(),
             base,
-            rows: rows.into_boxed_slice(),
+            functions: functions.into_boxed_slice(),
+            end,
         })
     }
 
-    /// The rule at stated address `pc`; `None` outside Go's functions.
-    pub fn rule(&self, pc: u64) -> Option<GoFrameRule> {
+    /// The function holding stated address `pc`.
+    pub fn function_at(&self, pc: u64) -> Option<GoFunctionAt> {
         let relative = u32::try_from(pc.checked_sub(self.base)?).ok()?;
-        let after = self.rows.partition_point(|&(start, _)| start <= relative);
-        let (_, rule) = self.rows[after.checked_sub(1)?];
-        match rule {
-            NO_FUNCTION => None,
-            ROOT => Some(GoFrameRule::Root),
-            sp => u32::try_from(sp)
-                .ok()
-                .map(GoFrameRule::StackPointerBelowEntry),
+        if relative >= self.end {
+            return None;
         }
+        let after = self
+            .functions
+            .partition_point(|&(start, _)| start <= relative);
+        let index = after.checked_sub(1)?;
+        let (start, _) = self.functions[index];
+        let end = self
+            .functions
+            .get(after)
+            .map_or(self.end, |&(next, _)| next);
+        Some(GoFunctionAt {
+            index: u32::try_from(index).ok()?,
+            entry: self.base + u64::from(start),
+            end: self.base + u64::from(end),
+        })
     }
 
-    /// Bytes the table holds.
+    /// The rules of the function `at`, read from `source` (its record and
+    /// its stack-pointer table: a few dozen bytes).
+    pub fn rules(&self, source: &mut impl PclntabSource, at: &GoFunctionAt) -> GoFunctionRules {
+        let no_rules = GoFunctionRules::Steps(Box::default());
+        let Some(&(_, record)) = self.functions.get(at.index as usize) else {
+            return no_rules;
+        };
+        let Some((_, pcsp, top_frame)) = self.header.record_fields(source, record as usize) else {
+            return no_rules;
+        };
+        if top_frame {
+            return GoFunctionRules::Root;
+        }
+        let function = GoFunction {
+            entry: at.entry,
+            end: at.end,
+            name: 0,
+            pcsp,
+            top_frame,
+        };
+        let steps = self
+            .header
+            .sp_steps(source, &function)
+            .into_iter()
+            // A negative offset is no frame Go writes: the table ends there.
+            .map_while(|(range, sp)| {
+                Some((
+                    u32::try_from(range.start - at.entry).ok()?,
+                    u32::try_from(sp).ok()?,
+                ))
+            })
+            .collect();
+        GoFunctionRules::Steps(steps)
+    }
+
+    /// Bytes the index holds.
     pub fn held_bytes(&self) -> u64 {
-        (self.rows.len() * size_of::<(u32, i32)>()) as u64
+        (self.functions.len() * size_of::<(u32, u32)>()) as u64
     }
 }
 
@@ -698,27 +760,58 @@ mod tests {
     }
 
     #[test]
-    fn the_frame_table_answers_each_pc_with_its_functions_rule() {
+    fn the_function_index_finds_each_pcs_function_and_reads_its_rules() {
         let section = table_120();
         let pclntab = Pclntab::parse(&mut section.as_slice(), 0).expect("parsed");
-        let frames =
-            GoFrameTable::build(&pclntab, &mut section.as_slice(), 0x400000).expect("built");
-        assert_eq!(frames.rule(0x401010), Some(GoFrameRule::Root));
+        let index =
+            GoFunctionIndex::build(&pclntab, &mut section.as_slice(), 0x400000).expect("built");
+        assert_eq!(index.held_bytes(), 16);
+        let rule = |pc: u64| {
+            let at = index.function_at(pc)?;
+            index
+                .rules(&mut section.as_slice(), &at)
+                .rule_at(pc - at.entry)
+        };
+        assert_eq!(rule(0x401010), Some(GoFrameRule::Root));
+        assert_eq!(rule(0x401040), Some(GoFrameRule::StackPointerBelowEntry(0)));
         assert_eq!(
-            frames.rule(0x401040),
-            Some(GoFrameRule::StackPointerBelowEntry(0))
-        );
-        assert_eq!(
-            frames.rule(0x401050),
+            rule(0x401050),
             Some(GoFrameRule::StackPointerBelowEntry(24))
         );
-        assert_eq!(
-            frames.rule(0x40107f),
-            Some(GoFrameRule::StackPointerBelowEntry(0))
+        assert_eq!(rule(0x40107f), Some(GoFrameRule::StackPointerBelowEntry(0)));
+        assert_eq!(index.function_at(0x401080), None, "past the last function");
+        assert_eq!(index.function_at(0x400fff), None, "before the first");
+        assert_eq!(index.function_at(0x3fffff), None, "below the base");
+        // A table that reads as nothing gives no rule, not a neighbour's.
+        let mut broken = section.clone();
+        broken[0x80..0x86].copy_from_slice(&[0xff; 6]);
+        let at = index.function_at(0x401050).expect("found");
+        assert_eq!(index.rules(&mut broken.as_slice(), &at).rule_at(0x10), None);
+    }
+
+    #[test]
+    fn a_small_window_reads_across_its_edges() {
+        let section = table_120();
+        let mut reads = 0;
+        let mut source = WindowedSection::with_window(
+            |at, buffer: &mut [u8]| {
+                reads += 1;
+                let at = at as usize;
+                buffer.copy_from_slice(&section[at..at + buffer.len()]);
+                true
+            },
+            0,
+            section.len(),
+            100,
         );
-        assert_eq!(frames.rule(0x401080), None, "past the last function");
-        assert_eq!(frames.rule(0x400fff), None, "before the first");
-        assert_eq!(frames.rule(0x3fffff), None, "below the base");
+        for offset in [0, 60, 95, 99, 0x100, 0x1c0] {
+            assert_eq!(
+                source.bytes(offset, 16).map(<[u8]>::to_vec),
+                Some(section[offset..offset + 16].to_vec())
+            );
+        }
+        assert_eq!(source.bytes(section.len() - 4, 8), None, "past the end");
+        assert_eq!(source.bytes(0, MAX_READ + 1), None, "over the read size");
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::process_info::{FileIdentity, MappedFile, ProcessSnapshot};
 use crate::unwind_info::{self, SectionBytes, UnwindInfoError, UnwindInfoLimits, UnwindSections};
 
 mod go_frames;
-use go_frames::{GoFrames, GoModule};
+use go_frames::{GoFrames, GoModule, GoObject};
 
 /// How one sample's user stack came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -296,6 +296,8 @@ enum ObjectKey {
 #[derive(Debug)]
 struct CachedObject {
     sections: Option<Arc<UnwindSections>>,
+    /// A Go binary's functions and the rules read so far.
+    go: Option<Arc<GoObject>>,
     bytes: u64,
     last_used: u64,
     /// The window a process was last read with it.
@@ -395,16 +397,16 @@ impl StackUnwinder {
             let Some((key, file)) = key_and_source else {
                 continue;
             };
-            let Some(sections) = self.sections(key, file.map(Arc::as_ref)) else {
+            let Some((sections, go_object)) = self.sections(key, file) else {
                 continue;
             };
-            if sections.go_frames.is_some()
+            if let Some(object) = go_object
                 && let Some(base_avma) = sections.base_avma(entry.start, entry.file_offset)
             {
                 go.push(GoModule {
                     range: entry.start..entry.end,
                     base_avma,
-                    sections: sections.clone(),
+                    object,
                 });
             }
             if sections.has_cfi()
@@ -505,13 +507,13 @@ impl StackUnwinder {
     fn sections(
         &mut self,
         key: ObjectKey,
-        file: Option<&MappedFile>,
-    ) -> Option<Arc<UnwindSections>> {
+        file: Option<&Arc<MappedFile>>,
+    ) -> Option<(Arc<UnwindSections>, Option<Arc<GoObject>>)> {
         self.clock += 1;
         if let Some(cached) = self.objects.get_mut(&key) {
             cached.last_used = self.clock;
             cached.last_window = self.window;
-            return cached.sections.clone();
+            return Some((cached.sections.clone()?, cached.go.clone()));
         }
         let result = match (&key, file) {
             (ObjectKey::Vdso, _) => read_own_vdso(&self.config.limits),
@@ -541,6 +543,12 @@ impl StackUnwinder {
                 None
             }
         };
+        let go = match (&sections, file) {
+            (Some(sections), Some(file)) => {
+                GoObject::new(sections.clone(), file.clone()).map(Arc::new)
+            }
+            _ => None,
+        };
         let bytes = sections.as_ref().map_or(0, |s| s.held_bytes());
         self.make_room(bytes);
         self.cached_bytes += bytes;
@@ -548,12 +556,13 @@ impl StackUnwinder {
             key,
             CachedObject {
                 sections: sections.clone(),
+                go: go.clone(),
                 bytes,
                 last_used: self.clock,
                 last_window: self.window,
             },
         );
-        sections
+        Some((sections?, go))
     }
 
     /// Evicts least recently used objects until `incoming` more bytes (and

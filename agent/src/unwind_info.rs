@@ -16,7 +16,7 @@ use object::elf::{FileHeader64, PF_X, PT_LOAD, SHF_COMPRESSED, SHT_NOBITS};
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 use object::{Endianness, ReadCache, ReadRef};
 
-use crate::go_pclntab::{GoFrameTable, Pclntab, WindowedSection};
+use crate::go_pclntab::{GoFunctionIndex, Pclntab, WindowedSection};
 
 /// The smallest page size segments are mapped with on x86-64.
 const PAGE_SIZE: u64 = 4096;
@@ -91,9 +91,11 @@ pub struct UnwindSections {
     pub debug_frame: Option<SectionBytes>,
     /// Loadable segments, to place the object in an address space.
     pub segments: Vec<LoadSegment>,
-    /// A Go binary's stack-pointer rules from `.gopclntab`, read only when
-    /// it has no CFI (`-ldflags=-w` drops Go's `.debug_frame`).
-    pub go_frames: Option<GoFrameTable>,
+    /// A Go binary's function index from `.gopclntab`, and the section's
+    /// file offset and size (each function's rules are read from there when
+    /// first needed); read only when it has no CFI (`-ldflags=-w` drops
+    /// Go's `.debug_frame`).
+    pub go_functions: Option<(GoFunctionIndex, (u64, usize))>,
 }
 
 impl UnwindSections {
@@ -104,7 +106,10 @@ impl UnwindSections {
             + len(self.eh_frame_hdr.as_ref().map(|(_, b)| b))
             + len(self.debug_frame.as_ref())
             + (self.segments.len() * size_of::<LoadSegment>()) as u64
-            + self.go_frames.as_ref().map_or(0, GoFrameTable::held_bytes)
+            + self
+                .go_functions
+                .as_ref()
+                .map_or(0, |(index, _)| index.held_bytes())
     }
 
     /// Whether the object has CFI for framehop (else only Go's rules).
@@ -266,12 +271,12 @@ fn read_sections_with<'data, R: ReadRef<'data>>(
     };
     let text_svma = find(b".text").map(range);
     if eh_frame.is_none() && debug_frame.is_none() {
-        let go_frames = find(b".gopclntab")
+        let go_functions = find(b".gopclntab")
             .filter(|s| s.sh_size(endian) > 0)
             .ok_or(UnwindInfoError::NoUnwindInfo)
             .and_then(|section| {
-                // Read a window at a time (see go_pclntab), so the section's
-                // size costs reads, not memory; the rules are capped there.
+                // Only the function table is read, a window at a time (see
+                // go_pclntab): a large table costs reads, not memory.
                 let size = usize::try_from(section.sh_size(endian)).map_err(|_| {
                     UnwindInfoError::Malformed {
                         what: ".gopclntab size",
@@ -293,13 +298,14 @@ fn read_sections_with<'data, R: ReadRef<'data>>(
                         what: ".gopclntab header",
                     })?;
                 let base = segments.iter().map(|s| s.vaddr).min().unwrap_or(0);
-                GoFrameTable::build(&pclntab, &mut source, base)
+                GoFunctionIndex::build(&pclntab, &mut source, base)
+                    .map(|index| (index, (section.sh_offset(endian), size)))
                     .ok_or(UnwindInfoError::NoUnwindInfo)
             })?;
         return Ok(UnwindSections {
             text_svma,
             segments,
-            go_frames: Some(go_frames),
+            go_functions: Some(go_functions),
             ..UnwindSections::default()
         });
     }
@@ -349,7 +355,7 @@ fn read_sections_with<'data, R: ReadRef<'data>>(
         eh_frame_hdr,
         debug_frame,
         segments,
-        go_frames: None,
+        go_functions: None,
     })
 }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kiln_agent::elf_symbols::{read_symbol_index, read_symbol_name};
-use kiln_agent::go_pclntab::{GoFrameRule, GoFrameTable, GoFunction, Pclntab, WindowedSection};
+use kiln_agent::go_pclntab::{GoFrameRule, GoFunction, GoFunctionIndex, Pclntab, WindowedSection};
 use kiln_agent::unwind_info::{UnwindInfoLimits, read_from_file};
 use object::{Object, ObjectSection, ObjectSymbol};
 
@@ -190,9 +190,8 @@ fn go_stack_pointer_rules_find_the_callers_of_framed_and_frameless_functions() {
     let full = build(dir.path(), "full", "").expect("Go ran once already");
     let (section, text, base) = pclntab_of(&stripped);
     let pclntab = Pclntab::parse(&mut section.as_slice(), text).expect("parsed");
-    let frames = GoFrameTable::build(&pclntab, &mut section.as_slice(), base).expect("rules");
-    // Read from the file a window at a time, the table is the same, and
-    // costs a handful of 64 KiB reads.
+    let index = GoFunctionIndex::build(&pclntab, &mut section.as_slice(), base).expect("index");
+    // Each function's rules read from the file, a few small windows each.
     let file = File::open(&stripped).expect("open");
     let (offset, _) = {
         let bytes = std::fs::read(&stripped).expect("built");
@@ -200,30 +199,31 @@ fn go_stack_pointer_rules_find_the_callers_of_framed_and_frameless_functions() {
         let section = elf.section_by_name(".gopclntab").expect(".gopclntab");
         section.file_range().expect("in the file")
     };
-    let mut windows = WindowedSection::new(
+    let mut windows = WindowedSection::with_window(
         |at, buffer: &mut [u8]| {
             std::os::unix::fs::FileExt::read_exact_at(&file, buffer, at).is_ok()
         },
         offset,
         section.len(),
+        512,
     );
-    let windowed = Pclntab::parse(&mut windows, text).expect("parsed");
-    assert_eq!(
-        GoFrameTable::build(&windowed, &mut windows, base).as_ref(),
-        Some(&frames)
-    );
-    eprintln!(
-        "{} windows of 64 KiB read for a {} byte table",
-        windows.reads(),
-        section.len()
-    );
+    let mut rule = |pc: u64| {
+        let at = index.function_at(pc)?;
+        let from_file = index.rules(&mut windows, &at);
+        assert_eq!(
+            from_file,
+            index.rules(&mut section.as_slice(), &at),
+            "read from the file as from memory"
+        );
+        from_file.rule_at(pc - at.entry)
+    };
 
     // The leaf allocates no frame: its return address is at its stack
     // pointer at every pc.
     let (hot, hot_size) = symtab_function(&full, "main.kilnGoHot");
     for pc in hot..hot + hot_size {
         assert_eq!(
-            frames.rule(pc),
+            rule(pc),
             Some(GoFrameRule::StackPointerBelowEntry(0)),
             "main.kilnGoHot+{:#x}",
             pc - hot
@@ -231,12 +231,9 @@ fn go_stack_pointer_rules_find_the_callers_of_framed_and_frameless_functions() {
     }
     // The caller has a frame (its buffer): 0 at entry, more in its body.
     let (caller, caller_size) = symtab_function(&full, "main.kilnGoCaller");
-    assert_eq!(
-        frames.rule(caller),
-        Some(GoFrameRule::StackPointerBelowEntry(0))
-    );
+    assert_eq!(rule(caller), Some(GoFrameRule::StackPointerBelowEntry(0)));
     let deepest = (caller..caller + caller_size)
-        .filter_map(|pc| match frames.rule(pc) {
+        .filter_map(|pc| match rule(pc) {
             Some(GoFrameRule::StackPointerBelowEntry(below)) => Some(below),
             _ => None,
         })
@@ -246,9 +243,14 @@ fn go_stack_pointer_rules_find_the_callers_of_framed_and_frameless_functions() {
         "main.kilnGoCaller's frame holds its buffer and saved frame pointer: {deepest:?}"
     );
     let (goexit, _) = symtab_function(&full, "runtime.goexit");
-    assert_eq!(frames.rule(goexit + 1), Some(GoFrameRule::Root));
+    assert_eq!(rule(goexit + 1), Some(GoFrameRule::Root));
+    eprintln!(
+        "{} windows of 512 bytes read for the rules of {} pcs",
+        windows.reads(),
+        hot_size + caller_size + 1
+    );
 
-    // What the unwinder reads from the file is the same table, for a
+    // What the unwinder reads from the file is the same index, for a
     // binary without CFI.
     let sections = read_from_file(
         &File::open(&stripped).expect("open"),
@@ -256,12 +258,15 @@ fn go_stack_pointer_rules_find_the_callers_of_framed_and_frameless_functions() {
     )
     .expect("a Go table stands in for CFI");
     assert!(!sections.has_cfi());
-    assert_eq!(sections.go_frames.as_ref(), Some(&frames));
-    assert!(frames.held_bytes() < section.len() as u64 / 4);
+    assert_eq!(
+        sections.go_functions.as_ref().map(|(index, _)| index),
+        Some(&index)
+    );
+    assert_eq!(index.held_bytes(), 8 * pclntab.function_count() as u64);
     eprintln!(
-        "{} functions: {} bytes of .gopclntab, {} bytes of rules",
+        "{} functions: {} bytes of .gopclntab, {} bytes of index",
         pclntab.function_count(),
         section.len(),
-        frames.held_bytes()
+        index.held_bytes()
     );
 }

@@ -1,23 +1,93 @@
 //! Go frames walked by Go's own stack-pointer rules (`.gopclntab`), for
 //! binaries without CFI: a frameless leaf's caller is where its stack
-//! pointer says, not where a frame-pointer walk looks (pure).
+//! pointer says, not where a frame-pointer walk looks.
+//!
+//! A function's rules are read from its binary (a few dozen bytes through
+//! `pread`) the first time a pc lands in it, then kept with the binary's
+//! cached object, within [`MAX_FUNCTIONS_KEPT`]; most of a binary's
+//! functions are never sampled.
 
+use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Arc;
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Mutex};
 
 use super::{FrameRegisters, RuntimeStep, RuntimeUnwinder};
-use crate::go_pclntab::GoFrameRule;
+use crate::go_pclntab::{GoFrameRule, GoFunctionRules, WindowedSection};
+use crate::process_info::MappedFile;
 use crate::unwind_info::UnwindSections;
 
-/// One executable mapping of a Go binary whose rules were read.
+/// Functions whose rules one binary keeps; past it they are read again.
+const MAX_FUNCTIONS_KEPT: usize = 4096;
+
+/// Bytes read at a time for one function's record and table.
+const LOOKUP_WINDOW_BYTES: usize = 512;
+
+/// One Go binary's function index and the rules read so far, shared by
+/// every process that maps it.
+#[derive(Debug)]
+pub(super) struct GoObject {
+    /// The binary's sections, with its function index and the place of its
+    /// `.gopclntab` in the file.
+    sections: Arc<UnwindSections>,
+    /// The file the rules are read from.
+    file: Arc<MappedFile>,
+    rules: Mutex<HashMap<u32, Arc<GoFunctionRules>>>,
+}
+
+impl GoObject {
+    /// `None` unless `sections` holds a Go function index.
+    pub fn new(sections: Arc<UnwindSections>, file: Arc<MappedFile>) -> Option<Self> {
+        sections.go_functions.as_ref()?;
+        Some(GoObject {
+            sections,
+            file,
+            rules: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The rule at stated address `pc`.
+    fn rule(&self, pc: u64) -> Option<GoFrameRule> {
+        let (index, (section_offset, section_len)) = self.sections.go_functions.as_ref()?;
+        let at = index.function_at(pc)?;
+        let offset = pc - at.entry;
+        let known = self
+            .rules
+            .lock()
+            .ok()
+            .and_then(|rules| rules.get(&at.index).cloned());
+        let rules = match known {
+            Some(rules) => rules,
+            None => {
+                let file = &self.file.file;
+                let mut source = WindowedSection::with_window(
+                    |at, buffer: &mut [u8]| file.read_exact_at(buffer, at).is_ok(),
+                    *section_offset,
+                    *section_len,
+                    LOOKUP_WINDOW_BYTES,
+                );
+                let rules = Arc::new(index.rules(&mut source, &at));
+                if let Ok(mut kept) = self.rules.lock() {
+                    if kept.len() >= MAX_FUNCTIONS_KEPT {
+                        kept.clear();
+                    }
+                    kept.insert(at.index, rules.clone());
+                }
+                rules
+            }
+        };
+        rules.rule_at(offset)
+    }
+}
+
+/// One executable mapping of a Go binary whose index was read.
 #[derive(Debug, Clone)]
 pub(super) struct GoModule {
     /// The mapping's addresses.
     pub range: Range<u64>,
     /// Where the binary's address 0 sits in the process.
     pub base_avma: u64,
-    /// The binary's sections, `go_frames` set.
-    pub sections: Arc<UnwindSections>,
+    pub object: Arc<GoObject>,
 }
 
 /// Asks the Go modules of a process first, then `then` (a JIT's unwinder).
@@ -37,10 +107,7 @@ impl RuntimeUnwinder for GoFrames<'_> {
             .modules
             .iter()
             .find(|module| module.range.contains(&pc))
-            .and_then(|module| {
-                let table = module.sections.go_frames.as_ref()?;
-                table.rule(pc.wrapping_sub(module.base_avma))
-            });
+            .and_then(|module| module.object.rule(pc.wrapping_sub(module.base_avma)));
         match rule {
             None => self.then.step(pc, registers, read_stack),
             Some(GoFrameRule::Root) => Some(RuntimeStep::Root),
