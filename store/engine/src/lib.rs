@@ -33,6 +33,6 @@ pub use model::{
 pub use query::{
     CompiledSelector, DiffFlameGraph, DiffNode, FlameGraph, FlameNode, MAX_FRAME_TREE_NODES,
     MAX_TIMELINE_STEPS, MAX_UNWOUND_FRAMES, MergedProfile, ProfileExemplar, Queryable,
-    StepExemplars, Timeline, TopEntry, diff,
+    StepExemplars, SymbolizedFrame, Timeline, TopEntry, UnsymbolizedAddress, diff,
 };
 pub use symbols::SymbolTable;

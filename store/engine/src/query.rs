@@ -10,6 +10,7 @@ mod group;
 pub mod interrupt;
 mod merged;
 mod sample_filter;
+mod symbolize;
 mod timeline;
 mod top;
 
@@ -23,6 +24,7 @@ pub use flamegraph::{
     FlameGraph, FlameNode, MAX_FRAME_TREE_NODES, MAX_UNWOUND_FRAMES, OTHER_NODE_NAME,
 };
 pub use merged::MergedProfile;
+pub use symbolize::{SymbolizedFrame, UnsymbolizedAddress, file_offset};
 pub use timeline::{MAX_TIMELINE_STEPS, Timeline};
 pub use top::TopEntry;
 

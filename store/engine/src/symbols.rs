@@ -424,6 +424,47 @@ impl SymbolTable {
         id
     }
 
+    /// Gives location `id` the lines `lines` (innermost first) in place of
+    /// the ones it has: a frame known only by its address, named once its
+    /// debug info was found. Every stack holding the location is named
+    /// with it. Returns false for an unknown id or a table read from a
+    /// block, which is never changed.
+    pub(crate) fn replace_location_lines(&mut self, id: u32, lines: &[Line]) -> bool {
+        if !self.has_lookups {
+            return false;
+        }
+        let Some(location) = self.locations.get(id as usize).copied() else {
+            return false;
+        };
+        let old_start = location.lines_start as usize;
+        let old_lines = self
+            .lines
+            .get(old_start..old_start + location.lines_len as usize)
+            .unwrap_or(&[]);
+        self.location_lookup.remove(&LocationKeyRef {
+            mapping: location.mapping,
+            address: location.address,
+            lines: old_lines,
+        });
+        let start = next_id(self.lines.len());
+        self.lines.extend_from_slice(lines);
+        let replaced = Location {
+            lines_start: start,
+            lines_len: next_id(lines.len()),
+            ..location
+        };
+        self.locations[id as usize] = replaced;
+        self.location_lookup.insert(
+            LocationKey {
+                mapping: location.mapping,
+                address: location.address,
+                lines: KeyLines::new(lines),
+            },
+            id,
+        );
+        true
+    }
+
     /// The location stored under content key `key` by
     /// [`SymbolTable::remember_location_content`], if any.
     pub(crate) fn location_by_content(&self, key: u128) -> Option<u32> {

@@ -97,11 +97,17 @@ fn input_stacks(profile: &Profile, t: usize, naming: Naming) -> (Stacks, i64) {
                         .map_or(location.address, |m| {
                             location.address - m.memory_start + m.file_offset
                         });
-                    if base.is_empty() {
-                        format!("0x{:x}", location.address)
+                    // Never a bare address: a mapping without a file name
+                    // is named by its build id, no mapping by `[unknown]`.
+                    let build_id = mapping.map(|m| profile.string(m.build_id)).unwrap_or("");
+                    let module = if !base.is_empty() {
+                        base.to_owned()
+                    } else if !build_id.is_empty() {
+                        format!("build-id:{}", &build_id[..build_id.len().min(16)])
                     } else {
-                        format!("{base}+0x{offset:x}")
-                    }
+                        "[unknown]".to_owned()
+                    };
+                    format!("{module}+0x{offset:x}")
                 }
             };
             if location.line.is_empty() {

@@ -4,6 +4,7 @@
 
 use hashbrown::HashMap;
 
+use crate::query::symbolize::file_offset;
 use crate::symbols::{ContentKey, Location, SymbolTable, SymbolTranslator};
 
 /// A merged selection: (stack, sample label set) -> value, with its own
@@ -154,7 +155,10 @@ pub(crate) fn frame_names(symbols: &SymbolTable, location: &Location, out: &mut 
 
 /// `libc.so.6+0x1a2b` style name for a frame without a function, where the
 /// number is the offset in the file when the mapping says where the file was
-/// loaded, and the raw address otherwise.
+/// loaded, and the address as sent otherwise. A mapping without a file name
+/// is named by its build id (`build-id:<first 16 hex digits>`), and a frame
+/// without either by `[unknown]`: never a bare address, which reads as
+/// nothing in a flame graph.
 ///
 /// NB: the file offset is the same in every process that maps the file,
 /// whatever address-space randomisation chose, so one unsymbolized frame of
@@ -163,15 +167,19 @@ pub(crate) fn unsymbolized_name(symbols: &SymbolTable, location: &Location) -> S
     let mapping = symbols.mapping(location.mapping);
     let file = mapping.map(|m| symbols.string(m.filename)).unwrap_or("");
     let base = file.rsplit('/').next().unwrap_or(file);
-    if base.is_empty() {
-        return format!("0x{:x}", location.address);
-    }
+    let build_id = mapping.map(|m| symbols.string(m.build_id)).unwrap_or("");
+    let module = if !base.is_empty() {
+        base.to_owned()
+    } else if !build_id.is_empty() {
+        let short: String = build_id.chars().take(16).collect();
+        format!("build-id:{short}")
+    } else {
+        "[unknown]".to_owned()
+    };
     let offset = mapping
-        .filter(|m| m.memory_start <= location.address && location.address < m.memory_limit)
-        .map_or(location.address, |m| {
-            location.address - m.memory_start + m.file_offset
-        });
-    format!("{base}+0x{offset:x}")
+        .and_then(|m| file_offset(m, location.address))
+        .unwrap_or(location.address);
+    format!("{module}+0x{offset:x}")
 }
 
 #[cfg(test)]
@@ -203,6 +211,30 @@ mod tests {
         let name_b = unsymbolized_name(&symbols, symbols.location(b).unwrap());
         assert_eq!(name_a, "libc.so.6+0x29234");
         assert_eq!(name_a, name_b);
+    }
+
+    #[test]
+    fn a_frame_without_a_file_name_is_named_by_build_id_or_unknown_never_a_bare_address() {
+        let mut symbols = SymbolTable::new();
+        let build_id = symbols.intern_string("0123456789abcdef0123456789abcdef01234567");
+        let by_build_id = symbols.intern_mapping(Mapping {
+            memory_start: 0x1000,
+            memory_limit: 0x2000,
+            file_offset: 0,
+            filename: 0,
+            build_id,
+            has_functions: false,
+        });
+        let location = symbols.intern_location(by_build_id, 0x1234, &[]);
+        assert_eq!(
+            unsymbolized_name(&symbols, symbols.location(location).unwrap()),
+            "build-id:0123456789abcdef+0x234"
+        );
+        let unmapped = symbols.intern_location(crate::symbols::NO_MAPPING, 0x1234, &[]);
+        assert_eq!(
+            unsymbolized_name(&symbols, symbols.location(unmapped).unwrap()),
+            "[unknown]+0x1234"
+        );
     }
 
     #[test]

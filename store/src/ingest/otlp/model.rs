@@ -77,6 +77,38 @@ pub struct Mapping {
     pub file_offset: u64,
     /// File name (string index).
     pub filename: i32,
+    /// The GNU build id its attributes name
+    /// (`process.executable.build_id.gnu`), lowercase hex; empty when
+    /// they name none. The store symbolizes the frames of unnamed
+    /// locations in it at query time by this id.
+    pub build_id: String,
+}
+
+/// The attribute OpenTelemetry's semantic conventions give a mapping's
+/// GNU build id under.
+pub const BUILD_ID_GNU_ATTRIBUTE: &str = "process.executable.build_id.gnu";
+
+/// The GNU build id among a mapping's attributes: the text of the first
+/// `process.executable.build_id.gnu` that is 2 to 128 hex digits, in
+/// lowercase; empty when there is none. Indices outside the table and
+/// values of another form are passed over: the id only lets the store
+/// name frames later, and its absence refuses nothing.
+pub fn mapping_build_id(indices: &[i32], attributes: &[Attribute]) -> String {
+    indices
+        .iter()
+        .filter_map(|&i| usize::try_from(i).ok().and_then(|i| attributes.get(i)))
+        .filter(|a| a.key == BUILD_ID_GNU_ATTRIBUTE)
+        .find_map(|a| match &a.value {
+            AttributeValue::Text(text)
+                if (2..=128).contains(&text.len())
+                    && text.len().is_multiple_of(2)
+                    && text.bytes().all(|b| b.is_ascii_hexdigit()) =>
+            {
+                Some(text.to_ascii_lowercase())
+            }
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 /// A code location: mapping index (0 = none), address, inlined lines.
@@ -484,7 +516,7 @@ fn profile_to_pprof(dictionary: &Dictionary, profile: &Profile) -> kiln_pprof::p
                                 memory_limit: m.memory_limit,
                                 file_offset: m.file_offset,
                                 filename: text(m.filename).to_owned(),
-                                build_id: String::new(),
+                                build_id: m.build_id.clone(),
                                 has_functions: !location.lines.is_empty(),
                             })
                         })

@@ -9,8 +9,8 @@ use prost::Message;
 
 use super::model::{
     Attribute, AttributeValue, Batch, Dictionary, Function, Location, Mapping, Profile,
-    ResourceProfiles, Sample, ScopeProfiles, SpanLink, check_index, check_indices, sample_link,
-    sample_values,
+    ResourceProfiles, Sample, ScopeProfiles, SpanLink, check_index, check_indices,
+    mapping_build_id, sample_link, sample_values,
 };
 use super::{OtlpError, OtlpLimits, wire};
 
@@ -435,6 +435,22 @@ fn dictionary_v1_8(
             )
         })
         .collect::<Result<Vec<_>, OtlpError>>()?;
+    let attributes = d
+        .attribute_table
+        .iter()
+        .map(|a| {
+            let key = check_index(
+                "attribute.key_strindex",
+                a.key_strindex.into(),
+                "string_table",
+                s,
+            )?;
+            Ok(Attribute {
+                key: strings[key].clone(),
+                value: attribute_value(a.value.as_ref(), &strings)?,
+            })
+        })
+        .collect::<Result<Vec<_>, OtlpError>>()?;
     let mappings = d
         .mapping_table
         .iter()
@@ -445,6 +461,7 @@ fn dictionary_v1_8(
                     memory_limit: m.memory_limit,
                     file_offset: m.file_offset,
                     filename: m.filename_strindex,
+                    build_id: mapping_build_id(&m.attribute_indices, &attributes),
                 },
                 s,
             )
@@ -481,22 +498,6 @@ fn dictionary_v1_8(
         stack_locations.extend_from_slice(&stack.location_indices);
         stacks.push(start..stack_locations.len());
     }
-    let attributes = d
-        .attribute_table
-        .iter()
-        .map(|a| {
-            let key = check_index(
-                "attribute.key_strindex",
-                a.key_strindex.into(),
-                "string_table",
-                s,
-            )?;
-            Ok(Attribute {
-                key: strings[key].clone(),
-                value: attribute_value(a.value.as_ref(), &strings)?,
-            })
-        })
-        .collect::<Result<Vec<_>, OtlpError>>()?;
     let links = d
         .link_table
         .iter()

@@ -240,3 +240,89 @@ fn samples_over_the_limit_are_refused_per_profile() {
     let err = decode_export(&body, &limits).unwrap_err();
     assert_eq!(err.reason(), "otlp_too_many", "{err}");
 }
+
+/// Issue 51: a native frame the OpenTelemetry eBPF profiler sends is a
+/// location with a mapping and no lines; the mapping's GNU build id
+/// (`process.executable.build_id.gnu`) is kept so the store can name the
+/// frame at query time. Other attributes, other keys and values that are
+/// not hex name no build id.
+#[test]
+fn a_mappings_gnu_build_id_attribute_is_kept_for_symbolization() {
+    let dictionary = v1_8::ProfilesDictionary {
+        string_table: vec![
+            "".into(),
+            "samples".into(),
+            "count".into(),
+            "/usr/bin/xz".into(),
+            "process.executable.build_id.gnu".into(),
+            "process.executable.build_id.htlhash".into(),
+        ],
+        mapping_table: vec![
+            v1_8::Mapping::default(),
+            v1_8::Mapping {
+                memory_start: 0x5555_0000_1000,
+                memory_limit: 0x5555_0002_0000,
+                file_offset: 0x1000,
+                filename_strindex: 3,
+                attribute_indices: vec![2, 1, 99],
+            },
+            v1_8::Mapping {
+                filename_strindex: 3,
+                attribute_indices: vec![3],
+                ..Default::default()
+            },
+        ],
+        location_table: vec![
+            v1_8::Location::default(),
+            v1_8::Location {
+                mapping_index: 1,
+                address: 0x5555_0000_1234,
+                ..Default::default()
+            },
+        ],
+        stack_table: vec![
+            v1_8::Stack::default(),
+            v1_8::Stack {
+                location_indices: vec![1],
+            },
+        ],
+        attribute_table: vec![
+            v1_8::KeyValueAndUnit::default(),
+            text_attribute(4, "ABB9E2D567CA6567D52511A241FBDB6B20F61AE5"),
+            text_attribute(5, "0123456789abcdef0123456789abcdef"),
+            text_attribute(4, "not hex"),
+        ],
+        ..Default::default()
+    };
+    let body = v1_10::ExportRequest {
+        dictionary: Some(dictionary),
+        resource_profiles: vec![v1_10::ResourceProfiles {
+            scope_profiles: vec![v1_10::ScopeProfiles {
+                profiles: vec![v1_10::Profile {
+                    sample_type: Some(v1_8::ValueType {
+                        type_strindex: 1,
+                        unit_strindex: 2,
+                        aggregation_temporality: 0,
+                    }),
+                    samples: vec![v1_10::Sample {
+                        stack_index: 1,
+                        values: vec![5],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec();
+    let decoded = decode_export(&body, &OtlpLimits::default()).unwrap();
+    let mappings = &decoded.batch.dictionary.mappings;
+    assert_eq!(
+        mappings[1].build_id,
+        "abb9e2d567ca6567d52511a241fbdb6b20f61ae5"
+    );
+    assert_eq!(mappings[2].build_id, "", "a value that is not hex");
+    assert!(decoded.batch.dictionary.locations[1].lines.is_empty());
+}

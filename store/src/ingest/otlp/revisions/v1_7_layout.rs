@@ -6,7 +6,7 @@ use kiln_api::kiln::otlp::v1_7;
 
 use super::super::model::{
     Batch, Dictionary, Function, Mapping, Profile, ResourceProfiles, Sample, ScopeProfiles,
-    SpanLink, check_index, check_indices, sample_link, sample_values,
+    SpanLink, check_index, check_indices, mapping_build_id, sample_link, sample_values,
 };
 use super::super::{OtlpError, OtlpLimits};
 use super::{
@@ -35,12 +35,14 @@ pub(super) fn from_v1_7(
         };
         dictionary.functions.push(checked_function(function, s)?);
     }
+    dictionary.attributes = attributes(&d.attribute_table, &strings)?;
     for m in &d.mapping_table {
         let mapping = Mapping {
             memory_start: m.memory_start,
             memory_limit: m.memory_limit,
             file_offset: m.file_offset,
             filename: m.filename_strindex,
+            build_id: mapping_build_id(&m.attribute_indices, &dictionary.attributes),
         };
         dictionary.mappings.push(checked_mapping(mapping, s)?);
     }
@@ -54,7 +56,6 @@ pub(super) fn from_v1_7(
             limits,
         )?);
     }
-    dictionary.attributes = attributes(&d.attribute_table, &strings)?;
     for link in &d.link_table {
         dictionary
             .links
