@@ -19,6 +19,7 @@ mod connections;
 mod file;
 mod limits;
 mod recording;
+mod symbolization;
 #[cfg(test)]
 mod tests;
 mod tokens;
@@ -29,6 +30,7 @@ pub use connections::ConnectionLimits;
 pub use file::{parse_file_settings, read_file_settings};
 pub use limits::Limits;
 pub use recording::{RecordingSettings, compile_rules};
+pub use symbolization::SymbolizationSettings;
 pub use tokens::{NamespaceToken, read_token_files};
 pub use units::{parse_bytes, parse_duration};
 
@@ -195,6 +197,8 @@ pub struct Config {
     pub log: String,
     /// Recording rules and their series' retention.
     pub recording: RecordingSettings,
+    /// Naming frames sent without function names, at query time.
+    pub symbolization: SymbolizationSettings,
 }
 
 /// More head shards than this only repeat the symbols in memory.
@@ -339,6 +343,7 @@ impl Config {
             read_tokens: tokens::trimmed(settings.auth.read_tokens.as_deref()),
             log: server.log.clone().unwrap_or_else(|| "info".to_owned()),
             recording: RecordingSettings::resolve(&settings.recording)?,
+            symbolization: SymbolizationSettings::resolve(&settings.symbolization)?,
         })
     }
 }

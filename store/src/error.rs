@@ -154,6 +154,20 @@ pub enum ApiError {
     /// The store is still recovering (or failed to open).
     #[error("store is not ready yet (recovering the write-ahead log and block list)")]
     NotReady,
+    /// An uploaded debug file cannot be used by the symbolizer.
+    #[error("debug file refused: {source}")]
+    DebugInfo {
+        /// Why.
+        #[source]
+        source: kiln_debuginfo::DebugInfoError,
+    },
+    /// An uploaded debug file records no build id to key it by.
+    #[error("debug file refused: it has no GNU build id note (link with --build-id)")]
+    DebugInfoWithoutBuildId,
+    /// A token bound to namespaces may not upload debug info, which names
+    /// frames of every namespace.
+    #[error("uploading debug info needs a write token for any namespace")]
+    DebugInfoForbidden,
     /// No valid bearer token.
     #[error("missing or invalid bearer token for {access}")]
     Unauthorized {
@@ -200,6 +214,9 @@ impl ApiError {
             Self::QueryMemoryBusy { .. } => "query_memory_busy",
             Self::QueryOverBudget { .. } => "query_over_budget",
             Self::NotReady => "not_ready",
+            Self::DebugInfo { source } => source.reason(),
+            Self::DebugInfoWithoutBuildId => "debuginfo_without_build_id",
+            Self::DebugInfoForbidden => "debuginfo_forbidden",
             Self::Unauthorized { .. } => "unauthorized",
             Self::Worker { .. } => "worker_failed",
             Self::Storage { source } => source.reason(),
@@ -240,6 +257,10 @@ impl ApiError {
             Self::QueryDeadline { .. } => StatusCode::BAD_REQUEST,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::NotReady => StatusCode::SERVICE_UNAVAILABLE,
+            Self::DebugInfo { .. } | Self::DebugInfoWithoutBuildId => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            Self::DebugInfoForbidden => StatusCode::FORBIDDEN,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::Worker { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Storage {

@@ -28,6 +28,9 @@ pub mod query;
 pub mod server;
 /// What every handler shares: the store, limits, tokens, metrics, slots.
 pub mod state;
+/// Naming frames sent as build id and address, after a query's merge,
+/// from uploaded debug info and debuginfod.
+pub mod symbolize;
 /// What both sides read off the wire: content types, bodies and their
 /// encodings, base64, and time.
 pub mod wire;

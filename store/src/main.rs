@@ -73,6 +73,12 @@ async fn run(config: Config) -> anyhow::Result<()> {
         store.connect_peers(peers);
     }
     state.set_store(store.clone());
+    let cache_keeper = tokio::spawn(
+        state
+            .symbolizer()
+            .clone()
+            .keep_cache(store.clone(), stop_rx.clone()),
+    );
     tracing::info!(
         blocks = store.blocks().len(),
         "store ready (recovery finished)"
@@ -89,6 +95,12 @@ async fn run(config: Config) -> anyhow::Result<()> {
             Ok(())
         }
     };
+    if tokio::time::timeout(DRAIN_TIMEOUT, cache_keeper)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the symbol cache was not written before exit");
+    }
     tracing::info!("flushing the head before exit");
     let flushed = store.shutdown().await;
     served.context("serving failed")?;

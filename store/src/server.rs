@@ -113,6 +113,7 @@ fn handler(endpoint: Endpoint, services: &Services, state: &AppState) -> MethodR
         Endpoint::RecordedLabelValues => get(recorded::label_values),
         Endpoint::RecordedBuildInfo => get(recorded::buildinfo),
         Endpoint::PeerHead => post(crate::query::peers::peer_head),
+        Endpoint::DebugInfoUpload => post(crate::symbolize::upload::upload),
     }
 }
 
@@ -156,6 +157,9 @@ async fn mark_partial(request: Request, next: axum::middleware::Next) -> Respons
                 .map(|p| p.peer.as_str())
                 .collect();
             reasons.push(format!("peers_unanswered={}", peers.join(" ")));
+        }
+        if incomplete.symbols_pending > 0 {
+            reasons.push(format!("symbols_pending={}", incomplete.symbols_pending));
         }
         if let Ok(value) = axum::http::HeaderValue::from_str(&reasons.join(", ")) {
             response.headers_mut().insert(PARTIAL_HEADER, value);

@@ -84,6 +84,8 @@ struct Shared {
     /// loopback name or an address: a web page that points its own name
     /// at 127.0.0.1 (DNS rebinding) would otherwise read it as same-origin.
     loopback_only: bool,
+    /// Names frames sent without function names, at query time.
+    symbolizer: crate::symbolize::Symbolizer,
 }
 
 impl AppState {
@@ -104,8 +106,14 @@ impl AppState {
                 query_slots: Arc::new(Semaphore::new(config.limits.max_inflight_queries)),
                 query_memory: QueryMemory::new(config.limits.query_memory_bytes as u64),
                 loopback_only: config.listen.ip().is_loopback(),
+                symbolizer: crate::symbolize::Symbolizer::new(&config.symbolization),
             }),
         }
+    }
+
+    /// The symbolizer queries name their frames with.
+    pub fn symbolizer(&self) -> &crate::symbolize::Symbolizer {
+        &self.shared.symbolizer
     }
 
     /// Makes the recovered store available; from now on `/readyz` reports

@@ -140,6 +140,48 @@ impl StoreClient {
         Ok((body, header_value))
     }
 
+    /// POSTs `body` to `path` and returns the answer's body.
+    pub fn post_bytes(&self, path: &str, body: &[u8]) -> Result<Vec<u8>, ClientError> {
+        let url = format!("{}/{}", self.base, path.trim_start_matches('/'));
+        let mut request = self
+            .agent
+            .post(&url)
+            .header("Content-Type", "application/octet-stream");
+        if let Some(token) = &self.token {
+            request = request.header("Authorization", &format!("Bearer {token}"));
+        }
+        let mut response = request.send(body).map_err(|e| match e {
+            ureq::Error::Io(_)
+            | ureq::Error::ConnectionFailed
+            | ureq::Error::HostNotFound
+            | ureq::Error::Timeout(_) => ClientError::Unreachable {
+                url: self.base.clone(),
+                message: e.to_string(),
+            },
+            other => ClientError::BadResponse {
+                path: path.to_owned(),
+                message: other.to_string(),
+            },
+        })?;
+        let status = response.status().as_u16();
+        let answer = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_RESPONSE_BYTES)
+            .read_to_vec()
+            .map_err(|e| ClientError::BadResponse {
+                path: path.to_owned(),
+                message: e.to_string(),
+            })?;
+        if !(200..300).contains(&status) {
+            return Err(ClientError::Rejected {
+                status,
+                message: error_message(&answer),
+            });
+        }
+        Ok(answer)
+    }
+
     /// GETs `path` and decodes its JSON answer.
     pub fn get_json<T: DeserializeOwned + Send + 'static>(
         &self,

@@ -20,8 +20,8 @@ use crate::client::ClientError;
 use crate::client::StoreClient;
 use crate::progress::Progress;
 use kiln_contract::query_json::{
-    DiffResponse, FlameGraphResponse, LabelNames, LabelValues, PROFILE_TYPE_HEADER, ProfileTypes,
-    SeriesList, TopResponse,
+    DebugInfoUploaded, DiffResponse, FlameGraphResponse, LabelNames, LabelValues,
+    PROFILE_TYPE_HEADER, ProfileTypes, SeriesList, TopResponse,
 };
 
 /// Query a Kiln profile store, render flame graphs, or start Kiln locally.
@@ -36,7 +36,8 @@ struct Cli {
         default_value = kiln_contract::endpoints::LOCAL_STORE_URL
     )]
     store: String,
-    /// Bearer token, when the store requires one for reads.
+    /// Bearer token, when the store requires one for reads (or, for
+    /// `kiln debuginfo upload`, a write token for any namespace).
     #[arg(long, global = true, env = "KILN_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Give up on a request after this long (e.g. 30s, 5m).
@@ -63,6 +64,27 @@ enum Command {
     /// Start Kiln on this machine: kiln-store on a local data directory plus
     /// kiln-agent --all (and any --scrape pprof endpoints), until Ctrl-C.
     Up(UpArgs),
+    /// Debug info for the store's symbolizer, which names frames that
+    /// arrived as build id and address (stripped binaries, the
+    /// OpenTelemetry eBPF profiler, Parca Agent).
+    #[command(subcommand)]
+    Debuginfo(DebuginfoCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum DebuginfoCommand {
+    /// Upload an ELF file with symbols or DWARF (an unstripped binary, or
+    /// the debug file `objcopy --only-keep-debug` makes), keyed by the
+    /// build id it records: frames of that build id are named in every
+    /// later query, of earlier data too. Needs a write token for any
+    /// namespace (--token / KILN_TOKEN) when the store requires tokens.
+    Upload(DebuginfoUploadArgs),
+}
+
+#[derive(Debug, Args)]
+struct DebuginfoUploadArgs {
+    /// The ELF file.
+    file: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -243,8 +265,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Labels(args) => labels(&client, &args),
         Command::Series(args) => series(&client, &args),
         Command::Diff(args) => diff(&client, &args),
+        Command::Debuginfo(DebuginfoCommand::Upload(args)) => upload_debuginfo(&client, &args),
         Command::Up(_) => Ok(()),
     }
+}
+
+fn upload_debuginfo(client: &StoreClient, args: &DebuginfoUploadArgs) -> anyhow::Result<()> {
+    let bytes =
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let answer = client.post_bytes("api/v1/debuginfo", &bytes)?;
+    let uploaded: DebugInfoUploaded =
+        serde_json::from_slice(&answer).context("reading the store's answer")?;
+    println!(
+        "uploaded {}: build id {}, {} ({} bytes, {} symbols, DWARF {})",
+        args.file.display(),
+        uploaded.build_id,
+        uploaded.kind,
+        uploaded.bytes,
+        uploaded.symbols,
+        if uploaded.dwarf { "yes" } else { "no" }
+    );
+    Ok(())
 }
 
 /// The format implied by a file name, if any.

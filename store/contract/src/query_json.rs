@@ -233,3 +233,20 @@ mod tests {
         assert_eq!(group_frame_name("pod", ""), "pod=(none)");
     }
 }
+
+/// `POST /api/v1/debuginfo`: what the store kept of an uploaded ELF file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DebugInfoUploaded {
+    /// The build id the file records, lowercase hex: frames of this build
+    /// id are named from it.
+    pub build_id: String,
+    /// `binary` (a binary, stripped or not) or `debug` (debug info alone,
+    /// as `objcopy --only-keep-debug` makes it).
+    pub kind: String,
+    /// Whether it has DWARF (static and inlined functions, files, lines).
+    pub dwarf: bool,
+    /// Its function symbols.
+    pub symbols: usize,
+    /// Its size.
+    pub bytes: usize,
+}

@@ -21,6 +21,7 @@ mod limits;
 mod recording;
 mod server;
 mod storage;
+mod symbolization;
 
 pub use auth::{
     AuthOptions, NAMESPACE_WRITE_TOKENS_ENV, READ_TOKENS_ENV, TOKEN_ENVIRONMENT, WRITE_TOKENS_ENV,
@@ -31,6 +32,7 @@ pub use limits::LimitOptions;
 pub use recording::{RecordingOptions, RecordingRuleList, RecordingRuleOptions};
 pub use server::ServerOptions;
 pub use storage::StorageOptions;
+pub use symbolization::SymbolizationOptions;
 
 /// The schema version of the config file this build reads.
 pub const FILE_VERSION: u32 = 1;
@@ -78,6 +80,10 @@ pub struct StoreSettings {
     #[command(flatten)]
     #[serde(default)]
     pub recording: RecordingOptions,
+    /// `[symbolization]`: naming frames sent without function names.
+    #[command(flatten)]
+    #[serde(default)]
+    pub symbolization: SymbolizationOptions,
     /// `[auth]`: bearer tokens, from the environment or files only.
     #[command(flatten)]
     #[serde(default)]

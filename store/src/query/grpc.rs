@@ -128,10 +128,12 @@ impl QueryService for QueryGrpc {
         request: Request<SelectMergePprofRequest>,
     ) -> Result<Response<SelectMergePprofResponse>, Status> {
         let request = request.into_inner();
+        let symbolizer = self.state.symbolizer().clone();
         self.run("grpc_select_merge_pprof", async move |store: &Store| {
             let range = time_range(request.range)?;
             let selector = resolve(store, &request.selector, range).await?;
             let merged = store.merge(&selector, range).await?;
+            let merged = symbolizer.symbolize(store, merged).await?;
             let total = merged.total();
             let pprof_gzip = merged_pprof_gzip(merged, selector.profile_type.clone()).await?;
             Ok(SelectMergePprofResponse {

@@ -21,6 +21,7 @@ use crate::query::selection::{
 };
 use crate::query::spans::{SpanSelector, keep_selected};
 use crate::state::AppState;
+use crate::symbolize::Symbolizer;
 
 /// Default and largest `max_nodes` of flame graphs.
 const DEFAULT_MAX_NODES: usize = 8192;
@@ -232,6 +233,7 @@ pub async fn series(State(state): State<AppState>, RawQuery(query): RawQuery) ->
 /// selector and the group-by labels.
 async fn grouped_merge(
     store: &Store,
+    symbolizer: &Symbolizer,
     params: &Params,
     range: TimeRange,
 ) -> Result<(Selector, Vec<String>, kiln_engine::MergedProfile), ApiError> {
@@ -242,16 +244,19 @@ async fn grouped_merge(
     let selector = selector(store, params, "query", range).await?;
     let merged = merge_grouped(store, &selector, range, &group_by).await?;
     let merged = keep_selected(store, merged, spans.into_iter().chain(traces).collect()).await?;
+    let merged = symbolizer.symbolize(store, merged).await?;
     Ok((selector, group_by, merged))
 }
 
 /// `GET /api/v1/flamegraph`.
 pub async fn flamegraph(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
     let params = Params::parse(query.as_deref());
+    let symbolizer = state.symbolizer().clone();
     timed(&state, "flamegraph", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
         let max_nodes = params.number("max_nodes", DEFAULT_MAX_NODES, MAX_MAX_NODES)?;
-        let (selector, group_by, merged) = grouped_merge(store, &params, range).await?;
+        let (selector, group_by, merged) =
+            grouped_merge(store, &symbolizer, &params, range).await?;
         json_off_workers(store, "rendering the flame graph", move || {
             FlameGraphResponse {
                 profile_type: selector.profile_type.to_string(),
@@ -271,9 +276,10 @@ pub async fn flamegraph(State(state): State<AppState>, RawQuery(query): RawQuery
 /// `GET /api/v1/pprof`: the merged profile, gzipped.
 pub async fn pprof(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
     let params = Params::parse(query.as_deref());
+    let symbolizer = state.symbolizer().clone();
     timed(&state, "pprof", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
-        let (selector, _, merged) = grouped_merge(store, &params, range).await?;
+        let (selector, _, merged) = grouped_merge(store, &symbolizer, &params, range).await?;
         let bytes = merged_pprof_gzip(merged, selector.profile_type.clone()).await?;
         Ok((
             [
@@ -293,9 +299,10 @@ pub async fn pprof(State(state): State<AppState>, RawQuery(query): RawQuery) -> 
 /// (`root;...;leaf value` per line), for lossless SVG and folded exports.
 pub async fn folded(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
     let params = Params::parse(query.as_deref());
+    let symbolizer = state.symbolizer().clone();
     timed(&state, "folded", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
-        let (selector, _, merged) = grouped_merge(store, &params, range).await?;
+        let (selector, _, merged) = grouped_merge(store, &symbolizer, &params, range).await?;
         let text = store.run_query_work(move || merged.folded()).await?;
         Ok((
             [
@@ -314,10 +321,12 @@ pub async fn folded(State(state): State<AppState>, RawQuery(query): RawQuery) ->
 /// `GET /api/v1/top`.
 pub async fn top(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
     let params = Params::parse(query.as_deref());
+    let symbolizer = state.symbolizer().clone();
     timed(&state, "top", async move |store: &Store| {
         let range = params.range("from", ["to", "until"])?;
         let limit = params.number("limit", 100, 100_000)?;
-        let (selector, group_by, merged) = grouped_merge(store, &params, range).await?;
+        let (selector, group_by, merged) =
+            grouped_merge(store, &symbolizer, &params, range).await?;
         json_off_workers(store, "ranking the top functions", move || TopResponse {
             profile_type: selector.profile_type.to_string(),
             unit: selector.profile_type.sample_unit,
@@ -397,6 +406,7 @@ pub async fn timeline(State(state): State<AppState>, RawQuery(query): RawQuery) 
 /// `right_query`/`right_from`/`right_to`; each right side defaults to the left.
 pub async fn diff(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
     let params = Params::parse(query.as_deref());
+    let symbolizer = state.symbolizer().clone();
     timed(&state, "diff", async move |store: &Store| {
         let max_nodes = params.number("max_nodes", DEFAULT_MAX_NODES, MAX_MAX_NODES)?;
         let left_range = params.range("left_from", ["left_to", "left_until"])?;
@@ -421,8 +431,12 @@ pub async fn diff(State(state): State<AppState>, RawQuery(query): RawQuery) -> R
                 ),
             });
         }
-        let base = store.merge(&left, left_range).await?;
-        let compare = store.merge(&right, right_range).await?;
+        let base = symbolizer
+            .symbolize(store, store.merge(&left, left_range).await?)
+            .await?;
+        let compare = symbolizer
+            .symbolize(store, store.merge(&right, right_range).await?)
+            .await?;
         json_off_workers(store, "rendering the diff", move || DiffResponse {
             profile_type: left.profile_type.to_string(),
             unit: left.profile_type.sample_unit,

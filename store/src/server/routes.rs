@@ -84,6 +84,8 @@ pub enum Endpoint {
     /// `POST /internal/v1/peer-head`: this replica's unflushed data, for a
     /// peer's query.
     PeerHead,
+    /// `POST /api/v1/debuginfo`: a debug file for the symbolizer.
+    DebugInfoUpload,
 }
 
 /// One route: an axum path pattern, who may call it and what serves it.
@@ -191,6 +193,11 @@ pub const ROUTES: &[Route] = &[
         Access::Read,
         Endpoint::PeerHead,
     ),
+    route(
+        "/api/v1/debuginfo",
+        Access::Write,
+        Endpoint::DebugInfoUpload,
+    ),
 ];
 
 /// The access of the route whose pattern the router matched (axum's
@@ -221,7 +228,8 @@ mod tests {
                 | Endpoint::Push
                 | Endpoint::WriteRaw
                 | Endpoint::OtlpGrpc
-                | Endpoint::OtlpHttp => Access::Write,
+                | Endpoint::OtlpHttp
+                | Endpoint::DebugInfoUpload => Access::Write,
                 _ => Access::Read,
             };
             assert_eq!(route.access, expected, "{}", route.path);

@@ -27,6 +27,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use crate::error::StorageError;
 
 mod config;
+mod debuginfo;
 mod local_files;
 mod ranges;
 mod recorded;

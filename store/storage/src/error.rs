@@ -188,6 +188,15 @@ pub enum StorageError {
         /// What is wrong.
         message: String,
     },
+    /// A debug file or symbol cache in the bucket is too large, or its key
+    /// is not one the store writes.
+    #[error("{key}: {message}")]
+    DebugInfoObject {
+        /// The object's key.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A block's `meta.json` could not be parsed.
     #[error("block {id}: meta.json is invalid: {source}")]
     BlockMeta {
@@ -327,6 +336,7 @@ impl StorageError {
             Self::WalFailed { .. } => "wal_failed",
             Self::Bucket { .. } => "bucket",
             Self::RecordedFile { .. } => "recorded_file",
+            Self::DebugInfoObject { .. } => "debuginfo_object",
             Self::BlockMeta { .. } => "block_meta",
             Self::MetaMismatch { .. } => "meta_mismatch",
             Self::OwnerMismatch { .. } => "owner_mismatch",
@@ -365,6 +375,7 @@ impl StorageError {
             | Self::WalFailed { .. }
             | Self::Bucket { .. }
             | Self::RecordedFile { .. }
+            | Self::DebugInfoObject { .. }
             | Self::BlockMeta { .. }
             | Self::MetaMismatch { .. }
             | Self::OwnerMismatch { .. }

@@ -72,6 +72,7 @@
 mod allocator;
 mod catalog;
 mod config;
+mod debuginfo;
 mod health;
 mod ingest;
 pub(crate) mod recorded;
@@ -89,7 +90,9 @@ use crate::bucket::{Bucket, CorruptBlock};
 use crate::error::StorageError;
 use crate::wal::ReplayReport;
 use catalog::{Catalog, View};
-pub use catalog::{Incomplete, Listing, MAX_LISTED, record_incomplete, with_request_deadline};
+pub use catalog::{
+    Incomplete, Listing, MAX_LISTED, note_symbols_pending, record_incomplete, with_request_deadline,
+};
 pub use config::{AcceptedTimes, StoreConfig};
 pub use health::{HealthProblem, StoreHealth};
 use ingest::Ingest;

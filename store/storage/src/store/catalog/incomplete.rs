@@ -32,6 +32,9 @@ pub struct Incomplete {
     /// whose answer was unusable): what they acknowledged since their last
     /// flush is missing.
     pub unanswered_peers: Vec<UnansweredPeer>,
+    /// Build ids whose debug info was still being fetched or read when the
+    /// answer was due: their frames are named by module and offset.
+    pub symbols_pending: usize,
 }
 
 impl Incomplete {
@@ -41,6 +44,7 @@ impl Incomplete {
             && !self.bucket_not_listed
             && self.held_wal_ranges == 0
             && self.unanswered_peers.is_empty()
+            && self.symbols_pending == 0
     }
 
     pub(super) fn add(&mut self, other: Incomplete) {
@@ -51,6 +55,7 @@ impl Incomplete {
         }
         self.bucket_not_listed |= other.bucket_not_listed;
         self.held_wal_ranges = self.held_wal_ranges.max(other.held_wal_ranges);
+        self.symbols_pending = self.symbols_pending.max(other.symbols_pending);
         for peer in other.unanswered_peers {
             if !self.unanswered_peers.iter().any(|p| p.peer == peer.peer) {
                 self.unanswered_peers.push(peer);
@@ -79,4 +84,14 @@ pub(super) fn note(missed: Incomplete) {
         return;
     }
     let _ = RECORDER.try_with(|recorder| lock(recorder).add(missed));
+}
+
+/// Notes, for the enclosing [`record_incomplete`], that `build_ids` build
+/// ids of the answer's frames were not symbolized in time: the server's
+/// symbolizer calls it, the store's own queries never do.
+pub fn note_symbols_pending(build_ids: usize) {
+    note(Incomplete {
+        symbols_pending: build_ids,
+        ..Incomplete::default()
+    });
 }
