@@ -7,6 +7,7 @@
 #     SECONDS  per target (default 600); TARGET defaults to every target:
 #              pprof folded multipart push_json otlp wal_record block
 #              connect select_series otlp_revisions query_trees recorded
+#              debuginfo symbol_cache
 #   env: KILN_FUZZ_OUT (default /var/tmp/kiln-fuzz), KILN_FUZZ_MEMORY_MB
 #        (the fuzzed process's memory limit, afl-fuzz -m; default 1024),
 #        KILN_FUZZ_TARGET_DIR (the instrumented build, default
@@ -28,7 +29,7 @@ shift || true
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
   targets=(pprof folded multipart push_json otlp wal_record block
-    connect select_series otlp_revisions query_trees recorded)
+    connect select_series otlp_revisions query_trees recorded debuginfo symbol_cache)
 fi
 out="${KILN_FUZZ_OUT:-/var/tmp/kiln-fuzz}"
 memory_mb="${KILN_FUZZ_MEMORY_MB:-1024}"

@@ -16,12 +16,13 @@ use kiln_store::ingest::pyroscope::{
 };
 use prost::Message;
 
+pub mod debuginfo;
 pub mod otlp_revisions;
 pub mod querier;
 pub mod trees;
 
 /// The fuzz targets, by the name `--target` takes.
-pub const TARGETS: [&str; 12] = [
+pub const TARGETS: [&str; 14] = [
     "pprof",
     "folded",
     "multipart",
@@ -34,6 +35,8 @@ pub const TARGETS: [&str; 12] = [
     "otlp_revisions",
     "query_trees",
     "recorded",
+    "debuginfo",
+    "symbol_cache",
 ];
 
 /// Fixed "now" for the `/ingest` parameters and stored profiles, so runs
@@ -55,6 +58,8 @@ pub fn run(target: &str, data: &[u8]) -> bool {
         "otlp_revisions" => otlp_revisions::otlp_revisions(data),
         "query_trees" => trees::query_trees(data),
         "recorded" => recorded(data),
+        "debuginfo" => debuginfo::debuginfo(data),
+        "symbol_cache" => debuginfo::symbol_cache(data),
         _ => return false,
     }
     true
@@ -258,6 +263,8 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "otlp_revisions" => otlp_revisions::seeds(),
         "query_trees" => trees::seeds(&pprof),
         "recorded" => vec![recorded_bytes()],
+        "debuginfo" => vec![debuginfo::elf_seed()],
+        "symbol_cache" => vec![debuginfo::symbol_cache_seed()],
         _ => Vec::new(),
     }
 }
@@ -346,5 +353,31 @@ mod tests {
         assert!(decode_payload(&seeds("wal_record")[0]).is_ok());
         assert!(kiln_engine::Block::decode(&seeds("block")[0]).is_ok());
         assert!(kiln_engine::recording::RecordedPoints::decode(&seeds("recorded")[0]).is_ok());
+        assert!(kiln_debuginfo::cache_file::decode(&seeds("symbol_cache")[0], 1 << 20).is_ok());
+    }
+
+    /// The ELF seed is read whole and names its function and the call
+    /// inlined into it, so the fuzzer starts from lookups that succeed.
+    #[test]
+    fn the_elf_seed_names_its_function_and_its_inlined_call() {
+        let seed = &seeds("debuginfo")[0];
+        let file = kiln_debuginfo::DebugFile::parse(seed, Default::default()).unwrap();
+        assert_eq!(
+            file.build_id().map(|id| id.as_str().len()),
+            Some(40),
+            "a 20-byte build id"
+        );
+        assert!(file.has_dwarf());
+        let names = |offset| -> Vec<String> {
+            file.frames(offset, 0)
+                .into_iter()
+                .map(|f| f.function)
+                .collect()
+        };
+        assert_eq!(names(debuginfo::TEXT_OFFSET), ["fuzz_hot"]);
+        assert_eq!(
+            names(debuginfo::TEXT_OFFSET + 0x14),
+            ["fuzz_inlined", "fuzz_hot"]
+        );
     }
 }

@@ -11,8 +11,8 @@ use clap::Parser;
 #[command(about = "Kiln's parsers under AFL++")]
 struct Cli {
     /// The target to fuzz: pprof, folded, multipart, push_json, otlp,
-    /// wal_record, block, connect, select_series, otlp_revisions or
-    /// query_trees.
+    /// wal_record, block, connect, select_series, otlp_revisions,
+    /// query_trees, recorded, debuginfo or symbol_cache.
     #[arg(long, env = "KILN_FUZZ_TARGET")]
     target: Option<String>,
     /// Write each target's seed inputs under this directory and exit.
