@@ -453,3 +453,40 @@ fn kiln_debuginfo_upload_names_frames_of_earlier_data() {
         .expect("kiln runs");
     assert_eq!(refused.status.code(), Some(2), "a rejection");
 }
+
+/// The symbol cache is written to the bucket (`symbol-cache/<replica>`) at
+/// shutdown and read back at start: after a restart with no debuginfod
+/// and no wait, the same data is named at once, complete, from the cache
+/// alone (a lookup would have answered `symbols_pending`).
+#[test]
+fn resolved_symbols_survive_a_restart() {
+    let Some(program) = build_program() else {
+        return;
+    };
+    let Some(server) = Debuginfod::start(&program) else {
+        return;
+    };
+    let store = store_with(&[
+        "--replica",
+        "kiln-test",
+        "--debuginfod-urls",
+        &server.url,
+        "--symbolization-wait",
+        "30s",
+    ]);
+    let stacks = vec![vec![program.hot_addresses[0]]];
+    ingest(&store, &unsymbolized_pprof(&program.mapping, &stacks), &[]);
+    assert_eq!(folded(&store).0.trim(), "hot_static_work 10000000");
+    let data_dir = store.stop();
+    let cache = data_dir.path().join("bucket/symbol-cache/kiln-test");
+    assert!(cache.is_file(), "{} was written", cache.display());
+    drop(server);
+    let store = StoreProcess::start_in(
+        store_binary(),
+        data_dir,
+        &["--replica", "kiln-test", "--symbolization-wait", "0s"],
+    );
+    let (text, partial) = folded(&store);
+    assert_eq!(partial, None, "{text}");
+    assert_eq!(text.trim(), "hot_static_work 10000000");
+}
