@@ -100,8 +100,9 @@ pub use kiln_agent_settings::DEFAULT_MAX_SYMBOL_TABLE_BYTES;
 
 /// Most bytes of symbol indexes (and the names read through them) kept
 /// across windows: room for the libraries of a few compilers (rustc's two
-/// take about 5 MiB), which a build looks up in every window.
-const SYMBOL_INDEX_BUDGET: u64 = 16 << 20;
+/// take about 5 MiB), which a build looks up in every window; with the
+/// unwind cache's 24 MiB it keeps the agent within 64 MiB.
+const SYMBOL_INDEX_BUDGET: u64 = 12 << 20;
 
 impl StackSymbolizer {
     /// A symbolizer with kernel symbols and a bound on cached names.

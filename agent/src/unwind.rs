@@ -267,7 +267,7 @@ impl Default for StackUnwinderConfig {
     fn default() -> Self {
         StackUnwinderConfig {
             limits: UnwindInfoLimits::default(),
-            cache_bytes: 32 * 1024 * 1024,
+            cache_bytes: kiln_agent_settings::DEFAULT_UNWIND_CACHE_BYTES,
             max_objects: 4096,
         }
     }
@@ -302,6 +302,8 @@ struct CachedObject {
     last_used: u64,
     /// The window a process was last read with it.
     last_window: u64,
+    /// Refused for want of room in its window: read again in the next.
+    over_budget: bool,
 }
 
 /// Windows an object may go unused before it is dropped: long enough
@@ -485,7 +487,7 @@ impl StackUnwinder {
         let keep_since = self.window.saturating_sub(IDLE_WINDOWS - 1);
         let cached_bytes = &mut self.cached_bytes;
         self.objects.retain(|_, object| {
-            let keep = object.last_window >= keep_since;
+            let keep = object.last_window >= keep_since && !object.over_budget;
             if !keep {
                 *cached_bytes -= object.bytes;
             }
@@ -515,15 +517,44 @@ impl StackUnwinder {
             cached.last_window = self.window;
             return Some((cached.sections.clone()?, cached.go.clone()));
         }
+        // The objects this window's processes map stay in memory whatever
+        // the cache evicts (their modules hold them), so the budget bounds
+        // them too: an object that does not fit beside them waits for the
+        // next window (frame pointers until then), at the cost of reading
+        // its headers, not its sections.
+        let in_use: u64 = self
+            .objects
+            .values()
+            .filter(|object| object.last_window == self.window)
+            .map(|object| object.bytes)
+            .sum();
+        let room = self.config.cache_bytes.saturating_sub(in_use);
+        let mut limits = self.config.limits;
+        limits.max_bytes_per_object = limits.max_bytes_per_object.min(room);
         let result = match (&key, file) {
-            (ObjectKey::Vdso, _) => read_own_vdso(&self.config.limits),
-            (_, Some(file)) => unwind_info::read_from_file(&file.file, &self.config.limits),
+            (ObjectKey::Vdso, _) => read_own_vdso(&limits),
+            (_, Some(file)) => unwind_info::read_from_file(&file.file, &limits),
             (_, None) => return None,
         };
+        let mut over_budget = false;
         let sections = match result {
+            // What it holds beyond its sections (segments, a Go index) must
+            // fit too.
+            Ok(sections) if sections.held_bytes() > room => {
+                *self.stats.objects.entry("over_budget").or_default() += 1;
+                over_budget = true;
+                None
+            }
             Ok(sections) => {
                 *self.stats.objects.entry("loaded").or_default() += 1;
                 Some(Arc::new(sections))
+            }
+            Err(UnwindInfoError::TooLarge { bytes, .. })
+                if bytes <= self.config.limits.max_bytes_per_object =>
+            {
+                *self.stats.objects.entry("over_budget").or_default() += 1;
+                over_budget = true;
+                None
             }
             Err(error) => {
                 *self.stats.objects.entry(error.reason()).or_default() += 1;
@@ -560,21 +591,24 @@ impl StackUnwinder {
                 bytes,
                 last_used: self.clock,
                 last_window: self.window,
+                over_budget,
             },
         );
         Some((sections?, go))
     }
 
     /// Evicts least recently used objects until `incoming` more bytes (and
-    /// one more object) fit the budgets.
+    /// one more object) fit the budgets; objects this window's processes
+    /// map are not evicted, as their modules hold them anyway.
     fn make_room(&mut self, incoming: u64) {
-        while !self.objects.is_empty()
-            && (self.cached_bytes + incoming > self.config.cache_bytes
-                || self.objects.len() >= self.config.max_objects)
+        while self.cached_bytes + incoming > self.config.cache_bytes
+            || self.objects.len() >= self.config.max_objects
         {
+            let window = self.window;
             let Some(oldest) = self
                 .objects
                 .iter()
+                .filter(|(_, object)| object.last_window < window)
                 .min_by_key(|(_, object)| object.last_used)
                 .map(|(key, _)| key.clone())
             else {

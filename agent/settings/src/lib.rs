@@ -13,6 +13,9 @@ use std::time::Duration;
 use clap::{ArgGroup, Parser};
 use serde::{Serialize, Serializer};
 
+/// Default of `--unwind-cache-bytes`.
+pub const DEFAULT_UNWIND_CACHE_BYTES: u64 = 24 * 1024 * 1024;
+
 /// Default of `--max-symbol-table-bytes`: about two million symbols, more
 /// than the largest shared libraries of common distributions (libLLVM,
 /// Chromium) and small enough that parsing them cannot take the agent's
@@ -146,8 +149,10 @@ pub struct AgentSettings {
     #[arg(long, env = "KILN_UNWINDER", value_enum, default_value_t = UnwinderChoice::EhFrame)]
     pub unwinder: UnwinderChoice,
     /// Bytes of unwind sections (.eh_frame, .eh_frame_hdr, .debug_frame)
-    /// cached across all binaries (eh-frame unwinder).
-    #[arg(long, env = "KILN_UNWIND_CACHE_BYTES", default_value_t = 32 * 1024 * 1024)]
+    /// and Go function tables cached across all binaries (eh-frame
+    /// unwinder). 24 MiB holds rustc's and LLVM's (16 MiB) beside a few
+    /// services' and keeps the agent within 64 MiB.
+    #[arg(long, env = "KILN_UNWIND_CACHE_BYTES", default_value_t = DEFAULT_UNWIND_CACHE_BYTES)]
     pub unwind_cache_bytes: u64,
     /// Binaries with more unwind section bytes than this are unwound by
     /// frame pointer instead (counted in kiln_agent_unwind_objects_total).
@@ -299,7 +304,7 @@ impl Default for AgentSettings {
             max_symbol_table_bytes: DEFAULT_MAX_SYMBOL_TABLE_BYTES,
             max_cached_symbols: 200_000,
             unwinder: UnwinderChoice::EhFrame,
-            unwind_cache_bytes: 32 * 1024 * 1024,
+            unwind_cache_bytes: DEFAULT_UNWIND_CACHE_BYTES,
             unwind_max_object_bytes: 16 * 1024 * 1024,
             snapshot_ring_bytes: None,
             python_frames: true,

@@ -134,6 +134,58 @@ fn objects_unused_for_a_few_windows_leave_the_cache() {
     );
 }
 
+/// The objects a window's processes map are held by their modules whatever
+/// the cache evicts, so the budget bounds them too: past it an object is
+/// refused for the window (its headers read, never its sections) and read
+/// in the next window that has room.
+#[test]
+fn objects_past_the_budget_wait_for_a_window_with_room() {
+    let pid = std::process::id();
+    let mut table = ProcessTable::new(16, 64);
+    let start = own_start_ns(100);
+    let process = table.refresh(pid, start).expect("own process");
+    let mut whole = StackUnwinder::new(StackUnwinderConfig::default());
+    whole.load_process(&process);
+    let all = whole.cached_bytes();
+    let loaded = whole.stats().objects.get("loaded").copied().unwrap_or(0);
+    assert!(loaded >= 2, "the test binary and libc: {:?}", whole.stats());
+
+    // A budget that holds all but the smallest object.
+    let mut tight = StackUnwinder::new(StackUnwinderConfig {
+        cache_bytes: all - 1,
+        ..StackUnwinderConfig::default()
+    });
+    tight.load_process(&process);
+    assert!(tight.cached_bytes() <= all - 1, "within the budget");
+    let refused = tight
+        .stats()
+        .objects
+        .get("over_budget")
+        .copied()
+        .unwrap_or(0);
+    assert!(refused >= 1, "{:?}", tight.stats());
+    // Read again in the same window: still refused, not read again.
+    tight.load_process(&process);
+    assert_eq!(
+        tight.stats().objects.get("over_budget").copied(),
+        Some(refused),
+        "a refusal holds for its window"
+    );
+    tight.end_window();
+    tight.load_process(&process);
+    assert!(
+        tight
+            .stats()
+            .objects
+            .get("over_budget")
+            .copied()
+            .unwrap_or(0)
+            > refused,
+        "tried again in the next window"
+    );
+    assert!(tight.cached_bytes() <= all - 1);
+}
+
 #[test]
 fn without_unwind_info_the_walk_falls_back_to_frame_pointers() {
     let captured = outer_frame();
