@@ -178,40 +178,21 @@ impl Symbolizer {
     }
 
     /// Names the frames of `merged` that lack names and can be looked up;
-    /// see the module docs. Build ids still being fetched or read when the
-    /// wait is over are noted as `symbols_pending`.
+    /// see the module docs. A merge whose addresses are all cached (or
+    /// known missing) takes one pass on the blocking pool. Build ids still
+    /// being fetched or read when the wait is over are noted as
+    /// `symbols_pending`.
     pub async fn symbolize(
         &self,
         store: &Store,
         merged: MergedProfile,
     ) -> Result<MergedProfile, ApiError> {
-        let (merged, addresses) = store
-            .run_query_work(move || {
-                let addresses = merged.unsymbolized_addresses();
-                (merged, addresses)
-            })
+        let symbolizer = self.clone();
+        let (merged, wanted) = store
+            .run_query_work(move || symbolizer.apply_cached(merged))
             .await?;
-        if addresses.is_empty() {
+        if wanted.is_empty() {
             return Ok(merged);
-        }
-        // (build id as sent, offset) -> the id as the cache keys it.
-        let mut wanted: BTreeMap<BuildId, Vec<(u64, u64)>> = BTreeMap::new();
-        let mut keys: Vec<(String, u64, BuildId)> = Vec::with_capacity(addresses.len());
-        {
-            let cache = lock(&self.inner.cache);
-            let now = now_ms();
-            for address in addresses {
-                let Ok(id) = BuildId::parse(&address.build_id) else {
-                    continue;
-                };
-                if cache.get(&id, address.file_offset).is_none() && !cache.is_missing(&id, now) {
-                    wanted
-                        .entry(id.clone())
-                        .or_default()
-                        .push((address.file_offset, address.mapping_file_offset));
-                }
-                keys.push((address.build_id, address.file_offset, id));
-            }
         }
         let mut waits: Vec<watch::Receiver<bool>> = wanted
             .into_iter()
@@ -219,38 +200,61 @@ impl Symbolizer {
             .collect();
         let deadline = tokio::time::Instant::now() + self.inner.settings.wait;
         let mut pending = 0;
+        let mut done = 0;
         for wait in &mut waits {
-            let done = tokio::time::timeout_at(deadline, wait.wait_for(|done| *done)).await;
-            if !matches!(done, Ok(Ok(_))) {
-                pending += 1;
+            match tokio::time::timeout_at(deadline, wait.wait_for(|done| *done)).await {
+                Ok(Ok(_)) => done += 1,
+                _ => pending += 1,
             }
         }
-        let resolved: HashMap<(String, u64), Arc<[SymbolizedFrame]>> = {
-            let cache = lock(&self.inner.cache);
-            keys.into_iter()
-                .filter_map(|(sent, offset, id)| {
-                    let frames = cache.get(&id, offset)?;
-                    Some(((sent, offset), frames))
-                })
-                .collect()
-        };
         if pending > 0 {
             kiln_storage::store::note_symbols_pending(pending);
         }
-        if resolved.is_empty() {
+        if done == 0 {
             return Ok(merged);
         }
-        Ok(store
-            .run_query_work(move || {
-                let mut merged = merged;
-                merged.apply_symbols(|address| {
-                    resolved
-                        .get(&(address.build_id.clone(), address.file_offset))
-                        .cloned()
-                });
-                merged
-            })
-            .await?)
+        let symbolizer = self.clone();
+        let (merged, _) = store
+            .run_query_work(move || symbolizer.apply_cached(merged))
+            .await?;
+        Ok(merged)
+    }
+
+    /// Names what the cache knows in one pass over the merge's locations;
+    /// returns the merge and, by build id, the addresses to look up (build
+    /// ids known to be missing are not asked for again before their retry
+    /// time).
+    fn apply_cached(
+        &self,
+        mut merged: MergedProfile,
+    ) -> (MergedProfile, BTreeMap<BuildId, Vec<(u64, u64)>>) {
+        let mut wanted: BTreeMap<BuildId, Vec<(u64, u64)>> = BTreeMap::new();
+        // The text a client sent, parsed once per distinct id (ids the
+        // cache does not key as sent: uppercase, or not a build id).
+        let mut parsed: HashMap<String, Option<BuildId>> = HashMap::new();
+        let now = now_ms();
+        let cache = lock(&self.inner.cache);
+        merged.apply_symbols(|sent, offset, mapping_offset| {
+            if let Some(frames) = cache.get(sent, offset) {
+                return Some(frames);
+            }
+            if !parsed.contains_key(sent) {
+                parsed.insert(sent.to_owned(), BuildId::parse(sent).ok());
+            }
+            let id = parsed.get(sent)?.as_ref()?;
+            if let Some(frames) = cache.get(id.as_str(), offset) {
+                return Some(frames);
+            }
+            if !cache.is_missing(id, now) {
+                wanted
+                    .entry(id.clone())
+                    .or_default()
+                    .push((offset, mapping_offset));
+            }
+            None
+        });
+        drop(cache);
+        (merged, wanted)
     }
 
     /// Starts the job that fetches and reads `build_id`'s debug file and

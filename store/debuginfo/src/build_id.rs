@@ -41,6 +41,13 @@ impl BuildId {
     }
 }
 
+/// Maps keyed by build id are looked up by the text a client sent.
+impl std::borrow::Borrow<str> for BuildId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for BuildId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

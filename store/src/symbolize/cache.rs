@@ -18,7 +18,9 @@ type Key = (BuildId, u64);
 /// The cache; see the module docs.
 #[derive(Debug)]
 pub struct SymbolCache {
-    resolved: HashMap<Key, Arc<[SymbolizedFrame]>>,
+    /// By build id, then file offset, so a query looks an address up by
+    /// the build id text it holds, without building a key.
+    resolved: HashMap<BuildId, HashMap<u64, Arc<[SymbolizedFrame]>>>,
     order: VecDeque<Key>,
     bytes: usize,
     budget: usize,
@@ -50,8 +52,8 @@ impl SymbolCache {
 
     /// The frames of an address, if it was resolved (empty: the debug file
     /// does not know it).
-    pub fn get(&self, build_id: &BuildId, file_offset: u64) -> Option<Arc<[SymbolizedFrame]>> {
-        self.resolved.get(&(build_id.clone(), file_offset)).cloned()
+    pub fn get(&self, build_id: &str, file_offset: u64) -> Option<Arc<[SymbolizedFrame]>> {
+        self.resolved.get(build_id)?.get(&file_offset).cloned()
     }
 
     /// Whether `build_id` was looked for and not found, and its retry time
@@ -68,7 +70,8 @@ impl SymbolCache {
             return;
         }
         self.missing.remove(&key.0);
-        if let Some(old) = self.resolved.insert(key.clone(), frames) {
+        let by_offset = self.resolved.entry(key.0.clone()).or_default();
+        if let Some(old) = by_offset.insert(key.1, frames) {
             self.bytes -= entry_bytes(&key, &old);
         } else {
             self.order.push_back(key);
@@ -79,8 +82,14 @@ impl SymbolCache {
             let Some(oldest) = self.order.pop_front() else {
                 break;
             };
-            if let Some(frames) = self.resolved.remove(&oldest) {
+            let Some(by_offset) = self.resolved.get_mut(&oldest.0) else {
+                continue;
+            };
+            if let Some(frames) = by_offset.remove(&oldest.1) {
                 self.bytes -= entry_bytes(&oldest, &frames);
+            }
+            if by_offset.is_empty() {
+                self.resolved.remove(&oldest.0);
             }
         }
     }
@@ -110,17 +119,11 @@ impl SymbolCache {
     /// uploaded): its next query looks it up again.
     pub fn forget(&mut self, build_id: &BuildId) {
         self.missing.remove(build_id);
-        let before = self.order.len();
-        self.order.retain(|key| &key.0 != build_id);
-        if self.order.len() != before {
-            let resolved = std::mem::take(&mut self.resolved);
-            for (key, frames) in resolved {
-                if &key.0 == build_id {
-                    self.bytes -= entry_bytes(&key, &frames);
-                } else {
-                    self.resolved.insert(key, frames);
-                }
+        if let Some(by_offset) = self.resolved.remove(build_id) {
+            for (offset, frames) in by_offset {
+                self.bytes -= entry_bytes(&(build_id.clone(), offset), &frames);
             }
+            self.order.retain(|key| &key.0 != build_id);
         }
         self.dirty = true;
     }
@@ -136,7 +139,7 @@ impl SymbolCache {
             .order
             .iter()
             .filter_map(|key| {
-                let frames = self.resolved.get(key)?;
+                let frames = self.resolved.get(&key.0)?.get(&key.1)?;
                 Some(ResolvedAddress {
                     build_id: key.0.clone(),
                     file_offset: key.1,
@@ -204,8 +207,8 @@ mod tests {
             cache.insert(id.clone(), offset, frames("f"));
         }
         assert!(cache.bytes() <= one * 2);
-        assert!(cache.get(&id, 0).is_none());
-        assert!(cache.get(&id, 2).is_some());
+        assert!(cache.get(id.as_str(), 0).is_none());
+        assert!(cache.get(id.as_str(), 2).is_some());
     }
 
     #[test]
@@ -219,7 +222,7 @@ mod tests {
         cache.insert_missing(id.clone(), 1_000);
         cache.forget(&id);
         assert!(!cache.is_missing(&id, 0));
-        assert!(cache.get(&id, 5).is_none());
+        assert!(cache.get(id.as_str(), 5).is_none());
         assert_eq!(cache.bytes(), 0);
     }
 
@@ -231,7 +234,7 @@ mod tests {
         cache.insert_missing(BuildId::parse("ffff").unwrap(), 42);
         let mut loaded = SymbolCache::new(1 << 20);
         loaded.load(cache.contents());
-        assert_eq!(loaded.get(&id, 7), cache.get(&id, 7));
+        assert_eq!(loaded.get(id.as_str(), 7), cache.get(id.as_str(), 7));
         assert!(loaded.is_missing(&BuildId::parse("ffff").unwrap(), 41));
         assert!(!loaded.dirty);
     }

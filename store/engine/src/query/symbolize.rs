@@ -55,19 +55,16 @@ fn lacks_names(symbols: &SymbolTable, location: &Location) -> bool {
     })
 }
 
-/// The build id and file offset of `location`, when it lacks names and
-/// its mapping names a build id and holds its address.
-fn symbolizable(symbols: &SymbolTable, location: &Location) -> Option<UnsymbolizedAddress> {
+/// The build id, file offset and mapping file offset of `location`, when
+/// it lacks names and its mapping names a build id and holds its address.
+fn symbolizable<'a>(symbols: &'a SymbolTable, location: &Location) -> Option<(&'a str, u64, u64)> {
     let mapping = symbols.mapping(location.mapping)?;
     let build_id = symbols.string(mapping.build_id);
     if build_id.is_empty() || !lacks_names(symbols, location) {
         return None;
     }
-    Some(UnsymbolizedAddress {
-        build_id: build_id.to_owned(),
-        file_offset: file_offset(mapping, location.address)?,
-        mapping_file_offset: mapping.file_offset,
-    })
+    let offset = file_offset(mapping, location.address)?;
+    Some((build_id, offset, mapping.file_offset))
 }
 
 impl MergedProfile {
@@ -77,8 +74,14 @@ impl MergedProfile {
     pub fn unsymbolized_addresses(&self) -> Vec<UnsymbolizedAddress> {
         let mut seen = HashSet::new();
         for location in &self.symbols.locations {
-            if let Some(address) = symbolizable(&self.symbols, location) {
-                seen.insert(address);
+            if let Some((build_id, file_offset, mapping_file_offset)) =
+                symbolizable(&self.symbols, location)
+            {
+                seen.insert(UnsymbolizedAddress {
+                    build_id: build_id.to_owned(),
+                    file_offset,
+                    mapping_file_offset,
+                });
             }
         }
         let mut out: Vec<_> = seen.into_iter().collect();
@@ -87,21 +90,25 @@ impl MergedProfile {
     }
 
     /// Names the frames `resolve` has frames for: each location lacking a
-    /// name whose (build id, file offset) resolves gets those frames as its
-    /// lines (several for inlined calls). Returns how many locations were
-    /// named. Addresses that do not resolve keep their `module+0xoffset`
-    /// names.
+    /// name is offered as (build id, file offset, mapping file offset), one
+    /// pass over the merge's locations, and gets the frames `resolve` gives
+    /// as its lines (several for inlined calls). Returns how many locations
+    /// were named. Addresses that do not resolve keep their
+    /// `module+0xoffset` names.
     pub fn apply_symbols(
         &mut self,
-        mut resolve: impl FnMut(&UnsymbolizedAddress) -> Option<Arc<[SymbolizedFrame]>>,
+        mut resolve: impl FnMut(&str, u64, u64) -> Option<Arc<[SymbolizedFrame]>>,
     ) -> usize {
         let mut named = 0;
         let mut lines = Vec::new();
         for id in 0..self.symbols.locations.len() {
-            let Some(address) = symbolizable(&self.symbols, &self.symbols.locations[id]) else {
-                continue;
+            let frames = match symbolizable(&self.symbols, &self.symbols.locations[id]) {
+                Some((build_id, offset, mapping_offset)) => {
+                    resolve(build_id, offset, mapping_offset)
+                }
+                None => continue,
             };
-            let Some(frames) = resolve(&address).filter(|f| !f.is_empty()) else {
+            let Some(frames) = frames.filter(|f| !f.is_empty()) else {
                 continue;
             };
             lines.clear();
@@ -194,8 +201,10 @@ mod tests {
                 line: 40,
             },
         ]);
-        let named = merged
-            .apply_symbols(|address| (address.file_offset == 0x1010).then(|| Arc::clone(&frames)));
+        let named = merged.apply_symbols(|build_id, offset, mapping_offset| {
+            assert_eq!((build_id, mapping_offset), ("abcd", 0x1000));
+            (offset == 0x1010).then(|| Arc::clone(&frames))
+        });
         assert_eq!(named, 1);
         assert_eq!(
             merged.stacks(),
