@@ -316,12 +316,22 @@ const IDLE_WINDOWS: u64 = 3;
 struct ProcessModules {
     unwinder: UnwinderX86_64<SectionBytes>,
     cache: CacheX86_64,
-    /// Address ranges with CFI, sorted.
+    /// Address ranges with CFI.
     covered: Vec<Range<u64>>,
     /// Executable mappings the snapshot knew of, sorted.
     mapped: Vec<Range<u64>>,
     /// Mappings of Go binaries walked by Go's own rules.
     go: Vec<GoModule>,
+    /// Mappings whose objects no walk has needed yet, sorted by start.
+    unread: Vec<UnreadMapping>,
+}
+
+/// A mapping whose object is read when a walk first needs it.
+#[derive(Debug, Clone)]
+struct UnreadMapping {
+    entry: MapEntry,
+    file: Option<Arc<MappedFile>>,
+    key: ObjectKey,
 }
 
 /// Unwinds stack snapshots of many processes; see the module docs.
@@ -383,51 +393,105 @@ impl StackUnwinder {
 
     /// Builds (or rebuilds) the modules of a process from its snapshot.
     pub fn load_process(&mut self, process: &ProcessSnapshot) {
-        let mut unwinder = UnwinderX86_64::new();
-        let mut covered = Vec::new();
         let mut mapped = Vec::new();
-        let mut go = Vec::new();
+        let mut unread = Vec::new();
         for (entry, file) in process.maps.iter().zip(&process.files) {
             mapped.push(entry.start..entry.end);
-            let key_and_source = match (&entry.kind, file) {
-                (MappingKind::File { .. }, Some(file)) => Some((object_key(file), Some(file))),
-                (MappingKind::Special(name), _) if name == "[vdso]" => {
-                    Some((ObjectKey::Vdso, None))
-                }
-                _ => None,
+            let key = match (&entry.kind, file) {
+                (MappingKind::File { .. }, Some(file)) => object_key(file),
+                (MappingKind::Special(name), _) if name == "[vdso]" => ObjectKey::Vdso,
+                _ => continue,
             };
-            let Some((key, file)) = key_and_source else {
+            unread.push(UnreadMapping {
+                entry: entry.clone(),
+                file: file.clone(),
+                key,
+            });
+        }
+        self.processes.insert(
+            (process.pid, process.start_boottime_ns),
+            ProcessModules {
+                unwinder: UnwinderX86_64::new(),
+                cache: CacheX86_64::new(),
+                covered: Vec::new(),
+                mapped,
+                go: Vec::new(),
+                unread,
+            },
+        );
+    }
+
+    /// Reads the objects of the process's mappings that `snapshot` may
+    /// walk through: the one holding its instruction pointer and those
+    /// holding a value on its copied stack (every return address is one).
+    /// A process maps dozens of libraries and a walk touches a few; the
+    /// others are never read.
+    fn read_walked_objects(&mut self, snapshot: &StackSnapshot<'_>) {
+        let key = (snapshot.pid, snapshot.start_boottime_ns);
+        let Some(process) = self.processes.get_mut(&key) else {
+            return;
+        };
+        if process.unread.is_empty() {
+            return;
+        }
+        let mut wanted = vec![false; process.unread.len()];
+        let mut mark = |value: u64| {
+            let after = process
+                .unread
+                .partition_point(|mapping| mapping.entry.start <= value);
+            if let Some(index) = after.checked_sub(1)
+                && value < process.unread[index].entry.end
+            {
+                wanted[index] = true;
+            }
+        };
+        mark(snapshot.ip);
+        for word in snapshot.stack.chunks_exact(8) {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(word);
+            mark(u64::from_le_bytes(bytes));
+        }
+        if !wanted.contains(&true) {
+            return;
+        }
+        let mut to_read = Vec::new();
+        let mut index = 0;
+        process.unread.retain(|mapping| {
+            let read = wanted[index];
+            index += 1;
+            if read {
+                to_read.push(mapping.clone());
+            }
+            !read
+        });
+        let mut modules = Vec::new();
+        for mapping in to_read {
+            let Some((sections, go_object)) = self.sections(mapping.key, mapping.file.as_ref())
+            else {
                 continue;
             };
-            let Some((sections, go_object)) = self.sections(key, file) else {
-                continue;
-            };
+            modules.push((mapping.entry, sections, go_object));
+        }
+        let Some(process) = self.processes.get_mut(&key) else {
+            return;
+        };
+        for (entry, sections, go_object) in modules {
             if let Some(object) = go_object
                 && let Some(base_avma) = sections.base_avma(entry.start, entry.file_offset)
             {
-                go.push(GoModule {
+                process.go.push(GoModule {
                     range: entry.start..entry.end,
                     base_avma,
                     object,
                 });
             }
             if sections.has_cfi()
-                && let Some(module) = build_module(entry, &sections)
+                && let Some(module) = build_module(&entry, &sections)
             {
-                covered.push(entry.start..entry.end);
-                unwinder.add_module(module);
+                process.covered.push(entry.start..entry.end);
+                process.unwinder.add_module(module);
             }
         }
-        self.processes.insert(
-            (process.pid, process.start_boottime_ns),
-            ProcessModules {
-                unwinder,
-                cache: CacheX86_64::new(),
-                covered,
-                mapped,
-                go,
-            },
-        );
     }
 
     /// Unwinds one snapshot with the modules of its process (frame pointers
@@ -443,6 +507,7 @@ impl StackUnwinder {
         snapshot: &StackSnapshot<'_>,
         runtime: &dyn RuntimeUnwinder,
     ) -> UnwoundStack {
+        self.read_walked_objects(snapshot);
         let registers = (snapshot.ip, snapshot.sp, snapshot.bp);
         let stack = match self
             .processes

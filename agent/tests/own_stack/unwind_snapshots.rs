@@ -112,9 +112,12 @@ fn objects_unused_for_a_few_windows_leave_the_cache() {
     let mut table = ProcessTable::new(16, 64);
     let start = own_start_ns(100);
     let process = table.refresh(pid, start).expect("own process");
+    let snapshot = outer_frame();
+    let snapshot = snapshot_of(&snapshot, pid, start);
     let mut unwinder = StackUnwinder::new(StackUnwinderConfig::default());
     for _ in 0..6 {
         unwinder.load_process(&process);
+        unwinder.unwind(&snapshot);
         unwinder.end_window();
     }
     let held = unwinder.cached_bytes();
@@ -127,6 +130,7 @@ fn objects_unused_for_a_few_windows_leave_the_cache() {
     unwinder.end_window();
     assert_eq!(unwinder.cached_bytes(), 0, "dropped once idle");
     unwinder.load_process(&process);
+    unwinder.unwind(&snapshot);
     assert_eq!(
         unwinder.stats().objects.get("loaded").copied().unwrap_or(0),
         2 * loaded,
@@ -144,8 +148,11 @@ fn objects_past_the_budget_wait_for_a_window_with_room() {
     let mut table = ProcessTable::new(16, 64);
     let start = own_start_ns(100);
     let process = table.refresh(pid, start).expect("own process");
+    let snapshot = outer_frame();
+    let snapshot = snapshot_of(&snapshot, pid, start);
     let mut whole = StackUnwinder::new(StackUnwinderConfig::default());
     whole.load_process(&process);
+    whole.unwind(&snapshot);
     let all = whole.cached_bytes();
     let loaded = whole.stats().objects.get("loaded").copied().unwrap_or(0);
     assert!(loaded >= 2, "the test binary and libc: {:?}", whole.stats());
@@ -156,6 +163,7 @@ fn objects_past_the_budget_wait_for_a_window_with_room() {
         ..StackUnwinderConfig::default()
     });
     tight.load_process(&process);
+    tight.unwind(&snapshot);
     assert!(tight.cached_bytes() < all, "within the budget");
     let refused = tight
         .stats()
@@ -166,6 +174,7 @@ fn objects_past_the_budget_wait_for_a_window_with_room() {
     assert!(refused >= 1, "{:?}", tight.stats());
     // Read again in the same window: still refused, not read again.
     tight.load_process(&process);
+    tight.unwind(&snapshot);
     assert_eq!(
         tight.stats().objects.get("over_budget").copied(),
         Some(refused),
@@ -173,6 +182,7 @@ fn objects_past_the_budget_wait_for_a_window_with_room() {
     );
     tight.end_window();
     tight.load_process(&process);
+    tight.unwind(&snapshot);
     assert!(
         tight
             .stats()
