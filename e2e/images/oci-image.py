@@ -21,6 +21,9 @@ Usage:
   --created RFC3339       image creation time, also every entry's mtime; default from
                           $SOURCE_DATE_EPOCH, else 1970-01-01T00:00:00Z
   --arch ARCH             default: this machine's (amd64, arm64)
+  --compress-level N      the layer's gzip level, 1 (fastest) to 9 (smallest; the default).
+                          A test image of a large binary built at every run takes 1: 2.5 s
+                          of CPU for SeaweedFS's 166 MB, where 9 takes 22 s and saves 10 %
 
 The output is reproducible: entries are sorted, owners and times are fixed (the rootfs's own
 owners and mtimes are ignored; permission bits are kept), the layer is gzip'd without a
@@ -107,6 +110,14 @@ def creation_time(args):
     return moment, int(moment.timestamp())
 
 
+def compress_level(args):
+    if args.compress_level is None:
+        return 9
+    if not args.compress_level.isdigit() or not 1 <= int(args.compress_level) <= 9:
+        raise BuildError(f"--compress-level {args.compress_level!r}: expected 1 to 9")
+    return int(args.compress_level)
+
+
 def layer_entries(rootfs):
     """Every path under rootfs, relative, sorted so parents precede children."""
     found = []
@@ -175,10 +186,11 @@ def build(args):
     created, mtime = creation_time(args)
     created_text = created.strftime("%Y-%m-%dT%H:%M:%SZ")
     owners = parse_owners(args.owner)
+    level = compress_level(args)
 
     layer_tar = write_layer(args.rootfs, owners, mtime)
     # mtime=0 and no file name keep the gzip header free of build-time data.
-    layer_gz = gzip.compress(layer_tar, compresslevel=9, mtime=0)
+    layer_gz = gzip.compress(layer_tar, compresslevel=level, mtime=0)
 
     config_section = {}
     if args.entrypoint is not None:
@@ -278,6 +290,7 @@ def main():
     parser.add_argument("--owner", action="append", default=[])
     parser.add_argument("--created")
     parser.add_argument("--arch")
+    parser.add_argument("--compress-level")
     args = parser.parse_args()
     try:
         summary = build(args)

@@ -49,7 +49,8 @@ fi
 grep -q 'not a regular file, directory or symlink' "$work/err" || fail "unclear error: $(cat "$work/err")"
 [ ! -e "$work/fifo.tar" ] || fail "a refused build left an archive"
 rm "$work/rootfs/fifo"
-for bad in "--owner home=1:1" "--entrypoint /bin/sh" "--env NOVALUE" "--name no-tag"; do
+for bad in "--owner home=1:1" "--entrypoint /bin/sh" "--env NOVALUE" "--name no-tag" \
+    "--compress-level 0"; do
   read -r flag value <<<"$bad"
   args=(--name docker.io/kiln/selftest:1 --rootfs "$work/rootfs" --output "$work/bad.tar")
   [ "$flag" = --name ] && args=(--rootfs "$work/rootfs" --output "$work/bad.tar")
