@@ -3,9 +3,11 @@
 # Everything the checks share lives in these variables:
 #   repo, e2e_dir, work_dir      the checkout, e2e/, and this run's scratch directory
 #   system_ns, store_name        where the ProfileStore lives (kiln-system/kiln, as config/ says)
+#   replicas_store               check 8d's ProfileStore of three replicas, beside it
 #   workload_ns                  the workloads' and the ProfilingTarget's namespace
 #   kiln_cli                     the `kiln` binary that queries the store
 #   store_url                    http://127.0.0.1:<port> of the current port-forward
+#   forward_url                  the same of the port-forward open_forward opened last
 
 log() { printf '\n== %s\n' "$*"; }
 note() { printf '   %s\n' "$*"; }
@@ -32,7 +34,9 @@ diagnose() {
     kubectl -n "$ns" get events --sort-by=.lastTimestamp 2>&1 | tail -25 || true
   done
   local pod
-  for pod in $(kubectl -n "$system_ns" get pods -l app.kubernetes.io/instance="$store_name" -o name 2>/dev/null); do
+  # The suite's store, and check 8d's replicated one when it runs.
+  for pod in $(kubectl -n "$system_ns" get pods -l "app.kubernetes.io/instance in ($store_name,$replicas_store)" \
+      -o name 2>/dev/null); do
     kubectl -n "$system_ns" describe "$pod" 2>&1 | tail -40 || true
     kubectl -n "$system_ns" logs "$pod" --tail=40 --all-containers 2>&1 || true
     kubectl -n "$system_ns" logs "$pod" --tail=20 --all-containers --previous 2>/dev/null || true
@@ -64,7 +68,6 @@ retry() {
 
 # The store's pod is replaced by rollouts and by check 5; a port-forward dies with its pod, so
 # each check that needs the store calls this after the store changed.
-port_forward_pid=""
 store_url=""
 forward_store() {
   stop_forward
@@ -72,32 +75,50 @@ forward_store() {
     || fail "the store StatefulSet did not roll out"
   kubectl -n "$system_ns" wait --for=condition=Ready "pod/$store_name-0" --timeout=180s >/dev/null \
     || fail "store pod $store_name-0 is not Ready"
-  local output="$work_dir/port-forward.log"
-  : >"$output"
-  # Port 0: kubectl picks a free local port and prints it.
-  kubectl -n "$system_ns" port-forward "svc/$store_name" ":$store_port" >"$output" 2>&1 &
-  port_forward_pid=$!
-  local port=""
-  for _ in $(seq 1 100); do
-    port="$(sed -n 's/^Forwarding from 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$output" | head -1)"
-    [ -n "$port" ] && break
-    kill -0 "$port_forward_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  [ -n "$port" ] || { cat "$output" >&2; fail "kubectl port-forward did not start"; }
-  store_url="http://127.0.0.1:$port"
+  open_forward "$system_ns" "svc/$store_name" "$store_port"
+  store_url="$forward_url"
   export KILN_STORE="$store_url"
   retry 60 1 curl -fsS -o /dev/null "$store_url/readyz" \
     || fail "the store's /readyz did not answer 200 through the port-forward"
   note "port-forward to svc/$store_name: $store_url"
 }
 
+# open_forward NAMESPACE TARGET PORT: starts `kubectl port-forward TARGET` to PORT (a Service
+# or one pod), beside any already open, and sets forward_url and forward_pid to its
+# http://127.0.0.1:<port> and process; stop_forward ends them all.
+forward_pids=()
+forward_url=""
+forward_pid=""
+open_forward() {
+  local output
+  output="$(mktemp "$work_dir/port-forward.XXXXXX")"
+  # Port 0: kubectl picks a free local port and prints it.
+  kubectl -n "$1" port-forward "$2" ":$3" >"$output" 2>&1 &
+  forward_pid=$!
+  forward_pids+=("$forward_pid")
+  local port=""
+  for _ in $(seq 1 100); do
+    port="$(sed -n 's/^Forwarding from 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$output" | head -1)"
+    [ -n "$port" ] && break
+    kill -0 "$forward_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$port" ] || { cat "$output" >&2; fail "kubectl port-forward $2 did not start"; }
+  forward_url="http://127.0.0.1:$port"
+}
+
+# close_forward PID: ends one port-forward of open_forward.
+close_forward() {
+  kill "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
+
 stop_forward() {
-  if [ -n "$port_forward_pid" ]; then
-    kill "$port_forward_pid" 2>/dev/null || true
-    wait "$port_forward_pid" 2>/dev/null || true
-    port_forward_pid=""
-  fi
+  local pid
+  for pid in "${forward_pids[@]}"; do
+    close_forward "$pid"
+  done
+  forward_pids=()
 }
 
 # The agent's two profile types; a bare `process_cpu` matches both, which the store refuses.

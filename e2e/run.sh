@@ -17,6 +17,9 @@
 #   8b. the annotated pod's sleeping thread shows under off_cpu with the wall time it slept;
 #   8c. a Go program's net/http/pprof endpoints, scraped over the pod IP: its heap names its
 #      allocation site, its goroutine counts and allocation deltas match its own counts;
+#   8d. a ProfileStore of three replicas on SeaweedFS in the cluster: the annotated pod's
+#      samples of a closed range are the same, complete, through a port-forward to each
+#      replica's pod, and again after the pod of the replica that took them is deleted;
 #   9. deleting the ProfileStore leaves nothing it owned behind.
 # Without a reachable cluster it prints SKIP and exits 0, or fails when CI is set.
 #
@@ -33,6 +36,8 @@
 #   KILN_E2E_JDK           the JDK whose jlink and javac make the JVM workload's image
 #                          (default /usr/lib/jvm/java-17-openjdk-amd64); `node` on PATH
 #                          goes into the Node workload's, and `go` on PATH builds the Go one
+#   KILN_E2E_WEED          the SeaweedFS binary of check 8d's image (default
+#                          $KILN_TOOLS_DIR/seaweedfs/bin/weed, which ./kiln-dev builds)
 #   KILN_E2E_CHECKS        the checks to run, e.g. "8c" or "2,6" (default: all); setup and
 #                          check 1, which install everything, always run. Checks 3, 5 and 6
 #                          use the pods check 2 finds, so list 2 with them
@@ -53,6 +58,8 @@ agent_image="${KILN_AGENT_IMAGE:-$default_agent_image}"
 pull_policy="${KILN_E2E_PULL_POLICY:-Never}"
 system_ns=kiln-system
 store_name=kiln
+# Check 8d's store of three replicas, beside `kiln`.
+replicas_store=kiln-replicas
 store_port=7470
 workload_ns=kiln-e2e
 workload_image=localhost/kiln-e2e/hot-loop:1
@@ -85,6 +92,9 @@ cleanup() {
     return "$status"
   fi
   log "cleaning up"
+  # Check 8d's store first, while the SeaweedFS it flushes to at exit still runs.
+  kubectl -n "$system_ns" delete profilestore "$replicas_store" --ignore-not-found --timeout=120s >/dev/null 2>&1 || true
+  kubectl -n "$system_ns" delete secret "$replicas_store-s3" --ignore-not-found >/dev/null 2>&1 || true
   kubectl delete namespace "$workload_ns" --ignore-not-found --wait=true --timeout=120s >/dev/null 2>&1 || true
   kubectl -n "$system_ns" delete profilestore "$store_name" --ignore-not-found --timeout=120s >/dev/null 2>&1 || true
   kubectl -n "$system_ns" delete pvc "data-$store_name-0" --ignore-not-found --timeout=60s >/dev/null 2>&1 || true
@@ -144,6 +154,8 @@ timed() {
 . "$e2e_dir/checks/8_runtimes.sh"
 # shellcheck source=e2e/checks/8c_pprof.sh
 . "$e2e_dir/checks/8c_pprof.sh"
+# shellcheck source=e2e/checks/8d_replicas.sh
+. "$e2e_dir/checks/8d_replicas.sh"
 # shellcheck source=e2e/checks/9_deletion.sh
 . "$e2e_dir/checks/9_deletion.sh"
 
@@ -158,6 +170,7 @@ timed "7 bad CRs refused" check_validation
 timed "8 JVM and Node without flags" check_runtimes
 timed "8b off-CPU time of a sleeping thread" check_off_cpu
 timed "8c pprof endpoints of a Go program" check_pprof
+timed "8d three replicas on SeaweedFS" check_replicas
 timed "9 store deleted" check_deletion
 
 log "PASS: ${KILN_E2E_CHECKS:+the selected }checks ${KILN_E2E_CHECKS:-1-9} passed in $((SECONDS - started_at)) s"

@@ -49,11 +49,15 @@ refuse_foreign_install() {
 
 # Anything a killed earlier run left would make this run's checks lie.
 remove_leftovers() {
-  if kubectl get crd profilestores.kiln.dev >/dev/null 2>&1 \
-     && kubectl -n "$system_ns" get profilestore "$store_name" >/dev/null 2>&1; then
-    note "deleting ProfileStore $system_ns/$store_name left by an earlier run"
-    kubectl -n "$system_ns" delete profilestore "$store_name" --timeout=120s >/dev/null
-  fi
+  local store
+  for store in "$replicas_store" "$store_name"; do
+    if kubectl get crd profilestores.kiln.dev >/dev/null 2>&1 \
+       && kubectl -n "$system_ns" get profilestore "$store" >/dev/null 2>&1; then
+      note "deleting ProfileStore $system_ns/$store left by an earlier run"
+      kubectl -n "$system_ns" delete profilestore "$store" --timeout=120s >/dev/null
+    fi
+  done
+  kubectl -n "$system_ns" delete secret "$replicas_store-s3" --ignore-not-found >/dev/null 2>&1 || true
   kubectl delete namespace "$workload_ns" --ignore-not-found --timeout=120s >/dev/null
   kubectl -n "$system_ns" delete pvc "data-$store_name-0" --ignore-not-found --timeout=60s >/dev/null 2>&1 || true
   kubectl delete pv "$system_ns-data-$store_name-0" --ignore-not-found --timeout=60s >/dev/null
@@ -103,6 +107,7 @@ setup() {
   build_workload_image
   build_runtime_images
   build_pprof_image
+  build_seaweedfs_image
   remove_leftovers
 
   # The README's quickstart, in its order.

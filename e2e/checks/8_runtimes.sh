@@ -23,13 +23,14 @@ node_caller=kilnE2eCallerJs
 runtime_min_samples=300
 runtime_floor_percent=95
 
-# load_image NAME ROOTFS ENTRYPOINT_JSON: writes ROOTFS as image NAME (nonroot) and loads it.
+# load_image NAME ROOTFS ENTRYPOINT_JSON [GZIP_LEVEL]: writes ROOTFS as image NAME (nonroot),
+# its layer gzip'd at GZIP_LEVEL (default 9), and loads it.
 load_image() {
-  local name="$1" rootfs="$2" entrypoint="$3" archive
+  local name="$1" rootfs="$2" entrypoint="$3" level="${4:-9}" archive
   archive="$work_dir/$(basename "${name%:*}").tar"
   SOURCE_DATE_EPOCH="$(git -C "$repo" log -1 --format=%ct 2>/dev/null || echo 0)" \
     "$e2e_dir/images/oci-image.py" --name "$name" --rootfs "$rootfs" --output "$archive" \
-    --entrypoint "$entrypoint" --user 65532:65532 >/dev/null \
+    --entrypoint "$entrypoint" --user 65532:65532 --compress-level "$level" >/dev/null \
     || fail "cannot write the image $name"
   # shellcheck disable=SC2086 # KILN_E2E_LOAD_IMAGE is a command line
   ${KILN_E2E_LOAD_IMAGE:-$e2e_dir/images/load.sh} "$archive" >/dev/null \
