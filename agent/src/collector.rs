@@ -576,6 +576,9 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
                 .unwrap_or_else(|| process_samples[0].comm.clone());
             for (sample, user) in process_samples.into_iter().zip(user_frames) {
                 let mut frames = self.symbolizer.kernel_frames(&sample.kernel, stats);
+                if kind == SampleKind::OffCpu {
+                    trim_tracing_frames(&mut frames);
+                }
                 frames.extend(user);
                 resolved.push(ResolvedSample {
                     pid: sample.pid,
@@ -650,6 +653,25 @@ impl<S: TargetSource, K: SampleSource> Collector<S, K> {
     }
 }
 
+/// Drops the tracepoint's own frames from the top of an off-CPU kernel
+/// stack. The BPF program skips the two it always has; when another tracer
+/// shares `sched_switch` (a second profiler, perf), the kernel calls the
+/// probes through `__traceiter_sched_switch`, one frame more, which would
+/// lead every off-CPU stack instead of the scheduler.
+fn trim_tracing_frames(frames: &mut Vec<crate::symbolize::Frame>) {
+    let tracing = frames
+        .iter()
+        .take_while(|frame| {
+            frame.function.as_deref().is_some_and(|name| {
+                name.starts_with("__traceiter_")
+                    || name.starts_with("__bpf_trace_")
+                    || name.starts_with("bpf_trace_run")
+            })
+        })
+        .count();
+    frames.drain(..tracing);
+}
+
 /// Hands the heap pages freed in this window (its stacks, snapshots of
 /// exited processes, symbolization buffers) back to the kernel, so RSS
 /// follows what the agent holds rather than its busiest window.
@@ -676,4 +698,35 @@ fn unix_ns(time: SystemTime) -> i64 {
     time.duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tracing_frames_tests {
+    use super::*;
+    use crate::symbolize::Frame;
+
+    fn named(name: &str) -> Frame {
+        Frame {
+            address: 0,
+            mapping: None,
+            function: Some(Arc::from(name)),
+            file: None,
+            line: 0,
+        }
+    }
+
+    #[test]
+    fn a_shared_tracepoints_frames_leave_the_top_of_an_off_cpu_stack() {
+        let mut frames = vec![
+            named("__traceiter_sched_switch"),
+            named("__schedule"),
+            named("schedule"),
+        ];
+        trim_tracing_frames(&mut frames);
+        let names: Vec<_> = frames.iter().filter_map(|f| f.function.clone()).collect();
+        assert_eq!(names, vec![Arc::from("__schedule"), Arc::from("schedule")]);
+        let mut plain = vec![named("__schedule"), named("__traceiter_x")];
+        trim_tracing_frames(&mut plain);
+        assert_eq!(plain.len(), 2, "only leading frames go");
+    }
 }
