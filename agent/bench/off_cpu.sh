@@ -5,11 +5,13 @@
 # rate of voluntary context switches (agent/tests/workloads/switch_rate.c),
 # and the release agent against it (--pid, 19 Hz), with off-CPU off and on
 # at each rate. Reports the agent's CPU as % of one core and its peak RSS,
-# the switch rate the workload reached, the BPF programs' run time as % of
+# the switch rate the workload reached (voluntary and involuntary), the BPF programs' run time as % of
 # one core (run in the workload's context, not the agent's) and per run,
 # and what became of the blocks (seen, captured, shorter than 1 ms).
 #
 # Usage (root): agent/bench/off_cpu.sh [SECONDS] [RATE...]   default: 60 1000 100000
+# Environment: AGENT=PATH runs that agent binary instead of building one;
+# PAIRS=N sets the workload's thread pairs (default 1).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -18,8 +20,11 @@ shift || true
 if [ "$#" -gt 0 ]; then rates=("$@"); else rates=(1000 100000); fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/kiln-target}"
 
-cargo build --release -q -p kiln-agent --manifest-path "$repo/Cargo.toml"
-agent="$CARGO_TARGET_DIR/release/kiln-agent"
+agent="${AGENT:-}"
+if [ -z "$agent" ]; then
+  cargo build --release -q -p kiln-agent --manifest-path "$repo/Cargo.toml"
+  agent="$CARGO_TARGET_DIR/release/kiln-agent"
+fi
 work="$(mktemp -d)"
 pids=()
 cleanup() {
@@ -33,15 +38,18 @@ gcc -O1 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer -fno-optimize-sibli
 
 ticks="$(getconf CLK_TCK)"
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-switches() { cat /proc/"$1"/task/*/status | awk '/^voluntary_ctxt_switches/ { s += $2 } END { print s }'; }
+# Voluntary and involuntary both: a hand-off whose woken thread preempts the
+# waker counts as involuntary for the waker, and sched_switch fires for each.
+switches() { cat /proc/"$1"/task/*/status | awk '/_ctxt_switches:/ { s += $2 } END { print s }'; }
 metric() { awk -v m="$1" '$1 == m { print $2 }' "$2"; }
 blocks() { awk -v r="result=\"$1\"" 'index($0, "kiln_agent_off_cpu_blocks_total{" r "}") == 1 { print $2 }' "$2"; }
 
-printf '%-8s %-8s %-10s %-13s %-10s %-12s %-12s %-10s %-10s %-8s %s\n' \
-  rate off_cpu "cpu_%core" peak_rss_MiB "switch/s" "bpf_%core" bpf_ns/run seen captured short keep_1_in
+printf '%-8s %-6s %-8s %-10s %-13s %-10s %-12s %-12s %-10s %-10s %-8s %s\n' \
+  rate pairs off_cpu "cpu_%core" peak_rss_MiB "switch/s" "bpf_%core" bpf_ns/run seen captured short keep_1_in
 for rate in "${rates[@]}"; do
+  pairs="${PAIRS:-1}"
   for mode in off on; do
-    "$work/switch_rate" "$rate" &
+    "$work/switch_rate" "$rate" "$pairs" &
     wpid=$!
     pids+=("$wpid")
     flags=()
@@ -71,13 +79,13 @@ for rate in "${rates[@]}"; do
     captured="$(blocks captured "$work/metrics-end")"
     short="$(blocks short "$work/metrics-end")"
     keep="$(metric kiln_agent_off_cpu_keep_one_in "$work/metrics-end")"
-    awk -v rate="$rate" -v mode="$mode" -v dt="$((end_ticks - start_ticks))" -v tk="$ticks" \
+    awk -v rate="$rate" -v pairs="$pairs" -v mode="$mode" -v dt="$((end_ticks - start_ticks))" -v tk="$ticks" \
         -v ns="$((end_ns - start_ns))" -v sw="$((end_switches - start_switches))" -v peak="$peak_kib" \
         -v rn="$run_ns" -v r="$runs" -v seen="${seen:-0}" -v cap="${captured:-0}" -v short="${short:-0}" \
         -v keep="${keep:-0}" 'BEGIN {
       secs = ns / 1e9
-      printf "%-8d %-8s %-10.2f %-13.1f %-10.0f %-12.2f %-12.0f %-10d %-10d %-8d %d\n", rate, mode,
-        100 * (dt / tk) / secs, peak / 1024, sw / secs, 100 * rn / ns, (r > 0) ? rn / r : 0,
+      printf "%-8d %-6d %-8s %-10.2f %-13.1f %-10.0f %-12.2f %-12.0f %-10d %-10d %-8d %d\n", rate, pairs,
+        mode, 100 * (dt / tk) / secs, peak / 1024, sw / secs, 100 * rn / ns, (r > 0) ? rn / r : 0,
         seen, cap, short, keep
     }'
   done
