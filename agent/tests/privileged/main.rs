@@ -3,7 +3,8 @@
 //! [`off_cpu`]), and
 //! runs in Kubernetes mode against pods on a real containerd ([`cri_e2e`],
 //! [`cri_python`], [`cri_hostile_pods`], [`cri_hostile_runtimes`], [`cri_same_path`],
-//! [`cri_rates`]); [`python_offsets`] checks the
+//! [`cri_rates`]); [`store_symbols`] has a real store name a stripped
+//! program's frames from a real debuginfod; [`python_offsets`] checks the
 //! CPython offsets table against the interpreters' own headers.
 //!
 //! Most need root, BTF, gcc and, for the CRI tests, containerd. In CI
@@ -37,6 +38,7 @@ mod python_frames;
 mod python_offsets;
 mod ruby_frames;
 mod sampling;
+mod store_symbols;
 mod unwinding;
 
 use std::sync::Mutex;

@@ -9,6 +9,8 @@
 //! - [`store_process`]: a real `kiln-store` on a free loopback port.
 //! - [`http`]: free ports and a minimal HTTP/1.1 client.
 //! - [`clock`]: the wall clock in seconds, milliseconds and nanoseconds.
+//! - [`debuginfod`]: a C program split into a stripped copy and its debug
+//!   file, and a real `debuginfod` serving that file.
 //! - [`fixtures`]: the real fixtures in `../shared/testdata`, when present.
 //! - [`moto`]: a pausable `moto_server` (S3); [`seaweedfs`]: a real
 //!   distributed object store (SeaweedFS's S3 gateway); [`buckets`]: buckets that
@@ -32,6 +34,7 @@ pub mod binaries;
 pub mod blocks;
 pub mod buckets;
 pub mod clock;
+pub mod debuginfod;
 pub mod fixtures;
 pub mod go_programs;
 pub mod grafana_client;
