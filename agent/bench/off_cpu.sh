@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Off-CPU overhead benchmark (docs/benchmarks.md, row agent.off_cpu).
+# Off-CPU overhead benchmark (docs/benchmarks.md, row off-cpu.cost).
 #
 # Runs a workload of two threads handing a byte through pipes at a set
 # rate of voluntary context switches (agent/tests/workloads/switch_rate.c),

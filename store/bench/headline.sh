@@ -24,7 +24,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/kiln-target}"
 tools_dir="${KILN_TOOLS_DIR:-/var/tmp/kiln-tools}"
 
 groups_all=(store store-2000 budget rules replicas http cores grpc memory-limit hostile outage fuzz
-  agent unwinding python binaries reach k8s-agent ui e2e)
+  agent off-cpu unwinding python binaries reach k8s-agent otel ui e2e)
 declare -A command_of=(
   [store]="KILN_BENCH_PODS=500 cargo bench -p kiln-storage --no-default-features --bench workload"
   [store-2000]="KILN_BENCH_PODS=2000 cargo bench -p kiln-storage --no-default-features --bench workload"
@@ -39,10 +39,12 @@ declare -A command_of=(
   [outage]="cargo test -p kiln-store --test moto_outage -- --nocapture (root, moto_server)"
   [fuzz]="store/fuzz/run.sh 600 (cargo-afl)"
   [agent]="agent/bench/overhead.sh 60 19 99 (root)"
+  [off-cpu]="agent/bench/off_cpu.sh 60 1000 100000 (root)"
   [unwinding]="agent/bench/unwinding.sh 30 19 99 (root, perf, profile-bee)"
   [python]="agent/bench/python_processes.sh 20 60 19; agent/bench/python_peer_otel.sh 20 60 19 (root, go)"
   [binaries]="agent/bench/many_binaries.sh 200 60 19 (root)"
   [reach]="CI=true cargo test -p kiln-agent --test privileged -- --nocapture --test-threads 1 python_frames:: unwinding:: (root)"
+  [otel]="agent/bench/peer_otel_symbols.sh (root, go: the OTel eBPF profiler into a kiln-store)"
   [k8s-agent]="KILN_BENCH_ROUNDS=12 cargo test -p kiln-agent --test privileged -- --ignored --nocapture fifty_pods_churn (root, containerd)"
   [ui]="cargo build -p kiln-store; cargo test -p kiln-ui --test browser -- --nocapture (chromium)"
   [e2e]="./kiln-dev e2e"
@@ -148,6 +150,8 @@ run_agent_script() { # group script args...
   logged "$out/$group.txt" "$@" || echo "$1 failed (see $out/$group.txt)"
 }
 run_agent() { run_agent_script agent agent/bench/overhead.sh "$(secs 60 20)" 19 99; }
+run_off-cpu() { run_agent_script off-cpu agent/bench/off_cpu.sh "$(secs 60 20)" 1000 100000; }
+run_otel() { run_agent_script otel env SECONDS_BUSY="$(secs 40 20)" agent/bench/peer_otel_symbols.sh; }
 run_unwinding() {
   command -v perf >/dev/null 2>&1 || { echo "no perf (Debian's linux-perf)"; return; }
   PROFILE_BEE="${PROFILE_BEE:-$tools_dir/profile-bee/bin/probee}" \
@@ -279,6 +283,13 @@ cell() { # row -> this run's Kiln figure
     agent.overhead)
       awk '$1 == 19 || $1 == 99 { c[$1] = $2; r[$1] = $3; p[$1] = $4 }
            END { if (19 in c) printf "%s / %s %%; %s / %s, %s / %s MiB\n", c[19], c[99], r[19], p[19], r[99], p[99] }' "$out/agent.txt" ;;
+    off-cpu.cost)
+      awk '$3 == "on" { c[$1] = $4; r[$1] = $5; s[$1] = $6 }
+           END { if (1000 in c) printf "%s %% / %s %%; %s / %s MiB (%s / %s switches/s)\n", c[1000], c[100000], r[1000], r[100000], s[1000], s[100000] }' \
+        "$out/off-cpu.txt" ;;
+    otel.symbols)
+      sed -n 's/^before the upload: [0-9]* of \([0-9]*\) xz samples name lzma_code (\([0-9.]*\) %).*/\2 \1/p; s/^after the upload: *[0-9]* of [0-9]* xz samples name lzma_code (\([0-9.]*\) %).*/\1/p' \
+        "$out/otel.txt" | paste -sd ' ' | awk 'NF == 3 { printf "%s %% -> %s %% of %s samples\n", $1, $3, $2 }' ;;
     unwinding.19hz) unwind_row 19 kiln-eh ;;
     unwinding.99hz) unwind_row 99 kiln-eh ;;
     python.cpu) agent_line "$out/python.txt" ;;
