@@ -168,6 +168,9 @@ pub enum ApiError {
     /// frames of every namespace.
     #[error("uploading debug info needs a write token for any namespace")]
     DebugInfoForbidden,
+    /// This store takes no uploads (`--debuginfo-uploads=false`).
+    #[error("this store takes no debug info uploads (--debuginfo-uploads=false)")]
+    DebugInfoUploadsOff,
     /// No valid bearer token.
     #[error("missing or invalid bearer token for {access}")]
     Unauthorized {
@@ -217,6 +220,7 @@ impl ApiError {
             Self::DebugInfo { source } => source.reason(),
             Self::DebugInfoWithoutBuildId => "debuginfo_without_build_id",
             Self::DebugInfoForbidden => "debuginfo_forbidden",
+            Self::DebugInfoUploadsOff => "debuginfo_uploads_off",
             Self::Unauthorized { .. } => "unauthorized",
             Self::Worker { .. } => "worker_failed",
             Self::Storage { source } => source.reason(),
@@ -260,7 +264,7 @@ impl ApiError {
             Self::DebugInfo { .. } | Self::DebugInfoWithoutBuildId => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
-            Self::DebugInfoForbidden => StatusCode::FORBIDDEN,
+            Self::DebugInfoForbidden | Self::DebugInfoUploadsOff => StatusCode::FORBIDDEN,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::Worker { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Storage {

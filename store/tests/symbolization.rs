@@ -454,6 +454,39 @@ fn kiln_debuginfo_upload_names_frames_of_earlier_data() {
     assert_eq!(refused.status.code(), Some(2), "a rejection");
 }
 
+/// `--debuginfo-uploads=false` (the operator's `spec.symbolization.acceptUploads: false`)
+/// refuses every upload with 403 before its body is read, whatever the token; the same
+/// store with uploads on takes the request as far as reading the file. Needs no tools.
+#[test]
+fn a_store_with_uploads_off_refuses_every_upload() {
+    let upload = |extra: &[&str]| {
+        let store = StoreProcess::start_with_env(
+            store_binary(),
+            tempfile::tempdir().expect("temp dir"),
+            extra,
+            &[("KILN_WRITE_TOKENS", "agent-token")],
+        );
+        http(
+            store.addr,
+            "POST",
+            "/api/v1/debuginfo",
+            &[("Authorization", "Bearer agent-token")],
+            b"not an elf file",
+        )
+        .expect("upload answered")
+    };
+    let off = upload(&["--debuginfo-uploads=false"]);
+    assert_eq!(off.status, 403, "{}", off.text());
+    assert!(
+        off.text().contains("--debuginfo-uploads=false"),
+        "{}",
+        off.text()
+    );
+    // On (the default), the same request gets as far as reading the file.
+    let on = upload(&[]);
+    assert_eq!(on.status, 422, "{}", on.text());
+}
+
 /// The symbol cache is written to the bucket (`symbol-cache/<replica>`) at
 /// shutdown and read back at start: after a restart with no debuginfod
 /// and no wait, the same data is named at once, complete, from the cache

@@ -14,6 +14,9 @@ pub struct SymbolizationOptions {
     /// Largest debug file taken, by upload or from debuginfod, e.g. `512Mi`; one file is read at a time [default: 512Mi].
     #[arg(long, env = "KILN_DEBUGINFO_MAX_BYTES")]
     pub debuginfo_max_bytes: Option<String>,
+    /// Take debug files uploaded to `POST /api/v1/debuginfo` (`kiln debuginfo upload`); `false` answers every upload 403, so only debuginfod names frames [default: true].
+    #[arg(long, env = "KILN_DEBUGINFO_UPLOADS")]
+    pub debuginfo_uploads: Option<bool>,
     /// How long one debuginfod request may take, body included [default: 60s].
     #[arg(long, env = "KILN_DEBUGINFOD_TIMEOUT")]
     pub debuginfod_timeout: Option<String>,

@@ -18,6 +18,8 @@ pub struct SymbolizationSettings {
     pub debuginfod_urls: Vec<String>,
     /// Largest debug file uploaded or fetched.
     pub max_file_bytes: u64,
+    /// Whether `POST /api/v1/debuginfo` takes files at all.
+    pub accept_uploads: bool,
     /// Deadline of one debuginfod request, body included.
     pub fetch_timeout: Duration,
     /// Bytes of resolved addresses kept.
@@ -69,6 +71,7 @@ impl SymbolizationSettings {
         Ok(Self {
             debuginfod_urls,
             max_file_bytes,
+            accept_uploads: options.debuginfo_uploads.unwrap_or(true),
             fetch_timeout: positive_duration(
                 "symbolization.debuginfod_timeout",
                 options.debuginfod_timeout.as_deref(),
@@ -110,6 +113,15 @@ mod tests {
         );
         assert_eq!(settings.miss_retry, Duration::from_secs(3600));
         assert_eq!(settings.max_file_bytes, 512 << 20);
+        assert!(
+            settings.accept_uploads,
+            "uploads are taken unless turned off"
+        );
+        let off = SymbolizationOptions {
+            debuginfo_uploads: Some(false),
+            ..Default::default()
+        };
+        assert!(!SymbolizationSettings::resolve(&off).unwrap().accept_uploads);
         for bad in ["ftp://x", "debuginfod.debian.net", "http://"] {
             let options = SymbolizationOptions {
                 debuginfod_urls: Some(bad.into()),

@@ -1,9 +1,10 @@
 //! `POST /api/v1/debuginfo`: a debug file (or a binary with its symbols)
 //! for the symbolizer, keyed by the build id its own note records. Write
 //! access for any namespace (it names frames of every namespace), one
-//! upload at a time, capped at `--debuginfo-max-bytes`, and read whole
-//! within kiln-debuginfo's limits before it is kept: a file the
-//! symbolizer could not use is refused with 422.
+//! upload at a time, capped at `--debuginfo-max-bytes` (none at all with
+//! `--debuginfo-uploads=false`: 403), and read whole within
+//! kiln-debuginfo's limits before it is kept: a file the symbolizer could
+//! not use is refused with 422.
 
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
@@ -34,6 +35,9 @@ pub async fn upload(State(state): State<AppState>, request: Request) -> Response
 }
 
 async fn upload_file(state: &AppState, request: Request) -> Result<DebugInfoUploaded, ApiError> {
+    if !state.symbolizer().settings().accept_uploads {
+        return Err(ApiError::DebugInfoUploadsOff);
+    }
     if matches!(
         request.extensions().get::<WriterScope>(),
         Some(WriterScope::Namespaces(_))
