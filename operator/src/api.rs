@@ -8,6 +8,7 @@ pub mod condition;
 pub mod profile_store;
 pub mod profiling_target;
 pub mod recording_rule;
+pub mod symbolization;
 
 pub use profile_store::{
     AgentSpec, AllowedPeer, AuthSpec, NetworkPolicySpec, ObjectStorageSpec, ProfileStore,
@@ -15,6 +16,7 @@ pub use profile_store::{
 };
 pub use profiling_target::{ProfilingTarget, ProfilingTargetSpec, ProfilingTargetStatus, StoreRef};
 pub use recording_rule::RecordingRuleSpec;
+pub use symbolization::SymbolizationSpec;
 
 /// API group of both kinds.
 pub const GROUP: &str = "kiln.dev";

@@ -68,6 +68,29 @@ fn storage_class_and_ephemeral_are_immutable() {
     kube::core::cel::validate_cel_update(&persistent, &persistent).expect("unchanged is fine");
 }
 
+/// The store refuses a debug file cap under 64 KiB at start (no real debug file fits), so the
+/// CRD refuses it first instead of leaving a crash-looping StatefulSet.
+#[test]
+fn a_debug_file_cap_under_64ki_is_rejected() {
+    let capped = |size: &str| {
+        kube::core::cel::validate_cel(&store(serde_json::json!({
+            "symbolization": {"maxDebugFileSize": size}
+        })))
+    };
+    for fine in ["64Ki", "65536", "1Gi", "0.5Mi"] {
+        capped(fine).unwrap_or_else(|errors| panic!("{fine}: {errors:?}"));
+    }
+    for small in ["63Ki", "65535", "1k"] {
+        let errors = capped(small).expect_err(small);
+        assert!(
+            format!("{errors:?}").contains("maxDebugFileSize must be at least 64Ki"),
+            "{small}: {errors:?}"
+        );
+    }
+    kube::core::cel::validate_cel(&store(serde_json::json!({"symbolization": {}})))
+        .expect("no cap: the store's default");
+}
+
 fn target_with_label(name: String) -> ProfilingTarget {
     let mut spec: ProfilingTargetSpec =
         serde_json::from_value(serde_json::json!({"storeRef": {"name": "main"}}))

@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::recording_rule::RecordingRuleSpec;
+use super::symbolization::SymbolizationSpec;
 
 /// A duration as the store's `--retention` flag takes it: `30d`, `168h`, `2w`.
 pub const DURATION_PATTERN: &str = r"^[0-9]+(ms|s|m|h|d|w)$";
@@ -119,6 +120,11 @@ pub struct ProfileStoreSpec {
     #[schemars(length(max = 64))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["metricName".to_owned()]))]
     pub recording_rules: Vec<RecordingRuleSpec>,
+    /// Naming frames that arrive as a build id and an address only (stripped binaries, the
+    /// OpenTelemetry eBPF profiler, Parca Agent) at query time: debuginfod servers, uploads
+    /// of debug info, and the cache of resolved addresses.
+    #[serde(default)]
+    pub symbolization: SymbolizationSpec,
 }
 
 /// Retention of profiles in the store.

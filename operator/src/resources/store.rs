@@ -155,6 +155,21 @@ pub fn store_settings(store: &ProfileStore) -> StoreSettings {
         .and_then(quantity_to_bytes);
     settings.storage.memory_budget = store_memory_budget(store).map(|bytes| bytes.to_string());
     settings.storage.peers = store_peers(store);
+    let symbolization = &store.spec.symbolization;
+    settings.symbolization.debuginfod_urls = (!symbolization.debuginfod_urls.is_empty())
+        .then(|| symbolization.debuginfod_urls.join(","));
+    // Only a refusal is rendered: the store takes uploads by default.
+    settings.symbolization.debuginfo_uploads = (!symbolization.accept_uploads).then_some(false);
+    settings.symbolization.debuginfo_max_bytes = symbolization
+        .max_debug_file_size
+        .as_deref()
+        .and_then(quantity_to_bytes)
+        .map(|bytes| bytes.to_string());
+    settings.symbolization.symbol_cache_bytes = symbolization
+        .cache_size
+        .as_deref()
+        .and_then(quantity_to_bytes)
+        .map(|bytes| bytes.to_string());
     settings
 }
 

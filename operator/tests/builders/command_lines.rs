@@ -31,7 +31,13 @@ fn stores() -> Vec<ProfileStore> {
             },
             "auth": {"requireReadToken": true},
             "agent": {"containerRuntimeSocket": "/var/run/crio/crio.sock"},
-            "servicePort": 8080
+            "servicePort": 8080,
+            "symbolization": {
+                "debuginfodUrls": ["https://debuginfod.debian.net", "http://debuginfod:8002/"],
+                "acceptUploads": false,
+                "maxDebugFileSize": "64Ki",
+                "cacheSize": "1.5Gi"
+            }
         })),
         profile_store(json!({
             "retention": {"duration": "90m"},

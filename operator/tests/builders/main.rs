@@ -3,6 +3,7 @@
 mod command_lines;
 mod network_policy;
 mod pull_policy;
+mod symbolization;
 mod tokens;
 
 use std::collections::BTreeMap;

@@ -128,6 +128,31 @@ fn schema_check_rejects_typos_bad_types_patterns_and_ranges() {
             json!({"objectStorage": {"region": "x"}}),
             "missing required field \"bucket\"",
         ),
+        // The store splits --debuginfod-urls on commas and spaces, and takes http(s) only.
+        (
+            json!({"symbolization": {"debuginfodUrls": ["debuginfod.debian.net"]}}),
+            "does not match",
+        ),
+        (
+            json!({"symbolization": {"debuginfodUrls": ["https://a,https://b"]}}),
+            "does not match",
+        ),
+        (
+            json!({"symbolization": {"debuginfodUrls": vec!["https://d.example"; 9]}}),
+            "more than 8 items",
+        ),
+        (
+            json!({"symbolization": {"debuginfodUrls": [format!("https://{}", "d".repeat(250))]}}),
+            "maxLength",
+        ),
+        (
+            json!({"symbolization": {"cacheSize": "lots"}}),
+            "does not match",
+        ),
+        (
+            json!({"symbolization": {"acceptUploads": "no"}}),
+            "expected a boolean",
+        ),
     ] {
         let errors = schema_errors(&store(spec.clone()));
         assert!(
