@@ -249,6 +249,18 @@ impl Discovery {
         self.published.scrapes.send_if_modified(|current| {
             let changed = *current != endpoints;
             if changed {
+                // Said once per change here; the scraper counts a
+                // `port_name` error on each interval after.
+                for endpoint in &endpoints {
+                    if let Some(name) = &endpoint.missing_port {
+                        tracing::warn!(
+                            endpoint = %endpoint.id,
+                            pod = endpoint.labels.get(kiln_contract::labels::POD).map_or("", String::as_str),
+                            port = %name,
+                            "no container of the pod declares this pprof port name; the pod is not scraped"
+                        );
+                    }
+                }
                 *current = endpoints;
             }
             changed

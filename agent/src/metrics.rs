@@ -488,7 +488,8 @@ impl AgentMetrics {
                 "kiln_agent_scrape_errors_total",
                 "pprof scrapes that failed, by reason (timeout, connect, http, redirect, \
                  status, content_type, too_large, decode, decompressed_too_large, \
-                 sample_types, state_budget).",
+                 sample_types, state_budget, port_name: the target names a port no \
+                 container of the pod declares).",
                 "reason",
                 &self.scrape_errors,
             ),

@@ -134,8 +134,13 @@ pub struct ScrapeEndpoint {
     /// Names the process across scrapes (its pod and container, or the URL),
     /// so deltas are taken against the same process's previous scrape.
     pub id: String,
-    /// The URL of each profile.
+    /// The URL of each profile (empty URLs when `missing_port` is set).
     pub urls: Vec<(PprofProfile, String)>,
+    /// The port name the target asks for that no container of the pod
+    /// declares: nothing is fetched, and each profile's due scrape counts a
+    /// `port_name` error instead, so a typo shows in the agent's metrics
+    /// and no other port is ever scraped in its place.
+    pub missing_port: Option<String>,
     /// Series labels (those CPU profiles of the same target carry).
     pub labels: BTreeMap<String, String>,
     /// Between two scrapes of one profile.
@@ -187,6 +192,7 @@ pub fn host_endpoints(
             Ok(ScrapeEndpoint {
                 id: base.clone(),
                 urls: urls_under(base, &PprofProfile::ALL),
+                missing_port: None,
                 labels,
                 interval,
                 timeout,

@@ -174,6 +174,9 @@ fn a_pprof_scrape_may_not_take_longer_than_its_interval() {
     };
     kube::core::cel::validate_cel(&scraped(serde_json::json!({"port": 6060})))
         .expect("the defaults pass");
+    // The port is an int-or-string; the object rule beside it reads a name as well.
+    kube::core::cel::validate_cel(&scraped(serde_json::json!({"port": "http-debug"})))
+        .expect("a named port passes");
     let errors = kube::core::cel::validate_cel(&scraped(serde_json::json!({
         "port": 6060, "intervalSeconds": 10, "timeoutSeconds": 20
     })))

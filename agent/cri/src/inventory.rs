@@ -61,6 +61,9 @@ pub struct ContainerInfo {
     pub name: String,
     /// Details from the verbose status (pid, cgroups path).
     pub details: ContainerDetails,
+    /// Its named TCP ports (name, number), in pod spec order
+    /// ([`crate::ports::named_ports`]).
+    pub ports: Vec<(String, u16)>,
 }
 
 /// A ready pod with its running containers.
@@ -135,6 +138,7 @@ impl PodInventory {
                     .get(&container.id)
                     .cloned()
                     .unwrap_or_default(),
+                ports: crate::ports::named_ports(&container.annotations),
             });
         }
         for pod in pods.values_mut() {
@@ -266,7 +270,13 @@ mod tests {
                 sandbox("s2", "shop", "gone", false),
             ],
             containers: vec![
-                container("c1", "s1", "server", true),
+                Container {
+                    annotations: HashMap::from([(
+                        crate::ports::ANNOTATION_CONTAINER_PORTS.to_owned(),
+                        r#"[{"name":"pprof","containerPort":6060,"protocol":"TCP"}]"#.to_owned(),
+                    )]),
+                    ..container("c1", "s1", "server", true)
+                },
                 container("c2", "s1", "init", false),
                 container("c3", "s2", "server", true),
                 container("c4", "unknown", "x", true),
@@ -282,6 +292,7 @@ mod tests {
         );
         let ids: Vec<_> = pod.containers.iter().map(|c| c.id.as_str()).collect();
         assert_eq!(ids, vec!["c1"]);
+        assert_eq!(pod.containers[0].ports, [("pprof".to_owned(), 6060)]);
     }
 
     #[test]

@@ -9,8 +9,10 @@
 //! - [`cgroup`] (pure parsing + one `stat`): finds each container's cgroup v2
 //!   directory and its id (the directory's inode), which the BPF allow-list
 //!   is keyed by.
+//! - [`ports`] (pure): a container's named ports, from kubelet's copy of the
+//!   pod spec's ports on the container.
 //! - [`selection`] (pure): asks `kiln-targets` which containers are profiled
-//!   and builds their profile labels.
+//!   and builds their profile labels and the pod's named ports.
 //!
 //! The code under `src/generated/` is produced by `tonic-prost-build` from
 //! `proto/runtime/v1/api.proto` (a subset of kubernetes/cri-api with the
@@ -21,6 +23,7 @@ pub mod cgroup;
 pub mod client;
 pub mod error;
 pub mod inventory;
+pub mod ports;
 pub mod selection;
 
 pub use client::CriClient;

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use kiln_contract::labels as label;
-use kiln_targets::{Decision, PodView, RESERVED_LABELS, TargetsFile};
+use kiln_targets::{Decision, PodView, PprofPort, RESERVED_LABELS, TargetsFile};
 
 use crate::inventory::PodInventory;
 
@@ -25,6 +25,11 @@ pub struct SelectedContainer {
     pub sandbox_id: String,
     /// The pod's pprof endpoint to scrape, when its target asks for one.
     pub pprof_scrape: Option<kiln_targets::PprofScrape>,
+    /// The named ports of the pod (name, number) a `pprofScrape` port name
+    /// resolves against: this container's first, in pod spec order, then
+    /// its other running containers' by container name (they share one
+    /// network). Empty unless `pprof_scrape` names its port.
+    pub pod_ports: Vec<(String, u16)>,
 }
 
 /// Decides about every container of `inventory` with `targets`.
@@ -76,6 +81,16 @@ pub fn select_containers(
             ] {
                 labels.insert(key.to_owned(), value.to_owned());
             }
+            let pod_ports = match &plan.pprof_scrape {
+                Some(scrape) if matches!(scrape.port, PprofPort::Name(_)) => {
+                    let others = pod.containers.iter().filter(|c| c.id != container.id);
+                    std::iter::once(container)
+                        .chain(others)
+                        .flat_map(|c| c.ports.iter().cloned())
+                        .collect()
+                }
+                _ => Vec::new(),
+            };
             selected.push(SelectedContainer {
                 container_id: container.id.clone(),
                 cgroup_id,
@@ -83,6 +98,7 @@ pub fn select_containers(
                 labels,
                 sandbox_id: pod.sandbox_id.clone(),
                 pprof_scrape: plan.pprof_scrape,
+                pod_ports,
             });
         }
     }
@@ -114,6 +130,7 @@ mod tests {
                 id: format!("c-{name}"),
                 name: "server".to_owned(),
                 details: ContainerDetails::default(),
+                ports: Vec::new(),
             }],
         }
     }
@@ -198,6 +215,59 @@ mod tests {
         );
         let chosen: Vec<_> = selected.iter().map(|s| s.container_id.as_str()).collect();
         assert_eq!(chosen, vec!["c-cart"]);
+    }
+
+    /// A port name resolves against the pod's ports, the selected container's own first: a
+    /// sidecar declaring the same name does not win over it.
+    #[test]
+    fn a_named_pprof_port_carries_the_pods_ports_own_container_first() {
+        let file = TargetsFile::parse(
+            br#"{"version":1,"targets":[{"source":"shop/go","namespace":"shop",
+                "selector":{"matchLabels":{"app":"go"}},"requireAnnotation":false,
+                "samplingHz":19,"labels":{},"containers":["server"],
+                "pprofScrape":{"port":"pprof","pathPrefix":"/debug/pprof",
+                "profiles":["heap"],"intervalSeconds":15,"timeoutSeconds":5}}]}"#,
+        )
+        .expect("valid targets file");
+        let mut go = pod("s1", "go", &[]);
+        go.containers = vec![
+            ContainerInfo {
+                id: "c-envoy".to_owned(),
+                name: "envoy".to_owned(),
+                details: ContainerDetails::default(),
+                ports: vec![("pprof".to_owned(), 15000), ("admin".to_owned(), 9901)],
+            },
+            ContainerInfo {
+                id: "c-server".to_owned(),
+                name: "server".to_owned(),
+                details: ContainerDetails::default(),
+                ports: vec![("http".to_owned(), 8080), ("pprof".to_owned(), 6060)],
+            },
+        ];
+        let selected = select_containers(
+            &inventory(vec![go]),
+            &file,
+            "n",
+            &[],
+            &ids(&[("c-envoy", 1), ("c-server", 2)]),
+        );
+        assert_eq!(selected.len(), 1, "only the server container");
+        let ports: Vec<(&str, u16)> = selected[0]
+            .pod_ports
+            .iter()
+            .map(|(name, number)| (name.as_str(), *number))
+            .collect();
+        assert_eq!(
+            ports,
+            [
+                ("http", 8080),
+                ("pprof", 6060),
+                ("pprof", 15000),
+                ("admin", 9901)
+            ]
+        );
+        let scrape = selected[0].pprof_scrape.as_ref().expect("scraped");
+        assert_eq!(scrape.port.resolve(ports), Some(6060));
     }
 
     #[test]

@@ -15,7 +15,9 @@ use super::ScrapeEndpoint;
 /// The endpoints of `selected` whose pod IP `ips` (by sandbox id) holds,
 /// and the sandbox ids still without one. Containers of one pod share its
 /// network, so one pod's port and path is scraped once, labelled as the
-/// first of its containers (by container id) asking for it.
+/// first of its containers (by container id) asking for it. A port given
+/// by name is resolved against the pod's declared ports; a name none
+/// declares gives an endpoint with `missing_port` set and no URL.
 pub fn pod_endpoints(
     selected: &[SelectedContainer],
     ips: &HashMap<String, IpAddr>,
@@ -43,13 +45,23 @@ pub fn pod_endpoints(
         if !seen.insert(id.clone()) {
             continue;
         }
+        let port = scrape.port.resolve(
+            container
+                .pod_ports
+                .iter()
+                .map(|(name, number)| (name.as_str(), *number)),
+        );
         endpoints.push(ScrapeEndpoint {
             id,
             urls: scrape
                 .profiles
                 .iter()
-                .map(|&profile| (profile, scrape.url(ip, profile)))
+                .map(|&profile| {
+                    let url = port.map_or_else(String::new, |port| scrape.url(ip, port, profile));
+                    (profile, url)
+                })
                 .collect(),
+            missing_port: port.is_none().then(|| scrape.port.to_string()),
             labels: container.labels.clone(),
             interval: Duration::from_secs(u64::from(scrape.interval_seconds)),
             timeout: Duration::from_secs(u64::from(scrape.timeout_seconds)),
@@ -62,7 +74,7 @@ pub fn pod_endpoints(
 mod tests {
     use std::collections::BTreeMap;
 
-    use kiln_targets::{PprofProfile, PprofScrape};
+    use kiln_targets::{PprofPort, PprofProfile, PprofScrape};
 
     use super::*;
 
@@ -73,8 +85,9 @@ mod tests {
             sampling_hz: None,
             labels: BTreeMap::from([("container".to_owned(), id.to_owned())]),
             sandbox_id: sandbox.to_owned(),
+            pod_ports: Vec::new(),
             pprof_scrape: scrape.then(|| PprofScrape {
-                port: 6060,
+                port: PprofPort::Number(6060),
                 path_prefix: "/debug/pprof".to_owned(),
                 profiles: vec![PprofProfile::Heap, PprofProfile::Allocs],
                 interval_seconds: 15,
@@ -114,5 +127,43 @@ mod tests {
             (Duration::from_secs(15), Duration::from_secs(5))
         );
         assert_eq!(missing, BTreeSet::from(["s2".to_owned()]));
+    }
+
+    /// A named port is scraped on the number the pod declares for it; a name the pod does not
+    /// declare is never scraped, on any port.
+    #[test]
+    fn a_port_name_resolves_per_pod_or_marks_the_endpoint_missing() {
+        let named = |id: &str, sandbox: &str, ports: &[(&str, u16)]| {
+            let mut c = container(id, sandbox, true);
+            if let Some(scrape) = c.pprof_scrape.as_mut() {
+                scrape.port = PprofPort::Name("http-debug".to_owned());
+            }
+            c.pod_ports = ports.iter().map(|(n, p)| ((*n).to_owned(), *p)).collect();
+            c
+        };
+        let selected = [
+            named("c1", "s1", &[("http", 8080), ("http-debug", 7070)]),
+            named("c2", "s2", &[("http", 8080)]),
+        ];
+        let ips = HashMap::from([
+            ("s1".to_owned(), "10.1.2.3".parse().expect("ip")),
+            ("s2".to_owned(), "10.1.2.4".parse().expect("ip")),
+        ]);
+        let (endpoints, missing) = pod_endpoints(&selected, &ips);
+        assert!(missing.is_empty());
+        assert_eq!(endpoints.len(), 2);
+        assert_eq!(endpoints[0].id, "s1:http-debug/debug/pprof");
+        assert_eq!(endpoints[0].missing_port, None);
+        assert_eq!(
+            endpoints[0].urls[0].1,
+            "http://10.1.2.3:7070/debug/pprof/heap"
+        );
+        assert_eq!(endpoints[1].missing_port.as_deref(), Some("http-debug"));
+        assert!(endpoints[1].urls.iter().all(|(_, url)| url.is_empty()));
+        assert_eq!(
+            endpoints[1].urls.len(),
+            2,
+            "each profile still counts its error"
+        );
     }
 }

@@ -118,6 +118,14 @@ pub async fn run_scraper(
                             .get(&(endpoint.id.clone(), *kind))
                             .is_none_or(|due| *due <= now)
                     });
+                    if let (Some((kind, _)), Some(name)) = (due, &endpoint.missing_port) {
+                        // Nothing to fetch: the error is counted on the
+                        // endpoint's interval, as a failing fetch would be.
+                        next_due.insert((endpoint.id.clone(), *kind), now + endpoint.interval);
+                        tracing::debug!(endpoint = %endpoint.id, profile = kind.path(), port = %name, "no container of the pod declares the port name; not scraped");
+                        metrics.add_scrape_error("port_name");
+                        continue;
+                    }
                     if let Some((kind, url)) = due {
                         let key = (endpoint.id.clone(), *kind);
                         // All slots busy: try again next tick, not queued,
@@ -268,4 +276,51 @@ fn stable_hash(text: &str) -> u64 {
     let mut hasher = DefaultHasher::new();
     text.hash(&mut hasher);
     hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// An endpoint whose port name the pod does not declare fetches nothing and counts one
+    /// `port_name` error per profile per interval, not one per tick.
+    #[tokio::test]
+    async fn a_missing_port_counts_an_error_per_profile_and_interval_and_fetches_nothing() {
+        let metrics = Arc::new(AgentMetrics::default());
+        let queue = ShipQueue::new(16, Arc::clone(&metrics));
+        let endpoint = ScrapeEndpoint {
+            id: "sandbox:http-debug/debug/pprof".to_owned(),
+            urls: vec![
+                (PprofProfile::Heap, String::new()),
+                (PprofProfile::Allocs, String::new()),
+            ],
+            missing_port: Some("http-debug".to_owned()),
+            labels: BTreeMap::new(),
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+        };
+        let (_endpoints_tx, endpoints) = watch::channel(vec![endpoint]);
+        let (shutdown_tx, shutdown) = watch::channel(false);
+        let scraper = tokio::spawn(run_scraper(
+            endpoints,
+            ScrapeConfig::default(),
+            queue.clone(),
+            Arc::clone(&metrics),
+            shutdown,
+        ));
+        tokio::time::sleep(Duration::from_millis(2300)).await;
+        shutdown_tx.send(true).expect("scraper listens");
+        scraper.await.expect("scraper ends");
+        // Each profile is due at about 0.2 s, 1.2 s and 2.2 s: 4 to 6 errors; one per 200 ms
+        // tick would be about 11.
+        let errors = metrics.scrape_errors("port_name");
+        assert!((2..=6).contains(&errors), "{errors} port_name errors");
+        assert_eq!(queue.len(), 0, "nothing stored");
+        assert_eq!(
+            metrics.scrape_errors("url") + metrics.scrape_errors("connect"),
+            0
+        );
+    }
 }

@@ -276,7 +276,7 @@ mod tests {
     fn a_pod_is_scraped_as_the_first_matching_target_by_source_asks() {
         use crate::scrape::{PprofProfile, PprofScrape};
         let scrape = |port| PprofScrape {
-            port,
+            port: crate::PprofPort::Number(port),
             path_prefix: "/debug/pprof".to_owned(),
             profiles: vec![PprofProfile::Heap],
             interval_seconds: 15,
@@ -293,7 +293,7 @@ mod tests {
             TargetsFile::new([plain.clone(), a.clone(), b.clone()]),
         ] {
             let chosen = plan(decide(&file, "shop", &none, &none, "app")).pprof_scrape;
-            assert_eq!(chosen.map(|s| s.port), Some(6060));
+            assert_eq!(chosen.map(|s| s.port), Some(crate::PprofPort::Number(6060)));
         }
         let unscraped = TargetsFile::new([plain]);
         assert_eq!(

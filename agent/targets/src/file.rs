@@ -393,7 +393,7 @@ mod tests {
         use crate::scrape::{PprofProfile, PprofScrape};
         let mut scraped = target("shop/go", "shop");
         scraped.pprof_scrape = Some(PprofScrape {
-            port: 6060,
+            port: crate::PprofPort::Number(6060),
             path_prefix: "/debug/pprof".to_owned(),
             profiles: vec![
                 PprofProfile::Goroutine,
@@ -410,6 +410,18 @@ mod tests {
         assert_eq!(profiles, &[PprofProfile::Heap, PprofProfile::Goroutine]);
         let bad = json.replace("\"port\": 6060", "\"port\": 0");
         let err = TargetsFile::parse(bad.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("pprofScrape.port"), "{err}");
+        let named = TargetsFile::parse(
+            json.replace("\"port\": 6060", "\"port\": \"http-debug\"")
+                .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(
+            named.targets[0].pprof_scrape.as_ref().unwrap().port,
+            crate::PprofPort::Name("http-debug".to_owned())
+        );
+        let bad_name = json.replace("\"port\": 6060", "\"port\": \"HTTP_DEBUG\"");
+        let err = TargetsFile::parse(bad_name.as_bytes()).unwrap_err();
         assert!(err.to_string().contains("pprofScrape.port"), "{err}");
         let unknown = json.replace("\"heap\"", "\"threadcreate\"");
         assert!(TargetsFile::parse(unknown.as_bytes()).is_err());

@@ -3,12 +3,14 @@
 pub mod decision;
 pub mod error;
 pub mod file;
+pub mod port;
 pub mod scrape;
 pub mod selector;
 
 pub use decision::{Decision, PodView, ProfilingPlan, SkipReason};
 pub use error::TargetsError;
 pub use file::{Target, TargetsFile};
+pub use port::{PprofPort, is_port_name};
 pub use scrape::{PprofProfile, PprofScrape};
 pub use selector::{LabelSelector, LabelSource, SelectorOperator, SelectorRequirement};
 

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::port::PprofPort;
+
 /// Fewest seconds between two scrapes of one endpoint.
 pub const MIN_SCRAPE_INTERVAL_SECONDS: u32 = 5;
 /// Most seconds between two scrapes (a delta spans at most this).
@@ -61,12 +63,13 @@ impl PprofProfile {
     }
 }
 
-/// Scraping of one target's pods: `http://<pod IP>:<port><pathPrefix>/<profile>`.
+/// Scraping of one target's pods: `http://<pod IP>:<port><pathPrefix>/<profile>`,
+/// `port` resolved per pod when it is a name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PprofScrape {
-    /// The pod's port serving pprof.
-    pub port: u16,
+    /// The pod's port serving pprof, by number or by container port name.
+    pub port: PprofPort,
     /// The path the profiles are served under, e.g. `/debug/pprof`.
     pub path_prefix: String,
     /// Which profiles; sorted and without repeats in a canonical file.
@@ -86,8 +89,8 @@ impl PprofScrape {
 
     /// The first problem with these settings, as (field, problem).
     pub(crate) fn problems(&self) -> Option<(&'static str, String)> {
-        if self.port == 0 {
-            return Some(("pprofScrape.port", "must be 1 to 65535".to_owned()));
+        if let Some(problem) = self.port.problem() {
+            return Some(("pprofScrape.port", problem));
         }
         let prefix = &self.path_prefix;
         if !prefix.starts_with('/')
@@ -133,8 +136,9 @@ impl PprofScrape {
         None
     }
 
-    /// The URL of `profile` on a pod at `ip` (v4 or v6).
-    pub fn url(&self, ip: std::net::IpAddr, profile: PprofProfile) -> String {
+    /// The URL of `profile` on a pod at `ip` (v4 or v6), on `port`
+    /// (this scrape's port, resolved for that pod: [`PprofPort::resolve`]).
+    pub fn url(&self, ip: std::net::IpAddr, port: u16, profile: PprofProfile) -> String {
         let prefix = self.path_prefix.trim_end_matches('/');
         let host = match ip {
             std::net::IpAddr::V4(v4) => v4.to_string(),
@@ -143,7 +147,7 @@ impl PprofScrape {
         // No query: `debug=0`, Go's default, is the protobuf format, and
         // `seconds=` would make the endpoint compute a delta itself (the
         // agent keeps the previous scrape instead).
-        format!("http://{host}:{}{prefix}/{}", self.port, profile.path())
+        format!("http://{host}:{port}{prefix}/{}", profile.path())
     }
 }
 
@@ -153,7 +157,7 @@ mod tests {
 
     fn scrape() -> PprofScrape {
         PprofScrape {
-            port: 6060,
+            port: PprofPort::Number(6060),
             path_prefix: "/debug/pprof".into(),
             profiles: PprofProfile::ALL.to_vec(),
             interval_seconds: 15,
@@ -165,7 +169,7 @@ mod tests {
     fn urls_join_the_pod_ip_port_prefix_and_profile() {
         let s = scrape();
         assert_eq!(
-            s.url("10.0.0.7".parse().unwrap(), PprofProfile::Heap),
+            s.url("10.0.0.7".parse().unwrap(), 6060, PprofProfile::Heap),
             "http://10.0.0.7:6060/debug/pprof/heap"
         );
         let trailing = PprofScrape {
@@ -173,7 +177,7 @@ mod tests {
             ..scrape()
         };
         assert_eq!(
-            trailing.url("fd00::7".parse().unwrap(), PprofProfile::Allocs),
+            trailing.url("fd00::7".parse().unwrap(), 6060, PprofProfile::Allocs),
             "http://[fd00::7]:6060/debug/pprof/allocs"
         );
     }
@@ -200,7 +204,14 @@ mod tests {
         for (bad, field) in [
             (
                 PprofScrape {
-                    port: 0,
+                    port: PprofPort::Number(0),
+                    ..scrape()
+                },
+                "pprofScrape.port",
+            ),
+            (
+                PprofScrape {
+                    port: PprofPort::Name("Debug_Port".into()),
                     ..scrape()
                 },
                 "pprofScrape.port",

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -100,9 +101,12 @@ pub struct ProfilingTargetSpec {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.timeoutSeconds <= self.intervalSeconds").message("pprof.timeoutSeconds must be at most pprof.intervalSeconds").reason(Reason::FieldValueInvalid))]
 pub struct PprofScrapeSpec {
-    /// The container port serving pprof.
-    #[schemars(range(min = 1, max = 65535))]
-    pub port: u16,
+    /// The pod port serving pprof: a number (1 to 65535), or the name of a container port
+    /// (`ports[].name`, e.g. `http-debug`), resolved on each pod as a Service's `targetPort`
+    /// is. A pod that declares no port of that name is not scraped; its node's agent counts
+    /// `kiln_agent_scrape_errors_total{reason="port_name"}`.
+    #[schemars(schema_with = "pprof_port_schema")]
+    pub port: IntOrString,
     /// The path the profiles are served under.
     #[serde(default = "default_pprof_path")]
     #[schemars(pattern(PPROF_PATH_PATTERN), length(max = 256))]
@@ -137,6 +141,25 @@ pub enum PprofProfileName {
     Mutex,
     /// Blocking on synchronization.
     Block,
+}
+
+/// A port name as Kubernetes takes one (`IANA_SVC_NAME`): lowercase letters, digits and single
+/// `-` between them, with at least one letter (so `"6060"` is no name); at most 15 characters,
+/// which `maxLength` says. The same rule as [`kiln_targets::is_port_name`], which a test keeps
+/// equal.
+pub const PORT_NAME_PATTERN: &str = r"^([a-z0-9]+-)*[a-z0-9]*[a-z][a-z0-9]*(-[a-z0-9]+)*$";
+
+/// `port`: an integer or a string (`x-kubernetes-int-or-string`, no `type`), with the number's
+/// range and the name's shape. Each value validation applies to its own JSON type only, as
+/// `pattern` does on the quantities of `resources`.
+fn pprof_port_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "minimum": 1,
+        "maximum": 65535,
+        "maxLength": kiln_targets::port::MAX_PORT_NAME_LENGTH,
+        "pattern": PORT_NAME_PATTERN,
+    })
 }
 
 /// An absolute path of plain characters, no `..`.
@@ -203,4 +226,40 @@ fn default_true() -> bool {
 }
 fn default_sampling_hz() -> u32 {
     19
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CRD's pattern (with its 15-character bound) admits exactly the names the agent
+    /// resolves.
+    #[test]
+    fn the_port_name_pattern_is_the_agents_rule() {
+        let pattern = regex::Regex::new(PORT_NAME_PATTERN).expect("valid pattern");
+        let admitted = |name: &str| {
+            pattern.is_match(name) && name.len() <= kiln_targets::port::MAX_PORT_NAME_LENGTH
+        };
+        for name in [
+            "pprof",
+            "http-debug",
+            "a",
+            "80-x",
+            "x-80",
+            "a1-b2-c3",
+            "abcdefghijklmno",
+            "abcdefghijklmnop",
+            "",
+            "6060",
+            "60-60",
+            "Pprof",
+            "http_debug",
+            "-pprof",
+            "pprof-",
+            "http--debug",
+            "pprof ",
+        ] {
+            assert_eq!(admitted(name), kiln_targets::is_port_name(name), "{name:?}");
+        }
+    }
 }

@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kiln_targets::{
-    LabelSelector as TargetSelector, PprofProfile, PprofScrape, SelectorOperator,
+    LabelSelector as TargetSelector, PprofPort, PprofProfile, PprofScrape, SelectorOperator,
     SelectorRequirement, Target, TargetsFile,
 };
 
@@ -101,17 +102,24 @@ pub fn to_file_target(target: &ProfilingTarget) -> Result<Target, String> {
         sampling_hz: target.spec.sampling_hz,
         labels: target.spec.labels.clone(),
         pod_annotations: BTreeMap::new(),
-        pprof_scrape: target.spec.pprof.as_ref().map(pprof_scrape),
+        pprof_scrape: target.spec.pprof.as_ref().map(pprof_scrape).transpose()?,
     };
     let check = TargetsFile::new([file_target.clone()]);
     check.validate().map_err(|error| error.to_string())?;
     Ok(file_target)
 }
 
-/// A target's pprof scraping, in the targets file's terms.
-fn pprof_scrape(spec: &PprofScrapeSpec) -> PprofScrape {
-    PprofScrape {
-        port: spec.port,
+/// A target's pprof scraping, in the targets file's terms; a number outside a port's range is
+/// refused here (a name is checked with the rest of the file).
+fn pprof_scrape(spec: &PprofScrapeSpec) -> Result<PprofScrape, String> {
+    let port = match &spec.port {
+        IntOrString::Int(number) => u16::try_from(*number)
+            .map(PprofPort::Number)
+            .map_err(|_| format!("pprof.port {number} is not 1 to 65535"))?,
+        IntOrString::String(name) => PprofPort::Name(name.clone()),
+    };
+    Ok(PprofScrape {
+        port,
         path_prefix: spec.path_prefix.clone(),
         profiles: spec
             .profiles
@@ -126,7 +134,7 @@ fn pprof_scrape(spec: &PprofScrapeSpec) -> PprofScrape {
             .collect(),
         interval_seconds: spec.interval_seconds,
         timeout_seconds: spec.timeout_seconds,
-    }
+    })
 }
 
 /// Builds the file from every target in the cluster: only those pointing at this store, not

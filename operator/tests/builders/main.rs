@@ -2,6 +2,7 @@
 
 mod command_lines;
 mod network_policy;
+mod pprof_port;
 mod pull_policy;
 mod symbolization;
 mod tokens;
@@ -564,7 +565,7 @@ fn pprof_scraping_is_relayed_with_its_defaults_and_a_bad_one_is_rejected() {
         aggregation.rejected[0].problem
     );
     let scrape = aggregation.file.targets[0].pprof_scrape.clone().unwrap();
-    assert_eq!(scrape.port, 6060);
+    assert_eq!(scrape.port, kiln_targets::PprofPort::Number(6060));
     assert_eq!(scrape.path_prefix, "/debug/pprof");
     assert_eq!(scrape.profiles, kiln_targets::PprofProfile::ALL.to_vec());
     assert_eq!((scrape.interval_seconds, scrape.timeout_seconds), (15, 10));

@@ -172,6 +172,40 @@ fn schema_check_rejects_typos_bad_types_patterns_and_ranges() {
         errors.iter().any(|e| e.contains("containers[0]")),
         "{errors:?}"
     );
+    // pprof.port: a number in range, or a container port name (IANA_SVC_NAME).
+    let scraped = |port: Value| {
+        json!({"apiVersion": "kiln.dev/v1alpha1", "kind": "ProfilingTarget",
+               "metadata": {"name": "x"}, "spec": {"storeRef": {"name": "s"},
+               "pprof": {"port": port}}})
+    };
+    for fine in [
+        json!(6060),
+        json!(1),
+        json!(65535),
+        json!("http-debug"),
+        json!("pprof"),
+    ] {
+        assert_eq!(
+            schema_errors(&scraped(fine.clone())),
+            Vec::<String>::new(),
+            "{fine}"
+        );
+    }
+    for (port, needle) in [
+        (json!(0), "below the minimum"),
+        (json!(70000), "above the maximum"),
+        (json!("Debug_Port"), "does not match"),
+        (json!("6060"), "does not match"),
+        (json!("http--debug"), "does not match"),
+        (json!("abcdefghijklmnop"), "longer than maxLength"),
+        (json!(true), "expected an integer or a string"),
+    ] {
+        let errors = schema_errors(&scraped(port.clone()));
+        assert!(
+            errors.iter().any(|e| e.contains(needle)),
+            "{port}: {errors:?}"
+        );
+    }
     // Label values are bounded so one target cannot bloat the shared targets file.
     let labelled = |value: String| {
         json!({"apiVersion": "kiln.dev/v1alpha1", "kind": "ProfilingTarget",

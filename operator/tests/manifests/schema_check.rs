@@ -1,6 +1,7 @@
 //! A structural validator for the OpenAPI v3 subset our CRDs use: types, nullable, required,
-//! unknown fields, enums, patterns, lengths, ranges, int-or-string and anyOf. Unlike the API
-//! server it reports unknown fields instead of pruning them, so typos in samples fail.
+//! unknown fields, enums, patterns, lengths, ranges, int-or-string (each validation on its own
+//! JSON type) and anyOf. Unlike the API server it reports unknown fields instead of pruning
+//! them, so typos in samples fail.
 
 use serde_json::Value;
 
@@ -35,9 +36,13 @@ pub fn validate(value: &Value, schema: &Value, path: &str, errors: &mut Vec<Stri
         Some("boolean") if !value.is_boolean() => {
             errors.push(format!("{path}: expected a boolean"))
         }
+        // No type: an int-or-string's validations each apply to their own JSON type, as the
+        // API server applies them.
         _ => {
-            if let Some(text) = value.as_str() {
-                check_pattern(text, schema, path, errors);
+            if value.is_string() {
+                check_string(value, schema, path, errors);
+            } else if int_or_string {
+                check_number(value, schema, path, errors, true);
             }
         }
     }
