@@ -68,6 +68,22 @@ check_validation() {
     new_target '{"storeRef": {"name": "kiln", "namespace": "kiln-system"}, "samplingHz": 5000}'
   refused "a 64-character label name" 'label names are at most 63 characters' \
     new_target "{\"storeRef\": {\"name\": \"kiln\"}, \"labels\": {\"$(printf 'n%.0s' $(seq 1 64))\": \"v\"}}"
+  # Issue 51's spec.symbolization and issue 52's pprof.port (a number or a port name).
+  refused "a debuginfod URL that is not http(s)" 'debuginfodUrls[0] in body should match' \
+    new_store '{"symbolization": {"debuginfodUrls": ["ftp://debuginfod.example"]}}'
+  refused "a 1Ki debug file cap" 'symbolization.maxDebugFileSize must be at least 64Ki' \
+    new_store '{"symbolization": {"maxDebugFileSize": "1Ki"}}'
+  new_store '{"symbolization": {"debuginfodUrls": ["https://debuginfod.debian.net"], "acceptUploads": false, "maxDebugFileSize": "1Gi", "cacheSize": "256Mi"}}' >/dev/null \
+    || fail "the API server refused a valid spec.symbolization"
+  refused "pprof.port: 0" 'should be greater than or equal to 1' \
+    new_target '{"storeRef": {"name": "kiln"}, "pprof": {"port": 0}}'
+  refused "pprof.port: Debug_Port" 'spec.pprof.port in body should match' \
+    new_target '{"storeRef": {"name": "kiln"}, "pprof": {"port": "Debug_Port"}}'
+  refused "pprof.port: a 16-character name" 'Too long' \
+    new_target '{"storeRef": {"name": "kiln"}, "pprof": {"port": "abcdefghijklmnop"}}'
+  new_target '{"storeRef": {"name": "kiln"}, "pprof": {"port": "http-debug"}}' >/dev/null \
+    || fail "the API server refused pprof.port: http-debug"
+  note "a valid spec.symbolization and pprof.port by name are accepted"
   edit_store '{"spec": {"storage": {"size": "20Gi"}}}' >/dev/null \
     || fail "the API server refused growing storage.size"
   note "growing storage.size is accepted"

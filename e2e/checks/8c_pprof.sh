@@ -10,8 +10,13 @@
 #   - the alloc_space deltas of a range of about a minute add up, under main.allocateKnown, to
 #     what the program's counter says it allocated between the scrapes that bound them
 #     (within 10 %);
+#   - the mutex and block profiles' delay deltas of a range of about a minute add up, under
+#     main.contendKnown (the mutex's holder, on whose stack Go puts the wait) and
+#     main.blockKnown (the goroutine that waits on a channel), to the waits the program
+#     measured between the scrapes that bound them (within 5 %, see pprof_delay_tolerance);
 #   - all of them carry the pod's labels: namespace, pod, container, node, service_name and
 #     the target's suite label.
+# The target names its port (`pprof`); every scrape must come to <pod IP>:6060.
 # It runs after check 6, so the scraping agents are the capabilities-mode ones.
 
 pprof_image=localhost/kiln-e2e/go-pprof:1
@@ -26,9 +31,19 @@ pprof_retained_bytes=$((32 * 65536))
 # seconds of queries: 79 s in all in a full suite run, under 90 s with room for a slower start.
 pprof_range_seconds=75
 pprof_tolerance_percent=10
+# The delays: the program measures each wait as Go's profiles do (from the start of the wait
+# to the Unlock or send that ends it), and every event is recorded, so what is left is one
+# wait at each end of the range (a wait recorded by the runtime just before the scrape and
+# added to the program's counter just after: at most 20 ms of mutex or 50 ms of block wait
+# against about 75 s in the range, 0.1 %) and Go's conversion of CPU ticks to nanoseconds
+# (its tick rate is estimated once at start). 5 % leaves room for both and still fails a
+# profile stored whole (the process's total since start) or a scrape's delta lost.
+pprof_delay_tolerance_percent=5
 alloc_type='memory:alloc_space:bytes:space:bytes:delta'
 inuse_type='memory:inuse_space:bytes:space:bytes'
 goroutine_type='goroutine:goroutine:count:goroutine:count'
+mutex_type='mutex:delay:nanoseconds:contentions:count:delta'
+block_type='block:delay:nanoseconds:contentions:count:delta'
 
 # The Go program, static, in an image of its own, made in setup so a missing Go stops the
 # suite early.
@@ -43,19 +58,60 @@ build_pprof_image() {
   note "Go workload image ($(go version | cut -d' ' -f3)) in $((SECONDS - began)) s"
 }
 
-# pprof_scrapes POD PROFILE: "unix_ms allocated goroutines host" of each request for PROFILE
-# the program served, oldest first.
+# pprof_scrapes POD PROFILE: "unix_ms allocated goroutines host contended_ns blocked_ns" of
+# each request for PROFILE the program served, oldest first.
 pprof_scrapes() {
   kubectl -n "$workload_ns" logs "$1" | awk -v profile="profile=$2" '
     $1 == "scrape" && $2 == profile {
       for (i = 3; i <= NF; i++) { split($i, field, "="); value[field[1]] = field[2] }
-      print value["unix_ms"], value["allocated"], value["goroutines"], value["host"]
+      print value["unix_ms"], value["allocated"], value["goroutines"], value["host"],
+        value["contended_ns"], value["blocked_ns"]
     }'
+}
+
+# scraped_since POD PROFILE UNIX_MS: whether the program served PROFILE at or after UNIX_MS.
+scraped_since() {
+  pprof_scrapes "$1" "$2" | awk -v since="$3" '$1 >= since { found = 1 } END { exit !found }'
 }
 
 # allocs_scraped_since POD UNIX_MS: whether the program served /allocs at or after UNIX_MS.
 allocs_scraped_since() {
-  pprof_scrapes "$1" allocs | awk -v since="$2" '$1 >= since { found = 1 } END { exit !found }'
+  scraped_since "$1" allocs "$2"
+}
+
+# check_delays POD PROFILE TYPE FUNCTION FIELD: the delay deltas of PROFILE stored under
+# FUNCTION over a range of scrapes add up to the program's own counter (column FIELD of
+# pprof_scrapes) between the scrapes that bound them, as for the allocations.
+check_delays() {
+  local pod="$1" profile="$2" type="$3" function="$4" field="$5"
+  local first scrapes first_counted last_ms last_counted last_start deltas
+  read -r first _ < <(pprof_scrapes "$pod" "$profile")
+  [ -n "$first" ] || fail "the agent never scraped $pod's /debug/pprof/$profile (agent: $(agent_scrape_counters))"
+  retry $((pprof_range_seconds + 30)) 1 scraped_since "$pod" "$profile" $((first + pprof_range_seconds * 1000)) \
+    || fail "the agent stopped scraping $pod's /$profile (agent: $(agent_scrape_counters))"
+  scrapes="$(pprof_scrapes "$pod" "$profile" | awk -v until=$((first + pprof_range_seconds * 1000)) \
+    '{ print } $1 >= until { exit }')"
+  first_counted="$(head -1 <<<"$scrapes" | cut -d' ' -f"$field")"
+  read -r last_ms _ < <(tail -1 <<<"$scrapes")
+  last_counted="$(tail -1 <<<"$scrapes" | cut -d' ' -f"$field")"
+  last_start="$(tail -2 <<<"$scrapes" | head -1 | cut -d' ' -f1)"
+  deltas=$(( $(wc -l <<<"$scrapes") - 1 ))
+  local from=$((first / 1000)) to=$((last_start / 1000 + 2))
+  local matchers="{namespace=\"$workload_ns\",pod=\"$pod\"}"
+  retry 30 1 stored_since "$type" "$matchers" $((last_start / 1000)) "$to" \
+    || fail "the $profile delta from $pod's scrape at $last_start ms is not in the store (agent: $(agent_scrape_counters))"
+  local folded expected stored
+  folded="$("$kiln_cli" query --format folded --from "$from" --to "$to" "$type$matchers")"
+  expected=$((last_counted - first_counted))
+  stored="$(sum_under "$function" <<<"$folded")"
+  note "$profile delay, $deltas deltas stored from $from to $to (scrapes $(( (last_ms - first) / 1000 )) s apart):" \
+    "$expected ns waited at $function by the program's measure, $stored ns stored under it" \
+    "(ratio $(awk -v s="$stored" -v e="$expected" 'BEGIN { printf "%.4f", e ? s / e : 0 }'));" \
+    "$(awk '{ sum += $NF } END { printf "%.0f\n", sum }' <<<"$folded") ns stored in all"
+  if (( expected <= 0 || stored * 100 < expected * (100 - pprof_delay_tolerance_percent) \
+        || stored * 100 > expected * (100 + pprof_delay_tolerance_percent) )); then
+    fail "$pod's $profile delay deltas under $function add up to $stored ns, not the $expected ns it measured (within $pprof_delay_tolerance_percent %): $(sort -t' ' -k2 -n <<<"$folded" | tail -3)"
+  fi
 }
 
 # pprof_total TYPE MATCHERS FROM TO: the store's total of TYPE{MATCHERS} in the range.
@@ -172,8 +228,13 @@ check_pprof() {
     "$(awk '{ sum += $NF } END { printf "%.0f\n", sum }' <<<"$inuse") in all"
   [ "${in_use:-0}" -gt 0 ] || fail "main.allocateKnown is on none of $pod's in-use heap stacks: $(head -5 <<<"$inuse")"
 
+  # Mutex and block: scraped on the same cadence as allocs since the pod started, so their
+  # ranges are about done too.
+  check_delays "$pod" mutex "$mutex_type" main.contendKnown 5
+  check_delays "$pod" block "$block_type" main.blockKnown 6
+
   local type series
-  for type in "$inuse_type" "$alloc_type" "$goroutine_type"; do
+  for type in "$inuse_type" "$alloc_type" "$goroutine_type" "$mutex_type" "$block_type"; do
     series="$("$kiln_cli" series --json --from "$from" --to "$to" "$type$matchers")"
     jq -e --arg ns "$workload_ns" --arg pod "$pod" --arg node "$node" --arg container "$pprof_container" \
       --arg service "$pprof_service" \
@@ -182,7 +243,7 @@ check_pprof() {
       <<<"$series" >/dev/null \
       || fail "$type of $pod is not labelled namespace=$workload_ns pod=$pod container=$pprof_container node=$node service_name=$pprof_service suite=e2e-pprof: $(jq -c . <<<"$series")"
   done
-  note "labels of all three: $(jq -c '.[0] | del(.__name__)' <<<"$series")"
+  note "labels of all five: $(jq -c '.[0] | del(.__name__)' <<<"$series")"
   note "agent: $(agent_scrape_counters)"
   note "check 8c took $((SECONDS - began)) s"
   kubectl delete -f "$e2e_dir/manifests/pprof.yaml" --wait=false >/dev/null
