@@ -159,6 +159,8 @@ pub struct Config {
     pub store_name: Option<String>,
     /// The other replicas, asked for their unflushed data by every query.
     pub peers: Vec<PeerAddress>,
+    /// How long a query waits for a peer to take its connection.
+    pub peer_connect_timeout: Duration,
     /// Head cut interval.
     pub flush_interval: Duration,
     /// Bucket re-listing interval.
@@ -307,6 +309,11 @@ impl Config {
             replica,
             store_name: storage.store_name.clone().filter(|n| !n.is_empty()),
             peers,
+            peer_connect_timeout: positive_duration(
+                "storage.peer_connect_timeout",
+                storage.peer_connect_timeout.as_deref(),
+                "2s",
+            )?,
             flush_interval,
             relist_interval: positive_duration(
                 "storage.relist_interval",

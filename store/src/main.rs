@@ -63,9 +63,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    if let Some(peers) =
-        kiln_store::query::peers::client(&config.peers, state.read_tokens().first().cloned())
-    {
+    if let Some(peers) = kiln_store::query::peers::client(
+        &config.peers,
+        state.read_tokens().first().cloned(),
+        config.peer_connect_timeout,
+    ) {
         tracing::info!(
             peers = config.peers.len(),
             "queries ask the other replicas for their unflushed data"

@@ -21,6 +21,9 @@ pub struct StorageOptions {
     /// The replicas of this store as `name=http://host:port`, comma-separated: every query asks each (but this replica) for its unflushed data, and an answer lacking one is marked partial (the operator lists every replica of a `ProfileStore`) [default: none].
     #[arg(long, env = "KILN_PEERS")]
     pub peers: Option<String>,
+    /// How long a query waits for a peer to take its connection, e.g. `2s`, apart from (and far shorter than) the query's deadline: a replica whose name still points at a dead pod's address swallows the connection, and the answer is then marked partial after this long, not after most of the query timeout; such an address is then skipped for 10 s [default: 2s].
+    #[arg(long, env = "KILN_PEER_CONNECT_TIMEOUT")]
+    pub peer_connect_timeout: Option<String>,
     /// How often the head is cut into a block, e.g. `60s`; bounds cross-replica staleness [default: 60s].
     #[arg(long, env = "KILN_FLUSH_INTERVAL")]
     pub flush_interval: Option<String>,

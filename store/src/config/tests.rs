@@ -253,6 +253,24 @@ fn namespace_tokens_bind_a_token_to_its_namespaces() {
 }
 
 #[test]
+fn the_peer_connect_timeout_is_short_by_default_and_never_zero() {
+    let default = layered(None, &[]).unwrap();
+    assert_eq!(default.peer_connect_timeout, Duration::from_secs(2));
+    let file = "version = 1\n[storage]\npeer_connect_timeout = \"500ms\"\n";
+    let config = layered(Some(file), &[]).unwrap();
+    assert_eq!(config.peer_connect_timeout, Duration::from_millis(500));
+    let config = layered(Some(file), &["--peer-connect-timeout", "3s"]).unwrap();
+    assert_eq!(config.peer_connect_timeout, Duration::from_secs(3));
+    for bad in ["0s", "soon"] {
+        let err = layered(None, &["--peer-connect-timeout", bad]).unwrap_err();
+        assert!(
+            err.to_string().contains("storage.peer_connect_timeout"),
+            "{bad}: {err}"
+        );
+    }
+}
+
+#[test]
 fn peers_are_every_other_replica_and_bad_entries_name_the_setting() {
     let list = "kiln-0=http://kiln-0.kiln-peers.ns.svc:7470,kiln-1=http://10.0.0.7:7470/";
     let config = layered(None, &["--replica", "kiln-0", "--peers", list]).unwrap();

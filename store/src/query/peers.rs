@@ -7,8 +7,10 @@
 //! read token could not already query, so it takes the same token, and a
 //! replica sends its own first read token.
 
+mod connect;
+
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
@@ -75,16 +77,24 @@ pub async fn peer_head(State(state): State<AppState>, request: Request) -> Respo
 
 /// Asks every peer over plain HTTP/1.1, all at once, each on a fresh
 /// connection (a query's peers are few, and a fresh connection never
-/// inherits a stalled one).
+/// inherits a stalled one), taken within the connect timeout (see
+/// [`connect`]).
 #[derive(Debug)]
 pub struct PeerClient {
     peers: Vec<PeerAddress>,
     token: Option<String>,
+    connect_timeout: Duration,
+    unreachable: Arc<connect::Unreachable>,
 }
 
 impl PeerClient {
-    pub fn new(peers: Vec<PeerAddress>, token: Option<String>) -> Self {
-        Self { peers, token }
+    pub fn new(peers: Vec<PeerAddress>, token: Option<String>, connect_timeout: Duration) -> Self {
+        Self {
+            peers,
+            token,
+            connect_timeout,
+            unreachable: Arc::default(),
+        }
     }
 }
 
@@ -102,10 +112,15 @@ impl PeerSource for PeerClient {
                 let peer = peer.clone();
                 let token = self.token.clone();
                 let body = body.clone();
+                let connecting = Connecting {
+                    timeout: self.connect_timeout,
+                    deadline,
+                    unreachable: Arc::clone(&self.unreachable),
+                };
                 asked.spawn(async move {
                     let answer = tokio::time::timeout_at(
                         deadline.into(),
-                        ask_one(&peer, token.as_deref(), body),
+                        ask_one(&peer, token.as_deref(), body, &connecting),
                     )
                     .await
                     .unwrap_or_else(|_elapsed| Err("no answer by the query's deadline".into()));
@@ -141,10 +156,26 @@ impl Drop for AbortOnDrop {
     }
 }
 
-async fn ask_one(peer: &PeerAddress, token: Option<&str>, body: Bytes) -> Result<PeerHead, String> {
-    let stream = tokio::net::TcpStream::connect(&peer.authority)
-        .await
-        .map_err(|e| format!("connect to {}: {e}", peer.authority))?;
+/// How one query connects to its peers.
+struct Connecting {
+    timeout: Duration,
+    deadline: Instant,
+    unreachable: Arc<connect::Unreachable>,
+}
+
+async fn ask_one(
+    peer: &PeerAddress,
+    token: Option<&str>,
+    body: Bytes,
+    connecting: &Connecting,
+) -> Result<PeerHead, String> {
+    let stream = connect::connect(
+        &peer.authority,
+        connecting.timeout,
+        connecting.deadline,
+        &connecting.unreachable,
+    )
+    .await?;
     let _ = stream.set_nodelay(true);
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
@@ -186,7 +217,12 @@ async fn ask_one(peer: &PeerAddress, token: Option<&str>, body: Bytes) -> Result
 }
 
 /// The client for `peers`, or none for a store alone.
-pub fn client(peers: &[PeerAddress], token: Option<String>) -> Option<Arc<dyn PeerSource>> {
-    (!peers.is_empty())
-        .then(|| Arc::new(PeerClient::new(peers.to_vec(), token)) as Arc<dyn PeerSource>)
+pub fn client(
+    peers: &[PeerAddress],
+    token: Option<String>,
+    connect_timeout: Duration,
+) -> Option<Arc<dyn PeerSource>> {
+    (!peers.is_empty()).then(|| {
+        Arc::new(PeerClient::new(peers.to_vec(), token, connect_timeout)) as Arc<dyn PeerSource>
+    })
 }

@@ -7,7 +7,8 @@
 //!   tools directory, [`binaries`] the binaries cargo built.
 //! - [`process`]: guards that end child processes when a test ends.
 //! - [`store_process`]: a real `kiln-store` on a free loopback port.
-//! - [`http`]: free ports and a minimal HTTP/1.1 client.
+//! - [`http`]: free ports and a minimal HTTP/1.1 client; [`silent_address`]:
+//!   a loopback address whose connects hang, as a dead pod's address does.
 //! - [`clock`]: the wall clock in seconds, milliseconds and nanoseconds.
 //! - [`debuginfod`]: a C program split into a stripped copy and its debug
 //!   file, and a real `debuginfod` serving that file.
@@ -52,6 +53,7 @@ pub mod recorder;
 #[cfg(feature = "engine")]
 pub mod rule_profiles;
 pub mod seaweedfs;
+pub mod silent_address;
 pub mod store_process;
 pub mod tools;
 pub mod wire;
