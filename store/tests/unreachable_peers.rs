@@ -104,3 +104,75 @@ fn a_peer_whose_address_swallows_connects_makes_answers_partial_within_the_conne
         store.log()
     );
 }
+
+/// With the only writer's replica away, a replica that took no writes
+/// knows no profile type of its data: a short type is answered empty and
+/// partial, not refused as unknown.
+#[test]
+fn a_short_type_only_an_unanswered_peer_may_hold_is_answered_partial_not_refused() {
+    let dead = SilentAddress::new();
+    let addr = free_port();
+    let _store = replica("r0", addr, &[("r1", dead.addr)]);
+    for selector in ["process_cpu:cpu", r#"process_cpu{service_name="writer"}"#] {
+        let (response, took) = flamegraph(addr, selector);
+        eprintln!("{selector} with r1 silent: {:.2} s", took.as_secs_f64());
+        assert_eq!(response.status, 200, "{selector}: {}", response.text());
+        assert_eq!(response.json()["total"], 0, "{selector}");
+        assert_eq!(
+            response.header("kiln-partial"),
+            Some("peers_unanswered=r1"),
+            "{selector}"
+        );
+    }
+    // Listings resolve the type the same way.
+    let labels = get(
+        addr,
+        &format!("/api/v1/labels?query={}&from=now-1h", enc("process_cpu")),
+    );
+    assert_eq!(labels.status, 200, "{}", labels.text());
+    assert_eq!(labels.header("kiln-partial"), Some("peers_unanswered=r1"));
+}
+
+/// With every peer answering, a short type is resolved from the peer's
+/// data, and a type no replica holds is a clear 400; once the writer's
+/// replica is gone, neither is refused, both are partial.
+#[test]
+fn a_short_type_is_resolved_by_a_peer_and_a_type_none_holds_is_refused_while_all_answer() {
+    let (addr_0, addr_1) = (free_port(), free_port());
+    let r0 = replica("r0", addr_0, &[("r1", addr_1)]);
+    let r1 = replica("r1", addr_1, &[("r0", addr_0)]);
+    ingest(r1.addr, "writer");
+
+    let (resolved, _) = flamegraph(r0.addr, r#"process_cpu{service_name="writer"}"#);
+    assert_eq!(resolved.status, 200, "{}", resolved.text());
+    assert_eq!(resolved.json()["total"], 70_000_000);
+    assert_eq!(resolved.header("kiln-partial"), None);
+    let (unknown, _) = flamegraph(r0.addr, "memory:alloc_space");
+    assert_eq!(unknown.status, 400, "{}", unknown.text());
+    assert_eq!(unknown.json()["reason"], "selector_unknown_profile_type");
+    assert!(
+        unknown.text().contains("process_cpu:cpu:nanoseconds"),
+        "the known types are listed: {}",
+        unknown.text()
+    );
+
+    // r1 is gone, its head unflushed: its port now refuses.
+    drop(r1);
+    for selector in [
+        r#"process_cpu{service_name="writer"}"#,
+        "memory:alloc_space",
+    ] {
+        let (response, took) = flamegraph(r0.addr, selector);
+        assert_eq!(response.status, 200, "{selector}: {}", response.text());
+        assert_eq!(response.json()["total"], 0, "{selector}");
+        assert_eq!(
+            response.header("kiln-partial"),
+            Some("peers_unanswered=r1"),
+            "{selector}"
+        );
+        assert!(
+            took < CONNECT_TIMEOUT,
+            "{selector}: a refused connect took {took:?}"
+        );
+    }
+}

@@ -5,9 +5,10 @@
 
 use kiln_engine::model::{MatchOp, Matcher, PROFILE_TYPE_LABEL, Selector, TimeRange};
 use kiln_storage::Store;
+use kiln_storage::store::{note_incomplete, record_incomplete};
 
 use crate::error::ApiError;
-use crate::query::selector::{ParsedSelector, parse_selector};
+use crate::query::selector::{ParsedSelector, SelectorError, parse_selector};
 
 /// Parses the selector `text` of parameter `parameter` as query work:
 /// checking its `=~` patterns compiles them, milliseconds for a heavy one,
@@ -27,21 +28,31 @@ pub async fn parse_selector_off_workers(
 }
 
 /// Resolves a parsed selector of parameter `parameter` against the stored
-/// types.
+/// types. A type none of them matches is refused only when they are every
+/// type the store holds; when the listing missed some (a peer that did not
+/// answer, an unreadable block), the type may be among those, so the query
+/// runs on the type as written and answers what it finds, marked partial:
+/// with the only writer's replica away, the others know no type of its
+/// data, and a 400 would tell the user the type does not exist.
 pub async fn resolve_parsed(
     store: &Store,
     parsed: &ParsedSelector,
     parameter: &'static str,
     range: TimeRange,
 ) -> Result<Selector, ApiError> {
-    let known = if parsed.profile_type_parts.len() >= 5 {
-        Vec::new()
-    } else {
-        store.profile_types(range).await?
-    };
-    parsed
-        .resolve(&known)
-        .map_err(|source| ApiError::Selector { parameter, source })
+    if parsed.profile_type_parts.len() >= 5 {
+        return parsed
+            .resolve(&[])
+            .map_err(|source| ApiError::Selector { parameter, source });
+    }
+    let (known, missed) = record_incomplete(store.profile_types(range)).await;
+    let complete = missed.is_complete();
+    // What the listing missed, the answer misses too.
+    note_incomplete(missed);
+    match parsed.resolve(&known?) {
+        Err(SelectorError::UnknownProfileType { .. }) if !complete => Ok(parsed.unresolved()),
+        resolved => resolved.map_err(|source| ApiError::Selector { parameter, source }),
+    }
 }
 
 /// Matchers of the selector `text` of parameter `parameter`, including its

@@ -169,6 +169,19 @@ impl ParsedSelector {
         }
     }
 
+    /// The selector with its profile type as written, the parts not
+    /// written empty: for a type that could not be resolved because the
+    /// types it was resolved against were not all the store holds (a
+    /// peer did not answer). It selects what is stored under exactly that
+    /// type, which is nothing the store could read, so the query answers
+    /// empty, marked partial, where an error would claim the type unknown.
+    pub fn unresolved(&self) -> Selector {
+        Selector {
+            profile_type: self.full_profile_type(),
+            matchers: self.matchers.clone(),
+        }
+    }
+
     fn full_profile_type(&self) -> ProfileType {
         let part = |i: usize| self.profile_type_parts.get(i).cloned().unwrap_or_default();
         ProfileType {

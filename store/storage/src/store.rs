@@ -91,7 +91,8 @@ use crate::error::StorageError;
 use crate::wal::ReplayReport;
 use catalog::{Catalog, View};
 pub use catalog::{
-    Incomplete, Listing, MAX_LISTED, note_symbols_pending, record_incomplete, with_request_deadline,
+    Incomplete, Listing, MAX_LISTED, note_incomplete, note_symbols_pending, record_incomplete,
+    with_request_deadline,
 };
 pub use config::{AcceptedTimes, StoreConfig};
 pub use health::{HealthProblem, StoreHealth};

@@ -40,7 +40,7 @@ use crate::error::StorageError;
 use crate::peers::PeerSource;
 use cache::BlockCache;
 pub use deadline::with_request_deadline;
-pub use incomplete::{Incomplete, note_symbols_pending, record_incomplete};
+pub use incomplete::{Incomplete, note_incomplete, note_symbols_pending, record_incomplete};
 pub use read::{Listing, MAX_LISTED};
 pub use series_census::SeriesCensusStats;
 

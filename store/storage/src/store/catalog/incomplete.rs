@@ -86,6 +86,13 @@ pub(super) fn note(missed: Incomplete) {
     let _ = RECORDER.try_with(|recorder| lock(recorder).add(missed));
 }
 
+/// Passes `missed` on to the enclosing [`record_incomplete`], if any: for
+/// a caller that recorded one step apart, to act on what that step missed,
+/// and whose answer still lacks it.
+pub fn note_incomplete(missed: Incomplete) {
+    note(missed);
+}
+
 /// Notes, for the enclosing [`record_incomplete`], that `build_ids` build
 /// ids of the answer's frames were not symbolized in time: the server's
 /// symbolizer calls it, the store's own queries never do.
