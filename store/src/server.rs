@@ -126,7 +126,7 @@ pub fn metrics_router(state: AppState) -> Router {
 
 /// The header (and gRPC response metadata) naming what a query answer
 /// lacks; absent when it is complete.
-pub const PARTIAL_HEADER: &str = "kiln-partial";
+pub use kiln_contract::query_json::PARTIAL_HEADER;
 
 /// Marks an answer that lacks data the store holds (a block compacted
 /// away under a running query, a bucket that could not be listed): every

@@ -1,7 +1,9 @@
 //! A small blocking client for the store's HTTP API.
 
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use kiln_contract::query_json::PARTIAL_HEADER;
 use serde::de::DeserializeOwned;
 
 /// Largest answer the CLI reads (merged profiles of big selections).
@@ -62,6 +64,10 @@ pub struct StoreClient {
     base: String,
     token: Option<String>,
     agent: ureq::Agent,
+    /// Every `Kiln-Partial` value the store's answers carried, in order,
+    /// each once: every command's answers pass through here, so none is
+    /// shown as whole when the store said it is not.
+    partial: Mutex<Vec<String>>,
 }
 
 impl StoreClient {
@@ -76,7 +82,32 @@ impl StoreClient {
             .timeout_global(Some(timeout))
             .build()
             .new_agent();
-        Ok(Self { base, token, agent })
+        Ok(Self {
+            base,
+            token,
+            agent,
+            partial: Mutex::default(),
+        })
+    }
+
+    /// What the store said its answers lacked (`Kiln-Partial`), each
+    /// value once; empty when every answer was complete.
+    pub fn partial_answers(&self) -> Vec<String> {
+        self.partial
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn note_partial(&self, headers: &ureq::http::HeaderMap) {
+        let Some(value) = headers.get(PARTIAL_HEADER) else {
+            return;
+        };
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        let mut partial = self.partial.lock().unwrap_or_else(PoisonError::into_inner);
+        if !partial.contains(&value) {
+            partial.push(value);
+        }
     }
 
     /// GETs `path` with `params` and returns the body bytes.
@@ -115,6 +146,7 @@ impl StoreClient {
             },
         })?;
         let status = response.status().as_u16();
+        self.note_partial(response.headers());
         let header_value = header.and_then(|name| {
             response
                 .headers()
@@ -164,6 +196,7 @@ impl StoreClient {
             },
         })?;
         let status = response.status().as_u16();
+        self.note_partial(response.headers());
         let answer = response
             .body_mut()
             .with_config()

@@ -43,6 +43,11 @@ struct Cli {
     /// Give up on a request after this long (e.g. 30s, 5m).
     #[arg(long, global = true, env = "KILN_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
     timeout: Duration,
+    /// Exit with status 4 when the store marked an answer partial
+    /// (`Kiln-Partial`: a replica or block it could not read), after
+    /// writing the answer; without it, only a warning on stderr says so.
+    #[arg(long, global = true, env = "KILN_FAIL_ON_PARTIAL")]
+    fail_on_partial: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -224,10 +229,28 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     kiln_contract::duration::parse_duration(text).map_err(|err| err.to_string())
 }
 
+/// The exit status of a command whose answer was partial, with
+/// `--fail-on-partial`.
+const PARTIAL_EXIT: u8 = 4;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let fail_on_partial = cli.fail_on_partial;
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(partial) if partial.is_empty() => ExitCode::SUCCESS,
+        Ok(partial) => {
+            for value in &partial {
+                eprintln!(
+                    "kiln: warning: the store's answer is partial (Kiln-Partial: {value}): \
+                     it lacks data the store could not read (docs/api.md, \"Partial answers\")"
+                );
+            }
+            if fail_on_partial {
+                ExitCode::from(PARTIAL_EXIT)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
         Err(err) => {
             eprintln!("kiln: {err:#}");
             // Scripts can tell "fix your query" from "the store is down".
@@ -240,19 +263,27 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs the command; returns what the store said its answers lacked
+/// (`Kiln-Partial` values), empty when they were whole.
+fn run(cli: Cli) -> anyhow::Result<Vec<String>> {
     if let Command::Up(args) = &cli.command {
-        return up::run(&up::UpOptions {
+        up::run(&up::UpOptions {
             listen: args.listen.clone(),
             data_dir: args.data_dir.clone().unwrap_or_else(up::default_data_dir),
             agent: !args.no_agent,
             scrape: args.scrape.clone(),
             ready_timeout: args.ready_timeout,
-        });
+        })?;
+        return Ok(Vec::new());
     }
     let client = StoreClient::new(&cli.store, cli.token.clone(), cli.timeout)?;
-    match cli.command {
-        Command::Query(args) => query(&client, &args),
+    run_against(&client, cli.command)?;
+    Ok(client.partial_answers())
+}
+
+fn run_against(client: &StoreClient, command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Query(args) => query(client, &args),
         Command::Types(args) => {
             let mut params = Vec::new();
             range_params(&args.range, &mut params);
@@ -262,10 +293,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Labels(args) => labels(&client, &args),
-        Command::Series(args) => series(&client, &args),
-        Command::Diff(args) => diff(&client, &args),
-        Command::Debuginfo(DebuginfoCommand::Upload(args)) => upload_debuginfo(&client, &args),
+        Command::Labels(args) => labels(client, &args),
+        Command::Series(args) => series(client, &args),
+        Command::Diff(args) => diff(client, &args),
+        Command::Debuginfo(DebuginfoCommand::Upload(args)) => upload_debuginfo(client, &args),
         Command::Up(_) => Ok(()),
     }
 }

@@ -20,6 +20,11 @@ pub const ROOT_NODE_NAME: &str = "total";
 /// Response header of `/api/v1/folded` and `/api/v1/pprof` naming the
 /// resolved profile type id, whose third part is the sample unit.
 pub const PROFILE_TYPE_HEADER: &str = "kiln-profile-type";
+/// Response header (and gRPC metadata) of an answer that lacks data the
+/// store could not read, naming what: `peers_unanswered=kiln-1`,
+/// `skipped_blocks=2`, ... (docs/api.md, "Partial answers"); absent from a
+/// complete answer.
+pub const PARTIAL_HEADER: &str = "kiln-partial";
 /// Value shown in a group frame for series and samples without the label.
 pub const MISSING_GROUP_VALUE: &str = "(none)";
 
