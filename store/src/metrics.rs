@@ -13,6 +13,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::symbolize::metrics::SymbolizationMetrics;
+
 /// Upper bounds (seconds) of the query latency buckets.
 const LATENCY_BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
@@ -48,6 +50,7 @@ pub struct Metrics {
     /// Storage state, set from [`StorageGauges`] at each scrape.
     storage: [U64Gauge; STORAGE_GAUGES.len()],
     connections: Arc<ConnectionStats>,
+    symbolization: Arc<SymbolizationMetrics>,
 }
 
 /// Connections of the store's ports, counted by the accept loop.
@@ -253,6 +256,7 @@ impl Default for Metrics {
             query_latency: Family::new_with_constructor(latency_histogram),
             storage: Default::default(),
             connections: Arc::new(ConnectionStats::new()),
+            symbolization: Arc::new(SymbolizationMetrics::default()),
         };
         metrics.registered()
     }
@@ -306,7 +310,13 @@ impl Metrics {
             "Connections the store closed, by reason: no request started within --header-read-timeout, or none in flight for --idle-timeout",
             self.connections.closed.clone(),
         );
+        self.symbolization.register(registry);
         self
+    }
+
+    /// The counts the symbolizer updates.
+    pub fn symbolization(&self) -> Arc<SymbolizationMetrics> {
+        Arc::clone(&self.symbolization)
     }
 
     /// The connection counts the accept loop updates.

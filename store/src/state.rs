@@ -91,6 +91,9 @@ struct Shared {
 impl AppState {
     /// State for a server whose store is not open yet.
     pub fn new(config: &Config) -> Self {
+        let metrics = Metrics::default();
+        let symbolizer =
+            crate::symbolize::Symbolizer::new(&config.symbolization, metrics.symbolization());
         Self {
             shared: Arc::new(Shared {
                 store: OnceLock::new(),
@@ -101,12 +104,12 @@ impl AppState {
                     &config.namespace_write_tokens,
                 ),
                 read_tokens: config.read_tokens.clone(),
-                metrics: Metrics::default(),
+                metrics,
                 body_read_timeout: config.connections.body_read_timeout,
                 query_slots: Arc::new(Semaphore::new(config.limits.max_inflight_queries)),
                 query_memory: QueryMemory::new(config.limits.query_memory_bytes as u64),
                 loopback_only: config.listen.ip().is_loopback(),
-                symbolizer: crate::symbolize::Symbolizer::new(&config.symbolization),
+                symbolizer,
             }),
         }
     }

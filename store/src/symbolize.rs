@@ -16,11 +16,12 @@
 
 pub mod cache;
 pub mod debuginfod;
+pub mod metrics;
 pub mod upload;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kiln_debuginfo::{BuildId, DebugFile, DebugInfoLimits};
@@ -32,6 +33,7 @@ use crate::config::SymbolizationSettings;
 use crate::error::ApiError;
 use cache::SymbolCache;
 use debuginfod::Debuginfod;
+use metrics::{LookupResult, LookupSource, SymbolizationMetrics};
 
 /// Most addresses one job resolves: a merge's distinct addresses in one
 /// binary are far fewer; this bounds one job's work and memory.
@@ -59,6 +61,7 @@ struct Inner {
     /// One upload at a time, for the same reason.
     upload_turn: Semaphore,
     debuginfod: Option<Debuginfod>,
+    metrics: Arc<SymbolizationMetrics>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -79,8 +82,9 @@ enum Source {
 }
 
 impl Symbolizer {
-    /// A symbolizer with `settings`; nothing is fetched until a query asks.
-    pub fn new(settings: &SymbolizationSettings) -> Self {
+    /// A symbolizer with `settings`, counting into `metrics`; nothing is
+    /// fetched until a query asks.
+    pub fn new(settings: &SymbolizationSettings, metrics: Arc<SymbolizationMetrics>) -> Self {
         let debuginfod = if settings.debuginfod_urls.is_empty() {
             None
         } else {
@@ -108,8 +112,17 @@ impl Symbolizer {
                 read_turn: Semaphore::new(1),
                 upload_turn: Semaphore::new(1),
                 debuginfod,
+                metrics,
             }),
         }
+    }
+
+    /// Runs `change` on the cache and sets the cache size gauge after it.
+    fn with_cache<T>(&self, change: impl FnOnce(&mut SymbolCache) -> T) -> T {
+        let mut cache = lock(&self.inner.cache);
+        let out = change(&mut cache);
+        self.inner.metrics.cache_bytes(cache.bytes());
+        out
     }
 
     /// The settings it runs with.
@@ -136,7 +149,7 @@ impl Symbolizer {
         let max = self.inner.settings.cache_bytes.saturating_mul(2) + (1 << 20);
         match store.symbol_cache(max).await {
             Ok(Some(bytes)) => match kiln_debuginfo::cache_file::decode(&bytes, max as usize) {
-                Ok(contents) => lock(&self.inner.cache).load(contents),
+                Ok(contents) => self.with_cache(|cache| cache.load(contents)),
                 Err(error) => tracing::warn!(%error, "symbol cache not read; starting empty"),
             },
             Ok(None) => {}
@@ -174,7 +187,7 @@ impl Symbolizer {
     /// Forgets what was known of `build_id` (its debug info was just
     /// uploaded), so the next query reads the new file.
     pub fn forget(&self, build_id: &BuildId) {
-        lock(&self.inner.cache).forget(build_id);
+        self.with_cache(|cache| cache.forget(build_id));
     }
 
     /// Names the frames of `merged` that lack names and can be looked up;
@@ -189,7 +202,7 @@ impl Symbolizer {
     ) -> Result<MergedProfile, ApiError> {
         let symbolizer = self.clone();
         let (merged, wanted) = store
-            .run_query_work(move || symbolizer.apply_cached(merged))
+            .run_query_work(move || symbolizer.apply_cached(merged, true))
             .await?;
         if wanted.is_empty() {
             return Ok(merged);
@@ -209,33 +222,39 @@ impl Symbolizer {
         }
         if pending > 0 {
             kiln_storage::store::note_symbols_pending(pending);
+            self.inner.metrics.pending_answer();
         }
         if done == 0 {
             return Ok(merged);
         }
         let symbolizer = self.clone();
         let (merged, _) = store
-            .run_query_work(move || symbolizer.apply_cached(merged))
+            .run_query_work(move || symbolizer.apply_cached(merged, false))
             .await?;
         Ok(merged)
     }
 
     /// Names what the cache knows in one pass over the merge's locations;
     /// returns the merge and, by build id, the addresses to look up (build
-    /// ids known to be missing are not asked for again before their retry
-    /// time).
+    /// time). With `count`, the cache lookups are counted (the first pass
+    /// of a query, not the one after its jobs).
     fn apply_cached(
         &self,
         mut merged: MergedProfile,
+        count: bool,
     ) -> (MergedProfile, BTreeMap<BuildId, Vec<(u64, u64)>>) {
         let mut wanted: BTreeMap<BuildId, Vec<(u64, u64)>> = BTreeMap::new();
         // The text a client sent, parsed once per distinct id (ids the
         // cache does not key as sent: uppercase, or not a build id).
         let mut parsed: HashMap<String, Option<BuildId>> = HashMap::new();
         let now = now_ms();
+        // Hits: named, or a build id remembered as missing; misses: what
+        // goes to a job.
+        let (mut hits, mut misses) = (0, 0);
         let cache = lock(&self.inner.cache);
         merged.apply_symbols(|sent, offset, mapping_offset| {
             if let Some(frames) = cache.get(sent, offset) {
+                hits += 1;
                 return Some(frames);
             }
             if !parsed.contains_key(sent) {
@@ -243,9 +262,13 @@ impl Symbolizer {
             }
             let id = parsed.get(sent)?.as_ref()?;
             if let Some(frames) = cache.get(id.as_str(), offset) {
+                hits += 1;
                 return Some(frames);
             }
-            if !cache.is_missing(id, now) {
+            if cache.is_missing(id, now) {
+                hits += 1;
+            } else {
+                misses += 1;
                 wanted
                     .entry(id.clone())
                     .or_default()
@@ -254,6 +277,11 @@ impl Symbolizer {
             None
         });
         drop(cache);
+        if count {
+            let metrics = &self.inner.metrics;
+            metrics.lookups(LookupSource::Cache, LookupResult::Hit, hits);
+            metrics.lookups(LookupSource::Cache, LookupResult::Miss, misses);
+        }
         (merged, wanted)
     }
 
@@ -292,7 +320,7 @@ impl Symbolizer {
             Some(found) => found,
             None => {
                 tracing::info!(%build_id, "no debug info found; looking again after the retry time");
-                lock(&self.inner.cache).insert_missing(build_id.clone(), retry_at);
+                self.with_cache(|cache| cache.insert_missing(build_id.clone(), retry_at));
                 return;
             }
         };
@@ -324,26 +352,27 @@ impl Symbolizer {
                 {
                     tracing::warn!(%build_id, %error, "debug file not kept in the bucket");
                 }
-                let mut cache = lock(&self.inner.cache);
-                for (offset, frames) in frames {
-                    let frames: Arc<[SymbolizedFrame]> = frames
-                        .into_iter()
-                        .map(|f| SymbolizedFrame {
-                            function: f.function,
-                            file: f.file,
-                            line: f.line,
-                        })
-                        .collect();
-                    cache.insert(build_id.clone(), offset, frames);
-                }
+                self.with_cache(|cache| {
+                    for (offset, frames) in frames {
+                        let frames: Arc<[SymbolizedFrame]> = frames
+                            .into_iter()
+                            .map(|f| SymbolizedFrame {
+                                function: f.function,
+                                file: f.file,
+                                line: f.line,
+                            })
+                            .collect();
+                        cache.insert(build_id.clone(), offset, frames);
+                    }
+                });
             }
             Ok(Err(error)) => {
                 tracing::warn!(%build_id, %error, reason = error.reason(), "debug file unusable");
-                lock(&self.inner.cache).insert_missing(build_id.clone(), retry_at);
+                self.with_cache(|cache| cache.insert_missing(build_id.clone(), retry_at));
             }
             Err(error) => {
                 tracing::warn!(%build_id, %error, "reading a debug file failed");
-                lock(&self.inner.cache).insert_missing(build_id.clone(), retry_at);
+                self.with_cache(|cache| cache.insert_missing(build_id.clone(), retry_at));
             }
         }
     }
@@ -352,17 +381,31 @@ impl Symbolizer {
     /// bucket), else from the first debuginfod server that has it.
     async fn fetch(&self, store: &Store, build_id: &BuildId) -> Option<(Bytes, Source)> {
         let max = self.inner.settings.max_file_bytes;
+        let metrics = &self.inner.metrics;
         match store.debuginfo(build_id.as_str(), max).await {
-            Ok(Some(bytes)) => return Some((bytes, Source::Bucket)),
-            Ok(None) => {}
-            Err(error) => tracing::warn!(%build_id, %error, "debug file not read from the bucket"),
+            Ok(Some(bytes)) => {
+                metrics.lookups(LookupSource::Bucket, LookupResult::Hit, 1);
+                return Some((bytes, Source::Bucket));
+            }
+            Ok(None) => metrics.lookups(LookupSource::Bucket, LookupResult::Miss, 1),
+            Err(error) => {
+                metrics.lookups(LookupSource::Bucket, LookupResult::Error, 1);
+                tracing::warn!(%build_id, %error, "debug file not read from the bucket");
+            }
         }
         let debuginfod = self.inner.debuginfod.as_ref()?;
         for server in &self.inner.settings.debuginfod_urls {
-            match debuginfod.debuginfo(server, build_id, max).await {
-                Ok(Some(bytes)) => return Some((bytes, Source::Debuginfod)),
-                Ok(None) => {}
+            let started = Instant::now();
+            let answer = debuginfod.debuginfo(server, build_id, max).await;
+            metrics.debuginfod_fetch(started.elapsed());
+            match answer {
+                Ok(Some(bytes)) => {
+                    metrics.lookups(LookupSource::Debuginfod, LookupResult::Hit, 1);
+                    return Some((bytes, Source::Debuginfod));
+                }
+                Ok(None) => metrics.lookups(LookupSource::Debuginfod, LookupResult::Miss, 1),
                 Err(error) => {
+                    metrics.lookups(LookupSource::Debuginfod, LookupResult::Error, 1);
                     tracing::warn!(%build_id, %error, reason = error.reason(), "debuginfod lookup failed");
                 }
             }

@@ -30,7 +30,19 @@ use crate::query::pyroscope::exemplars::{
 };
 use crate::query::selection::{matchers as selector_matchers, resolve};
 use crate::query::spans::{SpanSelector, keep_selected};
+use crate::symbolize::Symbolizer;
 use crate::wire::time::{RangeError, inclusive_range_ms, now_ms};
+
+/// What a method that answers stacks reads with: the store, and the
+/// symbolizer that names its merge's frames once merged and narrowed, as
+/// every query path of the store does.
+#[derive(Debug, Clone, Copy)]
+pub struct Query<'a> {
+    /// The store.
+    pub store: &'a Store,
+    /// The server's symbolizer.
+    pub symbolizer: &'a Symbolizer,
+}
 
 /// Flame graph node budget when the request sets none (Pyroscope's default).
 pub const DEFAULT_MAX_NODES: usize = 8192;
@@ -271,9 +283,10 @@ struct Narrowing<'a> {
 
 /// The merge a `SelectMerge*` request selects: its stack-trace selector
 /// refused, its range, selection and profile ids checked, and only the
-/// samples its span and trace selectors keep; with the selector resolved.
+/// samples its span and trace selectors keep, symbolized; with the
+/// selector resolved.
 async fn merge_selected(
-    store: &Store,
+    Query { store, symbolizer }: Query<'_>,
     profile_type: &str,
     label_selector: &str,
     (start, end): (i64, i64),
@@ -285,6 +298,7 @@ async fn merge_selected(
     let selector = selection(store, profile_type, label_selector, range).await?;
     let merged = merge_profiles(store, &selector, range, &profile_ids).await?;
     let merged = keep_selected(store, merged, narrowing.spans).await?;
+    let merged = symbolizer.symbolize(store, merged).await?;
     Ok((selector, merged))
 }
 
@@ -301,13 +315,13 @@ fn span_selectors(
 
 /// `SelectMergeStacktraces`: the flame graph in flamebearer rows.
 pub async fn select_merge_stacktraces(
-    store: &Store,
+    query: Query<'_>,
     request: q::SelectMergeStacktracesRequest,
 ) -> Result<q::SelectMergeStacktracesResponse, ApiError> {
     refuse_tree_format(request.format)?;
     let spans = span_selectors(&request.span_selector, &request.trace_id_selector)?;
     let (_, merged) = merge_selected(
-        store,
+        query,
         &request.profile_type_id,
         &request.label_selector,
         (request.start, request.end),
@@ -319,7 +333,7 @@ pub async fn select_merge_stacktraces(
     )
     .await?;
     Ok(q::SelectMergeStacktracesResponse {
-        flamegraph: Some(flame_graph(store, merged, request.max_nodes).await?),
+        flamegraph: Some(flame_graph(query.store, merged, request.max_nodes).await?),
         tree: Vec::new(),
     })
 }
@@ -328,7 +342,7 @@ pub async fn select_merge_stacktraces(
 /// the spans of `span_selector` (their `span_id` sample label), out of the
 /// series the selector picks.
 pub async fn select_merge_span_profile(
-    store: &Store,
+    query: Query<'_>,
     request: q::SelectMergeSpanProfileRequest,
 ) -> Result<q::SelectMergeSpanProfileResponse, ApiError> {
     refuse_tree_format(request.format)?;
@@ -341,7 +355,7 @@ pub async fn select_merge_span_profile(
         });
     }
     let (_, merged) = merge_selected(
-        store,
+        query,
         &request.profile_type_id,
         &request.label_selector,
         (request.start, request.end),
@@ -352,7 +366,7 @@ pub async fn select_merge_span_profile(
     )
     .await?;
     Ok(q::SelectMergeSpanProfileResponse {
-        flamegraph: Some(flame_graph(store, merged, request.max_nodes).await?),
+        flamegraph: Some(flame_graph(query.store, merged, request.max_nodes).await?),
         tree: Vec::new(),
     })
 }
@@ -394,12 +408,12 @@ fn wire_levels(rows: Vec<Vec<i64>>) -> Vec<q::Level> {
 /// the frames cut (see [`kiln_engine::MergedProfile::to_pprof_trimmed`]);
 /// unset, the whole merge, as a pprof download wants it.
 pub async fn select_merge_profile(
-    store: &Store,
+    query: Query<'_>,
     request: q::SelectMergeProfileRequest,
 ) -> Result<kiln_pprof::proto::Profile, ApiError> {
     let spans = span_selectors(&[], &request.trace_id_selector)?;
     let (selector, merged) = merge_selected(
-        store,
+        query,
         &request.profile_type_id,
         &request.label_selector,
         (request.start, request.end),
@@ -539,7 +553,10 @@ pub async fn select_series(
 }
 
 /// `Diff`: left is the base, right the comparison; both must be one type.
-pub async fn diff(store: &Store, request: q::DiffRequest) -> Result<q::DiffResponse, ApiError> {
+pub async fn diff(
+    Query { store, symbolizer }: Query<'_>,
+    request: q::DiffRequest,
+) -> Result<q::DiffResponse, ApiError> {
     let (Some(left), Some(right)) = (request.left, request.right) else {
         return Err(ApiError::BadParameter {
             parameter: "left",
@@ -580,8 +597,10 @@ pub async fn diff(store: &Store, request: q::DiffRequest) -> Result<q::DiffRespo
     }
     let base = merge_profiles(store, &base_selector, left_range, &left_ids).await?;
     let base = keep_selected(store, base, left_spans).await?;
+    let base = symbolizer.symbolize(store, base).await?;
     let compare = merge_profiles(store, &compare_selector, right_range, &right_ids).await?;
     let compare = keep_selected(store, compare, right_spans).await?;
+    let compare = symbolizer.symbolize(store, compare).await?;
     let budget = max_nodes(left.max_nodes.or(right.max_nodes));
     let levels = flamebearer::diff_levels_off_workers(store, base, compare, budget).await?;
     Ok(q::DiffResponse {

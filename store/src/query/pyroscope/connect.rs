@@ -11,14 +11,13 @@ use axum::extract::{Path, Request, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use kiln_api::types::v1 as t;
-use kiln_storage::Store;
 use prost::Message;
 
 pub use body::MAX_QUERY_BODY_BYTES;
 use proto_scan::{Field, Rule, Shape};
 
 use super::exemplars::MAX_PROFILE_IDS;
-use super::{LabelNameScheme, json};
+use super::{LabelNameScheme, Query, json};
 use super::{MAX_CALL_SITES, MAX_GROUP_BY_ENTRIES, MAX_MATCHER_SETS, MAX_SERIES_LABEL_NAMES};
 use crate::error::ApiError;
 use crate::query::budget::QueryReservation;
@@ -130,7 +129,11 @@ async fn serve(
             .and_then(|v| v.to_str().ok())
             .unwrap_or(""),
     );
-    within_deadline(store, call(store, encoding, method, &bytes, names)).await
+    let query = Query {
+        store,
+        symbolizer: state.symbolizer(),
+    };
+    within_deadline(store, call(query, encoding, method, &bytes, names)).await
 }
 
 fn encoding(headers: &axum::http::HeaderMap) -> Result<Encoding, ApiError> {
@@ -355,12 +358,13 @@ fn reply<M: Message>(
 }
 
 async fn call(
-    store: &Store,
+    query: Query<'_>,
     encoding: Encoding,
     method: &str,
     body: &[u8],
     names: LabelNameScheme,
 ) -> Result<Response, ApiError> {
+    let store = query.store;
     Ok(match method {
         "ProfileTypes" => {
             let request = decode(encoding, method, body, json::profile_types_request)?;
@@ -393,7 +397,7 @@ async fn call(
                 body,
                 json::select_merge_stacktraces_request,
             )?;
-            let response = super::select_merge_stacktraces(store, request).await?;
+            let response = super::select_merge_stacktraces(query, request).await?;
             reply(encoding, &response, json::select_merge_stacktraces_response)?
         }
         "SelectMergeSpanProfile" => {
@@ -403,7 +407,7 @@ async fn call(
                 body,
                 json::select_merge_span_profile_request,
             )?;
-            let response = super::select_merge_span_profile(store, request).await?;
+            let response = super::select_merge_span_profile(query, request).await?;
             reply(
                 encoding,
                 &response,
@@ -412,7 +416,7 @@ async fn call(
         }
         "SelectMergeProfile" => {
             let request = decode(encoding, method, body, json::select_merge_profile_request)?;
-            let profile = super::select_merge_profile(store, request).await?;
+            let profile = super::select_merge_profile(query, request).await?;
             reply(encoding, &profile, json::pprof_response)?
         }
         "SelectSeries" => {
@@ -422,7 +426,7 @@ async fn call(
         }
         "Diff" => {
             let request = decode(encoding, method, body, json::diff_request)?;
-            let response = super::diff(store, request).await?;
+            let response = super::diff(query, request).await?;
             reply(encoding, &response, json::diff_response)?
         }
         "GetProfileStats" => {

@@ -43,6 +43,7 @@ fn units(profile_type: &ProfileType) -> (&'static str, i64) {
 /// `GET /pyroscope/render?query=<type>{matchers}&from=&until=&maxNodes=`.
 pub async fn render(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
     let params = Params::parse(query.as_deref());
+    let symbolizer = state.symbolizer().clone();
     timed(&state, "pyroscope_render", async move |store: &Store| {
         if let Some(format) = params.get("format").filter(|f| *f != "json") {
             return Err(ApiError::Unimplemented {
@@ -63,6 +64,7 @@ pub async fn render(State(state): State<AppState>, RawQuery(query): RawQuery) ->
         };
         let selector = resolve(store, text, range).await?;
         let merged = store.merge(&selector, range).await?;
+        let merged = symbolizer.symbolize(store, merged).await?;
         let levels = flamebearer::single_levels_off_workers(store, merged, budget).await?;
         let step_ms = ((range.end_ms - range.start_ms) / 100).max(10_000);
         let timeline = store.timeline(&selector, range, step_ms).await?;
