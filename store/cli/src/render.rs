@@ -75,9 +75,11 @@ fn percent(part: i64, whole: i64) -> String {
     format!("{:.2}%", 100.0 * part as f64 / whole as f64)
 }
 
-/// The top table as aligned text, `limit` rows.
+/// The top table as aligned text, `limit` rows. A `source` column
+/// (`file:line`) follows the function where the store knows any row's
+/// source; the function column is padded only then.
 pub fn top_table(top: &TopResponse, limit: usize) -> String {
-    let rows: Vec<[String; 5]> = top
+    let rows: Vec<[String; 6]> = top
         .top
         .iter()
         .take(limit)
@@ -88,10 +90,15 @@ pub fn top_table(top: &TopResponse, limit: usize) -> String {
                 format_value(e.cumulative, &top.unit),
                 percent(e.cumulative, top.total),
                 e.name.clone(),
+                e.source
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
             ]
         })
         .collect();
-    let header = ["flat", "flat%", "cum", "cum%", "function"];
+    let with_sources = rows.iter().any(|row| !row[5].is_empty());
+    let header = ["flat", "flat%", "cum", "cum%", "function", "source"];
     let mut widths = header.map(|h| h.chars().count());
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -106,24 +113,31 @@ pub fn top_table(top: &TopResponse, limit: usize) -> String {
         format_value(top.total, &top.unit),
         rows.len()
     );
-    let line = |out: &mut String, cells: [&str; 5]| {
-        let _ = writeln!(
+    let line = |out: &mut String, cells: [&str; 6]| {
+        let _ = write!(
             out,
-            "{:>w0$}  {:>w1$}  {:>w2$}  {:>w3$}  {}",
+            "{:>w0$}  {:>w1$}  {:>w2$}  {:>w3$}  ",
             cells[0],
             cells[1],
             cells[2],
             cells[3],
-            cells[4],
             w0 = widths[0],
             w1 = widths[1],
             w2 = widths[2],
             w3 = widths[3],
         );
+        let _ = if with_sources && !cells[5].is_empty() {
+            writeln!(out, "{:<w4$}  {}", cells[4], cells[5], w4 = widths[4])
+        } else {
+            writeln!(out, "{}", cells[4])
+        };
     };
     line(&mut out, header);
     for row in &rows {
-        line(&mut out, [&row[0], &row[1], &row[2], &row[3], &row[4]]);
+        line(
+            &mut out,
+            [&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]],
+        );
     }
     out
 }
@@ -259,7 +273,7 @@ pub fn diff_table(rows: &[DiffRow], limit: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kiln_contract::query_json::TopEntry;
+    use kiln_contract::query_json::{FrameSource, TopEntry};
 
     #[test]
     fn svg_names_every_frame_and_counts_every_sample() {
@@ -300,11 +314,13 @@ mod tests {
                     name: "main.work".into(),
                     flat: 1_000_000_000,
                     cumulative: 1_500_000_000,
+                    source: None,
                 },
                 TopEntry {
                     name: "main.idle".into(),
                     flat: 10_000_000,
                     cumulative: 10_000_000,
+                    source: None,
                 },
             ],
         };
@@ -314,6 +330,44 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 4);
         assert_eq!(lines[2].find("main.work"), lines[3].find("main.idle"));
+        assert!(
+            !text.contains("source"),
+            "no column without sources: {text}"
+        );
+        assert!(lines[2].ends_with("main.work"), "{text}");
+    }
+
+    #[test]
+    fn top_table_shows_file_and_line_where_known() {
+        let row = |name: &str, source: Option<(&str, u32)>| TopEntry {
+            name: name.into(),
+            flat: 10,
+            cumulative: 10,
+            source: source.map(|(file, line)| FrameSource {
+                file: file.into(),
+                line,
+            }),
+        };
+        let top = TopResponse {
+            group_by: Vec::new(),
+            profile_type: "process_cpu:cpu:nanoseconds:cpu:nanoseconds".into(),
+            unit: "nanoseconds".into(),
+            total: 30,
+            top: vec![
+                row("hot_static_work", Some(("/src/hot.c", 5))),
+                row("libc.so.6+0x29d90", None),
+                row("init", Some(("init.c", 0))),
+            ],
+        };
+        let text = top_table(&top, 10);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].ends_with("function           source"), "{text}");
+        assert!(
+            lines[2].ends_with("hot_static_work    /src/hot.c:5"),
+            "{text}"
+        );
+        assert!(lines[3].ends_with("libc.so.6+0x29d90"), "{text}");
+        assert!(lines[4].ends_with("init               init.c"), "{text}");
     }
 
     #[test]

@@ -139,6 +139,37 @@ pub struct FlameGraphResponse {
     pub group_by: Vec<String>,
     /// The merged tree.
     pub flamegraph: FlameGraph,
+    /// Where the functions of the tree's frames are in the source, by
+    /// frame name: those whose profile or debug info names a file.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: BTreeMap<String, FrameSource>,
+}
+
+/// Where a function is in the source: its file and the line it starts at,
+/// or, where the profile or debug info gives no start, the first of its
+/// lines that the samples hit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameSource {
+    /// The source file, as the debug info or the profile names it.
+    pub file: String,
+    /// The line; 0 (and absent in JSON) when unknown.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub line: u32,
+}
+
+fn is_zero(line: &u32) -> bool {
+    *line == 0
+}
+
+impl std::fmt::Display for FrameSource {
+    /// `file:line`, or the file alone when the line is unknown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line == 0 {
+            f.write_str(&self.file)
+        } else {
+            write!(f, "{}:{}", self.file, self.line)
+        }
+    }
 }
 
 /// `GET /api/v1/top`.
@@ -167,6 +198,9 @@ pub struct TopEntry {
     pub flat: i64,
     /// Value of every stack this function appears in (counted once per stack).
     pub cumulative: i64,
+    /// Where the function is in the source, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<FrameSource>,
 }
 
 /// `GET /api/v1/timeline`.

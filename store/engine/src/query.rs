@@ -10,6 +10,7 @@ mod group;
 pub mod interrupt;
 mod merged;
 mod sample_filter;
+mod sources;
 mod symbolize;
 mod timeline;
 mod top;

@@ -258,6 +258,8 @@ pub async fn flamegraph(State(state): State<AppState>, RawQuery(query): RawQuery
         let (selector, group_by, merged) =
             grouped_merge(store, &symbolizer, &params, range).await?;
         json_off_workers(store, "rendering the flame graph", move || {
+            let flamegraph = merged.flamegraph(max_nodes);
+            let sources = merged.frame_sources(flamegraph.names.iter().map(String::as_str));
             FlameGraphResponse {
                 profile_type: selector.profile_type.to_string(),
                 unit: selector.profile_type.sample_unit,
@@ -265,7 +267,8 @@ pub async fn flamegraph(State(state): State<AppState>, RawQuery(query): RawQuery
                 to_ms: range.end_ms - 1,
                 total: merged.total(),
                 group_by,
-                flamegraph: merged.flamegraph(max_nodes),
+                flamegraph,
+                sources,
             }
         })
         .await

@@ -57,6 +57,58 @@ fn a_stripped_binarys_static_function_is_named_from_a_real_debuginfod() {
         assert!(file.ends_with("hot.c"), "{file}");
         assert!((4..=7).contains(&line), "line {line}");
     }
+
+    // The flame graph's sources and the top table's row name the same
+    // file and line: the first of the function's lines the samples hit.
+    let graph = get_ok(
+        &setup.store,
+        &format!("/api/v1/flamegraph?query={SERIES}&from=now-1h"),
+    )
+    .json();
+    let source = &graph["sources"]["hot_static_work"];
+    assert_hot_c(source);
+    let top = get_ok(
+        &setup.store,
+        &format!("/api/v1/top?query={SERIES}&from=now-1h"),
+    )
+    .json();
+    assert_eq!(top["top"][0]["name"], "hot_static_work", "{top}");
+    assert_eq!(&top["top"][0]["source"], source, "{top}");
+
+    // `kiln query` shows it in its table's source column.
+    let Some(kiln) = built_binary("kiln", "KILN_CLI") else {
+        return;
+    };
+    let table = Command::new(&kiln)
+        .args(["--store", &setup.store.url(), "query", "--from", "now-1h"])
+        .arg("process_cpu:cpu{pod=\"hot\"}")
+        .output()
+        .expect("kiln runs");
+    let stdout = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&table.stderr)
+    );
+    let line = format!("hot.c:{}", source["line"]);
+    let row = stdout
+        .lines()
+        .find(|l| l.contains("hot_static_work"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(row.ends_with(&line), "{line} in {stdout}");
+    assert!(
+        stdout.lines().nth(1).is_some_and(|h| h.ends_with("source")),
+        "{stdout}"
+    );
+}
+
+/// `{"file": ".../hot.c", "line": 4..=7}`.
+#[track_caller]
+fn assert_hot_c(source: &serde_json::Value) {
+    let file = source["file"].as_str().unwrap_or_default();
+    assert!(file.ends_with("/hot.c"), "{source}");
+    let line = source["line"].as_u64().unwrap_or_default();
+    assert!((4..=7).contains(&line), "{source}");
 }
 
 /// A query does not wait longer than `--symbolization-wait` for a debug

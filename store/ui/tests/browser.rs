@@ -97,6 +97,7 @@ fn ui_shows_selects_zooms_searches_and_compares_go_profiles_made_now_in_chromium
         "top": "main.hashRound",
         "hot": "main.busyLoop",
         "hotShare": null,
+        "hotSource": r"main\.go:\d+",
         "other": "main.scanIndex",
         "zoom": "main.shuffle",
         "zoomShare": null,

@@ -8,7 +8,8 @@ use super::flamegraph::MAX_UNWOUND_FRAMES;
 use super::merged::{MergedProfile, frame_names};
 
 impl MergedProfile {
-    /// The `limit` functions with the largest flat value (then cumulative).
+    /// The `limit` functions with the largest flat value (then cumulative),
+    /// each with its source where known.
     pub fn top(&self, limit: usize) -> Vec<TopEntry> {
         let symbols = &self.symbols;
         let mut ids: HashMap<String, usize> = HashMap::new();
@@ -51,6 +52,7 @@ impl MergedProfile {
                                         name: name.clone(),
                                         flat: 0,
                                         cumulative: 0,
+                                        source: None,
                                     });
                                     seen_in_stack.push(0);
                                     ids.insert(name.clone(), id);
@@ -84,6 +86,10 @@ impl MergedProfile {
                 .then(a.name.cmp(&b.name))
         });
         rows.truncate(limit);
+        let mut sources = self.frame_sources(rows.iter().map(|r| r.name.as_str()));
+        for row in &mut rows {
+            row.source = sources.remove(&row.name);
+        }
         rows
     }
 }

@@ -310,7 +310,7 @@ async function run({ push }) {
       }
       lastGraph = fg;
       layout = layoutFlameGraph(fg.flamegraph);
-      flame.setData(layout, { unit: fg.unit, zoomPath: state.zoom });
+      flame.setData(layout, { unit: fg.unit, zoomPath: state.zoom, sources: fg.sources });
       // Group frames (`comm=nginx`) are rows of a grouped top table; the
       // table lists functions, so they stay out.
       const groupPrefixes = groupBy.map((label) => `${label}=`);

@@ -6,7 +6,7 @@
 // the pointer to (row, value position) and binary-searches that row.
 
 import { firstInRowAfter, isAncestorOrSelf, matchNodes, nodeAt, pathOf, nodeByPath } from './flame_layout.js';
-import { formatPercent, formatValue } from './format.js';
+import { formatPercent, formatSource, formatValue } from './format.js';
 
 const ROW_HEIGHT = 20;
 const FONT = '12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace';
@@ -88,9 +88,12 @@ export class FlameGraphView {
   }
 
   // Shows a new result. `zoomPath` restores a zoom by frame names.
-  setData(layout, { unit, zoomPath = [] } = {}) {
+  // `sources`: the flame graph answer's `sources`, frame name to
+  // `{file, line}`, shown in the tooltip.
+  setData(layout, { unit, zoomPath = [], sources = {} } = {}) {
     this.layout = layout;
     this.unit = unit || '';
+    this.sources = sources || {};
     this.hoverNode = -1;
     this.zoomNode = layout && layout.count ? nodeByPath(layout, zoomPath) : 0;
     this.applySearch(this.searchTerm);
@@ -308,13 +311,16 @@ export class FlameGraphView {
     const l = this.layout;
     const title = document.createElement('div');
     title.className = 'tooltip-title';
-    title.textContent = l.names[l.name[node]] ?? '?';
+    const name = l.names[l.name[node]] ?? '?';
+    title.textContent = name;
     const table = document.createElement('table');
     const row = (label, value) => {
       const tr = table.insertRow();
       tr.insertCell().textContent = label;
       tr.insertCell().textContent = value;
     };
+    const source = formatSource(this.sources && Object.hasOwn(this.sources, name) ? this.sources[name] : null);
+    if (source) row('Source', source);
     const u = this.unit;
     if (l.diff) {
       row('Base total', `${formatValue(l.baseTotal[node], u)} (${formatPercent(l.baseTotal[node], l.baseRoot)})`);

@@ -23,6 +23,13 @@ const COUNT_STEPS = [
   [1, ''],
 ];
 
+// A frame's source as the store gives it (`{file, line}`, the line absent
+// when unknown): `file:line`, or the file alone; '' when there is none.
+export function formatSource(source) {
+  if (!source || !source.file) return '';
+  return source.line ? `${source.file}:${source.line}` : String(source.file);
+}
+
 // A profile type id is `name:sample_type:sample_unit:period_type:period_unit[:delta]`.
 export function parseProfileType(id) {
   const parts = String(id || '').split(':');

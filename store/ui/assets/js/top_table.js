@@ -1,7 +1,7 @@
 // The sortable top-functions table: flat and cumulative per function in
 // single mode, base versus compared share in compare mode.
 
-import { formatPercent, formatValue } from './format.js';
+import { formatPercent, formatSource, formatValue } from './format.js';
 
 const MAX_ROWS = 1000;
 
@@ -36,13 +36,15 @@ export class TopTable {
     this.highlight = null;
   }
 
-  // `entries` are kiln-engine TopEntry values ({name, flat, cumulative}).
+  // `entries` are kiln-engine TopEntry values ({name, flat, cumulative,
+  // source}); the source (`file:line`) is shown after the name.
   setTop(entries, total, unit) {
     this.columns = SINGLE_COLUMNS;
     this.unit = unit || '';
     this.total = total;
     this.rows = entries.map((e) => ({
       name: e.name,
+      source: formatSource(e.source),
       flat: Number(e.flat) || 0,
       cumulative: Number(e.cumulative) || 0,
       flatShare: total ? (Number(e.flat) || 0) / total : 0,
@@ -143,6 +145,12 @@ export class TopTable {
         td.textContent = this.cellText(row, column.key);
         if (column.numeric) td.className = 'num';
         else td.className = 'fn';
+        if (column.key === 'name' && row.source) {
+          const where = document.createElement('span');
+          where.className = 'source';
+          where.textContent = row.source;
+          td.append(' ', where);
+        }
         if (column.key === 'name' && this.onSandwich && this.columns === SINGLE_COLUMNS) {
           const open = document.createElement('button');
           open.type = 'button';

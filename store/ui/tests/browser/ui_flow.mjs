@@ -3,7 +3,8 @@
 //   KILN_URL         the store's base URL (UI at /)
 //   KILN_PROFILE_CHECKOUT, KILN_PROFILE_SEARCH
 //                    the CPU profiles of the two pods (gzipped pprof)
-//   KILN_EXPECT      optional JSON: what those profiles hold (see `expected`)
+//   KILN_EXPECT      optional JSON: what those profiles hold (see `expected`;
+//                    `hotSource`, a pattern of the hot function's file:line)
 //   KILN_ARTIFACTS   where screenshots go
 //   KILN_CHROMIUM    the Chromium binary
 //   KILN_PLAYWRIGHT  the playwright-core package directory
@@ -198,6 +199,18 @@ async function main() {
     const point = await highlightedPoint(page);
     assert.ok(point, 'the search highlight is drawn on the canvas');
     assert.ok(await page.locator('#top-table tr.match', { hasText: expected.hot }).count(), 'the table marks the match');
+    if (expected.hotSource) {
+      // Where the profile names a file, the matched frame's tooltip and
+      // its table row show it, `file:line`, from the answers' sources.
+      await page.mouse.move(flameBox.x + point.x, flameBox.y + point.y);
+      await page.waitForFunction(() => /Source/.test(document.querySelector('#tooltip').textContent));
+      const hotTip = await tooltip.textContent();
+      assert.match(hotTip, new RegExp(`Source\\S*${expected.hotSource}`), `the tooltip names the source: ${hotTip}`);
+      const hotRow = page.locator('#top-table tbody tr', { hasText: expected.hot }).first();
+      assert.match(await hotRow.locator('.source').textContent(), new RegExp(expected.hotSource));
+      await page.mouse.move(flameBox.x + 5, flameBox.y + flameBox.height + 40);
+      await tooltip.waitFor({ state: 'hidden' });
+    }
     await screenshot(page, '04-search');
 
     step = 'click to zoom into a matched frame';
