@@ -23,7 +23,7 @@ page=docs/benchmarks.md
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/kiln-target}"
 tools_dir="${KILN_TOOLS_DIR:-/var/tmp/kiln-tools}"
 
-groups_all=(store store-2000 budget rules replicas http cores grpc memory-limit hostile outage fuzz
+groups_all=(store store-2000 budget rules replicas symbols http cores grpc memory-limit hostile outage fuzz
   agent off-cpu unwinding python binaries reach k8s-agent otel ui e2e)
 declare -A command_of=(
   [store]="KILN_BENCH_PODS=500 cargo bench -p kiln-storage --no-default-features --bench workload"
@@ -31,6 +31,7 @@ declare -A command_of=(
   [budget]="KILN_BENCH_MEMORY_BUDGET=536870912 KILN_BENCH_PODS=500, then 2000: the store command"
   [rules]="cargo run --release -p kiln-engine --example recording_cost"
   [replicas]="KILN_BENCH_REPLICAS='1 2 3' cargo bench -p kiln-store --bench replicas"
+  [symbols]="cargo bench -p kiln-store --bench symbols"
   [http]="KILN_BENCH_PROTOCOL=ingest KILN_BENCH_WRITERS=w KILN_BENCH_CLIENT_PROCESSES=1 KILN_BENCH_SECONDS=10 cargo bench -p kiln-store --bench write_load, w = 1 2 4 8"
   [cores]="store/bench/cores.sh WRITE_LOAD_BIN new=RELEASE_KILN_STORE (16 cores or more)"
   [grpc]="KILN_BENCH_WRITERS=32 KILN_BENCH_SAMPLES=200, then 50: cargo bench -p kiln-store --bench write_load"
@@ -101,6 +102,10 @@ run_rules() {
 run_replicas() {
   logged "$out/replicas.txt" env KILN_BENCH_SECONDS="$(secs 10 5)" cargo bench -p kiln-store --bench replicas \
     || echo "the replicas bench failed (see $out/replicas.txt)"
+}
+run_symbols() {
+  logged "$out/symbols.txt" env KILN_BENCH_QUERIES="$(secs 20 5)" cargo bench -p kiln-store --bench symbols \
+    || echo "the symbols bench failed (see $out/symbols.txt)"
 }
 run_http() {
   local w
@@ -241,6 +246,9 @@ cell() { # row -> this run's Kiln figure
       awk '/ rules: / { n = $1; us[n] = $3 } /^checks/ { base = $NF == "us/profile" ? $(NF - 1) : base }
            /bytes\/point/ { bpp = $(NF - 1) }
            END { if (1 in us) printf "%s / %s / %s us per profile (checks %s); %s B per point\n", us[1], us[8], us[64], base, bpp }' "$out/rules.txt" ;;
+    symbols.query)
+      sed -n 's/^pods=.* upload_s=\([0-9.]*\) cold_s=\([0-9.]*\) warm_ms=\([0-9.]*\) named_ms=\([0-9.]*\) warm_over_named=\([-+0-9.]*%\) unsymbolized_ms=\([0-9.]*\).*/\2 s \/ \3 ms against \4 ms named (\5); unnamed \6 ms; upload \1 s/p' \
+        "$out/symbols.txt" ;;
     replicas.queries)
       awk '/^replicas=/ { split($1, r, "="); for (i = 1; i <= NF; i++) { if ($i == "all") a[r[2]] = $(i + 2); if ($i == "one") o[r[2]] = $(i + 2) } }
            END { gsub(/p50=/, "", a[1]); gsub(/p50=/, "", a[2]); gsub(/p50=/, "", a[3]); gsub(/p50=/, "", o[1]); gsub(/p50=/, "", o[2]); gsub(/p50=/, "", o[3])
