@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Kiln's agent and the OpenTelemetry eBPF profiler side by side, both
 # profiling the whole machine at once (docs/benchmarks.md, rows
-# peer.reach, peer.steady, peer.churn):
+# peer.reach and peer.cpu):
 #
 #   steady  20 programs (JVMs 17 and forky's 25, Node 20 and forky's 24,
 #           Ruby 3.1, CPython 3.11 and forky's 3.13, stripped Go), each a
@@ -261,7 +261,7 @@ func main() {
 	}
 }
 GO
-  (cd "$work/gosrc" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS= GO111MODULE=off \
+  (cd "$work/gosrc" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS='' GO111MODULE=off \
     go build -ldflags='-s -w' -o "$work/prog/kiln-go-stripped" main.go)
 }
 

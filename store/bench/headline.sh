@@ -18,13 +18,13 @@
 # store/fuzz/run.sh's target directory), so a first run takes longer.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$repo"
+cd "$repo" || exit 1
 page=docs/benchmarks.md
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/kiln-target}"
 tools_dir="${KILN_TOOLS_DIR:-/var/tmp/kiln-tools}"
 
 groups_all=(store store-2000 budget rules replicas symbols http cores grpc memory-limit hostile outage fuzz
-  agent off-cpu unwinding python binaries reach k8s-agent otel ui e2e)
+  agent off-cpu unwinding runtimes python peer binaries reach k8s-agent otel pprof ui e2e)
 declare -A command_of=(
   [store]="KILN_BENCH_PODS=500 cargo bench -p kiln-storage --no-default-features --bench workload"
   [store-2000]="KILN_BENCH_PODS=2000 cargo bench -p kiln-storage --no-default-features --bench workload"
@@ -44,8 +44,11 @@ declare -A command_of=(
   [unwinding]="agent/bench/unwinding.sh 30 19 99 (root, perf, profile-bee)"
   [python]="agent/bench/python_processes.sh 20 60 19; agent/bench/python_peer_otel.sh 20 60 19 (root, go)"
   [binaries]="agent/bench/many_binaries.sh 200 60 19 (root)"
+  [runtimes]="CI=true cargo test -p kiln-agent --test privileged -- --nocapture --test-threads 1 java_frames:: node_frames:: ruby_frames:: python_forky:: (root, the Debian roots ./kiln-dev test unpacks)"
   [reach]="CI=true cargo test -p kiln-agent --test privileged -- --nocapture --test-threads 1 python_frames:: unwinding:: (root)"
   [otel]="agent/bench/peer_otel_symbols.sh (root, go: the OTel eBPF profiler into a kiln-store)"
+  [peer]="agent/bench/peer_otel.sh steady rust go (root, go: Kiln's agent and the OTel eBPF profiler side by side)"
+  [pprof]="agent/bench/pprof_hour.sh 3600 (go: a scrape-only agent and two Go programs)"
   [k8s-agent]="KILN_BENCH_ROUNDS=12 cargo test -p kiln-agent --test privileged -- --ignored --nocapture fifty_pods_churn (root, containerd)"
   [ui]="cargo build -p kiln-store; cargo test -p kiln-ui --test browser -- --nocapture (chromium)"
   [e2e]="./kiln-dev e2e"
@@ -169,11 +172,29 @@ run_python() {
   # The peer's own failure leaves Kiln's figure standing; its cell says so.
   logged "$out/python-peer.txt" agent/bench/python_peer_otel.sh 20 "$(secs 60 20)" 19 || true
 }
+run_peer() {
+  if $quick; then
+    run_agent_script peer env SECONDS_STEADY=20 CHURN_SECONDS=20 agent/bench/peer_otel.sh steady
+  else
+    run_agent_script peer agent/bench/peer_otel.sh steady rust go
+  fi
+}
+run_pprof() {
+  command -v go >/dev/null 2>&1 || { echo "no go (the two Go programs are built here)"; return; }
+  logged "$out/pprof.txt" agent/bench/pprof_hour.sh "$(secs 3600 60)" \
+    || echo "agent/bench/pprof_hour.sh failed (see $out/pprof.txt)"
+}
 run_binaries() { run_agent_script binaries agent/bench/many_binaries.sh 200 "$(secs 60 20)" 19; }
 run_reach() {
   is_root || { echo "needs root (eBPF)"; return; }
   logged "$out/reach.txt" env CI=true cargo test -p kiln-agent --test privileged \
     -- --nocapture --test-threads 1 python_frames:: unwinding:: || echo "the tests failed (see $out/reach.txt)"
+}
+run_runtimes() {
+  is_root || { echo "needs root (eBPF)"; return; }
+  logged "$out/runtimes.txt" env CI=true cargo test -p kiln-agent --test privileged \
+    -- --nocapture --test-threads 1 java_frames:: node_frames:: ruby_frames:: python_forky:: \
+    || echo "the tests failed (see $out/runtimes.txt)"
 }
 run_k8s-agent() {
   is_root || { echo "needs root (containerd)"; return; }
@@ -218,6 +239,19 @@ unwind_row() { # hz profiler -> "xz / py %; cpu %; peak MiB[; note]"
   awk -v hz="$1" -v p="$2" '$1 == hz && $2 == p {
     note = ""; for (i = 9; i <= NF; i++) note = note " " $i
     printf "%s / %s; %s %%; %s MiB%s\n", $3, $5, $7, $8, (note ? ";" note : "") }' "$out/unwinding.txt"
+}
+
+peer_reach() { # agent -> reach per runtime, in the row's order
+  awk -v a="$1" '$1 == "reach" { rt = $2; for (i = 3; i <= NF; i++) if ($i == a) { v = $(i + 1); sub(/%$/, "", v); r[rt] = v } }
+    END { if ("java17" in r) printf "%s / %s; %s / %s; %s; %s / %s; %s %%\n", r["java17"], r["java25-forky"], r["node20"], r["node24-forky"],
+            r["ruby3.1"], r["python3.11"], r["python3.13-forky"], r["go-stripped"] }' "$out/peer.txt"
+}
+peer_cpu() { # agent -> "steady / Rust build / Go build" CPU and peak RSS, first round of each
+  awk -v a="$1" '$0 ~ ": " a " cpu=" { k = ($1 == "steady") ? "steady" : $2; if (k in c) next
+      for (i = 1; i <= NF; i++) { if ($i ~ /^cpu=/) { v = $i; sub(/^cpu=/, "", v); sub(/%core$/, "", v); c[k] = v }
+                                  if ($i ~ /^peak_rss=/) { v = $i; sub(/^peak_rss=/, "", v); sub(/MiB$/, "", v); p[k] = v } } }
+    END { if ("steady" in c) printf "%s %%, %s MiB / %s %%, %s MiB / %s %%, %s MiB\n", c["steady"], p["steady"], c["rust"], p["rust"], c["go"], p["go"] }' \
+    "$out/peer.txt"
 }
 
 cell() { # row -> this run's Kiln figure
@@ -298,12 +332,31 @@ cell() { # row -> this run's Kiln figure
     otel.symbols)
       sed -n 's/^before the upload: [0-9]* of \([0-9]*\) xz samples name lzma_code (\([0-9.]*\) %).*/\2 \1/p; s/^after the upload: *[0-9]* of [0-9]* xz samples name lzma_code (\([0-9.]*\) %).*/\1/p' \
         "$out/otel.txt" | paste -sd ' ' | awk 'NF == 3 { printf "%s %% -> %s %% of %s samples\n", $1, $3, $2 }' ;;
+    peer.reach) peer_reach kiln ;;
+    peer.cpu) peer_cpu kiln ;;
+    pprof.hour)
+      awk '/ deltas over .* stored .* under main.allocateKnown, ratio / {
+             for (i = 1; i <= NF; i++) { if ($i == "allocated") a = $(i + 1); if ($i == "stored") s = $(i + 1); if ($i == "ratio") r = $(i + 1) }
+             n = $2; sub(/:$/, "", $1); line[$1] = sprintf("%s of %s bytes (%s) over %s deltas", s, a, r, n) }
+           END { if ("exact" in line) printf "exact: %s; sampled: %s\n", line["exact"], line["sampled"] }' "$out/pprof.txt" ;;
+    e2e.offcpu) sed -n 's/^ *kiln_e2e_sleeper: \([0-9]*\) ms off-CPU in \([0-9]*\) ms (\([0-9]*\) %).*/\1 ms of \2 (\3 %)/p' "$out/e2e.txt" | tail -1 ;;
+    e2e.pprof)
+      { sed -n 's/^ *alloc_space, \([0-9]*\) deltas .*: \([0-9]*\) bytes allocated by main.allocateKnown .*, \([0-9]*\) stored under it (ratio \([0-9.]*\)).*/\3 of \2 bytes (\4) over \1 deltas/p' "$out/e2e.txt"
+        sed -n 's/^ *goroutines stored\/counted by the program, per scrape: //p' "$out/e2e.txt" |
+          awk '{ ok = 0; for (i = 1; i <= NF; i++) { split($i, g, "/"); if (g[1] == g[2]) ok++ } printf "%d of %d profiles with every goroutine\n", ok, NF }'
+      } | tail -2 | paste -sd ';' | sed 's/;/; /' ;;
     unwinding.19hz) unwind_row 19 kiln-eh ;;
     unwinding.99hz) unwind_row 99 kiln-eh ;;
     python.cpu) agent_line "$out/python.txt" ;;
     binaries.rss) agent_line "$out/binaries.txt" ;;
+    runtimes.reach)
+      { sed -n 's/^\(.*\), no flags, .*: [0-9]* samples; [0-9.]* % name [^,]*, \([0-9.]*\) % name it called by.*/\1 \2 %/p' "$out/runtimes.txt"
+        sed -n 's/^\([^:]*\): [0-9]* samples; [0-9.]* % name kilnHotJs, \([0-9.]*\) % name kilnHotJs and its caller.*/\1 \2 %/p' "$out/runtimes.txt"
+        sed -n 's/^\(Ruby [^:]*\): [0-9]* samples; .* under kiln_rb_caller \([0-9.]*\) %.*/\1 \2 %/p' "$out/runtimes.txt"
+        sed -n 's/^\(.*\): [0-9]* samples, \([0-9.]*\) % hot under its caller, .*/\1 \2 %/p' "$out/runtimes.txt"
+      } | paste -sd ';' | sed 's/;/; /g' ;;
     reach.runtimes)
-      { sed -n 's/^\(.*\): [0-9]* samples, \([0-9.]*\) % hot<middle<outer with file.*/\1 \2 %/p' "$out/reach.txt"
+      { sed -n 's/^\(.*\): [0-9]* samples, [0-9.]* % hot under its caller, \([0-9.]*\) % hot<middle<outer with file.*/\1 \2 %/p' "$out/reach.txt"
         sed -n 's/^\(java\|node\): \([0-9]*\) of \([0-9]*\) samples name.*/\1 \2 \3/p' "$out/reach.txt" \
           | awk '{ printf "%s %.1f %%\n", $1, $3 ? 100 * $2 / $3 : 0 }'; } | paste -sd ';' | sed 's/;/; /g' ;;
     k8s-agent.churn)
@@ -323,6 +376,8 @@ peers() { # row -> the peers measured in this run, if the row has any
       local hz="${1#unwinding.}" p b
       hz="${hz%hz}"; p="$(unwind_row "$hz" perf)"; b="$(unwind_row "$hz" bee)"
       echo "perf: ${p:-not run}; profile-bee: ${b:-not run (no probee)}" ;;
+    peer.reach) echo "OTel eBPF profiler: $(peer_reach otel-ebpf-profiler)" ;;
+    peer.cpu) echo "OTel eBPF profiler: $(peer_cpu otel-ebpf-profiler)" ;;
     python.cpu)
       local l
       l="$(grep -m1 '^peer=otel' "$out/python-peer.txt" 2>/dev/null)"
