@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034,SC2154 # a sourced file: it uses and sets variables shared with e2e/run.sh, which sources it after e2e/lib.sh and checks/0_setup.sh
 # Shared helpers of the end-to-end suite (sourced by e2e/run.sh and e2e/checks/*.sh).
 # Everything the checks share lives in these variables:
 #   repo, e2e_dir, work_dir      the checkout, e2e/, and this run's scratch directory

@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # a sourced file: it sets variables for the agent/bench scripts that source it
 # Shared by the agent benchmark scripts (sourced, not run).
 
 # Starts COUNT niced CPython processes under PYTHON, each running its own

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034,SC2154 # a sourced file: it uses and sets variables shared with e2e/run.sh, which sources it after e2e/lib.sh and checks/0_setup.sh
 # Setup: the `kiln` CLI, the workload images, and the install exactly as the README's
 # Kubernetes quickstart does it.
 

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/run.sh, which sources it after e2e/lib.sh and checks/0_setup.sh
 # Check 1: a ProfileStore and a ProfilingTarget become a running store and agents, and their
 # status conditions say so.
 

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/run.sh, which sources it after e2e/lib.sh and checks/0_setup.sh
 # Check 2: only the annotated pod is profiled; its profile carries the pod's identity and the
 # workload's hot function.
 

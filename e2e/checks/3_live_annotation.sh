@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/run.sh, which sources it after e2e/lib.sh and checks/0_setup.sh
 # Check 3: annotating a running pod profiles it without a restart; removing the annotation
 # stops it. The runtime never sees annotations added later, so this goes through the
 # operator's relay entries in the targets ConfigMap, which the kubelet remounts in the agents

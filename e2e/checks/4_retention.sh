@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/run.sh, which sources it after e2e/lib.sh and checks/0_setup.sh
 # Check 4: a new spec.retention reaches the running store. The operator passes it as the
 # store's --retention flag, so the StatefulSet rolls; the store reports the retention in
 # effect on /metrics (kiln_retention_seconds).

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/run.sh, which sources it after e2e/lib.sh and checks/0_setup.sh
 # Check 5: profiles the store acknowledged before its pod is deleted are there when the
 # StatefulSet has brought it back on the same PersistentVolume.
 

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/run.sh, which sources it after e2e/lib.sh and checks/0_setup.sh
 # Check 6: spec.agent.securityMode: capabilities runs the agents unprivileged with exactly the
 # capabilities the operator renders, and they still profile.
 

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/run.sh, which sources it after e2e/lib.sh and checks/0_setup.sh
 # Check 7: the API server itself refuses bad CRs (OpenAPI enums, ranges and patterns and the
 # CRD's CEL rules, transition rules included) with the messages the README lists. Server-side
 # dry runs: the API server validates fully and stores nothing.

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/run.sh, which sources it after e2e/lib.sh and checks/0_setup.sh
 # Check 8: runtimes as shipped. A JVM (this machine's OpenJDK 17, cut to java.base by jlink, as
 # many real images are) and a Node (this machine's node 20) run in pods with no profiling
 # flags; through the port-forwarded store and `kiln query`, the stacks of each must name its

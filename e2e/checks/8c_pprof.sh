@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/run.sh, which sources it after e2e/lib.sh and checks/0_setup.sh
 # Check 8c: a Go program's net/http/pprof endpoints, scraped by the node's agent over the pod
 # IP (issue 52). The program (e2e/workload/pprof_known.go, e2e/manifests/pprof.yaml) allocates
 # 1 MiB a second in main.allocateKnown, parks 25 goroutines in main.parked, and prints its own

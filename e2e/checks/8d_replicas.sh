@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/run.sh, which sources it after e2e/lib.sh and checks/0_setup.sh
 # Check 8d: a store of three replicas on a real object store in the cluster (issue 50). A
 # ProfileStore with `replicas: 3` (e2e/manifests/replicas.yaml) keeps its blocks in a bucket
 # of SeaweedFS running in the cluster (e2e/manifests/seaweedfs.yaml; its image is built here

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/run.sh, which sources it after e2e/lib.sh and checks/0_setup.sh
 # Check 9: deleting the ProfileStore completes (finalizers included) and the garbage collector
 # removes everything the operator made for it. The data claim stays, as every StatefulSet's
 # does: it is not owned by the store, and deleting data is the user's call.

@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/cluster/cluster.sh and smoke.sh, which source it with the other lib/ files
 # Builds the cluster's binaries from upstream Go modules and its images, each
 # cached outside the clone (sourced by cluster.sh after common.sh).
 # shellcheck shell=bash

@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # a sourced file: it sets variables for e2e/cluster/cluster.sh and smoke.sh, which source it with the other lib/ files
 # Shared settings and helpers of e2e/cluster/cluster.sh (sourced, not run).
 # shellcheck shell=bash
 

@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/cluster/cluster.sh and smoke.sh, which source it with the other lib/ files
 # The cluster's configuration files: containerd, CNI, kubelet, kube-proxy
 # (sourced by cluster.sh after common.sh). Written on every up; a component
 # whose file changed is restarted by start_daemon.

@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/cluster/cluster.sh and smoke.sh, which source it with the other lib/ files
 # The cluster's own images: the pod sandbox (our pause), CoreDNS, and a
 # toolbox for tests (Debian's static busybox and our probe); written with
 # e2e/images and loaded into containerd's k8s.io namespace (sourced by

@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/cluster/cluster.sh and smoke.sh, which source it with the other lib/ files
 # The cluster's certificates and kubeconfigs, made locally with openssl
 # (sourced by cluster.sh after common.sh).
 # shellcheck shell=bash

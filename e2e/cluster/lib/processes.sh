@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/cluster/cluster.sh and smoke.sh, which source it with the other lib/ files
 # Starting the cluster's processes in order, each waited for (sourced by
 # cluster.sh after common.sh, pki.sh and config.sh).
 # shellcheck shell=bash

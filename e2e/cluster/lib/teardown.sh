@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2154 # a sourced file: it uses variables set by e2e/cluster/cluster.sh and smoke.sh, which source it with the other lib/ files
 # Stopping the cluster and removing what it left on the machine (sourced by
 # cluster.sh after common.sh and processes.sh).
 # shellcheck shell=bash
@@ -33,6 +35,7 @@ cluster_chains() {
 remove_pods() {
   running_pid containerd >/dev/null || return 0
   # Through CRI, so each sandbox's network is torn down by the CNI plugins.
+  # shellcheck disable=SC2046 # one argument per pod id (ids have no spaces)
   crictl_cmd stopp $(crictl_cmd pods -q 2>/dev/null) >/dev/null 2>&1 || true
   crictl_cmd rmp -fa >/dev/null 2>&1 || log "crictl rmp -fa failed; removing what is left with ctr"
   crictl_cmd rm -fa >/dev/null 2>&1 || true
