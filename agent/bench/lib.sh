@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# shellcheck disable=SC2034 # a sourced file: it sets variables for the agent/bench scripts that source it
+# shellcheck disable=SC2034,SC2154 # a sourced file: it shares variables (repo, work, pids, agent) with the agent/bench scripts that source it
 # Shared by the agent benchmark scripts (sourced, not run).
 
 # Starts COUNT niced CPython processes under PYTHON, each running its own
@@ -95,4 +95,30 @@ build_otel_peer() {
     mv "$bin.tmp" "$bin"
   fi
   echo "$bin"
+}
+
+# The release agent the script measures, in `agent`: AGENT=PATH when set (a
+# build kept to compare commits side by side), else this checkout's, built here.
+use_release_agent() {
+  agent="${AGENT:-}"
+  if [ -z "$agent" ]; then
+    cargo build --release -q -p kiln-agent --manifest-path "$repo/Cargo.toml"
+    agent="$CARGO_TARGET_DIR/release/kiln-agent"
+  fi
+}
+
+# A scratch folder in `work`, and `pids` for what the script starts: on exit
+# each of those processes and its children is killed and the folder removed.
+start_scratch() {
+  work="$(mktemp -d)"
+  pids=()
+  trap stop_scratch EXIT
+}
+stop_scratch() {
+  local p
+  for p in "${pids[@]}"; do
+    pkill -P "$p" 2>/dev/null || true
+    kill "$p" 2>/dev/null || true
+  done
+  rm -rf "$work"
 }

@@ -15,15 +15,10 @@ count="${1:-200}"
 seconds="${2:-60}"
 hz="${3:-19}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/kiln-target}"
-cargo build --release -q -p kiln-agent --manifest-path "$repo/Cargo.toml"
-agent="$CARGO_TARGET_DIR/release/kiln-agent"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=agent/bench/lib.sh
+. "$here/lib.sh"
+use_release_agent
+start_scratch
 sysctl -q kernel.bpf_stats_enabled=1
 
 cat >"$work/spin.c" <<'EOF'

@@ -20,18 +20,10 @@ shift || true
 if [ "$#" -gt 0 ]; then rates=("$@"); else rates=(1000 100000); fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/kiln-target}"
 
-agent="${AGENT:-}"
-if [ -z "$agent" ]; then
-  cargo build --release -q -p kiln-agent --manifest-path "$repo/Cargo.toml"
-  agent="$CARGO_TARGET_DIR/release/kiln-agent"
-fi
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=agent/bench/lib.sh
+. "$here/lib.sh"
+use_release_agent
+start_scratch
 
 gcc -O1 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls \
   -o "$work/switch_rate" "$repo/agent/tests/workloads/switch_rate.c"

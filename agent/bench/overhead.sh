@@ -15,15 +15,10 @@ shift || true
 if [ "$#" -gt 0 ]; then frequencies=("$@"); else frequencies=(19 99); fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/kiln-target}"
 
-cargo build --release -q -p kiln-agent --manifest-path "$repo/Cargo.toml"
-agent="$CARGO_TARGET_DIR/release/kiln-agent"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=agent/bench/lib.sh
+. "$here/lib.sh"
+use_release_agent
+start_scratch
 
 gcc -O1 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls \
   -o "$work/busy" "$repo/agent/tests/workloads/hot_ratio.c"

@@ -19,15 +19,8 @@ seconds="${2:-60}"
 hz="${3:-19}"
 python="${4:-/usr/bin/python3}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/kiln-target}"
-cargo build --release -q -p kiln-agent --manifest-path "$repo/Cargo.toml"
-agent="$CARGO_TARGET_DIR/release/kiln-agent"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+use_release_agent
+start_scratch
 sysctl -q kernel.bpf_stats_enabled=1
 
 start_python_workload "$count" "$python" "$work"

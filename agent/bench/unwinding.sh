@@ -28,15 +28,10 @@ if [ "$#" -gt 0 ]; then frequencies=("$@"); else frequencies=(19 99); fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/kiln-target}"
 bee="${PROFILE_BEE:-$(command -v probee || echo /var/tmp/kiln-tools/profile-bee/bin/probee)}"
 
-cargo build --release -q -p kiln-agent --manifest-path "$repo/Cargo.toml"
-agent="$CARGO_TARGET_DIR/release/kiln-agent"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=agent/bench/lib.sh
+. "$here/lib.sh"
+use_release_agent
+start_scratch
 sysctl -q kernel.bpf_stats_enabled=1
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
 
