@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kiln_debuginfo::{BuildId, DebugFile, DebugInfoLimits};
-use kiln_engine::{MergedProfile, SymbolizedFrame};
+use kiln_engine::MergedProfile;
 use kiln_storage::Store;
 use tokio::sync::{Semaphore, watch};
 
@@ -354,15 +354,7 @@ impl Symbolizer {
                 }
                 self.with_cache(|cache| {
                     for (offset, frames) in frames {
-                        let frames: Arc<[SymbolizedFrame]> = frames
-                            .into_iter()
-                            .map(|f| SymbolizedFrame {
-                                function: f.function,
-                                file: f.file,
-                                line: f.line,
-                            })
-                            .collect();
-                        cache.insert(build_id.clone(), offset, frames);
+                        cache.insert(build_id.clone(), offset, cache::symbolized(frames));
                     }
                 });
             }

@@ -14,52 +14,28 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kiln_pprof::{FunctionSpec, MappingSpec, ProfileBuilder, encode_gzip};
 use kiln_testkit::clock::now_s;
 use kiln_testkit::http::{enc, free_port, get, http};
+use kiln_testkit::service_profiles::{ServiceShape, service_profile};
 
 const PODS: usize = 12;
 const PROFILES: usize = 480;
 /// Delays between seeing the spill file and the kill, one restart each.
 const KILL_DELAYS_MS: &[u64] = &[0, 20, 150];
 
-/// A CPU profile with `stacks` distinct stacks drawn from `seed`; returns
-/// it gzipped and its cpu total.
+/// The profiles this test sends (a seed's build id cycles over 5).
+const SHAPE: ServiceShape = ServiceShape {
+    build_ids: 5,
+    min_depth: 6,
+    depth_spread: 20,
+    functions: 1_500,
+    packages: 30,
+    receiver: "",
+    file: "step.go",
+};
+
 fn profile(seed: usize, stacks: usize) -> (Vec<u8>, i64) {
-    let mut b = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
-    b.period("cpu", "nanoseconds", 10_000_000);
-    b.time(0, 10_000_000_000);
-    let mapping = b.mapping(&MappingSpec {
-        memory_start: 0x400000,
-        memory_limit: 0x4000000,
-        filename: "/usr/bin/service".into(),
-        build_id: format!("build-{}", seed % 5),
-        has_functions: true,
-        ..MappingSpec::default()
-    });
-    let mut total = 0;
-    for s in 0..stacks {
-        let depth = 6 + (s * 7 + seed) % 20;
-        let mut frames = Vec::with_capacity(depth);
-        for d in 0..depth {
-            let f = (s * 31 + d * 17 + seed * 13) % 1_500;
-            let function = b.function(&FunctionSpec {
-                name: format!("pkg{}.step{f}", f % 30),
-                system_name: String::new(),
-                filename: format!("/src/pkg{}/step.go", f % 30),
-                start_line: f as i64,
-            });
-            frames.push(b.location(
-                mapping,
-                0x400000 + f as u64 * 64,
-                &[(function, d as i64 + 1)],
-            ));
-        }
-        let value = 10_000_000 * (1 + (s + seed) as i64 % 5);
-        b.sample(&frames, &[value / 10_000_000, value], &[]);
-        total += value;
-    }
-    (encode_gzip(&b.finish()), total)
+    service_profile(&SHAPE, seed, stacks)
 }
 
 /// A store on `data_dir`, ready; killed (SIGKILL) when dropped.

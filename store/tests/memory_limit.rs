@@ -15,11 +15,11 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use kiln_pprof::{FunctionSpec, MappingSpec, ProfileBuilder, encode_gzip};
 use kiln_testkit::clock::now_s;
 use kiln_testkit::http::{enc, free_port, get, http};
 use kiln_testkit::memory_cgroup::{LimitedCgroup, status_kib};
 use kiln_testkit::process::KillOnDrop;
+use kiln_testkit::service_profiles::{ServiceShape, service_profile};
 
 const BUDGET: u64 = 192 << 20;
 /// Gzipped pprof sent: more than the budget.
@@ -27,42 +27,19 @@ const SEND_BYTES: u64 = BUDGET + (16 << 20);
 const PODS: usize = 200;
 const CLIENTS: usize = 4;
 
-/// A CPU profile with `stacks` distinct stacks drawn from `seed`.
+/// The profiles this test sends: larger than the crash test's.
+const SHAPE: ServiceShape = ServiceShape {
+    build_ids: 7,
+    min_depth: 8,
+    depth_spread: 24,
+    functions: 2_000,
+    packages: 40,
+    receiver: "(*Worker).",
+    file: "worker.go",
+};
+
 fn profile(seed: usize, stacks: usize) -> (Vec<u8>, i64) {
-    let mut b = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
-    b.period("cpu", "nanoseconds", 10_000_000);
-    b.time(0, 10_000_000_000);
-    let mapping = b.mapping(&MappingSpec {
-        memory_start: 0x400000,
-        memory_limit: 0x4000000,
-        filename: "/usr/bin/service".into(),
-        build_id: format!("build-{}", seed % 7),
-        has_functions: true,
-        ..MappingSpec::default()
-    });
-    let mut total = 0;
-    for s in 0..stacks {
-        let depth = 8 + (s * 7 + seed) % 24;
-        let mut frames = Vec::with_capacity(depth);
-        for d in 0..depth {
-            let f = (s * 31 + d * 17 + seed * 13) % 2_000;
-            let function = b.function(&FunctionSpec {
-                name: format!("pkg{}.(*Worker).step{f}", f % 40),
-                system_name: String::new(),
-                filename: format!("/src/pkg{}/worker.go", f % 40),
-                start_line: f as i64,
-            });
-            frames.push(b.location(
-                mapping,
-                0x400000 + f as u64 * 64,
-                &[(function, d as i64 + 1)],
-            ));
-        }
-        let value = 10_000_000 * (1 + (s + seed) as i64 % 5);
-        b.sample(&frames, &[value / 10_000_000, value], &[]);
-        total += value;
-    }
-    (encode_gzip(&b.finish()), total)
+    service_profile(&SHAPE, seed, stacks)
 }
 
 /// Blocks in the bucket (under `blocks/<replica>/`) as (id, compaction level).

@@ -6,22 +6,14 @@
 
 use kiln_api::kiln::query::v1::SelectMergePprofRequest;
 use kiln_api::kiln::query::v1::query_service_client::QueryServiceClient;
-use kiln_testkit::http::{HttpResponse, enc, get, http};
+use kiln_testkit::http::{HttpResponse, enc, get, ingest_folded};
 use kiln_testkit::store_process::StoreProcess;
 
 /// The store binary cargo built for these tests.
 const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
 fn ingest(store: &StoreProcess, app: &str) {
-    let response = http(
-        store.addr,
-        "POST",
-        &format!("/ingest?name={app}.cpu&from=now-10s&until=now&sampleRate=100"),
-        &[],
-        b"main;work 7",
-    )
-    .expect("ingest");
-    assert_eq!(response.status, 200, "{}", response.text());
+    ingest_folded(store.addr, app, b"main;work 7");
 }
 
 fn flamegraph(store: &StoreProcess, app: &str) -> HttpResponse {

@@ -7,22 +7,15 @@
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use kiln_testkit::http::{HttpResponse, enc, get, http};
+use kiln_testkit::http::{HttpResponse, enc, get, http, post_folded};
 use kiln_testkit::moto::{AWS_ENV, start_moto};
 use kiln_testkit::store_process::StoreProcess;
 
 /// The store binary cargo built for these tests.
 const KILN_STORE: &str = env!("CARGO_BIN_EXE_kiln-store");
 
-fn post_folded(store: &StoreProcess, app: &str) -> HttpResponse {
-    http(
-        store.addr,
-        "POST",
-        &format!("/ingest?name={app}.cpu&from=now-10s&until=now&sampleRate=100"),
-        &[],
-        b"main;work 7",
-    )
-    .expect("ingest")
+fn post(store: &StoreProcess, app: &str) -> HttpResponse {
+    post_folded(store.addr, app, b"main;work 7")
 }
 
 fn total_for(store: &StoreProcess, app: &str) -> i64 {
@@ -99,7 +92,7 @@ fn a_store_that_cannot_list_its_bucket_is_live_and_not_ready_and_serves_from_its
     assert!(text.contains("bucket_not_listed: "), "{text}");
     assert!(text.contains("bucket_unreachable: "), "{text}");
     assert_eq!(get(store.addr, "/healthz").status, 200);
-    let ingest = post_folded(&store, "waiting");
+    let ingest = post(&store, "waiting");
     assert_eq!(ingest.status, 200, "{}", ingest.text());
     assert_eq!(total_for(&store, "waiting"), 70_000_000);
     assert!(
@@ -124,7 +117,7 @@ fn an_unreachable_bucket_makes_readyz_fail_with_the_reason_until_it_answers_agai
         &flags,
         &AWS_ENV,
     );
-    assert_eq!(post_folded(&store, "before").status, 200);
+    assert_eq!(post(&store, "before").status, 200);
 
     moto.pause();
     let (_, text) = wait_readyz(&store, Duration::from_secs(120), |status, _| status == 503);
@@ -132,7 +125,7 @@ fn an_unreachable_bucket_makes_readyz_fail_with_the_reason_until_it_answers_agai
     assert!(text.contains("bucket_unreachable: "), "{text}");
     // Live, taking writes into the WAL, answering from what it holds.
     assert_eq!(get(store.addr, "/healthz").status, 200);
-    let during = post_folded(&store, "during");
+    let during = post(&store, "during");
     assert_eq!(during.status, 200, "{}", during.text());
     assert_eq!(total_for(&store, "before"), 70_000_000);
     assert_eq!(total_for(&store, "during"), 70_000_000);

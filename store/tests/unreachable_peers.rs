@@ -12,7 +12,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use kiln_testkit::http::{HttpResponse, enc, free_port, get, http};
+use kiln_testkit::http::{HttpResponse, enc, free_port, get, ingest_folded};
 use kiln_testkit::silent_address::SilentAddress;
 use kiln_testkit::store_process::StoreProcess;
 
@@ -47,15 +47,7 @@ fn replica(name: &str, addr: SocketAddr, peers: &[(&str, SocketAddr)]) -> StoreP
 }
 
 fn ingest(store: SocketAddr, app: &str) {
-    let response = http(
-        store,
-        "POST",
-        &format!("/ingest?name={app}.cpu&from=now-10s&until=now&sampleRate=100"),
-        &[],
-        b"main;work 7",
-    )
-    .expect("ingest");
-    assert_eq!(response.status, 200, "{}", response.text());
+    ingest_folded(store, app, b"main;work 7");
 }
 
 /// A flame graph of `selector` over the last hour, and how long it took.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kiln_testkit::http::{HttpResponse, enc, get, http};
+use kiln_testkit::http::{HttpResponse, enc, get, post_folded};
 use kiln_testkit::prerequisites;
 use kiln_testkit::store_process::StoreProcess;
 
@@ -79,15 +79,8 @@ impl Drop for SmallTmpfs {
     }
 }
 
-fn post_folded(store: &StoreProcess, app: &str) -> HttpResponse {
-    http(
-        store.addr,
-        "POST",
-        &format!("/ingest?name={app}.cpu&from=now-10s&until=now&sampleRate=100"),
-        &[],
-        b"main;work 7",
-    )
-    .expect("ingest")
+fn post(store: &StoreProcess, app: &str) -> HttpResponse {
+    post_folded(store.addr, app, b"main;work 7")
 }
 
 /// One posted profile's total: 7 samples at 100 Hz, in ns.
@@ -140,7 +133,7 @@ fn a_full_disk_refuses_writes_and_fails_liveness_until_space_is_freed_then_inges
     };
     let data_dir = tempfile::tempdir_in(disk.path()).expect("data dir on the tmpfs");
     let store = StoreProcess::start_in(KILN_STORE, data_dir, &[]);
-    assert_eq!(post_folded(&store, "before").status, 200);
+    assert_eq!(post(&store, "before").status, 200);
     assert_eq!(get(store.addr, "/healthz").status, 200);
 
     let filler = disk.fill();
@@ -148,7 +141,7 @@ fn a_full_disk_refuses_writes_and_fails_liveness_until_space_is_freed_then_inges
     let mut stored_during = 0;
     let mut refused = None;
     for _ in 0..500 {
-        let response = post_folded(&store, "during");
+        let response = post(&store, "during");
         if response.status == 200 {
             stored_during += 1;
         } else {
@@ -173,7 +166,7 @@ fn a_full_disk_refuses_writes_and_fails_liveness_until_space_is_freed_then_inges
     let ready = get(store.addr, "/readyz");
     assert_eq!(ready.status, 503, "{}", ready.text());
     assert!(ready.text().contains("wal_failed: "), "{}", ready.text());
-    let again = post_folded(&store, "during");
+    let again = post(&store, "during");
     assert_eq!(again.status, 500, "{}", again.text());
     assert!(again.text().contains("wal_failed"), "{}", again.text());
     // Reads go on meanwhile.
@@ -187,7 +180,7 @@ fn a_full_disk_refuses_writes_and_fails_liveness_until_space_is_freed_then_inges
     eprintln!("/healthz passed {took:?} after space was freed");
     let (_, ready, _) = wait_for(&store, "/readyz", |_, text| !text.contains("wal_failed"));
     eprintln!("/readyz after space was freed: {ready}");
-    let after = post_folded(&store, "after");
+    let after = post(&store, "after");
     assert_eq!(after.status, 200, "{}", after.text());
     assert_eq!(total_for(&store, "after"), ONE_PROFILE);
     assert_eq!(total_for(&store, "during"), stored_during * ONE_PROFILE);
@@ -207,7 +200,7 @@ fn a_full_disk_refuses_writes_and_fails_liveness_until_space_is_freed_then_inges
 fn a_damaged_segment_is_set_aside_whole_and_counted_and_the_store_opens() {
     let root = tempfile::tempdir().expect("temp dir");
     let store = StoreProcess::start_in(KILN_STORE, root, &[]);
-    assert_eq!(post_folded(&store, "kept").status, 200);
+    assert_eq!(post(&store, "kept").status, 200);
     // A clean stop uploads the head and trims the log.
     let data_dir = store.stop();
     // A segment after the last one, with a header and then half a frame,
@@ -239,6 +232,6 @@ fn a_damaged_segment_is_set_aside_whole_and_counted_and_the_store_opens() {
         .collect();
     assert_eq!(kept.len(), 1, "{kept:?}");
     assert_eq!(std::fs::read(&kept[0]).expect("read kept"), damaged);
-    assert_eq!(post_folded(&store, "later").status, 200);
+    assert_eq!(post(&store, "later").status, 200);
     assert_eq!(total_for(&store, "later"), ONE_PROFILE);
 }

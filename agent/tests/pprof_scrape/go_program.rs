@@ -1,6 +1,6 @@
 //! A real Go program's heap, goroutines and allocation deltas.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use kiln_testkit::binaries::built_binary;
@@ -8,7 +8,7 @@ use kiln_testkit::http::{enc, get, json_int64};
 use kiln_testkit::process::KillOnDrop;
 use kiln_testkit::store_process::StoreProcess;
 
-use super::{AGENT, go_pprof_reads, go_program_source, lines_of, top_value, wait_for_line};
+use super::{AGENT, GoTarget, go_pprof_reads, top_value, wait_for_line};
 
 /// Blocks of 64 KiB the Go program allocates in `main.allocateKnown`.
 const BLOCKS: u64 = 600;
@@ -28,24 +28,11 @@ fn a_go_programs_profiles_are_scraped_into_the_store_as_gauges_and_deltas() {
         return;
     };
     let dir = tempfile::tempdir().expect("temp dir");
-    let Some(program) =
-        kiln_testkit::go_programs::build(&go_program_source(), dir.path(), "pprof_target")
-    else {
+    let Some(target) = GoTarget::start(dir.path(), BLOCKS, PARKED) else {
         return;
     };
     let store = StoreProcess::start(&store_binary, &[]);
-    let mut target = KillOnDrop(
-        Command::new(&program)
-            .args([BLOCKS.to_string(), PARKED.to_string()])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the Go program starts"),
-    );
-    let lines = lines_of(&mut target.0);
-    let address = wait_for_line(&lines, "listening ", Duration::from_secs(30));
-    let goroutines: i64 = wait_for_line(&lines, "goroutines ", Duration::from_secs(30))
-        .parse()
-        .expect("a count");
+    let (address, goroutines, lines) = (&target.address, target.goroutines, &target.lines);
 
     let mut agent = KillOnDrop(
         Command::new(AGENT)
@@ -71,7 +58,7 @@ fn a_go_programs_profiles_are_scraped_into_the_store_as_gauges_and_deltas() {
             .spawn()
             .expect("the agent starts"),
     );
-    let allocated: u64 = wait_for_line(&lines, "done allocated=", Duration::from_secs(60))
+    let allocated: u64 = wait_for_line(lines, "done allocated=", Duration::from_secs(60))
         .parse()
         .expect("bytes");
     assert_eq!(allocated, BLOCKS * 65_536);

@@ -11,17 +11,57 @@ mod store_restarts;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use kiln_testkit::http::{enc, get, json_int64};
+use kiln_testkit::process::KillOnDrop;
 
 const AGENT: &str = env!("CARGO_BIN_EXE_kiln-agent");
 
 /// The Go program these tests scrape (blocks to allocate, goroutines to park).
 fn go_program_source() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/pprof_target.go")
+}
+
+/// The Go program of [`go_program_source`], built and running, once it
+/// has said where it listens and how many goroutines it runs.
+struct GoTarget {
+    _process: KillOnDrop,
+    /// What it prints from then on, as it comes.
+    lines: mpsc::Receiver<String>,
+    /// `host:port` of its `/debug/pprof` endpoints.
+    address: String,
+    /// Goroutines it counted when it was ready.
+    goroutines: i64,
+}
+
+impl GoTarget {
+    /// Builds the program in `dir` and starts it to allocate `blocks` of
+    /// 64 KiB in `main.allocateKnown` and park `parked` goroutines; `None`
+    /// (a visible skip, a failure under CI) where Go is missing.
+    fn start(dir: &Path, blocks: u64, parked: i64) -> Option<Self> {
+        let program = kiln_testkit::go_programs::build(&go_program_source(), dir, "pprof_target")?;
+        let mut process = KillOnDrop(
+            Command::new(&program)
+                .args([blocks.to_string(), parked.to_string()])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("the Go program starts"),
+        );
+        let lines = lines_of(&mut process.0);
+        let address = wait_for_line(&lines, "listening ", Duration::from_secs(30));
+        let goroutines = wait_for_line(&lines, "goroutines ", Duration::from_secs(30))
+            .parse()
+            .expect("a count");
+        Some(Self {
+            _process: process,
+            lines,
+            address,
+            goroutines,
+        })
+    }
 }
 
 /// The lines the program prints, as they come.

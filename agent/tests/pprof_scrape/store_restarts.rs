@@ -6,7 +6,7 @@
 //! their sum is a ledger: a profile lost makes it short by at least one
 //! 64 KiB block, a retry stored twice makes it long by as much.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use kiln_testkit::http::{free_port, get};
 use kiln_testkit::process::KillOnDrop;
 use kiln_testkit::store_process::StoreProcess;
 
-use super::{AGENT, go_program_source, lines_of, top_value, wait_for_line};
+use super::{AGENT, GoTarget, top_value};
 
 /// Blocks of 64 KiB the program allocates, one per 5 ms or so: long enough
 /// for several restarts.
@@ -45,25 +45,14 @@ fn scraped_deltas_are_stored_exactly_once_across_store_crashes_and_rolling_resta
         return;
     };
     let dir = tempfile::tempdir().expect("temp dir");
-    let Some(program) =
-        kiln_testkit::go_programs::build(&go_program_source(), dir.path(), "pprof_target")
-    else {
+    let Some(target) = GoTarget::start(dir.path(), BLOCKS, 1) else {
         return;
     };
     let addr = free_port();
     let start =
         |data: tempfile::TempDir| StoreProcess::start_on(&store_binary, addr, data, &[], &[]);
     let mut store = start(tempfile::tempdir().expect("temp dir"));
-    let mut target = KillOnDrop(
-        Command::new(&program)
-            .args([BLOCKS.to_string(), "1".to_owned()])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the Go program starts"),
-    );
-    let lines = lines_of(&mut target.0);
-    let address = wait_for_line(&lines, "listening ", Duration::from_secs(30));
-    wait_for_line(&lines, "goroutines ", Duration::from_secs(30));
+    let (address, lines) = (&target.address, &target.lines);
     let metrics = free_port();
     let mut agent = KillOnDrop(
         Command::new(AGENT)

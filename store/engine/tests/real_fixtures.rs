@@ -14,37 +14,9 @@ use kiln_engine::{
     TimeRange, encode_block,
 };
 use kiln_pprof::{DecodeLimits, Profile, decode, encode_gzip};
-use kiln_testkit::fixtures::shared_testdata;
+use kiln_testkit::fixtures::{VALID_PROFILES, shared_testdata};
 use kiln_testkit::prerequisites::visible_skip;
 use kiln_testkit::{go_programs, tools};
-
-const VALID: &[&str] = &[
-    "google-pprof/large.cpu.pb.gz",
-    "google-pprof/sample.cpu.pb.gz",
-    "google-pprof/go.nomappings.crash.pb.gz",
-    "google-pprof/cppbench.cpu.pb.gz",
-    "google-pprof/cppbench.heap.pb.gz",
-    "google-pprof/java.cpu.pb.gz",
-    "parca/alloc_objects.pb.gz",
-    "parca/labels.pb.gz",
-    "parca/profile-with-labels.pb.gz",
-    "parca/node-profile.pb.gz",
-    "parca/stripped-cpu.stripped.pprof",
-    "parca/fgprof.pb.gz",
-    "parca/two-stacks.pb.gz",
-    "parca/many/1644509272337470000.pb.gz",
-    "parca/many/1644509287338709000.pb.gz",
-    "parca/many/1644509299337903000.pb.gz",
-    "grafana-pyroscope/go.cpu.labels.pb.gz",
-    "grafana-pyroscope/heap.pb.gz",
-    "grafana-pyroscope/heap_go_truncated_3.pb.gz",
-    "grafana-pyroscope/profile_java.pb.gz",
-    "grafana-pyroscope/profile_python.pb.gz",
-    "grafana-pyroscope/profile_rust.pb.gz",
-    "grafana-pyroscope/dotnet.labels.pb",
-    "grafana-pyroscope/cpu-unknown.pb.gz",
-    "grafana-pyroscope/invalid_utf8.pb.gz",
-];
 
 const TIME_MS: i64 = 1_700_000_000_000;
 
@@ -296,7 +268,7 @@ fn every_valid_fixture_keeps_totals_and_stacks_through_head_block_and_go_pprof()
     let Some(dir) = fixtures_dir() else { return };
     let go = go_available();
     let tmp = tempfile::tempdir().unwrap();
-    for name in VALID {
+    for name in VALID_PROFILES {
         let bytes = std::fs::read(dir.join(name)).unwrap();
         check_round_trip(name, &bytes, go, tmp.path());
     }

@@ -11,7 +11,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kiln_pprof::proto;
 use kiln_pprof::{
     DecodeLimits, LabelValue, PprofError, ProfileBuilder, ProfileView, decode, decode_flat,
     encode_gzip,
@@ -21,6 +20,9 @@ use kiln_testkit::go_programs;
 use kiln_testkit::prerequisites::visible_skip;
 use proptest::prelude::*;
 use prost::Message;
+use sample_profiles::valid_profile;
+
+mod sample_profiles;
 
 /// Asserts both decoders agree on `input` under `limits`; returns whether
 /// it decoded.
@@ -156,48 +158,6 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     files
-}
-
-/// A small valid profile with inlined frames, a mapping and both kinds of label.
-fn valid_profile() -> proto::Profile {
-    let mut builder = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
-    builder
-        .period("cpu", "nanoseconds", 10_000_000)
-        .time(1_700_000_000_000_000_000, 10_000_000_000);
-    let mapping = builder.mapping(&kiln_pprof::MappingSpec {
-        memory_start: 0x1000,
-        memory_limit: 0x9000,
-        filename: "/bin/app".into(),
-        build_id: "abc123".into(),
-        ..Default::default()
-    });
-    let main = builder.function(&kiln_pprof::FunctionSpec {
-        name: "main".into(),
-        ..Default::default()
-    });
-    let work = builder.function(&kiln_pprof::FunctionSpec {
-        name: "work".into(),
-        ..Default::default()
-    });
-    let main_loc = builder.location(mapping, 0x1100, &[(main, 10)]);
-    let work_loc = builder.location(mapping, 0x1200, &[(main, 3), (work, 20)]);
-    builder.sample(
-        &[work_loc, main_loc],
-        &[3, 30_000_000],
-        &[("api", LabelValue::Str("query".into()))],
-    );
-    builder.sample(
-        &[main_loc],
-        &[1, 10_000_000],
-        &[(
-            "bytes",
-            LabelValue::Num {
-                value: 64,
-                unit: "bytes".into(),
-            },
-        )],
-    );
-    builder.finish()
 }
 
 /// Hand-written wire cases: unknown fields of every wire type (groups

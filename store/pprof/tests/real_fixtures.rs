@@ -12,7 +12,7 @@ use std::process::Command;
 
 use kiln_pprof::folded::{FoldedSpec, folded_to_profile};
 use kiln_pprof::{DecodeLimits, PprofError, Profile, decode, encode_gzip, validate_message};
-use kiln_testkit::fixtures::shared_testdata;
+use kiln_testkit::fixtures::{VALID_PROFILES, shared_testdata};
 use kiln_testkit::go_programs;
 use kiln_testkit::prerequisites::visible_skip;
 
@@ -23,35 +23,6 @@ fn fixtures_dir() -> Option<PathBuf> {
     }
     dir
 }
-
-const VALID: &[&str] = &[
-    "google-pprof/large.cpu.pb.gz",
-    "google-pprof/sample.cpu.pb.gz",
-    "google-pprof/go.nomappings.crash.pb.gz",
-    "google-pprof/cppbench.cpu.pb.gz",
-    "google-pprof/cppbench.heap.pb.gz",
-    "google-pprof/java.cpu.pb.gz",
-    "parca/alloc_objects.pb.gz",
-    "parca/labels.pb.gz",
-    "parca/profile-with-labels.pb.gz",
-    "parca/node-profile.pb.gz",
-    "parca/stripped-cpu.stripped.pprof",
-    "parca/fgprof.pb.gz",
-    "parca/two-stacks.pb.gz",
-    "parca/many/1644509272337470000.pb.gz",
-    "parca/many/1644509287338709000.pb.gz",
-    "parca/many/1644509299337903000.pb.gz",
-    "grafana-pyroscope/go.cpu.labels.pb.gz",
-    "grafana-pyroscope/heap.pb.gz",
-    "grafana-pyroscope/heap_go_truncated_3.pb.gz",
-    "grafana-pyroscope/profile_java.pb.gz",
-    "grafana-pyroscope/profile_python.pb.gz",
-    "grafana-pyroscope/profile_rust.pb.gz",
-    "grafana-pyroscope/dotnet.labels.pb",
-    "grafana-pyroscope/cpu-unknown.pb.gz",
-    // Invalid UTF-8 in the string table is replaced, not refused.
-    "grafana-pyroscope/invalid_utf8.pb.gz",
-];
 
 /// The sum of each sample type's values, in the profile's order.
 fn totals(profile: &Profile) -> Vec<i64> {
@@ -93,7 +64,7 @@ fn check_real_profile(name: &str, bytes: &[u8]) -> Profile {
 #[test]
 fn every_valid_fixture_decodes_validates_and_round_trips() {
     let Some(dir) = fixtures_dir() else { return };
-    for name in VALID {
+    for name in VALID_PROFILES {
         let bytes = std::fs::read(dir.join(name)).unwrap();
         check_real_profile(name, &bytes);
     }

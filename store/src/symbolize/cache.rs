@@ -29,6 +29,20 @@ pub struct SymbolCache {
     pub dirty: bool,
 }
 
+/// A debug file's frames as queries take them. The two types live in crates
+/// that do not know each other (the engine stays free of ELF parsing), so
+/// the conversion lives here, where both meet.
+pub fn symbolized(frames: Vec<kiln_debuginfo::Frame>) -> Arc<[SymbolizedFrame]> {
+    frames
+        .into_iter()
+        .map(|f| SymbolizedFrame {
+            function: f.function,
+            file: f.file,
+            line: f.line,
+        })
+        .collect()
+}
+
 fn entry_bytes(key: &Key, frames: &[SymbolizedFrame]) -> usize {
     96 + key.0.as_str().len()
         + frames
@@ -168,16 +182,7 @@ impl SymbolCache {
     /// Takes in what a cache file held (oldest first), within the budget.
     pub fn load(&mut self, contents: CacheContents) {
         for entry in contents.resolved {
-            let frames: Arc<[SymbolizedFrame]> = entry
-                .frames
-                .into_iter()
-                .map(|f| SymbolizedFrame {
-                    function: f.function,
-                    file: f.file,
-                    line: f.line,
-                })
-                .collect();
-            self.insert(entry.build_id, entry.file_offset, frames);
+            self.insert(entry.build_id, entry.file_offset, symbolized(entry.frames));
         }
         for missing in contents.missing {
             self.insert_missing(missing.build_id, missing.retry_at_ms);

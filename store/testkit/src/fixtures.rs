@@ -27,3 +27,35 @@ pub fn shared_testdata(sub: &str) -> Option<PathBuf> {
         None
     }
 }
+
+/// The profiles under `shared_testdata("profiles")` that every decoder must
+/// take (pprof's, Parca's and Pyroscope's own test profiles, truncated and
+/// odd ones included), relative to that folder.
+pub const VALID_PROFILES: &[&str] = &[
+    "google-pprof/large.cpu.pb.gz",
+    "google-pprof/sample.cpu.pb.gz",
+    "google-pprof/go.nomappings.crash.pb.gz",
+    "google-pprof/cppbench.cpu.pb.gz",
+    "google-pprof/cppbench.heap.pb.gz",
+    "google-pprof/java.cpu.pb.gz",
+    "parca/alloc_objects.pb.gz",
+    "parca/labels.pb.gz",
+    "parca/profile-with-labels.pb.gz",
+    "parca/node-profile.pb.gz",
+    "parca/stripped-cpu.stripped.pprof",
+    "parca/fgprof.pb.gz",
+    "parca/two-stacks.pb.gz",
+    "parca/many/1644509272337470000.pb.gz",
+    "parca/many/1644509287338709000.pb.gz",
+    "parca/many/1644509299337903000.pb.gz",
+    "grafana-pyroscope/go.cpu.labels.pb.gz",
+    "grafana-pyroscope/heap.pb.gz",
+    "grafana-pyroscope/heap_go_truncated_3.pb.gz",
+    "grafana-pyroscope/profile_java.pb.gz",
+    "grafana-pyroscope/profile_python.pb.gz",
+    "grafana-pyroscope/profile_rust.pb.gz",
+    "grafana-pyroscope/dotnet.labels.pb",
+    "grafana-pyroscope/cpu-unknown.pb.gz",
+    // Invalid UTF-8 in the string table is replaced, not refused.
+    "grafana-pyroscope/invalid_utf8.pb.gz",
+];

@@ -89,6 +89,27 @@ pub fn http(
     parse_response(&raw)
 }
 
+/// Posts `folded` stacks (`a;b;c 7` lines) to Pyroscope's `/ingest` as
+/// the CPU profile of app `app` over the last 10 s at 100 Hz: each sample
+/// counts 10 ms, and the series is `process_cpu{service_name="<app>"}`.
+pub fn post_folded(addr: SocketAddr, app: &str, folded: &[u8]) -> HttpResponse {
+    http(
+        addr,
+        "POST",
+        &format!("/ingest?name={app}.cpu&from=now-10s&until=now&sampleRate=100"),
+        &[],
+        folded,
+    )
+    .expect("ingest")
+}
+
+/// [`post_folded`], which the store must accept.
+#[track_caller]
+pub fn ingest_folded(addr: SocketAddr, app: &str, folded: &[u8]) {
+    let response = post_folded(addr, app, folded);
+    assert_eq!(response.status, 200, "{}", response.text());
+}
+
 /// Parses a whole HTTP/1.1 response as read from its connection, for
 /// tests that write their requests themselves.
 pub fn parse_response(raw: &[u8]) -> std::io::Result<HttpResponse> {

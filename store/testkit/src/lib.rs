@@ -26,7 +26,7 @@
 //!   `../shared` fixtures: Go `runtime/pprof` profiles of every kind, `perf`
 //!   recordings and their folded stacks, a Java Flight Recorder file.
 //! - With the `engine` feature, [`blocks`]: engine blocks for compaction
-//!   tests; with `storage`, [`profiles`]: synthetic profiles and `Store`
+//!   tests; [`service_profiles`]: large profiles shaped like a service's; with `storage`, [`profiles`]: synthetic profiles and `Store`
 //!   helpers.
 //! - [`wire`]: gzip and protobuf varints for hand-made hostile bodies.
 
@@ -53,6 +53,8 @@ pub mod recorder;
 #[cfg(feature = "engine")]
 pub mod rule_profiles;
 pub mod seaweedfs;
+#[cfg(feature = "engine")]
+pub mod service_profiles;
 pub mod silent_address;
 pub mod store_process;
 pub mod tools;
