@@ -3,19 +3,23 @@
 // Printing results is this binary's job.
 #![allow(clippy::print_stdout)]
 
+mod args;
 mod client;
 mod progress;
 mod render;
 mod up;
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::Parser;
 
+use crate::args::{
+    Cli, Command, DebuginfoCommand, DebuginfoUploadArgs, DiffArgs, Format, LabelsArgs, QueryArgs,
+    RangeArgs, SeriesArgs,
+};
 use crate::client::ClientError;
 use crate::client::StoreClient;
 use crate::progress::Progress;
@@ -23,211 +27,6 @@ use kiln_contract::query_json::{
     DebugInfoUploaded, DiffResponse, FlameGraphResponse, LabelNames, LabelValues,
     PROFILE_TYPE_HEADER, ProfileTypes, SeriesList, TopResponse,
 };
-
-/// Query a Kiln profile store, render flame graphs, or start Kiln locally.
-#[derive(Debug, Parser)]
-#[command(name = "kiln", version, about, propagate_version = true)]
-struct Cli {
-    /// Base URL of the store.
-    #[arg(
-        long,
-        global = true,
-        env = "KILN_STORE",
-        default_value = kiln_contract::endpoints::LOCAL_STORE_URL
-    )]
-    store: String,
-    /// Bearer token, when the store requires one for reads (or, for
-    /// `kiln debuginfo upload`, a write token for any namespace).
-    #[arg(long, global = true, env = "KILN_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    /// Give up on a request after this long (e.g. 30s, 5m).
-    #[arg(long, global = true, env = "KILN_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
-    timeout: Duration,
-    /// Exit with status 4 when the store marked an answer partial
-    /// (`Kiln-Partial`: a replica or block it could not read), after
-    /// writing the answer; without it, only a warning on stderr says so.
-    #[arg(long, global = true, env = "KILN_FAIL_ON_PARTIAL")]
-    fail_on_partial: bool,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Merge a selection's profiles: a top table, or a file (SVG flame
-    /// graph, pprof, JSON, folded stacks) chosen by --output's extension.
-    Query(QueryArgs),
-    /// List the stored profile types.
-    Types(TypesArgs),
-    /// List label names, or with NAME the values of one label.
-    Labels(LabelsArgs),
-    /// List the series (label sets) a selector matches.
-    Series(SeriesArgs),
-    /// Compare two selections: the functions that changed most, or a
-    /// differential flame graph with --output diff.svg.
-    Diff(DiffArgs),
-    /// Start Kiln on this machine: kiln-store on a local data directory plus
-    /// kiln-agent --all (and any --scrape pprof endpoints), until Ctrl-C.
-    Up(UpArgs),
-    /// Debug info for the store's symbolizer, which names frames that
-    /// arrived as build id and address (stripped binaries, the
-    /// OpenTelemetry eBPF profiler, Parca Agent).
-    #[command(subcommand)]
-    Debuginfo(DebuginfoCommand),
-}
-
-#[derive(Debug, Subcommand)]
-enum DebuginfoCommand {
-    /// Upload an ELF file with symbols or DWARF (an unstripped binary, or
-    /// the debug file `objcopy --only-keep-debug` makes), keyed by the
-    /// build id it records: frames of that build id are named in every
-    /// later query, of earlier data too. Needs a write token for any
-    /// namespace (--token / KILN_TOKEN) when the store requires tokens.
-    Upload(DebuginfoUploadArgs),
-}
-
-#[derive(Debug, Args)]
-struct DebuginfoUploadArgs {
-    /// The ELF file.
-    file: PathBuf,
-}
-
-#[derive(Debug, Args)]
-struct RangeArgs {
-    /// Start of the range: RFC 3339, unix seconds/ms/ns, or now-1h style.
-    #[arg(long, env = "KILN_FROM", default_value = "now-1h")]
-    from: String,
-    /// End of the range, in the same forms.
-    #[arg(long, env = "KILN_TO", default_value = "now")]
-    to: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Format {
-    /// An aligned text table.
-    Table,
-    /// The store's JSON answer.
-    Json,
-    /// An SVG flame graph (inferno).
-    Svg,
-    /// The merged profile as gzipped pprof.
-    Pprof,
-    /// Folded stacks, one `a;b;c value` line per stack.
-    Folded,
-}
-
-#[derive(Debug, Args)]
-struct QueryArgs {
-    #[command(flatten)]
-    range: RangeArgs,
-    /// Write to this file; the format follows the extension (.svg, .pb.gz,
-    /// .json, .folded/.txt) unless --format says otherwise.
-    #[arg(long, short, env = "KILN_OUTPUT")]
-    output: Option<PathBuf>,
-    /// Output format (default: from --output's extension, else table).
-    #[arg(long, value_enum, env = "KILN_FORMAT")]
-    format: Option<Format>,
-    /// Rows of the top table.
-    #[arg(long, env = "KILN_LIMIT", default_value_t = 25)]
-    limit: usize,
-    /// Largest number of flame graph nodes in JSON output (SVG, folded and
-    /// pprof are never trimmed).
-    #[arg(long, env = "KILN_MAX_NODES", default_value_t = 65536)]
-    max_nodes: usize,
-    /// Group by these labels, outermost first: each group becomes a root
-    /// frame `label=value` (e.g. --group-by namespace,pod).
-    #[arg(long, env = "KILN_GROUP_BY", value_delimiter = ',')]
-    group_by: Vec<String>,
-    /// Only the samples that ran in these tracing spans (span ids, 16 hex
-    /// digits each, e.g. --span-id 9a517183f26a089d).
-    #[arg(long, env = "KILN_SPAN_ID", value_delimiter = ',')]
-    span_id: Vec<String>,
-    /// The selector, e.g. 'process_cpu{pod="checkout-1"}'.
-    selector: String,
-}
-
-#[derive(Debug, Args)]
-struct TypesArgs {
-    #[command(flatten)]
-    range: RangeArgs,
-}
-
-#[derive(Debug, Args)]
-struct LabelsArgs {
-    #[command(flatten)]
-    range: RangeArgs,
-    /// Only series matching this selector.
-    #[arg(long, env = "KILN_QUERY")]
-    query: Option<String>,
-    /// Print JSON instead of one name per line.
-    #[arg(long, env = "KILN_JSON")]
-    json: bool,
-    /// Show this label's values instead of the label names.
-    name: Option<String>,
-}
-
-#[derive(Debug, Args)]
-struct SeriesArgs {
-    #[command(flatten)]
-    range: RangeArgs,
-    /// Print JSON instead of one series per line.
-    #[arg(long, env = "KILN_JSON")]
-    json: bool,
-    /// The selector; all series when absent.
-    selector: Option<String>,
-}
-
-#[derive(Debug, Args)]
-struct DiffArgs {
-    #[command(flatten)]
-    range: RangeArgs,
-    /// Start of the compared range (default: --from).
-    #[arg(long, env = "KILN_COMPARE_FROM")]
-    compare_from: Option<String>,
-    /// End of the compared range (default: --to).
-    #[arg(long, env = "KILN_COMPARE_TO")]
-    compare_to: Option<String>,
-    /// Write to this file: .svg (differential flame graph) or .json.
-    #[arg(long, short, env = "KILN_OUTPUT")]
-    output: Option<PathBuf>,
-    /// Rows of the change table.
-    #[arg(long, env = "KILN_LIMIT", default_value_t = 25)]
-    limit: usize,
-    /// Largest number of nodes in the diff tree.
-    #[arg(long, env = "KILN_MAX_NODES", default_value_t = 65536)]
-    max_nodes: usize,
-    /// The base selection.
-    base: String,
-    /// The compared selection (default: the base, over the compared range).
-    compare: Option<String>,
-}
-
-#[derive(Debug, Args)]
-struct UpArgs {
-    /// Address for the store (UI, API and ingest).
-    #[arg(long, env = "KILN_LISTEN", default_value = kiln_contract::endpoints::LOCAL_STORE_ADDR)]
-    listen: String,
-    /// Where the store keeps its data (default: ~/.local/share/kiln).
-    #[arg(long, env = "KILN_DATA_DIR")]
-    data_dir: Option<PathBuf>,
-    /// Run only the store, without the host agent.
-    #[arg(long, env = "KILN_NO_AGENT")]
-    no_agent: bool,
-    /// Also scrape the pprof endpoints under these base URLs with the agent
-    /// (comma-separated, e.g. http://127.0.0.1:6060/debug/pprof): heap,
-    /// allocations, goroutines, mutex and block profiles. Without root the
-    /// agent only scrapes.
-    #[arg(long, env = "KILN_SCRAPE", value_delimiter = ',')]
-    scrape: Vec<String>,
-    /// How long to wait for the store to become ready (recovery can take a while).
-    #[arg(long, env = "KILN_READY_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
-    ready_timeout: Duration,
-}
-
-/// A duration in Kiln's one grammar (docs/durations.md).
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    kiln_contract::duration::parse_duration(text).map_err(|err| err.to_string())
-}
 
 /// The exit status of a command whose answer was partial, with
 /// `--fail-on-partial`.
@@ -600,12 +399,6 @@ fn diff(client: &StoreClient, args: &DiffArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn clap_definition_is_consistent() {
-        Cli::command().debug_assert();
-    }
 
     #[test]
     fn output_extensions_choose_the_format() {
@@ -620,15 +413,6 @@ mod tests {
             Some(Format::Folded)
         );
         assert_eq!(format_from_path(Path::new("profile")), None);
-    }
-
-    #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5_400)));
-        assert!(parse_duration("5 parsecs").is_err());
     }
 
     #[test]

@@ -13,7 +13,12 @@ pub mod connect;
 pub mod exemplars;
 pub mod flamebearer;
 pub mod json;
+mod labels;
 pub mod render;
+mod series;
+
+pub use labels::{LabelNameScheme, label_names, label_values, series};
+pub use series::{select_series, step_ms};
 
 use std::collections::BTreeSet;
 
@@ -153,118 +158,6 @@ pub async fn profile_types(
                 sample_unit: p.sample_unit.clone(),
                 period_type: p.period_type.clone(),
                 period_unit: p.period_unit.clone(),
-            })
-            .collect(),
-    })
-}
-
-/// `LabelNames`.
-pub async fn label_names(
-    store: &Store,
-    request: t::LabelNamesRequest,
-    names: LabelNameScheme,
-) -> Result<Vec<String>, ApiError> {
-    let range = range_ms(request.start, request.end)?;
-    let mut all = BTreeSet::new();
-    for set in matcher_sets(store, &request.matchers, range).await? {
-        all.extend(
-            store
-                .label_names(&set, range)
-                .await?
-                .into_iter()
-                .filter(|name| names.shows(name)),
-        );
-    }
-    Ok(all.into_iter().collect())
-}
-
-/// Which label names a client can read back, from its `Accept` header:
-/// Grafana and `profilecli` add `allow-utf8-labelnames=true` when they can
-/// quote any name in a selector (`{"k8s.pod.name"="..."}`). Without it, as
-/// in Pyroscope, only names of Prometheus' legacy form are listed, so an
-/// older client never offers a name it cannot select on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LabelNameScheme {
-    /// Every name (`allow-utf8-labelnames=true`).
-    Utf8,
-    /// `[A-Za-z_][A-Za-z0-9_]*` only.
-    Legacy,
-}
-
-impl LabelNameScheme {
-    /// The scheme an `Accept` header value asks for.
-    pub fn from_accept(accept: &str) -> Self {
-        let allows = accept.split(',').any(|media| {
-            media.split(';').skip(1).any(|parameter| {
-                parameter.split_once('=').is_some_and(|(name, value)| {
-                    name.trim().eq_ignore_ascii_case("allow-utf8-labelnames")
-                        && value.trim().trim_matches('"').eq_ignore_ascii_case("true")
-                })
-            })
-        });
-        if allows { Self::Utf8 } else { Self::Legacy }
-    }
-
-    /// Whether a label name is listed under this scheme.
-    pub fn shows(self, name: &str) -> bool {
-        self == Self::Utf8 || is_legacy_label_name(name)
-    }
-}
-
-fn is_legacy_label_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// `LabelValues`.
-pub async fn label_values(
-    store: &Store,
-    request: t::LabelValuesRequest,
-) -> Result<Vec<String>, ApiError> {
-    if request.name.is_empty() {
-        return Err(ApiError::BadParameter {
-            parameter: "name",
-            message: "the label name is required".to_owned(),
-        });
-    }
-    let range = range_ms(request.start, request.end)?;
-    let mut all = BTreeSet::new();
-    for set in matcher_sets(store, &request.matchers, range).await? {
-        all.extend(store.label_values(&request.name, &set, range).await?);
-    }
-    Ok(all.into_iter().collect())
-}
-
-/// `Series`: label sets, reduced to `label_names` when given.
-pub async fn series(
-    store: &Store,
-    request: q::SeriesRequest,
-    names: LabelNameScheme,
-) -> Result<q::SeriesResponse, ApiError> {
-    let range = range_ms(request.start, request.end)?;
-    let mut sets: BTreeSet<Vec<(String, String)>> = BTreeSet::new();
-    for matchers in matcher_sets(store, &request.matchers, range).await? {
-        for set in store.series(&matchers, range).await? {
-            let pairs = set
-                .iter()
-                .filter(|l| request.label_names.is_empty() || request.label_names.contains(&l.name))
-                .filter(|l| names.shows(&l.name))
-                .map(|l| (l.name.clone(), l.value.clone()))
-                .collect();
-            sets.insert(pairs);
-        }
-    }
-    Ok(q::SeriesResponse {
-        labels_set: sets
-            .into_iter()
-            .map(|pairs| t::Labels {
-                labels: pairs
-                    .into_iter()
-                    .map(|(name, value)| t::LabelPair { name, value })
-                    .collect(),
             })
             .collect(),
     })
@@ -440,118 +333,6 @@ pub async fn select_merge_profile(
     })
 }
 
-/// The timeline step: `step` seconds, else the range / 100 (at least 10 s).
-pub fn step_ms(step_seconds: f64, range: TimeRange) -> Result<i64, ApiError> {
-    if step_seconds.is_nan() || step_seconds < 0.0 {
-        return Err(ApiError::BadParameter {
-            parameter: "step",
-            message: format!("{step_seconds} is not a step in seconds"),
-        });
-    }
-    // Saturating: a step past i64 ms is one bucket, as any step longer
-    // than the range is.
-    let ms = (step_seconds * 1000.0).round() as i64;
-    Ok(if ms > 0 {
-        ms
-    } else {
-        (range.end_ms.saturating_sub(range.start_ms) / 100).max(10_000)
-    })
-}
-
-/// `SelectSeries`: totals per step, one series per `group_by` value tuple.
-pub async fn select_series(
-    store: &Store,
-    request: q::SelectSeriesRequest,
-) -> Result<q::SelectSeriesResponse, ApiError> {
-    refuse_stack_trace_selector(request.stack_trace_selector.as_ref())?;
-    let exemplar_request = ExemplarRequest::from_wire(request.exemplar_type)?;
-    // Average: each step's mean profile total per series, as Pyroscope
-    // does, so a gauge (heap in use, goroutines) scraped several times in a
-    // step reads as its level, not as the level times the scrapes.
-    let average = match request.aggregation {
-        None => false,
-        Some(a) if a == t::TimeSeriesAggregationType::Sum as i32 => false,
-        Some(a) if a == t::TimeSeriesAggregationType::Average as i32 => true,
-        Some(other) => {
-            return Err(ApiError::BadParameter {
-                parameter: "aggregation",
-                message: format!("unknown aggregation {other}"),
-            });
-        }
-    };
-    let group_by = group_by_list(request.group_by)?;
-    let range = range_ms(request.start, request.end)?;
-    let step_ms = step_ms(request.step, range)?;
-    let selector = selection(
-        store,
-        &request.profile_type_id,
-        &request.label_selector,
-        range,
-    )
-    .await?;
-    let groups = if group_by.is_empty() {
-        BTreeSet::from([Vec::new()])
-    } else {
-        series_groups(
-            &store.series(&series_matchers(&selector), range).await?,
-            &group_by,
-        )?
-    };
-    let mut series = Vec::new();
-    for values in groups {
-        let group = group_selector(&selector, &group_by, &values);
-        let timeline = store.timeline(&group, range, step_ms).await?;
-        let exemplars = match exemplar_request {
-            ExemplarRequest::Individual => Some(store.exemplars(&group, range, step_ms).await?),
-            ExemplarRequest::None => None,
-        };
-        let step_values: Vec<f64> = if average {
-            timeline.averages()
-        } else {
-            timeline.values.iter().map(|&v| v as f64).collect()
-        };
-        let points: Vec<t::Point> = step_values
-            .iter()
-            .enumerate()
-            .filter(|&(i, v)| {
-                *v != 0.0 || (average && timeline.profiles.get(i).is_some_and(|&n| n > 0))
-            })
-            .map(|(i, v)| t::Point {
-                value: *v,
-                // Within the range: the timeline has a bucket per step.
-                timestamp: timeline
-                    .start_ms
-                    .saturating_add((i as i64).saturating_mul(timeline.step_ms)),
-                // The same range and step as the timeline: step i is i.
-                exemplars: exemplars
-                    .as_ref()
-                    .and_then(|e| wire_exemplar(e, i))
-                    .into_iter()
-                    .collect(),
-            })
-            .collect();
-        if points.is_empty() {
-            continue;
-        }
-        let labels = group_by
-            .iter()
-            .zip(values)
-            .filter(|(_, value)| !value.is_empty())
-            .map(|(name, value)| t::LabelPair {
-                name: name.clone(),
-                value,
-            })
-            .collect();
-        series.push(t::Series { labels, points });
-    }
-    if let Some(limit) = request.limit.filter(|&l| l > 0) {
-        let total = |s: &t::Series| s.points.iter().map(|p| p.value).sum::<f64>();
-        series.sort_by(|a, b| total(b).total_cmp(&total(a)));
-        series.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
-    }
-    Ok(q::SelectSeriesResponse { series })
-}
-
 /// `Diff`: left is the base, right the comparison; both must be one type.
 pub async fn diff(
     Query { store, symbolizer }: Query<'_>,
@@ -709,57 +490,4 @@ async fn refine(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::wire::time::DEFAULT_RANGE_MS;
-
-    #[test]
-    fn max_nodes_follows_pyroscope() {
-        assert_eq!(max_nodes(None), DEFAULT_MAX_NODES);
-        assert_eq!(max_nodes(Some(0)), DEFAULT_MAX_NODES);
-        assert_eq!(max_nodes(Some(-1)), MAX_MAX_NODES);
-        assert_eq!(max_nodes(Some(100)), 100);
-        assert_eq!(max_nodes(Some(i64::MAX)), MAX_MAX_NODES);
-    }
-
-    #[test]
-    fn ranges_default_and_include_the_end() {
-        let range = range_ms(1_000, 2_000).unwrap();
-        assert_eq!((range.start_ms, range.end_ms), (1_000, 2_001));
-        let range = range_ms(0, 10_000_000).unwrap();
-        assert_eq!(range.start_ms, 10_000_000 - DEFAULT_RANGE_MS);
-        assert!(range_ms(5, 5).is_err());
-    }
-
-    #[test]
-    fn steps_come_from_seconds_or_the_range() {
-        let range = TimeRange {
-            start_ms: 0,
-            end_ms: 3_600_000,
-        };
-        assert_eq!(step_ms(15.0, range).unwrap(), 15_000);
-        assert_eq!(step_ms(0.0, range).unwrap(), 36_000);
-        assert!(step_ms(f64::NAN, range).is_err());
-    }
-
-    #[test]
-    fn dotted_names_are_listed_only_to_clients_that_can_quote_them() {
-        use LabelNameScheme::{Legacy, Utf8};
-        for (accept, scheme) in [
-            ("application/json; allow-utf8-labelnames=true", Utf8),
-            ("*/*;allow-utf8-labelnames=true", Utf8),
-            (
-                "application/json, */*; Allow-UTF8-LabelNames=\"true\"",
-                Utf8,
-            ),
-            ("application/json", Legacy),
-            ("application/json; allow-utf8-labelnames=false", Legacy),
-            ("", Legacy),
-        ] {
-            assert_eq!(LabelNameScheme::from_accept(accept), scheme, "{accept:?}");
-        }
-        assert!(Legacy.shows("service_name") && Legacy.shows("__name__"));
-        assert!(!Legacy.shows("k8s.pod.name") && !Legacy.shows("9lives"));
-        assert!(Utf8.shows("k8s.pod.name"));
-    }
-}
+mod tests;
