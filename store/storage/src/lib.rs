@@ -4,6 +4,7 @@ pub mod bucket;
 pub mod error;
 pub mod lease;
 pub mod memory_gate;
+pub mod peer_keys;
 pub mod peers;
 pub mod planner;
 pub mod store;

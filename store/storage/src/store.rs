@@ -97,7 +97,9 @@ pub use catalog::{
 pub use config::{AcceptedTimes, StoreConfig};
 pub use health::{HealthProblem, StoreHealth};
 use ingest::Ingest;
-pub use ingest::{IngestAdmission, IngestTurn, WriterScope, check_key, profile_key};
+pub use ingest::{
+    IngestAdmission, IngestTurn, KeyStats, WriterScope, check_key, check_profile_key, profile_key,
+};
 pub use recorded::RecordedUpkeep;
 pub use upkeep::CompactionReport;
 use upkeep::Upkeep;
@@ -243,6 +245,18 @@ impl Store {
         config: StoreConfig,
         bucket: impl Into<Bucket>,
     ) -> Result<Store, StorageError> {
+        Self::open_among_peers(config, bucket, None).await
+    }
+
+    /// [`Store::open`] for a replica among `peer_keys`: its replay drops
+    /// the keyed records a peer stored while it was down, and resent
+    /// requests' keys unknown here are looked up there
+    /// ([`crate::peer_keys`]).
+    pub async fn open_among_peers(
+        config: StoreConfig,
+        bucket: impl Into<Bucket>,
+        peer_keys: Option<Arc<dyn crate::peer_keys::PeerKeySource>>,
+    ) -> Result<Store, StorageError> {
         config.validate()?;
         allocator::bound_allocator_retention();
         let data_dir_lock = upkeep::lock_data_dir(&config)?;
@@ -254,8 +268,13 @@ impl Store {
         let replica_lease = upkeep::replica_lease(&bucket, &config, &holder);
         upkeep::claim_replica_name(&replica_lease, &config).await?;
         let retention_lease = upkeep::retention_lease(&bucket, &config, &holder);
-        let recovered = recovery::recover(&config, &bucket).await?;
-        let recent_keys = ingest::recover_keys(&config).await?;
+        // The keys first: replay drops the records whose key a peer stored.
+        let (mut recent_keys, keys_in_wal) = ingest::recover_keys(&config).await?;
+        let replay_keys = ingest::peer_lookup::replay_keys(peer_keys.as_ref(), keys_in_wal).await;
+        let recovered = recovery::recover(&config, &bucket, replay_keys).await?;
+        for key in &recovered.keyed.dropped {
+            recent_keys.forget(key);
+        }
         let mut view = View::default();
         let listed = recovered.listing.is_some();
         let listing = recovered.listing.unwrap_or_default();
@@ -280,6 +299,7 @@ impl Store {
                     config.series_census_capacity(),
                 ),
                 recent_keys,
+                ingest::peer_lookup::PeerKeys::new(peer_keys, &recovered.keyed),
             ),
             catalog: Catalog::new(
                 &config,

@@ -8,6 +8,8 @@
 //! - `write`: `Store::ingest` and its variants (decode, check, log, apply);
 //! - `live_head`: the sharded head writes apply to;
 //! - `idempotency`: the keys of recently stored profiles;
+//! - `peer_lookup`: those keys looked up at the peers, for resent requests
+//!   and at replay;
 //! - `time_window`: which profile times are accepted;
 //! - `writer_scope`: which namespaces a writer may write;
 //! - `replay` and `quarantine`: the WAL replayed into heads at open, with
@@ -16,13 +18,15 @@
 mod admission;
 pub(super) mod idempotency;
 mod live_head;
+pub(super) mod peer_lookup;
 mod quarantine;
 pub(super) mod replay;
 mod time_window;
 mod write;
 mod writer_scope;
 
-pub use idempotency::{check_key, profile_key};
+pub use idempotency::{check_key, check_profile_key, profile_key};
+pub use peer_lookup::KeyStats;
 pub use writer_scope::WriterScope;
 
 use std::path::PathBuf;
@@ -59,6 +63,8 @@ pub(super) struct Ingest {
     /// Idempotency keys of recently stored profiles, so a resent profile
     /// is stored once.
     pub(super) recent_keys: Mutex<idempotency::RecentKeys>,
+    /// The peers keys unknown here are looked up at, and the counts.
+    pub(super) peer_keys: peer_lookup::PeerKeys,
     /// Set by shutdown: no write is logged after it.
     pub(super) closed: AtomicBool,
     pub(super) counters: IngestCounters,
@@ -81,6 +87,7 @@ impl Ingest {
         replay: ReplayReport,
         head: LiveHead,
         recent_keys: idempotency::RecentKeys,
+        peer_keys: peer_lookup::PeerKeys,
     ) -> Self {
         Self {
             wal,
@@ -91,6 +98,7 @@ impl Ingest {
             turns: Arc::new(Semaphore::new(config.ingest_workers)),
             memory: crate::memory_gate::MemoryGate::new(config.ingest_memory_bytes),
             recent_keys: Mutex::new(recent_keys),
+            peer_keys,
             closed: AtomicBool::new(false),
             counters: IngestCounters::default(),
         }

@@ -9,6 +9,7 @@ use kiln_engine::recording::RecordedPoints;
 
 use super::StoreConfig;
 use super::catalog::Frozen;
+use super::ingest::peer_lookup::{ReplayKeys, ReplayedKeys};
 use super::ingest::replay::{ReplayPass, replay_until_clean, replayer};
 use super::ingest::wal_dir;
 use super::recorded::delete_unmatched_flush_file;
@@ -33,15 +34,20 @@ pub(super) struct Recovered {
     pub(super) frozen: Vec<Frozen>,
     /// Markers whose block's state is unknown; their segments are kept.
     pub(super) held: Vec<Marker>,
+    /// Keyed records dropped as stored at a peer, or kept unverified.
+    pub(super) keyed: ReplayedKeys,
 }
 
 fn in_ranges(ranges: &[(u64, u64)], id: u64) -> bool {
     ranges.iter().any(|&(first, end)| first <= id && id < end)
 }
 
+/// Recovers the store; `keys` says which keyed records peers stored while
+/// this replica was down, which replay drops.
 pub(super) async fn recover(
     config: &StoreConfig,
     bucket: &Bucket,
+    keys: ReplayKeys,
 ) -> Result<Recovered, StorageError> {
     let empty = (Default::default(), Default::default());
     let (mut listing, mut listing_error) = match tokio::time::timeout(
@@ -115,9 +121,10 @@ pub(super) async fn recover(
     let held_ranges: Vec<(u64, u64)> = held.iter().map(|m| (m.first, m.end)).collect();
     let segment_bytes = config.wal_segment_bytes;
     let cut_bytes = config.max_head_bytes;
-    let replayer = replayer(config);
+    let mut replayer = replayer(config);
+    replayer.keys = keys;
     let replay_dir = dir.clone();
-    let (wal, frozen, head, recorded, first_segment, report) =
+    let (wal, frozen, head, recorded, first_segment, report, keyed) =
         tokio::task::spawn_blocking(move || {
             let skip = |id: u64| in_ranges(&covered, id) || in_ranges(&held_ranges, id);
             // Every other segment, even one without records (a crash right
@@ -135,6 +142,7 @@ pub(super) async fn recover(
                 }
             })?;
             replay_until_clean(&mut pass, &replay_dir, &uncovered)?;
+            let keyed = pass.take_keyed();
             let (cut, last, quarantined) = pass.finish()?;
             let head_first = last.first_segment;
             report.quarantined_records = quarantined;
@@ -148,7 +156,7 @@ pub(super) async fn recover(
                 .into_iter()
                 .map(|c| Frozen::new(vec![c.head], c.recorded, c.first_segment, c.end_segment))
                 .collect();
-            Ok::<_, StorageError>((wal, frozen, last.head, last.recorded, first, report))
+            Ok::<_, StorageError>((wal, frozen, last.head, last.recorded, first, report, keyed))
         })
         .await
         .map_err(|e| StorageError::task("WAL replay", e))??;
@@ -164,6 +172,8 @@ pub(super) async fn recover(
         wal_quarantined = report.quarantined_records,
         heads_waiting_for_upload = frozen.len(),
         held_wal_ranges = held.len(),
+        wal_dropped_stored_elsewhere = keyed.dropped.len(),
+        wal_kept_unverified = keyed.kept_unverified,
         "store recovered"
     );
     Ok(Recovered {
@@ -176,5 +186,6 @@ pub(super) async fn recover(
         listing_error,
         frozen,
         held,
+        keyed,
     })
 }

@@ -127,9 +127,33 @@ impl RecentKeys {
         self.in_flight.remove(key);
     }
 
+    /// What is known of `key` here, without claiming it (a peer asking):
+    /// [`Begin::New`] for a key neither stored nor being stored.
+    pub fn peek(&mut self, key: &str, now_ms: i64) -> Begin {
+        self.expire(now_ms);
+        if self.stored.contains_key(key) {
+            Begin::Stored
+        } else if self.in_flight.contains(key) {
+            Begin::InFlight
+        } else {
+            Begin::New
+        }
+    }
+
+    /// Forgets `key`: its record was dropped at replay because a peer
+    /// stored the profile, so this replica no longer holds it and must not
+    /// tell a peer it does. Its entry in the order stays behind, stale:
+    /// [`RecentKeys::encode`] skips it, and `forget_oldest` pops it.
+    pub fn forget(&mut self, key: &str) {
+        self.stored.remove(key);
+    }
+
     /// Remembers a key stored at `at_ms` (from replay or the keys file).
+    /// A key remembered again at another time gets an entry for that time:
+    /// its earlier one is then stale, skipped when written and when
+    /// forgotten, so the key expires with its latest time.
     pub fn remember(&mut self, key: String, at_ms: i64) {
-        if self.stored.insert(key.clone(), at_ms).is_none() {
+        if self.stored.insert(key.clone(), at_ms) != Some(at_ms) {
             self.order.push_back((key, at_ms));
         }
         while self.order.len() > MAX_KEYS {
@@ -163,6 +187,10 @@ impl RecentKeys {
         let mut out = Vec::with_capacity(FILE_MAGIC.len() + self.order.len() * 64);
         out.extend_from_slice(FILE_MAGIC);
         for (key, at) in &self.order {
+            // Forgotten, or stale: the key was remembered again later.
+            if self.stored.get(key) != Some(at) {
+                continue;
+            }
             // Every key passed `check_profile_key`; a longer one cannot be
             // stored.
             let Ok(len) = u8::try_from(key.len()) else {
@@ -382,6 +410,38 @@ mod tests {
         let mut loaded = RecentKeys::decode(old.as_bytes(), 3);
         assert_eq!(loaded.begin("victim", 3), Begin::New);
         assert!(loaded.order.is_empty());
+    }
+
+    #[test]
+    fn a_forgotten_key_is_unknown_here_and_left_out_of_the_file() {
+        let mut keys = RecentKeys::default();
+        keys.remember("dropped".into(), 5);
+        keys.remember("kept".into(), 6);
+        assert_eq!(keys.begin("busy", 6), Begin::New);
+        assert_eq!(keys.peek("dropped", 7), Begin::Stored);
+        assert_eq!(keys.peek("busy", 7), Begin::InFlight);
+        assert_eq!(keys.peek("other", 7), Begin::New);
+        assert_eq!(keys.begin("other", 7), Begin::New, "peek claims nothing");
+        keys.forget("dropped");
+        assert_eq!(keys.peek("dropped", 7), Begin::New);
+        let mut loaded = RecentKeys::decode(&keys.encode(7), 7);
+        assert_eq!(loaded.peek("dropped", 7), Begin::New);
+        assert_eq!(loaded.peek("kept", 7), Begin::Stored);
+        assert_eq!(loaded.order.len(), 1);
+        // Stored again later: written once, at its new time, and known
+        // until that time's window ends.
+        keys.remember("dropped".into(), 9);
+        let mut loaded = RecentKeys::decode(&keys.encode(9), 9);
+        assert_eq!(loaded.order.len(), 2);
+        assert_eq!(loaded.peek("dropped", 9 + WINDOW_MS), Begin::Stored);
+        assert_eq!(loaded.peek("dropped", 10 + WINDOW_MS), Begin::New);
+        // A key remembered at a later time (its record replayed after the
+        // keys file was read) expires with that time, not the first.
+        let mut keys = RecentKeys::default();
+        keys.remember("twice".into(), 1);
+        keys.remember("twice".into(), 50);
+        assert_eq!(keys.peek("twice", 50 + WINDOW_MS), Begin::Stored);
+        assert_eq!(keys.peek("twice", 51 + WINDOW_MS), Begin::New);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use kiln_engine::recording::{RecordedPoints, RecordingRules};
 use kiln_engine::{Head, IngestLimits};
 use kiln_pprof::{DecodeLimits, FlatProfile};
 
+use super::peer_lookup::{ReplayKey, ReplayKeys, ReplayedKeys};
 use super::quarantine::{self, quarantine_dir};
 use crate::error::StorageError;
 use crate::store::StoreConfig;
@@ -23,6 +24,8 @@ pub(in crate::store) struct Replayer {
     pub(in crate::store) recording_rules: Arc<RecordingRules>,
     pub(in crate::store) ingest_limits: IngestLimits,
     pub(in crate::store) quarantine_dir: PathBuf,
+    /// Which keyed records peers stored meanwhile (at open; none later).
+    pub(in crate::store) keys: ReplayKeys,
 }
 
 /// A head filled by replay and cut at a segment boundary: it holds exactly
@@ -60,6 +63,8 @@ pub(in crate::store) struct ReplayPass<'r> {
     damaged: bool,
     /// The first IO error while setting a record aside; recovery fails with it.
     error: Option<StorageError>,
+    /// Keyed records dropped as stored at a peer, or kept unverified.
+    keyed: ReplayedKeys,
 }
 
 /// Why one record was not applied.
@@ -89,6 +94,7 @@ impl<'r> ReplayPass<'r> {
             quarantined: BTreeSet::new(),
             damaged: false,
             error: None,
+            keyed: ReplayedKeys::default(),
         }
     }
 
@@ -115,6 +121,18 @@ impl<'r> ReplayPass<'r> {
             Err(err) => Refusal::Refused(format!("unreadable record: {err}")),
             Ok(record) => {
                 let replayer = self.replayer;
+                if let Some(key) = &record.idempotency_key {
+                    match replayer.keys.decide(key) {
+                        // The client retried at a peer while this replica
+                        // was down, and the peer stored it.
+                        ReplayKey::Drop => {
+                            self.keyed.dropped.push(key.clone());
+                            return;
+                        }
+                        ReplayKey::KeepUnverified => self.keyed.kept_unverified += 1,
+                        ReplayKey::Keep => {}
+                    }
+                }
                 let head = &mut self.head;
                 let recorded = &mut self.recorded;
                 // NB: AssertUnwindSafe is sound here because a panic marks
@@ -182,6 +200,13 @@ impl<'r> ReplayPass<'r> {
         self.last_segment = None;
         self.cut.clear();
         self.damaged = false;
+        self.keyed = ReplayedKeys::default();
+    }
+
+    /// What the pass did with keyed records so far (call before
+    /// [`ReplayPass::finish`]).
+    pub(in crate::store) fn take_keyed(&mut self) -> ReplayedKeys {
+        std::mem::take(&mut self.keyed)
     }
 
     /// The heads cut on the way (oldest first), the last head (its
@@ -214,6 +239,7 @@ pub(in crate::store) fn replayer(config: &StoreConfig) -> Replayer {
         // was logged; replay must not refuse what was acknowledged.
         ingest_limits: config.ingest_limits.for_logged_records(),
         quarantine_dir: quarantine_dir(config),
+        keys: ReplayKeys::default(),
     }
 }
 

@@ -11,6 +11,7 @@ use super::time_window::check_profile_time;
 use super::wal_dir;
 use crate::error::StorageError;
 use crate::memory_gate::Reservation;
+use crate::peer_keys::KeysAtPeers;
 use crate::store::{AcceptedTimes, IngestRequest, Store, StoreConfig, lock, now_ms, read};
 use crate::wal::WalRecord;
 
@@ -24,14 +25,23 @@ fn resolve_time_ms(request: Option<i64>, profile: &impl ProfileView) -> i64 {
 }
 
 /// The keys of profiles stored recently, at open: the keys file written by
-/// the last flush, plus the keys of every record still in the WAL.
+/// the last flush, plus the keys of every record still in the WAL; and
+/// those of the WAL's records apart, which replay may drop (a peer stored
+/// them meanwhile).
 pub(in crate::store) async fn recover_keys(
     config: &StoreConfig,
-) -> Result<idempotency::RecentKeys, StorageError> {
+) -> Result<(idempotency::RecentKeys, Vec<String>), StorageError> {
     let dir = wal_dir(config);
     tokio::task::spawn_blocking(move || {
         let now = now_ms();
+        // Read before recovery creates it, on a store's first start.
+        std::fs::create_dir_all(&dir).map_err(|source| StorageError::Wal {
+            op: "create directory",
+            path: dir.clone(),
+            source,
+        })?;
         let mut keys = idempotency::RecentKeys::decode(&idempotency::load(&dir)?, now);
+        let mut in_wal = Vec::new();
         let segments = crate::wal::list_segments(&dir)?;
         crate::wal::reread(&dir, &segments, |replayed| {
             if let Ok(WalRecord {
@@ -39,10 +49,11 @@ pub(in crate::store) async fn recover_keys(
                 ..
             }) = replayed.record
             {
+                in_wal.push(key.clone());
                 keys.remember(key, now);
             }
         })?;
-        Ok(keys)
+        Ok((keys, in_wal))
     })
     .await
     .map_err(|e| StorageError::task("idempotency keys", e))?
@@ -87,18 +98,38 @@ impl Store {
         request: IngestRequest,
         key: &str,
     ) -> Result<IngestStats, StorageError> {
+        self.ingest_keyed(request, key, None).await
+    }
+
+    /// [`Store::ingest_once`], and for a resent profile what the peers
+    /// said of its key (`peer_lookup`).
+    pub(in crate::store) async fn ingest_keyed(
+        &self,
+        request: IngestRequest,
+        key: &str,
+        at_peers: Option<&KeysAtPeers>,
+    ) -> Result<IngestStats, StorageError> {
         // The key is client text kept in memory, in the WAL and in the
         // keys file: bounded, and printable, so no key reads as more.
         idempotency::check_profile_key(key)
             .map_err(|message| StorageError::InvalidIdempotencyKey { message })?;
         match lock(&self.shared.ingest.recent_keys).begin(key, now_ms()) {
-            idempotency::Begin::Stored => return Ok(IngestStats::default()),
+            idempotency::Begin::Stored => {
+                self.count_repeat_here();
+                return Ok(IngestStats::default());
+            }
             idempotency::Begin::InFlight => {
                 return Err(StorageError::IdempotencyKeyInFlight {
                     key: key.to_string(),
                 });
             }
             idempotency::Begin::New => {}
+        }
+        // Not remembered as stored here when a peer holds it: this replica
+        // must never tell a peer it holds a profile it does not.
+        if let Some(settled) = at_peers.and_then(|found| self.settled_at_peers(key, found)) {
+            lock(&self.shared.ingest.recent_keys).abort(key);
+            return settled;
         }
         let result = self.ingest_profile(request, None, Some(key)).await;
         let mut keys = lock(&self.shared.ingest.recent_keys);
