@@ -10,13 +10,16 @@
 //!   the wire before prost decodes it ([`message_scan`]);
 //! - [`pyroscope`]: the `/ingest` query string and body formats;
 //! - [`push_json`]: Push's JSON body;
-//! - [`otlp`]: OTLP profiles, over gRPC and HTTP.
+//! - [`otlp`]: OTLP profiles, over gRPC and HTTP;
+//! - [`peer_keys`]: a resent request's idempotency keys looked up at the
+//!   other replicas, and the route that answers them.
 
 pub mod grpc;
 pub mod grpc_admission;
 pub mod http;
 pub mod message_scan;
 pub mod otlp;
+pub mod peer_keys;
 pub mod push_json;
 pub mod pyroscope;
 pub mod series_batch;

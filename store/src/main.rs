@@ -54,8 +54,18 @@ async fn run(config: Config) -> anyhow::Result<()> {
     // /readyz says 503 until the WAL is replayed and the bucket listed.
     let bucket = bucket(&config)?;
     let store_config = store_config(&config)?;
+    // Before opening: replay asks the peers which of its keyed records
+    // they stored while this replica was down.
+    let peers = kiln_store::query::peers::client(
+        &config.peers,
+        state.read_tokens().first().cloned(),
+        config.peer_connect_timeout,
+    );
+    let peer_keys = peers
+        .as_ref()
+        .map(kiln_store::ingest::peer_keys::key_source);
     let store = tokio::select! {
-        opened = Store::open(store_config, bucket) => {
+        opened = Store::open_among_peers(store_config, bucket, peer_keys) => {
             opened.context("opening the store")?
         }
         _ = stopped(stop_rx.clone()) => {
@@ -63,14 +73,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    if let Some(peers) = kiln_store::query::peers::client(
-        &config.peers,
-        state.read_tokens().first().cloned(),
-        config.peer_connect_timeout,
-    ) {
+    if let Some(peers) = peers {
         tracing::info!(
             peers = config.peers.len(),
-            "queries ask the other replicas for their unflushed data"
+            "queries ask the other replicas for their unflushed data, resent requests for their keys"
         );
         store.connect_peers(peers);
     }

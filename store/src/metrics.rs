@@ -2,6 +2,8 @@
 //! latency histogram family and written in the Prometheus text format
 //! (0.0.4) by that library.
 
+mod idempotency;
+
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -51,6 +53,7 @@ pub struct Metrics {
     storage: [U64Gauge; STORAGE_GAUGES.len()],
     connections: Arc<ConnectionStats>,
     symbolization: Arc<SymbolizationMetrics>,
+    idempotency: idempotency::IdempotencyMetrics,
 }
 
 /// Connections of the store's ports, counted by the accept loop.
@@ -148,6 +151,8 @@ pub struct StorageGauges {
     pub series_census_bytes: u64,
     /// Blocks whose series the census could not read at the last listing.
     pub series_census_unreadable_blocks: u64,
+    /// What idempotency keys did since start (counters, not gauges).
+    pub keys: kiln_storage::store::KeyStats,
 }
 
 /// Name and help of each storage gauge, in [`StorageGauges::values`] order.
@@ -257,6 +262,7 @@ impl Default for Metrics {
             storage: Default::default(),
             connections: Arc::new(ConnectionStats::new()),
             symbolization: Arc::new(SymbolizationMetrics::default()),
+            idempotency: idempotency::IdempotencyMetrics::default(),
         };
         metrics.registered()
     }
@@ -311,6 +317,7 @@ impl Metrics {
             self.connections.closed.clone(),
         );
         self.symbolization.register(registry);
+        self.idempotency.register(registry);
         self
     }
 
@@ -359,6 +366,7 @@ impl Metrics {
         for (gauge, value) in self.storage.iter().zip(gauges.values()) {
             gauge.set(value);
         }
+        self.idempotency.set(&gauges.keys);
         let mut out = String::with_capacity(4096);
         // Writing into a String never fails.
         if let Err(error) = prometheus_text::encode(&mut out, &self.registry) {

@@ -113,6 +113,7 @@ fn handler(endpoint: Endpoint, services: &Services, state: &AppState) -> MethodR
         Endpoint::RecordedLabelValues => get(recorded::label_values),
         Endpoint::RecordedBuildInfo => get(recorded::buildinfo),
         Endpoint::PeerHead => post(crate::query::peers::peer_head),
+        Endpoint::PeerKeys => post(crate::ingest::peer_keys::peer_keys),
         Endpoint::DebugInfoUpload => post(crate::symbolize::upload::upload),
     }
 }

@@ -238,13 +238,23 @@ impl AppState {
     /// profiles) stops that series only; a failure that retrying may fix
     /// (the store is overloaded, shutting down, or failing) stops the
     /// request, and the series from there on are reported as not stored.
+    /// `resend` is the attempt number of a request the client marked as a
+    /// resend (`kiln-retry-attempt`).
     pub async fn ingest_series(
         &self,
         protocol: &'static str,
         writer: &WriterScope,
         batch: Vec<SeriesUploads>,
+        resend: Option<u32>,
     ) -> Result<BatchReport, ApiError> {
         let store = self.store()?;
+        // A resend's keys unknown here may be known at a peer (the first
+        // try went there): one lookup for the request, before any profile
+        // is stored. First sends never ask.
+        let at_peers = match resend {
+            Some(_) => store.keys_at_peers(resent_keys(&batch)).await,
+            None => None,
+        };
         let mut report = BatchReport {
             series: batch.len(),
             failures: Vec::new(),
@@ -277,7 +287,7 @@ impl AppState {
                 // stored without being stored again, so a client's retry of
                 // a batch stored in part does not count profiles twice.
                 let outcome = match keys.next().flatten() {
-                    Some(key) => store.ingest_once(request, &key).await,
+                    Some(key) => store.ingest_resent(request, &key, at_peers.as_ref()).await,
                     None => store.ingest(request).await,
                 };
                 match outcome {
@@ -368,10 +378,21 @@ impl AppState {
                     retained_series: census.series,
                     series_census_bytes: census.bytes,
                     series_census_unreadable_blocks: census.unreadable_blocks,
+                    keys: store.key_stats(),
                 }
             }
         }
     }
+}
+
+/// The keys of a batch's profiles that may be stored (their series was
+/// split without an error).
+fn resent_keys(batch: &[SeriesUploads]) -> Vec<String> {
+    batch
+        .iter()
+        .filter(|series| series.uploads.is_ok())
+        .flat_map(|series| series.keys.iter().flatten().cloned())
+        .collect()
 }
 
 /// The store's request for `upload` by `writer`, and the profile its pprof

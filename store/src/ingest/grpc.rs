@@ -196,12 +196,13 @@ impl<R: SeriesReply> tonic::server::UnaryService<Bytes> for Unary<R> {
         let handler = self.handler.clone();
         Box::pin(async move {
             let per_series = wants_series_status(request.metadata());
+            let resend = crate::ingest::peer_keys::retry_attempt(request.metadata());
             let permit = request.extensions().get::<SharedPermit>().cloned();
             let writer = writer_scope(request.extensions());
             let endpoint = handler.method.endpoint();
             let metrics = handler.state.metrics();
             let report = handler
-                .run(permit, writer, request.into_inner())
+                .run(permit, writer, resend, request.into_inner())
                 .await
                 .map_err(|err| {
                     metrics.record_rejection(endpoint, err.reason());
@@ -234,6 +235,7 @@ impl Handler {
         &self,
         permit: Option<SharedPermit>,
         writer: Result<WriterScope, ApiError>,
+        resend: Option<u32>,
         body: Bytes,
     ) -> Result<BatchReport, ApiError> {
         let state = &self.state;
@@ -259,7 +261,9 @@ impl Handler {
             work: "decoding a gRPC ingest request",
             message: e.to_string(),
         })??;
-        state.ingest_series(method.endpoint(), &writer, batch).await
+        state
+            .ingest_series(method.endpoint(), &writer, batch, resend)
+            .await
     }
 }
 

@@ -81,8 +81,8 @@ pub async fn peer_head(State(state): State<AppState>, request: Request) -> Respo
 /// [`connect`]).
 #[derive(Debug)]
 pub struct PeerClient {
-    peers: Vec<PeerAddress>,
-    token: Option<String>,
+    pub(crate) peers: Vec<PeerAddress>,
+    pub(crate) token: Option<String>,
     connect_timeout: Duration,
     unreachable: Arc<connect::Unreachable>,
 }
@@ -94,6 +94,16 @@ impl PeerClient {
             token,
             connect_timeout,
             unreachable: Arc::default(),
+        }
+    }
+
+    /// How a request due by `deadline` connects to the peers (the
+    /// addresses found unreachable are shared by every request).
+    pub(crate) fn connecting(&self, deadline: Instant) -> Connecting {
+        Connecting {
+            timeout: self.connect_timeout,
+            deadline,
+            unreachable: Arc::clone(&self.unreachable),
         }
     }
 }
@@ -112,11 +122,7 @@ impl PeerSource for PeerClient {
                 let peer = peer.clone();
                 let token = self.token.clone();
                 let body = body.clone();
-                let connecting = Connecting {
-                    timeout: self.connect_timeout,
-                    deadline,
-                    unreachable: Arc::clone(&self.unreachable),
-                };
+                let connecting = self.connecting(deadline);
                 asked.spawn(async move {
                     let answer = tokio::time::timeout_at(
                         deadline.into(),
@@ -156,8 +162,8 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// How one query connects to its peers.
-struct Connecting {
+/// How one query, or one key lookup, connects to its peers.
+pub(crate) struct Connecting {
     timeout: Duration,
     deadline: Instant,
     unreachable: Arc<connect::Unreachable>,
@@ -169,6 +175,29 @@ async fn ask_one(
     body: Bytes,
     connecting: &Connecting,
 ) -> Result<PeerHead, String> {
+    let bytes = post(
+        peer,
+        token,
+        PEER_HEAD_PATH,
+        body,
+        MAX_PEER_ANSWER_BYTES,
+        connecting,
+    )
+    .await?;
+    PeerHead::decode(bytes).map_err(|e| e.to_string())
+}
+
+/// POSTs `body` (JSON) to `path` at `peer` on a fresh connection, with the
+/// replica's read token; the answer's body of at most `limit` bytes, or
+/// why there is none.
+pub(crate) async fn post(
+    peer: &PeerAddress,
+    token: Option<&str>,
+    path: &'static str,
+    body: Bytes,
+    limit: usize,
+    connecting: &Connecting,
+) -> Result<Bytes, String> {
     let stream = connect::connect(
         &peer.authority,
         connecting.timeout,
@@ -182,7 +211,7 @@ async fn ask_one(
             .await
             .map_err(|e| format!("handshake with {}: {e}", peer.authority))?;
     let _connection = AbortOnDrop(tokio::spawn(connection).abort_handle());
-    let mut request = axum::http::Request::post(PEER_HEAD_PATH)
+    let mut request = axum::http::Request::post(path)
         .header(header::HOST, &peer.authority)
         .header(header::CONTENT_TYPE, "application/json");
     if let Some(token) = token {
@@ -197,7 +226,7 @@ async fn ask_one(
         .map_err(|e| format!("request to {}: {e}", peer.authority))?;
     let status = response.status();
     let limit = if status == StatusCode::OK {
-        MAX_PEER_ANSWER_BYTES
+        limit
     } else {
         MAX_ERROR_BYTES
     };
@@ -212,17 +241,17 @@ async fn ask_one(
             text.unwrap_or_else(|e| e.to_string())
         ));
     }
-    let bytes = bytes.map_err(|e| format!("answer past {limit} bytes or cut short: {e}"))?;
-    PeerHead::decode(bytes).map_err(|e| e.to_string())
+    bytes.map_err(|e| format!("answer past {limit} bytes or cut short: {e}"))
 }
 
-/// The client for `peers`, or none for a store alone.
+/// The client for `peers`, or none for a store alone. It asks for their
+/// unflushed data ([`PeerSource`]) and whether they stored idempotency
+/// keys (`kiln_storage::peer_keys::PeerKeySource`, in
+/// `crate::ingest::peer_keys`).
 pub fn client(
     peers: &[PeerAddress],
     token: Option<String>,
     connect_timeout: Duration,
-) -> Option<Arc<dyn PeerSource>> {
-    (!peers.is_empty()).then(|| {
-        Arc::new(PeerClient::new(peers.to_vec(), token, connect_timeout)) as Arc<dyn PeerSource>
-    })
+) -> Option<Arc<PeerClient>> {
+    (!peers.is_empty()).then(|| Arc::new(PeerClient::new(peers.to_vec(), token, connect_timeout)))
 }

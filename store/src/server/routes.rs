@@ -84,6 +84,9 @@ pub enum Endpoint {
     /// `POST /internal/v1/peer-head`: this replica's unflushed data, for a
     /// peer's query.
     PeerHead,
+    /// `POST /internal/v1/peer-keys`: which idempotency keys this replica
+    /// stored, for a peer's resent request or replay.
+    PeerKeys,
     /// `POST /api/v1/debuginfo`: a debug file for the symbolizer.
     DebugInfoUpload,
 }
@@ -192,6 +195,11 @@ pub const ROUTES: &[Route] = &[
         crate::query::peers::PEER_HEAD_PATH,
         Access::Read,
         Endpoint::PeerHead,
+    ),
+    route(
+        crate::ingest::peer_keys::PEER_KEYS_PATH,
+        Access::Read,
+        Endpoint::PeerKeys,
     ),
     route(
         "/api/v1/debuginfo",
