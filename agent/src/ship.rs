@@ -19,6 +19,14 @@ use crate::metrics::AgentMetrics;
 pub use replica_choice::{FAILOVER_AFTER, RETURN_AFTER, ReplicaChoice, preferred_index};
 pub use series_ack::{SERIES_STATUS_METADATA, Settled, settle};
 
+/// The metadata marking a request as a resend, with its attempt number
+/// (`1` for the first resend): a store replica that does not know one of
+/// its idempotency keys asks its peers whether they stored it (the first
+/// try may have reached another replica), where a first send is stored
+/// without asking. The store's `kiln_storage::peer_keys` holds the same
+/// name.
+pub const RETRY_ATTEMPT_METADATA: &str = "kiln-retry-attempt";
+
 /// One profile ready to leave the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShipItem {
@@ -391,6 +399,10 @@ pub async fn run_shipper(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+    // How many times in a row what the queue starts with was sent before:
+    // a failed batch, or the part of one the store did not store, goes
+    // back to the front, so the next batch begins with it.
+    let mut resends: u32 = 0;
     let mut client = None;
     let mut replicas = match &sink {
         Sink::Store { replicas, .. } => replicas.clone(),
@@ -416,7 +428,7 @@ pub async fn run_shipper(
                 let endpoint = replicas
                     .as_ref()
                     .map_or(endpoint.as_str(), |r| r.endpoint());
-                send_write_raw(endpoint, token.as_ref(), &mut client, &batch).await
+                send_write_raw(endpoint, token.as_ref(), &mut client, &batch, resends).await
             }
         };
         match result {
@@ -433,6 +445,7 @@ pub async fn run_shipper(
                 }
                 if settled.retry.is_empty() {
                     backoff.reset();
+                    resends = 0;
                     if replicas
                         .as_mut()
                         .is_some_and(|r| r.settled(std::time::Instant::now()))
@@ -450,6 +463,7 @@ pub async fn run_shipper(
                     return;
                 }
                 queue.requeue(settled.retry);
+                resends = resends.saturating_add(1);
                 let delay = backoff.next_delay(jitter());
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
@@ -471,6 +485,7 @@ pub async fn run_shipper(
                 }
                 if !error.is_retryable() {
                     metrics.add_drop("rejected", batch.len() as u64);
+                    resends = 0;
                     continue;
                 }
                 if *shutdown.borrow() {
@@ -478,6 +493,7 @@ pub async fn run_shipper(
                     return;
                 }
                 queue.requeue(batch);
+                resends = resends.saturating_add(1);
                 let delay = backoff.next_delay(jitter());
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
@@ -515,13 +531,15 @@ async fn write_file(dir: &std::path::Path, item: &ShipItem) -> Result<(), ShipEr
 type StoreClient =
     parca::profile_store_service_client::ProfileStoreServiceClient<tonic::transport::Channel>;
 
-/// Sends one batch; the statuses of the series the store did not store
-/// entirely (none from a store without Kiln's extension).
+/// Sends one batch, the `resend`th time (0: a first send); the statuses of
+/// the series the store did not store entirely (none from a store without
+/// Kiln's extension).
 async fn send_write_raw(
     endpoint: &str,
     token: Option<&StoreToken>,
     client: &mut Option<StoreClient>,
     batch: &[ShipItem],
+    resend: u32,
 ) -> Result<Vec<parca::KilnSeriesStatus>, ShipError> {
     if client.is_none() {
         let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
@@ -537,19 +555,33 @@ async fn send_write_raw(
     let Some(client) = client.as_mut() else {
         return Ok(Vec::new());
     };
-    let mut request = authorized(write_raw_request(batch), token);
-    request.metadata_mut().insert(
-        SERIES_STATUS_METADATA,
-        tonic::metadata::MetadataValue::from_static("1"),
-    );
     client
-        .write_raw(request)
+        .write_raw(write_raw_call(batch, token, resend))
         .await
         .map(|response| response.into_inner().kiln_series_status)
         .map_err(|status| ShipError::Rpc {
             code: status.code(),
             message: status.message().to_owned(),
         })
+}
+
+/// The WriteRaw call for a batch sent the `resend`th time: per-series
+/// statuses asked for, and a resend marked with its attempt number.
+fn write_raw_call(
+    batch: &[ShipItem],
+    token: Option<&StoreToken>,
+    resend: u32,
+) -> tonic::Request<parca::WriteRawRequest> {
+    let mut request = authorized(write_raw_request(batch), token);
+    let metadata = request.metadata_mut();
+    metadata.insert(
+        SERIES_STATUS_METADATA,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
+    if resend > 0 {
+        metadata.insert(RETRY_ATTEMPT_METADATA, resend.into());
+    }
+    request
 }
 
 fn jitter() -> f64 {
@@ -594,6 +626,32 @@ mod tests {
         assert_eq!(backoff.next_delay(0.999).as_millis(), 1499);
         backoff.reset();
         assert_eq!(backoff.next_delay(0.0).as_millis(), 100);
+    }
+
+    /// A store replica looks a key it does not know up at its peers only
+    /// for a resend: a first send must not be marked, every resend must.
+    #[test]
+    fn only_resends_are_marked_with_their_attempt_number() {
+        let batch = [ShipItem {
+            labels: vec![("__name__".into(), "process_cpu".into())],
+            pprof_gzip: vec![1],
+            file_stem: "w1".into(),
+        }];
+        let first = write_raw_call(&batch, None, 0);
+        assert!(first.metadata().get(RETRY_ATTEMPT_METADATA).is_none());
+        assert_eq!(first.metadata().get(SERIES_STATUS_METADATA).unwrap(), "1");
+        for attempt in [1u32, 2, 40] {
+            let resent = write_raw_call(&batch, None, attempt);
+            assert_eq!(
+                resent.metadata().get(RETRY_ATTEMPT_METADATA).unwrap(),
+                attempt.to_string().as_str()
+            );
+            assert_eq!(
+                resent.get_ref().kiln_idempotency_keys,
+                first.get_ref().kiln_idempotency_keys,
+                "the same keys on every attempt"
+            );
+        }
     }
 
     #[test]

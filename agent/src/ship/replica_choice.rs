@@ -10,8 +10,12 @@
 //! its keys, stores each profile once.
 //!
 //! Only a replica failing for longer than `failover_after` is left for the
-//! next one, so that a replica gone for good loses no data: a batch it
-//! stored without answering may then be stored twice, the one case left.
+//! next one, so that a replica gone for good loses no data. A batch the
+//! first replica stored without answering then reaches the next one as a
+//! resend (marked `kiln-retry-attempt`), whose keys the next replica looks
+//! up at its peers: it stores nothing the first one can vouch for, and if
+//! the first one is down it stores the batch and the first one, when it
+//! comes back, drops its copy while replaying its log.
 //! Back on the next replica, the agent returns to its own once
 //! `return_after` has passed and a batch has been settled whole, so the
 //! first batch it sends there is a new one, never a retry.
