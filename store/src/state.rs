@@ -12,7 +12,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{Config, Limits};
 use crate::error::ApiError;
-use crate::ingest::series_batch::{BatchReport, SeriesFailure, SeriesUploads};
+use crate::ingest::series_batch::{BatchProgress, BatchReport, SeriesUploads};
 use crate::ingest::upload::ProfileUpload;
 use crate::metrics::{Metrics, StorageGauges};
 use crate::query::budget::{QueryMemory, QueryReservation};
@@ -234,10 +234,10 @@ impl AppState {
 
     /// Stores a WriteRaw or Push request series by series, so that one
     /// pod's bad labels cannot lose the profiles of the other pods batched
-    /// with it: a series refused as a client error (its labels, one of its
-    /// profiles) stops that series only; a failure that retrying may fix
-    /// (the store is overloaded, shutting down, or failing) stops the
-    /// request, and the series from there on are reported as not stored.
+    /// with it ([`BatchProgress`]). Each profile's write is one hop to the
+    /// blocking pool; a keyed one goes through [`Store::ingest_resent`],
+    /// which keeps the keys. A batch without keys is stored by
+    /// [`AppState::ingest_series_blocking`] instead, in its decode's hop.
     /// `resend` is the attempt number of a request the client marked as a
     /// resend (`kiln-retry-attempt`).
     pub async fn ingest_series(
@@ -255,31 +255,13 @@ impl AppState {
             Some(_) => store.keys_at_peers(resent_keys(&batch)).await,
             None => None,
         };
-        let mut report = BatchReport {
-            series: batch.len(),
-            failures: Vec::new(),
-        };
-        let mut stop: Option<ApiError> = None;
+        let mut progress = BatchProgress::new(batch.len());
         for series in batch {
-            if let Some(error) = &stop {
-                report
-                    .failures
-                    .push(SeriesFailure::new(series.series, 0, error));
+            let Some((index, uploads, keys)) = progress.series_to_store(series) else {
                 continue;
-            }
-            let uploads = match series.uploads {
-                Ok(uploads) => uploads,
-                Err(error) => {
-                    let error = ApiError::from(error);
-                    report
-                        .failures
-                        .push(SeriesFailure::new(series.series, 0, &error));
-                    continue;
-                }
             };
-            let mut stored = 0;
-            let mut keys = series.keys.into_iter();
-            for upload in uploads {
+            let mut keys = keys.into_iter();
+            for (stored, upload) in uploads.into_iter().enumerate() {
                 let bytes = upload.pprof.len() as u64;
                 // WriteRaw and Push hand the store bytes, never a profile.
                 let (request, _) = store_request(upload, writer);
@@ -291,48 +273,91 @@ impl AppState {
                     None => store.ingest(request).await,
                 };
                 match outcome {
-                    Ok(stats) => {
-                        stored += 1;
-                        self.shared
-                            .metrics
-                            .record_ingest(protocol, stats.samples, bytes);
-                    }
+                    Ok(stats) => self
+                        .shared
+                        .metrics
+                        .record_ingest(protocol, stats.samples, bytes),
                     Err(error) => {
-                        let client_error = error.is_client_error();
-                        let error = ApiError::from(error);
-                        report
-                            .failures
-                            .push(SeriesFailure::new(series.series, stored, &error));
-                        if !client_error {
-                            stop = Some(error);
-                        }
+                        progress.profile_failed(index, stored, error);
                         break;
                     }
                 }
             }
         }
-        Ok(report)
+        Ok(progress.finish())
     }
 
-    /// Stores every upload, in order; stops at the first refusal (earlier
-    /// uploads of the same request stay stored). The request was admitted
-    /// ([`AppState::admit_write_unsized`]) and its series labels checked where its
-    /// uploads were built (`crate::ingest::upload`); the store runs the
-    /// engine's checks of what the profile adds.
-    pub async fn ingest(
+    /// [`AppState::ingest_series`] for a batch whose profiles carry no
+    /// idempotency key, on this blocking-pool thread, in the hop that
+    /// decoded it: `turn` is the turn it was decoded under, which the first
+    /// profile's write takes over ([`Store::ingest_blocking`]); each later
+    /// one waits for its own.
+    ///
+    /// Blocking: never call it on an async worker.
+    pub fn ingest_series_blocking(
         &self,
         protocol: &'static str,
         writer: &WriterScope,
+        turn: IngestTurn,
+        batch: Vec<SeriesUploads>,
+    ) -> Result<BatchReport, ApiError> {
+        let store = self.store()?;
+        let mut turn = Some(turn);
+        let mut progress = BatchProgress::new(batch.len());
+        for series in batch {
+            let Some((index, uploads, _)) = progress.series_to_store(series) else {
+                continue;
+            };
+            for (stored, upload) in uploads.into_iter().enumerate() {
+                let bytes = upload.pprof.len() as u64;
+                let (request, _) = store_request(upload, writer);
+                let outcome = match turn.take() {
+                    Some(turn) => Ok(turn),
+                    None => store.ingest_turn_blocking(),
+                }
+                .and_then(|turn| store.ingest_blocking(turn, request, None));
+                match outcome {
+                    Ok(stats) => self
+                        .shared
+                        .metrics
+                        .record_ingest(protocol, stats.samples, bytes),
+                    Err(error) => {
+                        progress.profile_failed(index, stored, error);
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(progress.finish())
+    }
+
+    /// Stores every upload, in order, on this blocking-pool thread; stops
+    /// at the first refusal (earlier uploads of the same request stay
+    /// stored). The request was admitted
+    /// ([`AppState::admit_write_unsized`]) and its series labels checked
+    /// where its uploads were built (`crate::ingest::upload`), in the same
+    /// blocking hop, under `turn`: the first upload's write takes that turn
+    /// over, each later one waits for its own. The store runs the engine's
+    /// checks of what the profile adds, logs and applies it, on this thread
+    /// ([`Store::ingest_blocking`]), so an upload takes one hop in all.
+    ///
+    /// Blocking: never call it on an async worker.
+    pub fn ingest_blocking(
+        &self,
+        protocol: &'static str,
+        writer: &WriterScope,
+        mut turn: Option<IngestTurn>,
         uploads: Vec<ProfileUpload>,
     ) -> Result<(), ApiError> {
         let store = self.store()?;
         for upload in uploads {
+            let turn = match turn.take() {
+                Some(turn) => turn,
+                None => store.ingest_turn_blocking()?,
+            };
             let bytes = upload.pprof.len() as u64;
             let (request, decoded) = store_request(upload, writer);
-            let stats = match decoded {
-                Some(profile) => store.ingest_decoded(request, profile).await?,
-                None => store.ingest(request).await?,
-            };
+            let stats = store.ingest_blocking(turn, request, decoded)?;
             self.shared
                 .metrics
                 .record_ingest(protocol, stats.samples, bytes);

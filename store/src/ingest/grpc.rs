@@ -227,8 +227,8 @@ impl<R: SeriesReply> tonic::server::UnaryService<Bytes> for Unary<R> {
 
 impl Handler {
     /// Counts the message on the wire, reserves what decoding and splitting
-    /// it take, decodes and splits it on the blocking pool, and stores it
-    /// series by series. The slot and the body's memory were taken before
+    /// it take, then decodes, splits and stores it series by series in one
+    /// hop to the blocking pool. The slot and the body's memory were taken before
     /// tonic read it ([`crate::ingest::grpc_admission`]) and are held until
     /// this returns.
     async fn run(
@@ -251,19 +251,32 @@ impl Handler {
         let scan = message_scan::scan(&body, method.shape(), &scan_limits(&limits))
             .map_err(upload_error)?;
         permit.reserve_more(split_bytes(&scan))?;
+        // One hop to the blocking pool: the decode, then, when no profile
+        // carries an idempotency key, every profile's write, the first
+        // under the turn taken here. Keyed profiles are stored one hop
+        // each, through the store's key check, once the decode is back.
         let turn = state.ingest_turn().await?;
-        let batch = tokio::task::spawn_blocking(move || {
-            let _turn = turn;
-            decode_and_split(method, &body, &limits)
+        let hop = state.clone();
+        let endpoint = method.endpoint();
+        let hop_writer = writer.clone();
+        let stored = tokio::task::spawn_blocking(move || {
+            let batch = decode_and_split(method, &body, &limits)?;
+            if batch.iter().any(|s| s.keys.iter().any(Option::is_some)) {
+                drop(turn);
+                return Ok(Err(batch));
+            }
+            hop.ingest_series_blocking(endpoint, &hop_writer, turn, batch)
+                .map(Ok)
         })
         .await
         .map_err(|e| ApiError::Worker {
-            work: "decoding a gRPC ingest request",
+            work: "storing a gRPC ingest request",
             message: e.to_string(),
         })??;
-        state
-            .ingest_series(method.endpoint(), &writer, batch, resend)
-            .await
+        match stored {
+            Ok(report) => Ok(report),
+            Err(keyed) => state.ingest_series(endpoint, &writer, keyed, resend).await,
+        }
     }
 }
 

@@ -70,26 +70,29 @@ async fn pyroscope_ingest_inner(
         IngestBody::Raw(body)
     };
     let decode_limits = state.decode_limits().clone();
-    // The permit travels with the conversion, which reserves what it
-    // decodes, and comes back to be held until the store has the upload.
+    // One hop to the blocking pool: the conversion, which reserves what it
+    // decodes on the permit, and the store's checks, log and apply, under
+    // the turn taken here. The permit comes back to be dropped, once the
+    // store has the upload.
     let turn = state.ingest_turn().await?;
-    let (upload, permit) = tokio::task::spawn_blocking(move || {
-        let _turn = turn;
+    let hop = state.clone();
+    let (result, permit) = tokio::task::spawn_blocking(move || {
         let upload = build_upload(&params, body, &decode_limits, &mut |bytes| {
             permit.reserve_more(bytes)
         });
-        (upload, permit)
+        let result = upload.map_err(ApiError::from).and_then(|upload| {
+            // Its series labels come from `name`: checked here, once, as
+            // every protocol checks them where its uploads are built.
+            check_label_limits(&upload.labels, hop.limits())?;
+            hop.ingest_blocking("ingest", &writer, Some(turn), vec![upload])
+        });
+        (result, permit)
     })
     .await
     .map_err(|e| ApiError::Worker {
-        work: "converting the upload",
+        work: "storing the upload",
         message: e.to_string(),
     })?;
-    let upload = upload?;
-    // Its series labels come from `name`: checked here, once, as every
-    // protocol checks them where its uploads are built.
-    check_label_limits(&upload.labels, state.limits())?;
-    let result = state.ingest("ingest", &writer, vec![upload]).await;
     drop(permit);
     result
 }
@@ -192,8 +195,8 @@ async fn push_connect(
     };
     reserve(decoded_bytes)?;
     let turn = state.ingest_turn().await?;
-    let uploads = tokio::task::spawn_blocking(move || {
-        let _turn = turn;
+    let hop = state.clone();
+    tokio::task::spawn_blocking(move || {
         let request = match format {
             PushFormat::Proto => {
                 PushRequest::decode(body.as_slice()).map_err(|e| ApiError::BadMessage {
@@ -203,14 +206,14 @@ async fn push_connect(
             }
             PushFormat::Json => push_request_from_json(&body, &limits)?,
         };
-        Ok::<_, ApiError>(uploads_from_push(request, &limits)?)
+        let uploads = uploads_from_push(request, &limits)?;
+        hop.ingest_blocking("push", &writer, Some(turn), uploads)
     })
     .await
     .map_err(|e| ApiError::Worker {
-        work: "decoding the Push request",
+        work: "storing the Push request",
         message: e.to_string(),
     })??;
-    state.ingest("push", &writer, uploads).await?;
     drop(permit);
     Ok(if format == PushFormat::Json {
         ([(header::CONTENT_TYPE, "application/json")], "{}").into_response()

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use kiln_api::parca::profilestore::v1alpha1::WriteRawRequest;
 use kiln_api::push::v1::PushRequest;
+use kiln_storage::StorageError;
 use kiln_storage::store::{check_key, profile_key};
 
 use crate::config::Limits;
@@ -98,6 +99,74 @@ impl BatchReport {
                 first.message
             ),
         ))
+    }
+}
+
+/// A batch being stored series by series: what [`BatchReport`] says so
+/// far, and the failure that stopped it, if one did. Every series is
+/// handed to [`BatchProgress::series_to_store`] in order; a failure of one
+/// of its profiles is told to [`BatchProgress::profile_failed`].
+#[derive(Debug)]
+pub struct BatchProgress {
+    report: BatchReport,
+    stop: Option<ApiError>,
+}
+
+/// One series to store: its index, profiles and their keys.
+pub type SeriesToStore = (usize, Vec<ProfileUpload>, Vec<Option<String>>);
+
+impl BatchProgress {
+    /// Nothing stored yet of a request of `series` series.
+    pub fn new(series: usize) -> Self {
+        Self {
+            report: BatchReport {
+                series,
+                failures: Vec::new(),
+            },
+            stop: None,
+        }
+    }
+
+    /// The profiles of `series` to store, or `None` when it is not stored
+    /// at all (its own client error, or the request stopped), which the
+    /// report then says.
+    pub fn series_to_store(&mut self, series: SeriesUploads) -> Option<SeriesToStore> {
+        if let Some(error) = &self.stop {
+            self.report
+                .failures
+                .push(SeriesFailure::new(series.series, 0, error));
+            return None;
+        }
+        match series.uploads {
+            Ok(uploads) => Some((series.series, uploads, series.keys)),
+            Err(error) => {
+                let error = ApiError::from(error);
+                self.report
+                    .failures
+                    .push(SeriesFailure::new(series.series, 0, &error));
+                None
+            }
+        }
+    }
+
+    /// Series `series` stopped after `stored` profiles, at `error`: a
+    /// client error stops that series only; a failure that retrying may fix
+    /// (the store is overloaded, shutting down, or failing) stops the
+    /// request, and the series from there on are reported as not stored.
+    pub fn profile_failed(&mut self, series: usize, stored: usize, error: StorageError) {
+        let client_error = error.is_client_error();
+        let error = ApiError::from(error);
+        self.report
+            .failures
+            .push(SeriesFailure::new(series, stored, &error));
+        if !client_error {
+            self.stop = Some(error);
+        }
+    }
+
+    /// What was stored.
+    pub fn finish(self) -> BatchReport {
+        self.report
     }
 }
 
@@ -228,7 +297,6 @@ fn split_series(
 mod tests {
     use super::*;
     use kiln_api::parca::profilestore::v1alpha1 as parca;
-    use kiln_storage::StorageError;
 
     fn series(labels: &[(&str, &str)], profiles: &[&[u8]]) -> parca::RawProfileSeries {
         parca::RawProfileSeries {
@@ -353,6 +421,59 @@ mod tests {
                 limit: 3
             })
         );
+    }
+
+    /// Issue 50: the blocking and the async store loops share this; a
+    /// client error stops its series, a retryable one the request.
+    #[test]
+    fn progress_stops_a_series_at_a_client_error_and_the_request_at_a_retryable_one() {
+        let split = series_from_write_raw(
+            request(vec![
+                series(&[("__name__", "cpu")], &[b"p1", b"p2"]),
+                series(&[("pod", "no name")], &[b"p3"]),
+                series(&[("__name__", "cpu")], &[b"p4"]),
+                series(&[("__name__", "cpu")], &[b"p5"]),
+            ]),
+            &Limits::default(),
+        )
+        .expect("the request as a whole is fine");
+        let mut progress = BatchProgress::new(split.len());
+        let mut to_store = Vec::new();
+        for (n, series) in split.into_iter().enumerate() {
+            let Some((index, uploads, keys)) = progress.series_to_store(series) else {
+                continue;
+            };
+            assert_eq!(keys.len(), uploads.len());
+            to_store.push(index);
+            match n {
+                0 => progress.profile_failed(
+                    index,
+                    1,
+                    StorageError::InvalidIdempotencyKey {
+                        message: "bad".into(),
+                    },
+                ),
+                2 => progress.profile_failed(index, 0, StorageError::ShuttingDown),
+                _ => {}
+            }
+        }
+        assert_eq!(to_store, [0, 2], "series 1 is refused, series 3 stopped");
+        let report = progress.finish();
+        let failed: Vec<(usize, usize, &str)> = report
+            .failures
+            .iter()
+            .map(|f| (f.series, f.stored_profiles, f.reason))
+            .collect();
+        assert_eq!(
+            failed,
+            [
+                (0, 1, "invalid_idempotency_key"),
+                (1, 0, "missing_name"),
+                (2, 0, "shutting_down"),
+                (3, 0, "shutting_down"),
+            ]
+        );
+        assert_eq!(report.series, 4);
     }
 
     #[test]

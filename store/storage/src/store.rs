@@ -40,13 +40,14 @@
 //!    under `maintenance` by `Store::refresh_blocks`, under a query's turn
 //!    by a query that found a block gone.
 //! 4. `ingest.cut_gate` (tokio `RwLock`): read by an ingest from before its
-//!    WAL append until its apply is done; written by a head cut (under
-//!    `maintenance` when a flush's backlog has drained) and once by
+//!    WAL append until its apply is done (on its blocking-pool thread,
+//!    `blocking_read`, with no ingest turn held); written by a head cut
+//!    (under `maintenance` when a flush's backlog has drained) and once by
 //!    shutdown.
 //! 5. The WAL's own lock, inside [`Wal`](crate::wal::Wal): an append or
 //!    a rotation, under the cut gate; never held across an `.await`.
 //! 6. A shard's apply turn (tokio mutex, one per shard), waited for under
-//!    the cut gate's read.
+//!    the cut gate's read (by the ingest's blocking-pool thread).
 //! 7. An ingest turn (`ingest.turns`, a semaphore): held around a decode,
 //!    or around an apply after its shard's apply turn; never held while
 //!    waiting for another turn.

@@ -62,6 +62,18 @@ pub struct Replayed<'a> {
     pub record: Result<WalRecord, RecordError>,
 }
 
+/// One record framed for the log (length, CRC32, payload), ready to append.
+#[derive(Debug)]
+pub struct WalFrame(Vec<u8>);
+
+impl WalFrame {
+    /// Frames `record`: a copy of its pprof and a CRC over it, CPU work
+    /// done by the caller, not by the log's one writer thread.
+    pub fn encode(record: &WalRecord) -> Self {
+        Self(encode_frame(record))
+    }
+}
+
 /// An open write-ahead log directory. Dropping it stops its writer thread
 /// once the appends queued before are answered.
 #[derive(Debug)]
@@ -274,6 +286,21 @@ impl Wal {
         let (done, reply) = oneshot::channel();
         self.send(Command::Append { frame, done })?;
         reply.await.map_err(|_| writer_gone())?
+    }
+
+    /// [`Wal::append`] from blocking code, of a frame encoded beforehand
+    /// ([`WalFrame::encode`]): an ingest encodes its record while it holds a
+    /// turn, and waits here for the fsync holding none, on its blocking-pool
+    /// thread, so no async worker waits for the log.
+    ///
+    /// Blocking: never call it on an async worker.
+    pub fn append_frame_blocking(&self, frame: WalFrame) -> Result<u64, StorageError> {
+        let (done, reply) = oneshot::channel();
+        self.send(Command::Append {
+            frame: frame.0,
+            done,
+        })?;
+        reply.blocking_recv().map_err(|_| writer_gone())?
     }
 
     /// Deletes every segment with an id below `segment` (their records are

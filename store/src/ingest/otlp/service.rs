@@ -18,11 +18,12 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder};
 use super::model::uploads_from_batch;
 use super::{OtlpLimits, decode_export_reserving};
 use crate::error::ApiError;
+use crate::ingest::upload::ProfileUpload;
 use crate::server::auth::writer_scope;
 use crate::state::{AppState, SharedPermit};
 use crate::wire::body::{decode_content_encoding_reserving, read_body_reserving};
 use crate::wire::content_type::media_type;
-use kiln_storage::WriterScope;
+use kiln_storage::{IngestTurn, WriterScope};
 
 /// Limits for OTLP decoding derived from the server's.
 fn otlp_limits(state: &AppState) -> OtlpLimits {
@@ -34,9 +35,9 @@ fn otlp_limits(state: &AppState) -> OtlpLimits {
 }
 
 /// Decodes, converts and stores one export request, reserving what it
-/// decodes on `permit`. Profiles are stored in order; when a later one is
-/// refused after earlier ones were kept, the answer is a partial success
-/// naming how many were rejected.
+/// decodes on `permit`, in one hop to the blocking pool. Profiles are
+/// stored in order; when a later one is refused after earlier ones were
+/// kept, the answer is a partial success naming how many were rejected.
 async fn export(
     state: &AppState,
     protocol: &'static str,
@@ -48,8 +49,9 @@ async fn export(
     let otlp_limits = otlp_limits(state);
     let decode_limits = state.decode_limits().clone();
     let turn = state.ingest_turn().await?;
-    let (uploads, revision) = tokio::task::spawn_blocking(move || {
-        let _turn = turn;
+    let hop = state.clone();
+    let writer = writer.clone();
+    tokio::task::spawn_blocking(move || {
         let decoded =
             decode_export_reserving(&body, &otlp_limits, |bytes| permit.reserve_more(bytes))??;
         let uploads = uploads_from_batch(
@@ -59,19 +61,33 @@ async fn export(
             &decode_limits,
             &mut |bytes| permit.reserve_more(bytes),
         )?;
-        Ok::<_, ApiError>((uploads, decoded.revision_label()))
+        let revision = decoded.revision_label();
+        tracing::debug!(revision, profiles = uploads.len(), "otlp export decoded");
+        hop.metrics().record_otlp_revision(revision);
+        store_in_order(&hop, protocol, &writer, turn, uploads)
     })
     .await
     .map_err(|e| ApiError::Worker {
-        work: "decoding the OTLP export",
+        work: "storing the OTLP export",
         message: e.to_string(),
-    })??;
-    tracing::debug!(revision, profiles = uploads.len(), "otlp export decoded");
-    state.metrics().record_otlp_revision(revision);
+    })?
+}
+
+/// Stores `uploads` in order on this blocking-pool thread, the first
+/// under `turn`; a refusal after a profile was stored is a partial
+/// success when it is the client's fault.
+fn store_in_order(
+    state: &AppState,
+    protocol: &'static str,
+    writer: &WriterScope,
+    turn: IngestTurn,
+    uploads: Vec<Result<ProfileUpload, ApiError>>,
+) -> Result<ExportProfilesServiceResponse, ApiError> {
     let total = uploads.len();
+    let mut turn = Some(turn);
     for (stored, upload) in uploads.into_iter().enumerate() {
         let result = match upload {
-            Ok(upload) => state.ingest(protocol, writer, vec![upload]).await,
+            Ok(upload) => state.ingest_blocking(protocol, writer, turn.take(), vec![upload]),
             Err(err) => Err(err),
         };
         if let Err(err) = result {

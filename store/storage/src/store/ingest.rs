@@ -6,6 +6,7 @@
 //!
 //! - `admission`: a write's in-flight slot and memory, and its turns;
 //! - `write`: `Store::ingest` and its variants (decode, check, log, apply);
+//! - `hop`: the write itself, in one blocking hop;
 //! - `live_head`: the sharded head writes apply to;
 //! - `idempotency`: the keys of recently stored profiles;
 //! - `peer_lookup`: those keys looked up at the peers, for resent requests
@@ -16,6 +17,7 @@
 //!   the records that cannot be applied set aside.
 
 mod admission;
+mod hop;
 pub(super) mod idempotency;
 mod live_head;
 pub(super) mod peer_lookup;

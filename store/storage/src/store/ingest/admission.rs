@@ -83,6 +83,23 @@ impl Store {
             .map_err(|_| StorageError::ShuttingDown)
     }
 
+    /// [`Store::ingest_turn`] from blocking code: an ingest on a
+    /// blocking-pool thread takes its apply's turn here, after its WAL
+    /// wait, instead of hopping back to the runtime for it.
+    ///
+    /// Blocking: never call it on an async worker.
+    pub fn ingest_turn_blocking(&self) -> Result<IngestTurn, StorageError> {
+        let turns = Arc::clone(&self.shared.ingest.turns);
+        let runtime = tokio::runtime::Handle::try_current().map_err(|e| StorageError::Task {
+            what: "ingest turn",
+            message: e.to_string(),
+        })?;
+        runtime
+            .block_on(turns.acquire_owned())
+            .map(|turn| IngestTurn { _turn: turn })
+            .map_err(|_| StorageError::ShuttingDown)
+    }
+
     /// Writes admitted and not yet answered.
     pub fn ingests_in_flight(&self) -> usize {
         self.shared

@@ -44,9 +44,9 @@ pub(in crate::store) struct LiveHead {
     /// Each shard's `approx_bytes` after its last change, so the size checks
     /// every ingest makes take no lock.
     shard_bytes: Box<[AtomicUsize]>,
-    /// One apply turn per shard: an apply waits here, asleep in the
-    /// runtime, for the applies ahead of it in its shard, so it waits
-    /// holding no ingest turn and no thread.
+    /// One apply turn per shard: an apply waits here for the applies ahead
+    /// of it in its shard, holding no ingest turn (on its blocking-pool
+    /// thread, which sleeps: a turn held asleep would leave a core idle).
     apply_turns: Box<[Arc<AsyncMutex<()>>]>,
     /// The first WAL segment whose records the live head holds. Moves only
     /// in a cut, which holds every shard's write lock.
@@ -161,11 +161,13 @@ impl LiveHead {
 
     /// Waits for shard `shard`'s apply turn: the applies queued ahead in
     /// that shard have finished, so its write lock is free but for cuts,
-    /// queries and checks, which hold it briefly.
-    pub(in crate::store) async fn apply_turn(&self, shard: usize) -> OwnedMutexGuard<()> {
-        Arc::clone(&self.apply_turns[self.index(shard)])
-            .lock_owned()
-            .await
+    /// queries and checks, which hold it briefly. An ingest waits on its
+    /// blocking-pool thread, which sleeps here instead of hopping back to
+    /// the runtime to wait.
+    ///
+    /// Blocking: never call it on an async worker.
+    pub(in crate::store) fn apply_turn_blocking(&self, shard: usize) -> OwnedMutexGuard<()> {
+        Arc::clone(&self.apply_turns[self.index(shard)]).blocking_lock_owned()
     }
 
     /// Applies `change` to shard `shard` under its write lock, then records
@@ -379,26 +381,29 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn an_apply_turn_waits_only_for_applies_in_its_own_shard() {
+    #[test]
+    fn an_apply_turn_waits_only_for_applies_in_its_own_shard() {
         let live = LiveHead::new(4, Head::new(), 1, 1 << 20);
         let (first, other) = workloads_in_two_shards(&live);
         let (shard, other_shard) = (live.shard_of(&first), live.shard_of(&other));
-        let held = live.apply_turn(shard).await;
-        let wait = std::time::Duration::from_millis(100);
-        assert!(
-            tokio::time::timeout(wait, live.apply_turn(shard))
-                .await
-                .is_err(),
-            "two applies in one shard had turns at once"
-        );
-        let _other = tokio::time::timeout(wait, live.apply_turn(other_shard))
-            .await
-            .expect("another shard's apply waited");
-        drop(held);
-        let _again = tokio::time::timeout(wait, live.apply_turn(shard))
-            .await
-            .expect("the turn came back");
+        let held = live.apply_turn_blocking(shard);
+        // Another shard's turn is free while this one is held.
+        drop(live.apply_turn_blocking(other_shard));
+        let waited = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| {
+                let _turn = live.apply_turn_blocking(shard);
+                waited.store(true, Ordering::SeqCst);
+            });
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert!(
+                !waited.load(Ordering::SeqCst),
+                "two applies in one shard had turns at once"
+            );
+            drop(held);
+            waiter.join().expect("the turn came back");
+        });
+        assert!(waited.load(Ordering::SeqCst));
     }
 
     #[test]

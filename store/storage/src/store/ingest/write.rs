@@ -1,28 +1,17 @@
-//! The write path: ingest (decode, check, log, apply).
+//! The write path's async entries: ingest (decode, check, log, apply in
+//! one blocking hop, see `hop`), with or without an idempotency key.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use kiln_engine::{CheckedIngest, IngestStats};
-use kiln_pprof::{DecodedProfile, ProfileView};
+use kiln_engine::IngestStats;
+use kiln_pprof::DecodedProfile;
 
 use super::idempotency;
-use super::time_window::check_profile_time;
 use super::wal_dir;
 use crate::error::StorageError;
-use crate::memory_gate::Reservation;
 use crate::peer_keys::KeysAtPeers;
-use crate::store::{AcceptedTimes, IngestRequest, Store, StoreConfig, lock, now_ms, read};
+use crate::store::{IngestRequest, Store, StoreConfig, lock, now_ms};
 use crate::wal::WalRecord;
-
-/// The request's time, else the profile's, else now.
-fn resolve_time_ms(request: Option<i64>, profile: &impl ProfileView) -> i64 {
-    match request {
-        Some(t) => t,
-        None if profile.time_nanos() > 0 => profile.time_nanos() / 1_000_000,
-        None => now_ms(),
-    }
-}
 
 /// The keys of profiles stored recently, at open: the keys file written by
 /// the last flush, plus the keys of every record still in the WAL; and
@@ -140,158 +129,24 @@ impl Store {
         result
     }
 
+    /// The write in one blocking hop ([`Store::ingest_in_hop`]), once a
+    /// turn is free.
     async fn ingest_profile(
         &self,
         request: IngestRequest,
         decoded: Option<DecodedProfile>,
         idempotency_key: Option<&str>,
     ) -> Result<IngestStats, StorageError> {
-        let shared = &self.shared;
-        if shared.ingest.closed.load(Ordering::SeqCst) {
+        if self.shared.ingest.closed.load(Ordering::SeqCst) {
             return Err(StorageError::ShuttingDown);
         }
-        // A byte budget for data not yet in the bucket: while uploads fail,
-        // the live head and the heads waiting for upload grow only up to it,
-        // then writes are refused (retryably) until they drain. Without it
-        // a long bucket outage grows memory until the store is killed, and
-        // the restart replays the same WAL into the same memory.
-        let (pending, frozen_bytes) = {
-            let view = read(&shared.catalog.view);
-            let bytes: u64 = view.frozen.iter().map(|f| f.bytes).sum();
-            (view.frozen.len(), bytes)
-        };
-        let unuploaded_bytes = frozen_bytes + shared.ingest.head.approx_bytes() as u64;
-        let budget_bytes = shared.unuploaded_budget();
-        if unuploaded_bytes >= budget_bytes {
-            return Err(StorageError::UploadBacklog {
-                pending,
-                unuploaded_bytes,
-                budget_bytes,
-            });
-        }
-        // The body's bytes are the admission's (`Store::admit_ingest`); the
-        // decode reserves what it allocates, step by step, so many large
-        // requests at once cannot decode into more memory than the store has.
-        let mut reservation = Reservation::default();
-        let checker = Arc::clone(shared);
-        let pprof = request.pprof.clone();
-        let request_time_ms = request.time_ms;
-        let labels = request.labels;
-        let writer = request.writer;
-        let shard = shared.ingest.head.shard_of(&labels);
         let turn = self.ingest_turn().await?;
-        // Decode and run every engine check before the record is logged, so
-        // nothing in the WAL can be refused on replay: a logged record that
-        // replay cannot apply would stop every restart the same way.
-        let (checked, labels, time_ms, reservation, recorded) =
-            tokio::task::spawn_blocking(move || {
-                let _turn = turn;
-                let config = &checker.config;
-                let profile = match decoded {
-                    // Replay decodes these bytes under the same limits; the
-                    // message checks covered all but their length.
-                    Some(_) if pprof.len() > config.decode_limits.max_input_bytes => {
-                        return Err(StorageError::InvalidProfile {
-                            source: kiln_pprof::PprofError::InputTooLarge {
-                                size: pprof.len(),
-                                limit: config.decode_limits.max_input_bytes,
-                            },
-                        });
-                    }
-                    Some(profile) => profile,
-                    None => {
-                        kiln_pprof::decode_flat_reserving(&pprof, &config.decode_limits, |bytes| {
-                            checker.ingest.memory.reserve(&mut reservation, bytes)
-                        })?
-                        .map_err(|source| StorageError::InvalidProfile { source })?
-                        .into()
-                    }
-                };
-                let time_ms = resolve_time_ms(request_time_ms, &profile);
-                if let AcceptedTimes::Recent { max_future_skew } = config.accepted_times {
-                    check_profile_time(time_ms, now_ms(), config.retention, max_future_skew)?;
-                }
-                let duration_nanos = request
-                    .duration_nanos
-                    .unwrap_or_else(|| profile.duration_nanos());
-                // What the checks resolve is kept and applied after logging,
-                // so a shard's write lock covers only the apply. All but the
-                // series count read no head, so they hold no lock; the count
-                // reads the profile's shard, and every shard only for a new
-                // series.
-                let checked =
-                    CheckedIngest::prepare(profile, &labels, duration_nanos, &config.ingest_limits)
-                        .map_err(|source| StorageError::Rejected { source })?;
-                // Before the count: a series the writer may not write must not
-                // be counted, or refused, as another namespace's.
-                writer.check(checked.series_namespaces())?;
-                checker
-                    .ingest
-                    .head
-                    .count_series(shard, &checked, &config.ingest_limits)
-                    .map_err(|source| StorageError::Rejected { source })?;
-                checker
-                    .ingest
-                    .memory
-                    .reserve(&mut reservation, checked.approx_plan_bytes())?;
-                let recorded = checked.recorded_values(&config.recording_rules);
-                Ok::<_, StorageError>((checked, labels, time_ms, reservation, recorded))
-            })
-            .await
-            .map_err(|e| StorageError::task("pprof decode", e))??;
-        let record = WalRecord {
-            labels,
-            time_ms,
-            duration_nanos: request
-                .duration_nanos
-                .unwrap_or_else(|| checked.profile().duration_nanos()),
-            pprof: request.pprof.to_vec(),
-            idempotency_key: idempotency_key.map(str::to_string),
-        };
-        let gate = shared.ingest.cut_gate.read().await;
-        if shared.ingest.closed.load(Ordering::SeqCst) {
-            return Err(StorageError::ShuttingDown);
-        }
-        shared.ingest.wal.append(&record).await?;
-        // The WAL wait held no turn; the apply takes one again, once the
-        // applies ahead of it in its shard are done: a turn is a core, and
-        // one held while asleep on a shard's lock is a core left idle.
-        let shard_turn = shared.ingest.head.apply_turn(shard).await;
-        let turn = self.ingest_turn().await?;
-        let applier = Arc::clone(shared);
-        let stats = tokio::task::spawn_blocking(move || {
-            let _turns = (turn, shard_turn);
-            applier
-                .ingest
-                .head
-                .apply(shard, |head| head.apply_checked(checked, time_ms))
+        let store = self.clone();
+        let key = idempotency_key.map(str::to_owned);
+        tokio::task::spawn_blocking(move || {
+            store.ingest_in_hop(turn, request, decoded, key.as_deref())
         })
         .await
-        .map_err(|e| StorageError::task("head ingest", e))?;
-        // Under the gate, so a cut takes these with the profile's head.
-        shared.recorded.note_ingest(&recorded, time_ms);
-        drop(gate);
-        // The decoded profile is gone; so is what it reserved.
-        drop(reservation);
-        let (stats, head_bytes) = stats;
-        shared
-            .ingest
-            .counters
-            .profiles
-            .fetch_add(1, Ordering::Relaxed);
-        shared
-            .ingest
-            .counters
-            .samples
-            .fetch_add(stats.samples, Ordering::Relaxed);
-        shared
-            .ingest
-            .counters
-            .bytes
-            .fetch_add(request.pprof.len() as u64, Ordering::Relaxed);
-        if head_bytes >= shared.config.max_head_bytes {
-            shared.upkeep.flush_now.notify_one();
-        }
-        Ok(stats)
+        .map_err(|e| StorageError::task("ingest", e))?
     }
 }
