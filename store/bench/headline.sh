@@ -23,7 +23,7 @@ page=docs/benchmarks.md
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/kiln-target}"
 tools_dir="${KILN_TOOLS_DIR:-/var/tmp/kiln-tools}"
 
-groups_all=(store store-2000 budget rules replicas symbols http cores grpc memory-limit hostile outage fuzz
+groups_all=(store store-2000 budget rules replicas symbols http hops cores grpc memory-limit hostile outage fuzz
   agent off-cpu unwinding runtimes python peer binaries reach k8s-agent otel pprof ui e2e)
 declare -A command_of=(
   [store]="KILN_BENCH_PODS=500 cargo bench -p kiln-storage --no-default-features --bench workload"
@@ -33,6 +33,7 @@ declare -A command_of=(
   [replicas]="KILN_BENCH_REPLICAS='1 2 3' cargo bench -p kiln-store --bench replicas"
   [symbols]="cargo bench -p kiln-store --bench symbols"
   [http]="KILN_BENCH_PROTOCOL=ingest KILN_BENCH_WRITERS=w KILN_BENCH_CLIENT_PROCESSES=1 KILN_BENCH_SECONDS=10 cargo bench -p kiln-store --bench write_load, w = 1 2 4 8"
+  [hops]="store/bench/hops.sh WRITE_LOAD_BIN new=RELEASE_KILN_STORE (root, perf)"
   [cores]="store/bench/cores.sh WRITE_LOAD_BIN new=RELEASE_KILN_STORE (16 cores or more)"
   [grpc]="KILN_BENCH_WRITERS=32 KILN_BENCH_SAMPLES=200, then 50: cargo bench -p kiln-store --bench write_load"
   [memory-limit]="cargo test -p kiln-store --test memory_limit -- --nocapture (root)"
@@ -126,6 +127,16 @@ run_cores() {
   [ -x "$load_bin" ] || { echo "no write_load binary"; return; }
   logged "$log" env KILN_CORES_WRITERS="8 16 32" KILN_CORES_DIAG= KILN_CORES_SECONDS="$(secs 6 4)" \
     store/bench/cores.sh "$load_bin" "new=$CARGO_TARGET_DIR/release/kiln-store" || echo "cores.sh failed"
+}
+run_hops() {
+  is_root || { echo "needs root (perf stat and sched_switch)"; return; }
+  command -v perf >/dev/null 2>&1 || { echo "no perf (Debian's linux-perf)"; return; }
+  local log="$out/hops.txt" load_bin
+  logged "$log" cargo build --release --locked -p kiln-store || { echo "release kiln-store build failed"; return; }
+  load_bin="$(cargo bench -p kiln-store --bench write_load --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\)).*/\1/p' | tail -1)"
+  [ -x "$load_bin" ] || { echo "no write_load binary"; return; }
+  logged "$log" env KILN_HOPS_ROUNDS="$(secs 3 1)" KILN_HOPS_SECONDS=10 KILN_HOPS_LOADS="ingest:8 write_raw:32" \
+    store/bench/hops.sh "$load_bin" "new=$CARGO_TARGET_DIR/release/kiln-store" || echo "hops.sh failed (see $log)"
 }
 run_grpc() {
   local n
@@ -294,6 +305,13 @@ cell() { # row -> this run's Kiln figure
       local w rates=() cpus=()
       for w in 1 2 4 8; do read -r a b <<<"$(http_point "$out/http-$w.txt")"; rates+=("$a"); cpus+=("$b"); done
       echo "${rates[0]} / ${rates[1]} / ${rates[2]} / ${rates[3]} (${cpus[0]} / ${cpus[1]} / ${cpus[2]} / ${cpus[3]})" ;;
+    hops.ingest)
+      awk '$1 == "new" && $3 ~ /^clients=/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+             p = $2; n[p]++; r[p] += v["uploads/s"]; c[p] += v["cpu_s_per_1000"]; w[p] += v["switches_per_1000"] }
+           END { if (n["ingest"] && n["write_raw"])
+                   printf "%.0f, %.3f, %.0f / %.0f, %.3f, %.0f (means of %d runs)\n", r["ingest"] / n["ingest"], c["ingest"] / n["ingest"],
+                     w["ingest"] / n["ingest"], r["write_raw"] / n["write_raw"], c["write_raw"] / n["write_raw"], w["write_raw"] / n["write_raw"], n["ingest"] }' \
+        "$out/hops.txt" ;;
     cores.clients)
       awk '$1 == "new" && $2 ~ /^w=/ { w = substr($2, 3) }
            /\| protocol=/ { for (i = 1; i <= NF; i++) if ($i ~ /^seconds=/) { split($i, a, "="); s[w] = a[2] } }

@@ -87,7 +87,7 @@ offcpu() { # NAME STORE_BIN PROTOCOL CLIENTS
 
 for spec in ${KILN_HOPS_LOADS:-ingest:8 write_raw:32}; do
   protocol=${spec%%:*} clients=${spec#*:}
-  for round in $(seq "${KILN_HOPS_ROUNDS:-2}"); do
+  for _ in $(seq "${KILN_HOPS_ROUNDS:-2}"); do
     for pair in "${builds[@]}"; do
       run "${pair%%=*}" "${pair#*=}" "$protocol" "$clients"
     done
