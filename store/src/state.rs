@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
+use kiln_engine::IngestStats;
 use kiln_engine::model::{Label, NAMESPACE_LABEL};
 use kiln_pprof::{DecodeLimits, DecodedProfile};
 use kiln_storage::store::IngestRequest;
@@ -272,15 +273,9 @@ impl AppState {
                     Some(key) => store.ingest_resent(request, &key, at_peers.as_ref()).await,
                     None => store.ingest(request).await,
                 };
-                match outcome {
-                    Ok(stats) => self
-                        .shared
-                        .metrics
-                        .record_ingest(protocol, stats.samples, bytes),
-                    Err(error) => {
-                        progress.profile_failed(index, stored, error);
-                        break;
-                    }
+                if let Err(error) = self.count_stored(protocol, bytes, outcome) {
+                    progress.profile_failed(index, stored, error);
+                    break;
                 }
             }
         }
@@ -316,19 +311,28 @@ impl AppState {
                     None => store.ingest_turn_blocking(),
                 }
                 .and_then(|turn| store.ingest_blocking(turn, request, None));
-                match outcome {
-                    Ok(stats) => self
-                        .shared
-                        .metrics
-                        .record_ingest(protocol, stats.samples, bytes),
-                    Err(error) => {
-                        progress.profile_failed(index, stored, error);
-                        break;
-                    }
+                if let Err(error) = self.count_stored(protocol, bytes, outcome) {
+                    progress.profile_failed(index, stored, error);
+                    break;
                 }
             }
         }
         Ok(progress.finish())
+    }
+
+    /// Counts a profile of `bytes` in the ingest metrics if it was stored;
+    /// why not if it was not.
+    fn count_stored(
+        &self,
+        protocol: &'static str,
+        bytes: u64,
+        outcome: Result<IngestStats, StorageError>,
+    ) -> Result<(), StorageError> {
+        let stats = outcome?;
+        self.shared
+            .metrics
+            .record_ingest(protocol, stats.samples, bytes);
+        Ok(())
     }
 
     /// Stores every upload, in order, on this blocking-pool thread; stops
@@ -357,10 +361,11 @@ impl AppState {
             };
             let bytes = upload.pprof.len() as u64;
             let (request, decoded) = store_request(upload, writer);
-            let stats = store.ingest_blocking(turn, request, decoded)?;
-            self.shared
-                .metrics
-                .record_ingest(protocol, stats.samples, bytes);
+            self.count_stored(
+                protocol,
+                bytes,
+                store.ingest_blocking(turn, request, decoded),
+            )?;
         }
         Ok(())
     }

@@ -20,10 +20,9 @@ use kiln_storage::peer_keys::{
     KeyAnswer, KeyAnswers, KeyQuery, MAX_KEY_ANSWER_BYTES, MAX_KEY_QUERY_BYTES, PeerKeySource,
     RETRY_ATTEMPT_METADATA,
 };
-use kiln_storage::peers::UnansweredPeer;
 
 use crate::error::ApiError;
-use crate::query::peers::{PeerClient, post};
+use crate::query::peers::PeerClient;
 use crate::state::AppState;
 use crate::wire::body::read_body;
 
@@ -79,46 +78,20 @@ impl PeerKeySource for PeerClient {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = KeyAnswers> + Send + '_>> {
         Box::pin(async move {
             let asked = query.keys.len();
-            let body = Bytes::from(query.encode());
-            let mut asking = tokio::task::JoinSet::new();
-            for peer in &self.peers {
-                let peer = peer.clone();
-                let token = self.token.clone();
-                let body = body.clone();
-                let connecting = self.connecting(deadline);
-                asking.spawn(async move {
-                    let answer = tokio::time::timeout_at(deadline.into(), async {
-                        let bytes = post(
-                            &peer,
-                            token.as_deref(),
-                            PEER_KEYS_PATH,
-                            body,
-                            MAX_KEY_ANSWER_BYTES,
-                            &connecting,
-                        )
-                        .await?;
-                        KeyAnswer::decode(&bytes, asked).map_err(|e| e.to_string())
-                    })
-                    .await
-                    .unwrap_or_else(|_elapsed| Err("no answer by the lookup's deadline".into()));
-                    (peer.name, answer)
-                });
+            let (answers, unanswered) = self
+                .ask_every_peer(
+                    PEER_KEYS_PATH,
+                    Bytes::from(query.encode()),
+                    MAX_KEY_ANSWER_BYTES,
+                    deadline,
+                    "lookup",
+                    move |bytes| KeyAnswer::decode(&bytes, asked).map_err(|e| e.to_string()),
+                )
+                .await;
+            KeyAnswers {
+                answers,
+                unanswered,
             }
-            let mut answers = KeyAnswers::default();
-            while let Some(joined) = asking.join_next().await {
-                match joined {
-                    Ok((_, Ok(answer))) => answers.answers.push(answer),
-                    Ok((peer, Err(error))) => {
-                        answers.unanswered.push(UnansweredPeer { peer, error });
-                    }
-                    Err(error) => answers.unanswered.push(UnansweredPeer {
-                        peer: "?".into(),
-                        error: error.to_string(),
-                    }),
-                }
-            }
-            answers.unanswered.sort_by(|a, b| a.peer.cmp(&b.peer));
-            answers
         })
     }
 }

@@ -81,8 +81,8 @@ pub async fn peer_head(State(state): State<AppState>, request: Request) -> Respo
 /// [`connect`]).
 #[derive(Debug)]
 pub struct PeerClient {
-    pub(crate) peers: Vec<PeerAddress>,
-    pub(crate) token: Option<String>,
+    peers: Vec<PeerAddress>,
+    token: Option<String>,
     connect_timeout: Duration,
     unreachable: Arc<connect::Unreachable>,
 }
@@ -99,12 +99,64 @@ impl PeerClient {
 
     /// How a request due by `deadline` connects to the peers (the
     /// addresses found unreachable are shared by every request).
-    pub(crate) fn connecting(&self, deadline: Instant) -> Connecting {
+    fn connecting(&self, deadline: Instant) -> Connecting {
         Connecting {
             timeout: self.connect_timeout,
             deadline,
             unreachable: Arc::clone(&self.unreachable),
         }
+    }
+
+    /// POSTs `body` to `path` at every peer at once, each on a fresh
+    /// connection, and reads each answer of at most `limit` bytes with
+    /// `decode`: the answers, and the peers that gave none by `deadline`
+    /// or one `decode` refused, sorted by name. `asking` names the request
+    /// in the deadline's message ("query", "lookup").
+    pub(crate) async fn ask_every_peer<T, D>(
+        &self,
+        path: &'static str,
+        body: Bytes,
+        limit: usize,
+        deadline: Instant,
+        asking: &'static str,
+        decode: D,
+    ) -> (Vec<T>, Vec<UnansweredPeer>)
+    where
+        T: Send + 'static,
+        D: Fn(Bytes) -> Result<T, String> + Clone + Send + Sync + 'static,
+    {
+        let mut asked = tokio::task::JoinSet::new();
+        for peer in &self.peers {
+            let peer = peer.clone();
+            let token = self.token.clone();
+            let body = body.clone();
+            let connecting = self.connecting(deadline);
+            let decode = decode.clone();
+            asked.spawn(async move {
+                let answer = tokio::time::timeout_at(deadline.into(), async {
+                    let bytes =
+                        post(&peer, token.as_deref(), path, body, limit, &connecting).await?;
+                    decode(bytes)
+                })
+                .await
+                .unwrap_or_else(|_elapsed| Err(format!("no answer by the {asking}'s deadline")));
+                (peer.name, answer)
+            });
+        }
+        let mut answers = Vec::with_capacity(self.peers.len());
+        let mut unanswered = Vec::new();
+        while let Some(joined) = asked.join_next().await {
+            match joined {
+                Ok((_, Ok(answer))) => answers.push(answer),
+                Ok((peer, Err(error))) => unanswered.push(UnansweredPeer { peer, error }),
+                Err(error) => unanswered.push(UnansweredPeer {
+                    peer: "?".into(),
+                    error: error.to_string(),
+                }),
+            }
+        }
+        unanswered.sort_by(|a, b| a.peer.cmp(&b.peer));
+        (answers, unanswered)
     }
 }
 
@@ -117,38 +169,20 @@ impl PeerSource for PeerClient {
         Box::pin(async move {
             // A scope is matchers and two numbers: it always serializes.
             let body = Bytes::from(serde_json::to_vec(&scope).unwrap_or_default());
-            let mut asked = tokio::task::JoinSet::new();
-            for peer in &self.peers {
-                let peer = peer.clone();
-                let token = self.token.clone();
-                let body = body.clone();
-                let connecting = self.connecting(deadline);
-                asked.spawn(async move {
-                    let answer = tokio::time::timeout_at(
-                        deadline.into(),
-                        ask_one(&peer, token.as_deref(), body, &connecting),
-                    )
-                    .await
-                    .unwrap_or_else(|_elapsed| Err("no answer by the query's deadline".into()));
-                    (peer.name, answer)
-                });
+            let (heads, unanswered) = self
+                .ask_every_peer(
+                    PEER_HEAD_PATH,
+                    body,
+                    MAX_PEER_ANSWER_BYTES,
+                    deadline,
+                    "query",
+                    |bytes| PeerHead::decode(bytes).map_err(|e| e.to_string()),
+                )
+                .await;
+            for UnansweredPeer { peer, error } in &unanswered {
+                tracing::warn!(%peer, %error, "peer did not answer a query");
             }
-            let mut answers = PeerAnswers::default();
-            while let Some(joined) = asked.join_next().await {
-                match joined {
-                    Ok((_, Ok(head))) => answers.heads.push(head),
-                    Ok((peer, Err(error))) => {
-                        tracing::warn!(%peer, %error, "peer did not answer a query");
-                        answers.unanswered.push(UnansweredPeer { peer, error });
-                    }
-                    Err(error) => answers.unanswered.push(UnansweredPeer {
-                        peer: "?".into(),
-                        error: error.to_string(),
-                    }),
-                }
-            }
-            answers.unanswered.sort_by(|a, b| a.peer.cmp(&b.peer));
-            answers
+            PeerAnswers { heads, unanswered }
         })
     }
 }
@@ -162,35 +196,17 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// How one query, or one key lookup, connects to its peers.
-pub(crate) struct Connecting {
+/// How one request to the peers (a query's, a key lookup's) connects.
+struct Connecting {
     timeout: Duration,
     deadline: Instant,
     unreachable: Arc<connect::Unreachable>,
 }
 
-async fn ask_one(
-    peer: &PeerAddress,
-    token: Option<&str>,
-    body: Bytes,
-    connecting: &Connecting,
-) -> Result<PeerHead, String> {
-    let bytes = post(
-        peer,
-        token,
-        PEER_HEAD_PATH,
-        body,
-        MAX_PEER_ANSWER_BYTES,
-        connecting,
-    )
-    .await?;
-    PeerHead::decode(bytes).map_err(|e| e.to_string())
-}
-
 /// POSTs `body` (JSON) to `path` at `peer` on a fresh connection, with the
 /// replica's read token; the answer's body of at most `limit` bytes, or
 /// why there is none.
-pub(crate) async fn post(
+async fn post(
     peer: &PeerAddress,
     token: Option<&str>,
     path: &'static str,
