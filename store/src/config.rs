@@ -28,7 +28,7 @@ mod units;
 pub use bucket::{BucketSettings, ObjectStoreKind};
 pub use connections::ConnectionLimits;
 pub use file::{parse_file_settings, read_file_settings};
-pub use limits::Limits;
+pub use limits::{BLOCKING_THREADS_BESIDE_WRITES, Limits};
 pub use recording::{RecordingSettings, compile_rules};
 pub use symbolization::SymbolizationSettings;
 pub use tokens::{NamespaceToken, read_token_files};

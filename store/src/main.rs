@@ -12,8 +12,7 @@ use tokio::sync::watch;
 /// How long in-flight requests may run after a stop signal.
 const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let config = Config::load(&StoreSettings::command().get_matches())?;
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -22,7 +21,12 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    run(config).await
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(config.limits.blocking_threads())
+        .build()
+        .context("starting the async runtime")?
+        .block_on(run(config))
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {

@@ -52,7 +52,20 @@ impl Default for Limits {
     }
 }
 
+/// Blocking-pool threads kept for everything but admitted writes (queries,
+/// decoding, file IO): tokio's own default for the whole pool.
+pub const BLOCKING_THREADS_BESIDE_WRITES: usize = 512;
+
 impl Limits {
+    /// Threads the runtime's blocking pool may start. An admitted write
+    /// holds its pool thread while it waits for its WAL fsync, so with
+    /// tokio's default of 512 in all, a `max_inflight` near 512 would leave
+    /// queries no thread to run on. Every write in flight gets a thread of
+    /// its own on top of the default.
+    pub fn blocking_threads(&self) -> usize {
+        BLOCKING_THREADS_BESIDE_WRITES.saturating_add(self.max_inflight)
+    }
+
     /// Defaults applied (the query slots follow `memory_budget`); every
     /// limit must be greater than zero.
     pub fn resolve(options: &LimitOptions, memory_budget: u64) -> Result<Self, ConfigError> {

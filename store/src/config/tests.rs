@@ -47,6 +47,20 @@ fn defaults_apply_when_nothing_is_set() {
 }
 
 #[test]
+fn every_write_in_flight_gets_a_blocking_thread_beside_the_default_pool() {
+    let config = layered(None, &["--max-inflight", "500"]).unwrap();
+    assert_eq!(
+        config.limits.blocking_threads(),
+        BLOCKING_THREADS_BESIDE_WRITES + 500
+    );
+    let config = Config::resolve(&StoreSettings::default(), None).unwrap();
+    assert_eq!(
+        config.limits.blocking_threads(),
+        BLOCKING_THREADS_BESIDE_WRITES + 256
+    );
+}
+
+#[test]
 fn file_overrides_defaults_and_flags_override_the_file() {
     let file = r#"
 version = 1
