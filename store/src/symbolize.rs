@@ -21,7 +21,7 @@ pub mod upload;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kiln_debuginfo::{BuildId, DebugFile, DebugInfoLimits};
@@ -31,6 +31,7 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::config::SymbolizationSettings;
 use crate::error::ApiError;
+use crate::wire::time::now_ms;
 use cache::SymbolCache;
 use debuginfod::Debuginfod;
 use metrics::{LookupResult, LookupSource, SymbolizationMetrics};
@@ -66,12 +67,6 @@ struct Inner {
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Where a debug file came from.

@@ -562,5 +562,4 @@ pub fn read_c_string(memory: &dyn RemoteMemory, address: u64, max: usize) -> Opt
 }
 
 #[cfg(test)]
-#[path = "vmstructs_tests.rs"]
 mod tests;

@@ -358,5 +358,4 @@ pub fn parse(table: &[u8]) -> Result<VersionOffsets, DebugOffsetsError> {
 }
 
 #[cfg(test)]
-#[path = "debug_offsets_tests.rs"]
 mod tests;

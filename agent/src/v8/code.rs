@@ -345,5 +345,4 @@ fn read_tables<M: Memory>(
 }
 
 #[cfg(test)]
-#[path = "code_tests.rs"]
 mod tests;

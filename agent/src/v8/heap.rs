@@ -463,5 +463,4 @@ impl<'a, M: Memory> Heap<'a, M> {
 }
 
 #[cfg(test)]
-#[path = "heap_tests.rs"]
 mod tests;

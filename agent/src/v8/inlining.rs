@@ -169,5 +169,4 @@ pub fn weave(native: &[u64], named: &[(usize, CodeKind, u64)]) -> Vec<u64> {
 }
 
 #[cfg(test)]
-#[path = "inlining_tests.rs"]
 mod tests;

@@ -537,5 +537,4 @@ fn check(name: &str, value: i64, min: i64, max: i64) -> Result<i64, LayoutError>
 }
 
 #[cfg(test)]
-#[path = "layout_tests.rs"]
 pub(crate) mod tests;

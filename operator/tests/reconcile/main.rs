@@ -1,12 +1,16 @@
 //! Reconcile scenarios against an in-memory API server (tower-test), in the spirit of kube-rs'
 //! controller-rs: create, update, no-op, status patch, finalizer add and cleanup, error backoff.
 
+mod agent_admission;
 mod agent_nudge;
 mod budgets;
+mod cluster_bindings;
 mod fake_api;
 mod namespace_deletion;
 mod network_policy;
+mod pod_relay;
 mod recording_rules;
+mod targets;
 mod tokens;
 
 use std::sync::Arc;
@@ -15,7 +19,7 @@ use std::time::Duration;
 use fake_api::FakeApi;
 use http::Method;
 use kiln_operator::api::{ProfileStore, ProfilingTarget};
-use kiln_operator::controller::{self, Context, store, target};
+use kiln_operator::controller::{self, Context, store};
 use kiln_operator::metrics::Metrics;
 use kiln_operator::resources::BuildDefaults;
 use kube::runtime::controller::Action;
@@ -67,6 +71,28 @@ fn condition<'a>(store: &'a Value, type_: &str) -> &'a Value {
         .as_array()
         .and_then(|list| list.iter().find(|c| c["type"] == type_))
         .unwrap_or(&Value::Null)
+}
+
+fn targets_file(fake: &FakeApi) -> kiln_targets::TargetsFile {
+    let text = fake.get(TARGETS_CM_PATH).expect("targets ConfigMap")["data"]["targets.json"]
+        .as_str()
+        .expect("targets.json is a string")
+        .to_owned();
+    kiln_targets::TargetsFile::parse(text.as_bytes()).expect("agents can parse it")
+}
+
+/// The agent binding of store kiln/main as the first release created it, labelled for
+/// `store` in `namespace`.
+fn first_release_binding(namespace: &str, store: &str) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+           "metadata": {"name": "kiln-agent-kiln-main", "uid": "uid-crb", "labels": {
+               "app.kubernetes.io/name": "kiln-agent",
+               "app.kubernetes.io/instance": store,
+               "app.kubernetes.io/component": "agent",
+               "app.kubernetes.io/managed-by": "kiln-operator",
+               "kiln.dev/store": store,
+               "kiln.dev/store-namespace": namespace}},
+           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kiln-agent"}})
 }
 
 #[tokio::test]
@@ -216,225 +242,18 @@ async fn ready_replicas_flip_available_with_a_status_patch_and_an_event() {
     assert_eq!(condition(&status_store, "AgentsReady")["status"], "True");
 }
 
-/// The agent binding of store kiln/main as the first release created it, labelled for
-/// `store` in `namespace`.
-fn first_release_binding(namespace: &str, store: &str) -> Value {
-    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-           "metadata": {"name": "kiln-agent-kiln-main", "uid": "uid-crb", "labels": {
-               "app.kubernetes.io/name": "kiln-agent",
-               "app.kubernetes.io/instance": store,
-               "app.kubernetes.io/component": "agent",
-               "app.kubernetes.io/managed-by": "kiln-operator",
-               "kiln.dev/store": store,
-               "kiln.dev/store-namespace": namespace}},
-           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kiln-agent"}})
+const TARGET_PATH: &str = "/apis/kiln.dev/v1alpha1/namespaces/kiln/profilingtargets/web";
+
+fn target_json(spec: Value) -> Value {
+    json!({"apiVersion": "kiln.dev/v1alpha1", "kind": "ProfilingTarget",
+           "metadata": {"name": "web", "namespace": "kiln", "generation": 3}, "spec": spec})
 }
 
-#[tokio::test]
-async fn a_binding_left_by_the_first_release_is_deleted_then_its_finalizer() {
-    let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
-    fake.put(CRB_PATH, first_release_binding("kiln", "main"));
-    store::reconcile(current_store(&fake), ctx.clone())
-        .await
-        .unwrap();
-    let writes = write_paths(&fake);
-    let deleted = writes
-        .iter()
-        .position(|w| *w == format!("DELETE {CRB_PATH}"))
-        .unwrap_or_else(|| panic!("binding deleted: {writes:?}"));
-    let released = writes
-        .iter()
-        .rposition(|w| *w == format!("PATCH {STORE_PATH}"))
-        .unwrap_or_else(|| panic!("finalizer removed: {writes:?}"));
-    assert!(deleted < released, "binding first: {writes:?}");
-    assert!(
-        !writes
-            .iter()
-            .any(|w| w.starts_with("PATCH") && w.contains("clusterrolebindings")),
-        "{writes:?}"
-    );
-    assert!(fake.get(CRB_PATH).is_none());
-    assert_eq!(
-        fake.get(STORE_PATH).unwrap()["metadata"]["finalizers"],
-        json!([])
-    );
-
-    // Without the finalizer the store has no binding to look for.
-    fake.clear_calls();
-    store::reconcile(current_store(&fake), ctx.clone())
-        .await
-        .unwrap();
-    assert!(
-        fake.calls()
-            .iter()
-            .all(|c| !c.path.contains("clusterrolebindings")),
-        "{:?}",
-        write_paths(&fake)
-    );
-}
-
-/// `kiln-agent-{namespace}-{name}` is not proof of ownership: a binding of that name whose
-/// labels do not name this store is someone else's and stays, live or on deletion; the store's
-/// finalizer goes anyway, as there is no binding of its own left to guard.
-#[tokio::test]
-async fn a_binding_kiln_did_not_make_for_the_store_is_kept_but_the_finalizer_goes() {
-    let unlabelled = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "kiln-agent-kiln-main", "labels": {"team": "platform"}},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"}});
-    let other_store = first_release_binding("kiln-main", "other");
-    for (binding, deleting) in [
-        (unlabelled.clone(), false),
-        (other_store.clone(), false),
-        (unlabelled, true),
-        (other_store, true),
-    ] {
-        let mut store = store_json(json!({}), &["kiln.dev/agent-rbac"]);
-        if deleting {
-            store["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
-        }
-        let (fake, ctx) = setup(&store);
-        fake.put(CRB_PATH, binding.clone());
-        store::reconcile(current_store(&fake), ctx.clone())
-            .await
-            .unwrap();
-        let writes = write_paths(&fake);
-        assert!(
-            !writes.iter().any(|w| w.contains("clusterrolebindings")),
-            "deleting={deleting} {writes:?}"
-        );
-        assert_eq!(fake.get(CRB_PATH), Some(binding));
-        assert_eq!(
-            fake.get(STORE_PATH).unwrap()["metadata"]["finalizers"],
-            json!([]),
-            "deleting={deleting}"
-        );
-    }
-}
-
-#[tokio::test]
-async fn a_store_asking_for_an_image_the_operator_does_not_allow_gets_no_agents() {
-    let (fake, ctx) = setup(&store_json(
-        json!({"agent": {"image": "docker.io/attacker/rootkit:latest"}}),
-        &[],
-    ));
-    store::reconcile(current_store(&fake), ctx.clone())
-        .await
-        .unwrap();
-    let writes = write_paths(&fake);
-    assert!(
-        !writes.iter().any(|w| w.contains("daemonsets")),
-        "no DaemonSet runs the image: {writes:?}"
-    );
-    assert!(
-        writes.iter().any(|w| w.contains("statefulsets")),
-        "{writes:?}"
-    );
-    let status_store = fake.get(STORE_PATH).unwrap();
-    assert_eq!(condition(&status_store, "AgentsReady")["status"], "False");
-    assert_eq!(
-        condition(&status_store, "AgentsReady")["reason"],
-        "AgentImageNotAllowed"
-    );
-}
-
-#[tokio::test]
-async fn a_store_asking_to_tolerate_a_taint_the_operator_does_not_allow_gets_no_agents() {
-    let defaults = BuildDefaults {
-        allowed_agent_tolerations: vec!["gpu".to_owned()],
-        ..BuildDefaults::default()
-    };
-    let spec = json!({"agent": {"tolerations": [
-        {"key": "gpu", "operator": "Exists"},
-        {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
-    ]}});
-    let (fake, ctx) = setup_with(&store_json(spec, &[]), defaults);
-    store::reconcile(current_store(&fake), ctx.clone())
-        .await
-        .unwrap();
-    let writes = write_paths(&fake);
-    assert!(
-        !writes.iter().any(|w| w.contains("daemonsets")),
-        "no DaemonSet tolerates the taint: {writes:?}"
-    );
-    assert!(fake.get(STS_PATH).is_some(), "the store itself still runs");
-    let status_store = fake.get(STORE_PATH).unwrap();
-    let agents_ready = condition(&status_store, "AgentsReady");
-    assert_eq!(agents_ready["status"], "False");
-    assert_eq!(agents_ready["reason"], "AgentTolerationNotAllowed");
-    assert!(
-        agents_ready["message"]
-            .as_str()
-            .unwrap()
-            .contains("node-role.kubernetes.io/control-plane"),
-        "{agents_ready}"
-    );
-
-    // Dropping the refused toleration starts the agents with what is left.
-    let mut edited = fake.get(STORE_PATH).unwrap();
-    edited["spec"]["agent"]["tolerations"] = json!([{"key": "gpu", "operator": "Exists"}]);
-    fake.put(STORE_PATH, edited);
-    store::reconcile(current_store(&fake), ctx.clone())
-        .await
-        .unwrap();
-    let tolerations =
-        &fake.get(DS_PATH).expect("DaemonSet applied")["spec"]["template"]["spec"]["tolerations"];
-    assert_eq!(tolerations, &json!([{"key": "gpu", "operator": "Exists"}]));
-}
-
-#[tokio::test]
-async fn store_without_agents_needs_no_finalizer_and_removes_agent_objects() {
-    let (fake, ctx) = setup(&store_json(json!({"agent": {"enabled": false}}), &[]));
-    fake.put(DS_PATH, json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "main-agent", "namespace": "kiln"}}));
-    store::reconcile(current_store(&fake), ctx.clone())
-        .await
-        .unwrap();
-    let writes = write_paths(&fake);
-    assert!(writes.contains(&format!("DELETE {DS_PATH}")), "{writes:?}");
-    assert!(
-        !writes
-            .iter()
-            .any(|w| w.contains("daemonsets") && w.starts_with("PATCH"))
-    );
-    assert_eq!(
-        fake.get(STORE_PATH).unwrap()["metadata"]["finalizers"],
-        json!([])
-    );
-    assert_eq!(
-        condition(&fake.get(STORE_PATH).unwrap(), "AgentsReady")["reason"],
-        "AgentsDisabled"
-    );
-}
-
-#[tokio::test]
-async fn deleting_a_store_removes_the_cluster_binding_then_the_finalizer() {
-    let mut deleting = store_json(json!({}), &["kiln.dev/agent-rbac"]);
-    deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
-    let (fake, ctx) = setup(&deleting);
-    fake.put(CRB_PATH, first_release_binding("kiln", "main"));
-    let action = store::reconcile(current_store(&fake), ctx.clone())
-        .await
-        .unwrap();
-    assert_eq!(action, Action::await_change());
-    assert_eq!(
-        write_paths(&fake),
-        vec![format!("DELETE {CRB_PATH}"), format!("PATCH {STORE_PATH}")]
-    );
-    assert!(fake.get(CRB_PATH).is_none());
-    assert_eq!(
-        fake.get(STORE_PATH).unwrap()["metadata"]["finalizers"],
-        json!([])
-    );
-}
-
-#[tokio::test]
-async fn cleanup_tolerates_an_already_missing_binding() {
-    let mut deleting = store_json(json!({}), &["kiln.dev/agent-rbac"]);
-    deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
-    let (fake, ctx) = setup(&deleting);
-    store::reconcile(current_store(&fake), ctx.clone())
-        .await
-        .unwrap();
-    assert_eq!(write_paths(&fake), vec![format!("PATCH {STORE_PATH}")]);
+fn current_target(fake: &FakeApi) -> Arc<ProfilingTarget> {
+    Arc::new(
+        serde_json::from_value(fake.get(TARGET_PATH).expect("target exists"))
+            .expect("target parses"),
+    )
 }
 
 #[tokio::test]
@@ -576,102 +395,6 @@ async fn paused_store_touches_no_children() {
 }
 
 #[tokio::test]
-async fn targets_pointing_at_the_store_land_in_the_agents_targets_file() {
-    let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
-    fake.put("/apis/kiln.dev/v1alpha1/namespaces/shop/profilingtargets/web", json!({
-        "apiVersion": "kiln.dev/v1alpha1", "kind": "ProfilingTarget",
-        "metadata": {"name": "web", "namespace": "shop", "generation": 1},
-        "spec": {"storeRef": {"name": "main", "namespace": "kiln"}, "samplingHz": 49, "requireAnnotation": false}
-    }));
-    store::reconcile(current_store(&fake), ctx.clone())
-        .await
-        .unwrap();
-    let data = fake.get(TARGETS_CM_PATH).unwrap()["data"]["targets.json"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let file = kiln_targets::TargetsFile::parse(data.as_bytes()).unwrap();
-    assert_eq!(file.targets.len(), 1);
-    assert_eq!(file.targets[0].source, "shop/web");
-    assert_eq!(fake.get(STORE_PATH).unwrap()["status"]["matchedTargets"], 1);
-}
-
-const TARGET_PATH: &str = "/apis/kiln.dev/v1alpha1/namespaces/kiln/profilingtargets/web";
-
-fn target_json(spec: Value) -> Value {
-    json!({"apiVersion": "kiln.dev/v1alpha1", "kind": "ProfilingTarget",
-           "metadata": {"name": "web", "namespace": "kiln", "generation": 3}, "spec": spec})
-}
-
-fn current_target(fake: &FakeApi) -> Arc<ProfilingTarget> {
-    Arc::new(
-        serde_json::from_value(fake.get(TARGET_PATH).expect("target exists"))
-            .expect("target parses"),
-    )
-}
-
-#[tokio::test]
-async fn target_without_its_store_reports_store_not_found_and_rechecks_soon() {
-    let (fake, ctx) = setup(&store_json(json!({}), &[]));
-    fake.state.lock().unwrap().objects.remove(STORE_PATH);
-    fake.put(
-        TARGET_PATH,
-        target_json(json!({"storeRef": {"name": "main"}})),
-    );
-    let action = target::reconcile(current_target(&fake), ctx.clone())
-        .await
-        .unwrap();
-    assert_eq!(action, Action::requeue(Duration::from_secs(30)));
-    let status = &fake.get(TARGET_PATH).unwrap()["status"];
-    assert_eq!(status["observedGeneration"], 3);
-    assert_eq!(
-        condition(&fake.get(TARGET_PATH).unwrap(), "Ready")["reason"],
-        "StoreNotFound"
-    );
-}
-
-#[tokio::test]
-async fn target_with_its_store_is_published_and_settles() {
-    let (fake, ctx) = setup(&store_json(json!({}), &[]));
-    fake.put(
-        TARGET_PATH,
-        target_json(json!({"storeRef": {"name": "main"}})),
-    );
-    target::reconcile(current_target(&fake), ctx.clone())
-        .await
-        .unwrap();
-    let object = fake.get(TARGET_PATH).unwrap();
-    assert_eq!(condition(&object, "Ready")["status"], "True");
-    assert_eq!(condition(&object, "Reconciled")["status"], "True");
-    fake.clear_calls();
-    target::reconcile(current_target(&fake), ctx.clone())
-        .await
-        .unwrap();
-    assert!(fake.writes().is_empty(), "unchanged target writes nothing");
-}
-
-#[tokio::test]
-async fn target_with_reserved_label_is_not_reconciled() {
-    let (fake, ctx) = setup(&store_json(json!({}), &[]));
-    fake.put(
-        TARGET_PATH,
-        target_json(json!({"storeRef": {"name": "main"}, "labels": {"pod": "spoof"}})),
-    );
-    target::reconcile(current_target(&fake), ctx.clone())
-        .await
-        .unwrap();
-    let object = fake.get(TARGET_PATH).unwrap();
-    assert_eq!(condition(&object, "Reconciled")["reason"], "InvalidSpec");
-    assert!(
-        condition(&object, "Reconciled")["message"]
-            .as_str()
-            .unwrap()
-            .contains("set by the agent")
-    );
-    assert_eq!(condition(&object, "Ready")["status"], "False");
-}
-
-#[tokio::test]
 async fn grown_storage_expands_existing_claims_once() {
     let (fake, ctx) = setup(&store_json(
         json!({"storage": {"size": "20Gi"}}),
@@ -711,56 +434,6 @@ async fn grown_storage_expands_existing_claims_once() {
 }
 
 #[tokio::test]
-async fn second_store_with_agents_leaves_the_nodes_to_the_older_one() {
-    let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
-    let mut older = store_json(json!({}), &["kiln.dev/agent-rbac"]);
-    older["metadata"]["name"] = json!("first");
-    older["metadata"]["namespace"] = json!("team-a");
-    older["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
-    fake.put(
-        "/apis/kiln.dev/v1alpha1/namespaces/team-a/profilestores/first",
-        older,
-    );
-
-    let action = store::reconcile(current_store(&fake), ctx.clone())
-        .await
-        .unwrap();
-    assert_eq!(action, Action::requeue(Duration::from_secs(60)));
-    let writes = write_paths(&fake);
-    assert!(
-        !writes
-            .iter()
-            .any(|w| w.contains("daemonsets") || w.contains("clusterrolebindings")),
-        "{writes:?}"
-    );
-    assert!(fake.get(STS_PATH).is_some(), "the store itself still runs");
-    let status_store = fake.get(STORE_PATH).unwrap();
-    assert_eq!(
-        condition(&status_store, "AgentsReady")["reason"],
-        "AgentsOwnedByOtherStore"
-    );
-    assert!(
-        condition(&status_store, "AgentsReady")["message"]
-            .as_str()
-            .unwrap()
-            .contains("team-a/first")
-    );
-
-    // A target pointing at the agent-less store says so.
-    fake.put(
-        TARGET_PATH,
-        target_json(json!({"storeRef": {"name": "main"}})),
-    );
-    target::reconcile(current_target(&fake), ctx.clone())
-        .await
-        .unwrap();
-    assert_eq!(
-        condition(&fake.get(TARGET_PATH).unwrap(), "Ready")["reason"],
-        "AgentsOwnedByOtherStore"
-    );
-}
-
-#[tokio::test]
 async fn hand_edited_workload_is_set_back_on_the_next_reconcile() {
     let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
     store::reconcile(current_store(&fake), ctx.clone())
@@ -787,118 +460,4 @@ async fn hand_edited_workload_is_set_back_on_the_next_reconcile() {
     assert_eq!(write_paths(&fake), vec![format!("PATCH {STS_PATH}")]);
     let image = &fake.get(STS_PATH).unwrap()["spec"]["template"]["spec"]["containers"][0]["image"];
     assert_eq!(image, "ghcr.io/kiln-dev/kiln-store:0.1.0");
-}
-
-const POD_PATH: &str = "/api/v1/namespaces/shop/pods/cart";
-
-fn running_pod(annotations: Value) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "cart", "namespace": "shop", "uid": "uid-cart",
-                     "annotations": annotations},
-        "spec": {"containers": [{"name": "app", "image": "cart"}]},
-        "status": {"phase": "Running"},
-    })
-}
-
-fn targets_file(fake: &FakeApi) -> kiln_targets::TargetsFile {
-    let text = fake.get(TARGETS_CM_PATH).expect("targets ConfigMap")["data"]["targets.json"]
-        .as_str()
-        .expect("targets.json is a string")
-        .to_owned();
-    kiln_targets::TargetsFile::parse(text.as_bytes()).expect("agents can parse it")
-}
-
-#[tokio::test]
-async fn pod_annotated_after_start_is_relayed_until_unannotated() {
-    let (fake, ctx) = setup(&store_json(json!({}), &["kiln.dev/agent-rbac"]));
-    fake.put(
-        POD_PATH,
-        running_pod(json!({"profiles.kiln.dev/enabled": "true",
-                           "profiles.kiln.dev/service-name": "cart-svc"})),
-    );
-    store::reconcile(current_store(&fake), ctx.clone())
-        .await
-        .unwrap();
-    let pod_list = fake
-        .calls()
-        .into_iter()
-        .find(|c| c.path == "/api/v1/pods")
-        .expect("pods were listed cluster-wide");
-    assert!(
-        pod_list
-            .query
-            .contains("fieldSelector=status.phase%3DRunning"),
-        "{}",
-        pod_list.query
-    );
-
-    let file = targets_file(&fake);
-    assert_eq!(file.targets.len(), 1, "{file:?}");
-    let relay = &file.targets[0];
-    assert_eq!(relay.source, "shop/pods/cart");
-    assert_eq!(
-        relay.selector.match_labels.get("io.kubernetes.pod.uid"),
-        Some(&"uid-cart".to_owned())
-    );
-    // The agent, seeing only the sandbox (no annotations, kubelet's labels), now profiles it.
-    let sandbox_labels = std::collections::BTreeMap::from([
-        ("io.kubernetes.pod.uid".to_owned(), "uid-cart".to_owned()),
-        ("io.kubernetes.pod.name".to_owned(), "cart".to_owned()),
-    ]);
-    let no_annotations = std::collections::BTreeMap::new();
-    let view = kiln_targets::PodView {
-        namespace: "shop",
-        labels: &sandbox_labels,
-        annotations: &no_annotations,
-        container: "app",
-    };
-    match file.decide(&view) {
-        kiln_targets::Decision::Profile(plan) => assert_eq!(
-            plan.labels.get("service_name").map(String::as_str),
-            Some("cart-svc")
-        ),
-        other => panic!("relayed pod not profiled: {other:?}"),
-    }
-    assert!(ctx.relayed_pods.lock().unwrap().contains("shop/cart"));
-    let status_store = fake.get(STORE_PATH).unwrap();
-    assert_eq!(
-        status_store["status"]["matchedTargets"], 0,
-        "relays are not ProfilingTargets"
-    );
-
-    // Nothing changed: no writes at all.
-    fake.clear_calls();
-    store::reconcile(current_store(&fake), ctx.clone())
-        .await
-        .unwrap();
-    assert_eq!(write_paths(&fake), Vec::<String>::new());
-
-    // `kubectl annotate pod cart profiles.kiln.dev/enabled-`: the relay goes, in one write.
-    fake.put(POD_PATH, running_pod(json!({})));
-    fake.clear_calls();
-    store::reconcile(current_store(&fake), ctx.clone())
-        .await
-        .unwrap();
-    assert_eq!(write_paths(&fake), vec![format!("PATCH {TARGETS_CM_PATH}")]);
-    assert!(targets_file(&fake).targets.is_empty());
-    assert!(ctx.relayed_pods.lock().unwrap().is_empty());
-}
-
-#[tokio::test]
-async fn store_without_agents_does_not_list_pods() {
-    let (fake, ctx) = setup(&store_json(json!({"agent": {"enabled": false}}), &[]));
-    fake.put(
-        POD_PATH,
-        running_pod(json!({"profiles.kiln.dev/enabled": "true"})),
-    );
-    store::reconcile(current_store(&fake), ctx.clone())
-        .await
-        .unwrap();
-    assert!(
-        fake.calls().iter().all(|c| c.path != "/api/v1/pods"),
-        "only the agent-owning store relays pods"
-    );
-    assert!(fake.get(TARGETS_CM_PATH).is_none());
 }

@@ -24,6 +24,7 @@ mod merge;
 mod peer_head;
 mod read;
 mod series_census;
+mod series_queries;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::AtomicU64;
